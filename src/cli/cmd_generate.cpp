@@ -1,0 +1,100 @@
+// cmd_generate.cpp — `specpress generate -m TARGET [-md DRAFT] (--prompt-ids IDS | -p TEXT) -n N ...`.
+// Streams committed tokens to stdout (ids, or text when the model directory has a tokenizer), prints
+// llama.cpp-style timings to stderr, and with --json prints one JSON object to stdout instead.
+#include "cli/cmd_generate.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "decode/generation.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+
+namespace specpress::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model_dir, draft_dir, prompt_ids, prompt_text, stop_ids;
+  std::string device = "cpu", dtype = "f32";
+  int64_t n_predict = 128;
+  int64_t block_size = 0;
+  bool ignore_eos = false, json = false;
+  decode::SamplingParams sampling;
+};
+
+int run_generate(const GenerateOptions& o) {
+  c10::InferenceMode inference_mode;
+  const at::Device device = model::parse_device(o.device, "--device");
+  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  if (o.prompt_ids.empty() == o.prompt_text.empty()) fail("generate: give exactly one of --prompt-ids or -p/--prompt");
+  if (!o.prompt_text.empty())
+    fail("-p/--prompt: {} has no tokenizer support yet; pass --prompt-ids", o.model_dir);
+  std::vector<int64_t> prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
+  if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
+
+  decode::GenerationParams params;
+  params.max_new_tokens = o.n_predict;
+  params.sampling = o.sampling;
+  params.block_size = o.block_size;
+  params.record_steps = o.json;
+  if (!o.stop_ids.empty()) {
+    params.stop_ids = parse_id_list(o.stop_ids, "--stop-ids");
+  } else if (!o.ignore_eos) {
+    params.stop_ids = default_stop_ids(o.model_dir);
+  }
+
+  model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
+  std::unique_ptr<model::DFlashDraft> draft;
+  if (!o.draft_dir.empty())
+    draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, target, dtype, device));
+  else if (o.block_size != 0)
+    fail("--block-size: needs a draft model (-md DIR)");
+
+  decode::TokenCallback stream;
+  if (!o.json) {
+    stream = [](const std::vector<int64_t>& tokens) {
+      for (int64_t t : tokens) std::printf("%lld ", static_cast<long long>(t));
+      std::fflush(stdout);
+    };
+  }
+  decode::GenerationResult result = draft ? decode::generate_dflash(target, *draft, prompt, params, stream)
+                                          : decode::generate_plain(target, prompt, params, stream);
+  if (o.json) {
+    std::printf("%s\n", result_json(result).dump().c_str());
+  } else {
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  print_timings(result);
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "generate with the target alone or with a DFlash draft");
+  cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
+  cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
+  cmd->add_option("-p,--prompt", o->prompt_text, "prompt text (needs the model's tokenizer)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "maximum number of tokens to generate")->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->capture_default_str();
+  cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
+  cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
+  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object with output_ids, timings and statistics");
+  cmd->callback([&run, o]() { run = [o]() { return run_generate(*o); }; });
+}
+
+}  // namespace specpress::cli

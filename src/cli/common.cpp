@@ -1,0 +1,118 @@
+// common.cpp — see common.h.
+#include "cli/common.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/config_json.h"
+
+namespace specpress::cli {
+namespace fs = std::filesystem;
+
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag) {
+  auto trim = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \t\n[]"));
+    s.erase(s.find_last_not_of(" \t\n[]") + 1);
+    return s;
+  };
+  std::vector<int64_t> ids;
+  if (trim(text).empty()) return ids;
+  size_t pos = 0;
+  while (true) {
+    size_t comma = text.find(',', pos);
+    std::string item = trim(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      fail("{}: '{}' is not an integer token id (expected a list like \"1,2,3\")", flag, item);
+    ids.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+std::vector<int64_t> default_stop_ids(const std::string& model_dir) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    fs::path p = fs::path(model_dir) / name;
+    if (!fs::exists(p)) continue;
+    nlohmann::json j = model::ConfigReader::parse_file(p.string());
+    model::ConfigReader r{j, p.string()};
+    std::vector<int64_t> ids = r.integer_list("eos_token_id");
+    if (!ids.empty()) return ids;
+  }
+  return {};
+}
+
+void print_timings(const decode::GenerationResult& r) {
+  const double n_prompt = static_cast<double>(r.prompt_tokens), n_out = static_cast<double>(r.output_ids.size());
+  std::fprintf(stderr, "\nprompt eval time = %10.2f ms / %5lld tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+               r.prefill_ms, static_cast<long long>(r.prompt_tokens), n_prompt > 0 ? r.prefill_ms / n_prompt : 0.0,
+               r.prefill_ms > 0 ? 1e3 * n_prompt / r.prefill_ms : 0.0);
+  std::fprintf(stderr, "       eval time = %10.2f ms / %5lld tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+               r.decode_ms, static_cast<long long>(r.output_ids.size()), r.tpot_ms(),
+               r.decode_ms > 0 ? 1e3 * n_out / r.decode_ms : 0.0);
+  std::fprintf(stderr, "      total time = %10.2f ms / %5lld tokens\n", r.prefill_ms + r.first_draft_ms + r.decode_ms,
+               static_cast<long long>(r.prompt_tokens + static_cast<int64_t>(r.output_ids.size())));
+  if (r.block_size > 1) {
+    const int64_t drafted = r.drafted_tokens(), accepted = r.accepted_tokens();
+    std::fprintf(stderr, "draft acceptance rate = %.5f (%lld accepted / %lld generated)\n",
+                 drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0, static_cast<long long>(accepted),
+                 static_cast<long long>(drafted));
+    std::fprintf(stderr, "mean accepted length (tau) = %.3f over %zu steps (block size %lld)\n",
+                 r.mean_acceptance_length(), r.acceptance_lengths.size(), static_cast<long long>(r.block_size));
+    std::fprintf(stderr, "draft time = %.2f ms (first call %.2f ms), verify time = %.2f ms\n", r.draft_ms,
+                 r.first_draft_ms, r.verify_ms);
+  }
+}
+
+nlohmann::ordered_json result_json(const decode::GenerationResult& r) {
+  nlohmann::ordered_json j;
+  j["output_ids"] = r.output_ids;
+  const double n_prompt = static_cast<double>(r.prompt_tokens), n_out = static_cast<double>(r.output_ids.size());
+  nlohmann::ordered_json t;
+  t["prompt_n"] = r.prompt_tokens;
+  t["prompt_ms"] = r.prefill_ms;
+  t["prompt_per_token_ms"] = n_prompt > 0 ? r.prefill_ms / n_prompt : 0.0;
+  t["prompt_per_second"] = r.prefill_ms > 0 ? 1e3 * n_prompt / r.prefill_ms : 0.0;
+  t["predicted_n"] = r.output_ids.size();
+  t["predicted_ms"] = r.decode_ms;
+  t["predicted_per_token_ms"] = r.tpot_ms();
+  t["predicted_per_second"] = r.decode_ms > 0 ? 1e3 * n_out / r.decode_ms : 0.0;
+  t["draft_n"] = r.block_size > 1 ? r.drafted_tokens() : 0;
+  t["draft_n_accepted"] = r.block_size > 1 ? r.accepted_tokens() : 0;
+  if (r.block_size > 1) {
+    t["first_draft_ms"] = r.first_draft_ms;
+    t["draft_ms"] = r.draft_ms;
+    t["verify_ms"] = r.verify_ms;
+  }
+  j["timings"] = t;
+  j["stop_reason"] = r.stopped ? "stop" : "length";
+  if (r.block_size > 1) {
+    j["block_size"] = r.block_size;
+    j["acceptance_lengths"] = r.acceptance_lengths;
+    j["mean_acceptance_length"] = r.mean_acceptance_length();
+    std::vector<double> histogram(r.block_size, 0.0);
+    for (int64_t len : r.acceptance_lengths) histogram[len - 1] += 1.0;
+    for (auto& h : histogram) h /= r.acceptance_lengths.empty() ? 1.0 : static_cast<double>(r.acceptance_lengths.size());
+    j["acceptance_histogram"] = histogram;  // index k: fraction of steps with acceptance length k+1
+    j["per_position_acceptance"] = r.per_position_acceptance();
+    if (!r.steps.empty()) {
+      nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+      for (const auto& s : r.steps)
+        steps.push_back({{"start", s.start}, {"block", s.block}, {"posterior", s.posterior}, {"accepted", s.accepted}});
+      j["steps"] = steps;
+    }
+  }
+  return j;
+}
+
+}  // namespace specpress::cli

@@ -1,0 +1,25 @@
+// common.h — pieces every subcommand shares: id-list flags, model-directory extras
+// (generation_config.json eos ids), llama.cpp-style timing lines and the --json summary.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/generation.h"
+
+namespace specpress::cli {
+
+// "1, 2,3" -> {1,2,3}; errors name the flag and the bad item.
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag);
+
+// eos ids of a model directory: generation_config.json's eos_token_id, else config.json's.
+std::vector<int64_t> default_stop_ids(const std::string& model_dir);
+
+// Prints llama.cpp-style timings (and DFlash acceptance lines when block_size > 1) to stderr.
+void print_timings(const decode::GenerationResult& result);
+
+// The --json summary: output_ids, timings (llama.cpp names) and, for DFlash, acceptance statistics.
+nlohmann::ordered_json result_json(const decode::GenerationResult& result);
+
+}  // namespace specpress::cli

@@ -1,0 +1,40 @@
+// main.cpp — the specpress binary: one CLI11 app with a subcommand per tool. llama.cpp's short
+// spellings that CLI11 cannot declare (-md, -sys) are rewritten to their long forms first.
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cmd_generate.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (auto& a : args) {
+    if (a == "-md") a = "--model-draft";
+    if (a == "-sys") a = "--system";
+  }
+  std::vector<char*> argv2;
+  for (auto& a : args) argv2.push_back(a.data());
+
+  CLI::App app{"specpress — DFlash speculative decoding and accepted-span compression for Qwen3"};
+  app.require_subcommand(1);
+  std::function<int()> run;
+  specpress::cli::add_generate_command(app, run);
+  try {
+    app.parse(static_cast<int>(argv2.size()), argv2.data());
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run ? run() : 1;
+  } catch (const specpress::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

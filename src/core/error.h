@@ -1,0 +1,23 @@
+// error.h — the one exception type specpress throws for bad input or failed invariants.
+// Messages name the file, field or flag and what was expected, so the CLI can print them as they are.
+#pragma once
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace specpress {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// fail("config.json: field '{}' missing", name) — throws specpress::Error with a formatted message.
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace specpress

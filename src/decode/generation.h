@@ -1,0 +1,66 @@
+// generation.h — the two decoding loops of the engine and what they report. Plain decoding is the
+// target alone (prefill, then one token per forward); DFlash decoding is dflash-spec.md §3: draft a
+// block, verify it in one target forward, commit the longest matching prefix plus the bonus token.
+// Both trim outputs as the reference does: at max_new_tokens, and right after the first stop token.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "decode/sampler.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+
+namespace specpress::decode {
+
+struct GenerationParams {
+  int64_t max_new_tokens = 64;
+  std::vector<int64_t> stop_ids;
+  SamplingParams sampling;
+  int64_t block_size = 0;       // DFlash only; 0 = the draft's trained block size
+  bool record_steps = false;    // keep every verify step's block/posterior/accepted
+};
+
+struct StepRecord {
+  int64_t start = 0;                // index of the bonus token in the full sequence
+  std::vector<int64_t> block;       // bonus + drafted tokens
+  std::vector<int64_t> posterior;   // the target's token for each block row
+  int64_t accepted = 0;             // a: accepted drafted tokens
+};
+
+struct GenerationResult {
+  std::vector<int64_t> output_ids;          // generated ids only, stop token included
+  std::vector<int64_t> acceptance_lengths;  // a+1 per verify step (DFlash)
+  std::vector<StepRecord> steps;            // when record_steps
+  int64_t block_size = 1;
+  int64_t prompt_tokens = 0;
+  double prefill_ms = 0;      // time to first token
+  double first_draft_ms = 0;  // DFlash: the draft's prompt-context pass, excluded from decode time
+  double decode_ms = 0;       // after prefill (and the first draft call) to the end
+  double draft_ms = 0;        // DFlash: total draft time including the first call
+  double verify_ms = 0;       // DFlash: total verify time
+  bool stopped = false;       // ended on a stop token (else on max_new_tokens)
+
+  double tpot_ms() const { return output_ids.empty() ? 0.0 : decode_ms / static_cast<double>(output_ids.size()); }
+  double mean_acceptance_length() const;  // tau of this generation
+  int64_t drafted_tokens() const;         // draft_n: tokens proposed (block - 1 per step)
+  int64_t accepted_tokens() const;        // draft_n_accepted
+  // acceptance rate at draft position i (1-based, index i-1): fraction of steps with a >= i
+  std::vector<double> per_position_acceptance() const;
+};
+
+// Called with each newly committed run of output tokens (already trimmed), for streaming.
+using TokenCallback = std::function<void(const std::vector<int64_t>& tokens)>;
+
+GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                const GenerationParams& params, const TokenCallback& on_tokens = {});
+
+GenerationResult generate_dflash(const model::Qwen3Model& target, const model::DFlashDraft& draft,
+                                 const std::vector<int64_t>& prompt, const GenerationParams& params,
+                                 const TokenCallback& on_tokens = {});
+
+// Checks the prompt and lengths before any allocation; errors name the flag.
+void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                         const GenerationParams& params, int64_t block_size);
+
+}  // namespace specpress::decode

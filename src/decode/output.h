@@ -1,0 +1,44 @@
+// output.h — what both decoding loops share: the committed-output buffer with the reference's trimming
+// (cap at max_new_tokens, cut right after the first stop token), the streaming hand-off, and a clock.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "decode/generation.h"
+
+namespace specpress::decode {
+
+class CommittedOutput {
+ public:
+  CommittedOutput(const GenerationParams& params, GenerationResult& result, const TokenCallback& on_tokens)
+      : params_(params), result_(result), on_tokens_(on_tokens) {}
+
+  // Appends committed tokens; returns false once the output is complete (stop token or length).
+  bool commit(const std::vector<int64_t>& tokens) {
+    std::vector<int64_t> fresh;
+    for (int64_t t : tokens) {
+      if (done()) break;
+      fresh.push_back(t);
+      result_.output_ids.push_back(t);
+      if (std::find(params_.stop_ids.begin(), params_.stop_ids.end(), t) != params_.stop_ids.end())
+        result_.stopped = true;
+    }
+    if (!fresh.empty() && on_tokens_) on_tokens_(fresh);
+    return !done();
+  }
+  bool done() const {
+    return result_.stopped || static_cast<int64_t>(result_.output_ids.size()) >= params_.max_new_tokens;
+  }
+
+ private:
+  const GenerationParams& params_;
+  GenerationResult& result_;
+  const TokenCallback& on_tokens_;
+};
+
+inline double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace specpress::decode

@@ -1,0 +1,57 @@
+// plain.cpp — plain autoregressive decoding with the target (the speedup baseline, block size 1).
+#include <chrono>
+
+#include "core/error.h"
+#include "decode/generation.h"
+#include "decode/output.h"
+
+namespace specpress::decode {
+
+void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                         const GenerationParams& params, int64_t block_size) {
+  if (prompt.empty()) fail("prompt: empty (expected at least one token id)");
+  const int64_t vocab = target.config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      fail("prompt: token id {} at index {} is outside the vocabulary 0..{}", prompt[i], i, vocab - 1);
+  for (int64_t id : params.stop_ids)
+    if (id < 0 || id >= vocab) fail("--stop-ids: id {} is outside the vocabulary 0..{}", id, vocab - 1);
+  if (params.max_new_tokens < 1) fail("-n/--n-predict: must be at least 1, found {}", params.max_new_tokens);
+  validate(params.sampling);
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_new_tokens + block_size;
+  if (needed > target.config().max_position_embeddings)
+    fail("prompt ({} tokens) + -n {} + block {} = {} positions exceeds the model's max_position_embeddings {}",
+         prompt.size(), params.max_new_tokens, block_size, needed, target.config().max_position_embeddings);
+}
+
+GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                const GenerationParams& params, const TokenCallback& on_tokens) {
+  validate_generation(target, prompt, params, 1);
+  const int64_t N = static_cast<int64_t>(prompt.size());
+  GenerationResult result;
+  result.prompt_tokens = N;
+  result.output_ids.reserve(params.max_new_tokens);
+  CommittedOutput output(params, result, on_tokens);
+  Sampler sampler(params.sampling);
+  model::KVCache cache = target.make_cache(N + params.max_new_tokens + 1);
+  auto long_opts = at::TensorOptions().dtype(at::kLong).device(target.device());
+  at::Tensor token = at::empty({1}, long_opts);  // the decode step's input, reused
+
+  auto t0 = std::chrono::steady_clock::now();
+  model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, cache, {});
+  int64_t next = sampler.sample(out.logits)[0];
+  result.prefill_ms = elapsed_ms(t0);
+
+  auto t1 = std::chrono::steady_clock::now();
+  int64_t position = N;
+  while (output.commit({next})) {
+    token.fill_(next);
+    out = target.forward(token, position, cache, {});
+    next = sampler.sample(out.logits)[0];
+    ++position;
+  }
+  result.decode_ms = elapsed_ms(t1);
+  return result;
+}
+
+}  // namespace specpress::decode

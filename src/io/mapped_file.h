@@ -1,0 +1,37 @@
+// mapped_file.h — a read-only view of a whole file through mmap (copy-on-write private mapping), so
+// checkpoints are paged in lazily and never held twice in host memory.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace specpress::io {
+
+class MappedFile {
+ public:
+  // Maps `path`; throws specpress::Error naming the path if it cannot be opened or mapped.
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint8_t* mutable_data() { return data_; }  // private mapping: writes never reach the file
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+// Reads a whole (small) file into a string; throws specpress::Error naming the path on failure.
+std::string read_text_file(const std::string& path);
+
+// Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, then rename.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace specpress::io

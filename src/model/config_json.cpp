@@ -1,0 +1,69 @@
+// config_json.cpp — see config_json.h.
+#include "model/config_json.h"
+
+#include "core/error.h"
+#include "io/mapped_file.h"
+
+namespace specpress::model {
+
+nlohmann::json ConfigReader::parse_file(const std::string& path) {
+  std::string text = io::read_text_file(path);
+  try {
+    nlohmann::json j = nlohmann::json::parse(text);
+    if (!j.is_object()) fail("{}: expected a JSON object", path);
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", path, e.what());
+  }
+}
+
+int64_t ConfigReader::integer(const std::string& key) const {
+  if (!has(key)) fail("{}: missing field '{}' (expected an integer)", source, key);
+  const auto& v = json[key];
+  if (!v.is_number_integer()) fail("{}: field '{}' must be an integer, found {}", source, key, v.dump());
+  return v.get<int64_t>();
+}
+
+int64_t ConfigReader::integer_or(const std::string& key, int64_t fallback) const {
+  return has(key) ? integer(key) : fallback;
+}
+
+double ConfigReader::number(const std::string& key) const {
+  if (!has(key)) fail("{}: missing field '{}' (expected a number)", source, key);
+  const auto& v = json[key];
+  if (!v.is_number()) fail("{}: field '{}' must be a number, found {}", source, key, v.dump());
+  return v.get<double>();
+}
+
+double ConfigReader::number_or(const std::string& key, double fallback) const {
+  return has(key) ? number(key) : fallback;
+}
+
+bool ConfigReader::boolean_or(const std::string& key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const auto& v = json[key];
+  if (!v.is_boolean()) fail("{}: field '{}' must be true or false, found {}", source, key, v.dump());
+  return v.get<bool>();
+}
+
+std::string ConfigReader::string_or(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  const auto& v = json[key];
+  if (!v.is_string()) fail("{}: field '{}' must be a string, found {}", source, key, v.dump());
+  return v.get<std::string>();
+}
+
+std::vector<int64_t> ConfigReader::integer_list(const std::string& key) const {
+  std::vector<int64_t> out;
+  if (!has(key)) return out;
+  const auto& v = json[key];
+  if (v.is_number_integer()) return {v.get<int64_t>()};
+  if (!v.is_array()) fail("{}: field '{}' must be an integer or an array of integers, found {}", source, key, v.dump());
+  for (const auto& x : v) {
+    if (!x.is_number_integer()) fail("{}: field '{}' must hold integers, found {}", source, key, x.dump());
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
+}  // namespace specpress::model

@@ -1,0 +1,199 @@
+// qwen3.cpp — Qwen3 config parsing, weight loading and the reference forward (see qwen3.h).
+#include "model/qwen3.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "model/config_json.h"
+#include "ops/attention.h"
+#include "ops/rmsnorm.h"
+#include "ops/swiglu.h"
+
+namespace specpress::model {
+namespace fs = std::filesystem;
+
+Qwen3Config parse_qwen3_config(const std::string& config_path) {
+  nlohmann::json j = ConfigReader::parse_file(config_path);
+  ConfigReader r{j, config_path};
+  Qwen3Config c;
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_layers = r.integer("num_hidden_layers");
+  c.num_heads = r.integer("num_attention_heads");
+  c.num_kv_heads = r.integer_or("num_key_value_heads", c.num_heads);
+  if (c.num_heads <= 0) fail("{}: field 'num_attention_heads' must be positive, found {}", config_path, c.num_heads);
+  c.head_dim = r.integer_or("head_dim", c.hidden_size / c.num_heads);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  if (r.has("rope_theta")) {
+    c.rope_theta = r.number("rope_theta");
+  } else if (r.has("rope_parameters")) {
+    const auto& rp = j["rope_parameters"];
+    if (!rp.is_object()) fail("{}: field 'rope_parameters' must be an object", config_path);
+    ConfigReader rr{rp, config_path + ": rope_parameters"};
+    c.rope_theta = rr.number("rope_theta");
+    std::string type = rr.string_or("rope_type", "default");
+    if (type != "default") fail("{}: rope_parameters.rope_type '{}' is not supported (expected 'default')", config_path, type);
+  } else {
+    fail("{}: missing field 'rope_theta' (or 'rope_parameters.rope_theta')", config_path);
+  }
+  if (r.has("rope_scaling")) fail("{}: field 'rope_scaling' is set; RoPE scaling is not supported", config_path);
+  c.max_position_embeddings = r.integer_or("max_position_embeddings", 40960);
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  c.checkpoint_dtype = r.string_or("torch_dtype", r.string_or("dtype", "float32"));
+  c.eos_token_ids = r.integer_list("eos_token_id");
+  if (r.boolean_or("attention_bias", false)) fail("{}: attention_bias true is not a Qwen3 configuration", config_path);
+  std::string act = r.string_or("hidden_act", "silu");
+  if (act != "silu") fail("{}: hidden_act '{}' is not supported (expected 'silu')", config_path, act);
+  for (auto [name, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                             {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_layers},
+                             {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim}})
+    if (value <= 0) fail("{}: field '{}' must be positive, found {}", config_path, name, value);
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", config_path, c.num_heads, c.num_kv_heads);
+  if (c.head_dim % 2 != 0) fail("{}: head_dim {} must be even for RoPE", config_path, c.head_dim);
+  return c;
+}
+
+DecoderLayerWeights load_decoder_layer(io::TensorStore& store, const std::string& prefix, const Qwen3Config& c,
+                                       at::ScalarType dtype, at::Device device) {
+  const int64_t H = c.hidden_size, hd = c.head_dim, q_out = c.num_heads * hd, kv_out = c.num_kv_heads * hd;
+  auto take = [&](const std::string& name, std::vector<int64_t> shape) {
+    return store.take(prefix + name, shape, dtype, device);
+  };
+  DecoderLayerWeights w;
+  w.input_norm = take("input_layernorm.weight", {H});
+  w.q_proj = take("self_attn.q_proj.weight", {q_out, H});
+  w.k_proj = take("self_attn.k_proj.weight", {kv_out, H});
+  w.v_proj = take("self_attn.v_proj.weight", {kv_out, H});
+  w.o_proj = take("self_attn.o_proj.weight", {H, q_out});
+  w.q_norm = take("self_attn.q_norm.weight", {hd});
+  w.k_norm = take("self_attn.k_norm.weight", {hd});
+  w.post_norm = take("post_attention_layernorm.weight", {H});
+  w.gate_proj = take("mlp.gate_proj.weight", {c.intermediate_size, H});
+  w.up_proj = take("mlp.up_proj.weight", {c.intermediate_size, H});
+  w.down_proj = take("mlp.down_proj.weight", {H, c.intermediate_size});
+  return w;
+}
+
+void KVCache::rollback(int64_t committed) {
+  if (committed < 0 || committed > length)
+    fail("KV cache rollback to {} outside the committed range 0..{}", committed, length);
+  length = committed;
+}
+
+KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
+                      at::Device device) {
+  auto opts = at::TensorOptions().dtype(dtype).device(device);
+  return KVCache{at::zeros({num_layers, num_kv_heads, capacity, head_dim}, opts),
+                 at::zeros({num_layers, num_kv_heads, capacity, head_dim}, opts), 0};
+}
+
+Qwen3Model Qwen3Model::load(const std::string& dir, at::ScalarType dtype, at::Device device) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path)) fail("{}: no config.json (expected an HF model directory)", dir);
+  Qwen3Config c = parse_qwen3_config(config_path);
+  io::TensorStore store = io::TensorStore::open_dir(dir);
+  Qwen3Weights w;
+  w.embed_tokens = store.take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, dtype, device);
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    w.layers.push_back(load_decoder_layer(store, fmt::format("model.layers.{}.", i), c, dtype, device));
+  w.final_norm = store.take("model.norm.weight", {c.hidden_size}, dtype, device);
+  if (c.tie_word_embeddings) {
+    if (store.has("lm_head.weight")) {
+      // Some exports store the tied head anyway; it must then equal the embedding.
+      at::Tensor head = store.take("lm_head.weight", {c.vocab_size, c.hidden_size}, dtype, device);
+      if (!at::equal(head, w.embed_tokens))
+        fail("{}: tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight", dir);
+    }
+    w.lm_head = w.embed_tokens;
+  } else {
+    w.lm_head = store.take("lm_head.weight", {c.vocab_size, c.hidden_size}, dtype, device);
+  }
+  store.check_all_taken();
+  return Qwen3Model(std::move(c), std::move(w), dtype, device);
+}
+
+Qwen3Model::Qwen3Model(Qwen3Config config, Qwen3Weights weights, at::ScalarType dtype, at::Device device)
+    : config_(std::move(config)), weights_(std::move(weights)), dtype_(dtype), device_(device) {
+  rope_ = ops::make_rope_table(config_.head_dim, config_.rope_theta, config_.max_position_embeddings, device_);
+}
+
+KVCache Qwen3Model::make_cache(int64_t capacity) const {
+  if (capacity > config_.max_position_embeddings)
+    fail("context of {} positions exceeds the model's max_position_embeddings {}", capacity,
+         config_.max_position_embeddings);
+  return make_kv_cache(config_.num_layers, config_.num_kv_heads, config_.head_dim, capacity, dtype_, device_);
+}
+
+at::Tensor Qwen3Model::embed(const at::Tensor& ids) const { return at::embedding(weights_.embed_tokens, ids); }
+
+at::Tensor Qwen3Model::lm_head_logits(const at::Tensor& normed_hidden) const {
+  return at::linear(normed_hidden, weights_.lm_head).to(at::kFloat);
+}
+
+ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache& cache,
+                                  const ForwardOptions& options) const {
+  const Qwen3Config& c = config_;
+  const int64_t T = ids.size(0), hd = c.head_dim;
+  if (start < 0 || start > cache.length)
+    fail("forward at start {} but the KV cache holds {} committed positions", start, cache.length);
+  if (start + T > cache.capacity())
+    fail("forward of {} tokens at {} exceeds the KV cache capacity {}", T, start, cache.capacity());
+  for (int64_t layer : options.tap_layers)
+    if (layer < 0 || layer >= c.num_layers) fail("tap layer {} outside the target's 0..{}", layer, c.num_layers - 1);
+
+  at::Tensor positions = at::arange(start, start + T, at::TensorOptions().dtype(at::kLong).device(device_));
+  at::Tensor x = embed(ids);  // [T, H]
+  ForwardOutput out;
+  if (options.keep_hidden_states) out.hidden_states.push_back(x);
+  std::vector<at::Tensor> taps(options.tap_layers.size());
+
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const DecoderLayerWeights& w = weights_.layers[l];
+    at::Tensor h = ops::rms_norm(x, w.input_norm, c.rms_norm_eps);
+    at::Tensor q = ops::rms_norm(at::linear(h, w.q_proj).view({T, c.num_heads, hd}), w.q_norm, c.rms_norm_eps).transpose(0, 1);
+    at::Tensor k = ops::rms_norm(at::linear(h, w.k_proj).view({T, c.num_kv_heads, hd}), w.k_norm, c.rms_norm_eps).transpose(0, 1);
+    at::Tensor v = at::linear(h, w.v_proj).view({T, c.num_kv_heads, hd}).transpose(0, 1);
+    q = ops::apply_rope(q, rope_, positions);
+    k = ops::apply_rope(k, rope_, positions);
+    at::Tensor k_cache = cache.k[l], v_cache = cache.v[l];  // [n_kv, capacity, hd]
+    k_cache.narrow(1, start, T).copy_(k);
+    v_cache.narrow(1, start, T).copy_(v);
+    at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, start + T), v_cache.narrow(1, 0, start + T),
+                                     ops::AttentionMask::kCausalBottomRight);
+    x = x + at::linear(attn, w.o_proj);
+    x = x + ops::swiglu_mlp(ops::rms_norm(x, w.post_norm, c.rms_norm_eps), w.gate_proj, w.up_proj, w.down_proj);
+    for (size_t i = 0; i < options.tap_layers.size(); ++i)
+      if (options.tap_layers[i] == l) taps[i] = x;
+    if (options.keep_hidden_states && l + 1 < c.num_layers) out.hidden_states.push_back(x);
+  }
+  cache.length = start + T;
+
+  at::Tensor rows = options.all_logits ? x : x.narrow(0, T - 1, 1);
+  at::Tensor normed = ops::rms_norm(rows, weights_.final_norm, c.rms_norm_eps);
+  if (options.keep_hidden_states)
+    out.hidden_states.push_back(options.all_logits ? normed : ops::rms_norm(x, weights_.final_norm, c.rms_norm_eps));
+  out.logits = lm_head_logits(normed);
+  if (!taps.empty()) out.taps = at::cat(taps, -1);
+  return out;
+}
+
+at::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag) {
+  if (name == "f32" || name == "float32") return at::kFloat;
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  if (name == "f16" || name == "float16") return at::kHalf;
+  fail("{}: unknown dtype '{}' (expected f32, bf16 or f16)", flag, name);
+}
+
+at::Device parse_device(const std::string& name, const std::string& flag) {
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
+    if (!at::hasCUDA()) fail("{}: '{}' requested but this build or machine has no CUDA", flag, name);
+    return at::Device(name);
+  }
+  fail("{}: unknown device '{}' (expected cpu or cuda)", flag, name);
+}
+
+}  // namespace specpress::model

@@ -1,0 +1,110 @@
+// qwen3.h — the Qwen3 target: config, weights (loaded straight from an HF directory), static KV cache
+// and the reference forward in plain ATen ops (CPU and CUDA). One forward call handles prefill, decode
+// of one token and verification of a block at any start position; it can return the raw residual-stream
+// outputs of chosen layers, which is what DFlash taps.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "ops/rope.h"
+
+namespace specpress::io {
+class TensorStore;
+}
+
+namespace specpress::model {
+
+struct Qwen3Config {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  std::string checkpoint_dtype;      // "float32", "bfloat16", ... as the config states it
+  std::vector<int64_t> eos_token_ids;
+};
+
+// Parses a config.json (transformers 4.x `rope_theta`/`torch_dtype` or 5.x `rope_parameters`/`dtype`).
+Qwen3Config parse_qwen3_config(const std::string& config_path);
+
+// Weights of one Qwen3 decoder layer; also the layer type of the DFlash draft.
+struct DecoderLayerWeights {
+  at::Tensor input_norm, q_proj, k_proj, v_proj, o_proj, q_norm, k_norm, post_norm, gate_proj, up_proj, down_proj;
+};
+
+// Takes `prefix` + "input_layernorm.weight" etc. from `store` with the shapes `config` implies.
+DecoderLayerWeights load_decoder_layer(io::TensorStore& store, const std::string& prefix, const Qwen3Config& config,
+                                       at::ScalarType dtype, at::Device device);
+
+struct Qwen3Weights {
+  at::Tensor embed_tokens;  // [V, H]
+  at::Tensor final_norm;    // [H]
+  at::Tensor lm_head;       // [V, H]; the same tensor as embed_tokens when tied
+  std::vector<DecoderLayerWeights> layers;
+};
+
+// Static KV cache: one buffer per role for all layers, [L, n_kv, capacity, head_dim]. `length` is the
+// number of committed positions; rollback only moves it.
+struct KVCache {
+  at::Tensor k, v;
+  int64_t length = 0;
+  int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
+  void rollback(int64_t committed);
+};
+KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
+                      at::Device device);
+
+struct ForwardOptions {
+  bool all_logits = false;                 // logits for every row, else for the last row only
+  std::vector<int64_t> tap_layers;         // 0-based layers whose raw outputs are concatenated into `taps`
+  bool keep_hidden_states = false;         // HF-style hidden_states tuple (embedding, layer outputs, final norm)
+};
+
+struct ForwardOutput {
+  at::Tensor logits;                       // fp32 [rows, V]
+  at::Tensor taps;                         // [T, n_taps * H] in the compute dtype, if requested
+  std::vector<at::Tensor> hidden_states;   // L+1 entries when requested, as transformers returns them
+};
+
+class Qwen3Model {
+ public:
+  // Loads an HF directory; every tensor must be present with its shape and every file tensor used.
+  static Qwen3Model load(const std::string& dir, at::ScalarType dtype, at::Device device);
+  Qwen3Model(Qwen3Config config, Qwen3Weights weights, at::ScalarType dtype, at::Device device);
+
+  // Runs tokens `ids` (int64 [T] on device) at positions start .. start+T-1 with `cache` holding
+  // positions 0 .. start-1. Writes their K/V and sets cache.length = start + T.
+  ForwardOutput forward(const at::Tensor& ids, int64_t start, KVCache& cache, const ForwardOptions& options) const;
+
+  KVCache make_cache(int64_t capacity) const;
+  // Embedding rows and the LM head, shared with the DFlash draft.
+  at::Tensor embed(const at::Tensor& ids) const;
+  at::Tensor lm_head_logits(const at::Tensor& normed_hidden) const;  // fp32 [rows, V]
+  const ops::RopeTable& rope() const { return rope_; }
+
+  const Qwen3Config& config() const { return config_; }
+  const Qwen3Weights& weights() const { return weights_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+
+ private:
+  Qwen3Config config_;
+  Qwen3Weights weights_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  ops::RopeTable rope_;
+};
+
+// "f32" | "bf16" | "f16" -> scalar type; "cpu" | "cuda" -> device. Errors name the flag.
+at::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag);
+at::Device parse_device(const std::string& name, const std::string& flag);
+
+}  // namespace specpress::model

@@ -1,0 +1,26 @@
+// attention.cpp — see attention.h.
+#include "ops/attention.h"
+
+#include <cmath>
+
+namespace specpress::ops {
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask) {
+  const int64_t n_heads = q.size(0), T = q.size(1), head_dim = q.size(2);
+  const int64_t n_kv = k.size(0), S = k.size(1);
+  const int64_t group = n_heads / n_kv;
+  // [Hkv, S, hd] -> [Hkv*group, S, hd], kv head j serving query heads j*group .. j*group+group-1
+  at::Tensor kk = group == 1 ? k : k.unsqueeze(1).expand({n_kv, group, S, head_dim}).reshape({n_heads, S, head_dim});
+  at::Tensor vv = group == 1 ? v : v.unsqueeze(1).expand({n_kv, group, S, head_dim}).reshape({n_heads, S, head_dim});
+  at::Tensor scores = at::matmul(q, kk.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  if (mask == AttentionMask::kCausalBottomRight && T > 1) {
+    // query i sits at key index S - T + i and sees keys 0 .. S - T + i
+    at::Tensor allowed = at::ones({T, S}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(S - T);
+    scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+  }
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor out = at::matmul(probs, vv);  // [Hq, T, hd]
+  return out.transpose(0, 1).reshape({T, n_heads * head_dim});
+}
+
+}  // namespace specpress::ops
