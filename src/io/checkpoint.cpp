@@ -122,6 +122,8 @@ at::Tensor TensorStore::take(const std::string& name, const std::vector<int64_t>
     fail("{}: tensor '{}' has shape [{}], expected [{}]", source_, name, fmt::join(e.info.shape, ", "),
          fmt::join(expected_shape, ", "));
   const at::ScalarType file_type = to_scalar_type(e.info.dtype, fmt::format("{}: tensor '{}'", source_, name));
+  if (at::isFloatingType(dtype) && !(file_type == at::kFloat || file_type == at::kBFloat16 || file_type == at::kHalf))
+    fail("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16 weights", source_, name, dtype_name(e.info.dtype));
   uint8_t* ptr = e.file->mutable_data() + e.data_start + e.info.begin;
   std::shared_ptr<MappedFile> keep = e.file;
   at::Tensor view = at::from_blob(

@@ -1,0 +1,176 @@
+// test_checkpoint.cpp — HF directory loading: both config formats, dtype conversion, tied heads, and
+// each malformed input of the foundation issue failing with a message that names the problem.
+#include <gtest/gtest.h>
+
+#include <c10/core/InferenceMode.h>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "model/qwen3.h"
+#include "model_fixtures.h"
+#include "test_util.h"
+
+using namespace specpress;
+using namespace specpress::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string load_error(const std::string& dir) {
+  try {
+    model::Qwen3Model::load(dir, at::kFloat, at::kCPU);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void rewrite_tensors(const std::string& dir, const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit,
+                     bool tied = false) {
+  auto t = qwen3_tensors(TinyShape{}, tied);
+  edit(t);
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), t);
+}
+
+TEST(Checkpoint, LoadsRandomTinyModel) {
+  ScratchDir d("ckpt-ok");
+  write_random_qwen3(d.str());
+  model::Qwen3Model m = model::Qwen3Model::load(d.str(), at::kFloat, at::kCPU);
+  EXPECT_EQ(m.config().num_layers, 2);
+  EXPECT_FALSE(m.config().tie_word_embeddings);
+}
+
+TEST(Checkpoint, MissingConfigField) {
+  ScratchDir d("ckpt-field");
+  write_random_qwen3(d.str());
+  auto j = qwen3_config_json(TinyShape{}, false);
+  j.erase("hidden_size");
+  write_json(d.path / "config.json", j);
+  EXPECT_NE(load_error(d.str()).find("missing field 'hidden_size'"), std::string::npos) << load_error(d.str());
+}
+
+TEST(Checkpoint, ConfigFieldOfWrongType) {
+  ScratchDir d("ckpt-type");
+  write_random_qwen3(d.str());
+  auto j = qwen3_config_json(TinyShape{}, false);
+  j["num_hidden_layers"] = "two";
+  write_json(d.path / "config.json", j);
+  EXPECT_NE(load_error(d.str()).find("'num_hidden_layers' must be an integer"), std::string::npos);
+}
+
+TEST(Checkpoint, MissingTensorIsNamed) {
+  ScratchDir d("ckpt-missing");
+  write_random_qwen3(d.str());
+  rewrite_tensors(d.str(), [](auto& t) {
+    std::erase_if(t, [](auto& kv) { return kv.first == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  EXPECT_NE(load_error(d.str()).find("missing tensor 'model.layers.1.mlp.up_proj.weight'"), std::string::npos)
+      << load_error(d.str());
+}
+
+TEST(Checkpoint, ExtraTensorIsNamed) {
+  ScratchDir d("ckpt-extra");
+  write_random_qwen3(d.str());
+  rewrite_tensors(d.str(), [](auto& t) { t.push_back({"model.layers.0.mlp.bias", at::zeros({4})}); });
+  EXPECT_NE(load_error(d.str()).find("not used by the architecture: model.layers.0.mlp.bias"), std::string::npos)
+      << load_error(d.str());
+}
+
+TEST(Checkpoint, WrongShapeShowsExpectedAndFound) {
+  ScratchDir d("ckpt-shape");
+  write_random_qwen3(d.str());
+  rewrite_tensors(d.str(), [](auto& t) {
+    for (auto& kv : t)
+      if (kv.first == "model.layers.0.self_attn.k_proj.weight") kv.second = at::zeros({16, 33});
+  });
+  EXPECT_NE(load_error(d.str()).find("'model.layers.0.self_attn.k_proj.weight' has shape [16, 33], expected [16, 32]"),
+            std::string::npos)
+      << load_error(d.str());
+}
+
+TEST(Checkpoint, UnsupportedTensorDtype) {
+  ScratchDir d("ckpt-dtype");
+  write_random_qwen3(d.str());
+  rewrite_tensors(d.str(), [](auto& t) {
+    for (auto& kv : t)
+      if (kv.first == "model.norm.weight") kv.second = at::zeros({32}, at::kLong);
+  });
+  // I64 parses but is no weight dtype: the message names the tensor and what was expected.
+  std::string msg = load_error(d.str());
+  EXPECT_NE(msg.find("tensor 'model.norm.weight' has dtype I64, expected F32, BF16 or F16"), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, UnknownDtypeStringInFile) {
+  ScratchDir d("ckpt-unknown-dtype");
+  write_random_qwen3(d.str());
+  std::string bytes = io::read_text_file((d.path / "model.safetensors").string());
+  size_t at = bytes.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 5, "\"Q4K\"");
+  write_text(d.path / "model.safetensors", bytes);
+  EXPECT_NE(load_error(d.str()).find("unknown dtype 'Q4K'"), std::string::npos) << load_error(d.str());
+}
+
+TEST(Checkpoint, TruncatedFile) {
+  ScratchDir d("ckpt-trunc");
+  write_random_qwen3(d.str());
+  fs::resize_file(d.path / "model.safetensors", fs::file_size(d.path / "model.safetensors") - 100);
+  std::string msg = load_error(d.str());
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, IndexNamesMissingShard) {
+  ScratchDir d("ckpt-index");
+  write_random_qwen3(d.str());
+  nlohmann::json index = {{"metadata", {{"total_size", 1}}},
+                          {"weight_map", {{"model.norm.weight", "model-00002-of-00002.safetensors"}}}};
+  write_json(d.path / "model.safetensors.index.json", index);
+  std::string msg = load_error(d.str());
+  EXPECT_NE(msg.find("names shard 'model-00002-of-00002.safetensors'"), std::string::npos) << msg;
+}
+
+TEST(Checkpoint, InvalidConfigJson) {
+  ScratchDir d("ckpt-json");
+  write_random_qwen3(d.str());
+  write_text(d.path / "config.json", "{\"vocab_size\": 64,");
+  EXPECT_NE(load_error(d.str()).find("config.json: invalid JSON"), std::string::npos);
+}
+
+TEST(Checkpoint, Bf16AndF16WeightsConvertToComputeDtype) {
+  ScratchDir d("ckpt-bf16");
+  write_random_qwen3(d.str());
+  auto t = qwen3_tensors(TinyShape{}, false);
+  for (auto& kv : t) kv.second = kv.second.to(kv.first.find("mlp") != std::string::npos ? at::kHalf : at::kBFloat16);
+  io::save_safetensors((d.path / "model.safetensors").string(), t);
+  model::Qwen3Model m = model::Qwen3Model::load(d.str(), at::kFloat, at::kCPU);
+  EXPECT_EQ(m.weights().embed_tokens.scalar_type(), at::kFloat);
+  at::Tensor expected = t[0].second.to(at::kFloat);
+  EXPECT_TRUE(at::equal(m.weights().embed_tokens, expected));
+  model::Qwen3Model mb = model::Qwen3Model::load(d.str(), at::kBFloat16, at::kCPU);
+  EXPECT_EQ(mb.weights().layers[0].gate_proj.scalar_type(), at::kBFloat16);
+}
+
+TEST(Checkpoint, TransformersV4ConfigAndTiedHead) {
+  ScratchDir d("ckpt-v4");
+  write_random_qwen3(d.str(), TinyShape{}, /*tied=*/true);
+  model::Qwen3Model m = model::Qwen3Model::load(d.str(), at::kFloat, at::kCPU);
+  EXPECT_TRUE(m.config().tie_word_embeddings);
+  EXPECT_TRUE(m.weights().lm_head.is_same(m.weights().embed_tokens));
+  EXPECT_DOUBLE_EQ(m.config().rope_theta, 1e6);
+}
+
+TEST(Checkpoint, RealQwen3ConfigsParse) {
+  SPECPRESS_REQUIRE_SHARED();
+  auto c4 = model::parse_qwen3_config(shared_dir() + "/data/qwen3-tokenizer/config_Qwen3-4B.json");
+  EXPECT_EQ(c4.hidden_size, 2560);
+  EXPECT_EQ(c4.num_layers, 36);
+  EXPECT_EQ(c4.head_dim, 128);
+  EXPECT_TRUE(c4.tie_word_embeddings);
+  auto c8 = model::parse_qwen3_config(shared_dir() + "/data/qwen3-tokenizer/config_Qwen3-8B.json");
+  EXPECT_EQ(c8.hidden_size, 4096);
+  EXPECT_FALSE(c8.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c8.rope_theta, 1e6);
+}
+
+}  // namespace

@@ -1,0 +1,221 @@
+// test_sampling.cpp — sampling transforms and the losslessness of DFlash at T>0. On the golden tiny
+// pair at T=0.8, top-p 0.9: (1) the marginal of each of the first generated tokens under DFlash matches
+// plain sampling (two-sample chi-square); (2) the token right after a rejection follows the target's
+// distribution with the rejected draft token removed (goodness of fit against the exact residual), and
+// a deliberately wrong residual is rejected by the same test, so the test has power. Fixed seeds.
+#include <gtest/gtest.h>
+
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "decode/generation.h"
+#include "decode/sampler.h"
+#include "model/dflash_draft.h"
+#include "test_util.h"
+
+using namespace specpress;
+using namespace specpress::test;
+
+namespace {
+
+// Regularised upper incomplete gamma Q(a, x) (Numerical Recipes style series / continued fraction).
+double gamma_q(double a, double x) {
+  if (x <= 0) return 1.0;
+  const double gln = std::lgamma(a);
+  if (x < a + 1) {
+    double sum = 1.0 / a, term = sum, ap = a;
+    for (int n = 0; n < 500; ++n) {
+      ap += 1;
+      term *= x / ap;
+      sum += term;
+      if (std::fabs(term) < std::fabs(sum) * 1e-14) break;
+    }
+    return 1.0 - sum * std::exp(-x + a * std::log(x) - gln);
+  }
+  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
+  for (int i = 1; i < 500; ++i) {
+    double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::fabs(d) < 1e-300) d = 1e-300;
+    c = b + an / c;
+    if (std::fabs(c) < 1e-300) c = 1e-300;
+    d = 1 / d;
+    double delta = d * c;
+    h *= delta;
+    if (std::fabs(delta - 1) < 1e-14) break;
+  }
+  return std::exp(-x + a * std::log(x) - gln) * h;
+}
+
+// Two-sample chi-square p-value over categories; categories with < 10 pooled counts are merged.
+double two_sample_p(const std::map<int64_t, int>& a, const std::map<int64_t, int>& b) {
+  double na = 0, nb = 0;
+  for (auto& [k, v] : a) na += v;
+  for (auto& [k, v] : b) nb += v;
+  std::map<int64_t, std::pair<double, double>> cells;
+  for (auto& [k, v] : a) cells[k].first += v;
+  for (auto& [k, v] : b) cells[k].second += v;
+  std::vector<std::pair<double, double>> bins;
+  std::pair<double, double> rare{0, 0};
+  for (auto& [k, c] : cells) {
+    if (c.first + c.second < 10) {
+      rare.first += c.first;
+      rare.second += c.second;
+    } else {
+      bins.push_back(c);
+    }
+  }
+  if (rare.first + rare.second > 0) bins.push_back(rare);
+  if (bins.size() < 2) return 1.0;
+  double chi2 = 0;
+  for (auto& [x, y] : bins) {
+    const double total = x + y, ea = total * na / (na + nb), eb = total * nb / (na + nb);
+    chi2 += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
+  }
+  return gamma_q((bins.size() - 1) / 2.0, chi2 / 2.0);
+}
+
+// Goodness of fit of counts against probabilities; categories with expectation < 5 are merged.
+double gof_p(const std::map<int64_t, int>& counts, const std::vector<double>& probs) {
+  double n = 0;
+  for (auto& [k, v] : counts) n += v;
+  double chi2 = 0, rare_obs = 0, rare_exp = 0;
+  int bins = 0;
+  for (size_t t = 0; t < probs.size(); ++t) {
+    const double e = probs[t] * n;
+    const double o = counts.count(t) ? counts.at(t) : 0;
+    if (e < 5) {
+      rare_obs += o;
+      rare_exp += e;
+      continue;
+    }
+    chi2 += (o - e) * (o - e) / e;
+    ++bins;
+  }
+  if (rare_exp > 0) {
+    chi2 += (rare_obs - rare_exp) * (rare_obs - rare_exp) / std::max(rare_exp, 1e-12);
+    ++bins;
+  }
+  return bins < 2 ? 1.0 : gamma_q((bins - 1) / 2.0, chi2 / 2.0);
+}
+
+TEST(Sampler, GreedyAndTransforms) {
+  at::Tensor logits = at::tensor({1.0f, 3.0f, 3.0f, 0.5f, -2.0f}).unsqueeze(0);
+  decode::Sampler greedy(decode::SamplingParams{});
+  EXPECT_EQ(greedy.sample(logits)[0], 1);  // ties to the lowest index
+
+  decode::SamplingParams p;
+  p.temperature = 1.0;
+  p.top_k = 2;
+  at::Tensor probs = decode::Sampler(p).probabilities(logits)[0];
+  EXPECT_NEAR(probs[1].item<double>(), 0.5, 1e-12);
+  EXPECT_EQ(probs[0].item<double>(), 0.0);
+
+  p.top_k = 0;
+  p.min_p = 0.1;  // p = [.061 .450 .450 .037 .003]: drops tokens below 0.045
+  probs = decode::Sampler(p).probabilities(logits)[0];
+  EXPECT_GT(probs[0].item<double>(), 0.0);
+  EXPECT_EQ(probs[3].item<double>(), 0.0);
+  EXPECT_EQ(probs[4].item<double>(), 0.0);
+
+  p.min_p = 0.0;
+  p.top_p = 0.5;  // the two tied top tokens hold ~0.86 together; one alone is < 0.5 of the mass
+  probs = decode::Sampler(p).probabilities(logits)[0];
+  EXPECT_EQ((probs > 0).sum().item<int64_t>(), 2);
+
+  p.top_p = 1.0;
+  decode::Sampler sampler(p);
+  std::map<int64_t, int> counts;
+  at::Tensor many = logits.expand({4000, 5}).contiguous();
+  for (int64_t t : sampler.sample(many)) counts[t]++;
+  std::vector<double> expected(5);
+  at::Tensor pr = at::softmax(logits[0].to(at::kDouble), 0);
+  for (int i = 0; i < 5; ++i) expected[i] = pr[i].item<double>();
+  EXPECT_GT(gof_p(counts, expected), 1e-3);
+  EXPECT_THROW(decode::Sampler(decode::SamplingParams{1.0, 0, 1.5, 0.0, 0}), Error);
+}
+
+class DFlashSampling : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SPECPRESS_REQUIRE_SHARED();
+    target_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::kCPU));
+    draft_ = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(golden_dir() + "/draft", *target_, at::kFloat, at::kCPU));
+  }
+  c10::InferenceMode mode_;
+  std::unique_ptr<model::Qwen3Model> target_;
+  std::unique_ptr<model::DFlashDraft> draft_;
+};
+
+TEST_F(DFlashSampling, MatchesPlainSamplingIncludingAfterRejections) {
+  const std::vector<int64_t> full_prompt = golden_runs()[3].prompt;
+  std::vector<int64_t> prompt(full_prompt.begin(), full_prompt.begin() + 12);
+  const int kRuns = 500, kPositions = 4;
+  decode::GenerationParams p;
+  p.max_new_tokens = kPositions;
+  p.block_size = 4;
+  p.record_steps = true;
+  p.sampling.temperature = 0.8;
+  p.sampling.top_p = 0.9;
+
+  std::vector<std::map<int64_t, int>> spec(kPositions), plain(kPositions);
+  // x0 -> the token after a rejection at draft position 1 of the first step, and the rejected draft
+  std::map<int64_t, std::map<int64_t, int>> after_reject;
+  std::map<int64_t, int64_t> rejected_draft;
+  int rejections = 0;
+  for (int i = 0; i < kRuns; ++i) {
+    p.sampling.seed = 1000 + i;
+    decode::GenerationResult s = decode::generate_dflash(*target_, *draft_, prompt, p);
+    ASSERT_EQ(static_cast<int>(s.output_ids.size()), kPositions);
+    for (int k = 0; k < kPositions; ++k) spec[k][s.output_ids[k]]++;
+    const auto& step = s.steps[0];
+    for (int64_t a = 0; a < p.block_size - 1; ++a)
+      if (step.accepted == a) ++rejections;
+    if (step.accepted == 0) {
+      after_reject[step.block[0]][step.posterior[0]]++;
+      rejected_draft[step.block[0]] = step.block[1];
+    }
+    p.sampling.seed = 500000 + i;
+    decode::GenerationResult g = decode::generate_plain(*target_, prompt, p);
+    for (int k = 0; k < kPositions; ++k) plain[k][g.output_ids[k]]++;
+  }
+  for (int k = 0; k < kPositions; ++k) EXPECT_GT(two_sample_p(spec[k], plain[k]), 1e-3) << "position " << k;
+  EXPECT_GT(rejections, kRuns / 10) << "the test needs rejections to be meaningful";
+
+  // Exact residual after a rejection at draft position 1, for the most frequent first token.
+  int64_t x0 = -1;
+  int most = 0;
+  for (auto& [tok, counts] : after_reject) {
+    int n = 0;
+    for (auto& [t, c] : counts) n += c;
+    if (n > most) most = n, x0 = tok;
+  }
+  ASSERT_GE(most, 60) << "too few rejections at position 1 to test the residual";
+  std::vector<int64_t> ctx = prompt;
+  ctx.push_back(x0);
+  model::KVCache cache = target_->make_cache(static_cast<int64_t>(ctx.size()));
+  at::Tensor logits = target_->forward(at::tensor(ctx, at::kLong), 0, cache, {}).logits;
+  at::Tensor probs = decode::Sampler(p.sampling).probabilities(logits)[0];
+  std::vector<double> p_full(probs.size(0));
+  for (int64_t t = 0; t < probs.size(0); ++t) p_full[t] = probs[t].item<double>();
+  std::printf("%d runs: %d first-step rejections, %d at position 1 after x0=%lld (rejected draft %lld, p=%.3f)\n",
+              kRuns, rejections, most, static_cast<long long>(x0), static_cast<long long>(rejected_draft[x0]),
+              p_full[rejected_draft[x0]]);
+  std::vector<double> residual = p_full;
+  residual[rejected_draft[x0]] = 0;
+  double z = 0;
+  for (double r : residual) z += r;
+  for (double& r : residual) r /= z;
+  EXPECT_GT(gof_p(after_reject[x0], residual), 1e-3);
+  // Power check: the same counts against the unconditioned distribution must be rejected when the
+  // rejected token carries real mass.
+  if (p_full[rejected_draft[x0]] > 0.2) {
+    EXPECT_LT(gof_p(after_reject[x0], p_full), 1e-3);
+  }
+}
+
+}  // namespace

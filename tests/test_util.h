@@ -1,0 +1,103 @@
+// test_util.h — helpers shared by the tests: where ../shared lives (tests skip with a message when it
+// is absent), golden-fixture readers, scratch directories and running the specpress binary.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace specpress::test {
+
+inline std::string shared_dir() { return SPECPRESS_SHARED_DIR; }
+inline bool have_shared() { return std::filesystem::exists(shared_dir() + "/golden/dflash-tiny-a/target/config.json"); }
+#define SPECPRESS_REQUIRE_SHARED()                                                                      \
+  do {                                                                                                  \
+    if (!::specpress::test::have_shared())                                                              \
+      GTEST_SKIP() << "../shared (golden fixtures and data) not found at " << SPECPRESS_SHARED_DIR;     \
+  } while (0)
+
+inline std::string golden_dir() { return shared_dir() + "/golden/dflash-tiny-a"; }
+
+struct GoldenRun {
+  std::vector<int64_t> prompt, ar_output, dflash_output, acceptance_lengths, stop_ids;
+  int64_t max_new_tokens = 0;
+  nlohmann::json steps;
+};
+
+inline std::vector<GoldenRun> golden_runs() {
+  std::ifstream in(golden_dir() + "/dflash_runs.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<GoldenRun> runs;
+  for (const auto& r : j["runs"]) {
+    GoldenRun g;
+    g.prompt = r["prompt"].get<std::vector<int64_t>>();
+    g.ar_output = r["ar_output"].get<std::vector<int64_t>>();
+    g.dflash_output = r["dflash_output"].get<std::vector<int64_t>>();
+    g.acceptance_lengths = r["acceptance_lengths"].get<std::vector<int64_t>>();
+    g.stop_ids = r["stop_token_ids"].get<std::vector<int64_t>>();
+    g.max_new_tokens = r["max_new_tokens"].get<int64_t>();
+    g.steps = r["steps"];
+    runs.push_back(std::move(g));
+  }
+  return runs;
+}
+
+// A fresh directory under the system temp dir, removed when the object dies.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& tag) {
+    path = std::filesystem::temp_directory_path() /
+           ("specpress-" + tag + "-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
+            std::to_string(reinterpret_cast<uintptr_t>(this)));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs the specpress binary with `args` (shell-quoted by the caller), capturing stdout and stderr.
+inline CommandResult run_specpress(const std::string& args) {
+  static int counter = 0;
+  std::string err_path = (std::filesystem::temp_directory_path() /
+                          ("specpress-stderr-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
+                             .string();
+  std::string cmd = std::string(SPECPRESS_BINARY) + " " + args + " 2>" + err_path;
+  CommandResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+inline std::string join_ids(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+}  // namespace specpress::test
