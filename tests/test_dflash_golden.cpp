@@ -22,8 +22,9 @@ class DFlashGolden : public ::testing::Test {
  protected:
   void SetUp() override {
     SPECPRESS_REQUIRE_SHARED();
-    target_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::kCPU));
-    draft_ = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(golden_dir() + "/draft", *target_, at::kFloat, at::kCPU));
+    const at::Device device(test_device_name());
+    target_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, device));
+    draft_ = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(golden_dir() + "/draft", *target_, at::kFloat, device));
   }
   c10::InferenceMode mode_;
   std::unique_ptr<model::Qwen3Model> target_;
@@ -40,15 +41,15 @@ TEST_F(DFlashGolden, DraftConfig) {
 
 TEST_F(DFlashGolden, FirstDraftCallMatchesReference) {
   io::TensorStore ref = io::TensorStore::open_file(golden_dir() + "/forward.safetensors");
-  at::Tensor taps = ref.take("taps", {39, 256}, at::kFloat, at::kCPU);
-  at::Tensor block = ref.take("draft_block_ids", {8}, at::kLong, at::kCPU);
+  at::Tensor taps = ref.take("taps", {39, 256}, at::kFloat, target_->device());
+  at::Tensor block = ref.take("draft_block_ids", {8}, at::kLong, target_->device());
   at::Tensor expected_hidden = ref.take("draft_hidden", {8, 128}, at::kFloat, at::kCPU);
   at::Tensor expected_logits = ref.take("draft_logits", {8, 1024}, at::kFloat, at::kCPU);
   model::DraftCache cache = draft_->make_cache(64);
-  at::Tensor hidden = draft_->forward(taps, block, cache);
+  at::Tensor hidden = draft_->forward(taps, block, cache).cpu();
   EXPECT_LT((hidden - expected_hidden).abs().max().item<double>(), 1e-4);
   EXPECT_EQ(cache.length, 39);
-  at::Tensor logits = target_->lm_head_logits(hidden);
+  at::Tensor logits = target_->lm_head_logits(hidden.to(target_->device())).cpu();
   EXPECT_LT((logits - expected_logits).abs().max().item<double>(), 1e-4);
   EXPECT_TRUE(at::equal(logits.narrow(0, 1, 7).argmax(-1), expected_logits.narrow(0, 1, 7).argmax(-1)));
 }

@@ -17,13 +17,13 @@ using namespace specpress::test;
 
 namespace {
 
-double max_abs(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+double max_abs(const at::Tensor& a, const at::Tensor& b) { return (a.cpu() - b.cpu()).abs().max().item<double>(); }
 
 class Qwen3Golden : public ::testing::Test {
  protected:
   void SetUp() override {
     SPECPRESS_REQUIRE_SHARED();
-    model_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::kCPU));
+    model_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::Device(test_device_name())));
   }
   c10::InferenceMode mode_;
   std::unique_ptr<model::Qwen3Model> model_;
@@ -39,7 +39,7 @@ TEST_F(Qwen3Golden, ShardedTiedTargetLoads) {
 
 TEST_F(Qwen3Golden, LogitsAndHiddenStatesMatchReference) {
   io::TensorStore ref = io::TensorStore::open_file(golden_dir() + "/forward.safetensors");
-  at::Tensor ids = ref.take("input_ids", {39}, at::kLong, at::kCPU);
+  at::Tensor ids = ref.take("input_ids", {39}, at::kLong, model_->device());
   model::KVCache cache = model_->make_cache(64);
   model::ForwardOutput out = model_->forward(ids, 0, cache, {true, {1, 3}, true});
   EXPECT_LT(max_abs(out.logits, ref.take("logits", {39, 1024}, at::kFloat, at::kCPU)), 1e-4);
@@ -54,7 +54,7 @@ TEST_F(Qwen3Golden, LogitsAndHiddenStatesMatchReference) {
 TEST_F(Qwen3Golden, CacheDecodeAndBlocksMatchFullPrefill) {
   std::vector<int64_t> prompt = golden_runs()[1].prompt;
   const int64_t T = static_cast<int64_t>(prompt.size());
-  at::Tensor ids = at::tensor(prompt, at::kLong);
+  at::Tensor ids = at::tensor(prompt, at::kLong).to(model_->device());
   model::KVCache full_cache = model_->make_cache(T + 8);
   at::Tensor full = model_->forward(ids, 0, full_cache, {true, {}, false}).logits;
 
@@ -67,7 +67,7 @@ TEST_F(Qwen3Golden, CacheDecodeAndBlocksMatchFullPrefill) {
   // a block of 7 at an arbitrary start after a rollback: junk written past the rollback point is ignored
   model::KVCache block_cache = model_->make_cache(T + 8);
   model_->forward(ids.narrow(0, 0, 10), 0, block_cache, {});
-  model_->forward(at::full({5}, 3, at::kLong), 10, block_cache, {});  // junk
+  model_->forward(at::full({5}, 3, at::TensorOptions().dtype(at::kLong).device(model_->device())), 10, block_cache, {});  // junk
   EXPECT_EQ(block_cache.length, 15);
   block_cache.rollback(10);
   at::Tensor blk = model_->forward(ids.narrow(0, 10, 7), 10, block_cache, {true, {}, false}).logits;

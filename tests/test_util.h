@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,6 +22,12 @@ inline bool have_shared() { return std::filesystem::exists(shared_dir() + "/gold
     if (!::specpress::test::have_shared())                                                              \
       GTEST_SKIP() << "../shared (golden fixtures and data) not found at " << SPECPRESS_SHARED_DIR;     \
   } while (0)
+
+// Device the golden tests run on: SPECPRESS_TEST_DEVICE=cuda runs them on the GPU machine's CUDA path.
+inline std::string test_device_name() {
+  const char* d = std::getenv("SPECPRESS_TEST_DEVICE");
+  return d != nullptr && *d != '\0' ? d : "cpu";
+}
 
 inline std::string golden_dir() { return shared_dir() + "/golden/dflash-tiny-a"; }
 

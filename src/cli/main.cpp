@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cmd_dump.h"
 #include "cli/cmd_generate.h"
 #include "core/error.h"
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::function<int()> run;
   specpress::cli::add_generate_command(app, run);
+  specpress::cli::add_dump_command(app, run);
   try {
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# run_checks.sh — everything the GPU machine checks in one device call: configure and build specpress
+# with CUDA against the machine's PyTorch, run the golden test suites on the CUDA path, then the
+# real-shape comparison with HF transformers. Logs and the JSON summary go to $OUT.
+# Needs `.gpu-deps` (../shared/tools/gpu-deps.sh .gpu-deps) and `.gpu-shared` (a copy of ../shared/golden
+# and ../shared/data/qwen3-tokenizer, laid out as ../shared) carried with the checkout.
+set -euo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+root=$(pwd)
+export LD_LIBRARY_PATH=$root/.gpu-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$root/.gpu-deps/usr" -DSPECPRESS_SHARED_DIR="$root/.gpu-shared" \
+  >"$OUT/configure.log" 2>&1 || { tail -50 "$OUT/configure.log"; exit 1; }
+ninja -C build-gpu -j16 ${SPECPRESS_GPU_TARGETS:-specpress test_engine} >"$OUT/build.log" 2>&1 || { grep -E 'error|FAILED' -A5 "$OUT/build.log" | head -80; exit 1; }
+echo "configure+build: $(( $(date +%s) - t0 )) s"
+if [ "${SPECPRESS_GPU_SKIP_TESTS:-0}" != 1 ]; then
+  SPECPRESS_TEST_DEVICE=cuda ./build-gpu/bin/test_engine --gtest_filter='Qwen3Golden.*:DFlashGolden.*' 2>&1 | tee "$OUT/golden_cuda.log" | grep -E '^\[  (PASSED|FAILED) |Failure' | head -40
+fi
+if [ "${SPECPRESS_GPU_SKIP_REAL:-0}" != 1 ]; then
+  PYTHONUNBUFFERED=1 python3 scripts/gpu/real_shape_check.py --specpress build-gpu/bin/specpress --work /tmp/rs \
+    --shape "${SPECPRESS_GPU_SHAPE:-4B}" --out "$OUT/real_shape.json" 2>&1 | tee "$OUT/real_shape.log" | tail -20
+fi
