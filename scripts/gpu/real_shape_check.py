@@ -58,11 +58,17 @@ def make_target(work, shape, seed):
     cfg = Qwen3Config(**SHAPES[shape], **COMMON)
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16)
+        model = Qwen3ForCausalLM(cfg)
     model.eval()
-    model.save_pretrained(os.path.join(work, "target"), max_shard_size="2GB")
-    # HF reference runs in float32 on exactly the bf16 values specpress reads from disk.
-    return model.float(), cfg
+    # The checkpoint is bf16; the HF reference runs in float32 on exactly those values. Only the
+    # parameters are rounded: model.to(bfloat16) would also round the RoPE inv_freq buffer, which
+    # real checkpoints never store, and make HF's own reference inexact.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    state = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    model.save_pretrained(os.path.join(work, "target"), state_dict=state, max_shard_size="2GB")
+    return model, cfg
 
 
 def make_draft(work, cfg, seed):
@@ -115,21 +121,34 @@ def main():
     hf, cfg = make_target(args.work, args.shape, seed=0)
     target_dir = os.path.join(args.work, "target")
     summary["target_files"] = sorted(os.listdir(target_dir))
+    with open(os.path.join(target_dir, "model.safetensors.index.json")) as f:
+        summary["target_tensor_count"] = len(json.load(f)["weight_map"])
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 151000, (32,), generator=g).tolist()
 
     # 1a. logits parity, float32
     with torch.no_grad():
-        ref = hf(torch.tensor([ids], device="cuda")).logits[0].float().cpu()
-    dump = os.path.join(args.work, "dump.safetensors")
-    run([args.specpress, "dump", "-m", target_dir, "--prompt-ids", ",".join(map(str, ids)), "-o", dump,
-         "--device", "cuda", "--dtype", "f32"])
+        hf_out = hf(torch.tensor([ids], device="cuda"), output_hidden_states=True)
+    ref = hf_out.logits[0].float().cpu()
+    ref_hidden = [h[0].float().cpu() for h in hf_out.hidden_states]
     from safetensors.torch import load_file
-    ours = load_file(dump)["logits"]
-    rel = ((ours - ref).abs().max() / ref.abs().max()).item()
-    summary["max_rel_logit_error_f32"] = rel
-    summary["argmax_agreement_f32"] = (ours.argmax(-1) == ref.argmax(-1)).float().mean().item()
-    log(f"max relative logit error {rel:.3e}")
+    def rel_err(a, b):
+        return ((a - b).abs().max() / b.abs().max()).item()
+    for dev in ["cuda", "cpu"]:
+        dump = os.path.join(args.work, f"dump_{dev}.safetensors")
+        run([args.specpress, "dump", "-m", target_dir, "--prompt-ids", ",".join(map(str, ids)), "-o", dump,
+             "--device", dev, "--dtype", "f32", "--hidden"])
+        d = load_file(dump)
+        ours = d["logits"]
+        rel = rel_err(ours, ref)
+        summary[f"max_rel_logit_error_f32_{dev}"] = rel
+        summary[f"argmax_agreement_f32_{dev}"] = (ours.argmax(-1) == ref.argmax(-1)).float().mean().item()
+        summary[f"hidden_rel_error_by_layer_{dev}"] = [round(rel_err(d[f"hidden_states.{i}"], ref_hidden[i]), 8)
+                                                      for i in range(len(ref_hidden))]
+        log(f"{dev}: max relative logit error {rel:.3e}")
+    summary["max_rel_logit_error_f32"] = summary["max_rel_logit_error_f32_cuda"]
+    summary["logit_abs_max"] = ref.abs().max().item()
+    summary["matmul_tf32_python"] = torch.backends.cuda.matmul.allow_tf32
 
     # 1b. greedy agreement over 64 tokens, float32
     with torch.no_grad():
@@ -155,23 +174,31 @@ def main():
     # 2. DFlash end to end, bf16
     draft_dir = make_draft(args.work, cfg, seed=3)
     loops = []
-    for p in range(args.prompts):
-        pids = torch.randint(0, 151000, (24 + 8 * p,), generator=g).tolist()
+    for p in range(2 * args.prompts):
+        dtype = "bf16" if p < args.prompts else "f32"
+        pids = torch.randint(0, 151000, (24 + 8 * (p % args.prompts),), generator=g).tolist()
         common = ["-m", target_dir, "--prompt-ids", ",".join(map(str, pids)), "-n", "48", "--temp", "0",
-                  "--ignore-eos", "--device", "cuda", "--dtype", "bf16", "--json"]
+                  "--ignore-eos", "--device", "cuda", "--dtype", dtype, "--json"]
         plain = json.loads(run([args.specpress, "generate", *common]).stdout)
         spec = json.loads(run([args.specpress, "generate", *common, "-md", draft_dir]).stdout)
         same = plain["output_ids"] == spec["output_ids"]
-        rec = {"prompt_len": len(pids), "equal": same, "tau": spec["mean_acceptance_length"],
+        rec = {"dtype": dtype, "prompt_len": len(pids), "equal": same, "tau": spec["mean_acceptance_length"],
                "steps": len(spec["acceptance_lengths"]),
                "plain_tpot_ms": plain["timings"]["predicted_per_token_ms"],
                "dflash_tpot_ms": spec["timings"]["predicted_per_token_ms"]}
         if not same:
             k = next(i for i, (a, b) in enumerate(zip(plain["output_ids"], spec["output_ids"])) if a != b)
             rec["first_difference"] = k
+            prefix = pids + plain["output_ids"][:k]
+            dump = os.path.join(args.work, "margin.safetensors")
+            run([args.specpress, "dump", "-m", target_dir, "--prompt-ids", ",".join(map(str, prefix)), "-o", dump,
+                 "--device", "cuda", "--dtype", dtype])
+            last = load_file(dump)["logits"][-1]
+            top = last.topk(2).values
+            rec["target_top2_margin_at_difference"] = (top[0] - top[1]).item()
         loops.append(rec)
-        log(f"prompt {p}: speculative == greedy: {same}")
-    summary["dflash_bf16"] = loops
+        log(f"prompt {p} ({dtype}): speculative == greedy: {same}")
+    summary["dflash"] = loops
     line = json.dumps(summary)
     print(line)
     with open(args.out, "w") as f:

@@ -22,5 +22,5 @@ if [ "${SPECPRESS_GPU_SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SPECPRESS_GPU_SKIP_REAL:-0}" != 1 ]; then
   PYTHONUNBUFFERED=1 python3 scripts/gpu/real_shape_check.py --specpress build-gpu/bin/specpress --work /tmp/rs \
-    --shape "${SPECPRESS_GPU_SHAPE:-4B}" --out "$OUT/real_shape.json" 2>&1 | tee "$OUT/real_shape.log" | tail -20
+    --shape "${SPECPRESS_GPU_SHAPE:-4B}" --prompts "${SPECPRESS_GPU_PROMPTS:-4}" --out "$OUT/real_shape.json" 2>&1 | tee "$OUT/real_shape.log" | tail -20
 fi
