@@ -1,0 +1,170 @@
+// cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json [--think]
+// [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR --ids "1,2,3"
+// [--skip-special]` prints the text exactly, with no newline added. -m may name a model directory,
+// a folder holding only tokenizer files, or a tokenizer.json file. Torch-free.
+#include "cli/cmd_tokenize.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "core/error.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specpress::cli {
+namespace {
+
+struct TokenizeOptions {
+  std::string model, prompt, file, messages;
+  CLI::Option* prompt_opt = nullptr;
+  CLI::Option* file_opt = nullptr;
+  CLI::Option* messages_opt = nullptr;
+  bool think = false, no_generation_prompt = false;
+};
+
+struct DetokenizeOptions {
+  std::string model, ids;
+  bool skip_special = false;
+};
+
+tok::Tokenizer load_tokenizer(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return tok::Tokenizer::from_dir(path);
+  if (fs::is_regular_file(path, ec)) return tok::Tokenizer::from_file(path);
+  fail("-m/--model: {} does not exist (expected a model directory, a folder with tokenizer.json, "
+       "or a tokenizer.json file)", path);
+}
+
+std::string read_bytes(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open {}", flag, path);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) fail("{}: read error in {}", flag, path);
+  return buffer.str();
+}
+
+// Encodes `text`, prefixing errors (invalid UTF-8) with where the text came from.
+std::vector<int32_t> encode_from(const tok::Tokenizer& t, const std::string& text,
+                                 const std::string& origin) {
+  try {
+    return t.encode(text);
+  } catch (const Error& e) {
+    fail("{}: {}", origin, e.what());
+  }
+}
+
+// "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; errors name the flag and the bad item.
+std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag) {
+  std::string body = text;
+  const size_t first = body.find_first_not_of(" \t\r\n");
+  const size_t last = body.find_last_not_of(" \t\r\n");
+  body = first == std::string::npos ? "" : body.substr(first, last - first + 1);
+  if (!body.empty() && body.front() == '[') {
+    if (body.back() != ']') fail("{}: '[' without a closing ']'", flag);
+    body = body.substr(1, body.size() - 2);
+  }
+  for (char& c : body) {
+    if (c == ',' || c == '\t' || c == '\r' || c == '\n') c = ' ';
+  }
+  std::vector<int32_t> ids;
+  std::istringstream items(body);
+  std::string item;
+  while (items >> item) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used, 10);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || value < INT32_MIN || value > INT32_MAX) {
+      fail("{}: item {} ('{}') is not a token id (expected integers separated by commas)", flag,
+           ids.size() + 1, item);
+    }
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  return ids;
+}
+
+void print_ids(const std::vector<int32_t>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += "]\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+int run_tokenize(const TokenizeOptions& o) {
+  const int given = static_cast<int>(o.prompt_opt->count() > 0) +
+                    static_cast<int>(o.file_opt->count() > 0) +
+                    static_cast<int>(o.messages_opt->count() > 0);
+  if (given != 1) fail("tokenize: give exactly one of -p TEXT, -f FILE or --messages FILE.json");
+  const tok::Tokenizer t = load_tokenizer(o.model);
+  if (o.prompt_opt->count()) {
+    print_ids(encode_from(t, o.prompt, "-p/--prompt"));
+  } else if (o.file_opt->count()) {
+    print_ids(encode_from(t, read_bytes(o.file, "-f/--file"), "-f/--file: " + o.file));
+  } else {
+    const auto messages = tok::parse_messages_json(read_bytes(o.messages, "--messages"), o.messages);
+    if (!t.chat_template().empty() && !tok::is_qwen3_chat_template(t.chat_template())) {
+      std::fprintf(stderr, "warning: the chat template of %s differs from Qwen3's; rendering with "
+                           "the built-in Qwen3 template\n", o.model.c_str());
+    }
+    const std::string text =
+        tok::render_qwen3_chat(messages, !o.no_generation_prompt, /*enable_thinking=*/o.think);
+    print_ids(encode_from(t, text, "--messages: " + o.messages));
+  }
+  return 0;
+}
+
+int run_detokenize(const DetokenizeOptions& o) {
+  const std::vector<int32_t> ids = parse_ids(o.ids, "--ids");
+  const tok::Tokenizer t = load_tokenizer(o.model);
+  const std::string text = t.decode(ids, o.skip_special);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+void add_tokenize_commands(CLI::App& app, std::function<int()>& run) {
+  auto tokenize = std::make_shared<TokenizeOptions>();
+  CLI::App* cmd = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array");
+  cmd->add_option("-m,--model", tokenize->model,
+                  "model directory, folder with tokenizer.json, or a tokenizer.json file")
+      ->required();
+  tokenize->prompt_opt = cmd->add_option("-p,--prompt", tokenize->prompt, "text to tokenize");
+  tokenize->file_opt =
+      cmd->add_option("-f,--file", tokenize->file, "tokenize this file's exact bytes");
+  tokenize->messages_opt = cmd->add_option(
+      "--messages", tokenize->messages,
+      "JSON array of {\"role\",\"content\"} messages, rendered with the Qwen3 chat template first");
+  tokenize->prompt_opt->excludes(tokenize->file_opt)->excludes(tokenize->messages_opt);
+  tokenize->file_opt->excludes(tokenize->messages_opt);
+  cmd->add_flag("--think", tokenize->think,
+                "with --messages: enable_thinking=true (default: false, the empty think block)")
+      ->needs(tokenize->messages_opt);
+  cmd->add_flag("--no-generation-prompt", tokenize->no_generation_prompt,
+                "with --messages: do not append the assistant generation prompt")
+      ->needs(tokenize->messages_opt);
+  cmd->callback([tokenize, &run] { run = [tokenize] { return run_tokenize(*tokenize); }; });
+
+  auto detokenize = std::make_shared<DetokenizeOptions>();
+  CLI::App* de = app.add_subcommand("detokenize", "print the text of token ids (no newline added)");
+  de->add_option("-m,--model", detokenize->model,
+                 "model directory, folder with tokenizer.json, or a tokenizer.json file")
+      ->required();
+  de->add_option("--ids", detokenize->ids, "token ids, e.g. \"1,2,3\" or \"[1, 2, 3]\"")->required();
+  de->add_flag("--skip-special", detokenize->skip_special,
+               "drop special tokens such as <|im_end|> (keeps <think>, as HF does)");
+  de->callback([detokenize, &run] { run = [detokenize] { return run_detokenize(*detokenize); }; });
+}
+
+}  // namespace specpress::cli
