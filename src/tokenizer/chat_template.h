@@ -16,8 +16,9 @@ struct ChatMessage {
   std::string role;     // "system", "user" or "assistant"
   std::string content;
   // Assistant only: the thinking text, as the template's message.reasoning_content. When absent,
-  // the template takes it from a "<think>…</think>" block inside content.
-  std::optional<std::string> reasoning_content;
+  // the template takes it from a "<think>…</think>" block inside content. (The default initializer
+  // keeps {role, content} aggregate initialization free of -Wmissing-field-initializers.)
+  std::optional<std::string> reasoning_content = std::nullopt;
 };
 
 // enable_thinking=true renders as if the flag were not passed (the template's default);
