@@ -10,15 +10,19 @@
 
 #include "cli/common.h"
 #include "core/error.h"
+#include "io/mapped_file.h"
 #include "decode/generation.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
+#include "tokenizer/stream_decoder.h"
+#include "tools/prompting.h"
 
 namespace specpress::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model_dir, draft_dir, prompt_ids, prompt_text, stop_ids;
+  std::string model_dir, draft_dir, prompt_ids, prompt_text, prompt_file, system, stop_ids;
+  bool chat = false, think = false;
   std::string device = "cpu", dtype = "f32";
   int64_t n_predict = 128;
   int64_t block_size = 0;
@@ -30,11 +34,30 @@ int run_generate(const GenerateOptions& o) {
   c10::InferenceMode inference_mode;
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
-  if (o.prompt_ids.empty() == o.prompt_text.empty()) fail("generate: give exactly one of --prompt-ids or -p/--prompt");
-  if (!o.prompt_text.empty())
-    fail("-p/--prompt: {} has no tokenizer support yet; pass --prompt-ids", o.model_dir);
-  std::vector<int64_t> prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
-  if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
+  const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
+  if (given != 1) fail("generate: give exactly one of --prompt-ids, -p/--prompt or -f/--file");
+  std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
+  std::vector<int64_t> prompt;
+  if (!o.prompt_ids.empty()) {
+    if (o.chat || !o.system.empty()) fail("--chat/--system: need a text prompt (-p or -f), not --prompt-ids");
+    prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
+    if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
+  } else {
+    if (!tokenizer)
+      fail("{}: -p/-f need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", o.model_dir);
+    std::string text = o.prompt_file.empty() ? o.prompt_text : io::read_text_file(o.prompt_file);
+    if (o.chat || !o.system.empty()) {
+      std::vector<tok::ChatMessage> messages;
+      if (!o.system.empty()) messages.push_back({"system", o.system, std::nullopt});
+      messages.push_back({"user", text, std::nullopt});
+      prompt = tools::chat_prompt_ids(*tokenizer, messages, o.think);
+    } else {
+      if (o.think) fail("--think: only applies with --chat");
+      std::vector<int32_t> ids = tokenizer->encode(text);
+      prompt.assign(ids.begin(), ids.end());
+    }
+    if (prompt.empty()) fail("-p/--prompt: the text encodes to no tokens");
+  }
 
   decode::GenerationParams params;
   params.max_new_tokens = o.n_predict;
@@ -54,18 +77,39 @@ int run_generate(const GenerateOptions& o) {
   else if (o.block_size != 0)
     fail("--block-size: needs a draft model (-md DIR)");
 
+  // Stream committed tokens: text when the model has a tokenizer (never a broken UTF-8 sequence),
+  // else ids. Ids past the tokenizer's vocabulary (embedding padding rows) print nothing, as HF drops them.
+  std::unique_ptr<tok::StreamDecoder> text_stream;
+  if (tokenizer) text_stream = std::make_unique<tok::StreamDecoder>(*tokenizer, /*skip_special=*/true);
   decode::TokenCallback stream;
   if (!o.json) {
-    stream = [](const std::vector<int64_t>& tokens) {
-      for (int64_t t : tokens) std::printf("%lld ", static_cast<long long>(t));
+    stream = [&](const std::vector<int64_t>& tokens) {
+      for (int64_t t : tokens) {
+        if (!text_stream) {
+          std::printf("%lld ", static_cast<long long>(t));
+        } else if (t >= 0 && t < tokenizer->vocab_size()) {
+          std::string piece = text_stream->push(static_cast<int32_t>(t));
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+        }
+      }
       std::fflush(stdout);
     };
   }
   decode::GenerationResult result = draft ? decode::generate_dflash(target, *draft, prompt, params, stream)
                                           : decode::generate_plain(target, prompt, params, stream);
   if (o.json) {
-    std::printf("%s\n", result_json(result).dump().c_str());
+    nlohmann::ordered_json j = result_json(result);
+    if (tokenizer) {
+      tools::DecodedText text = tools::decode_output(*tokenizer, result.output_ids);
+      j["text"] = text.text;
+      if (text.dropped_ids > 0) j["ids_outside_tokenizer"] = text.dropped_ids;
+    }
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
+    if (text_stream) {
+      std::string rest = text_stream->flush();
+      std::fwrite(rest.data(), 1, rest.size(), stdout);
+    }
     std::printf("\n");
   }
   std::fflush(stdout);
@@ -82,6 +126,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)");
   cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
   cmd->add_option("-p,--prompt", o->prompt_text, "prompt text (needs the model's tokenizer)");
+  cmd->add_option("-f,--file", o->prompt_file, "read the prompt text from a file (exact bytes)");
+  cmd->add_flag("--chat", o->chat, "render the prompt as a user turn with the chat template (+ generation prompt)");
+  cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)");
+  cmd->add_flag("--think", o->think, "enable_thinking in the chat template (off by default: DFlash drafts need it off)");
   cmd->add_option("-n,--n-predict", o->n_predict, "maximum number of tokens to generate")->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();

@@ -52,6 +52,11 @@ std::vector<int64_t> default_stop_ids(const std::string& model_dir) {
   return {};
 }
 
+std::optional<tok::Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
+  if (!fs::exists(fs::path(model_dir) / "tokenizer.json")) return std::nullopt;
+  return tok::Tokenizer::from_dir(model_dir);
+}
+
 void print_timings(const decode::GenerationResult& r) {
   const double n_prompt = static_cast<double>(r.prompt_tokens), n_out = static_cast<double>(r.output_ids.size());
   std::fprintf(stderr, "\nprompt eval time = %10.2f ms / %5lld tokens (%8.2f ms per token, %8.2f tokens per second)\n",

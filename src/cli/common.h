@@ -6,7 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
+
 #include "decode/generation.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specpress::cli {
 
@@ -15,6 +18,10 @@ std::vector<int64_t> parse_id_list(const std::string& text, const std::string& f
 
 // eos ids of a model directory: generation_config.json's eos_token_id, else config.json's.
 std::vector<int64_t> default_stop_ids(const std::string& model_dir);
+
+// The model directory's tokenizer (tokenizer.json [+ tokenizer_config.json, generation_config.json]),
+// or nothing when the directory has no tokenizer.json.
+std::optional<tok::Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
 
 // Prints llama.cpp-style timings (and DFlash acceptance lines when block_size > 1) to stderr.
 void print_timings(const decode::GenerationResult& result);

@@ -7,7 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cmd_bench.h"
 #include "cli/cmd_dump.h"
+#include "cli/cmd_tokenize.h"
 #include "cli/cmd_generate.h"
 #include "core/error.h"
 
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   specpress::cli::add_generate_command(app, run);
   specpress::cli::add_dump_command(app, run);
+  specpress::cli::add_tokenize_commands(app, run);
+  specpress::cli::add_bench_commands(app, run);
   try {
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {

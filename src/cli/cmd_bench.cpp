@@ -1,0 +1,148 @@
+// cmd_bench.cpp — the bench and diagnose subcommands: shared flags (models, dataset, selection,
+// device), then tools::run_bench / tools::run_diagnose and their reports.
+#include "cli/cmd_bench.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "io/mapped_file.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+#include "tools/bench.h"
+#include "tools/diagnose.h"
+
+namespace specpress::cli {
+namespace {
+
+struct ToolOptions {
+  std::string model_dir, draft_dir, dataset, data, device = "cpu", dtype = "f32";
+  tools::Selection selection;
+  int64_t max_new_tokens = 0;  // 0 = the tool's default
+  int64_t block_size = 0;
+  decode::SamplingParams sampling;
+  bool think = false, check_answers = false, no_progress = false;
+  std::string json_out, markdown_out, html_out;
+};
+
+struct Loaded {
+  std::unique_ptr<model::Qwen3Model> target;
+  std::unique_ptr<model::DFlashDraft> draft;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  std::vector<tools::BenchSample> samples;
+  std::vector<int64_t> stop_ids;
+};
+
+Loaded load_all(const ToolOptions& o) {
+  // Cheap checks first, so bad flags fail before a model loads.
+  tools::check_dataset_name(o.dataset);
+  std::vector<tools::BenchSample> all = tools::load_dataset(o.dataset, o.data);
+  Loaded l;
+  l.samples = tools::select_samples(all, o.dataset, o.selection);
+  std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
+  if (!tokenizer) fail("{}: no tokenizer.json (bench and diagnose apply the chat template to text prompts)", o.model_dir);
+  l.tokenizer = std::make_unique<tok::Tokenizer>(*tokenizer);
+  // The reference benchmark stops on tokenizer.eos_token_id only (<|im_end|> for Qwen3).
+  std::vector<int32_t> eos = l.tokenizer->eos_ids();
+  auto im_end = l.tokenizer->token_to_id("<|im_end|>");
+  if (im_end) l.stop_ids = {*im_end};
+  else l.stop_ids.assign(eos.begin(), eos.end());
+  const at::Device device = model::parse_device(o.device, "--device");
+  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  l.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o.model_dir, dtype, device));
+  l.draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, *l.target, dtype, device));
+  return l;
+}
+
+void write_output(const std::string& path, const std::string& text, const std::string& what) {
+  if (path.empty()) return;
+  io::write_file_atomic(path, text);
+  std::fprintf(stderr, "wrote %s to %s\n", what.c_str(), path.c_str());
+}
+
+int run_bench(const ToolOptions& o) {
+  c10::InferenceMode inference_mode;
+  if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
+  decode::validate(o.sampling);
+  Loaded l = load_all(o);
+  tools::BenchOptions b;
+  b.dataset = o.dataset;
+  b.max_new_tokens = o.max_new_tokens;
+  b.sampling = o.sampling;
+  b.block_size = o.block_size;
+  b.think = o.think;
+  b.check_answers = o.check_answers;
+  b.progress = !o.no_progress;
+  if (o.check_answers && o.dataset != "gsm8k" && o.dataset != "math500")
+    fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset is {})", o.dataset);
+  tools::BenchReport report = tools::run_bench(*l.target, *l.draft, *l.tokenizer, l.samples, b, l.stop_ids);
+  const std::string md = tools::bench_markdown(report);
+  std::printf("%s", md.c_str());
+  write_output(o.markdown_out, md, "the Markdown table");
+  write_output(o.json_out, tools::bench_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+               "per-sample records");
+  return 0;
+}
+
+int run_diagnose(const ToolOptions& o) {
+  c10::InferenceMode inference_mode;
+  if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
+  Loaded l = load_all(o);
+  tools::DiagnoseOptions d;
+  d.dataset = o.dataset;
+  d.max_new_tokens = o.max_new_tokens;
+  d.think = o.think;
+  d.progress = !o.no_progress;
+  tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.draft, *l.tokenizer, l.samples, d, l.stop_ids);
+  nlohmann::ordered_json j = tools::diagnose_json(report);
+  std::printf("%s\n", j.dump(2).c_str());
+  write_output(o.json_out, j.dump(2) + "\n", "the JSON report");
+  write_output(o.html_out, tools::diagnose_html(report), "the HTML report");
+  return 0;
+}
+
+CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& help, ToolOptions& o) {
+  CLI::App* cmd = app.add_subcommand(name, help);
+  cmd->add_option("-m,--model", o.model_dir, "target model directory (HF Qwen3, with tokenizer.json)")->required();
+  cmd->add_option("--model-draft", o.draft_dir, "DFlash draft directory (also -md)")->required();
+  cmd->add_option("--dataset", o.dataset, "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca")->required();
+  cmd->add_option("--data", o.data, "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl)")->required();
+  cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
+  cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")->capture_default_str();
+  cmd->add_option("--indices", o.selection.indices_file, "run exactly these rows: a JSON array or dflash_subsets.json");
+  cmd->add_option("--subset", o.selection.indices_key, "which list of dflash_subsets.json")->capture_default_str();
+  cmd->add_flag("--think", o.think, "enable_thinking in the chat template (the DFlash drafts were trained without)");
+  cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_option("--json", o.json_out, "write the JSON report to this file");
+  cmd->add_flag("--no-progress", o.no_progress, "no progress bar on stderr");
+  return cmd;
+}
+
+}  // namespace
+
+void add_bench_commands(CLI::App& app, std::function<int()>& run) {
+  auto b = std::make_shared<ToolOptions>();
+  b->max_new_tokens = 2048;
+  CLI::App* bench = add_common(app, "bench", "plain vs DFlash decoding on a dataset: speedup, tau, acceptance", *b);
+  bench->add_option("--max-new-tokens", b->max_new_tokens, "tokens per sample")->capture_default_str();
+  bench->add_option("--temp", b->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
+  bench->add_option("--top-k", b->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  bench->add_option("--top-p", b->sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  bench->add_option("--block-size", b->block_size, "DFlash block size (default: the draft's trained size)");
+  bench->add_flag("--check-answers", b->check_answers, "gsm8k/math500: compare final boxed answers");
+  bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
+  bench->callback([&run, b]() { run = [b]() { return run_bench(*b); }; });
+
+  auto d = std::make_shared<ToolOptions>();
+  d->max_new_tokens = 256;
+  CLI::App* diag = add_common(app, "diagnose", "draft-vs-target analysis along the target's greedy trajectory", *d);
+  diag->add_option("--max-new-tokens", d->max_new_tokens, "length of each greedy trajectory")->capture_default_str();
+  diag->add_option("--html", d->html_out, "write a self-contained HTML report with SVG charts");
+  diag->callback([&run, d]() { run = [d]() { return run_diagnose(*d); }; });
+}
+
+}  // namespace specpress::cli

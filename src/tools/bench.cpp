@@ -1,0 +1,189 @@
+// bench.cpp — the benchmark driver and its report (see bench.h).
+#include "tools/bench.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "tools/answers.h"
+#include "tools/progress.h"
+#include "tools/prompting.h"
+
+namespace specpress::tools {
+
+BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft& draft, const tok::Tokenizer& tokenizer,
+                      const std::vector<BenchSample>& samples, const BenchOptions& options,
+                      const std::vector<int64_t>& stop_ids) {
+  if (options.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", options.max_new_tokens);
+  if (samples.empty()) fail("bench: no samples selected");
+  BenchReport report;
+  report.options = options;
+  report.block_size = options.block_size == 0 ? draft.config().block_size : options.block_size;
+  int64_t total_turns = 0;
+  for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
+  ProgressBar bar("bench " + options.dataset, total_turns, options.progress);
+
+  decode::GenerationParams params;
+  params.max_new_tokens = options.max_new_tokens;
+  params.stop_ids = stop_ids;
+  params.sampling = options.sampling;
+  int64_t done = 0;
+  double tau_sum = 0;
+  for (const auto& sample : samples) {
+    std::vector<tok::ChatMessage> messages;
+    for (size_t t = 0; t < sample.turns.size(); ++t) {
+      messages.push_back({"user", sample.turns[t], std::nullopt});
+      std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, messages, options.think);
+      BenchRecord rec;
+      rec.id = sample.id;
+      rec.turn = static_cast<int64_t>(t);
+      rec.prompt_tokens = static_cast<int64_t>(prompt.size());
+      params.block_size = 0;
+      rec.plain = decode::generate_plain(target, prompt, params);
+      params.block_size = report.block_size;
+      rec.dflash = decode::generate_dflash(target, draft, prompt, params);
+      rec.outputs_equal = rec.plain.output_ids == rec.dflash.output_ids;
+      // The reference feeds the DFlash output back as the assistant turn (skip_special_tokens=True).
+      const std::string dflash_text = decode_output(tokenizer, rec.dflash.output_ids).text;
+      if (options.check_answers && (options.dataset == "gsm8k" || options.dataset == "math500")) {
+        rec.has_answers = true;
+        rec.plain_answer = last_boxed(decode_output(tokenizer, rec.plain.output_ids).text).value_or("");
+        rec.dflash_answer = last_boxed(dflash_text).value_or("");
+        rec.reference_answer = sample.answer.value_or("");
+      }
+      messages.push_back({"assistant", dflash_text, std::nullopt});
+      tau_sum += rec.dflash.mean_acceptance_length();
+      report.records.push_back(std::move(rec));
+      ++done;
+      bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
+    }
+  }
+  aggregate(report);
+  bar.finish(fmt::format("tau {:.2f}, speedup {:.2f}x", report.tau, report.speedup));
+  return report;
+}
+
+void aggregate(BenchReport& r) {
+  const double n = static_cast<double>(r.records.size());
+  if (n == 0) return;
+  const int64_t B = r.block_size;
+  r.histogram.assign(B, 0.0);
+  r.per_position_acceptance.assign(B > 1 ? B - 1 : 0, 0.0);
+  r.speedup = r.tau = r.plain_tpot_ms = r.dflash_tpot_ms = r.plain_ttft_ms = r.dflash_ttft_ms = 0;
+  r.identical_outputs = r.answers_agree = r.plain_accuracy = r.dflash_accuracy = 0;
+  r.answered = 0;
+  double steps = 0;
+  for (const auto& rec : r.records) {
+    r.plain_tpot_ms += rec.plain.tpot_ms() / n;
+    r.dflash_tpot_ms += rec.dflash.tpot_ms() / n;
+    r.plain_ttft_ms += rec.plain.prefill_ms / n;
+    r.dflash_ttft_ms += rec.dflash.prefill_ms / n;
+    r.tau += rec.dflash.mean_acceptance_length() / n;
+    r.identical_outputs += (rec.outputs_equal ? 1.0 : 0.0) / n;
+    for (int64_t len : rec.dflash.acceptance_lengths) {
+      if (len < 1 || len > B) fail("internal: acceptance length {} outside 1..{}", len, B);
+      r.histogram[len - 1] += 1;
+      for (int64_t i = 1; i < len; ++i) r.per_position_acceptance[i - 1] += 1;
+      steps += 1;
+    }
+    if (rec.has_answers) {
+      ++r.answered;
+      r.answers_agree += answers_match(rec.plain_answer, rec.dflash_answer) ? 1 : 0;  // both unboxed counts as equal
+      if (!rec.reference_answer.empty()) {
+        r.plain_accuracy += answers_match(rec.plain_answer, rec.reference_answer) ? 1 : 0;
+        r.dflash_accuracy += answers_match(rec.dflash_answer, rec.reference_answer) ? 1 : 0;
+      }
+    }
+  }
+  if (steps > 0) {
+    for (auto& h : r.histogram) h /= steps;
+    for (auto& p : r.per_position_acceptance) p /= steps;
+  }
+  if (r.answered > 0) {
+    r.answers_agree /= static_cast<double>(r.answered);
+    r.plain_accuracy /= static_cast<double>(r.answered);
+    r.dflash_accuracy /= static_cast<double>(r.answered);
+  }
+  r.speedup = r.dflash_tpot_ms > 0 ? r.plain_tpot_ms / r.dflash_tpot_ms : 0;
+  r.plain_tokens_per_s = r.plain_tpot_ms > 0 ? 1e3 / r.plain_tpot_ms : 0;
+  r.dflash_tokens_per_s = r.dflash_tpot_ms > 0 ? 1e3 / r.dflash_tpot_ms : 0;
+}
+
+nlohmann::ordered_json bench_json(const BenchReport& r) {
+  nlohmann::ordered_json j;
+  j["dataset"] = r.options.dataset;
+  j["samples"] = r.records.size();
+  j["block_size"] = r.block_size;
+  j["max_new_tokens"] = r.options.max_new_tokens;
+  j["temperature"] = r.options.sampling.temperature;
+  j["enable_thinking"] = r.options.think;
+  nlohmann::ordered_json s;
+  s["speedup"] = r.speedup;
+  s["tau"] = r.tau;
+  s["plain_tpot_ms"] = r.plain_tpot_ms;
+  s["dflash_tpot_ms"] = r.dflash_tpot_ms;
+  s["plain_tokens_per_s"] = r.plain_tokens_per_s;
+  s["dflash_tokens_per_s"] = r.dflash_tokens_per_s;
+  s["plain_ttft_ms"] = r.plain_ttft_ms;
+  s["dflash_ttft_ms"] = r.dflash_ttft_ms;
+  s["identical_outputs"] = r.identical_outputs;
+  s["acceptance_histogram"] = r.histogram;
+  s["per_position_acceptance"] = r.per_position_acceptance;
+  if (r.answered > 0) {
+    s["answers_checked"] = r.answered;
+    s["answers_agree"] = r.answers_agree;
+    s["plain_accuracy"] = r.plain_accuracy;
+    s["dflash_accuracy"] = r.dflash_accuracy;
+  }
+  j["summary"] = s;
+  nlohmann::ordered_json recs = nlohmann::ordered_json::array();
+  for (const auto& rec : r.records) {
+    nlohmann::ordered_json x;
+    x["id"] = rec.id;
+    x["turn"] = rec.turn;
+    x["prompt_tokens"] = rec.prompt_tokens;
+    x["plain"] = {{"output_tokens", rec.plain.output_ids.size()}, {"ttft_ms", rec.plain.prefill_ms},
+                  {"tpot_ms", rec.plain.tpot_ms()}, {"stop_reason", rec.plain.stopped ? "stop" : "length"}};
+    x["dflash"] = {{"output_tokens", rec.dflash.output_ids.size()}, {"ttft_ms", rec.dflash.prefill_ms},
+                   {"first_draft_ms", rec.dflash.first_draft_ms}, {"tpot_ms", rec.dflash.tpot_ms()},
+                   {"draft_ms", rec.dflash.draft_ms}, {"verify_ms", rec.dflash.verify_ms},
+                   {"tau", rec.dflash.mean_acceptance_length()}, {"acceptance_lengths", rec.dflash.acceptance_lengths},
+                   {"stop_reason", rec.dflash.stopped ? "stop" : "length"}};
+    x["outputs_equal"] = rec.outputs_equal;
+    if (rec.has_answers)
+      x["answers"] = {{"plain", rec.plain_answer}, {"dflash", rec.dflash_answer}, {"reference", rec.reference_answer}};
+    recs.push_back(x);
+  }
+  j["records"] = recs;
+  return j;
+}
+
+std::string bench_markdown(const BenchReport& r) {
+  std::string md = fmt::format("## specpress bench: {}\n\n", r.options.dataset);
+  md += fmt::format("{} samples, block size {}, max new tokens {}, temperature {}, thinking {}\n\n", r.records.size(),
+                    r.block_size, r.options.max_new_tokens, r.options.sampling.temperature, r.options.think ? "on" : "off");
+  md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";
+  md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
+  md += fmt::format("| tokens/s | {:.1f} | {:.1f} |\n", r.plain_tokens_per_s, r.dflash_tokens_per_s);
+  md += fmt::format("| TTFT (ms) | {:.2f} | {:.2f} |\n", r.plain_ttft_ms, r.dflash_ttft_ms);
+  md += fmt::format("\n**speedup {:.2f}x, tau {:.2f}**, identical outputs {:.0f}%\n", r.speedup, r.tau,
+                    100 * r.identical_outputs);
+  if (r.answered > 0)
+    md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
+                      100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy);
+  md += "\n| acceptance length | ";
+  for (int64_t b = 1; b <= r.block_size; ++b) md += fmt::format("{} | ", b);
+  md += "\n| --- |" + std::string() ;
+  for (int64_t b = 1; b <= r.block_size; ++b) md += " --- |";
+  md += "\n| fraction of steps | ";
+  for (double h : r.histogram) md += fmt::format("{:.3f} | ", h);
+  md += "\n\n| draft position | ";
+  for (size_t i = 1; i <= r.per_position_acceptance.size(); ++i) md += fmt::format("{} | ", i);
+  md += "\n| --- |";
+  for (size_t i = 1; i <= r.per_position_acceptance.size(); ++i) md += " --- |";
+  md += "\n| acceptance rate | ";
+  for (double p : r.per_position_acceptance) md += fmt::format("{:.3f} | ", p);
+  md += "\n";
+  return md;
+}
+
+}  // namespace specpress::tools

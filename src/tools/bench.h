@@ -1,0 +1,61 @@
+// bench.h — `specpress bench`: for every selected sample (every turn of mt-bench), plain decoding
+// (block 1) and DFlash decoding back to back in the same engine, with the metric definitions of
+// dflash-spec.md §4.5 so numbers compare with the paper: speedup = mean(TPOT plain) / mean(TPOT DFlash)
+// (TPOT excludes prefill, and for DFlash the first draft call), tau = mean of per-sample mean
+// acceptance lengths, histogram pooled over all steps, plus per-position acceptance, TTFT, tokens/s.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/generation.h"
+#include "tools/datasets.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specpress::tools {
+
+struct BenchOptions {
+  std::string dataset;
+  int64_t max_new_tokens = 2048;
+  decode::SamplingParams sampling;
+  int64_t block_size = 0;   // 0 = the draft's trained size
+  bool think = false;       // enable_thinking (off: the DFlash drafts were trained without it)
+  bool check_answers = false;
+  bool progress = true;
+};
+
+struct BenchRecord {
+  std::string id;
+  int64_t turn = 0;
+  int64_t prompt_tokens = 0;
+  decode::GenerationResult plain, dflash;
+  bool outputs_equal = false;
+  std::string plain_answer, dflash_answer, reference_answer;  // --check-answers
+  bool has_answers = false;
+};
+
+struct BenchReport {
+  BenchOptions options;
+  int64_t block_size = 0;
+  std::vector<BenchRecord> records;
+  // aggregates
+  double speedup = 0, tau = 0, plain_tpot_ms = 0, dflash_tpot_ms = 0, plain_ttft_ms = 0, dflash_ttft_ms = 0;
+  double plain_tokens_per_s = 0, dflash_tokens_per_s = 0, identical_outputs = 0;
+  std::vector<double> histogram;              // index b-1: fraction of steps with acceptance length b
+  std::vector<double> per_position_acceptance;  // index i-1: fraction of steps accepting draft position i
+  double answers_agree = 0, plain_accuracy = 0, dflash_accuracy = 0;
+  int64_t answered = 0;
+};
+
+BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft& draft, const tok::Tokenizer& tokenizer,
+                      const std::vector<BenchSample>& samples, const BenchOptions& options,
+                      const std::vector<int64_t>& stop_ids);
+
+// Aggregates from the records (exposed so tests can check the definitions on known records).
+void aggregate(BenchReport& report);
+
+nlohmann::ordered_json bench_json(const BenchReport& report);
+std::string bench_markdown(const BenchReport& report);
+
+}  // namespace specpress::tools

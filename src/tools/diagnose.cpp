@@ -1,0 +1,215 @@
+// diagnose.cpp — draft-vs-target diagnostics along the target's greedy trajectory (see diagnose.h).
+#include "tools/diagnose.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "decode/generation.h"
+#include "ops/rmsnorm.h"
+#include "tools/progress.h"
+#include "tools/prompting.h"
+
+namespace specpress::tools {
+namespace {
+
+// Accumulates one sample's statistics into running sums.
+struct Sums {
+  std::vector<double> top1, rank, kl, chain;
+  std::vector<int64_t> count;
+  std::vector<int64_t> bin_count;
+  std::vector<double> bin_conf, bin_correct;
+  std::vector<double> layer_agree;
+  int64_t layer_positions = 0;
+  std::vector<MixResult> mixing;
+};
+
+}  // namespace
+
+DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlashDraft& draft,
+                            const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples,
+                            const DiagnoseOptions& options, const std::vector<int64_t>& stop_ids) {
+  if (options.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", options.max_new_tokens);
+  if (options.calibration_bins < 1) fail("--calibration-bins: must be at least 1");
+  if (samples.empty()) fail("diagnose: no samples selected");
+  c10::InferenceMode inference_mode;
+  const model::DFlashConfig& dc = draft.config();
+  const int64_t B = dc.block_size, L = target.config().num_layers;
+  DiagnoseReport report;
+  report.options = options;
+  report.block_size = B;
+  report.tap_layers = dc.target_layer_ids;
+
+  Sums sums;
+  sums.top1.assign(B - 1, 0);
+  sums.rank = sums.kl = sums.chain = sums.top1;
+  sums.count.assign(B - 1, 0);
+  sums.bin_count.assign(options.calibration_bins, 0);
+  sums.bin_conf.assign(options.calibration_bins, 0);
+  sums.bin_correct.assign(options.calibration_bins, 0);
+  sums.layer_agree.assign(L + 1, 0);
+  for (double w : options.mix_weights) {
+    sums.mixing.push_back({"draft", w, 0, 0});
+    for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
+  }
+
+  ProgressBar bar("diagnose " + options.dataset, static_cast<int64_t>(samples.size()), options.progress);
+  decode::GenerationParams params;
+  params.max_new_tokens = options.max_new_tokens;
+  params.stop_ids = stop_ids;
+  const at::Device device = target.device();
+  auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
+  int64_t done = 0;
+  for (const auto& sample : samples) {
+    std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, options.think);
+    std::vector<int64_t> traj = prompt;
+    const decode::GenerationResult greedy = decode::generate_plain(target, prompt, params);
+    traj.insert(traj.end(), greedy.output_ids.begin(), greedy.output_ids.end());
+    const int64_t N = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(traj.size());
+    report.trajectory_tokens += T - N;
+
+    // Teacher-forced target pass over the whole trajectory.
+    model::KVCache cache = target.make_cache(T);
+    model::ForwardOutput full = target.forward(at::tensor(traj, at::kLong).to(device), 0, cache,
+                                               {true, dc.target_layer_ids, true});
+    at::Tensor target_logp = at::log_softmax(full.logits, -1);  // row j predicts token j+1
+
+    // Logit lens over the generated positions (rows N-1 .. T-2 predict the generated tokens).
+    const int64_t rows = T - N;
+    if (rows > 0) {
+      at::Tensor final_top = full.logits.narrow(0, N - 1, rows).argmax(-1);
+      for (int64_t l = 0; l <= L; ++l) {
+        at::Tensor h = full.hidden_states[l].narrow(0, N - 1, rows);
+        at::Tensor normed = l == L ? h : ops::rms_norm(h, target.weights().final_norm, target.config().rms_norm_eps);
+        sums.layer_agree[l] += target.lm_head_logits(normed).argmax(-1).eq(final_top).sum().item<double>();
+      }
+      sums.layer_positions += rows;
+    }
+
+    // Draft block at every start s = N .. T-2, context = taps of positions < s.
+    model::DraftCache dcache = draft.make_cache(T + B);
+    std::vector<int64_t> block(B, dc.mask_token_id);
+    at::Tensor block_ids = at::empty({B}, long_opts);
+    for (int64_t s = N; s + 1 < T; ++s) {
+      const int64_t n_ctx = s - dcache.length;
+      block[0] = traj[s];
+      block_ids.copy_(at::tensor(block, at::kLong));
+      at::Tensor hidden = draft.forward(full.taps.narrow(0, dcache.length, n_ctx), block_ids, dcache);
+      const int64_t K = std::min<int64_t>(B - 1, T - 1 - s);  // positions with a known target token
+      at::Tensor draft_logits = target.lm_head_logits(hidden.narrow(0, 1, K));
+      at::Tensor draft_logp = at::log_softmax(draft_logits, -1);
+      at::Tensor tgt_logp = target_logp.narrow(0, s, K);  // row s+k-1 predicts position s+k
+      at::Tensor tgt_tokens = at::tensor(std::vector<int64_t>(traj.begin() + s + 1, traj.begin() + s + 1 + K), at::kLong).to(device);
+      at::Tensor draft_top = draft_logp.argmax(-1);
+      at::Tensor correct = draft_top.eq(tgt_tokens).to(at::kCPU);
+      at::Tensor tgt_draft_logit = draft_logits.gather(1, tgt_tokens.unsqueeze(1));
+      at::Tensor rank = (draft_logits > tgt_draft_logit).sum(1).to(at::kCPU);
+      at::Tensor kl = (tgt_logp.exp() * (tgt_logp - draft_logp)).sum(1).to(at::kCPU);
+      at::Tensor conf = std::get<0>(draft_logp.max(-1)).exp().to(at::kCPU);
+      auto correct_a = correct.accessor<bool, 1>();
+      auto rank_a = rank.accessor<int64_t, 1>();
+      auto kl_a = kl.accessor<float, 1>();
+      auto conf_a = conf.accessor<float, 1>();
+      bool chain = true;
+      for (int64_t k = 0; k < K; ++k) {
+        const bool ok = correct_a[k];
+        chain = chain && ok;
+        sums.count[k] += 1;
+        sums.top1[k] += ok;
+        sums.rank[k] += static_cast<double>(rank_a[k]) + 1;
+        sums.kl[k] += kl_a[k];
+        sums.chain[k] += chain;
+        const double c = conf_a[k];
+        int64_t bin = std::min<int64_t>(options.calibration_bins - 1, static_cast<int64_t>(c * options.calibration_bins));
+        sums.bin_count[bin] += 1;
+        sums.bin_conf[bin] += c;
+        sums.bin_correct[bin] += ok;
+      }
+      // Draft-guided decoding at the first block position (the draft's next-token prediction) and
+      // with each tapped layer's logit-lens distribution at the same row.
+      at::Tensor t_row = target_logp[s];
+      const int64_t greedy_tok = traj[s + 1];
+      std::vector<at::Tensor> sources = {draft_logp[0]};
+      for (int64_t layer : dc.target_layer_ids)
+        sources.push_back(at::log_softmax(
+            target.lm_head_logits(ops::rms_norm(full.hidden_states[layer + 1][s].unsqueeze(0),
+                                                target.weights().final_norm, target.config().rms_norm_eps))[0], -1));
+      size_t m = 0;
+      for (double w : options.mix_weights) {
+        for (const at::Tensor& src : sources) {
+          sums.mixing[m].positions += 1;
+          sums.mixing[m].changed += ((1 - w) * t_row + w * src).argmax().item<int64_t>() != greedy_tok;
+          ++m;
+        }
+      }
+      report.block_starts += 1;
+    }
+    ++done;
+    report.samples = done;
+    bar.update(done, fmt::format("{} block starts", report.block_starts));
+  }
+  bar.finish();
+
+  for (int64_t k = 0; k < B - 1; ++k) {
+    PositionStats p;
+    p.count = sums.count[k];
+    if (p.count > 0) {
+      const double n = static_cast<double>(p.count);
+      p.top1 = sums.top1[k] / n;
+      p.mean_rank = sums.rank[k] / n;
+      p.kl = sums.kl[k] / n;
+      p.chain_acceptance = sums.chain[k] / n;
+    }
+    report.positions.push_back(p);
+  }
+  for (int64_t b = 0; b < options.calibration_bins; ++b) {
+    CalibrationBin c;
+    c.lo = static_cast<double>(b) / options.calibration_bins;
+    c.hi = static_cast<double>(b + 1) / options.calibration_bins;
+    c.count = sums.bin_count[b];
+    if (c.count > 0) {
+      c.mean_confidence = sums.bin_conf[b] / c.count;
+      c.accuracy = sums.bin_correct[b] / c.count;
+    }
+    report.calibration.push_back(c);
+  }
+  for (double a : sums.layer_agree)
+    report.layer_top1.push_back(sums.layer_positions > 0 ? a / sums.layer_positions : 0.0);
+  report.mixing = sums.mixing;
+  return report;
+}
+
+nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
+  nlohmann::ordered_json j;
+  j["dataset"] = r.options.dataset;
+  j["samples"] = r.samples;
+  j["block_size"] = r.block_size;
+  j["trajectory_tokens"] = r.trajectory_tokens;
+  j["block_starts"] = r.block_starts;
+  j["tap_layers"] = r.tap_layers;
+  nlohmann::ordered_json pos = nlohmann::ordered_json::array();
+  for (size_t k = 0; k < r.positions.size(); ++k) {
+    const auto& p = r.positions[k];
+    pos.push_back({{"position", k + 1}, {"count", p.count}, {"top1_agreement", p.top1}, {"mean_rank", p.mean_rank},
+                   {"kl_target_draft", p.kl}, {"acceptance", p.chain_acceptance}});
+  }
+  j["positions"] = pos;
+  nlohmann::ordered_json cal = nlohmann::ordered_json::array();
+  for (const auto& c : r.calibration)
+    cal.push_back({{"lo", c.lo}, {"hi", c.hi}, {"count", c.count}, {"mean_confidence", c.mean_confidence},
+                   {"accuracy", c.accuracy}});
+  j["calibration"] = cal;
+  j["layer_top1_agreement"] = r.layer_top1;
+  nlohmann::ordered_json mix = nlohmann::ordered_json::array();
+  for (const auto& m : r.mixing)
+    mix.push_back({{"source", m.source}, {"weight", m.weight}, {"positions", m.positions}, {"changed", m.changed},
+                   {"changed_fraction", m.positions > 0 ? static_cast<double>(m.changed) / m.positions : 0.0}});
+  j["mixing"] = mix;
+  return j;
+}
+
+}  // namespace specpress::tools

@@ -1,0 +1,68 @@
+// diagnose.h — `specpress diagnose`: how a DFlash draft relates to its target, measured along the
+// target's own greedy trajectory (teacher-forced, so every block start sees only target tokens):
+//  * per draft block position k: draft top-1 agreement with the target token, rank of the target token
+//    under the draft, KL(target || draft), and the acceptance the speculative loop would get (all of
+//    positions 1..k matching);
+//  * calibration: draft confidence (max probability) in bins vs how often its top-1 is the target token;
+//  * logit lens: every target layer's residual through the final norm and LM head, top-1 agreement
+//    with the final layer;
+//  * "draft-guided decoding": whether mixing the draft's (or an intermediate layer's) log-probabilities
+//    into the target's, with weight lambda, would change any greedy token.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/datasets.h"
+
+namespace specpress::tools {
+
+struct DiagnoseOptions {
+  std::string dataset;
+  int64_t max_new_tokens = 256;  // length of each greedy trajectory
+  bool think = false;
+  bool progress = true;
+  int64_t calibration_bins = 10;
+  std::vector<double> mix_weights = {0.1, 0.25, 0.5};
+};
+
+struct PositionStats {   // one per draft block position k = 1..B-1
+  int64_t count = 0;
+  double top1 = 0, mean_rank = 0, kl = 0, chain_acceptance = 0;
+};
+
+struct CalibrationBin {
+  double lo = 0, hi = 0;
+  int64_t count = 0;
+  double mean_confidence = 0, accuracy = 0;
+};
+
+struct MixResult {
+  std::string source;   // "draft" or "layer N"
+  double weight = 0;
+  int64_t positions = 0, changed = 0;
+};
+
+struct DiagnoseReport {
+  DiagnoseOptions options;
+  int64_t block_size = 0, samples = 0, trajectory_tokens = 0, block_starts = 0;
+  std::vector<PositionStats> positions;
+  std::vector<CalibrationBin> calibration;
+  std::vector<double> layer_top1;   // index l: layer l's logit-lens top-1 agreement with the final layer (l = 0: embedding)
+  std::vector<MixResult> mixing;
+  std::vector<int64_t> tap_layers;
+};
+
+DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlashDraft& draft,
+                            const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples,
+                            const DiagnoseOptions& options, const std::vector<int64_t>& stop_ids);
+
+nlohmann::ordered_json diagnose_json(const DiagnoseReport& report);
+// A self-contained HTML page with inline SVG charts (no scripts, no external resources).
+std::string diagnose_html(const DiagnoseReport& report);
+
+}  // namespace specpress::tools

@@ -1,0 +1,77 @@
+// diagnose_html.cpp — the diagnose report as one self-contained HTML page with inline SVG charts.
+#include <fmt/format.h>
+
+#include "tools/diagnose.h"
+#include "tools/svg.h"
+
+namespace specpress::tools {
+
+std::string diagnose_html(const DiagnoseReport& r) {
+  std::vector<std::string> pos_labels;
+  std::vector<double> pos_x, top1, acc, kl, rank;
+  for (size_t k = 0; k < r.positions.size(); ++k) {
+    pos_labels.push_back(std::to_string(k + 1));
+    pos_x.push_back(static_cast<double>(k + 1));
+    top1.push_back(r.positions[k].top1);
+    acc.push_back(r.positions[k].chain_acceptance);
+    kl.push_back(r.positions[k].kl);
+    rank.push_back(r.positions[k].mean_rank);
+  }
+  // Acceptance-length histogram implied by the chain acceptance: P(len = k+1) = acc[k-1] - acc[k].
+  std::vector<std::string> len_labels;
+  std::vector<double> hist;
+  for (size_t b = 1; b <= r.positions.size() + 1; ++b) {
+    const double here = b == 1 ? 1.0 : acc[b - 2];
+    const double next = b - 1 < acc.size() ? acc[b - 1] : 0.0;
+    len_labels.push_back(std::to_string(b));
+    hist.push_back(here - next);
+  }
+  std::vector<double> cal_x, cal_acc, cal_diag;
+  for (const auto& c : r.calibration) {
+    if (c.count == 0) continue;
+    cal_x.push_back(c.mean_confidence);
+    cal_acc.push_back(c.accuracy);
+    cal_diag.push_back(c.mean_confidence);
+  }
+  std::vector<double> layer_x;
+  for (size_t l = 0; l < r.layer_top1.size(); ++l) layer_x.push_back(static_cast<double>(l));
+
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>specpress diagnose</title>"
+      "<style>body{font-family:sans-serif;margin:24px;max-width:1400px}"
+      "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+      ".charts{display:flex;flex-wrap:wrap;gap:16px}</style></head><body>\n";
+  html += fmt::format("<h1>specpress diagnose: {}</h1>\n<p>{} samples, {} trajectory tokens, {} block starts, block size {}, "
+                      "tapped layers {}</p>\n",
+                      html_escape(r.options.dataset), r.samples, r.trajectory_tokens, r.block_starts, r.block_size,
+                      fmt::join(r.tap_layers, ", "));
+  double expected_len = 1.0;
+  for (double a : acc) expected_len += a;
+  html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b></p>\n", expected_len);
+  html += "<div class=\"charts\">\n";
+  html += svg_line_chart("Acceptance and top-1 agreement by draft position", pos_x,
+                         {{"acceptance (positions 1..k all match)", acc, "#1f77b4"}, {"top-1 agreement", top1, "#ff7f0e"}},
+                         1.0, "draft block position", "fraction");
+  html += svg_bar_chart("Acceptance length histogram", len_labels, {"steps", hist, "#2ca02c"}, 1.0, "fraction of block starts");
+  html += svg_line_chart("Calibration: draft confidence vs top-1 accuracy", cal_x,
+                         {{"accuracy", cal_acc, "#d62728"}, {"perfect calibration", cal_diag, "#999999"}}, 1.0,
+                         "mean draft confidence in bin", "accuracy");
+  html += svg_line_chart("Logit lens: layer top-1 agreement with the final layer", layer_x,
+                         {{"agreement", r.layer_top1, "#9467bd"}}, 1.0, "layer (0 = embedding)", "fraction");
+  html += svg_line_chart("KL(target || draft) by draft position", pos_x, {{"KL (nats)", kl, "#8c564b"}}, 0, "draft block position", "nats");
+  html += "</div>\n<h2>Per position</h2>\n<table><tr><th>position</th><th>count</th><th>top-1</th><th>acceptance</th>"
+          "<th>mean rank</th><th>KL</th></tr>\n";
+  for (size_t k = 0; k < r.positions.size(); ++k)
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td><td>{:.3f}</td></tr>\n", k + 1,
+                        r.positions[k].count, top1[k], acc[k], rank[k], kl[k]);
+  html += "</table>\n<h2>Draft-guided decoding</h2>\n<p>Fraction of greedy tokens that change when the target's "
+          "log-probabilities are mixed with weight &lambda; with another source.</p>\n<table><tr><th>source</th>"
+          "<th>&lambda;</th><th>positions</th><th>changed</th><th>fraction</th></tr>\n";
+  for (const auto& m : r.mixing)
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>\n", html_escape(m.source), m.weight,
+                        m.positions, m.changed, m.positions > 0 ? static_cast<double>(m.changed) / m.positions : 0.0);
+  html += "</table>\n</body></html>\n";
+  return html;
+}
+
+}  // namespace specpress::tools

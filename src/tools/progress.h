@@ -1,0 +1,28 @@
+// progress.h — a one-line progress bar with rate and ETA on stderr, for long jobs (bench, diagnose,
+// training). Redraws at most a few times a second; prints a final newline when done.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace specpress::tools {
+
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, int64_t total, bool enabled = true);
+  // Sets the number of finished units and a short status text (e.g. "tau 6.2").
+  void update(int64_t done, const std::string& status = "");
+  void finish(const std::string& status = "");
+
+ private:
+  void draw(bool force);
+  std::string label_, status_;
+  int64_t total_, done_ = 0;
+  bool enabled_, tty_, finished_ = false;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+// "1h02m", "3m05s", "12s"
+std::string format_duration(double seconds);
+
+}  // namespace specpress::tools

@@ -1,0 +1,27 @@
+// prompting.cpp — see prompting.h.
+#include "tools/prompting.h"
+
+namespace specpress::tools {
+
+std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& messages,
+                                     bool enable_thinking) {
+  std::vector<int32_t> ids = tokenizer.encode(tok::render_qwen3_chat(messages, true, enable_thinking));
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+DecodedText decode_output(const tok::Tokenizer& tokenizer, const std::vector<int64_t>& ids, bool skip_special) {
+  DecodedText out;
+  std::vector<int32_t> kept;
+  kept.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (id < 0 || id >= tokenizer.vocab_size()) {
+      ++out.dropped_ids;
+      continue;
+    }
+    kept.push_back(static_cast<int32_t>(id));
+  }
+  out.text = tokenizer.decode(kept, skip_special);
+  return out;
+}
+
+}  // namespace specpress::tools

@@ -1,0 +1,25 @@
+// prompting.h — from chat turns to prompt ids and from generated ids back to text, as the DFlash
+// benchmark does it: Qwen3 chat template with add_generation_prompt and enable_thinking=false by
+// default, plain encode (no BOS); outputs decoded with skip_special_tokens. Ids past the tokenizer's
+// vocabulary (the embedding's padding rows, which random or young models can emit) decode to nothing,
+// as Hugging Face's decode drops them; the count is reported.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specpress::tools {
+
+std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& messages,
+                                     bool enable_thinking);
+
+struct DecodedText {
+  std::string text;
+  int64_t dropped_ids = 0;  // ids outside the tokenizer vocabulary
+};
+DecodedText decode_output(const tok::Tokenizer& tokenizer, const std::vector<int64_t>& ids, bool skip_special = true);
+
+}  // namespace specpress::tools

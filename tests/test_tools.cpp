@@ -1,0 +1,258 @@
+// test_tools.cpp — bench and diagnose: dataset readers (shared copies and original formats), prompt
+// formats, sample selection, answer extraction, and both tools end to end on a small random Qwen3
+// target + DFlash draft with the real Qwen3 vocabulary and tokenizer, checking the report structure
+// and that the metric definitions hold (tau = mean of per-sample means, histogram sums to 1,
+// speedup = TPOT ratio, lossless greedy outputs). Bad input gives clear errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model_fixtures.h"
+#include "test_util.h"
+#include "tools/answers.h"
+#include "tools/datasets.h"
+
+using namespace specpress;
+using namespace specpress::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string data(const std::string& file) { return shared_dir() + "/data/" + file; }
+
+struct DatasetFile {
+  std::string name, file;
+  size_t rows;
+};
+const DatasetFile kSets[] = {{"gsm8k", "gsm8k_test.jsonl", 1319}, {"math500", "math500.jsonl", 500},
+                             {"humaneval", "humaneval.jsonl", 164}, {"mbpp", "mbpp_sanitized_test.jsonl", 257},
+                             {"mt-bench", "mt_bench.jsonl", 80},     {"alpaca", "alpaca_first335.jsonl", 335}};
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Datasets, SharedCopiesLoadAndMatchTheirTurns) {
+  SPECPRESS_REQUIRE_SHARED();
+  for (const auto& s : kSets) {
+    // load_dataset re-applies the DFlash format to each record's "source" and fails if it differs from "turns".
+    auto all = tools::load_dataset(s.name, data(s.file));
+    EXPECT_EQ(all.size(), s.rows) << s.name;
+  }
+  auto gsm = tools::load_dataset("gsm8k", data("gsm8k_test.jsonl"));
+  EXPECT_EQ(gsm[0].answer.value_or(""), "18");
+  EXPECT_NE(gsm[0].turns[0].find("\nPlease reason step by step, and put your final answer within \\boxed{}."), std::string::npos);
+  EXPECT_EQ(tools::load_dataset("mt-bench", data("mt_bench.jsonl"))[0].turns.size(), 2u);
+}
+
+TEST(Datasets, OriginalFormats) {
+  ScratchDir d("datasets");
+  write_text(d.path / "gsm.jsonl", R"({"question": "What is 2+3?", "answer": "2+3=<<2+3=5>>5\n#### 5"})" "\n");
+  auto g = tools::load_dataset("gsm8k", (d.path / "gsm.jsonl").string());
+  EXPECT_EQ(g[0].turns[0], "What is 2+3?\nPlease reason step by step, and put your final answer within \\boxed{}.");
+  EXPECT_EQ(g[0].answer.value_or(""), "5");
+  write_text(d.path / "alpaca.json", R"([{"instruction": "Add.", "input": "1 2", "output": "3"}, {"instruction": "Hi.", "input": "", "output": ""}])");
+  auto a = tools::load_dataset("alpaca", (d.path / "alpaca.json").string());
+  EXPECT_EQ(a[0].turns[0], "Add.\n\nInput:\n1 2");
+  EXPECT_EQ(a[1].turns[0], "Hi.");
+  write_text(d.path / "mbpp.json", R"([{"task_id": 2, "prompt": "train"}, {"task_id": 11, "prompt": "Write f."}, {"task_id": 511, "prompt": "x"}])");
+  auto m = tools::load_dataset("mbpp", (d.path / "mbpp.json").string());
+  ASSERT_EQ(m.size(), 1u);  // the sanitized test split is task ids 11..510
+  EXPECT_EQ(m[0].turns[0], "Write f.");
+  write_text(d.path / "he.jsonl", R"({"task_id": "HumanEval/0", "prompt": "def f():\n"})" "\n");
+  EXPECT_EQ(tools::load_dataset("humaneval", (d.path / "he.jsonl").string())[0].turns[0],
+            "Write a solution to the following problem and make sure that it passes the tests:\n```python\ndef f():\n\n```");
+}
+
+TEST(Datasets, BadInputIsNamed) {
+  ScratchDir d("datasets-bad");
+  EXPECT_NE(error_of([] { tools::check_dataset_name("gsm9k"); }).find("unknown dataset 'gsm9k'"), std::string::npos);
+  EXPECT_NE(error_of([&] { tools::load_dataset("gsm8k", (d.path / "missing.jsonl").string()); }).find("missing.jsonl: cannot open"),
+            std::string::npos);
+  write_text(d.path / "bad.jsonl", "{\"question\": \"a\", \"answer\": \"#### 1\"}\n{\"question\": \n");
+  EXPECT_NE(error_of([&] { tools::load_dataset("gsm8k", (d.path / "bad.jsonl").string()); }).find("bad.jsonl:2: invalid JSON line"),
+            std::string::npos);
+  write_text(d.path / "field.jsonl", "{\"problem\": \"a\"}\n");
+  EXPECT_NE(error_of([&] { tools::load_dataset("gsm8k", (d.path / "field.jsonl").string()); })
+                .find("field.jsonl:1: missing string field 'question'"),
+            std::string::npos);
+  write_text(d.path / "empty.jsonl", "\n\n");
+  EXPECT_NE(error_of([&] { tools::load_dataset("gsm8k", (d.path / "empty.jsonl").string()); }).find("empty data file"),
+            std::string::npos);
+}
+
+TEST(Datasets, Selection) {
+  SPECPRESS_REQUIRE_SHARED();
+  auto all = tools::load_dataset("gsm8k", data("gsm8k_test.jsonl"));
+  tools::Selection sel;
+  sel.max_samples = 5;
+  sel.seed = 7;
+  auto a = tools::select_samples(all, "gsm8k", sel);
+  auto b = tools::select_samples(all, "gsm8k", sel);
+  ASSERT_EQ(a.size(), 5u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].row, b[i].row);  // deterministic
+  sel.indices_file = data("dflash_subsets.json");
+  sel.max_samples = 0;
+  auto sub = tools::select_samples(all, "gsm8k", sel);
+  EXPECT_EQ(sub.size(), 128u);
+  EXPECT_EQ(sub[0].row, 264);  // first of hf_shuffle_seed0
+  auto he = tools::select_samples(tools::load_dataset("humaneval", data("humaneval.jsonl")), "humaneval", sel);
+  EXPECT_EQ(he.size(), 164u);  // the reference runs every row
+  ScratchDir d("selection");
+  write_text(d.path / "empty.json", "[]");
+  sel.indices_file = (d.path / "empty.json").string();
+  EXPECT_NE(error_of([&] { tools::select_samples(all, "gsm8k", sel); }).find("is empty"), std::string::npos);
+  write_text(d.path / "far.json", "[1, 5000]");
+  sel.indices_file = (d.path / "far.json").string();
+  EXPECT_NE(error_of([&] { tools::select_samples(all, "gsm8k", sel); }).find("row index 5000 is outside the 1319 rows"),
+            std::string::npos);
+}
+
+TEST(Answers, BoxedAndNormalised) {
+  EXPECT_EQ(tools::last_boxed("so \\boxed{1} then \\boxed{\\frac{1}{2}}.").value_or(""), "\\frac{1}{2}");
+  EXPECT_FALSE(tools::last_boxed("no box here").has_value());
+  EXPECT_FALSE(tools::last_boxed("cut \\boxed{\\frac{1").has_value());
+  EXPECT_TRUE(tools::answers_match("1,000", "1000"));
+  EXPECT_TRUE(tools::answers_match("$18$", "18.00"));
+  EXPECT_TRUE(tools::answers_match("\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"));
+  EXPECT_FALSE(tools::answers_match("17", "18"));
+}
+
+// A random tiny target (real Qwen3 vocabulary and tokenizer files) and a random DFlash draft.
+class ToolsEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!have_shared()) return;
+    dir_ = new ScratchDir("tools-e2e");
+    TinyShape s;
+    s.vocab = 151936;
+    s.hidden = 32;
+    s.layers = 3;
+    write_random_qwen3((dir_->path / "target").string(), s, /*tied=*/true);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      fs::copy_file(shared_dir() + "/data/qwen3-tokenizer/" + f, dir_->path / "target" / f);
+    write_random_dflash((dir_->path / "draft").string(), s, 1, 4, 3, {0, 2}, 151669);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  void SetUp() override { SPECPRESS_REQUIRE_SHARED(); }
+  static std::string models() {
+    return "-m " + (dir_->path / "target").string() + " -md " + (dir_->path / "draft").string();
+  }
+  static ScratchDir* dir_;
+};
+ScratchDir* ToolsEndToEnd::dir_ = nullptr;
+
+TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
+  for (const auto& s : kSets) {
+    const std::string out = (dir_->path / ("bench-" + s.name + ".json")).string();
+    const std::string md = (dir_->path / ("bench-" + s.name + ".md")).string();
+    CommandResult r = run_specpress("bench " + models() + " --dataset " + s.name + " --data " + data(s.file) +
+                                    " --max-samples 2 --max-new-tokens 6 --no-progress --json " + out + " --markdown " + md +
+                                    (s.name == "gsm8k" ? " --check-answers" : ""));
+    ASSERT_EQ(r.exit_code, 0) << s.name << ": " << r.err;
+    std::ifstream in(out);
+    auto j = nlohmann::json::parse(in);
+    const auto& recs = j["records"];
+    ASSERT_EQ(recs.size(), s.name == "mt-bench" ? 4u : 2u) << s.name;  // mt-bench: two turns per sample
+    double tau = 0, plain_tpot = 0, dflash_tpot = 0;
+    for (const auto& rec : recs) {
+      tau += rec["dflash"]["tau"].get<double>() / recs.size();
+      plain_tpot += rec["plain"]["tpot_ms"].get<double>() / recs.size();
+      dflash_tpot += rec["dflash"]["tpot_ms"].get<double>() / recs.size();
+      EXPECT_TRUE(rec["outputs_equal"].get<bool>()) << s.name;  // greedy DFlash is lossless
+      double mean = 0;
+      for (int64_t len : rec["dflash"]["acceptance_lengths"]) mean += static_cast<double>(len);
+      mean /= rec["dflash"]["acceptance_lengths"].size();
+      EXPECT_NEAR(rec["dflash"]["tau"].get<double>(), mean, 1e-9);
+    }
+    const auto& sum = j["summary"];
+    EXPECT_NEAR(sum["tau"].get<double>(), tau, 1e-9) << "tau is the mean of per-sample means";
+    EXPECT_NEAR(sum["speedup"].get<double>(), plain_tpot / dflash_tpot, 1e-9) << "speedup is the TPOT ratio";
+    double hist = 0;
+    for (double h : sum["acceptance_histogram"]) hist += h;
+    EXPECT_NEAR(hist, 1.0, 1e-9);
+    EXPECT_EQ(sum["acceptance_histogram"].size(), 4u);
+    EXPECT_EQ(sum["per_position_acceptance"].size(), 3u);
+    EXPECT_DOUBLE_EQ(sum["identical_outputs"].get<double>(), 1.0);
+    if (s.name == "gsm8k") EXPECT_DOUBLE_EQ(sum["answers_agree"].get<double>(), 1.0);
+    EXPECT_NE(r.out.find("**speedup"), std::string::npos);
+    EXPECT_TRUE(fs::exists(md));
+  }
+}
+
+TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
+  const std::string html = (dir_->path / "diag.html").string(), json = (dir_->path / "diag.json").string();
+  CommandResult r = run_specpress("diagnose " + models() + " --dataset humaneval --data " + data("humaneval.jsonl") +
+                                  " --max-samples 2 --max-new-tokens 10 --no-progress --json " + json + " --html " + html);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(json);
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["samples"], 2);
+  ASSERT_EQ(j["positions"].size(), 3u);
+  int64_t counted = 0;
+  for (const auto& p : j["positions"]) {
+    counted += p["count"].get<int64_t>();
+    EXPECT_LE(p["acceptance"].get<double>(), p["top1_agreement"].get<double>() + 1e-12);
+    EXPECT_GE(p["kl_target_draft"].get<double>(), -1e-6);
+    EXPECT_GE(p["mean_rank"].get<double>(), 1.0);
+  }
+  int64_t binned = 0;
+  for (const auto& b : j["calibration"]) binned += b["count"].get<int64_t>();
+  EXPECT_EQ(binned, counted);  // every scored draft position lands in one calibration bin
+  const auto& layers = j["layer_top1_agreement"];
+  ASSERT_EQ(layers.size(), 4u);  // embedding + 3 layers (the last is the final norm output)
+  EXPECT_DOUBLE_EQ(layers[3].get<double>(), 1.0);
+  EXPECT_EQ(j["mixing"].size(), 9u);  // 3 weights x (draft + 2 tapped layers)
+  std::ifstream h(html);
+  std::string page((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("<!DOCTYPE html>"), std::string::npos);
+  EXPECT_GE(std::count(page.begin(), page.end(), '<') , 50);
+  size_t svgs = 0;
+  for (size_t p = page.find("<svg"); p != std::string::npos; p = page.find("<svg", p + 1)) ++svgs;
+  EXPECT_EQ(svgs, 5u);
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+}
+
+TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
+  const std::string base = "bench " + models() + " --no-progress ";
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {base + "--dataset gsm9k --data " + data("gsm8k_test.jsonl"), "--dataset: unknown dataset 'gsm9k'"},
+      {base + "--dataset gsm8k --data /nonexistent.jsonl", "/nonexistent.jsonl: cannot open"},
+      {base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --max-new-tokens 0", "--max-new-tokens: must be at least 1"},
+      {base + "--dataset humaneval --data " + data("humaneval.jsonl") + " --check-answers --max-samples 1",
+       "--check-answers: only gsm8k and math500"},
+      {base + "--dataset gsm8k --data " + data("math500.jsonl"), "missing string field 'question'"},
+      {"diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --max-new-tokens 0",
+       "--max-new-tokens: must be at least 1"},
+  };
+  for (const auto& c : cases) {
+    CommandResult r = run_specpress(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  ScratchDir d("bad-bench");
+  write_text(d.path / "bad.jsonl", "{\"question\": \"q\", \"answer\": \"#### 1\"}\nnot json\n");
+  CommandResult r = run_specpress(base + "--dataset gsm8k --data " + (d.path / "bad.jsonl").string());
+  EXPECT_NE(r.err.find("bad.jsonl:2: invalid JSON line"), std::string::npos) << r.err;
+  write_text(d.path / "empty.json", "[]");
+  r = run_specpress(base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --indices " + (d.path / "empty.json").string());
+  EXPECT_NE(r.err.find("is empty"), std::string::npos) << r.err;
+}
+
+TEST_F(ToolsEndToEnd, GenerateStreamsText) {
+  CommandResult r = run_specpress("generate " + models() + " -p \"Hello\" --chat -n 5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.contains("text"));
+  EXPECT_EQ(j["output_ids"].size(), 5u);
+}
+
+}  // namespace
