@@ -1,0 +1,127 @@
+// cli_tokenize_test.cpp — `specpress tokenize` / `detokenize` end to end, torch-free: the
+// subcommands are registered on a CLI11 app exactly as main.cpp does, run with stdout captured.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+#include <gtest/gtest.h>
+
+#include "cli/cmd_tokenize.h"
+#include "core/error.h"
+#include "test_util.h"
+
+namespace specpress::cli {
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out;    // stdout
+  std::string error;  // specpress::Error or CLI11 parse error text
+};
+
+// Parses `args` (without the program name) and runs the chosen subcommand with stdout captured.
+CliResult run_cli(std::vector<std::string> args) {
+  CLI::App app{"specpress"};
+  app.require_subcommand(1);
+  std::function<int()> run;
+  add_tokenize_commands(app, run);
+  args.insert(args.begin(), "specpress");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  CliResult result;
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    result.error = e.what();
+    return result;
+  }
+  std::fflush(stdout);
+  FILE* capture = std::tmpfile();
+  const int saved = dup(fileno(stdout));
+  dup2(fileno(capture), fileno(stdout));
+  try {
+    result.code = run();
+  } catch (const Error& e) {
+    result.error = e.what();
+  }
+  std::fflush(stdout);
+  dup2(saved, fileno(stdout));
+  close(saved);
+  std::rewind(capture);
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, capture)) > 0) result.out.append(buffer, n);
+  std::fclose(capture);
+  return result;
+}
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path.string();
+}
+
+TEST(CliTokenize, PromptFileAndMessages) {
+  SKIP_WITHOUT_QWEN3();
+  const std::string dir = tok::testing::qwen3_dir();
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "-p", "Hello world"}).out, "[9707,1879]\n");
+  // -f: the exact bytes, trailing newline included.
+  const std::string file = temp_file("specpress_cli_tok.txt", "Hello world\n");
+  std::string expected = "[";
+  for (int32_t id : tok::testing::qwen3().encode("Hello world\n")) {
+    expected += (expected.size() > 1 ? "," : "") + std::to_string(id);
+  }
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "-f", file}).out, expected + "]\n");
+  EXPECT_NE(run_cli({"tokenize", "-m", dir, "-f", file}).out, "[9707,1879]\n");
+  const std::string messages = temp_file("specpress_cli_msgs.json", R"([{"role":"user","content":"Hi"}])");
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages}).out,
+            "[151644,872,198,13048,151645,198,151644,77091,198,151667,271,151668,271]\n");
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages, "--think"}).out,
+            "[151644,872,198,13048,151645,198,151644,77091,198]\n");
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages, "--no-generation-prompt"}).out,
+            "[151644,872,198,13048,151645,198]\n");
+  // -m may also name tokenizer.json itself.
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir + "/tokenizer.json", "-p", "Hello"}).out, "[9707]\n");
+}
+
+TEST(CliTokenize, Detokenize) {
+  SKIP_WITHOUT_QWEN3();
+  const std::string dir = tok::testing::qwen3_dir();
+  const std::string ids = "151644,872,198,13048,151645,198,151644,77091,198,151667,271,151668,271,9707,0,151645";
+  EXPECT_EQ(run_cli({"detokenize", "-m", dir, "--ids", ids}).out,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>");
+  EXPECT_EQ(run_cli({"detokenize", "-m", dir, "--ids", ids, "--skip-special"}).out,
+            "user\nHi\nassistant\n<think>\n\n</think>\n\nHello!");
+  EXPECT_EQ(run_cli({"detokenize", "-m", dir, "--ids", "[9707, 0]"}).out, "Hello!");
+}
+
+TEST(CliTokenize, ErrorsAreClear) {
+  SKIP_WITHOUT_QWEN3();
+  const std::string dir = tok::testing::qwen3_dir();
+  const auto empty = std::filesystem::temp_directory_path() / "specpress_cli_empty";
+  std::filesystem::create_directories(empty);
+  std::string e = run_cli({"tokenize", "-m", empty.string(), "-p", "x"}).error;
+  EXPECT_NE(e.find(empty.string()), std::string::npos) << e;
+  EXPECT_NE(e.find("tokenizer.json"), std::string::npos) << e;
+  e = run_cli({"tokenize", "-m", dir}).error;
+  EXPECT_NE(e.find("exactly one of"), std::string::npos) << e;
+  e = run_cli({"tokenize", "-m", dir, "-p", "a", "--think"}).error;
+  EXPECT_NE(e.find("--messages"), std::string::npos) << e;
+  e = run_cli({"tokenize", "-m", dir, "-f", temp_file("specpress_cli_bad.txt", "ok\xFFno")}).error;
+  EXPECT_NE(e.find("byte offset 2"), std::string::npos) << e;
+  e = run_cli({"tokenize", "-m", dir, "--messages", temp_file("specpress_cli_tool.json",
+                                                             R"([{"role":"tool","content":"1"}])")}).error;
+  EXPECT_NE(e.find("tool"), std::string::npos) << e;
+  e = run_cli({"detokenize", "-m", dir, "--ids", "1,x"}).error;
+  EXPECT_NE(e.find("'x'"), std::string::npos) << e;
+  e = run_cli({"detokenize", "-m", dir, "--ids", "1,151669"}).error;
+  EXPECT_NE(e.find("151669"), std::string::npos) << e;
+  std::filesystem::remove(empty);
+}
+
+}  // namespace
+}  // namespace specpress::cli
