@@ -1,0 +1,243 @@
+// aten_ops.cpp — see aten_ops.h.
+#include "kernels/aten_ops.h"
+
+#include <ATen/cuda/CUDAContext.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/decode_step.h"
+#include "kernels/qk_norm_rope.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/skinny_gemm.h"
+#include "kernels/swiglu.h"
+
+namespace specpress::kernels {
+namespace {
+
+cudaStream_t stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA kernel {}: {}", what, cudaGetErrorString(e));
+}
+
+void require(const at::Tensor& t, const char* name, at::ScalarType dtype, bool contiguous = true) {
+  if (!t.defined()) fail("kernel argument {}: undefined tensor", name);
+  if (!t.is_cuda()) fail("kernel argument {}: expected a CUDA tensor", name);
+  if (t.scalar_type() != dtype) fail("kernel argument {}: expected {}, found {}", name, at::toString(dtype), at::toString(t.scalar_type()));
+  if (contiguous && !t.is_contiguous()) fail("kernel argument {}: expected a contiguous tensor", name);
+}
+
+// Rows of a 2-D tensor whose columns are contiguous; returns the row stride.
+int64_t row_stride(const at::Tensor& t, const char* name) {
+  if (t.dim() != 2 || t.stride(1) != 1) fail("kernel argument {}: expected a 2-D tensor with unit column stride", name);
+  return t.stride(0);
+}
+
+__nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
+
+}  // namespace
+
+void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
+                 const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
+  require(x, "rmsnorm x", at::kBFloat16);
+  require(y, "rmsnorm y", at::kBFloat16);
+  require(weight, "rmsnorm weight", at::kBFloat16);
+  const int64_t H = x.size(-1), rows = x.numel() / H;
+  if (weight.numel() != H || y.numel() != x.numel()) fail("rmsnorm: shapes of x, weight and y disagree");
+  RmsNormArgs a;
+  a.x = bf(x);
+  a.weight = bf(weight);
+  a.y = bf(y);
+  a.rows = static_cast<int>(rows);
+  a.H = static_cast<int>(H);
+  a.eps = static_cast<float>(eps);
+  if (residual.defined()) {
+    require(residual, "rmsnorm residual", at::kBFloat16);
+    if (residual.numel() != x.numel()) fail("rmsnorm: residual shape differs from x");
+    a.residual = bf(residual);
+    if (sum_out.defined()) {
+      require(sum_out, "rmsnorm sum_out", at::kBFloat16);
+      a.sum_out = bf(sum_out);
+    }
+    if (sum_out2.defined()) {
+      require(sum_out2, "rmsnorm sum_out2", at::kBFloat16, false);
+      a.ld_sum_out2 = row_stride(sum_out2, "rmsnorm sum_out2");
+      if (sum_out2.size(0) != rows || sum_out2.size(1) != H) fail("rmsnorm: sum_out2 must be [rows, H]");
+      a.sum_out2 = bf(sum_out2);
+    }
+  } else if (sum_out.defined() || sum_out2.defined()) {
+    fail("rmsnorm: sum outputs need a residual");
+  }
+  check(rmsnorm(a, stream()), "rmsnorm");
+}
+
+void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
+                      const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
+                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps) {
+  require(qkv, "qk_norm_rope qkv", at::kBFloat16, false);
+  const int64_t ld = row_stride(qkv, "qk_norm_rope qkv");
+  require(k_norm, "k_norm", at::kBFloat16);
+  require(pos_base, "pos_base", at::kInt);
+  require(k_cache, "k_cache", at::kBFloat16);
+  require(v_cache, "v_cache", at::kBFloat16);
+  require(rope.cos, "rope cos", at::kFloat);
+  require(rope.sin, "rope sin", at::kFloat);
+  const int64_t hd = k_norm.numel();
+  if (qkv.size(1) != (nq + 2 * nkv) * hd) fail("qk_norm_rope: qkv width {} != (nq + 2 nkv) * hd", qkv.size(1));
+  if (k_cache.dim() != 3 || k_cache.size(0) != nkv || k_cache.size(2) != hd || !k_cache.sizes().equals(v_cache.sizes()))
+    fail("qk_norm_rope: caches must be [nkv, capacity, head_dim]");
+  if (rope.cos.size(1) != hd) fail("qk_norm_rope: RoPE table width {} != head_dim {}", rope.cos.size(1), hd);
+  QkNormRopeArgs a;
+  a.qkv = bf(qkv);
+  a.ld = ld;
+  a.T = static_cast<int>(qkv.size(0));
+  a.nq = static_cast<int>(nq);
+  a.nkv = static_cast<int>(nkv);
+  a.head_dim = static_cast<int>(hd);
+  if (nq > 0) {
+    require(q_norm, "q_norm", at::kBFloat16);
+    require(q_out, "q_out", at::kBFloat16);
+    if (q_out.numel() != qkv.size(0) * nq * hd) fail("qk_norm_rope: q_out must hold [T, nq, head_dim]");
+    a.q_norm = bf(q_norm);
+    a.q_out = bf(q_out);
+  }
+  a.k_norm = bf(k_norm);
+  a.cos = rope.cos.data_ptr<float>();
+  a.sin = rope.sin.data_ptr<float>();
+  a.pos_base = pos_base.data_ptr<int>();
+  a.k_cache = bf(k_cache);
+  a.v_cache = bf(v_cache);
+  a.cache_capacity = k_cache.size(1);
+  a.eps = static_cast<float>(eps);
+  check(qk_norm_rope(a, stream()), "qk_norm_rope");
+}
+
+AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
+                                        at::Device device) {
+  AttentionScratch s;
+  s.splits = splits;
+  const size_t bytes = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(nq), static_cast<int>(head_dim), splits);
+  const size_t counters = attention_counter_count(static_cast<int>(T), static_cast<int>(nq), static_cast<int>(nkv));
+  s.workspace = at::empty({static_cast<int64_t>(bytes > 0 ? bytes : 16)}, at::TensorOptions().dtype(at::kByte).device(device));
+  s.counters = at::zeros({static_cast<int64_t>(counters)}, at::TensorOptions().dtype(at::kInt).device(device));
+  return s;
+}
+
+void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                   const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal, AttentionScratch& scratch) {
+  require(out, "attention out", at::kBFloat16);
+  require(q, "attention q", at::kBFloat16);
+  require(k_cache, "attention k_cache", at::kBFloat16);
+  require(v_cache, "attention v_cache", at::kBFloat16);
+  require(kv_len_base, "attention kv_len_base", at::kInt);
+  if (q.dim() != 3 || k_cache.dim() != 3 || !k_cache.sizes().equals(v_cache.sizes()) || k_cache.size(2) != q.size(2))
+    fail("attention: expected q [T, nq, hd] and caches [nkv, capacity, hd]");
+  const int64_t T = q.size(0), nq = q.size(1), hd = q.size(2), nkv = k_cache.size(0);
+  if (out.numel() != T * nq * hd) fail("attention: out must hold [T, nq * hd]");
+  if (scratch.splits > 1) {
+    if (static_cast<size_t>(scratch.workspace.numel()) <
+            attention_workspace_bytes(static_cast<int>(T), static_cast<int>(nq), static_cast<int>(hd), scratch.splits) ||
+        static_cast<size_t>(scratch.counters.numel()) <
+            attention_counter_count(static_cast<int>(T), static_cast<int>(nq), static_cast<int>(nkv)))
+      fail("attention: scratch too small for T={} splits={}", T, scratch.splits);
+  }
+  AttentionArgs a;
+  a.q = bf(q);
+  a.k_cache = bf(k_cache);
+  a.v_cache = bf(v_cache);
+  a.out = bf(out);
+  a.kv_len_base = kv_len_base.data_ptr<int>();
+  a.kv_len_add = static_cast<int>(kv_len_add);
+  a.T = static_cast<int>(T);
+  a.nq = static_cast<int>(nq);
+  a.nkv = static_cast<int>(nkv);
+  a.head_dim = static_cast<int>(hd);
+  a.cache_capacity = k_cache.size(1);
+  a.causal = causal;
+  a.splits = scratch.splits;
+  a.workspace = scratch.workspace.data_ptr();
+  a.counters = reinterpret_cast<unsigned int*>(scratch.counters.data_ptr<int>());
+  check(attention(a, stream()), "attention");
+}
+
+void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up) {
+  require(out, "silu_mul out", at::kBFloat16);
+  require(gate_up, "silu_mul gate_up", at::kBFloat16);
+  const int64_t inter = out.size(-1), rows = out.numel() / inter;
+  if (gate_up.numel() != 2 * out.numel()) fail("silu_mul: gate_up must be [rows, 2 * inter]");
+  check(silu_mul(bf(gate_up), bf(out), static_cast<int>(rows), static_cast<int>(inter), stream()), "silu_mul");
+}
+
+void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids) {
+  require(out, "embedding out", at::kBFloat16);
+  require(table, "embedding table", at::kBFloat16);
+  require(ids, "embedding ids", at::kLong);
+  const int64_t H = table.size(1);
+  if (out.numel() != ids.numel() * H) fail("embedding: out must be [T, H]");
+  check(embedding_gather(bf(table), ids.data_ptr<int64_t>(), bf(out), static_cast<int>(ids.numel()), static_cast<int>(H),
+                         stream()),
+        "embedding");
+}
+
+void argmax_out(const at::Tensor& out, const at::Tensor& logits) {
+  require(out, "argmax out", at::kLong);
+  require(logits, "argmax logits", at::kBFloat16, false);
+  const int64_t ld = row_stride(logits, "argmax logits");
+  if (out.numel() != logits.size(0)) fail("argmax: out must have one entry per row");
+  check(argmax_rows(bf(logits), ld, static_cast<int>(logits.size(0)), static_cast<int>(logits.size(1)),
+                    out.data_ptr<int64_t>(), stream()),
+        "argmax");
+}
+
+void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int64_t mask_id, const at::Tensor& start,
+                   const at::Tensor& ctx_start, const at::Tensor& record) {
+  require(block_ids, "accept block_ids", at::kLong);
+  require(posterior, "accept posterior", at::kLong);
+  require(record, "accept record", at::kLong);
+  require(start, "accept start", at::kInt);
+  require(ctx_start, "accept ctx_start", at::kInt);
+  const int64_t B = block_ids.numel();
+  if (posterior.numel() != B || record.numel() < 2 * B + 1) fail("dflash_accept: buffer sizes disagree with B={}", B);
+  check(kernels::dflash_accept(block_ids.data_ptr<int64_t>(), posterior.data_ptr<int64_t>(), static_cast<int>(B), mask_id,
+                               start.data_ptr<int>(), ctx_start.data_ptr<int>(), record.data_ptr<int64_t>(), stream()),
+        "dflash_accept");
+}
+
+void advance_counter(const at::Tensor& counter, int inc) {
+  require(counter, "counter", at::kInt);
+  check(kernels::advance_counter(counter.data_ptr<int>(), inc, stream()), "advance_counter");
+}
+
+namespace {
+GemmMode initial_gemm_mode() {
+  const char* env = std::getenv("SPECPRESS_GEMM");
+  return env != nullptr && std::strcmp(env, "skinny") == 0 ? GemmMode::kSkinny : GemmMode::kCublas;
+}
+GemmMode g_gemm_mode = initial_gemm_mode();
+}  // namespace
+
+GemmMode gemm_mode() { return g_gemm_mode; }
+void set_gemm_mode(GemmMode mode) { g_gemm_mode = mode; }
+
+void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const bool skinny = g_gemm_mode == GemmMode::kSkinny && M <= 16 && K % 32 == 0 && x.dim() == 2 && out.dim() == 2 &&
+                      x.stride(1) == 1 && x.stride(0) % 8 == 0 && out.stride(1) == 1 && weight.is_contiguous() &&
+                      x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+                      out.scalar_type() == at::kBFloat16 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
+  if (skinny) {
+    if (weight.size(1) != K || out.size(0) != M || out.size(1) != N) fail("linear: shapes disagree");
+    check(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
+                      static_cast<int>(K), stream()),
+          "skinny_gemm");
+    return;
+  }
+  at::Tensor o = out;  // mm_out takes a non-const reference to the output handle
+  at::mm_out(o, x, weight.t());
+}
+
+}  // namespace specpress::kernels

@@ -1,0 +1,61 @@
+// aten_ops.h — thin ATen wrappers over the torch-free kernels of src/kernels (CUDA builds only): check
+// dtype (bf16), device, shape and contiguity, then launch on the current CUDA stream. The `_out` forms
+// write into caller-owned buffers and allocate nothing, so they can run inside a captured CUDA graph.
+#pragma once
+#include <ATen/ATen.h>
+
+#include "ops/rope.h"
+
+namespace specpress::kernels {
+
+// y = rmsnorm(x [+ residual]) * weight. With `residual`, x + residual (bf16) is also written to
+// `sum_out` (may alias `residual`) and, if given, to `sum_out2` (a [rows, H] view with any row stride).
+void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
+                 const at::Tensor& residual = {}, const at::Tensor& sum_out = {}, const at::Tensor& sum_out2 = {});
+
+// qkv: [T, (nq + 2 nkv) * hd] (row-contiguous; a column slice of a wider buffer is fine). Writes the
+// normed, rotated queries to q_out [T, nq, hd] (if nq > 0) and K/V at positions *pos_base + t into
+// k_cache / v_cache ([nkv, capacity, hd], one layer).
+void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
+                      const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
+                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps);
+
+// Attention scratch for a fixed (T, splits): float workspace and zeroed counters.
+struct AttentionScratch {
+  at::Tensor workspace;  // uint8
+  at::Tensor counters;   // int32, zero between launches
+  int splits = 1;
+};
+AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
+                                        at::Device device);
+
+// out [T, nq*hd] = attention of q [T, nq, hd] over the first S = *kv_len_base + kv_len_add positions of
+// k_cache / v_cache [nkv, capacity, hd]; causal bottom-right or none.
+void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                   const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal, AttentionScratch& scratch);
+
+// out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]
+void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up);
+
+// out [T, H] = table[ids]
+void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids);
+
+// out int64 [rows] = argmax over the last dim of logits [rows, V] (bf16, unit column stride).
+void argmax_out(const at::Tensor& out, const at::Tensor& logits);
+
+// See kernels/decode_step.h. block_ids, posterior, record: int64; start, ctx_start: int32 [1].
+void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int64_t mask_id, const at::Tensor& start,
+                   const at::Tensor& ctx_start, const at::Tensor& record);
+void advance_counter(const at::Tensor& counter, int inc);
+
+// out = x @ weight^T, no allocation: cuBLAS (at::mm_out), or in skinny mode the batch-invariant
+// tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows. cuBLAS is the default: on the H200 it
+// reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1, the skinny kernel at 62-71% (docs/PERF.md).
+void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+enum class GemmMode { kSkinny, kCublas };
+// Process-wide; initialised from SPECPRESS_GEMM=cublas|skinny (default cublas). Graphs keep the mode
+// they were captured with.
+GemmMode gemm_mode();
+void set_gemm_mode(GemmMode mode);
+
+}  // namespace specpress::kernels

@@ -1,0 +1,41 @@
+// attention.h — attention of T query rows over a layer's KV cache (bf16, torch-free), GQA, with the key
+// count read from device memory: S = *kv_len_base + kv_len_add. Causal (bottom-right: query t sees keys
+// 0 .. S-T+t; target decode, verify and prefill) or non-causal (DFlash draft block over context + its
+// own block, whose K/V the caller wrote into the cache right after the context). Split-K over the keys
+// ("flash-decoding") with the combine done by the last block of each head group, so a step is one
+// launch. Reference twin: ops::attention on the cache narrowed to S keys (fp32 softmax; scores and
+// probabilities are not rounded to bf16 here, so results agree to bf16 precision, not bitwise).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specpress::kernels {
+
+struct AttentionArgs {
+  const __nv_bfloat16* q = nullptr;        // [T, nq, head_dim]
+  const __nv_bfloat16* k_cache = nullptr;  // [nkv, cache_capacity, head_dim]
+  const __nv_bfloat16* v_cache = nullptr;
+  __nv_bfloat16* out = nullptr;            // [T, nq * head_dim]
+  const int* kv_len_base = nullptr;        // device scalar
+  int kv_len_add = 0;
+  int T = 0, nq = 0, nkv = 0, head_dim = 0;  // head_dim in {32, 64, 128}; nq % nkv == 0, nq / nkv <= 64
+  int64_t cache_capacity = 0;
+  bool causal = true;
+  int splits = 1;                          // key splits (grid dimension; fixed for a captured graph)
+  void* workspace = nullptr;               // attention_workspace_bytes(...) bytes when splits > 1
+  unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
+  float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
+};
+
+size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);
+size_t attention_counter_count(int T, int nq, int nkv);
+// Splits for a cache of `capacity` positions and T query rows: enough blocks to cover the GPU on long
+// contexts, 1 for prefill-sized T.
+int attention_default_splits(int64_t capacity, int T);
+
+cudaError_t attention(const AttentionArgs& a, cudaStream_t stream);
+
+}  // namespace specpress::kernels

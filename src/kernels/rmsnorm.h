@@ -1,0 +1,25 @@
+// rmsnorm.h — fused residual add + RMSNorm (bf16, torch-free). Reference twin: ops::rms_norm, with the
+// residual add as ATen's bf16 `x + residual`.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace specpress::kernels {
+
+struct RmsNormArgs {
+  const __nv_bfloat16* x = nullptr;         // [rows, H], row stride H
+  const __nv_bfloat16* residual = nullptr;  // optional [rows, H]: the input is x + residual (rounded to bf16)
+  __nv_bfloat16* sum_out = nullptr;         // optional [rows, H]: receives x + residual (may alias residual or x)
+  __nv_bfloat16* sum_out2 = nullptr;        // optional second copy of the sum, row stride ld_sum_out2 (taps)
+  int64_t ld_sum_out2 = 0;
+  const __nv_bfloat16* weight = nullptr;    // [H]
+  __nv_bfloat16* y = nullptr;               // [rows, H]: weight * bf16(sum * rsqrt(mean(sum^2) + eps))
+  int rows = 0, H = 0;                      // H % 8 == 0, H <= 8192
+  float eps = 1e-6f;
+};
+
+cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream);
+
+}  // namespace specpress::kernels

@@ -1,0 +1,12 @@
+// swiglu.h — the SwiGLU activation on the fused gate/up projection (bf16, torch-free):
+// out[t, i] = bf16(bf16(silu(gate[t, i])) * up[t, i]) with gate = gate_up[t, 0:I], up = gate_up[t, I:2I].
+// Reference twin: at::silu(gate) * up inside ops::swiglu_mlp.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace specpress::kernels {
+
+cudaError_t silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int rows, int inter, cudaStream_t stream);
+
+}  // namespace specpress::kernels
