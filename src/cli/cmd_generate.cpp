@@ -14,6 +14,9 @@
 #include "decode/generation.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
+#ifdef SPECPRESS_FAST_PATH
+#include "decode/fast_generation.h"
+#endif
 #include "tokenizer/stream_decoder.h"
 #include "tools/prompting.h"
 
@@ -26,7 +29,7 @@ struct GenerateOptions {
   std::string device = "cpu", dtype = "f32";
   int64_t n_predict = 128;
   int64_t block_size = 0;
-  bool ignore_eos = false, json = false;
+  bool ignore_eos = false, json = false, reference_path = false;
   decode::SamplingParams sampling;
 };
 
@@ -95,8 +98,15 @@ int run_generate(const GenerateOptions& o) {
       std::fflush(stdout);
     };
   }
-  decode::GenerationResult result = draft ? decode::generate_dflash(target, *draft, prompt, params, stream)
-                                          : decode::generate_plain(target, prompt, params, stream);
+  decode::GenerationResult result;
+#ifdef SPECPRESS_FAST_PATH
+  // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not to.
+  if (!o.reference_path && model::fast_path_supported(target, draft.get(), nullptr))
+    result = decode::generate_fast(target, draft.get(), prompt, params, stream);
+  else
+#endif
+    result = draft ? decode::generate_dflash(target, *draft, prompt, params, stream)
+                   : decode::generate_plain(target, prompt, params, stream);
   if (o.json) {
     nlohmann::ordered_json j = result_json(result);
     if (tokenizer) {
@@ -141,6 +151,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   cmd->add_flag("--json", o->json, "print one JSON object with output_ids, timings and statistics");
   cmd->callback([&run, o]() { run = [o]() { return run_generate(*o); }; });
 }

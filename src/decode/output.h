@@ -37,6 +37,27 @@ class CommittedOutput {
   const TokenCallback& on_tokens_;
 };
 
+// The end of a DFlash verify step (dflash-spec.md §3.3), as the reference loop (dflash.cpp) does it: record
+// it, commit block[0..a], take posterior[a] as the new bonus and advance `start` by a + 1. Returns
+// false once decoding is over; like the reference, the bonus is committed too when it is a stop token
+// or the length is reached.
+inline bool finish_verify_step(CommittedOutput& output, GenerationResult& result, const GenerationParams& params,
+                               const std::vector<int64_t>& block, const std::vector<int64_t>& posterior, int64_t a,
+                               int64_t max_length, int64_t& start, int64_t& bonus) {
+  if (params.record_steps) result.steps.push_back(StepRecord{start, block, posterior, a});
+  result.acceptance_lengths.push_back(a + 1);
+  std::vector<int64_t> committed(block.begin(), block.begin() + a + 1);
+  bonus = posterior[a];
+  start += a + 1;
+  // The reference checks for a stop token in everything written so far, the new bonus included.
+  if (!output.commit(committed)) return false;
+  if (start >= max_length || std::find(params.stop_ids.begin(), params.stop_ids.end(), bonus) != params.stop_ids.end()) {
+    output.commit({bonus});
+    return false;
+  }
+  return true;
+}
+
 inline double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }

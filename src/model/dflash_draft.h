@@ -48,6 +48,7 @@ class DFlashDraft {
 
   DraftCache make_cache(int64_t capacity) const;
   const DFlashConfig& config() const { return config_; }
+  const DFlashWeights& weights() const { return weights_; }
 
  private:
   DFlashConfig config_;

@@ -1,0 +1,460 @@
+// qwen3_fast.cpp — see qwen3_fast.h.
+#include "model/qwen3_fast.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+
+namespace specpress::model {
+namespace {
+
+bool widths_supported(const Qwen3Config& c, const char* who, std::string* why) {
+  auto no = [&](const std::string& reason) {
+    if (why != nullptr) *why = std::string(who) + ": " + reason;
+    return false;
+  };
+  if (c.hidden_size % 8 != 0 || c.hidden_size > 8192) return no("hidden_size must be a multiple of 8, at most 8192");
+  if (c.intermediate_size % 8 != 0) return no("intermediate_size must be a multiple of 8");
+  if (c.head_dim != 32 && c.head_dim != 64 && c.head_dim != 128) return no("head_dim must be 32, 64 or 128");
+  if (c.num_heads / c.num_kv_heads > 64) return no("more than 64 query heads per kv head");
+  return true;
+}
+
+FastLayer fuse_layer(const DecoderLayerWeights& w) {
+  return FastLayer{w.input_norm, at::cat({w.q_proj, w.k_proj, w.v_proj}, 0).contiguous(), w.q_norm, w.k_norm,
+                   w.o_proj.contiguous(), w.post_norm, at::cat({w.gate_proj, w.up_proj}, 0).contiguous(),
+                   w.down_proj.contiguous()};
+}
+
+double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
+
+double layer_bytes(const FastLayer& l) {
+  return tensor_bytes(l.input_norm) + tensor_bytes(l.qkv) + tensor_bytes(l.q_norm) + tensor_bytes(l.k_norm) +
+         tensor_bytes(l.o_proj) + tensor_bytes(l.post_norm) + tensor_bytes(l.gate_up) + tensor_bytes(l.down);
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("fast path: {}: {}", what, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
+  auto no = [&](const std::string& reason) {
+    if (why != nullptr) *why = reason;
+    return false;
+  };
+  if (!target.device().is_cuda()) return no("needs --device cuda");
+  if (target.dtype() != at::kBFloat16) return no("needs --dtype bf16");
+  if (!widths_supported(target.config(), "target", why)) return false;
+  if (draft != nullptr) {
+    const DFlashConfig& dc = draft->config();
+    if (!widths_supported(dc.arch, "draft", why)) return false;
+    std::set<int64_t> unique(dc.target_layer_ids.begin(), dc.target_layer_ids.end());
+    if (unique.size() != dc.target_layer_ids.size()) return no("draft: repeated target_layer_ids");
+  }
+  return true;
+}
+
+FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64_t capacity, int64_t block_size)
+    : target_(target),
+      draft_(draft),
+      capacity_(capacity),
+      device_(target.device()),
+      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())) {
+  std::string why;
+  if (!fast_path_supported(target, draft, &why)) fail("fast path: {}", why);
+  const Qwen3Config& c = target.config();
+  if (capacity < 2 || capacity > c.max_position_embeddings)
+    fail("fast path: cache capacity {} outside 2..{}", capacity, c.max_position_embeddings);
+  // Weights may still be in flight on another stream (the engine stream does not wait on the default one).
+  check_cuda(cudaDeviceSynchronize(), "engine set-up");
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
+  auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
+  auto i64 = at::TensorOptions().dtype(at::kLong).device(device_);
+  for (const DecoderLayerWeights& w : target.weights().layers) t_layers_.push_back(fuse_layer(w));
+  k_cache_ = at::zeros({c.num_layers, c.num_kv_heads, capacity, c.head_dim}, bf16);
+  v_cache_ = at::zeros_like(k_cache_);
+  start_ = at::zeros({1}, i32);
+  ctx_start_ = at::zeros({1}, i32);
+  token_in_ = at::zeros({1}, i64);
+  decode_buf_ = make_target_buffers(1, 1, false, kernels::attention_default_splits(capacity, 1));
+  if (draft != nullptr) {
+    const DFlashConfig& dc = draft->config();
+    const Qwen3Config& a = dc.arch;
+    B_ = block_size == 0 ? dc.block_size : block_size;
+    if (B_ < 2 || B_ > dc.block_size) fail("fast path: block size {} outside 2..{}", B_, dc.block_size);
+    if (capacity < B_ + 1) fail("fast path: cache capacity {} below the block size + 1", capacity);
+    tap_layers_ = dc.target_layer_ids;
+    const int splits = kernels::attention_default_splits(capacity, static_cast<int>(B_));
+    verify_buf_ = make_target_buffers(B_, B_, true, splits);
+    for (const DecoderLayerWeights& w : draft->weights().layers) d_layers_.push_back(fuse_layer(w));
+    dk_cache_ = at::zeros({a.num_layers, a.num_kv_heads, capacity, a.head_dim}, bf16);
+    dv_cache_ = at::zeros_like(dk_cache_);
+    draft_rope_ = ops::make_rope_table(a.head_dim, a.rope_theta, a.max_position_embeddings, device_);
+    draft_buf_ = make_buffers(B_, B_ - 1, a, 0, splits);
+    draft_ctx_raw_ = at::zeros({B_, a.hidden_size}, bf16);
+    draft_ctx_ = at::zeros({B_, a.hidden_size}, bf16);
+    draft_kv_ = at::zeros({B_, 2 * a.num_kv_heads * a.head_dim}, bf16);
+    block_ids_ = at::full({B_}, dc.mask_token_id, i64);
+    posterior_ = at::zeros({B_}, i64);
+    record_ = at::zeros({2 * B_ + 1}, i64);
+  }
+  auto pinned = at::TensorOptions().dtype(at::kLong).pinned_memory(true);
+  record_host_ = at::zeros({2 * std::max<int64_t>(B_, 1) + 1}, pinned);
+  scalar_host_ = at::zeros({4}, pinned);
+  check_cuda(cudaStreamSynchronize(stream_.stream()), "engine set-up");
+}
+
+FastEngine::~FastEngine() = default;
+
+FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwen3Config& c, int64_t taps_width,
+                                     int splits) const {
+  auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
+  const int64_t H = c.hidden_size, hd = c.head_dim, nq = c.num_heads, nkv = c.num_kv_heads;
+  FastBuffers b;
+  b.rows = rows;
+  b.x = at::zeros({rows, H}, bf16);
+  b.h = at::zeros({rows, H}, bf16);
+  b.qkv = at::zeros({rows, (nq + 2 * nkv) * hd}, bf16);
+  b.q = at::zeros({rows, nq, hd}, bf16);
+  b.attn = at::zeros({rows, nq * hd}, bf16);
+  b.o = at::zeros({rows, H}, bf16);
+  b.gate_up = at::zeros({rows, 2 * c.intermediate_size}, bf16);
+  b.act = at::zeros({rows, c.intermediate_size}, bf16);
+  b.logits = at::zeros({std::max<int64_t>(logit_rows, 1), target_.config().vocab_size}, bf16);
+  b.tokens = at::zeros({std::max<int64_t>(logit_rows, 1)}, at::TensorOptions().dtype(at::kLong).device(device_));
+  if (taps_width > 0) b.taps = at::zeros({rows, taps_width}, bf16);
+  b.attn_scratch = kernels::make_attention_scratch(rows, nq, nkv, hd, splits, device_);
+  return b;
+}
+
+FastBuffers FastEngine::make_target_buffers(int64_t rows, int64_t logit_rows, bool taps, int splits) const {
+  const int64_t width = taps ? static_cast<int64_t>(tap_layers_.size()) * target_.config().hidden_size : 0;
+  return make_buffers(rows, logit_rows, target_.config(), width, splits);
+}
+
+void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Config& c, const ops::RopeTable& rope,
+                            const at::Tensor& k_cache, const at::Tensor& v_cache, FastBuffers& b, int64_t T,
+                            const at::Tensor& pos, bool causal, const at::Tensor& final_norm,
+                            const std::vector<int64_t>& taps) {
+  const double eps = c.rms_norm_eps;
+  const int64_t H = c.hidden_size;
+  at::Tensor x = b.x.narrow(0, 0, T), h = b.h.narrow(0, 0, T), qkv = b.qkv.narrow(0, 0, T), q = b.q.narrow(0, 0, T);
+  at::Tensor attn = b.attn.narrow(0, 0, T), o = b.o.narrow(0, 0, T), gu = b.gate_up.narrow(0, 0, T);
+  at::Tensor act = b.act.narrow(0, 0, T);
+  kernels::rmsnorm_out(h, x, layers[0].input_norm, eps);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const FastLayer& w = layers[l];
+    at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
+    kernels::linear_out(qkv, h, w.qkv);
+    kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
+    kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
+    kernels::linear_out(o, attn, w.o_proj);
+    kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
+    kernels::linear_out(gu, h, w.gate_up);
+    kernels::silu_mul_out(act, gu);
+    kernels::linear_out(o, act, w.down);
+    const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
+    at::Tensor tap;
+    for (size_t i = 0; i < taps.size(); ++i)
+      if (taps[i] == static_cast<int64_t>(l)) tap = b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
+    kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap);  // x += mlp (tapped); h = next layer's norm
+  }
+}
+
+void FastEngine::target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps) {
+  const int64_t T = ids.numel();
+  if (T > b.rows || logit_rows > b.logits.size(0) || logit_rows > T) fail("fast path: forward of {} rows exceeds its buffers", T);
+  kernels::embedding_out(b.x.narrow(0, 0, T), target_.weights().embed_tokens, ids);
+  static const std::vector<int64_t> no_taps;
+  run_layers(t_layers_, target_.config(), target_.rope(), k_cache_, v_cache_, b, T, start_, /*causal=*/true,
+             target_.weights().final_norm, taps ? tap_layers_ : no_taps);
+  kernels::linear_out(b.logits.narrow(0, 0, logit_rows), b.h.narrow(0, T - logit_rows, logit_rows),
+                      target_.weights().lm_head);
+}
+
+void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx,
+                              const at::Tensor& kv) {
+  const Qwen3Config& a = draft_->config().arch;
+  const DFlashWeights& dw = draft_->weights();
+  kernels::linear_out(raw, features, dw.fc);
+  kernels::rmsnorm_out(ctx, raw, dw.hidden_norm, a.rms_norm_eps);
+  const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
+  static const at::Tensor none;
+  for (size_t l = 0; l < d_layers_.size(); ++l) {
+    const FastLayer& w = d_layers_[l];
+    kernels::linear_out(kv, ctx, w.qkv.narrow(0, q_rows, kv_rows));
+    kernels::qk_norm_rope_out(kv, 0, a.num_kv_heads, none, w.k_norm, draft_rope_, ctx_start_,
+                              none, dk_cache_.select(0, static_cast<int64_t>(l)),
+                              dv_cache_.select(0, static_cast<int64_t>(l)), a.rms_norm_eps);
+  }
+}
+
+void FastEngine::draft_block() {
+  const Qwen3Config& a = draft_->config().arch;
+  FastBuffers& b = draft_buf_;
+  kernels::embedding_out(b.x.narrow(0, 0, B_), target_.weights().embed_tokens, block_ids_);
+  static const std::vector<int64_t> no_taps;
+  run_layers(d_layers_, a, draft_rope_, dk_cache_, dv_cache_, b, B_, start_, /*causal=*/false,
+             draft_->weights().final_norm, no_taps);
+  at::Tensor logits = b.logits.narrow(0, 0, B_ - 1);
+  kernels::linear_out(logits, b.h.narrow(0, 1, B_ - 1), target_.weights().lm_head);
+  kernels::argmax_out(block_ids_.narrow(0, 1, B_ - 1), logits);
+}
+
+void FastEngine::decode_body() {
+  target_forward(token_in_, decode_buf_, 1, false);
+  kernels::argmax_out(token_in_, decode_buf_.logits.narrow(0, 0, 1));
+  kernels::advance_counter(start_, 1);
+}
+
+void FastEngine::verify_body() {
+  target_forward(block_ids_, verify_buf_, B_, true);
+  kernels::argmax_out(posterior_, verify_buf_.logits.narrow(0, 0, B_));
+}
+
+void FastEngine::draft_body() {
+  draft_inject(verify_buf_.taps, draft_ctx_raw_, draft_ctx_, draft_kv_);
+  draft_block();
+}
+
+void FastEngine::set_start(int64_t start, int64_t ctx_start) {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  start_.fill_(start);
+  ctx_start_.fill_(ctx_start);
+}
+
+void FastEngine::capture_graphs() {
+  if (graphs_ready_) return;
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  // Warm up every body once on this stream (cuBLAS handles and workspaces, kernel attributes), at
+  // positions 0.., before anything meaningful is in the caches.
+  set_start(0, 0);
+  decode_body();
+  if (draft_ != nullptr) {
+    set_start(0, 0);
+    verify_body();
+    set_start(0, 0);
+    draft_body();
+  }
+  check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
+  // A capture left open would break every later CUDA call of the process: close it on any error.
+  auto capture = [](std::unique_ptr<at::cuda::CUDAGraph>& graph, const at::cuda::CUDAGraph* pool_of, auto&& body) {
+    graph = std::make_unique<at::cuda::CUDAGraph>();
+    if (pool_of != nullptr)
+      graph->capture_begin(const_cast<at::cuda::CUDAGraph*>(pool_of)->pool());
+    else
+      graph->capture_begin();
+    try {
+      body();
+    } catch (...) {
+      try {
+        graph->capture_end();
+      } catch (...) {
+      }
+      graph.reset();
+      throw;
+    }
+    graph->capture_end();
+  };
+  capture(decode_graph_, nullptr, [&] { decode_body(); });
+  if (draft_ != nullptr) {
+    capture(verify_graph_, decode_graph_.get(), [&] { verify_body(); });
+    capture(draft_graph_, decode_graph_.get(), [&] { draft_body(); });
+    block_ids_.fill_(draft_->config().mask_token_id);
+  }
+  set_start(0, 0);
+  token_in_.zero_();
+  check_cuda(cudaStreamSynchronize(stream_.stream()), "graph capture");
+  graphs_ready_ = true;
+}
+
+at::Tensor FastEngine::prefill(const std::vector<int64_t>& prompt) {
+  capture_graphs();
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  const int64_t N = static_cast<int64_t>(prompt.size());
+  if (N < 1 || N + std::max<int64_t>(B_, 1) > capacity_)
+    fail("fast path: prompt of {} tokens does not fit the cache capacity {}", N, capacity_);
+  at::Tensor ids = at::tensor(prompt, at::kLong).to(device_);
+  set_start(0, 0);
+  FastBuffers pb = make_target_buffers(N, 1, draft_ != nullptr, 1);
+  target_forward(ids, pb, 1, draft_ != nullptr);
+  if (draft_ != nullptr) prefill_taps_ = pb.taps;
+  at::Tensor logits = pb.logits.narrow(0, 0, 1).to(at::kFloat);
+  set_start(N, 0);
+  sync();  // results handed to other streams
+  return logits;
+}
+
+void FastEngine::set_token(int64_t token) {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  token_in_.fill_(token);
+}
+
+void FastEngine::decode_step() {
+  capture_graphs();
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  decode_graph_->replay();
+}
+
+int64_t FastEngine::read_token() {
+  int64_t* host = scalar_host_.data_ptr<int64_t>();
+  check_cuda(cudaMemcpyAsync(host, token_in_.data_ptr<int64_t>(), sizeof(int64_t), cudaMemcpyDeviceToHost,
+                             stream_.stream()),
+             "token copy");
+  check_cuda(cudaStreamSynchronize(stream_.stream()), "token sync");
+  return host[0];
+}
+
+at::Tensor FastEngine::decode_logits() {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  at::Tensor out = decode_buf_.logits.narrow(0, 0, 1).to(at::kFloat);
+  sync();
+  return out;
+}
+
+void FastEngine::first_draft(int64_t bonus) {
+  if (draft_ == nullptr) fail("fast path: first_draft without a draft model");
+  if (!prefill_taps_.defined()) fail("fast path: first_draft before prefill");
+  capture_graphs();
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  const Qwen3Config& a = draft_->config().arch;
+  const int64_t N = prefill_taps_.size(0);
+  auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
+  ctx_start_.fill_(0);
+  draft_inject(prefill_taps_, at::empty({N, a.hidden_size}, bf16), at::empty({N, a.hidden_size}, bf16),
+               at::empty({N, 2 * a.num_kv_heads * a.head_dim}, bf16));
+  prefill_taps_ = at::Tensor();
+  std::vector<int64_t> block(B_, draft_->config().mask_token_id);
+  block[0] = bonus;
+  block_ids_.copy_(at::tensor(block, at::kLong));
+  draft_block();
+  sync();
+}
+
+void FastEngine::draft_step() {
+  capture_graphs();
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  draft_graph_->replay();
+}
+
+void FastEngine::verify_step() {
+  capture_graphs();
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  verify_graph_->replay();
+}
+
+void FastEngine::accept(const std::vector<int64_t>* posterior) {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  if (posterior != nullptr) posterior_.copy_(at::tensor(*posterior, at::kLong));
+  kernels::dflash_accept(block_ids_, posterior_, draft_->config().mask_token_id, start_, ctx_start_, record_);
+}
+
+const int64_t* FastEngine::read_record() {
+  int64_t* host = record_host_.data_ptr<int64_t>();
+  check_cuda(cudaMemcpyAsync(host, record_.data_ptr<int64_t>(), sizeof(int64_t) * record_.numel(),
+                             cudaMemcpyDeviceToHost, stream_.stream()),
+             "record copy");
+  check_cuda(cudaStreamSynchronize(stream_.stream()), "record sync");
+  return host;
+}
+
+at::Tensor FastEngine::verify_logits() {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  at::Tensor out = verify_buf_.logits.narrow(0, 0, B_).to(at::kFloat);
+  sync();
+  return out;
+}
+
+at::Tensor FastEngine::draft_proposals() {
+  sync();
+  return block_ids_;
+}
+
+double FastEngine::kernel_class_ms(const std::string& kind, int64_t M, int reps) {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  FastBuffers& b = M == 1 ? decode_buf_ : verify_buf_;
+  if (M > b.rows) fail("kernel_class_ms: M {} exceeds the buffers", M);
+  const Qwen3Config& c = target_.config();
+  auto rows = [&](const at::Tensor& t) { return t.narrow(0, 0, M); };
+  const int64_t lm_rows = std::min<int64_t>(M, b.logits.size(0));
+  at::Tensor ids = M == 1 ? token_in_ : block_ids_.narrow(0, 0, M);
+  auto body = [&] {
+    if (kind == "head") {
+      kernels::embedding_out(rows(b.x), target_.weights().embed_tokens, ids);
+      kernels::argmax_out(b.tokens.narrow(0, 0, lm_rows), b.logits.narrow(0, 0, lm_rows));
+      return;
+    }
+    for (size_t l = 0; l < t_layers_.size(); ++l) {
+      const FastLayer& w = t_layers_[l];
+      at::Tensor kc = k_cache_.select(0, static_cast<int64_t>(l)), vc = v_cache_.select(0, static_cast<int64_t>(l));
+      if (kind == "matmul") {
+        kernels::linear_out(rows(b.qkv), rows(b.h), w.qkv);
+        kernels::linear_out(rows(b.o), rows(b.attn), w.o_proj);
+        kernels::linear_out(rows(b.gate_up), rows(b.h), w.gate_up);
+        kernels::linear_out(rows(b.o), rows(b.act), w.down);
+      } else if (kind == "attention") {
+        kernels::attention_out(rows(b.attn), rows(b.q), kc, vc, start_, M, true, b.attn_scratch);
+      } else if (kind == "elementwise") {
+        kernels::rmsnorm_out(rows(b.h), rows(b.o), w.post_norm, c.rms_norm_eps, rows(b.x), rows(b.x));
+        kernels::qk_norm_rope_out(rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, target_.rope(), start_,
+                                  rows(b.q), kc, vc, c.rms_norm_eps);
+        kernels::silu_mul_out(rows(b.act), rows(b.gate_up));
+        kernels::rmsnorm_out(rows(b.h), rows(b.o), w.input_norm, c.rms_norm_eps, rows(b.x), rows(b.x));
+      } else {
+        fail("kernel_class_ms: unknown kind '{}'", kind);
+      }
+    }
+    if (kind == "matmul")
+      kernels::linear_out(b.logits.narrow(0, 0, lm_rows), b.h.narrow(0, 0, lm_rows), target_.weights().lm_head);
+  };
+  body();
+  sync();
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  body();
+  graph.capture_end();
+  graph.replay();
+  sync();
+  cudaEvent_t e0, e1;
+  check_cuda(cudaEventCreate(&e0), "event");
+  check_cuda(cudaEventCreate(&e1), "event");
+  check_cuda(cudaEventRecord(e0, stream_.stream()), "event");
+  for (int i = 0; i < reps; ++i) graph.replay();
+  check_cuda(cudaEventRecord(e1, stream_.stream()), "event");
+  sync();
+  float ms = 0.f;
+  check_cuda(cudaEventElapsedTime(&ms, e0, e1), "event");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / reps;
+}
+
+void FastEngine::sync() { check_cuda(cudaStreamSynchronize(stream_.stream()), "stream sync"); }
+
+double FastEngine::decode_bytes(int64_t context) const {
+  const Qwen3Config& c = target_.config();
+  double bytes = tensor_bytes(target_.weights().final_norm) + tensor_bytes(target_.weights().lm_head);
+  for (const FastLayer& l : t_layers_) bytes += layer_bytes(l);
+  bytes += 2.0 * c.num_layers * c.num_kv_heads * context * c.head_dim * 2;  // K and V, bf16
+  return bytes;
+}
+
+double FastEngine::draft_bytes(int64_t context) const {
+  if (draft_ == nullptr) return 0;
+  const Qwen3Config& a = draft_->config().arch;
+  const DFlashWeights& dw = draft_->weights();
+  double bytes = tensor_bytes(dw.fc) + tensor_bytes(dw.hidden_norm) + tensor_bytes(dw.final_norm) +
+                 tensor_bytes(target_.weights().lm_head);
+  for (const FastLayer& l : d_layers_) bytes += layer_bytes(l);
+  bytes += 2.0 * a.num_layers * a.num_kv_heads * context * a.head_dim * 2;
+  return bytes;
+}
+
+}  // namespace specpress::model

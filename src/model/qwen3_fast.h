@@ -1,0 +1,139 @@
+// qwen3_fast.h — the CUDA fast path (bf16, CUDA builds only): Qwen3 target and DFlash draft forwards
+// built from the kernels of src/kernels with cuBLAS matmuls on weights fused at load time (QKV,
+// gate/up), static buffers, device-side positions, and CUDA graphs for the three steady-state steps:
+// target decode (1 token), target verify (block B) and the draft step (context K/V injection of the B
+// rows the last verify tapped + the block forward + argmax proposals). The engine owns its own KV
+// caches; the reference models (model/qwen3.h, model/dflash_draft.h) supply weights and configs.
+//
+// Device state: `start` (int32, committed target positions = position of the next input token) and
+// `ctx_start` (int32, draft context positions already injected). The verify step's acceptance runs on
+// the device too (kernels::dflash_accept), so a speculative cycle needs one host synchronisation: the
+// copy of its [block, posterior, a] record.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/aten_ops.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+
+namespace specpress::model {
+
+// Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
+bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
+
+struct FastLayer {
+  at::Tensor input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
+};
+
+// Scratch activations for forwards of up to `rows` tokens of one model.
+struct FastBuffers {
+  int64_t rows = 0;
+  at::Tensor x, h, qkv, q, attn, o, gate_up, act;  // [rows, ...] bf16
+  at::Tensor logits;                               // [rows, V] bf16
+  at::Tensor tokens;                               // int64 [rows]: argmax of the logits rows
+  at::Tensor taps;                                 // [rows, n_taps * H] bf16 (target only)
+  kernels::AttentionScratch attn_scratch;
+};
+
+class FastEngine {
+ public:
+  // `capacity`: positions the KV caches hold (prompt + new tokens + block). `block_size` 0 = the
+  // draft's trained size; ignored without a draft.
+  FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64_t capacity, int64_t block_size = 0);
+  ~FastEngine();
+  FastEngine(const FastEngine&) = delete;
+  FastEngine& operator=(const FastEngine&) = delete;
+
+  int64_t block_size() const { return B_; }
+  int64_t capacity() const { return capacity_; }
+  const c10::cuda::CUDAStream& stream() const { return stream_; }
+
+  // ---- plain decoding
+  // Eager prefill of `prompt` at positions 0..N-1 (taps kept for the draft when there is one).
+  // Returns the last row's logits (fp32 [1, V], a fresh tensor). Sets start = N.
+  at::Tensor prefill(const std::vector<int64_t>& prompt);
+  void set_token(int64_t token);  // the next decode step's input
+  // Decode graph: the token at `start` -> logits -> argmax becomes the next input; start += 1.
+  void decode_step();
+  int64_t read_token();           // the decode step's argmax (one host sync)
+  at::Tensor decode_logits();     // fp32 [1, V] copy of the last decode step's logits
+
+  // ---- DFlash decoding (needs a draft)
+  // First draft call after prefill: injects all N prompt rows, sets block = [bonus, MASK...], drafts.
+  void first_draft(int64_t bonus);
+  void draft_step();              // draft graph: inject the last verify's B tapped rows, draft the block
+  void verify_step();             // verify graph: target forward of the block, argmax posterior, taps
+  // Acceptance on the device, from the verify argmax or (sampling) from `posterior` given by the host.
+  void accept(const std::vector<int64_t>* posterior = nullptr);
+  // Host copy of the last accept's record: block (B), posterior (B), a. One host sync.
+  const int64_t* read_record();
+  at::Tensor verify_logits();     // fp32 [B, V] copy of the last verify's logits
+  at::Tensor draft_proposals();   // int64 [B] device view of the block ids (bonus + proposals)
+
+  // Element counts and bytes that one decode / verify / draft step must read (weights + KV at
+  // `context`), for rooflines.
+  double decode_bytes(int64_t context) const;
+  double draft_bytes(int64_t context) const;
+
+  // Direct forwards for tests and benchmarks (eager, on the engine stream):
+  // target forward of ids [T] at device position *start; logits of the last `logit_rows` rows.
+  void target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps);
+  FastBuffers make_target_buffers(int64_t rows, int64_t logit_rows, bool taps, int splits) const;
+  FastBuffers& verify_buffers() { return verify_buf_; }
+  FastBuffers& decode_buffers() { return decode_buf_; }
+  FastBuffers& draft_buffers() { return draft_buf_; }
+  at::Tensor& start_tensor() { return start_; }
+  at::Tensor& ctx_start_tensor() { return ctx_start_; }
+  void set_start(int64_t start, int64_t ctx_start);
+  at::Tensor target_k_cache() const { return k_cache_; }
+  at::Tensor target_v_cache() const { return v_cache_; }
+  at::Tensor draft_k_cache() const { return dk_cache_; }
+  at::Tensor draft_v_cache() const { return dv_cache_; }
+  // Capture the three graphs (done lazily by the first step; exposed for timing set-up).
+  void capture_graphs();
+  // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
+  // (1 or B): "matmul" (the 4 per layer + LM head), "attention", "elementwise" (2 RMSNorms, q/k-norm +
+  // RoPE, SwiGLU per layer), "head" (embedding + argmax). Writes scratch buffers and the caches.
+  double kernel_class_ms(const std::string& kind, int64_t M, int reps);
+  // Waits for the engine stream. Methods returning tensors (prefill, *_logits, draft_proposals) do it;
+  // callers reading the buffers directly after a step must call it (the stream is non-blocking).
+  void sync();
+
+ private:
+  const Qwen3Model& target_;
+  const DFlashDraft* draft_;
+  int64_t capacity_, B_ = 0;
+  at::Device device_;
+  c10::cuda::CUDAStream stream_;
+  std::vector<FastLayer> t_layers_, d_layers_;
+  at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
+  ops::RopeTable draft_rope_;
+  at::Tensor start_, ctx_start_;                        // int32 [1]
+  at::Tensor token_in_;                                 // int64 [1]
+  at::Tensor block_ids_, posterior_, record_;           // int64 [B], [B], [2B+1]
+  at::Tensor record_host_, scalar_host_;                // pinned
+  FastBuffers decode_buf_, verify_buf_, draft_buf_;
+  at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
+  std::unique_ptr<at::cuda::CUDAGraph> decode_graph_, verify_graph_, draft_graph_;
+  bool graphs_ready_ = false;
+  std::vector<int64_t> tap_layers_;
+
+  at::Tensor prefill_taps_;                            // prompt rows' taps until the first draft
+  FastBuffers make_buffers(int64_t rows, int64_t logit_rows, const Qwen3Config& c, int64_t taps_width, int splits) const;
+  void run_layers(const std::vector<FastLayer>& layers, const Qwen3Config& c, const ops::RopeTable& rope,
+                  const at::Tensor& k_cache, const at::Tensor& v_cache, FastBuffers& b, int64_t T,
+                  const at::Tensor& pos, bool causal, const at::Tensor& final_norm, const std::vector<int64_t>& taps);
+  void draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx, const at::Tensor& kv);
+  void draft_block();
+  void decode_body();
+  void verify_body();
+  void draft_body();
+};
+
+}  // namespace specpress::model
