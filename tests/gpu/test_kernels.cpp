@@ -1,0 +1,279 @@
+// test_kernels.cpp — each CUDA kernel of src/kernels against its ATen reference twin (src/ops) on fresh
+// random bf16 inputs, outputs poisoned before every launch. GPU machine only (tests/gpu is built with
+// CUDA); tolerances are bf16-level: ||out - ref|| / ||ref|| < 1e-2 unless the kernel rounds exactly as
+// the reference (then bitwise or within one bf16 unit).
+#include <gtest/gtest.h>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cmath>
+
+#include "kernels/aten_ops.h"
+#include "kernels/skinny_gemm.h"
+#include "ops/attention.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+
+using namespace specpress;
+
+namespace {
+
+at::TensorOptions bf16() { return at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA); }
+at::TensorOptions i32() { return at::TensorOptions().dtype(at::kInt).device(at::kCUDA); }
+at::TensorOptions i64() { return at::TensorOptions().dtype(at::kLong).device(at::kCUDA); }
+
+double rel_err(const at::Tensor& out, const at::Tensor& ref) {
+  at::Tensor a = out.to(at::kDouble).cpu(), b = ref.to(at::kDouble).cpu();
+  EXPECT_FALSE(at::isnan(a).any().item<bool>()) << "NaN in the kernel output (unwritten element?)";
+  return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
+}
+// Largest difference in bf16 units of the reference's magnitude.
+double max_ulps(const at::Tensor& out, const at::Tensor& ref) {
+  at::Tensor a = out.to(at::kDouble).cpu(), b = ref.to(at::kDouble).cpu();
+  at::Tensor ulp = at::exp2(at::floor(at::log2(b.abs().clamp_min(1e-30))) - 7);
+  return ((a - b).abs() / ulp).max().item<double>();
+}
+
+class Kernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+    at::manual_seed(1234 + ::testing::UnitTest::GetInstance()->random_seed());
+  }
+  c10::InferenceMode mode;
+};
+
+}  // namespace
+
+TEST_F(Kernels, RmsNormMatchesReference) {
+  for (int64_t H : {128, 2560, 4096}) {
+    for (bool with_residual : {false, true}) {
+      const int64_t rows = 5;
+      at::Tensor x = at::randn({rows, H}, bf16()) * 3, r = at::randn({rows, H}, bf16());
+      at::Tensor w = 1 + 0.1 * at::randn({H}, bf16());
+      at::Tensor y = at::full({rows, H}, NAN, bf16()), sum = at::full({rows, H}, NAN, bf16());
+      at::Tensor taps = at::full({rows, 3 * H}, NAN, bf16());
+      at::Tensor input = with_residual ? x + r : x;
+      if (with_residual)
+        kernels::rmsnorm_out(y, x, w, 1e-6, r, sum, taps.narrow(1, H, H));
+      else
+        kernels::rmsnorm_out(y, x, w, 1e-6);
+      at::Tensor ref = ops::rms_norm(input, w, 1e-6);
+      EXPECT_LE(max_ulps(y, ref), 2.0) << "H=" << H;
+      EXPECT_LT(rel_err(y, ref), 1e-3);
+      if (with_residual) {
+        EXPECT_TRUE(at::equal(sum, input)) << "x + residual must round exactly as ATen's bf16 add";
+        EXPECT_TRUE(at::equal(taps.narrow(1, H, H), input));
+        EXPECT_TRUE(at::isnan(taps.narrow(1, 0, H)).all().item<bool>()) << "wrote outside the tap slice";
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, RmsNormInPlaceResidual) {
+  const int64_t rows = 3, H = 2560;
+  at::Tensor o = at::randn({rows, H}, bf16()), x = at::randn({rows, H}, bf16());
+  at::Tensor w = 1 + 0.1 * at::randn({H}, bf16());
+  at::Tensor expect_sum = x + o, expect_y = ops::rms_norm(expect_sum, w, 1e-6);
+  at::Tensor y = at::full({rows, H}, NAN, bf16());
+  kernels::rmsnorm_out(y, o, w, 1e-6, x, x);  // the layer loop's form: x += o in place
+  EXPECT_TRUE(at::equal(x, expect_sum));
+  EXPECT_LE(max_ulps(y, expect_y), 2.0);
+}
+
+TEST_F(Kernels, QkNormRopeMatchesReference) {
+  struct Case { int64_t T, nq, nkv, hd, pos; };
+  for (Case cs : {Case{7, 4, 2, 32, 5}, Case{16, 32, 8, 128, 300}, Case{1, 32, 8, 128, 1000}, Case{9, 0, 8, 128, 17}}) {
+    const int64_t cap = 1100, width = (cs.nq + 2 * cs.nkv) * cs.hd;
+    ops::RopeTable rope = ops::make_rope_table(cs.hd, 1e6, 2048, at::Device(at::kCUDA));
+    // a column slice of a wider buffer, as the draft's K/V-only projection would be
+    at::Tensor wide = at::randn({cs.T, width + 64}, bf16());
+    at::Tensor qkv = wide.narrow(1, 0, width);
+    at::Tensor qn = 1 + 0.1 * at::randn({cs.hd}, bf16()), kn = 1 + 0.1 * at::randn({cs.hd}, bf16());
+    at::Tensor q_out = at::full({cs.T, std::max<int64_t>(cs.nq, 1), cs.hd}, NAN, bf16());
+    at::Tensor kc = at::full({cs.nkv, cap, cs.hd}, 7.0, bf16()), vc = at::full({cs.nkv, cap, cs.hd}, 7.0, bf16());
+    at::Tensor pos = at::full({1}, cs.pos, i32());
+    kernels::qk_norm_rope_out(qkv, cs.nq, cs.nkv, qn, kn, rope, pos, q_out, kc, vc, 1e-6);
+    at::Tensor positions = at::arange(cs.pos, cs.pos + cs.T, i64());
+    if (cs.nq > 0) {
+      at::Tensor q = ops::rms_norm(qkv.narrow(1, 0, cs.nq * cs.hd).reshape({cs.T, cs.nq, cs.hd}), qn, 1e-6).transpose(0, 1);
+      at::Tensor q_ref = ops::apply_rope(q, rope, positions).transpose(0, 1);
+      EXPECT_LE(max_ulps(q_out, q_ref), 2.0) << "q, hd=" << cs.hd;
+    }
+    at::Tensor k = ops::rms_norm(qkv.narrow(1, cs.nq * cs.hd, cs.nkv * cs.hd).reshape({cs.T, cs.nkv, cs.hd}), kn, 1e-6).transpose(0, 1);
+    at::Tensor k_ref = ops::apply_rope(k, rope, positions);
+    at::Tensor v_ref = qkv.narrow(1, (cs.nq + cs.nkv) * cs.hd, cs.nkv * cs.hd).reshape({cs.T, cs.nkv, cs.hd}).transpose(0, 1);
+    EXPECT_LE(max_ulps(kc.narrow(1, cs.pos, cs.T), k_ref), 2.0) << "k, hd=" << cs.hd;
+    EXPECT_TRUE(at::equal(vc.narrow(1, cs.pos, cs.T), v_ref));
+    EXPECT_TRUE((kc.narrow(1, 0, cs.pos) == 7.0).all().item<bool>()) << "wrote before the position";
+    EXPECT_TRUE((vc.narrow(1, cs.pos + cs.T, cap - cs.pos - cs.T) == 7.0).all().item<bool>()) << "wrote after the block";
+  }
+}
+
+namespace {
+
+struct AttnCase {
+  int64_t T, nq, nkv, hd, base;  // S = base + T
+  bool causal;
+  int splits;
+};
+
+void check_attention(const AttnCase& c) {
+  SCOPED_TRACE(::testing::Message() << "T=" << c.T << " nq=" << c.nq << " nkv=" << c.nkv << " hd=" << c.hd
+                                    << " S=" << c.base + c.T << " causal=" << c.causal << " splits=" << c.splits);
+  const int64_t cap = c.base + c.T + 37, S = c.base + c.T;
+  at::Tensor q = at::randn({c.T, c.nq, c.hd}, bf16()) * 2;
+  at::Tensor kc = at::randn({c.nkv, cap, c.hd}, bf16()) * 2, vc = at::randn({c.nkv, cap, c.hd}, bf16());
+  kc.narrow(1, S, cap - S).fill_(NAN);  // never read past S
+  vc.narrow(1, S, cap - S).fill_(NAN);
+  at::Tensor out = at::full({c.T, c.nq * c.hd}, NAN, bf16());
+  at::Tensor base = at::full({1}, static_cast<int>(c.base), i32());
+  kernels::AttentionScratch scratch = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, c.splits, at::Device(at::kCUDA));
+  kernels::attention_out(out, q, kc, vc, base, c.T, c.causal, scratch);
+  const auto mask = c.causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
+  at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
+  at::Tensor ref_bf16 = ops::attention(qt, ks, vs, mask);
+  at::Tensor ref_f64 = ops::attention(qt.to(at::kDouble), ks.to(at::kDouble), vs.to(at::kDouble), mask);
+  const double e64 = rel_err(out, ref_f64), e16 = rel_err(out, ref_bf16), ref_e = rel_err(ref_bf16, ref_f64);
+  // fp32 scores and probabilities: closer to float64 than the bf16 reference, which rounds both
+  EXPECT_LT(e64, 5e-3) << "vs float64 reference";
+  EXPECT_LE(e64, ref_e + 1e-3) << "less accurate than the bf16 ATen reference";
+  EXPECT_LT(e16, ref_e + e64 + 1e-3) << "vs the bf16 ATen reference (whose own error vs float64 is " << ref_e << ")";
+  if (c.splits > 1) EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "split counters must be left zeroed";
+  at::Tensor again = at::full({c.T, c.nq * c.hd}, NAN, bf16());
+  kernels::attention_out(again, q, kc, vc, base, c.T, c.causal, scratch);
+  EXPECT_TRUE(at::equal(out, again)) << "not deterministic: a race?";
+}
+
+}  // namespace
+
+TEST_F(Kernels, AttentionMatchesReference) {
+  for (AttnCase c : {AttnCase{1, 32, 8, 128, 600, true, 1}, AttnCase{1, 32, 8, 128, 600, true, 16},
+                     AttnCase{16, 32, 8, 128, 511, true, 1}, AttnCase{16, 32, 8, 128, 511, true, 16},
+                     AttnCase{16, 32, 8, 128, 700, false, 4},   // draft block over context + block
+                     AttnCase{16, 32, 8, 128, 0, false, 1},     // draft, empty context
+                     AttnCase{100, 4, 2, 32, 0, true, 1},       // prefill, several query tiles
+                     AttnCase{8, 4, 2, 32, 45, false, 3}, AttnCase{1, 4, 2, 32, 45, true, 2},
+                     AttnCase{5, 8, 8, 64, 33, true, 2},        // no GQA
+                     AttnCase{3, 32, 8, 128, 4000, true, 16}})  // long context, split-K
+    check_attention(c);
+}
+
+TEST_F(Kernels, AttentionLengthFromDeviceMemoryInsideAGraph) {
+  const int64_t T = 16, nq = 32, nkv = 8, hd = 128, cap = 1024;
+  at::Tensor q = at::randn({T, nq, hd}, bf16());
+  at::Tensor kc = at::randn({nkv, cap, hd}, bf16()), vc = at::randn({nkv, cap, hd}, bf16());
+  at::Tensor out = at::zeros({T, nq * hd}, bf16());
+  at::Tensor base = at::full({1}, 100, i32());
+  kernels::AttentionScratch scratch = kernels::make_attention_scratch(T, nq, nkv, hd, 8, at::Device(at::kCUDA));
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    kernels::attention_out(out, q, kc, vc, base, T, true, scratch);  // warm-up
+    at::cuda::CUDAGraph graph;
+    graph.capture_begin();
+    kernels::attention_out(out, q, kc, vc, base, T, true, scratch);
+    graph.capture_end();
+    for (int start : {100, 7, 900}) {
+      base.fill_(start);
+      out.fill_(NAN);
+      graph.replay();
+      side.synchronize();
+      at::Tensor ref = ops::attention(q.transpose(0, 1), kc.narrow(1, 0, start + T), vc.narrow(1, 0, start + T),
+                                      ops::AttentionMask::kCausalBottomRight);
+      EXPECT_LT(rel_err(out, ref), 1e-2) << "graph replay at start " << start;
+    }
+  }
+}
+
+TEST_F(Kernels, SiluMulMatchesReference) {
+  const int64_t rows = 16, inter = 9728;
+  at::Tensor gu = at::randn({rows, 2 * inter}, bf16()) * 3;
+  at::Tensor out = at::full({rows, inter}, NAN, bf16());
+  kernels::silu_mul_out(out, gu);
+  at::Tensor ref = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
+  EXPECT_LE(max_ulps(out, ref), 2.0);
+}
+
+TEST_F(Kernels, EmbeddingAndArgmax) {
+  const int64_t V = 151936, H = 2560, rows = 4;
+  at::Tensor table = at::randn({1000, H}, bf16());
+  at::Tensor ids = at::randint(0, 1000, {rows}, i64());
+  at::Tensor emb = at::full({rows, H}, NAN, bf16());
+  kernels::embedding_out(emb, table, ids);
+  EXPECT_TRUE(at::equal(emb, at::embedding(table, ids)));
+
+  at::Tensor logits = at::randn({rows, V}, bf16());
+  logits[1][100000] = 50.0;  // a tie: the lowest index must win
+  logits[1][77] = 50.0;
+  logits[2][V - 1] = 60.0;
+  at::Tensor out = at::full({rows}, -1, i64());
+  kernels::argmax_out(out, logits);
+  at::Tensor ref = logits.to(at::kFloat).argmax(-1);
+  EXPECT_TRUE(at::equal(out, ref)) << out << ref;
+  EXPECT_EQ(out[1].item<int64_t>(), 77);
+  EXPECT_EQ(out[2].item<int64_t>(), V - 1);
+  // a strided row view: argmax of rows 1..2 only
+  at::Tensor sub = at::full({2}, -1, i64());
+  kernels::argmax_out(sub, logits.narrow(0, 1, 2));
+  EXPECT_TRUE(at::equal(sub, ref.narrow(0, 1, 2)));
+}
+
+TEST_F(Kernels, DFlashAcceptRule) {
+  const int64_t B = 6, mask = 999;
+  at::Tensor block = at::tensor(std::vector<int64_t>{5, 11, 12, 13, 99, 15}, at::kLong).to(at::kCUDA);
+  at::Tensor post = at::tensor(std::vector<int64_t>{11, 12, 13, 14, 15, 16}, at::kLong).to(at::kCUDA);
+  at::Tensor start = at::full({1}, 40, i32()), ctx = at::full({1}, 0, i32());
+  at::Tensor record = at::full({2 * B + 1}, -1, i64());
+  kernels::dflash_accept(block, post, mask, start, ctx, record);
+  at::Tensor rec = record.cpu();
+  EXPECT_EQ(rec[2 * B].item<int64_t>(), 3);  // 11, 12, 13 accepted; 99 != 14
+  EXPECT_EQ(rec[0].item<int64_t>(), 5);
+  EXPECT_EQ(rec[B + 3].item<int64_t>(), 14);
+  EXPECT_EQ(start.item<int>(), 44);
+  EXPECT_EQ(ctx.item<int>(), 40);
+  std::vector<int64_t> next(B, mask);
+  next[0] = 14;
+  EXPECT_TRUE(at::equal(block.cpu(), at::tensor(next, at::kLong)));
+  // all accepted: a = B - 1, bonus = posterior[B-1]
+  block.copy_(at::tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, at::kLong));
+  post.copy_(at::tensor(std::vector<int64_t>{2, 3, 4, 5, 6, 7}, at::kLong));
+  kernels::dflash_accept(block, post, mask, start, ctx, record);
+  EXPECT_EQ(record[2 * B].item<int64_t>(), B - 1);
+  EXPECT_EQ(start.item<int>(), 44 + B);
+  EXPECT_EQ(block[0].item<int64_t>(), 7);
+}
+
+TEST_F(Kernels, SkinnyGemmMatchesReferenceAndIsBatchInvariant) {
+  struct Case { int64_t M, N, K; };
+  for (Case c : {Case{1, 2560, 9728}, Case{16, 2560, 9728}, Case{5, 100, 32}, Case{16, 6144, 2560}, Case{15, 151936, 256},
+                 Case{1, 8, 64}, Case{7, 13, 352}}) {
+    SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K);
+    at::Tensor x = at::randn({16, c.K}, bf16()), w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor xm = x.narrow(0, 0, c.M);
+    at::Tensor wide = at::full({c.M, c.N + 24}, NAN, bf16());
+    at::Tensor out = wide.narrow(1, 8, c.N);  // a column slice: row stride N + 24
+    ASSERT_EQ(kernels::skinny_gemm(reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr()), xm.stride(0),
+                                   reinterpret_cast<const __nv_bfloat16*>(w.data_ptr()),
+                                   reinterpret_cast<__nv_bfloat16*>(out.data_ptr()), out.stride(0), c.M, c.N, c.K,
+                                   at::cuda::getCurrentCUDAStream().stream()),
+              cudaSuccess);
+    at::Tensor ref64 = at::matmul(xm.to(at::kDouble), w.to(at::kDouble).t());
+    EXPECT_LT(rel_err(out, ref64), 5e-3);
+    EXPECT_LT(rel_err(out, at::linear(xm, w)), 1e-2);
+    EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote outside its columns";
+    // row r of an M-row product is bitwise the 1-row product of row r
+    const int64_t r = c.M - 1;
+    at::Tensor one = at::full({1, c.N}, NAN, bf16());
+    at::Tensor xr = x.narrow(0, r, 1);
+    ASSERT_EQ(kernels::skinny_gemm(reinterpret_cast<const __nv_bfloat16*>(xr.data_ptr()), xr.stride(0),
+                                   reinterpret_cast<const __nv_bfloat16*>(w.data_ptr()),
+                                   reinterpret_cast<__nv_bfloat16*>(one.data_ptr()), c.N, 1, c.N, c.K,
+                                   at::cuda::getCurrentCUDAStream().stream()),
+              cudaSuccess);
+    EXPECT_TRUE(at::equal(one[0], out[r])) << "not batch-invariant";
+  }
+}
