@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""hf_decode_bench.py — HF transformers eager baseline for docs/PERF.md (GPU machine): a random-weight
+Qwen3ForCausalLM at the Qwen3-4B/8B shapes in bf16 (sdpa), a `--context`-token prompt prefilled into a
+DynamicCache, then the median time of a 1-token forward (decode) and a 16-token forward (verify) over that
+cache, cropping it back after each. Prints one JSON line.
+
+Usage: python3 bench/hf_decode_bench.py --shape 4B [--context 512] [--iters 20]
+"""
+import argparse
+import json
+import time
+
+import torch
+import transformers
+from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+
+SHAPES = {
+    "4B": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "8B": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+}
+
+
+def median_ms(fn, iters):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="4B", choices=sorted(SHAPES))
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    common = dict(vocab_size=151936, rms_norm_eps=1e-6, max_position_embeddings=40960, hidden_act="silu",
+                  attention_bias=False)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        common["rope_parameters"] = {"rope_type": "default", "rope_theta": 1000000.0}
+    else:
+        common["rope_theta"] = 1000000.0
+    cfg = Qwen3Config(**SHAPES[args.shape], **common)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+    ids = torch.randint(0, 150000, (1, args.context + 16), device="cuda")
+    with torch.no_grad():
+        cache = DynamicCache()
+        model(ids[:, :args.context], past_key_values=cache, use_cache=True)
+
+        def step(n):
+            model(ids[:, args.context:args.context + n], past_key_values=cache, use_cache=True)
+            cache.crop(args.context)
+
+        decode = median_ms(lambda: step(1), args.iters)
+        verify = median_ms(lambda: step(16), args.iters)
+    print(json.dumps({"shape": args.shape, "context": args.context, "hf_decode_ms": decode, "hf_verify16_ms": verify,
+                      "transformers": transformers.__version__, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# fast_checks.sh — the CUDA fast path (issue 6) in one device call: configure and build the CUDA targets,
+# run tests/gpu (each kernel vs its ATen twin, fast path vs reference path in bf16, golden greedy tokens,
+# allocator stats), check `specpress generate --device cuda --dtype bf16` (fast path) against
+# --reference-path on the golden pair, then the performance record (bench/fast_perf.cpp and the HF
+# transformers baseline). Logs and JSON go to $OUT.
+# Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
+#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+root=$(pwd)
+deps=${SPECPRESS_GPU_DEPS:-$root/.gpu-deps}
+shared=${SPECPRESS_GPU_SHARED:-$root/.gpu-shared}
+export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON -DSPECPRESS_FUZZ_ASAN=OFF \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DSPECPRESS_SHARED_DIR="$shared" \
+  >/tmp/configure.log 2>&1 || { tail -40 /tmp/configure.log; exit 1; }
+ninja -C build-gpu -j16 specpress test_gpu fast_perf >/tmp/build.log 2>&1 ||
+  { grep -E 'error|FAILED' -A4 /tmp/build.log | head -80; exit 1; }
+echo "configure+build: $(( $(date +%s) - t0 )) s"
+
+./build-gpu/bin/test_gpu --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/test_gpu.log" 2>&1
+echo "test_gpu exit $?"
+# the golden fast-path suite again with the opt-in batch-invariant matmul kernel
+SPECPRESS_GEMM=skinny ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
+echo "test_gpu (SPECPRESS_GEMM=skinny, FastPathGolden) exit $?"
+if [ -n "${GDB_FILTER:-}" ]; then
+  cuda-gdb -batch -ex run -ex bt --args ./build-gpu/bin/test_gpu --gtest_filter="$GDB_FILTER" >"$OUT/gdb.txt" 2>&1
+  grep -E '^#[0-9]+ |SIGSEGV|OK \]|FAILED|exited' "$OUT/gdb.txt" | head -30
+fi
+grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure|C\+\+ exception|Expected|Which is|actual|bf16 greedy|caching allocator|vs bf16 reference' \
+  "$OUT/test_gpu.log" | head -70
+tail -4 "$OUT/test_gpu.log"
+
+g=$shared/golden/dflash-tiny-a
+prompt=$(python3 -c "import json;print(','.join(map(str,json.load(open('$g/dflash_runs.json'))['runs'][0]['prompt'])))")
+for mode in fast ref; do
+  extra=$([ $mode = ref ] && echo --reference-path)
+  ./build-gpu/bin/specpress generate -m $g/target -md $g/draft --prompt-ids "$prompt" -n 64 --temp 0 --stop-ids 1001 \
+    --device cuda --dtype bf16 --json $extra >/tmp/cli_$mode.json 2>/tmp/cli_$mode.err || cat /tmp/cli_$mode.err
+done
+cat /tmp/cli_fast.err /tmp/cli_ref.err >"$OUT/cli.txt"
+python3 - "$OUT" "$g" <<'PY'
+import json, sys
+out, g = sys.argv[1], sys.argv[2]
+f, r = (json.load(open(f"/tmp/cli_{m}.json")) for m in ("fast", "ref"))
+gold = json.load(open(f"{g}/dflash_runs.json"))["runs"][0]["dflash_output"]
+print("CLI bf16 DFlash: fast == reference path:", f["output_ids"] == r["output_ids"], "| fast == golden f32:",
+      f["output_ids"] == gold, "| tpot ms fast/ref:", f["timings"].get("predicted_per_token_ms"), r["timings"].get("predicted_per_token_ms"))
+PY
+
+if [ "${SKIP_PERF:-0}" != 1 ]; then
+  ./build-gpu/bin/fast_perf --shapes "${SHAPES:-4B,8B}" --json "$OUT/perf.json" 2>&1 | tee "$OUT/perf.log" | grep -v '^JSON'
+fi
+if [ "${SKIP_HF:-0}" != 1 ]; then
+  for s in $(echo "${HF_SHAPES:-4B}" | tr , ' '); do
+    PYTHONUNBUFFERED=1 python3 bench/hf_decode_bench.py --shape "$s" 2>&1 | tail -1 | tee -a "$OUT/hf.jsonl"
+  done
+fi
