@@ -26,6 +26,8 @@ struct ToolOptions {
   decode::SamplingParams sampling;
   bool think = false, check_answers = false, no_progress = false;
   std::string json_out, markdown_out, html_out;
+  std::string compress = "none";
+  compress::Policy policy;
 };
 
 struct Loaded {
@@ -76,6 +78,9 @@ int run_bench(const ToolOptions& o) {
   b.think = o.think;
   b.check_answers = o.check_answers;
   b.progress = !o.no_progress;
+  b.compress = o.policy;
+  b.compress.method = compress::parse_method(o.compress, "--compress");
+  compress::validate(b.compress);
   if (o.check_answers && o.dataset != "gsm8k" && o.dataset != "math500")
     fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset is {})", o.dataset);
   tools::BenchReport report = tools::run_bench(*l.target, *l.draft, *l.tokenizer, l.samples, b, l.stop_ids);
@@ -135,6 +140,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   bench->add_option("--block-size", b->block_size, "DFlash block size (default: the draft's trained size)");
   bench->add_flag("--check-answers", b->check_answers, "gsm8k/math500: compare final boxed answers");
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
+  add_compression_flags(*bench, b->compress, b->policy);
   bench->callback([&run, b]() { run = [b]() { return run_bench(*b); }; });
 
   auto d = std::make_shared<ToolOptions>();

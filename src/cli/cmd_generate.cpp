@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "compress/kv_compressor.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "decode/generation.h"
@@ -26,6 +27,8 @@ namespace {
 struct GenerateOptions {
   std::string model_dir, draft_dir, prompt_ids, prompt_text, prompt_file, system, stop_ids;
   bool chat = false, think = false;
+  std::string compress = "none";
+  compress::Policy policy;
   std::string device = "cpu", dtype = "f32";
   int64_t n_predict = 128;
   int64_t block_size = 0;
@@ -84,6 +87,14 @@ int run_generate(const GenerateOptions& o) {
   // else ids. Ids past the tokenizer's vocabulary (embedding padding rows) print nothing, as HF drops them.
   std::unique_ptr<tok::StreamDecoder> text_stream;
   if (tokenizer) text_stream = std::make_unique<tok::StreamDecoder>(*tokenizer, /*skip_special=*/true);
+  compress::Policy policy = o.policy;
+  policy.method = compress::parse_method(o.compress, "--compress");
+  compress::validate(policy);
+  std::unique_ptr<compress::KVCompressor> compressor;
+  if (policy.enabled()) {
+    compressor = std::make_unique<compress::KVCompressor>(policy, target, static_cast<int64_t>(prompt.size()));
+    params.observer = compressor.get();
+  }
   decode::TokenCallback stream;
   if (!o.json) {
     stream = [&](const std::vector<int64_t>& tokens) {
@@ -114,6 +125,7 @@ int run_generate(const GenerateOptions& o) {
       j["text"] = text.text;
       if (text.dropped_ids > 0) j["ids_outside_tokenizer"] = text.dropped_ids;
     }
+    if (compressor) j["compression"] = compression_json(*compressor);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     if (text_stream) {
@@ -124,6 +136,13 @@ int run_generate(const GenerateOptions& o) {
   }
   std::fflush(stdout);
   print_timings(result);
+  if (compressor) {
+    const auto& st = compressor->stats();
+    std::fprintf(stderr, "compression %s: %lld events, %lld tokens -> %lld slots freed, effective ratio %.2fx, peak %lld slots\n",
+                 compress::method_name(policy.method), static_cast<long long>(st.events),
+                 static_cast<long long>(st.tokens_compressed), static_cast<long long>(st.slots_freed), st.effective_ratio(),
+                 static_cast<long long>(st.peak_slots));
+  }
   return 0;
 }
 
@@ -153,6 +172,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   cmd->add_flag("--json", o->json, "print one JSON object with output_ids, timings and statistics");
+  add_compression_flags(*cmd, o->compress, o->policy);
   cmd->callback([&run, o]() { run = [o]() { return run_generate(*o); }; });
 }
 

@@ -120,4 +120,32 @@ nlohmann::ordered_json result_json(const decode::GenerationResult& r) {
   return j;
 }
 
+void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy) {
+  cmd.add_option("--compress", method,
+                 "KV compression of aged accepted spans: none, drop, keep-last, mean-merge, top-attention, window-only")
+      ->capture_default_str();
+  cmd.add_option("--compress-window", policy.window, "recent generated tokens kept raw")->capture_default_str();
+  cmd.add_option("--compress-sinks", policy.sinks, "first positions never compressed")->capture_default_str();
+  cmd.add_option("--compress-merge", policy.merge_tokens, "0: one unit per verify span; m: units of m tokens")
+      ->capture_default_str();
+}
+
+nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {
+  const auto& st = c.stats();
+  nlohmann::ordered_json j;
+  j["method"] = compress::method_name(c.policy().method);
+  j["window"] = c.policy().window;
+  j["sinks"] = c.policy().sinks;
+  j["merge_tokens"] = c.policy().merge_tokens;
+  j["events"] = st.events;
+  j["tokens_compressed"] = st.tokens_compressed;
+  j["slots_freed"] = st.slots_freed;
+  j["positions"] = st.positions;
+  j["slots"] = st.slots;
+  j["effective_ratio"] = st.effective_ratio();
+  j["peak_slots"] = st.peak_slots;
+  j["overhead_ms"] = st.overhead_ms;
+  return j;
+}
+
 }  // namespace specpress::cli

@@ -8,6 +8,9 @@
 
 #include <optional>
 
+#include <CLI/CLI.hpp>
+
+#include "compress/kv_compressor.h"
 #include "decode/generation.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,5 +31,10 @@ void print_timings(const decode::GenerationResult& result);
 
 // The --json summary: output_ids, timings (llama.cpp names) and, for DFlash, acceptance statistics.
 nlohmann::ordered_json result_json(const decode::GenerationResult& result);
+
+// --compress METHOD and the policy knobs (--compress-window, --compress-sinks, --compress-merge).
+void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy);
+// The --json "compression" object: method, events, ratio, KV bytes saved, peak slots, overhead.
+nlohmann::ordered_json compression_json(const compress::KVCompressor& compressor);
 
 }  // namespace specpress::cli

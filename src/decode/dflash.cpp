@@ -30,6 +30,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   Sampler sampler(params.sampling);
   model::KVCache target_cache = target.make_cache(max_length + B);
   model::DraftCache draft_cache = draft.make_cache(max_length + B);
+  if (params.observer != nullptr) params.observer->on_cache_created(target_cache);
   model::ForwardOptions verify_options{/*all_logits=*/true, dc.target_layer_ids, false};
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(target.device());
   at::Tensor block_ids = at::empty({B}, long_opts);
@@ -80,6 +81,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
     bonus = posterior[a];
     start += a + 1;
     target_cache.rollback(start);
+    if (params.observer != nullptr) params.observer->on_commit(target_cache, start - (a + 1), start);
     context_features = out.taps.narrow(0, 0, a + 1);
     const bool more = output.commit(committed);
     // The reference checks for a stop token in everything written so far, the new bonus included.

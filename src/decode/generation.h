@@ -13,12 +13,23 @@
 
 namespace specpress::decode {
 
+// Told about every run of committed tokens once their K/V are in the target cache (positions
+// [begin, end)); the hook of accepted-span compression, which may then rewrite older cache slots.
+class CommitObserver {
+ public:
+  virtual ~CommitObserver() = default;
+  // Called once when the loop has allocated the target cache, before the prefill.
+  virtual void on_cache_created(model::KVCache& cache) {}
+  virtual void on_commit(model::KVCache& cache, int64_t begin, int64_t end) = 0;
+};
+
 struct GenerationParams {
   int64_t max_new_tokens = 64;
   std::vector<int64_t> stop_ids;
   SamplingParams sampling;
   int64_t block_size = 0;       // DFlash only; 0 = the draft's trained block size
   bool record_steps = false;    // keep every verify step's block/posterior/accepted
+  CommitObserver* observer = nullptr;  // e.g. a KV compressor; null = the plain engine
 };
 
 struct StepRecord {

@@ -34,6 +34,7 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   model::KVCache cache = target.make_cache(N + params.max_new_tokens + 1);
+  if (params.observer != nullptr) params.observer->on_cache_created(cache);
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(target.device());
   at::Tensor token = at::empty({1}, long_opts);  // the decode step's input, reused
 
@@ -47,6 +48,7 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
   while (output.commit({next})) {
     token.fill_(next);
     out = target.forward(token, position, cache, {});
+    if (params.observer != nullptr) params.observer->on_commit(cache, position, position + 1);
     next = sampler.sample(out.logits)[0];
     ++position;
   }

@@ -1,6 +1,7 @@
 // qwen3.cpp — Qwen3 config parsing, weight loading and the reference forward (see qwen3.h).
 #include "model/qwen3.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -77,10 +78,15 @@ DecoderLayerWeights load_decoder_layer(io::TensorStore& store, const std::string
   return w;
 }
 
-void KVCache::rollback(int64_t committed) {
-  if (committed < 0 || committed > length)
-    fail("KV cache rollback to {} outside the committed range 0..{}", committed, length);
-  length = committed;
+int64_t KVCache::slot_of(int64_t position) const {
+  if (slot_positions.empty()) return std::min(position, length);
+  return std::lower_bound(slot_positions.begin(), slot_positions.begin() + length, position) - slot_positions.begin();
+}
+
+void KVCache::rollback(int64_t position) {
+  if (position < 0 || position > next_position())
+    fail("KV cache rollback to {} outside the committed range 0..{}", position, next_position());
+  length = slot_of(position);
 }
 
 KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
@@ -137,9 +143,10 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
                                   const ForwardOptions& options) const {
   const Qwen3Config& c = config_;
   const int64_t T = ids.size(0), hd = c.head_dim;
-  if (start < 0 || start > cache.length)
-    fail("forward at start {} but the KV cache holds {} committed positions", start, cache.length);
-  if (start + T > cache.capacity())
+  if (start < 0 || start > cache.next_position())
+    fail("forward at start {} but the KV cache holds {} committed positions", start, cache.next_position());
+  const int64_t slot = cache.slot_of(start);  // == start unless the cache was compressed
+  if (slot + T > cache.capacity())
     fail("forward of {} tokens at {} exceeds the KV cache capacity {}", T, start, cache.capacity());
   for (int64_t layer : options.tap_layers)
     if (layer < 0 || layer >= c.num_layers) fail("tap layer {} outside the target's 0..{}", layer, c.num_layers - 1);
@@ -159,17 +166,28 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
     q = ops::apply_rope(q, rope_, positions);
     k = ops::apply_rope(k, rope_, positions);
     at::Tensor k_cache = cache.k[l], v_cache = cache.v[l];  // [n_kv, capacity, hd]
-    k_cache.narrow(1, start, T).copy_(k);
-    v_cache.narrow(1, start, T).copy_(v);
-    at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, start + T), v_cache.narrow(1, 0, start + T),
-                                     ops::AttentionMask::kCausalBottomRight);
+    k_cache.narrow(1, slot, T).copy_(k);
+    v_cache.narrow(1, slot, T).copy_(v);
+    ops::AttentionExtras extras;
+    if (cache.key_bias.defined()) {
+      cache.key_bias[l].narrow(1, slot, T).zero_();  // fresh tokens carry no bias
+      extras.key_bias = cache.key_bias[l].narrow(1, 0, slot + T);
+    }
+    if (cache.received_mass.defined()) {
+      cache.received_mass[l].narrow(1, slot, T).zero_();
+      extras.received_mass = cache.received_mass[l].narrow(1, 0, slot + T);
+    }
+    at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, slot + T), v_cache.narrow(1, 0, slot + T),
+                                     ops::AttentionMask::kCausalBottomRight, &extras);
     x = x + at::linear(attn, w.o_proj);
     x = x + ops::swiglu_mlp(ops::rms_norm(x, w.post_norm, c.rms_norm_eps), w.gate_proj, w.up_proj, w.down_proj);
     for (size_t i = 0; i < options.tap_layers.size(); ++i)
       if (options.tap_layers[i] == l) taps[i] = x;
     if (options.keep_hidden_states && l + 1 < c.num_layers) out.hidden_states.push_back(x);
   }
-  cache.length = start + T;
+  cache.length = slot + T;
+  if (!cache.slot_positions.empty())
+    for (int64_t i = 0; i < T; ++i) cache.slot_positions[slot + i] = start + i;
 
   at::Tensor rows = options.all_logits ? x : x.narrow(0, T - 1, 1);
   at::Tensor normed = ops::rms_norm(rows, weights_.final_norm, c.rms_norm_eps);

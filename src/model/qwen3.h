@@ -52,12 +52,24 @@ struct Qwen3Weights {
 };
 
 // Static KV cache: one buffer per role for all layers, [L, n_kv, capacity, head_dim]. `length` is the
-// number of committed positions; rollback only moves it.
+// number of slots in use; rollback only moves it. While nothing is compressed slot i holds position i;
+// a compressed cache (src/compress) records each slot's absolute position in `slot_positions`, keeps
+// slots in position order, and may carry a per-slot attention bias and an attention-mass accumulator.
 struct KVCache {
   at::Tensor k, v;
   int64_t length = 0;
+  std::vector<int64_t> slot_positions;  // empty: identity (slot i = position i)
+  at::Tensor key_bias;                  // fp32 [L, n_kv, capacity] or undefined
+  at::Tensor received_mass;             // fp32 [L, n_kv, capacity] or undefined (H2O-style scores)
   int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
-  void rollback(int64_t committed);
+  // One past the last committed position.
+  int64_t next_position() const {
+    return slot_positions.empty() ? length : (length > 0 ? slot_positions[length - 1] + 1 : 0);
+  }
+  // Number of slots holding positions before `position`.
+  int64_t slot_of(int64_t position) const;
+  // Keeps exactly the slots of positions < `position` (must be <= next_position()).
+  void rollback(int64_t position);
 };
 KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
                       at::Device device);

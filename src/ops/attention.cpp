@@ -5,7 +5,8 @@
 
 namespace specpress::ops {
 
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask) {
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask,
+                     const AttentionExtras* extras) {
   const int64_t n_heads = q.size(0), T = q.size(1), head_dim = q.size(2);
   const int64_t n_kv = k.size(0), S = k.size(1);
   const int64_t group = n_heads / n_kv;
@@ -18,7 +19,15 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     at::Tensor allowed = at::ones({T, S}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(S - T);
     scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
   }
-  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  if (extras != nullptr && extras->key_bias.defined()) {
+    // [Hkv, S] -> [Hq, 1, S], kv head j biasing its group of query heads
+    at::Tensor bias = extras->key_bias.unsqueeze(1).expand({n_kv, group, S}).reshape({n_heads, 1, S});
+    scores = scores + bias.to(scores.scalar_type());
+  }
+  at::Tensor probs_f32 = at::softmax(scores, -1, at::kFloat);
+  if (extras != nullptr && extras->received_mass.defined())
+    extras->received_mass.add_(probs_f32.sum(1).view({n_kv, group, S}).sum(1));
+  at::Tensor probs = probs_f32.to(q.scalar_type());
   at::Tensor out = at::matmul(probs, vv);  // [Hq, T, hd]
   return out.transpose(0, 1).reshape({T, n_heads * head_dim});
 }

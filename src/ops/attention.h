@@ -9,7 +9,16 @@ namespace specpress::ops {
 
 enum class AttentionMask { kCausalBottomRight, kNone };
 
+// Optional extras used by compressed KV caches: an additive per-key logit bias (e.g. log n on a slot
+// that stands for n merged tokens) and an accumulator of the attention each key received (the H2O /
+// SnapKV score), both per KV head.
+struct AttentionExtras {
+  at::Tensor key_bias;        // fp32 [Hkv, S] or undefined
+  at::Tensor received_mass;   // fp32 [Hkv, S] or undefined: += attention probability, summed over queries and group heads
+};
+
 // q: [Hq, T, hd]; k, v: [Hkv, S, hd] with S >= T. Returns [T, Hq*hd].
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask);
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask,
+                     const AttentionExtras* extras = nullptr);
 
 }  // namespace specpress::ops

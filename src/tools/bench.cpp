@@ -50,12 +50,31 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
         rec.dflash_answer = last_boxed(dflash_text).value_or("");
         rec.reference_answer = sample.answer.value_or("");
       }
+      if (options.compress.enabled()) {
+        rec.has_compression = true;
+        compress::KVCompressor compressor(options.compress, target, rec.prompt_tokens);
+        decode::GenerationParams cparams = params;
+        cparams.observer = &compressor;
+        rec.compressed = decode::generate_dflash(target, draft, prompt, cparams);
+        rec.compression = compressor.stats();
+        const auto& a = rec.dflash.output_ids;
+        const auto& c = rec.compressed.output_ids;
+        rec.first_divergence = 0;
+        while (rec.first_divergence < static_cast<int64_t>(std::min(a.size(), c.size())) && a[rec.first_divergence] == c[rec.first_divergence])
+          ++rec.first_divergence;
+        rec.fidelity = compress::evaluate_fidelity(target, prompt, rec.dflash.output_ids, rec.dflash.acceptance_lengths,
+                                                   options.compress);
+      }
       messages.push_back({"assistant", dflash_text, std::nullopt});
       tau_sum += rec.dflash.mean_acceptance_length();
       report.records.push_back(std::move(rec));
       ++done;
       bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
     }
+  }
+  if (options.compress.enabled()) {
+    const auto& c = target.config();
+    report.slot_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * static_cast<int64_t>(c10::elementSize(target.dtype()));
   }
   aggregate(report);
   bar.finish(fmt::format("tau {:.2f}, speedup {:.2f}x", report.tau, report.speedup));
@@ -103,6 +122,30 @@ void aggregate(BenchReport& r) {
     r.plain_accuracy /= static_cast<double>(r.answered);
     r.dflash_accuracy /= static_cast<double>(r.answered);
   }
+  if (!r.records.empty() && r.records[0].has_compression) {
+    r.compressed_tau = r.compressed_tpot_ms = r.mean_first_divergence = r.identical_compressed = 0;
+    r.fidelity = compress::FidelityResult{};
+    double positions = 0, slots = 0, freed = 0, events = 0, overhead = 0;
+    r.peak_slots = 0;
+    for (const auto& rec : r.records) {
+      r.compressed_tau += rec.compressed.mean_acceptance_length() / n;
+      r.compressed_tpot_ms += rec.compressed.tpot_ms() / n;
+      r.mean_first_divergence += static_cast<double>(rec.first_divergence) / n;
+      r.identical_compressed += (rec.compressed.output_ids == rec.dflash.output_ids ? 1.0 : 0.0) / n;
+      positions += static_cast<double>(rec.compression.positions);
+      slots += static_cast<double>(rec.compression.slots);
+      freed += static_cast<double>(rec.compression.slots_freed);
+      events += static_cast<double>(rec.compression.events);
+      overhead += rec.compression.overhead_ms;
+      r.peak_slots = std::max(r.peak_slots, rec.compression.peak_slots);
+      r.fidelity.merge(rec.fidelity);
+    }
+    r.tau_ratio = r.tau > 0 ? r.compressed_tau / r.tau : 0;
+    r.compressed_tokens_per_s = r.compressed_tpot_ms > 0 ? 1e3 / r.compressed_tpot_ms : 0;
+    r.effective_ratio = slots > 0 ? positions / slots : 1.0;
+    r.kv_bytes_saved = freed / n * static_cast<double>(r.slot_bytes);
+    r.overhead_ms_per_event = events > 0 ? overhead / events : 0;
+  }
   r.speedup = r.dflash_tpot_ms > 0 ? r.plain_tpot_ms / r.dflash_tpot_ms : 0;
   r.plain_tokens_per_s = r.plain_tpot_ms > 0 ? 1e3 / r.plain_tpot_ms : 0;
   r.dflash_tokens_per_s = r.dflash_tpot_ms > 0 ? 1e3 / r.dflash_tpot_ms : 0;
@@ -134,6 +177,38 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
     s["plain_accuracy"] = r.plain_accuracy;
     s["dflash_accuracy"] = r.dflash_accuracy;
   }
+  if (r.options.compress.enabled()) {
+    const auto& f = r.fidelity;
+    nlohmann::ordered_json c;
+    c["method"] = compress::method_name(r.options.compress.method);
+    c["window"] = r.options.compress.window;
+    c["sinks"] = r.options.compress.sinks;
+    c["merge_tokens"] = r.options.compress.merge_tokens;
+    c["effective_ratio"] = r.effective_ratio;
+    c["kv_bytes_per_slot"] = r.slot_bytes;
+    c["kv_bytes_saved_per_sample"] = r.kv_bytes_saved;
+    c["peak_slots"] = r.peak_slots;
+    c["tau_compressed"] = r.compressed_tau;
+    c["tau_ratio"] = r.tau_ratio;
+    c["compressed_tpot_ms"] = r.compressed_tpot_ms;
+    c["compressed_tokens_per_s"] = r.compressed_tokens_per_s;
+    c["overhead_ms_per_event"] = r.overhead_ms_per_event;
+    c["identical_outputs"] = r.identical_compressed;
+    c["mean_first_divergence"] = r.mean_first_divergence;
+    c["top1_agreement"] = f.mean_top1();
+    c["mean_kl"] = f.mean_kl();
+    c["mean_tv"] = f.mean_tv();
+    c["perplexity_delta"] = f.perplexity_delta();
+    std::vector<double> top1, kl;
+    for (size_t d = 0; d < f.count.size(); ++d) {
+      top1.push_back(f.count[d] > 0 ? f.top1[d] / static_cast<double>(f.count[d]) : 0.0);
+      kl.push_back(f.count[d] > 0 ? f.kl[d] / static_cast<double>(f.count[d]) : 0.0);
+    }
+    c["top1_by_offset"] = top1;
+    c["kl_by_offset"] = kl;
+    c["pairs_by_offset"] = f.count;
+    s["compression"] = c;
+  }
   j["summary"] = s;
   nlohmann::ordered_json recs = nlohmann::ordered_json::array();
   for (const auto& rec : r.records) {
@@ -149,6 +224,12 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
                    {"tau", rec.dflash.mean_acceptance_length()}, {"acceptance_lengths", rec.dflash.acceptance_lengths},
                    {"stop_reason", rec.dflash.stopped ? "stop" : "length"}};
     x["outputs_equal"] = rec.outputs_equal;
+    if (rec.has_compression)
+      x["compressed"] = {{"output_tokens", rec.compressed.output_ids.size()}, {"tau", rec.compressed.mean_acceptance_length()},
+                         {"tpot_ms", rec.compressed.tpot_ms()}, {"first_divergence", rec.first_divergence},
+                         {"events", rec.compression.events}, {"effective_ratio", rec.compression.effective_ratio()},
+                         {"top1_agreement", rec.fidelity.mean_top1()}, {"mean_kl", rec.fidelity.mean_kl()},
+                         {"perplexity_delta", rec.fidelity.perplexity_delta()}};
     if (rec.has_answers)
       x["answers"] = {{"plain", rec.plain_answer}, {"dflash", rec.dflash_answer}, {"reference", rec.reference_answer}};
     recs.push_back(x);
@@ -170,6 +251,15 @@ std::string bench_markdown(const BenchReport& r) {
   if (r.answered > 0)
     md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
                       100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy);
+  if (r.options.compress.enabled()) {
+    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, {:.1f} KiB KV saved per sample, "
+                      "top-1 agreement {:.4f}, mean KL {:.4f} nats (offsets 1..{}), perplexity {:+.2f}%, tau {:.2f} ({:.1f}% of "
+                      "uncompressed), identical outputs {:.0f}%, {:.3f} ms per event\n",
+                      compress::method_name(r.options.compress.method), r.options.compress.window, r.options.compress.sinks,
+                      r.options.compress.merge_tokens, r.effective_ratio, r.kv_bytes_saved / 1024.0, r.fidelity.mean_top1(),
+                      r.fidelity.mean_kl(), r.fidelity.max_offset, 100 * r.fidelity.perplexity_delta(), r.compressed_tau,
+                      100 * r.tau_ratio, 100 * r.identical_compressed, r.overhead_ms_per_event);
+  }
   md += "\n| acceptance length | ";
   for (int64_t b = 1; b <= r.block_size; ++b) md += fmt::format("{} | ", b);
   md += "\n| --- |" + std::string() ;

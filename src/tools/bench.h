@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compress/fidelity.h"
 #include "decode/generation.h"
 #include "tools/datasets.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,7 @@ struct BenchOptions {
   bool think = false;       // enable_thinking (off: the DFlash drafts were trained without it)
   bool check_answers = false;
   bool progress = true;
+  compress::Policy compress;  // method none: no compression runs
 };
 
 struct BenchRecord {
@@ -33,6 +35,12 @@ struct BenchRecord {
   bool outputs_equal = false;
   std::string plain_answer, dflash_answer, reference_answer;  // --check-answers
   bool has_answers = false;
+  // --compress: DFlash with the compressed cache, and the teacher-forced fidelity replay
+  bool has_compression = false;
+  decode::GenerationResult compressed;
+  compress::CompressionStats compression;
+  compress::FidelityResult fidelity;
+  int64_t first_divergence = 0;  // first output index where compressed and uncompressed DFlash differ
 };
 
 struct BenchReport {
@@ -46,6 +54,12 @@ struct BenchReport {
   std::vector<double> per_position_acceptance;  // index i-1: fraction of steps accepting draft position i
   double answers_agree = 0, plain_accuracy = 0, dflash_accuracy = 0;
   int64_t answered = 0;
+  // --compress aggregates
+  double compressed_tau = 0, tau_ratio = 0, compressed_tpot_ms = 0, compressed_tokens_per_s = 0;
+  double effective_ratio = 0, kv_bytes_saved = 0, mean_first_divergence = 0, identical_compressed = 0;
+  double overhead_ms_per_event = 0;
+  int64_t peak_slots = 0, slot_bytes = 0;
+  compress::FidelityResult fidelity;
 };
 
 BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft& draft, const tok::Tokenizer& tokenizer,

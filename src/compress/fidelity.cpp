@@ -1,0 +1,132 @@
+// fidelity.cpp — teacher-forced replay of a trajectory with and without compression (see fidelity.h).
+#include "compress/fidelity.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace specpress::compress {
+
+double FidelityResult::mean_top1() const {
+  double s = 0, n = 0;
+  for (size_t d = 0; d < count.size(); ++d) s += top1[d], n += static_cast<double>(count[d]);
+  return n > 0 ? s / n : 1.0;
+}
+double FidelityResult::mean_kl() const {
+  double s = 0, n = 0;
+  for (size_t d = 0; d < count.size(); ++d) s += kl[d], n += static_cast<double>(count[d]);
+  return n > 0 ? s / n : 0.0;
+}
+double FidelityResult::mean_tv() const {
+  double s = 0, n = 0;
+  for (size_t d = 0; d < count.size(); ++d) s += tv[d], n += static_cast<double>(count[d]);
+  return n > 0 ? s / n : 0.0;
+}
+double FidelityResult::perplexity_delta() const {
+  if (scored_tokens == 0) return 0.0;
+  return std::exp((nll_compressed - nll_uncompressed) / static_cast<double>(scored_tokens)) - 1.0;
+}
+void FidelityResult::merge(const FidelityResult& o) {
+  if (count.empty()) {
+    *this = o;
+    return;
+  }
+  for (size_t d = 0; d < count.size() && d < o.count.size(); ++d) {
+    count[d] += o.count[d];
+    top1[d] += o.top1[d];
+    kl[d] += o.kl[d];
+    tv[d] += o.tv[d];
+  }
+  nll_uncompressed += o.nll_uncompressed;
+  nll_compressed += o.nll_compressed;
+  scored_tokens += o.scored_tokens;
+  stats.events += o.stats.events;
+  stats.tokens_compressed += o.stats.tokens_compressed;
+  stats.slots_freed += o.stats.slots_freed;
+  stats.overhead_ms += o.stats.overhead_ms;
+  stats.positions += o.stats.positions;
+  stats.slots += o.stats.slots;
+  stats.peak_slots = std::max(stats.peak_slots, o.stats.peak_slots);
+}
+
+FidelityResult evaluate_fidelity(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                 const std::vector<int64_t>& output, const std::vector<int64_t>& span_lengths,
+                                 const Policy& policy, int64_t max_offset) {
+  c10::InferenceMode inference_mode;
+  if (max_offset < 1) fail("fidelity: max offset must be at least 1");
+  int64_t covered = 0;
+  for (int64_t len : span_lengths) {
+    if (len < 1) fail("fidelity: span length {} must be positive", len);
+    covered += len;
+  }
+  // A DFlash run's last step may commit past the output's end (trimmed at max_new_tokens or a stop).
+  if (covered < static_cast<int64_t>(output.size()) - 1)
+    fail("fidelity: spans cover {} tokens but the output has {}", covered, output.size());
+  std::vector<int64_t> traj = prompt;
+  traj.insert(traj.end(), output.begin(), output.end());
+  const int64_t N = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(traj.size());
+  const at::Device device = target.device();
+  auto ids = [&](int64_t from, int64_t n) {
+    return at::tensor(std::vector<int64_t>(traj.begin() + from, traj.begin() + from + n), at::kLong).to(device);
+  };
+
+  FidelityResult r;
+  r.max_offset = max_offset;
+  r.count.assign(max_offset, 0);
+  r.top1.assign(max_offset, 0);
+  r.kl.assign(max_offset, 0);
+  r.tv.assign(max_offset, 0);
+
+  model::KVCache full_cache = target.make_cache(T);
+  at::Tensor u_logp = at::log_softmax(target.forward(ids(0, T), 0, full_cache, {true, {}, false}).logits, -1);
+
+  KVCompressor compressor(policy, target, N);
+  model::KVCache cache = target.make_cache(T);
+  compressor.on_cache_created(cache);
+  std::vector<at::Tensor> rows;  // compressed log-probs for rows N-1 .. T-1
+  rows.push_back(at::log_softmax(target.forward(ids(0, N), 0, cache, {}).logits, -1));
+  std::vector<int64_t> row_event(1, -1);  // index of the latest event before each row
+  std::vector<int64_t> events;            // positions P_e
+  int64_t pos = N;
+  for (int64_t len : span_lengths) {
+    if (pos >= T) break;
+    const int64_t n = std::min(len, T - pos);
+    rows.push_back(at::log_softmax(target.forward(ids(pos, n), pos, cache, {true, {}, false}).logits, -1));
+    for (int64_t i = 0; i < n; ++i) row_event.push_back(events.empty() ? -1 : static_cast<int64_t>(events.size()) - 1);
+    const int64_t before = compressor.stats().events;
+    compressor.on_commit(cache, pos, pos + n);
+    pos += n;
+    if (compressor.stats().events > before) events.push_back(pos);
+  }
+  at::Tensor c_logp = at::cat(rows, 0);      // rows for positions N-1 .. T-1
+  at::Tensor u_rows = u_logp.narrow(0, N - 1, T - N + 1);
+  // Per-row comparisons, then attribute each row to every event within max_offset before it.
+  at::Tensor pu = u_rows.exp(), pc = c_logp.exp();
+  at::Tensor agree = u_rows.argmax(-1).eq(c_logp.argmax(-1)).to(at::kCPU);
+  at::Tensor kl = (pu * (u_rows - c_logp)).sum(-1).to(at::kDouble).to(at::kCPU);
+  at::Tensor tv = (pu - pc).abs().sum(-1).mul(0.5).to(at::kDouble).to(at::kCPU);
+  for (size_t e = 0; e < events.size(); ++e) {
+    for (int64_t d = 1; d <= max_offset; ++d) {
+      const int64_t p = events[e] + d - 1;  // row of position p predicts p+1; offset d
+      if (p >= T - 1) break;               // the last row predicts past the trajectory
+      const int64_t row = p - (N - 1);
+      r.count[d - 1] += 1;
+      r.top1[d - 1] += agree[row].item<bool>() ? 1.0 : 0.0;
+      r.kl[d - 1] += kl[row].item<double>();
+      r.tv[d - 1] += tv[row].item<double>();
+    }
+  }
+  // Perplexity of the trajectory's generated tokens (rows N-1 .. T-2 predict positions N .. T-1).
+  if (T - N >= 1) {
+    at::Tensor next = ids(N, T - N).unsqueeze(1);
+    r.nll_uncompressed = -u_rows.narrow(0, 0, T - N).gather(1, next).sum().item<double>();
+    r.nll_compressed = -c_logp.narrow(0, 0, T - N).gather(1, next).sum().item<double>();
+    r.scored_tokens = T - N;
+  }
+  r.stats = compressor.stats();
+  return r;
+}
+
+}  // namespace specpress::compress

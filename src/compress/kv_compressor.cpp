@@ -1,0 +1,180 @@
+// kv_compressor.cpp — span tracking, the training-free replacements and cache compaction (see
+// kv_compressor.h). All cache edits are plain ATen ops on the static buffers, CPU or CUDA.
+#include "compress/kv_compressor.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace specpress::compress {
+namespace {
+
+// Inverse of the NeoX rotation: x = y*cos - rotate_half(y)*sin, with y, cos, sin broadcastable.
+at::Tensor unrotate(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = y.size(-1) / 2;
+  at::Tensor rotated = at::cat({-y.narrow(-1, half, half), y.narrow(-1, 0, half)}, -1);
+  return y * cos - rotated * sin;
+}
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace
+
+KVCompressor::KVCompressor(const Policy& policy, const model::Qwen3Model& target, int64_t prompt_tokens)
+    : policy_(policy), target_(&target), prompt_tokens_(prompt_tokens) {
+  validate(policy_);
+}
+
+int64_t KVCompressor::slot_bytes(const model::KVCache& cache) {
+  return 2 * cache.k.size(0) * cache.k.size(1) * cache.k.size(3) * static_cast<int64_t>(cache.k.element_size());
+}
+
+void KVCompressor::ensure_slot_positions(model::KVCache& cache) {
+  if (!cache.slot_positions.empty()) return;
+  cache.slot_positions.resize(cache.capacity());
+  for (int64_t i = 0; i < cache.capacity(); ++i) cache.slot_positions[i] = i;
+}
+
+void KVCompressor::on_cache_created(model::KVCache& cache) {
+  if (!policy_.enabled()) return;
+  ensure_slot_positions(cache);
+  auto f32 = cache.k.options().dtype(at::kFloat);
+  const auto shape = std::vector<int64_t>{cache.k.size(0), cache.k.size(1), cache.capacity()};
+  if (policy_.method == Method::kMeanMerge) cache.key_bias = at::zeros(shape, f32);
+  if (policy_.method == Method::kTopAttention) cache.received_mass = at::zeros(shape, f32);
+}
+
+void KVCompressor::on_commit(model::KVCache& cache, int64_t begin, int64_t end) {
+  stats_.peak_slots = std::max(stats_.peak_slots, cache.length);
+  stats_.positions = cache.next_position();
+  stats_.slots = cache.length;
+  if (!policy_.enabled()) return;
+  auto t0 = std::chrono::steady_clock::now();
+  if (cache.slot_positions.empty()) fail("internal: KV compressor attached after the cache was created");
+  if (end > cache.next_position()) fail("internal: commit of positions {}..{} not in the KV cache", begin, end - 1);
+  begin = std::max(begin, prompt_tokens_);  // the prompt stays raw
+  if (begin < end) {
+    if (policy_.merge_tokens == 0) {
+      raw_units_.push_back({begin, end});
+    } else {
+      if (pending_begin_ < 0) pending_begin_ = begin;
+      while (end - pending_begin_ >= policy_.merge_tokens) {
+        raw_units_.push_back({pending_begin_, pending_begin_ + policy_.merge_tokens});
+        pending_begin_ += policy_.merge_tokens;
+      }
+    }
+  }
+  const int64_t next = cache.next_position();
+  bool changed = false;
+  while (!raw_units_.empty() && raw_units_.front().end <= next - policy_.window) {
+    const Unit unit = raw_units_.front();
+    raw_units_.pop_front();
+    if (policy_.method == Method::kWindowOnly) {
+      ++units_done_;
+      tokens_in_units_ += unit.end - unit.begin;
+    } else {
+      compress_unit(cache, unit);
+    }
+    changed = true;
+  }
+  if (changed && policy_.method == Method::kWindowOnly) {
+    // StreamingLLM at the memory a one-slot-per-unit policy would use now: sinks + the most recent tokens.
+    evict_to_budget(cache, next - tokens_in_units_ + units_done_);
+  }
+  if (changed) stats_.event_positions.push_back(next);
+  stats_.slots = cache.length;
+  stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void KVCompressor::compress_unit(model::KVCache& cache, const Unit& unit) {
+  const int64_t n = unit.end - unit.begin;
+  const int64_t s0 = cache.slot_of(unit.begin);
+  if (s0 + n > cache.length || cache.slot_positions[s0] != unit.begin || cache.slot_positions[s0 + n - 1] != unit.end - 1)
+    fail("internal: span {}..{} is not raw and contiguous in the KV cache", unit.begin, unit.end - 1);
+  const int64_t last = unit.end - 1;
+  at::Tensor k_span = cache.k.narrow(2, s0, n), v_span = cache.v.narrow(2, s0, n);  // [L, n_kv, n, hd]
+  switch (policy_.method) {
+    case Method::kDrop:
+      compact(cache, s0, n, 0);
+      break;
+    case Method::kKeepLast:
+      cache.k.select(2, s0).copy_(cache.k.select(2, s0 + n - 1));
+      cache.v.select(2, s0).copy_(cache.v.select(2, s0 + n - 1));
+      cache.slot_positions[s0] = last;
+      compact(cache, s0, n, 1);
+      break;
+    case Method::kMeanMerge: {
+      // Un-rotate keys at their own positions, average, restore the mean key norm (k_norm keeps keys at a
+      // fixed scale; an average of directions is shorter), re-rotate at the span's last position, and bias
+      // the slot by log n so it can draw the attention mass n tokens drew.
+      const model::Qwen3Model& t = *target_;
+      auto pos = at::arange(unit.begin, unit.end, at::TensorOptions().dtype(at::kLong).device(cache.k.device()));
+      at::Tensor cos = t.rope().cos.index_select(0, pos).view({1, 1, n, -1});
+      at::Tensor sin = t.rope().sin.index_select(0, pos).view({1, 1, n, -1});
+      at::Tensor raw = unrotate(k_span.to(at::kFloat), cos, sin);             // [L, n_kv, n, hd]
+      at::Tensor mean_k = raw.mean(2, /*keepdim=*/true);
+      at::Tensor target_norm = raw.norm(2, -1, /*keepdim=*/true).mean(2, /*keepdim=*/true);
+      mean_k = mean_k * (target_norm / mean_k.norm(2, -1, /*keepdim=*/true).clamp_min(1e-12));
+      at::Tensor last_pos = at::full({1}, last, pos.options());
+      at::Tensor k_new = rotate(mean_k, t.rope().cos.index_select(0, last_pos).view({1, 1, 1, -1}),
+                                t.rope().sin.index_select(0, last_pos).view({1, 1, 1, -1}));
+      at::Tensor v_new = v_span.to(at::kFloat).mean(2, /*keepdim=*/true);
+      cache.k.narrow(2, s0, 1).copy_(k_new);
+      cache.v.narrow(2, s0, 1).copy_(v_new);
+      cache.key_bias.narrow(2, s0, 1).fill_(std::log(static_cast<double>(n)));
+      cache.slot_positions[s0] = last;
+      compact(cache, s0, n, 1);
+      break;
+    }
+    case Method::kTopAttention: {
+      // H2O/SnapKV: per layer and KV head keep the span token that received the most attention so far.
+      at::Tensor mass = cache.received_mass.narrow(2, s0, n);                   // [L, n_kv, n]
+      at::Tensor best = mass.argmax(2, /*keepdim=*/true);                        // [L, n_kv, 1]
+      at::Tensor idx = best.unsqueeze(-1).expand({cache.k.size(0), cache.k.size(1), 1, cache.k.size(3)});
+      at::Tensor k_new = k_span.gather(2, idx), v_new = v_span.gather(2, idx);
+      at::Tensor m_new = mass.gather(2, best);
+      cache.k.narrow(2, s0, 1).copy_(k_new);
+      cache.v.narrow(2, s0, 1).copy_(v_new);
+      cache.received_mass.narrow(2, s0, 1).copy_(m_new);
+      cache.slot_positions[s0] = last;
+      compact(cache, s0, n, 1);
+      break;
+    }
+    default:
+      fail("internal: compress_unit with method {}", method_name(policy_.method));
+  }
+  stats_.events += 1;
+  stats_.tokens_compressed += n;
+}
+
+void KVCompressor::evict_to_budget(model::KVCache& cache, int64_t budget) {
+  const int64_t sinks = std::min(policy_.sinks, cache.length);
+  const int64_t excess = cache.length - std::max(budget, sinks);
+  if (excess <= 0) return;
+  compact(cache, sinks, excess, 0);
+  stats_.events += 1;
+  stats_.tokens_compressed += excess;
+}
+
+void KVCompressor::compact(model::KVCache& cache, int64_t s0, int64_t n, int64_t keep) {
+  const int64_t tail = cache.length - (s0 + n);
+  if (tail > 0) {
+    auto move_left = [&](at::Tensor& t) {
+      if (t.defined()) t.narrow(2, s0 + keep, tail).copy_(t.narrow(2, s0 + n, tail).clone());
+    };
+    move_left(cache.k);
+    move_left(cache.v);
+    move_left(cache.key_bias);
+    move_left(cache.received_mass);
+    std::copy(cache.slot_positions.begin() + s0 + n, cache.slot_positions.begin() + cache.length,
+              cache.slot_positions.begin() + s0 + keep);
+  }
+  cache.length -= n - keep;
+  stats_.slots_freed += n - keep;
+}
+
+}  // namespace specpress::compress

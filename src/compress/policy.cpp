@@ -1,0 +1,36 @@
+// policy.cpp — see policy.h.
+#include "compress/policy.h"
+
+#include "core/error.h"
+
+namespace specpress::compress {
+namespace {
+struct Entry {
+  Method method;
+  const char* name;
+};
+constexpr Entry kMethods[] = {{Method::kNone, "none"},           {Method::kDrop, "drop"},
+                              {Method::kKeepLast, "keep-last"},  {Method::kMeanMerge, "mean-merge"},
+                              {Method::kTopAttention, "top-attention"}, {Method::kWindowOnly, "window-only"}};
+}  // namespace
+
+Method parse_method(const std::string& name, const std::string& flag) {
+  for (const auto& e : kMethods)
+    if (name == e.name) return e.method;
+  fail("{}: unknown compression method '{}' (expected none, drop, keep-last, mean-merge, top-attention or window-only)",
+       flag, name);
+}
+
+const char* method_name(Method method) {
+  for (const auto& e : kMethods)
+    if (e.method == method) return e.name;
+  return "?";
+}
+
+void validate(const Policy& p) {
+  if (p.sinks < 0) fail("--compress-sinks: must be >= 0, found {}", p.sinks);
+  if (p.window < 0) fail("--compress-window: must be >= 0, found {}", p.window);
+  if (p.merge_tokens < 0) fail("--compress-merge: must be >= 0 (0 = one unit per verify span), found {}", p.merge_tokens);
+}
+
+}  // namespace specpress::compress

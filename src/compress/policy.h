@@ -1,0 +1,28 @@
+// policy.h — accepted-span compression policy (compression-design.md §7.1, §7.3): which committed
+// tokens stay raw (attention sinks, the prompt, a recent window of W generated tokens) and how a span
+// that ages out of the window is replaced in the target's KV cache: a training-free control (drop,
+// keep-last, mean-merge, top-attention, window-only) or, later, a learned latent.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace specpress::compress {
+
+enum class Method { kNone, kDrop, kKeepLast, kMeanMerge, kTopAttention, kWindowOnly };
+
+struct Policy {
+  Method method = Method::kNone;
+  int64_t sinks = 4;          // first positions never compressed (StreamingLLM sinks)
+  bool keep_prompt = true;    // the whole prompt stays raw
+  int64_t window = 64;        // most recent generated tokens kept raw
+  int64_t merge_tokens = 0;   // 0: one unit per verify-step span; m > 0: units of m aged tokens
+  bool enabled() const { return method != Method::kNone; }
+};
+
+// "none", "drop", "keep-last", "mean-merge", "top-attention", "window-only"; errors name `flag`.
+Method parse_method(const std::string& name, const std::string& flag);
+const char* method_name(Method method);
+// Validates ranges; errors name the flags (--compress-window, --compress-sinks, --compress-merge).
+void validate(const Policy& policy);
+
+}  // namespace specpress::compress
