@@ -112,7 +112,8 @@ int run_generate(const GenerateOptions& o) {
   decode::GenerationResult result;
 #ifdef SPECPRESS_FAST_PATH
   // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not to.
-  if (!o.reference_path && model::fast_path_supported(target, draft.get(), nullptr))
+  // KV compression edits the reference cache; the fast path's static graphs do not support it yet.
+  if (!o.reference_path && !compressor && model::fast_path_supported(target, draft.get(), nullptr))
     result = decode::generate_fast(target, draft.get(), prompt, params, stream);
   else
 #endif
