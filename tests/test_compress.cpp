@@ -10,6 +10,7 @@
 #include "compress/kv_compressor.h"
 #include "core/error.h"
 #include "decode/generation.h"
+#include "golden_pair.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -17,13 +18,11 @@ using namespace specpress::test;
 
 namespace {
 
-class Compress : public ::testing::Test {
+class Compress : public GoldenPair {
  protected:
   void SetUp() override {
-    SPECPRESS_REQUIRE_SHARED();
-    target_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::kCPU));
-    draft_ = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(golden_dir() + "/draft", *target_, at::kFloat, at::kCPU));
-    run_ = golden_runs()[0];
+    GoldenPair::SetUp();
+    if (!IsSkipped()) run_ = golden_runs()[0];
   }
   compress::Policy policy(compress::Method m, int64_t window, int64_t merge = 0) {
     compress::Policy p;
@@ -32,9 +31,6 @@ class Compress : public ::testing::Test {
     p.merge_tokens = merge;
     return p;
   }
-  c10::InferenceMode mode_;
-  std::unique_ptr<model::Qwen3Model> target_;
-  std::unique_ptr<model::DFlashDraft> draft_;
   GoldenRun run_;
 };
 

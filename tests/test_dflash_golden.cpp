@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "model/dflash_draft.h"
 #include "model_fixtures.h"
+#include "golden_pair.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -18,18 +19,7 @@ using namespace specpress::test;
 
 namespace {
 
-class DFlashGolden : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPECPRESS_REQUIRE_SHARED();
-    const at::Device device(test_device_name());
-    target_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, device));
-    draft_ = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(golden_dir() + "/draft", *target_, at::kFloat, device));
-  }
-  c10::InferenceMode mode_;
-  std::unique_ptr<model::Qwen3Model> target_;
-  std::unique_ptr<model::DFlashDraft> draft_;
-};
+using DFlashGolden = GoldenPair;
 
 TEST_F(DFlashGolden, DraftConfig) {
   const auto& c = draft_->config();

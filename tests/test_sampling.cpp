@@ -14,6 +14,7 @@
 #include "decode/generation.h"
 #include "decode/sampler.h"
 #include "model/dflash_draft.h"
+#include "golden_pair.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -139,17 +140,7 @@ TEST(Sampler, GreedyAndTransforms) {
   EXPECT_THROW(decode::Sampler(decode::SamplingParams{1.0, 0, 1.5, 0.0, 0}), Error);
 }
 
-class DFlashSampling : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SPECPRESS_REQUIRE_SHARED();
-    target_ = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::kCPU));
-    draft_ = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(golden_dir() + "/draft", *target_, at::kFloat, at::kCPU));
-  }
-  c10::InferenceMode mode_;
-  std::unique_ptr<model::Qwen3Model> target_;
-  std::unique_ptr<model::DFlashDraft> draft_;
-};
+using DFlashSampling = GoldenPair;
 
 TEST_F(DFlashSampling, MatchesPlainSamplingIncludingAfterRejections) {
   const std::vector<int64_t> full_prompt = golden_runs()[3].prompt;

@@ -132,11 +132,7 @@ void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy&
 
 nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {
   const auto& st = c.stats();
-  nlohmann::ordered_json j;
-  j["method"] = compress::method_name(c.policy().method);
-  j["window"] = c.policy().window;
-  j["sinks"] = c.policy().sinks;
-  j["merge_tokens"] = c.policy().merge_tokens;
+  nlohmann::ordered_json j = compress::policy_json(c.policy());
   j["events"] = st.events;
   j["tokens_compressed"] = st.tokens_compressed;
   j["slots_freed"] = st.slots_freed;

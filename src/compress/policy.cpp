@@ -33,4 +33,8 @@ void validate(const Policy& p) {
   if (p.merge_tokens < 0) fail("--compress-merge: must be >= 0 (0 = one unit per verify span), found {}", p.merge_tokens);
 }
 
+nlohmann::ordered_json policy_json(const Policy& p) {
+  return {{"method", method_name(p.method)}, {"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
+}
+
 }  // namespace specpress::compress

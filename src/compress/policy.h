@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace specpress::compress {
 
 enum class Method { kNone, kDrop, kKeepLast, kMeanMerge, kTopAttention, kWindowOnly };
@@ -24,5 +26,7 @@ Method parse_method(const std::string& name, const std::string& flag);
 const char* method_name(Method method);
 // Validates ranges; errors name the flags (--compress-window, --compress-sinks, --compress-merge).
 void validate(const Policy& policy);
+// {"method", "window", "sinks", "merge_tokens"} for reports.
+nlohmann::ordered_json policy_json(const Policy& policy);
 
 }  // namespace specpress::compress

@@ -179,11 +179,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   }
   if (r.options.compress.enabled()) {
     const auto& f = r.fidelity;
-    nlohmann::ordered_json c;
-    c["method"] = compress::method_name(r.options.compress.method);
-    c["window"] = r.options.compress.window;
-    c["sinks"] = r.options.compress.sinks;
-    c["merge_tokens"] = r.options.compress.merge_tokens;
+    nlohmann::ordered_json c = compress::policy_json(r.options.compress);
     c["effective_ratio"] = r.effective_ratio;
     c["kv_bytes_per_slot"] = r.slot_bytes;
     c["kv_bytes_saved_per_sample"] = r.kv_bytes_saved;
