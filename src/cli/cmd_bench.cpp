@@ -24,7 +24,7 @@ struct ToolOptions {
   int64_t max_new_tokens = 0;  // 0 = the tool's default
   int64_t block_size = 0;
   decode::SamplingParams sampling;
-  bool think = false, check_answers = false, no_progress = false;
+  bool think = false, check_answers = false, no_progress = false, reference_path = false;
   std::string json_out, markdown_out, html_out;
   std::string compress = "none";
   compress::Policy policy;
@@ -78,6 +78,7 @@ int run_bench(const ToolOptions& o) {
   b.think = o.think;
   b.check_answers = o.check_answers;
   b.progress = !o.no_progress;
+  b.reference_path = o.reference_path;
   b.compress = o.policy;
   b.compress.method = compress::parse_method(o.compress, "--compress");
   compress::validate(b.compress);
@@ -141,6 +142,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   bench->add_flag("--check-answers", b->check_answers, "gsm8k/math500: compare final boxed answers");
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
   add_compression_flags(*bench, b->compress, b->policy);
+  bench->add_flag("--reference-path", b->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   bench->callback([&run, b]() { run = [b]() { return run_bench(*b); }; });
 
   auto d = std::make_shared<ToolOptions>();

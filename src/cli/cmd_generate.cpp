@@ -15,11 +15,9 @@
 #include "decode/generation.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
-#ifdef SPECPRESS_FAST_PATH
-#include "decode/fast_generation.h"
-#endif
 #include "tokenizer/stream_decoder.h"
 #include "tools/prompting.h"
+#include "tools/runner.h"
 
 namespace specpress::cli {
 namespace {
@@ -109,16 +107,10 @@ int run_generate(const GenerateOptions& o) {
       std::fflush(stdout);
     };
   }
-  decode::GenerationResult result;
-#ifdef SPECPRESS_FAST_PATH
-  // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not to.
-  // KV compression edits the reference cache; the fast path's static graphs do not support it yet.
-  if (!o.reference_path && !compressor && model::fast_path_supported(target, draft.get(), nullptr))
-    result = decode::generate_fast(target, draft.get(), prompt, params, stream);
-  else
-#endif
-    result = draft ? decode::generate_dflash(target, *draft, prompt, params, stream)
-                   : decode::generate_plain(target, prompt, params, stream);
+  // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not
+  // to; KV compression edits the reference cache, so it always runs on the reference path.
+  tools::GenerationRunner runner(target, draft.get(), o.reference_path);
+  decode::GenerationResult result = draft ? runner.dflash(prompt, params, stream) : runner.plain(prompt, params, stream);
   if (o.json) {
     nlohmann::ordered_json j = result_json(result);
     if (tokenizer) {

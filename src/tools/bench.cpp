@@ -7,6 +7,7 @@
 #include "tools/answers.h"
 #include "tools/progress.h"
 #include "tools/prompting.h"
+#include "tools/runner.h"
 
 namespace specpress::tools {
 
@@ -22,6 +23,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   ProgressBar bar("bench " + options.dataset, total_turns, options.progress);
 
+  GenerationRunner runner(target, &draft, options.reference_path);
+  report.fast_path = runner.fast();
   decode::GenerationParams params;
   params.max_new_tokens = options.max_new_tokens;
   params.stop_ids = stop_ids;
@@ -38,9 +41,9 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       rec.turn = static_cast<int64_t>(t);
       rec.prompt_tokens = static_cast<int64_t>(prompt.size());
       params.block_size = 0;
-      rec.plain = decode::generate_plain(target, prompt, params);
+      rec.plain = runner.plain(prompt, params);
       params.block_size = report.block_size;
-      rec.dflash = decode::generate_dflash(target, draft, prompt, params);
+      rec.dflash = runner.dflash(prompt, params);
       rec.outputs_equal = rec.plain.output_ids == rec.dflash.output_ids;
       // The reference feeds the DFlash output back as the assistant turn (skip_special_tokens=True).
       const std::string dflash_text = decode_output(tokenizer, rec.dflash.output_ids).text;
@@ -159,6 +162,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["max_new_tokens"] = r.options.max_new_tokens;
   j["temperature"] = r.options.sampling.temperature;
   j["enable_thinking"] = r.options.think;
+  j["path"] = r.fast_path ? "cuda-fast" : "reference";
   nlohmann::ordered_json s;
   s["speedup"] = r.speedup;
   s["tau"] = r.tau;
@@ -236,8 +240,9 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
 
 std::string bench_markdown(const BenchReport& r) {
   std::string md = fmt::format("## specpress bench: {}\n\n", r.options.dataset);
-  md += fmt::format("{} samples, block size {}, max new tokens {}, temperature {}, thinking {}\n\n", r.records.size(),
-                    r.block_size, r.options.max_new_tokens, r.options.sampling.temperature, r.options.think ? "on" : "off");
+  md += fmt::format("{} samples, block size {}, max new tokens {}, temperature {}, thinking {}, {} path\n\n", r.records.size(),
+                    r.block_size, r.options.max_new_tokens, r.options.sampling.temperature, r.options.think ? "on" : "off",
+                    r.fast_path ? "CUDA fast" : "reference");
   md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";
   md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
   md += fmt::format("| tokens/s | {:.1f} | {:.1f} |\n", r.plain_tokens_per_s, r.dflash_tokens_per_s);

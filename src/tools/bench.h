@@ -25,6 +25,7 @@ struct BenchOptions {
   bool check_answers = false;
   bool progress = true;
   compress::Policy compress;  // method none: no compression runs
+  bool reference_path = false;  // never the CUDA fast path
 };
 
 struct BenchRecord {
@@ -46,6 +47,7 @@ struct BenchRecord {
 struct BenchReport {
   BenchOptions options;
   int64_t block_size = 0;
+  bool fast_path = false;
   std::vector<BenchRecord> records;
   // aggregates
   double speedup = 0, tau = 0, plain_tpot_ms = 0, dflash_tpot_ms = 0, plain_ttft_ms = 0, dflash_ttft_ms = 0;

@@ -13,6 +13,7 @@
 #include "ops/rmsnorm.h"
 #include "tools/progress.h"
 #include "tools/prompting.h"
+#include "tools/runner.h"
 
 namespace specpress::tools {
 namespace {
@@ -57,6 +58,7 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
   }
 
+  GenerationRunner runner(target, nullptr);
   ProgressBar bar("diagnose " + options.dataset, static_cast<int64_t>(samples.size()), options.progress);
   decode::GenerationParams params;
   params.max_new_tokens = options.max_new_tokens;
@@ -67,7 +69,7 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   for (const auto& sample : samples) {
     std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, options.think);
     std::vector<int64_t> traj = prompt;
-    const decode::GenerationResult greedy = decode::generate_plain(target, prompt, params);
+    const decode::GenerationResult greedy = runner.plain(prompt, params);
     traj.insert(traj.end(), greedy.output_ids.begin(), greedy.output_ids.end());
     const int64_t N = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(traj.size());
     report.trajectory_tokens += T - N;

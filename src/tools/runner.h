@@ -1,0 +1,37 @@
+// runner.h — runs plain and DFlash generations for the tools on the fastest path that applies: the
+// CUDA fast path (CUDA builds, bf16 weights on a CUDA device, no commit observer such as a KV
+// compressor) with its engines kept across samples, else the reference loops. bench, diagnose and
+// generate all go through it, so speedups are measured on the path users run.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "decode/generation.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+
+namespace specpress::tools {
+
+class GenerationRunner {
+ public:
+  // draft may be null (plain decoding only); reference_only forces the reference loops.
+  GenerationRunner(const model::Qwen3Model& target, const model::DFlashDraft* draft, bool reference_only = false);
+  ~GenerationRunner();
+  GenerationRunner(const GenerationRunner&) = delete;
+  GenerationRunner& operator=(const GenerationRunner&) = delete;
+
+  decode::GenerationResult plain(const std::vector<int64_t>& prompt, const decode::GenerationParams& params,
+                                 const decode::TokenCallback& on_tokens = {});
+  decode::GenerationResult dflash(const std::vector<int64_t>& prompt, const decode::GenerationParams& params,
+                                  const decode::TokenCallback& on_tokens = {});
+  // Whether generations without an observer run on the CUDA fast path.
+  bool fast() const { return fast_ != nullptr; }
+
+ private:
+  struct FastEngines;  // defined only in CUDA builds
+  const model::Qwen3Model* target_;
+  const model::DFlashDraft* draft_;
+  std::unique_ptr<FastEngines> fast_;
+};
+
+}  // namespace specpress::tools
