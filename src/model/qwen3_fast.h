@@ -76,7 +76,7 @@ class FastEngine {
   at::Tensor verify_logits();     // fp32 [B, V] copy of the last verify's logits
   at::Tensor draft_proposals();   // int64 [B] device view of the block ids (bonus + proposals)
 
-  // Element counts and bytes that one decode / verify / draft step must read (weights + KV at
+  // Bytes that one decode (or verify) step / one draft step must read (weights + KV at
   // `context`), for rooflines.
   double decode_bytes(int64_t context) const;
   double draft_bytes(int64_t context) const;
