@@ -4,6 +4,8 @@
 // a folder holding only tokenizer files, or a tokenizer.json file. Torch-free.
 #include "cli/cmd_tokenize.h"
 
+#include "cli/id_list.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -58,39 +60,6 @@ std::vector<int32_t> encode_from(const tok::Tokenizer& t, const std::string& tex
   }
 }
 
-// "1,2,3", "1 2 3" or "[1, 2, 3]" -> ids; errors name the flag and the bad item.
-std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag) {
-  std::string body = text;
-  const size_t first = body.find_first_not_of(" \t\r\n");
-  const size_t last = body.find_last_not_of(" \t\r\n");
-  body = first == std::string::npos ? "" : body.substr(first, last - first + 1);
-  if (!body.empty() && body.front() == '[') {
-    if (body.back() != ']') fail("{}: '[' without a closing ']'", flag);
-    body = body.substr(1, body.size() - 2);
-  }
-  for (char& c : body) {
-    if (c == ',' || c == '\t' || c == '\r' || c == '\n') c = ' ';
-  }
-  std::vector<int32_t> ids;
-  std::istringstream items(body);
-  std::string item;
-  while (items >> item) {
-    size_t used = 0;
-    long long value = 0;
-    try {
-      value = std::stoll(item, &used, 10);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || value < INT32_MIN || value > INT32_MAX) {
-      fail("{}: item {} ('{}') is not a token id (expected integers separated by commas)", flag,
-           ids.size() + 1, item);
-    }
-    ids.push_back(static_cast<int32_t>(value));
-  }
-  return ids;
-}
-
 void print_ids(const std::vector<int32_t>& ids) {
   std::string out = "[";
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -125,7 +94,11 @@ int run_tokenize(const TokenizeOptions& o) {
 }
 
 int run_detokenize(const DetokenizeOptions& o) {
-  const std::vector<int32_t> ids = parse_ids(o.ids, "--ids");
+  std::vector<int32_t> ids;
+  for (int64_t id : parse_id_list(o.ids, "--ids")) {
+    if (id < INT32_MIN || id > INT32_MAX) fail("--ids: {} is not a token id", id);
+    ids.push_back(static_cast<int32_t>(id));
+  }
   const tok::Tokenizer t = load_tokenizer(o.model);
   const std::string text = t.decode(ids, o.skip_special);
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -12,34 +12,6 @@
 namespace specpress::cli {
 namespace fs = std::filesystem;
 
-std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag) {
-  auto trim = [](std::string s) {
-    s.erase(0, s.find_first_not_of(" \t\n[]"));
-    s.erase(s.find_last_not_of(" \t\n[]") + 1);
-    return s;
-  };
-  std::vector<int64_t> ids;
-  if (trim(text).empty()) return ids;
-  size_t pos = 0;
-  while (true) {
-    size_t comma = text.find(',', pos);
-    std::string item = trim(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size())
-      fail("{}: '{}' is not an integer token id (expected a list like \"1,2,3\")", flag, item);
-    ids.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return ids;
-}
-
 std::vector<int64_t> default_stop_ids(const std::string& model_dir) {
   for (const char* name : {"generation_config.json", "config.json"}) {
     fs::path p = fs::path(model_dir) / name;

@@ -10,14 +10,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/id_list.h"
 #include "compress/kv_compressor.h"
 #include "decode/generation.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specpress::cli {
 
-// "1, 2,3" -> {1,2,3}; errors name the flag and the bad item.
-std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag);
 
 // eos ids of a model directory: generation_config.json's eos_token_id, else config.json's.
 std::vector<int64_t> default_stop_ids(const std::string& model_dir);

@@ -1,0 +1,56 @@
+// id_list.cpp — see id_list.h.
+#include "cli/id_list.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace specpress::cli {
+
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::string body = text;
+  const size_t first = body.find_first_not_of(" \t\r\n");
+  const size_t last = body.find_last_not_of(" \t\r\n");
+  body = first == std::string::npos ? "" : body.substr(first, last - first + 1);
+  if (!body.empty() && body.front() == '[') {
+    if (body.back() != ']') fail("{}: '[' without a closing ']'", flag);
+    body = body.substr(1, body.size() - 2);
+  }
+  // Commas separate items; an empty item between two commas is an error, not skipped.
+  std::vector<std::string> items;
+  std::string current;
+  bool any_comma = false;
+  for (char c : body) {
+    if (c == ',') {
+      any_comma = true;
+      items.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(c);
+    }
+  }
+  items.push_back(current);
+  std::vector<int64_t> ids;
+  for (const std::string& raw : items) {
+    std::istringstream words(raw);
+    std::string item;
+    bool empty = true;
+    while (words >> item) {
+      empty = false;
+      size_t used = 0;
+      long long value = 0;
+      try {
+        value = std::stoll(item, &used, 10);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size())
+        fail("{}: item {} ('{}') is not a token id (expected integers like \"1,2,3\")", flag, ids.size() + 1, item);
+      ids.push_back(value);
+    }
+    if (empty && any_comma) fail("{}: empty item in '{}' (expected integers like \"1,2,3\")", flag, text);
+  }
+  return ids;
+}
+
+}  // namespace specpress::cli

@@ -1,0 +1,13 @@
+// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]"), shared by every subcommand;
+// torch-free so the tokenizer CLI builds without LibTorch.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specpress::cli {
+
+// Errors name the flag and the bad item; an empty or blank text gives an empty list.
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag);
+
+}  // namespace specpress::cli
