@@ -2,8 +2,22 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <limits>
 
 namespace specpress::ops {
+namespace {
+
+// [..., Hkv, S, hd] -> [..., Hkv*group, S, hd], kv head j serving query heads j*group .. j*group+group-1
+at::Tensor expand_kv(const at::Tensor& kv, int64_t group) {
+  if (group == 1) return kv;
+  std::vector<int64_t> expanded = kv.sizes().vec();
+  expanded.insert(expanded.end() - 2, group);  // [..., Hkv, group, S, hd]
+  std::vector<int64_t> merged = kv.sizes().vec();
+  merged[merged.size() - 3] *= group;
+  return kv.unsqueeze(-3).expand(expanded).reshape(merged);
+}
+
+}  // namespace
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask,
                      const AttentionExtras* extras) {
@@ -30,6 +44,19 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::Tensor probs = probs_f32.to(q.scalar_type());
   at::Tensor out = at::matmul(probs, vv);  // [Hq, T, hd]
   return out.transpose(0, 1).reshape({T, n_heads * head_dim});
+}
+
+at::Tensor attention_masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed) {
+  const int64_t n_heads = q.size(-3), T = q.size(-2), head_dim = q.size(-1);
+  const int64_t group = n_heads / k.size(-3);
+  at::Tensor scores = at::matmul(q, expand_kv(k, group).transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor out = at::matmul(probs, expand_kv(v, group));  // [..., Hq, T, hd]
+  std::vector<int64_t> shape(q.sizes().begin(), q.sizes().end() - 3);
+  shape.push_back(T);
+  shape.push_back(n_heads * head_dim);
+  return out.transpose(-3, -2).reshape(shape);
 }
 
 }  // namespace specpress::ops

@@ -1,7 +1,9 @@
 // attention.h — reference attention (ATen matmul + softmax) with GQA, as transformers' eager path:
-// scores in the activation dtype, softmax in fp32, cast back, then times V. Two masks exist in this
-// engine: causal with the queries at the end of the keys (target prefill/decode/verify over a cache),
-// and none (DFlash draft: block queries see all context keys and the whole block).
+// scores in the activation dtype, softmax in fp32, cast back, then times V. Two masks exist in the
+// decoding engine: causal with the queries at the end of the keys (target prefill/decode/verify over a
+// cache), and none (DFlash draft: block queries see all context keys and the whole block). Training
+// passes an explicit boolean mask instead (full-sequence causal, DFlash block-sparse), with the same
+// arithmetic.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -20,5 +22,10 @@ struct AttentionExtras {
 // q: [Hq, T, hd]; k, v: [Hkv, S, hd] with S >= T. Returns [T, Hq*hd].
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionMask mask,
                      const AttentionExtras* extras = nullptr);
+
+// q: [..., Hq, T, hd]; k, v: [..., Hkv, S, hd]; `allowed`: bool, broadcastable to [..., Hq, T, S]
+// (true = the query may see the key). Every query must see at least one key. Returns [..., T, Hq*hd].
+// Differentiable (plain ATen), used by the trainers.
+at::Tensor attention_masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed);
 
 }  // namespace specpress::ops

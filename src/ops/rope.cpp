@@ -16,8 +16,12 @@ RopeTable make_rope_table(int64_t head_dim, double theta, int64_t max_positions,
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table, const at::Tensor& positions) {
   const int64_t half = x.size(-1) / 2;
-  at::Tensor cos = table.cos.index_select(0, positions).to(x.scalar_type()).unsqueeze(0);  // [1, T, hd]
-  at::Tensor sin = table.sin.index_select(0, positions).to(x.scalar_type()).unsqueeze(0);
+  std::vector<int64_t> shape = positions.sizes().vec();
+  shape.push_back(x.size(-1));
+  at::Tensor flat = positions.reshape({-1});
+  // [..., 1, T, hd]: one row per position, broadcast over the heads
+  at::Tensor cos = table.cos.index_select(0, flat).view(shape).to(x.scalar_type()).unsqueeze(-3);
+  at::Tensor sin = table.sin.index_select(0, flat).view(shape).to(x.scalar_type()).unsqueeze(-3);
   at::Tensor x1 = x.narrow(-1, 0, half);
   at::Tensor x2 = x.narrow(-1, half, half);
   at::Tensor rotated = at::cat({-x2, x1}, -1);

@@ -14,7 +14,8 @@ struct RopeTable {
 
 RopeTable make_rope_table(int64_t head_dim, double theta, int64_t max_positions, at::Device device);
 
-// x: [heads, T, head_dim]; positions: int64 [T] on x's device. Returns the rotated tensor.
+// x: [..., heads, T, head_dim]; positions: int64 [..., T] on x's device (leading dims broadcast against
+// x's, e.g. [T] for one sequence or [batch, T] for per-row positions). Returns the rotated tensor.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTable& table, const at::Tensor& positions);
 
 }  // namespace specpress::ops
