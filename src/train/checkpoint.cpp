@@ -1,0 +1,124 @@
+// checkpoint.cpp — see checkpoint.h.
+#include "train/checkpoint.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/mapped_file.h"
+
+namespace specpress::train {
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kStateFile = "state.json";
+}
+
+bool prepare_output_dir(const std::string& out, bool resume, bool force) {
+  if (out.empty()) fail("--out: empty path");
+  if (resume && force) fail("--resume and --force: give at most one (--force deletes what --resume would continue)");
+  std::error_code ec;
+  const bool exists = fs::exists(out, ec);
+  if (exists && !fs::is_directory(out)) fail("--out: {} exists and is not a directory", out);
+  const bool non_empty = exists && !fs::is_empty(out, ec);
+  if (non_empty && !resume && !force)
+    fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);
+  if (non_empty && force) fs::remove_all(out);
+  fs::create_directories(out);
+  return resume && find_checkpoint(out).has_value();
+}
+
+void save_checkpoint(const std::string& out, const CheckpointState& state, const NamedTensors& params,
+                     const NamedTensors& optimizer_state) {
+  const fs::path dir = fs::path(out) / "checkpoint", tmp = fs::path(out) / "checkpoint.tmp",
+                 old = fs::path(out) / "checkpoint.old";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  io::save_safetensors((tmp / "params.safetensors").string(), to_cpu(params, at::kFloat));
+  io::save_safetensors((tmp / "optimizer.safetensors").string(), to_cpu(optimizer_state, at::kFloat));
+  nlohmann::ordered_json j;
+  j["step"] = state.step;
+  j["rng"] = {{"seed", state.run.value("seed", 0)},
+              {"scheme", "every random choice of step s comes from mt19937_64(splitmix64(splitmix64(seed) ^ s))"}};
+  j["run"] = state.run;
+  j["history"] = state.history;
+  io::write_file_atomic((tmp / kStateFile).string(), j.dump(2) + "\n");
+  // Swap: checkpoint -> checkpoint.old, checkpoint.tmp -> checkpoint, drop .old. A kill between the two
+  // renames leaves only .old, which find_checkpoint falls back to.
+  fs::remove_all(old);
+  if (fs::exists(dir)) fs::rename(dir, old);
+  fs::rename(tmp, dir);
+  fs::remove_all(old);
+}
+
+std::optional<CheckpointState> find_checkpoint(const std::string& out) {
+  for (const char* name : {"checkpoint", "checkpoint.old"}) {
+    const fs::path dir = fs::path(out) / name;
+    const fs::path state_path = dir / kStateFile;
+    if (!fs::exists(state_path)) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(io::read_text_file(state_path.string()));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: invalid JSON: {}", state_path.string(), e.what());
+    }
+    if (!j.contains("step") || !j["step"].is_number_integer() || !j.contains("run"))
+      fail("{}: expected fields 'step' (integer) and 'run'", state_path.string());
+    CheckpointState s;
+    s.step = j["step"].get<int64_t>();
+    s.run = j["run"];
+    s.history = j.value("history", nlohmann::json::array());
+    s.dir = dir.string();
+    return s;
+  }
+  return std::nullopt;
+}
+
+void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    const nlohmann::json was = saved.contains(it.key()) ? saved[it.key()] : nlohmann::json();
+    if (was != it.value())
+      fail("--resume: option '{}' is {} now but {} in {}; resume with the original options or start over with --force",
+           it.key(), it.value().dump(), was.dump(), source);
+  }
+}
+
+void restore_tensors(const std::string& file, const NamedTensors& params) {
+  io::TensorStore store = io::TensorStore::open_file(file);
+  at::NoGradGuard no_grad;
+  for (const auto& [name, p] : params) {
+    if (!store.has(name)) fail("{}: tensor '{}' missing", file, name);
+    p.copy_(store.take(name, p.sizes().vec(), p.scalar_type(), p.device()));
+  }
+  store.check_all_taken();
+}
+
+NamedTensors read_tensors(const std::string& file, at::Device device) {
+  io::TensorStore store = io::TensorStore::open_file(file);
+  NamedTensors out;
+  for (const std::string& name : store.names()) out.emplace_back(name, store.take(name, store.shape(name), at::kFloat, device));
+  return out;
+}
+
+void export_model(const std::string& out, const nlohmann::ordered_json& config, const NamedTensors& tensors,
+                  at::ScalarType dtype) {
+  io::save_safetensors((fs::path(out) / "model.safetensors").string(), to_cpu(tensors, dtype), {{"format", "pt"}});
+  io::write_file_atomic((fs::path(out) / "config.json").string(), config.dump(2) + "\n");
+}
+
+at::ScalarType parse_save_dtype(const std::string& name) {
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  if (name == "f32" || name == "float32") return at::kFloat;
+  if (name == "f16" || name == "float16") return at::kHalf;
+  fail("--save-dtype: unknown dtype '{}' (expected bf16, f32 or f16)", name);
+}
+
+std::string dtype_config_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return "float32";
+  }
+}
+
+}  // namespace specpress::train

@@ -1,0 +1,199 @@
+// draft_trainer.cpp — see draft_trainer.h.
+#include "train/draft_trainer.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <filesystem>
+
+#include <fmt/ranges.h>
+
+#include "core/compat.h"
+#include "core/error.h"
+#include "decode/generation.h"
+#include "io/mapped_file.h"
+#include "train/checkpoint.h"
+#include "train/dflash_forward.h"
+#include "train/sequence_forward.h"
+#include "tools/progress.h"
+
+namespace specpress::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kQwen3MaskTokenId = 151669;  // dflash-spec.md §2.9
+
+model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config& target) {
+  if (o.draft_layers < 1) fail("--draft-layers: must be at least 1, found {}", o.draft_layers);
+  if (o.block_size < 2) fail("--block-size: must be at least 2, found {}", o.block_size);
+  model::DFlashConfig c;
+  c.arch = target;
+  c.arch.num_layers = o.draft_layers;
+  c.block_size = o.block_size;
+  c.num_target_layers = target.num_layers;
+  c.target_layer_ids = o.target_layer_ids.empty() ? model::default_target_layer_ids(target.num_layers, o.draft_layers)
+                                                  : o.target_layer_ids;
+  for (int64_t id : c.target_layer_ids)
+    if (id < 0 || id >= target.num_layers)
+      fail("--target-layer-ids: layer {} is not a layer of {} (it has {} layers: 0..{}){}", id, o.target_dir,
+           target.num_layers, target.num_layers - 1,
+           o.target_layer_ids.empty() ? "; the default taps do not fit this target, pass --target-layer-ids" : "");
+  c.mask_token_id = o.mask_token_id >= 0 ? o.mask_token_id
+                                         : (target.vocab_size > kQwen3MaskTokenId ? kQwen3MaskTokenId : target.vocab_size - 1);
+  if (c.mask_token_id >= target.vocab_size)
+    fail("--mask-token-id: {} is outside the target embedding (0..{})", c.mask_token_id, target.vocab_size - 1);
+  return c;
+}
+
+std::vector<Sequence> generate_on_policy(const model::Qwen3Model& target, const std::vector<std::vector<int64_t>>& prompts,
+                                         int64_t gen_tokens) {
+  c10::InferenceMode inference;
+  decode::GenerationParams params;
+  params.max_new_tokens = gen_tokens;
+  params.stop_ids = target.config().eos_token_ids;
+  std::vector<Sequence> out;
+  tools::ProgressBar progress("on-policy generation", static_cast<int64_t>(prompts.size()));
+  int64_t generated = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    decode::GenerationResult r = decode::generate_plain(target, prompts[i], params);
+    Sequence s{prompts[i], static_cast<int64_t>(prompts[i].size())};
+    s.ids.insert(s.ids.end(), r.output_ids.begin(), r.output_ids.end());
+    out.push_back(std::move(s));
+    generated += static_cast<int64_t>(r.output_ids.size());
+    progress.update(static_cast<int64_t>(i) + 1, fmt::format("{} tokens generated (greedy)", generated));
+  }
+  progress.finish();
+  return out;
+}
+
+// The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them.
+std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
+                                          const std::vector<std::vector<int64_t>>& prompts) {
+  const std::string cache = (fs::path(o.out) / "onpolicy.jsonl").string();
+  if (fs::exists(cache)) {
+    std::vector<Sequence> cached = read_documents({cache}, TextCodec{}, target.config().vocab_size);
+    if (cached.size() == prompts.size()) {
+      std::fprintf(stderr, "train-draft: reusing %zu on-policy generations from %s\n", cached.size(), cache.c_str());
+      return cached;
+    }
+  }
+  std::vector<Sequence> generated = generate_on_policy(target, prompts, o.gen_tokens);
+  io::write_file_atomic(cache, sequences_jsonl(generated));
+  return generated;
+}
+
+}  // namespace
+
+double default_gamma(int64_t block_size) {
+  if (block_size == 16) return 7.0;
+  if (block_size == 10) return 5.0;
+  if (block_size == 8) return 4.0;
+  return std::max(1.0, static_cast<double>(block_size - 1) / 2.0);
+}
+
+TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
+  validate_common(o);
+  keep_freed_memory();
+  if (o.anchors < 1) fail("--anchors: must be at least 1, found {}", o.anchors);
+  if (o.gamma < 0) fail("--gamma: must be positive (or 0 for the default), found {}", o.gamma);
+  if (o.data.empty() && o.on_policy_prompts.empty()) fail("train-draft: give --data and/or --on-policy-prompts");
+  if (o.eval_samples < 0 || o.eval_tokens < 1) fail("--eval-samples/--eval-tokens: must be >= 0 and >= 1");
+  const at::Device device = model::parse_device(o.device, "--device");
+  const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
+  if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");
+  const model::Qwen3Model target = model::Qwen3Model::load(o.target_dir, at::kFloat, device);
+  const model::Qwen3Config& tc = target.config();
+  const model::DFlashConfig dc = draft_config(o, tc);
+  const double gamma = o.gamma > 0 ? o.gamma : default_gamma(o.block_size);
+  if (o.seq_len + o.block_size > tc.max_position_embeddings)
+    fail("--seq-len {} + --block-size {}: exceeds the target's max_position_embeddings {}", o.seq_len, o.block_size,
+         tc.max_position_embeddings);
+
+  // Inputs first: bad data fails before the output directory is touched.
+  std::vector<Sequence> sequences = o.data.empty() ? std::vector<Sequence>{} : read_documents(o.data, codec, tc.vocab_size);
+  const std::vector<std::vector<int64_t>> prompts =
+      o.on_policy_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.on_policy_prompts, codec, tc.vocab_size);
+  std::vector<std::vector<int64_t>> eval_prompts =
+      o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
+  const bool resume = prepare_output_dir(o.out, o.resume, o.force);
+  if (!prompts.empty()) {
+    std::vector<Sequence> generated = on_policy_sequences(o, target, prompts);
+    sequences.insert(sequences.end(), generated.begin(), generated.end());
+  }
+  sequences = trainable_for_draft(std::move(sequences), o.seq_len);
+  if (sequences.empty())
+    fail("train-draft: no sequence has room for a block anchor (need at least 3 tokens, 2 after any prompt)");
+  if (eval_prompts.empty()) {  // no --eval-prompts: the on-policy prompts, else the data's prompt parts
+    if (!prompts.empty()) {
+      eval_prompts.assign(prompts.begin(), prompts.begin() + std::min<int64_t>(o.eval_samples, prompts.size()));
+    } else {
+      for (int64_t i = 0; i < std::min<int64_t>(o.eval_samples, sequences.size()); ++i) {
+        const Sequence& s = sequences[i];
+        const int64_t len = s.loss_start > 0 ? s.loss_start : std::min<int64_t>(16, s.ids.size() / 2 + 1);
+        eval_prompts.emplace_back(s.ids.begin(), s.ids.begin() + len);
+      }
+    }
+  }
+  eval_prompts.resize(std::min<size_t>(eval_prompts.size(), o.eval_samples));
+  int64_t tokens = 0;
+  for (const Sequence& s : sequences) tokens += static_cast<int64_t>(s.ids.size());
+  std::fprintf(stderr,
+               "train-draft: %zu sequences, %lld tokens; draft %lld layers, block %lld, taps [%s], mask %lld, gamma %.2f\n",
+               sequences.size(), static_cast<long long>(tokens), static_cast<long long>(o.draft_layers),
+               static_cast<long long>(o.block_size), fmt::format("{}", fmt::join(dc.target_layer_ids, ", ")).c_str(),
+               static_cast<long long>(dc.mask_token_id), gamma);
+
+  NamedTensors params = dflash_named(init_dflash_weights(dc, o.seed));
+  make_trainable(params, device);
+  const model::DFlashWeights weights = dflash_from_named(params, dc);
+  const ops::RopeTable rope = ops::make_rope_table(dc.arch.head_dim, dc.arch.rope_theta, o.seq_len + o.block_size, device);
+  AdamW optimizer(params, o.schedule());
+
+  nlohmann::json run = common_run_json(o);
+  run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
+  run["draft"] = dflash_config_json(dc, "float32");
+  run["gamma"] = gamma;
+  run["anchors"] = o.anchors;
+  run["on_policy_prompts"] = o.on_policy_prompts;
+  run["gen_tokens"] = o.gen_tokens;
+  const nlohmann::ordered_json out_config = dflash_config_json(dc, dtype_config_name(save_dtype));
+
+  LoopHooks hooks;
+  hooks.forward_backward = [&](int64_t step) {
+    std::mt19937_64 rng = step_rng(o.seed, step);
+    DraftBatch batch = sample_draft_batch(sequences, o.batch, o.seq_len, o.anchors, rng);
+    DraftBlocks blocks = make_blocks(batch.rows, batch.anchors, batch.ids.size(1), o.block_size, dc.mask_token_id, gamma)
+                             .to(device);
+    compat::CudaAutocast autocast(o.autocast && device.is_cuda(), at::kBFloat16);
+    at::Tensor taps;
+    {
+      at::NoGradGuard frozen_target;
+      taps = sequence_forward(tc, target.weights(), target.rope(), batch.ids.to(device), dc.target_layer_ids, false).taps;
+    }
+    DraftMetrics metrics;
+    const double loss = draft_forward_backward(dc, weights, rope, target.weights().embed_tokens, target.weights().lm_head,
+                                               taps, blocks, &metrics);
+    int64_t step_tokens = 0;
+    for (const auto& row : batch.rows) step_tokens += static_cast<int64_t>(row.size());
+    return StepOutput{loss, step_tokens,
+                      fmt::format(" | top1 {:.3f} | acc-len {:.2f}", metrics.top1, metrics.accepted_length)};
+  };
+  hooks.export_model = [&] { export_model(o.out, out_config, params, save_dtype); };
+  hooks.eval_every = eval_prompts.empty() ? 0 : (o.eval_every > 0 ? o.eval_every : o.steps);
+  hooks.evaluate = [&]() {
+    c10::InferenceMode inference;
+    NamedTensors frozen;
+    for (const auto& [name, p] : params) frozen.emplace_back(name, p.detach());
+    model::DFlashDraft draft(dc, dflash_from_named(frozen, dc), target);
+    decode::GenerationParams gp;
+    gp.max_new_tokens = o.eval_tokens;
+    gp.stop_ids = tc.eos_token_ids;
+    double tau_sum = 0;
+    for (const auto& prompt : eval_prompts)
+      tau_sum += decode::generate_dflash(target, draft, prompt, gp).mean_acceptance_length();
+    return tau_sum / static_cast<double>(eval_prompts.size());
+  };
+  return run_training("train-draft", o, run, resume, params, optimizer, hooks);
+}
+
+}  // namespace specpress::train

@@ -1,0 +1,118 @@
+// loop.cpp — see loop.h.
+#include "train/loop.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "tools/progress.h"
+
+namespace specpress::train {
+namespace fs = std::filesystem;
+
+nlohmann::json common_run_json(const CommonOptions& o) {
+  nlohmann::json data = nlohmann::json::array();
+  for (const std::string& f : o.data) data.push_back(fs::absolute(f).lexically_normal().string());
+  return {{"data", data},
+          {"steps", o.steps},
+          {"batch", o.batch},
+          {"seq_len", o.seq_len},
+          {"lr", o.optim.lr},
+          {"min_lr_ratio", o.optim.min_lr_ratio},
+          {"warmup", o.optim.warmup_steps},
+          {"weight_decay", o.optim.weight_decay},
+          {"grad_clip", o.optim.grad_clip},
+          {"seed", o.seed},
+          {"device", o.device},
+          {"autocast", o.autocast}};
+}
+
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_MAX, 0);         // every allocation comes from the heap ...
+  mallopt(M_TRIM_THRESHOLD, -1);  // ... which is never returned to the system while training
+#endif
+}
+
+void validate_common(const CommonOptions& o) {
+  if (o.steps < 1) fail("--steps: must be at least 1, found {}", o.steps);
+  if (o.batch < 1) fail("--batch: must be at least 1, found {}", o.batch);
+  if (o.seq_len < 2) fail("--seq-len: must be at least 2, found {}", o.seq_len);
+  if (!(o.optim.lr > 0)) fail("--lr: must be positive, found {}", o.optim.lr);
+  if (o.optim.warmup_steps < 0) fail("--warmup: must be >= 0, found {}", o.optim.warmup_steps);
+  if (o.save_every < 0) fail("--save-every: must be >= 0, found {}", o.save_every);
+  if (o.stop_after < 0) fail("--stop-after: must be >= 0, found {}", o.stop_after);
+}
+
+TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,
+                          const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks) {
+  TrainSummary summary;
+  nlohmann::json history = nlohmann::json::array();
+  if (resume) {
+    CheckpointState state = *find_checkpoint(o.out);
+    check_same_run(state.run, run, state.dir + "/state.json");
+    restore_tensors(state.dir + "/params.safetensors", params);
+    optimizer.load_state(read_tensors(state.dir + "/optimizer.safetensors", params.front().second.device()), state.step,
+                         state.dir + "/optimizer.safetensors");
+    summary.first_step = state.step;
+    history = state.history;
+    std::fprintf(stderr, "%s: resuming %s at step %lld of %lld\n", label.c_str(), o.out.c_str(),
+                 static_cast<long long>(state.step), static_cast<long long>(o.steps));
+  }
+  const int64_t end = o.stop_after > 0 ? std::min(o.steps, summary.first_step + o.stop_after) : o.steps;
+  tools::ProgressBar progress(summary.first_step > 0 ? fmt::format("{} (from step {})", label, summary.first_step) : label,
+                              o.steps - summary.first_step);
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
+  auto note = [&](const std::string& line) {  // a line of its own; the bar redraws below it
+    std::fprintf(stderr, tty ? "\r\x1b[K%s\n" : "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  int64_t tokens = 0;
+  auto checkpoint = [&](int64_t done) {
+    save_checkpoint(o.out, CheckpointState{done, run, history, ""}, params, optimizer.state());
+    hooks.export_model();
+  };
+  int64_t step = summary.first_step;
+  for (; step < end; ++step) {
+    StepOutput out = hooks.forward_backward(step);
+    const double grad_norm = optimizer.step(step);
+    summary.losses.emplace_back(step + 1, out.loss);
+    history.push_back({step + 1, out.loss});
+    tokens += out.tokens;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    progress.update(step + 1 - summary.first_step,
+                    fmt::format("step {} | loss {:.4f}{} | lr {:.2e} | gnorm {:.2f} | {:.0f} tok/s", step + 1, out.loss,
+                                out.metrics, learning_rate(o.schedule(), step), grad_norm,
+                                seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0));
+    const bool last = step + 1 == o.steps;
+    if (hooks.evaluate && hooks.eval_every > 0 && ((step + 1) % hooks.eval_every == 0 || last)) {
+      const double tau = hooks.evaluate();
+      summary.eval_tau.push_back(tau);
+      note(fmt::format("{}: step {} eval tau {:.3f} (speculative loop, greedy)", label, step + 1, tau));
+    }
+    if (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)) {
+      checkpoint(step + 1);
+      note(fmt::format("{}: step {} checkpoint and model written to {}", label, step + 1, o.out));
+    }
+  }
+  if (step < o.steps && step > summary.first_step && (o.save_every == 0 || step % o.save_every != 0)) {
+    checkpoint(step);  // --stop-after: leave a resumable checkpoint where this invocation stopped
+    note(fmt::format("{}: stopped after step {} (--stop-after); checkpoint written", label, step));
+  }
+  progress.finish(fmt::format("step {} of {}", step, o.steps));
+  summary.last_step = step;
+  return summary;
+}
+
+}  // namespace specpress::train

@@ -1,0 +1,71 @@
+// loop.h — what both trainers share: their common options, the step loop (resume from a checkpoint,
+// optimizer step, progress bar with loss, tokens/s and ETA on stderr, periodic evaluation, checkpoint +
+// export) and the run summary tests read.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/optim.h"
+#include "train/params.h"
+
+namespace specpress::train {
+
+struct CommonOptions {
+  std::vector<std::string> data;
+  std::string out, device = "cpu", save_dtype = "bf16";
+  int64_t steps = 1000, batch = 8, seq_len = 256;
+  OptimConfig optim;
+  uint64_t seed = 0;
+  bool resume = false, force = false;
+  bool autocast = true;      // bf16 autocast on CUDA (CPU always trains in float32)
+  int64_t save_every = 100;  // checkpoint + export every N steps (and at the end); 0 = only at the end
+  int64_t stop_after = 0;    // stop after N steps of this invocation, as an interruption would (0 = off)
+
+  // `optim` with the schedule's length set to `steps`.
+  OptimConfig schedule() const {
+    OptimConfig c = optim;
+    c.total_steps = steps;
+    return c;
+  }
+};
+
+// The options a resumed run must share with the original (schedule, data, seed, sizes), as JSON.
+nlohmann::json common_run_json(const CommonOptions& options);
+
+struct StepOutput {
+  double loss = 0;
+  int64_t tokens = 0;
+  std::string metrics;  // extra "name value" pairs for the progress line
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;  // completed steps when this invocation started (> 0 after a resume)
+  int64_t last_step = 0;   // completed steps when it ended
+  std::vector<std::pair<int64_t, double>> losses;  // (step, loss) of every step this invocation ran
+  std::vector<double> eval_tau;                    // each evaluation's tau (draft trainer)
+};
+
+struct LoopHooks {
+  std::function<StepOutput(int64_t step)> forward_backward;  // loss of 0-based `step`, gradients accumulated
+  std::function<void()> export_model;                        // writes the published-format model to OUT
+  std::function<double()> evaluate;                          // optional: tau with the real speculative loop
+  int64_t eval_every = 0;
+};
+
+// Runs steps until options.steps (or stop_after), resuming from OUT's checkpoint when `resume`.
+TrainSummary run_training(const std::string& label, const CommonOptions& options, const nlohmann::json& run,
+                          bool resume, const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks);
+
+// Keeps freed large CPU buffers in the heap for reuse (glibc otherwise maps and unmaps every
+// vocabulary-sized activation each step and spends most of the time in page faults).
+void keep_freed_memory();
+
+// Validates the shared numeric options; errors name the flag.
+void validate_common(const CommonOptions& options);
+
+}  // namespace specpress::train
