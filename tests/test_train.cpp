@@ -1,0 +1,342 @@
+// test_train.cpp — the trainers on tiny random models (CPU, seconds): the training forwards compute
+// what the decoding engine computes, a few steps lower the loss, a run stopped and resumed ends
+// bitwise where an uninterrupted run ends, the exported draft and LM load in specpress (speculative
+// output equals greedy output), and bad input fails with messages naming the file, flag or field.
+#include <gtest/gtest.h>
+
+#include <c10/core/InferenceMode.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "decode/generation.h"
+#include "io/checkpoint.h"
+#include "model_fixtures.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/dflash_forward.h"
+#include "train/draft_trainer.h"
+#include "train/lm_trainer.h"
+#include "train/sequence_forward.h"
+
+using namespace specpress;
+using namespace specpress::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const TinyShape kShape;  // vocab 64, hidden 32, 2 layers
+
+// Sequences with structure a small model can learn: arithmetic progressions mod 60, eos-terminated.
+void write_ids_data(const fs::path& path, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) {
+    const int64_t a = 1 + static_cast<int64_t>(rng() % 20), d = 1 + static_cast<int64_t>(rng() % 3);
+    const int64_t len = 12 + static_cast<int64_t>(rng() % 20);
+    nlohmann::json ids = nlohmann::json::array();
+    for (int64_t k = 0; k < len; ++k) ids.push_back(1 + (a + d * k) % 60);
+    ids.push_back(kShape.vocab - 1);
+    out << nlohmann::json{{"ids", ids}}.dump() << "\n";
+  }
+}
+
+void write_prompts(const fs::path& path, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) {
+    const int64_t a = 1 + static_cast<int64_t>(rng() % 20), d = 1 + static_cast<int64_t>(rng() % 3);
+    nlohmann::json ids = nlohmann::json::array();
+    for (int64_t k = 0; k < 5; ++k) ids.push_back(1 + (a + d * k) % 60);
+    out << nlohmann::json{{"ids", ids}}.dump() << "\n";
+  }
+}
+
+struct Fixture {
+  ScratchDir dir{"train"};
+  fs::path target = dir.path / "target", data = dir.path / "data.jsonl", prompts = dir.path / "prompts.jsonl",
+           config = dir.path / "target" / "config.json";
+  Fixture() {
+    write_random_qwen3(target.string(), kShape, /*tied=*/true, 7);
+    write_ids_data(data, 64, 3);
+    write_prompts(prompts, 12, 5);
+  }
+
+  train::DraftOptions draft_options(const std::string& out) const {
+    train::DraftOptions o;
+    o.target_dir = target.string();
+    o.data = {data.string()};
+    o.on_policy_prompts = {prompts.string()};
+    o.gen_tokens = 16;
+    o.out = (dir.path / out).string();
+    o.draft_layers = 1;
+    o.block_size = 4;
+    o.target_layer_ids = {0, 1};
+    o.steps = 6;
+    o.batch = 2;
+    o.seq_len = 32;
+    o.anchors = 4;
+    o.optim.lr = 3e-3;
+    o.optim.warmup_steps = 2;
+    o.save_every = 0;
+    o.eval_samples = 0;
+    o.save_dtype = "f32";
+    o.seed = 11;
+    return o;
+  }
+
+  train::LmOptions lm_options(const std::string& out) const {
+    train::LmOptions o;
+    o.config_path = config.string();
+    o.data = {data.string()};
+    o.out = (dir.path / out).string();
+    o.steps = 6;
+    o.batch = 4;
+    o.seq_len = 24;
+    o.optim.lr = 3e-3;
+    o.optim.warmup_steps = 2;
+    o.save_every = 0;
+    o.save_dtype = "f32";
+    o.seed = 5;
+    return o;
+  }
+};
+
+double mean_loss(const train::TrainSummary& s, size_t from, size_t to) {
+  double sum = 0;
+  for (size_t i = from; i < to; ++i) sum += s.losses[i].second;
+  return sum / static_cast<double>(to - from);
+}
+
+// Every tensor of two safetensors files, compared exactly.
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  train::NamedTensors ta = train::read_tensors(a, at::kCPU), tb = train::read_tensors(b, at::kCPU);
+  ASSERT_EQ(ta.size(), tb.size());
+  for (size_t i = 0; i < ta.size(); ++i) {
+    EXPECT_EQ(ta[i].first, tb[i].first);
+    EXPECT_TRUE(at::equal(ta[i].second, tb[i].second)) << ta[i].first << " differs";
+  }
+}
+
+template <typename Fn>
+void expect_error(Fn fn, const std::string& message) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << "error was: " << e.what();
+  }
+}
+
+TEST(TrainForward, SequenceForwardMatchesEngineForward) {
+  Fixture f;
+  model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
+  at::manual_seed(3);
+  at::Tensor ids = at::randint(0, kShape.vocab, {2, 10}, at::kLong);
+  train::SequenceOutput out = train::sequence_forward(target.config(), target.weights(), target.rope(), ids, {0, 1}, true);
+  for (int64_t r = 0; r < 2; ++r) {
+    model::KVCache cache = target.make_cache(10);
+    model::ForwardOutput ref = target.forward(ids[r], 0, cache, {true, {0, 1}, false});
+    at::Tensor logits = target.lm_head_logits(out.hidden[r]);
+    EXPECT_TRUE(at::allclose(logits, ref.logits, 1e-5, 1e-5)) << (logits - ref.logits).abs().max().item<double>();
+    EXPECT_TRUE(at::allclose(out.taps[r], ref.taps, 1e-5, 1e-5));
+  }
+}
+
+TEST(TrainForward, BlockSparseDraftForwardMatchesEngineDraft) {
+  Fixture f;
+  write_random_dflash((f.dir.path / "draft").string(), kShape, 2, 4, kShape.layers, {0, 1}, kShape.vocab - 2);
+  model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
+  model::DFlashDraft draft = model::DFlashDraft::load((f.dir.path / "draft").string(), target, at::kFloat, at::kCPU);
+  const model::DFlashConfig& dc = draft.config();
+  train::NamedTensors named = train::read_tensors((f.dir.path / "draft" / "model.safetensors").string(), at::kCPU);
+  model::DFlashWeights w = train::dflash_from_named(named, dc);
+  ops::RopeTable rope = ops::make_rope_table(dc.arch.head_dim, dc.arch.rope_theta, 64, at::kCPU);
+
+  at::manual_seed(4);
+  std::vector<int64_t> row;
+  for (int i = 0; i < 14; ++i) row.push_back(at::randint(0, kShape.vocab - 2, {1}, at::kLong).item<int64_t>());
+  const std::vector<int64_t> anchors = {1, 5, 6, 12};  // overlapping blocks and one cut by the end
+  at::Tensor ids = at::tensor(row, at::kLong).unsqueeze(0);
+  at::Tensor taps = train::sequence_forward(target.config(), target.weights(), target.rope(), ids, dc.target_layer_ids, false).taps;
+  train::DraftBlocks blocks = train::make_blocks({row}, {anchors}, 14, 4, dc.mask_token_id, 4.0);
+  at::Tensor hidden = train::draft_hidden(dc, w, rope, target.weights().embed_tokens, taps, blocks)[0];
+
+  for (size_t j = 0; j < anchors.size(); ++j) {
+    const int64_t a = anchors[j];
+    model::DraftCache cache = draft.make_cache(32);
+    std::vector<int64_t> block = {row[a], dc.mask_token_id, dc.mask_token_id, dc.mask_token_id};
+    at::Tensor ref = draft.forward(taps[0].narrow(0, 0, a), at::tensor(block, at::kLong), cache);
+    at::Tensor got = hidden.narrow(0, static_cast<int64_t>(j) * 4, 4);
+    EXPECT_TRUE(at::allclose(got, ref, 1e-5, 1e-5)) << "anchor " << a << ": " << (got - ref).abs().max().item<double>();
+  }
+  // Labels and weights: positions 1..3 of each block, exp(-(k-1)/gamma), nothing past the end.
+  EXPECT_EQ(blocks.labels[0][1].item<int64_t>(), row[2]);
+  EXPECT_FLOAT_EQ(blocks.weights[0][2].item<float>(), static_cast<float>(std::exp(-1.0 / 4.0)));
+  EXPECT_EQ(blocks.weights[0][12].item<float>(), 0.0f);  // block 3 (anchor 12), k = 0
+  EXPECT_GT(blocks.weights[0][13].item<float>(), 0.0f);  // anchor 12 + 1 = 13 < 14
+  EXPECT_EQ(blocks.weights[0][14].item<float>(), 0.0f);  // anchor 12 + 2 = 14: past the end
+}
+
+TEST(TrainLm, FewStepsLowerTheLossAndExportLoads) {
+  Fixture f;
+  train::LmOptions o = f.lm_options("lm");
+  o.steps = 40;
+  train::TrainSummary s = train::train_lm(o, train::TextCodec{});
+  ASSERT_EQ(s.losses.size(), 40u);
+  EXPECT_LT(mean_loss(s, 35, 40), mean_loss(s, 0, 5) - 0.5);
+  // The export is an HF Qwen3 directory specpress loads, with the trained weights.
+  model::Qwen3Model lm = model::Qwen3Model::load(o.out, at::kFloat, at::kCPU);
+  EXPECT_TRUE(lm.config().tie_word_embeddings);
+  expect_same_tensors(o.out + "/model.safetensors", o.out + "/checkpoint/params.safetensors");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(o.out + "/config.json"));
+  EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(config["torch_dtype"], "float32");
+}
+
+TEST(TrainLm, StopAndResumeEqualsUninterruptedRun) {
+  Fixture f;
+  train::LmOptions straight = f.lm_options("straight");
+  train::train_lm(straight, train::TextCodec{});
+  train::LmOptions part = f.lm_options("parts");
+  part.stop_after = 3;
+  train::TrainSummary first = train::train_lm(part, train::TextCodec{});
+  EXPECT_EQ(first.last_step, 3);
+  part.stop_after = 0;
+  part.resume = true;
+  train::TrainSummary second = train::train_lm(part, train::TextCodec{});
+  EXPECT_EQ(second.first_step, 3);
+  EXPECT_EQ(second.last_step, 6);
+  expect_same_tensors(straight.out + "/checkpoint/params.safetensors", part.out + "/checkpoint/params.safetensors");
+  expect_same_tensors(straight.out + "/checkpoint/optimizer.safetensors", part.out + "/checkpoint/optimizer.safetensors");
+}
+
+TEST(TrainDraft, FewStepsLowerTheLoss) {
+  Fixture f;
+  train::DraftOptions o = f.draft_options("draft");
+  o.steps = 40;
+  train::TrainSummary s = train::train_draft(o, train::TextCodec{});
+  ASSERT_EQ(s.losses.size(), 40u);
+  EXPECT_LT(mean_loss(s, 35, 40), mean_loss(s, 0, 5) - 0.3);
+}
+
+TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
+  Fixture f;
+  train::DraftOptions straight = f.draft_options("straight");
+  train::train_draft(straight, train::TextCodec{});
+  train::DraftOptions part = f.draft_options("parts");
+  part.stop_after = 3;
+  train::train_draft(part, train::TextCodec{});
+  part.stop_after = 0;
+  part.resume = true;
+  train::TrainSummary second = train::train_draft(part, train::TextCodec{});
+  EXPECT_EQ(second.first_step, 3);
+  expect_same_tensors(straight.out + "/checkpoint/params.safetensors", part.out + "/checkpoint/params.safetensors");
+  expect_same_tensors(straight.out + "/model.safetensors", part.out + "/model.safetensors");
+  // A resume with a different schedule is refused, naming the option.
+  part.optim.lr = 1e-2;
+  expect_error([&] { train::train_draft(part, train::TextCodec{}); }, "option 'lr'");
+}
+
+TEST(TrainDraft, SavedDraftLoadsAndSpeculativeOutputEqualsGreedy) {
+  Fixture f;
+  train::DraftOptions o = f.draft_options("draft");
+  o.steps = 30;
+  o.save_dtype = "bf16";  // the published format
+  o.eval_samples = 3;
+  o.eval_tokens = 24;
+  train::TrainSummary s = train::train_draft(o, train::TextCodec{});
+  ASSERT_EQ(s.eval_tau.size(), 1u);
+  EXPECT_GE(s.eval_tau[0], 1.0);
+
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(o.out + "/config.json"));
+  EXPECT_EQ(config["block_size"], 4);
+  EXPECT_EQ(config["num_target_layers"], kShape.layers);
+  EXPECT_EQ(config["dflash_config"]["target_layer_ids"], nlohmann::json({0, 1}));
+  EXPECT_EQ(config["dflash_config"]["mask_token_id"], kShape.vocab - 1);
+  io::TensorStore store = io::TensorStore::open_dir(o.out);
+  EXPECT_TRUE(store.has("fc.weight") && store.has("hidden_norm.weight") && store.has("norm.weight") &&
+              store.has("layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(store.has("embed_tokens.weight") || store.has("lm_head.weight"));
+
+  c10::InferenceMode inference;
+  model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
+  model::DFlashDraft draft = model::DFlashDraft::load(o.out, target, at::kFloat, at::kCPU);
+  train::TextCodec none;
+  decode::GenerationParams params;
+  params.max_new_tokens = 40;
+  for (const auto& prompt : train::read_prompts({f.prompts.string()}, none, kShape.vocab)) {
+    decode::GenerationResult plain = decode::generate_plain(target, prompt, params);
+    decode::GenerationResult spec = decode::generate_dflash(target, draft, prompt, params);
+    EXPECT_EQ(spec.output_ids, plain.output_ids);
+  }
+}
+
+TEST(TrainErrors, BadInputNamesTheProblem) {
+  Fixture f;
+  train::TextCodec none;
+  {  // target without the tapped layers
+    train::DraftOptions o = f.draft_options("bad-taps");
+    o.target_layer_ids = {0, 9};
+    expect_error([&] { train::train_draft(o, none); }, "--target-layer-ids: layer 9 is not a layer of");
+  }
+  {  // empty data
+    write_text(f.dir.path / "empty.jsonl", "\n");
+    train::LmOptions o = f.lm_options("empty");
+    o.data = {(f.dir.path / "empty.jsonl").string()};
+    expect_error([&] { train::train_lm(o, none); }, "empty.jsonl: no training data in this file (empty)");
+  }
+  {  // unreadable data
+    train::LmOptions o = f.lm_options("missing");
+    o.data = {(f.dir.path / "nope.jsonl").string()};
+    expect_error([&] { train::train_lm(o, none); }, "nope.jsonl: data file not found");
+    o.data = {f.dir.path.string()};
+    expect_error([&] { train::train_lm(o, none); }, "is a directory (expected a data file)");
+  }
+  {  // out-of-vocab ids, named with file, line and index
+    write_text(f.dir.path / "oov.jsonl", "{\"ids\": [1, 2, 3]}\n{\"ids\": [4, 64, 5]}\n");
+    train::DraftOptions o = f.draft_options("oov");
+    o.data = {(f.dir.path / "oov.jsonl").string()};
+    o.on_policy_prompts.clear();
+    expect_error([&] { train::train_draft(o, none); }, "oov.jsonl line 2: token id 64 at index 1 is outside the vocabulary 0..63");
+  }
+  {  // text without a tokenizer
+    write_text(f.dir.path / "text.jsonl", "{\"text\": \"hello\"}\n");
+    train::LmOptions o = f.lm_options("text");
+    o.data = {(f.dir.path / "text.jsonl").string()};
+    none.missing = "no tokenizer here";
+    expect_error([&] { train::train_lm(o, none); }, "text.jsonl line 1: text data needs a tokenizer: no tokenizer here");
+  }
+  {  // an output directory that exists without --resume or --force
+    train::LmOptions o = f.lm_options("exists");
+    fs::create_directories(o.out);
+    write_text(fs::path(o.out) / "keep.txt", "x");
+    expect_error([&] { train::train_lm(o, none); }, "already exists; pass --resume to continue its training or --force");
+    o.force = true;
+    o.steps = 1;
+    train::train_lm(o, none);
+    EXPECT_FALSE(fs::exists(fs::path(o.out) / "keep.txt"));
+  }
+}
+
+TEST(TrainCli, SubcommandsReportErrorsByFlag) {
+  Fixture f;
+  const fs::path out = f.dir.path / "cli-out";
+  fs::create_directories(out);
+  write_text(out / "x", "x");
+  CommandResult r = run_specpress("train-draft --target " + f.target.string() + " --data " + f.data.string() + " --out " +
+                                  out.string() + " --target-layer-ids 0,1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--out: " + out.string() + " already exists"), std::string::npos) << r.err;
+  r = run_specpress("train-lm --config " + f.config.string() + " --data " + f.data.string() + " --out " +
+                    (f.dir.path / "lm").string() + " --steps 3 --batch 2 --seq-len 16");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("3/3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("step 3 | loss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos);
+  EXPECT_NE(r.err.find("ETA"), std::string::npos);
+}
+
+}  // namespace
