@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# train_demo.sh — retrains the bundled demo pair from scratch with specpress's own trainers, on CPU by
+# default: a small Qwen3 target (train-lm, demo/target-train-config.json) on GSM8K train (MIT) as
+# Qwen3-chat conversations, then its DFlash draft (train-draft) on the target's own greedy answers to
+# GSM8K train questions (on-policy), evaluated on GSM8K test prompts. Installs the result into
+# demo/target and demo/draft (bf16 safetensors; tokenizer.json comes from scripts/fetch_demo_tokenizer.sh).
+# Resumable: rerunning after a kill continues both trainings from their last checkpoints.
+# Usage: scripts/train_demo.sh   (BIN, SHARED, WORK, DEVICE, LM_STEPS, DRAFT_STEPS, PROMPTS override the defaults)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/bin/specpress}
+SHARED=${SHARED:-../shared}
+WORK=${WORK:-build/demo-train}
+DEVICE=${DEVICE:-cpu}
+LM_STEPS=${LM_STEPS:-500}
+DRAFT_STEPS=${DRAFT_STEPS:-300}
+PROMPTS=${PROMPTS:-300}
+[ -x "$BIN" ] || { echo "train_demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
+command -v jq >/dev/null || { echo "train_demo: jq not found (apt-get install jq)" >&2; exit 1; }
+mkdir -p "$WORK/tokenizer"
+scripts/fetch_demo_tokenizer.sh "$WORK/tokenizer"
+cp "$SHARED/data/qwen3-tokenizer/tokenizer_config.json" "$WORK/tokenizer/"
+
+# GSM8K train as chat: the DFlash gsm8k prompt format (turns[0]) answered by the reference solution.
+jq -c '{messages: [{role: "user", content: .turns[0]}, {role: "assistant", content: .source.answer}]}' \
+  "$SHARED/data/gsm8k_train.jsonl" > "$WORK/gsm8k_train_chat.jsonl"
+head -n "$PROMPTS" "$SHARED/data/gsm8k_train.jsonl" > "$WORK/onpolicy_prompts.jsonl"
+head -n 8 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/eval_prompts.jsonl"
+
+time "$BIN" train-lm --config demo/target-train-config.json --tokenizer "$WORK/tokenizer" \
+  --data "$WORK/gsm8k_train_chat.jsonl" --out "$WORK/target" --resume --device "$DEVICE" \
+  --steps "$LM_STEPS" --batch 8 --seq-len 256 --lr 3e-3 --warmup 30 --save-every 50 --seed 1
+
+time "$BIN" train-draft --target "$WORK/target" --on-policy-prompts "$WORK/onpolicy_prompts.jsonl" --gen-tokens 160 \
+  --eval-prompts "$WORK/eval_prompts.jsonl" --eval-every 100 --eval-samples 8 --eval-tokens 128 \
+  --out "$WORK/draft" --resume --device "$DEVICE" --draft-layers 2 --block-size 16 --target-layer-ids 0,1,2,3 \
+  --steps "$DRAFT_STEPS" --batch 4 --seq-len 320 --anchors 16 --lr 3e-3 --warmup 20 --save-every 50 --seed 2
+
+for pair in target draft; do
+  mkdir -p "demo/$pair"
+  cp "$WORK/$pair/config.json" "$WORK/$pair/model.safetensors" "demo/$pair/"
+done
+cp "$WORK/target/generation_config.json" "$WORK/target/tokenizer_config.json" demo/target/
+scripts/fetch_demo_tokenizer.sh demo/target
+echo "train_demo: installed demo/target and demo/draft" >&2
