@@ -82,6 +82,19 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
   return generated;
 }
 
+// Without --eval-prompts: the on-policy prompts, else the prompt parts of the data (the first tokens of
+// sequences without one).
+std::vector<std::vector<int64_t>> default_eval_prompts(const std::vector<std::vector<int64_t>>& on_policy_prompts,
+                                                       const std::vector<Sequence>& sequences) {
+  if (!on_policy_prompts.empty()) return on_policy_prompts;
+  std::vector<std::vector<int64_t>> out;
+  for (const Sequence& s : sequences) {
+    const int64_t len = s.loss_start > 0 ? s.loss_start : std::min<int64_t>(16, static_cast<int64_t>(s.ids.size()) / 2 + 1);
+    out.emplace_back(s.ids.begin(), s.ids.begin() + len);
+  }
+  return out;
+}
+
 }  // namespace
 
 double default_gamma(int64_t block_size) {
@@ -123,17 +136,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   sequences = trainable_for_draft(std::move(sequences), o.seq_len);
   if (sequences.empty())
     fail("train-draft: no sequence has room for a block anchor (need at least 3 tokens, 2 after any prompt)");
-  if (eval_prompts.empty()) {  // no --eval-prompts: the on-policy prompts, else the data's prompt parts
-    if (!prompts.empty()) {
-      eval_prompts.assign(prompts.begin(), prompts.begin() + std::min<int64_t>(o.eval_samples, prompts.size()));
-    } else {
-      for (int64_t i = 0; i < std::min<int64_t>(o.eval_samples, sequences.size()); ++i) {
-        const Sequence& s = sequences[i];
-        const int64_t len = s.loss_start > 0 ? s.loss_start : std::min<int64_t>(16, s.ids.size() / 2 + 1);
-        eval_prompts.emplace_back(s.ids.begin(), s.ids.begin() + len);
-      }
-    }
-  }
+  if (eval_prompts.empty()) eval_prompts = default_eval_prompts(prompts, sequences);
   eval_prompts.resize(std::min<size_t>(eval_prompts.size(), o.eval_samples));
   int64_t tokens = 0;
   for (const Sequence& s : sequences) tokens += static_cast<int64_t>(s.ids.size());
@@ -154,7 +157,8 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   run["draft"] = dflash_config_json(dc, "float32");
   run["gamma"] = gamma;
   run["anchors"] = o.anchors;
-  run["on_policy_prompts"] = o.on_policy_prompts;
+  run["on_policy_prompts"] = nlohmann::json::array();
+  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
   run["gen_tokens"] = o.gen_tokens;
   const nlohmann::ordered_json out_config = dflash_config_json(dc, dtype_config_name(save_dtype));
 
