@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "cli/common.h"
+#include "cli/id_list.h"
 #include "core/error.h"
 #include "train/draft_trainer.h"
 #include "tokenizer/chat_template.h"
