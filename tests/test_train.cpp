@@ -64,42 +64,38 @@ struct Fixture {
     write_prompts(prompts, 12, 5);
   }
 
-  train::DraftOptions draft_options(const std::string& out) const {
-    train::DraftOptions o;
-    o.target_dir = target.string();
+  // 6 steps on data.jsonl into dir/out, f32 export, checkpoint only at the end.
+  void set_common(train::CommonOptions& o, const std::string& out, int64_t batch, int64_t seq_len, uint64_t seed) const {
     o.data = {data.string()};
-    o.on_policy_prompts = {prompts.string()};
-    o.gen_tokens = 16;
     o.out = (dir.path / out).string();
-    o.draft_layers = 1;
-    o.block_size = 4;
-    o.target_layer_ids = {0, 1};
     o.steps = 6;
-    o.batch = 2;
-    o.seq_len = 32;
-    o.anchors = 4;
+    o.batch = batch;
+    o.seq_len = seq_len;
     o.optim.lr = 3e-3;
     o.optim.warmup_steps = 2;
     o.save_every = 0;
-    o.eval_samples = 0;
     o.save_dtype = "f32";
-    o.seed = 11;
+    o.seed = seed;
+  }
+
+  train::DraftOptions draft_options(const std::string& out) const {
+    train::DraftOptions o;
+    o.target_dir = target.string();
+    set_common(o, out, 2, 32, 11);
+    o.on_policy_prompts = {prompts.string()};
+    o.gen_tokens = 16;
+    o.draft_layers = 1;
+    o.block_size = 4;
+    o.target_layer_ids = {0, 1};
+    o.anchors = 4;
+    o.eval_samples = 0;
     return o;
   }
 
   train::LmOptions lm_options(const std::string& out) const {
     train::LmOptions o;
+    set_common(o, out, 4, 24, 5);
     o.config_path = config.string();
-    o.data = {data.string()};
-    o.out = (dir.path / out).string();
-    o.steps = 6;
-    o.batch = 4;
-    o.seq_len = 24;
-    o.optim.lr = 3e-3;
-    o.optim.warmup_steps = 2;
-    o.save_every = 0;
-    o.save_dtype = "f32";
-    o.seed = 5;
     return o;
   }
 };
