@@ -1,7 +1,8 @@
 // test_train.cpp — the trainers on tiny random models (CPU, seconds): the training forwards compute
 // what the decoding engine computes, a few steps lower the loss, a run stopped and resumed ends
 // bitwise where an uninterrupted run ends, the exported draft and LM load in specpress (speculative
-// output equals greedy output), and bad input fails with messages naming the file, flag or field.
+// output equals greedy output), text and chat data go through the real Qwen3 tokenizer, and bad input
+// fails with messages naming the file, flag or field.
 #include <gtest/gtest.h>
 
 #include <c10/core/InferenceMode.h>
@@ -334,6 +335,37 @@ TEST(TrainCli, SubcommandsReportErrorsByFlag) {
   EXPECT_NE(r.err.find("step 3 | loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tok/s"), std::string::npos);
   EXPECT_NE(r.err.find("ETA"), std::string::npos);
+}
+
+TEST(TrainCli, TextAndChatDataUseTheTokenizer) {
+  SPECPRESS_REQUIRE_SHARED();
+  ScratchDir dir("train-text");
+  TinyShape shape;
+  shape.vocab = 151936;  // the real Qwen3 vocabulary, a very narrow model
+  shape.hidden = 16;
+  shape.intermediate = 16;
+  shape.layers = 1;
+  shape.heads = 2;
+  shape.kv_heads = 1;
+  nlohmann::json config = qwen3_config_json(shape, true);
+  config["eos_token_id"] = 151645;
+  write_json(dir.path / "config.json", config);
+  write_text(dir.path / "data.jsonl",
+             "{\"text\": \"Natalia sold 48 clips in April and half as many in May.\"}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2 + 3?\"}, "
+             "{\"role\": \"assistant\", \"content\": \"2 + 3 = 5. The answer is 5.\"}]}\n");
+  const std::string tokenizer = shared_dir() + "/data/qwen3-tokenizer";
+  CommandResult r = run_specpress("train-lm --config " + (dir.path / "config.json").string() + " --data " +
+                                  (dir.path / "data.jsonl").string() + " --tokenizer " + tokenizer + " --out " +
+                                  (dir.path / "lm").string() + " --steps 2 --batch 1 --seq-len 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("2 documents"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(dir.path / "lm" / "tokenizer.json"));  // a complete HF directory
+  // The same text without a tokenizer names the record and the missing file.
+  r = run_specpress("train-lm --config " + (dir.path / "config.json").string() + " --data " +
+                    (dir.path / "data.jsonl").string() + " --out " + (dir.path / "lm2").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("data.jsonl line 1: text data needs a tokenizer: pass --tokenizer DIR"), std::string::npos) << r.err;
 }
 
 }  // namespace
