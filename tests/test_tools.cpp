@@ -219,6 +219,21 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   EXPECT_EQ(page.find("<script"), std::string::npos);
 }
 
+TEST_F(ToolsEndToEnd, DiagnoseEveryDataset) {
+  for (const auto& s : kSets) {
+    const std::string json = (dir_->path / ("diag-" + s.name + ".json")).string();
+    CommandResult r = run_specpress("diagnose " + models() + " --dataset " + s.name + " --data " + data(s.file) +
+                                    " --max-samples 1 --max-new-tokens 6 --no-progress --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << s.name << ": " << r.err;
+    std::ifstream in(json);
+    auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["dataset"], s.name);
+    EXPECT_EQ(j["samples"], 1);
+    EXPECT_EQ(j["trajectory_tokens"], 6);
+    EXPECT_EQ(j["block_starts"], 5);
+  }
+}
+
 TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
   const std::string base = "bench " + models() + " --no-progress ";
   struct Case {
