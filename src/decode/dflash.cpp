@@ -11,13 +11,19 @@
 
 namespace specpress::decode {
 
+int64_t resolve_block_size(const model::DFlashDraft& draft, int64_t requested) {
+  const int64_t trained = draft.config().block_size;
+  const int64_t B = requested == 0 ? trained : requested;
+  if (B < 2) fail("--block-size: must be at least 2 for speculative decoding, found {}", B);
+  if (B > trained) fail("--block-size: {} exceeds the draft's trained block_size {}", B, trained);
+  return B;
+}
+
 GenerationResult generate_dflash(const model::Qwen3Model& target, const model::DFlashDraft& draft,
                                  const std::vector<int64_t>& prompt, const GenerationParams& params,
                                  const TokenCallback& on_tokens) {
   const model::DFlashConfig& dc = draft.config();
-  const int64_t B = params.block_size == 0 ? dc.block_size : params.block_size;
-  if (B < 2) fail("--block-size: must be at least 2 for speculative decoding, found {}", B);
-  if (B > dc.block_size) fail("--block-size: {} exceeds the draft's trained block_size {}", B, dc.block_size);
+  const int64_t B = resolve_block_size(draft, params.block_size);
   validate_generation(target, prompt, params, B);
 
   const int64_t N = static_cast<int64_t>(prompt.size());

@@ -132,10 +132,7 @@ GenerationResult generate_fast(const model::Qwen3Model& target, const model::DFl
     model::FastEngine engine(target, nullptr, N + params.max_new_tokens + 1);
     return generate_plain_fast(engine, target, prompt, params, on_tokens);
   }
-  const int64_t B = params.block_size == 0 ? draft->config().block_size : params.block_size;
-  if (B < 2) fail("--block-size: must be at least 2 for speculative decoding, found {}", B);
-  if (B > draft->config().block_size)
-    fail("--block-size: {} exceeds the draft's trained block_size {}", B, draft->config().block_size);
+  const int64_t B = resolve_block_size(*draft, params.block_size);
   validate_generation(target, prompt, params, B);
   model::FastEngine engine(target, draft, N + params.max_new_tokens + B, B);
   return generate_dflash_fast(engine, target, *draft, prompt, params, on_tokens);

@@ -70,6 +70,10 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
                                  const std::vector<int64_t>& prompt, const GenerationParams& params,
                                  const TokenCallback& on_tokens = {});
 
+// The block size a DFlash generation runs with: `requested`, or the draft's trained size when 0;
+// errors name --block-size when it is below 2 or above the trained size.
+int64_t resolve_block_size(const model::DFlashDraft& draft, int64_t requested);
+
 // Checks the prompt and lengths before any allocation; errors name the flag.
 void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                          const GenerationParams& params, int64_t block_size);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/mapped_file.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
 
@@ -25,14 +26,7 @@ using json = nlohmann::json;
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open: {}", path, std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail("{}: read error", path);
-  return buffer.str();
-}
+std::string read_file(const std::string& path) { return io::read_text_file(path); }
 
 json parse_json(const std::string& text, const std::string& source) {
   try {

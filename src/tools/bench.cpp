@@ -18,7 +18,7 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   if (samples.empty()) fail("bench: no samples selected");
   BenchReport report;
   report.options = options;
-  report.block_size = options.block_size == 0 ? draft.config().block_size : options.block_size;
+  report.block_size = decode::resolve_block_size(draft, options.block_size);
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   ProgressBar bar("bench " + options.dataset, total_turns, options.progress);

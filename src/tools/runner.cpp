@@ -50,10 +50,7 @@ decode::GenerationResult GenerationRunner::dflash(const std::vector<int64_t>& pr
   if (draft_ == nullptr) fail("internal: DFlash generation without a draft");
 #ifdef SPECPRESS_FAST_PATH
   if (fast_ && params.observer == nullptr) {
-    const int64_t B = params.block_size == 0 ? draft_->config().block_size : params.block_size;
-    if (B < 2) fail("--block-size: must be at least 2 for speculative decoding, found {}", B);
-    if (B > draft_->config().block_size)
-      fail("--block-size: {} exceeds the draft's trained block_size {}", B, draft_->config().block_size);
+    const int64_t B = decode::resolve_block_size(*draft_, params.block_size);
     decode::validate_generation(*target_, prompt, params, B);
     const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_new_tokens + B;
     if (!fast_->dflash || fast_->dflash->capacity() < needed || fast_->dflash_block != B) {
