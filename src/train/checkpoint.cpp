@@ -1,6 +1,7 @@
 // checkpoint.cpp — see checkpoint.h.
 #include "train/checkpoint.h"
 
+#include <c10/core/GradMode.h>
 #include <filesystem>
 
 #include "core/error.h"
@@ -85,7 +86,7 @@ void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, cons
 
 void restore_tensors(const std::string& file, const NamedTensors& params) {
   io::TensorStore store = io::TensorStore::open_file(file);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
     if (!store.has(name)) fail("{}: tensor '{}' missing", file, name);
     p.copy_(store.take(name, p.sizes().vec(), p.scalar_type(), p.device()));

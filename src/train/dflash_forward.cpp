@@ -1,6 +1,7 @@
 // dflash_forward.cpp — see dflash_forward.h.
 #include "train/dflash_forward.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 
 #include "core/error.h"
@@ -95,7 +96,7 @@ double draft_forward_backward(const model::DFlashConfig& dc, const model::DFlash
   h_rows.backward(vl.grad_hidden);
 
   if (metrics != nullptr) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     at::Tensor correct_rows = vl.correct.to(at::kFloat);
     metrics->top1 = correct_rows.mean().item<double>();
     // Teacher-forced acceptance: per block, the run of correct positions from k = 1 (unlabelled = stop).

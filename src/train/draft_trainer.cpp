@@ -1,6 +1,7 @@
 // draft_trainer.cpp — see draft_trainer.h.
 #include "train/draft_trainer.h"
 
+#include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
 #include <filesystem>
@@ -171,7 +172,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
     compat::CudaAutocast autocast(o.autocast && device.is_cuda(), at::kBFloat16);
     at::Tensor taps;
     {
-      at::NoGradGuard frozen_target;
+      c10::NoGradGuard frozen_target;
       taps = sequence_forward(tc, target.weights(), target.rope(), batch.ids.to(device), dc.target_layer_ids, false).taps;
     }
     DraftMetrics metrics;

@@ -1,6 +1,7 @@
 // optim.cpp — see optim.h.
 #include "train/optim.h"
 
+#include <c10/core/GradMode.h>
 #include <cmath>
 #include <map>
 
@@ -26,7 +27,7 @@ AdamW::AdamW(NamedTensors params, OptimConfig config) : params_(std::move(params
 }
 
 double AdamW::step(int64_t step) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(params_.front().second.device()));
   for (const auto& [name, p] : params_)
     if (p.grad().defined()) total = total + p.grad().to(at::kFloat).pow(2).sum();
