@@ -10,16 +10,7 @@
 namespace specpress::tok {
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected specpress::Error";
-  return "";
-}
+using testing::error_of;
 
 TEST(ChatTemplate, MatchesJinjaRenderings) {
   const auto cases = testing::read_jsonl(SPECPRESS_TEST_DATA_DIR "/chat_cases.jsonl");

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specpress::tok::testing {
@@ -41,6 +42,18 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 inline const Tokenizer& qwen3() {
   static const Tokenizer tokenizer = Tokenizer::from_dir(qwen3_dir());
   return tokenizer;
+}
+
+// Runs `fn`, expects a specpress::Error and returns its message.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected specpress::Error";
+  return "";
 }
 
 }  // namespace specpress::tok::testing

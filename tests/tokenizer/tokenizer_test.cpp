@@ -22,17 +22,7 @@ namespace {
 using testing::qwen3;
 using testing::qwen3_dir;
 
-// Runs `fn`, expects a specpress::Error and returns its message.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected specpress::Error";
-  return "";
-}
+using testing::error_of;
 
 std::string nfc(const std::string& s) {
   utf8proc_uint8_t* out = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(s.c_str()));
