@@ -28,10 +28,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
 
   const int64_t N = static_cast<int64_t>(prompt.size());
   const int64_t max_length = N + params.max_new_tokens;
-  GenerationResult result;
-  result.block_size = B;
-  result.prompt_tokens = N;
-  result.output_ids.reserve(params.max_new_tokens);
+  GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   model::KVCache target_cache = target.make_cache(max_length + B);

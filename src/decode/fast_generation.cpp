@@ -37,9 +37,7 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   const int64_t N = static_cast<int64_t>(prompt.size());
   if (N + params.max_new_tokens + 1 > engine.capacity())
     fail("fast path: prompt + -n {} exceeds the engine's cache capacity {}", params.max_new_tokens, engine.capacity());
-  GenerationResult result;
-  result.prompt_tokens = N;
-  result.output_ids.reserve(params.max_new_tokens);
+  GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   const bool greedy = params.sampling.greedy();
@@ -72,10 +70,7 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   if (max_length + B > engine.capacity())
     fail("fast path: prompt + -n {} + block exceeds the engine's cache capacity {}", params.max_new_tokens,
          engine.capacity());
-  GenerationResult result;
-  result.block_size = B;
-  result.prompt_tokens = N;
-  result.output_ids.reserve(params.max_new_tokens);
+  GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   const bool greedy = params.sampling.greedy();

@@ -58,6 +58,16 @@ inline bool finish_verify_step(CommittedOutput& output, GenerationResult& result
   return true;
 }
 
+// A result ready to be filled by a loop: block size (1 for plain decoding), prompt length, and room for
+// every output token reserved up front.
+inline GenerationResult new_result(int64_t block_size, int64_t prompt_tokens, const GenerationParams& params) {
+  GenerationResult result;
+  result.block_size = block_size;
+  result.prompt_tokens = prompt_tokens;
+  result.output_ids.reserve(params.max_new_tokens);
+  return result;
+}
+
 inline double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }

@@ -28,9 +28,7 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
                                 const GenerationParams& params, const TokenCallback& on_tokens) {
   validate_generation(target, prompt, params, 1);
   const int64_t N = static_cast<int64_t>(prompt.size());
-  GenerationResult result;
-  result.prompt_tokens = N;
-  result.output_ids.reserve(params.max_new_tokens);
+  GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   model::KVCache cache = target.make_cache(N + params.max_new_tokens + 1);
