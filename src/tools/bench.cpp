@@ -23,7 +23,9 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   ProgressBar bar("bench " + options.dataset, total_turns, options.progress);
 
-  GenerationRunner runner(target, &draft, options.reference_path);
+  // Compressed runs edit the reference cache; the uncompressed runs they are compared with must then
+  // use the same path, or the comparison would mix kernels.
+  GenerationRunner runner(target, &draft, options.reference_path || options.compress.enabled());
   report.fast_path = runner.fast();
   decode::GenerationParams params;
   params.max_new_tokens = options.max_new_tokens;

@@ -164,7 +164,8 @@ std::vector<BenchSample> select_samples(const std::vector<BenchSample>& all, con
       const json& d = j["datasets"][name];
       if (d.contains(sel.indices_key)) {
         list = &d[sel.indices_key];
-      } else if (d.contains("n") && d.contains("k") && d["k"].get<int64_t>() >= d["n"].get<int64_t>()) {
+      } else if (d.contains("n") && d.contains("k") && d["n"].is_number_integer() && d["k"].is_number_integer() &&
+                 d["k"].get<int64_t>() >= d["n"].get<int64_t>()) {
         for (int64_t i = 0; i < d["n"].get<int64_t>(); ++i) rows.push_back(i);  // the reference runs every row
         list = nullptr;
       } else {
