@@ -57,7 +57,7 @@ model::KVCache replay(const model::Qwen3Model& t, compress::KVCompressor& c, con
   for (int64_t pos = N; pos < static_cast<int64_t>(traj.size()); pos += span) {
     const int64_t n = std::min<int64_t>(span, static_cast<int64_t>(traj.size()) - pos);
     t.forward(at::tensor(std::vector<int64_t>(traj.begin() + pos, traj.begin() + pos + n), at::kLong), pos, cache, {});
-    c.on_commit(cache, pos, pos + n);
+    c.on_commit(cache, {pos, pos + n});
   }
   return cache;
 }
@@ -76,7 +76,7 @@ TEST_F(Compress, CompactionEqualsACacheOfTheKeptSlots) {
     model::KVCache cache = target_->make_cache(T + 1);
     c.on_cache_created(cache);
     target_->forward(at::tensor(traj, at::kLong), 0, cache, {});
-    c.on_commit(cache, N, T);
+    c.on_commit(cache, {N, T});
     ASSERT_GT(c.stats().events, 0);
     for (int64_t i = 1; i < cache.length; ++i) EXPECT_LT(cache.slot_positions[i - 1], cache.slot_positions[i]);
     EXPECT_EQ(cache.next_position(), T);

@@ -1,8 +1,9 @@
 // test_train.cpp — the trainers on tiny random models (CPU, seconds): the training forwards compute
 // what the decoding engine computes, a few steps lower the loss, a run stopped and resumed ends
 // bitwise where an uninterrupted run ends, the exported draft and LM load in specpress (speculative
-// output equals greedy output), text and chat data go through the real Qwen3 tokenizer, and bad input
-// fails with messages naming the file, flag or field.
+// output equals greedy output), the beacon compressor's KL falls and its export loads, text and chat
+// data go through the real Qwen3 tokenizer, and bad input fails with messages naming the file, flag
+// or field.
 #include <gtest/gtest.h>
 
 #include <c10/core/InferenceMode.h>
@@ -15,7 +16,9 @@
 #include "io/checkpoint.h"
 #include "model_fixtures.h"
 #include "test_util.h"
+#include "compress/beacon.h"
 #include "train/checkpoint.h"
+#include "train/compressor_trainer.h"
 #include "train/data.h"
 #include "train/dflash_forward.h"
 #include "train/draft_trainer.h"
@@ -90,6 +93,23 @@ struct Fixture {
     o.target_layer_ids = {0, 1};
     o.anchors = 4;
     o.eval_samples = 0;
+    return o;
+  }
+
+  // On-policy trajectories of the target (greedy, sampled spans 1..4), window 6, events in each.
+  train::CompressorOptions compressor_options(const std::string& out) const {
+    train::CompressorOptions o;
+    o.target_dir = target.string();
+    set_common(o, out, 2, 48, 13);
+    o.data.clear();
+    o.on_policy_prompts = {prompts.string()};
+    o.gen_tokens = 40;
+    o.span_max = 4;
+    o.policy.window = 6;
+    o.feature_layers = {0, 1};
+    o.width = 16;
+    o.optim.lr = 1e-2;
+    o.eval_samples = 2;
     return o;
   }
 
@@ -269,6 +289,78 @@ TEST(TrainDraft, SavedDraftLoadsAndSpeculativeOutputEqualsGreedy) {
     decode::GenerationResult plain = decode::generate_plain(target, prompt, params);
     decode::GenerationResult spec = decode::generate_dflash(target, draft, prompt, params);
     EXPECT_EQ(spec.output_ids, plain.output_ids);
+  }
+}
+
+TEST(TrainCompressor, FewStepsLowerTheKLAndTheExportLoads) {
+  Fixture f;
+  train::CompressorOptions o = f.compressor_options("beacon");
+  o.steps = 30;
+  o.batch = 8;
+  o.eval_prompts = o.on_policy_prompts;  // replay the trained trajectories through the compressed engine
+  o.eval_samples = 6;
+  o.eval_every = 1;
+  train::TrainSummary s = train::train_compressor(o, train::TextCodec{});
+  ASSERT_EQ(s.eval_tau.size(), 30u);
+  // The engine's KL after the first step (about the untrained compressor) against the end.
+  EXPECT_LT(s.eval_tau.back(), 0.7 * s.eval_tau.front());
+  EXPECT_GT(s.eval_tau.front(), 0.0);
+
+  c10::InferenceMode inference;
+  model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
+  auto beacon = compress::BeaconCompressor::load(o.out, target);
+  EXPECT_EQ(beacon->config().feature_layers, std::vector<int64_t>({0, 1}));
+  EXPECT_EQ(beacon->config().policy.window, 6);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(o.out + "/compressor.json"));
+  EXPECT_EQ(config["compressor_type"], "beacon");
+  // The exported weights are the checkpoint's.
+  train::NamedTensors exported = train::read_tensors(o.out + "/compressor.safetensors", at::kCPU);
+  train::NamedTensors checkpoint = train::read_tensors(o.out + "/checkpoint/params.safetensors", at::kCPU);
+  ASSERT_EQ(exported.size(), checkpoint.size());
+  for (size_t i = 0; i < exported.size(); ++i) EXPECT_TRUE(at::allclose(exported[i].second, checkpoint[i].second));
+}
+
+TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
+  Fixture f;
+  train::CompressorOptions straight = f.compressor_options("straight");
+  train::train_compressor(straight, train::TextCodec{});
+  train::CompressorOptions part = f.compressor_options("parts");
+  part.stop_after = 3;
+  train::train_compressor(part, train::TextCodec{});
+  part.stop_after = 0;
+  part.resume = true;
+  train::TrainSummary second = train::train_compressor(part, train::TextCodec{});
+  EXPECT_EQ(second.first_step, 3);
+  EXPECT_EQ(second.last_step, 6);
+  expect_same_tensors(straight.out + "/checkpoint/params.safetensors", part.out + "/checkpoint/params.safetensors");
+  expect_same_tensors(straight.out + "/checkpoint/optimizer.safetensors", part.out + "/checkpoint/optimizer.safetensors");
+  expect_same_tensors(straight.out + "/compressor.safetensors", part.out + "/compressor.safetensors");
+  part.policy.window = 8;  // a different policy is a different run
+  expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'compressor'");
+}
+
+TEST(TrainCompressor, BadInputNamesTheProblem) {
+  Fixture f;
+  train::TextCodec none;
+  {
+    train::CompressorOptions o = f.compressor_options("layers");
+    o.feature_layers = {0, 5};
+    expect_error([&] { train::train_compressor(o, none); }, "--feature-layers: layer 5 is not a layer of");
+  }
+  {
+    train::CompressorOptions o = f.compressor_options("short");
+    o.policy.window = 1000;
+    expect_error([&] { train::train_compressor(o, none); }, "no trajectory reaches a compression event");
+  }
+  {
+    train::CompressorOptions o = f.compressor_options("nothing");
+    o.on_policy_prompts.clear();
+    expect_error([&] { train::train_compressor(o, none); }, "give --on-policy-prompts and/or --data");
+  }
+  {
+    train::CompressorOptions o = f.compressor_options("window");
+    o.policy.window = -1;
+    expect_error([&] { train::train_compressor(o, none); }, "--compress-window: must be >= 0");
   }
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "compress/beacon.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "model/dflash_draft.h"
@@ -79,8 +80,7 @@ int run_bench(const ToolOptions& o) {
   b.check_answers = o.check_answers;
   b.progress = !o.no_progress;
   b.reference_path = o.reference_path;
-  b.compress = o.policy;
-  b.compress.method = compress::parse_method(o.compress, "--compress");
+  b.compress = compress::resolve_compress(o.compress, "--compress", o.policy, *l.target);
   compress::validate(b.compress);
   if (o.check_answers && o.dataset != "gsm8k" && o.dataset != "math500")
     fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset is {})", o.dataset);

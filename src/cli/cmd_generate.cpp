@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
@@ -85,8 +86,7 @@ int run_generate(const GenerateOptions& o) {
   // else ids. Ids past the tokenizer's vocabulary (embedding padding rows) print nothing, as HF drops them.
   std::unique_ptr<tok::StreamDecoder> text_stream;
   if (tokenizer) text_stream = std::make_unique<tok::StreamDecoder>(*tokenizer, /*skip_special=*/true);
-  compress::Policy policy = o.policy;
-  policy.method = compress::parse_method(o.compress, "--compress");
+  compress::Policy policy = compress::resolve_compress(o.compress, "--compress", o.policy, target);
   compress::validate(policy);
   std::unique_ptr<compress::KVCompressor> compressor;
   if (policy.enabled()) {

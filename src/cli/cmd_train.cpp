@@ -1,5 +1,6 @@
 // cmd_train.cpp — `specpress train-lm --config JSON --data FILE... --out DIR [...]` and
-// `specpress train-draft --target DIR (--data FILE... | --on-policy-prompts FILE...) --out DIR [...]`.
+// `specpress train-draft --target DIR (--data FILE... | --on-policy-prompts FILE...) --out DIR [...]` and
+// `specpress train-compressor --target DIR [--draft DIR] (--on-policy-prompts FILE... | --data FILE...) --out DIR`.
 // Text data is tokenized with the model directory's tokenizer (the target's, or --tokenizer for
 // train-lm); progress goes to stderr, the model and checkpoints to --out.
 #include "cli/cmd_train.h"
@@ -11,6 +12,7 @@
 
 #include "cli/id_list.h"
 #include "core/error.h"
+#include "train/compressor_trainer.h"
 #include "train/draft_trainer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -83,7 +85,9 @@ void print_summary(const char* label, const train::TrainSummary& s, std::chrono:
   std::fprintf(stderr, "%s: steps %lld..%lld in %s; loss %.4f (first %zu) -> %.4f (last %zu)\n", label,
                static_cast<long long>(s.first_step + 1), static_cast<long long>(s.last_step),
                tools::format_duration(seconds).c_str(), mean(0, k), k, mean(n - k, n), k);
-  if (!s.eval_tau.empty()) std::fprintf(stderr, "%s: final eval tau %.3f\n", label, s.eval_tau.back());
+  if (!s.eval_tau.empty())
+    std::fprintf(stderr, "%s: final eval %s %.4f\n", label, std::string(label) == "train-compressor" ? "held-out KL" : "tau",
+                 s.eval_tau.back());
 }
 
 }  // namespace
@@ -125,6 +129,40 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
       d->target_layer_ids = parse_id_list(*tap_ids, "--target-layer-ids");
       auto t0 = std::chrono::steady_clock::now();
       print_summary("train-draft", train::train_draft(*d, make_codec(d->target_dir, "--target")), t0);
+      return 0;
+    };
+  });
+
+  auto c = std::make_shared<train::CompressorOptions>();
+  auto feature_ids = std::make_shared<std::string>();
+  CLI::App* c_cmd = app.add_subcommand(
+      "train-compressor", "train the beacon KV compressor for a frozen Qwen3 target (KL to the uncompressed target)");
+  c_cmd->add_option("--target", c->target_dir, "target model directory (HF Qwen3)")->required();
+  c_cmd->add_option("--draft,--model-draft", c->draft_dir, "DFlash draft: generate with it, its verify spans become the units");
+  c_cmd->add_option("--on-policy-prompts", c->on_policy_prompts,
+                    "prompts the target answers greedily; its generations are the training trajectories");
+  c_cmd->add_option("--gen-tokens", c->gen_tokens, "new tokens per generated trajectory")->capture_default_str();
+  c_cmd->add_option("--feature-layers", *feature_ids, "target layers whose outputs feed the compressor (default: the draft's taps)");
+  c_cmd->add_option("--width", c->width, "compressor width")->capture_default_str();
+  c_cmd->add_option("--max-span", c->max_span, "rows of the span-length embedding")->capture_default_str();
+  c_cmd->add_option("--ce-weight", c->ce_weight, "weight of the next-token cross-entropy next to the KL")->capture_default_str();
+  c_cmd->add_option("--feature-passes", c->feature_passes,
+                    "no-grad passes that refine the span features towards the compressed engine's")
+      ->capture_default_str();
+  c_cmd->add_option("--span-max", c->span_max, "without --draft: span lengths drawn uniformly from 1..N")->capture_default_str();
+  c_cmd->add_option("--compress-window", c->policy.window, "recent generated tokens kept raw")->capture_default_str();
+  c_cmd->add_option("--compress-sinks", c->policy.sinks, "first positions never compressed")->capture_default_str();
+  c_cmd->add_option("--compress-merge", c->policy.merge_tokens, "0: one unit per verify span; m: units of m tokens")
+      ->capture_default_str();
+  c_cmd->add_option("--eval-prompts", c->eval_prompts, "held-out prompts (default: the last trajectories are held out)");
+  c_cmd->add_option("--eval-every", c->eval_every, "evaluate every N steps (0 = at the end)")->capture_default_str();
+  c_cmd->add_option("--eval-samples", c->eval_samples, "held-out trajectories per evaluation")->capture_default_str();
+  add_common_options(c_cmd, *c);
+  c_cmd->callback([&run, c, feature_ids]() {
+    run = [c, feature_ids]() {
+      c->feature_layers = parse_id_list(*feature_ids, "--feature-layers");
+      auto t0 = std::chrono::steady_clock::now();
+      print_summary("train-compressor", train::train_compressor(*c, make_codec(c->target_dir, "--target")), t0);
       return 0;
     };
   });

@@ -94,7 +94,8 @@ nlohmann::ordered_json result_json(const decode::GenerationResult& r) {
 
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy) {
   cmd.add_option("--compress", method,
-                 "KV compression of aged accepted spans: none, drop, keep-last, mean-merge, top-attention, window-only")
+                 "KV compression of aged accepted spans: none, drop, keep-last, mean-merge, top-attention, window-only, "
+                 "or a beacon compressor directory (specpress train-compressor)")
       ->capture_default_str();
   cmd.add_option("--compress-window", policy.window, "recent generated tokens kept raw")->capture_default_str();
   cmd.add_option("--compress-sinks", policy.sinks, "first positions never compressed")->capture_default_str();

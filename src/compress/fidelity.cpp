@@ -87,18 +87,23 @@ FidelityResult evaluate_fidelity(const model::Qwen3Model& target, const std::vec
   compressor.on_cache_created(cache);
   std::vector<at::Tensor> rows;  // compressed log-probs for rows N-1 .. T-1
   rows.push_back(at::log_softmax(target.forward(ids(0, N), 0, cache, {}).logits, -1));
-  std::vector<int64_t> row_event(1, -1);  // index of the latest event before each row
-  std::vector<int64_t> events;            // positions P_e
+  std::vector<int64_t> events;  // positions P_e
   int64_t pos = N;
+  decode::CommittedSpan span;
   for (int64_t len : span_lengths) {
     if (pos >= T) break;
     const int64_t n = std::min(len, T - pos);
-    rows.push_back(at::log_softmax(target.forward(ids(pos, n), pos, cache, {true, {}, false}).logits, -1));
-    for (int64_t i = 0; i < n; ++i) row_event.push_back(events.empty() ? -1 : static_cast<int64_t>(events.size()) - 1);
-    const int64_t before = compressor.stats().events;
-    compressor.on_commit(cache, pos, pos + n);
+    // As the loops run it: the compressor's features tapped and its pending latents fused.
+    model::ForwardOutput out = decode::observed_forward(target, ids(pos, n), pos, cache, {true, {}, false}, &compressor,
+                                                        &span.features);
+    rows.push_back(at::log_softmax(out.logits, -1));
+    span.begin = pos;
+    span.end = pos + n;
+    span.ids.assign(traj.begin() + pos, traj.begin() + pos + n);
+    const size_t before = compressor.stats().event_positions.size();
+    compressor.on_commit(cache, span);
     pos += n;
-    if (compressor.stats().events > before) events.push_back(pos);
+    if (compressor.stats().event_positions.size() > before) events.push_back(pos);
   }
   at::Tensor c_logp = at::cat(rows, 0);      // rows for positions N-1 .. T-1
   at::Tensor u_rows = u_logp.narrow(0, N - 1, T - N + 1);

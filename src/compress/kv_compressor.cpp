@@ -2,9 +2,11 @@
 // kv_compressor.h). All cache edits are plain ATen ops on the static buffers, CPU or CUDA.
 #include "compress/kv_compressor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
+#include "compress/beacon.h"
 #include "core/error.h"
 
 namespace specpress::compress {
@@ -25,8 +27,16 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 }  // namespace
 
 KVCompressor::KVCompressor(const Policy& policy, const model::Qwen3Model& target, int64_t prompt_tokens)
-    : policy_(policy), target_(&target), prompt_tokens_(prompt_tokens) {
+    : policy_(policy), target_(&target), prompt_tokens_(prompt_tokens), tracker_(policy, prompt_tokens) {
   validate(policy_);
+}
+
+std::vector<int64_t> KVCompressor::feature_layers() const {
+  return policy_.method == Method::kBeacon ? policy_.beacon->config().feature_layers : std::vector<int64_t>{};
+}
+
+const model::LatentRows* KVCompressor::pending_latents() const {
+  return pending_units_.empty() ? nullptr : &pending_;
 }
 
 int64_t KVCompressor::slot_bytes(const model::KVCache& cache) {
@@ -46,46 +56,97 @@ void KVCompressor::on_cache_created(model::KVCache& cache) {
   const auto shape = std::vector<int64_t>{cache.k.size(0), cache.k.size(1), cache.capacity()};
   if (policy_.method == Method::kMeanMerge) cache.key_bias = at::zeros(shape, f32);
   if (policy_.method == Method::kTopAttention) cache.received_mass = at::zeros(shape, f32);
+  if (policy_.method == Method::kBeacon) {
+    feature_rows_ = at::zeros({cache.capacity(), policy_.beacon->config().feature_dim()}, cache.k.options());
+    id_rows_.assign(cache.capacity(), 0);
+  }
 }
 
-void KVCompressor::on_commit(model::KVCache& cache, int64_t begin, int64_t end) {
+void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan& span) {
   stats_.peak_slots = std::max(stats_.peak_slots, cache.length);
   stats_.positions = cache.next_position();
   stats_.slots = cache.length;
   if (!policy_.enabled()) return;
   auto t0 = std::chrono::steady_clock::now();
   if (cache.slot_positions.empty()) fail("internal: KV compressor attached after the cache was created");
-  if (end > cache.next_position()) fail("internal: commit of positions {}..{} not in the KV cache", begin, end - 1);
-  begin = std::max(begin, prompt_tokens_);  // the prompt stays raw
-  if (begin < end) {
-    if (policy_.merge_tokens == 0) {
-      raw_units_.push_back({begin, end});
-    } else {
-      if (pending_begin_ < 0) pending_begin_ = begin;
-      while (end - pending_begin_ >= policy_.merge_tokens) {
-        raw_units_.push_back({pending_begin_, pending_begin_ + policy_.merge_tokens});
-        pending_begin_ += policy_.merge_tokens;
-      }
-    }
+  if (span.end > cache.next_position())
+    fail("internal: commit of positions {}..{} not in the KV cache", span.begin, span.end - 1);
+  if (policy_.method == Method::kBeacon) {
+    const int64_t n = span.end - span.begin;
+    if (!span.features.defined() || span.features.size(0) != n || static_cast<int64_t>(span.ids.size()) != n)
+      fail("internal: the beacon compressor needs the ids and features of every committed token");
+    feature_rows_.narrow(0, span.begin, n).copy_(span.features);
+    std::copy(span.ids.begin(), span.ids.end(), id_rows_.begin() + span.begin);
   }
+  const std::vector<Unit> aged = tracker_.commit(span.begin, span.end);
   const int64_t next = cache.next_position();
-  bool changed = false;
-  while (!raw_units_.empty() && raw_units_.front().end <= next - policy_.window) {
-    const Unit unit = raw_units_.front();
-    raw_units_.pop_front();
-    if (policy_.method == Method::kWindowOnly) {
+  if (policy_.method == Method::kWindowOnly) {
+    for (const Unit& unit : aged) {
       ++units_done_;
-      tokens_in_units_ += unit.end - unit.begin;
-    } else {
-      compress_unit(cache, unit);
+      tokens_in_units_ += unit.size();
     }
-    changed = true;
-  }
-  if (changed && policy_.method == Method::kWindowOnly) {
     // StreamingLLM at the memory a one-slot-per-unit policy would use now: sinks + the most recent tokens.
-    evict_to_budget(cache, next - tokens_in_units_ + units_done_);
+    if (!aged.empty()) evict_to_budget(cache, next - tokens_in_units_ + units_done_);
+  } else if (policy_.method == Method::kBeacon) {
+    if (!aged.empty()) queue_beacons(cache, aged);
+  } else {
+    for (const Unit& unit : aged) compress_unit(cache, unit);
   }
-  if (changed) stats_.event_positions.push_back(next);
+  if (!aged.empty()) stats_.event_positions.push_back(next);
+  stats_.slots = cache.length;
+  stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void KVCompressor::queue_beacons(model::KVCache& cache, const std::vector<Unit>& units) {
+  const BeaconConfig& bc = policy_.beacon->config();
+  int64_t n_max = 0;
+  for (const Unit& u : units) n_max = std::max(n_max, u.size());
+  const int64_t E = static_cast<int64_t>(units.size());
+  at::Tensor features = at::zeros({E, n_max, bc.feature_dim()}, feature_rows_.options());
+  std::vector<int64_t> ids(E * n_max, 0), lengths;
+  for (int64_t e = 0; e < E; ++e) {
+    const Unit& u = units[e];
+    const int64_t s0 = cache.slot_of(u.begin);
+    if (s0 + u.size() > cache.length || cache.slot_positions[s0] != u.begin ||
+        cache.slot_positions[s0 + u.size() - 1] != u.end - 1)
+      fail("internal: span {}..{} is not raw and contiguous in the KV cache", u.begin, u.end - 1);
+    features[e].narrow(0, 0, u.size()).copy_(feature_rows_.narrow(0, u.begin, u.size()));
+    std::copy(id_rows_.begin() + u.begin, id_rows_.begin() + u.end, ids.begin() + e * n_max);
+    lengths.push_back(u.size());
+    pending_.positions.push_back(u.end - 1);
+    pending_.hidden_slots.emplace_back(s0, s0 + u.size());
+    pending_units_.push_back(u);
+  }
+  const at::Device device = cache.k.device();
+  at::Tensor token_embeds = target_->embed(at::tensor(ids, at::kLong).to(device)).view({E, n_max, -1});
+  at::Tensor embeds = beacon_embed(bc, policy_.beacon->weights(), features, token_embeds,
+                                   at::tensor(lengths, at::kLong).to(device));
+  pending_.embeds = pending_.embeds.defined() ? at::cat({pending_.embeds, embeds}) : embeds;
+}
+
+void KVCompressor::after_forward(model::KVCache& cache) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t n_lat = static_cast<int64_t>(pending_units_.size());
+  if (n_lat == 0) return;
+  // The forward left the latents' K/V in the last n_lat slots; each takes the place of its unit.
+  at::Tensor k_lat = cache.k.narrow(2, cache.length - n_lat, n_lat).clone();
+  at::Tensor v_lat = cache.v.narrow(2, cache.length - n_lat, n_lat).clone();
+  std::vector<int64_t> order(n_lat);
+  for (int64_t i = 0; i < n_lat; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return pending_.hidden_slots[a].first > pending_.hidden_slots[b].first; });
+  for (int64_t i : order) {  // last unit first, so earlier slot ranges stay where they were
+    const auto [s0, s1] = pending_.hidden_slots[i];
+    cache.k.select(2, s0).copy_(k_lat.select(2, i));
+    cache.v.select(2, s0).copy_(v_lat.select(2, i));
+    cache.slot_positions[s0] = pending_.positions[i];
+    compact(cache, s0, s1 - s0, 1);
+    stats_.events += 1;
+    stats_.tokens_compressed += s1 - s0;
+  }
+  cache.length -= n_lat;  // the latents' own slots, now at the end again
+  pending_ = model::LatentRows{};
+  pending_units_.clear();
   stats_.slots = cache.length;
   stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

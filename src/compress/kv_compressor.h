@@ -1,14 +1,16 @@
 // kv_compressor.h — applies a compression Policy to the target's KV cache as generation commits
-// tokens: it tracks committed spans, and every span (or m-token unit) that ages out of the raw window
-// is replaced in place by at most one slot (the training-free controls of compression-design.md §7.3)
-// and the cache is compacted. Later tokens keep their absolute positions (keys are cached after RoPE);
-// the DFlash draft's own context cache is never touched, so it stays complete.
+// tokens: it tracks committed spans (span_plan.h), and every span (or m-token unit) that ages out of
+// the raw window is replaced in place by at most one slot and the cache is compacted. The training-free
+// controls (compression-design.md §7.3) rewrite the cache at once; the learned beacon turns the unit's
+// features into a latent embedding that the loop fuses into its next target forward, after which the
+// latent's K/V take the unit's place. Later tokens keep their absolute positions (keys are cached after
+// RoPE); the DFlash draft's own context cache is never touched, so it stays complete.
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "compress/policy.h"
+#include "compress/span_plan.h"
 #include "decode/generation.h"
 #include "model/qwen3.h"
 
@@ -32,17 +34,18 @@ class KVCompressor : public decode::CommitObserver {
   // `prompt_tokens` positions are the prompt; `rope` is the target's table (mean-merge re-rotates).
   KVCompressor(const Policy& policy, const model::Qwen3Model& target, int64_t prompt_tokens);
   void on_cache_created(model::KVCache& cache) override;
-  void on_commit(model::KVCache& cache, int64_t begin, int64_t end) override;
+  std::vector<int64_t> feature_layers() const override;
+  const model::LatentRows* pending_latents() const override;
+  void after_forward(model::KVCache& cache) override;
+  void on_commit(model::KVCache& cache, const decode::CommittedSpan& span) override;
   const CompressionStats& stats() const { return stats_; }
   const Policy& policy() const { return policy_; }
   // Bytes of one target KV slot (all layers, K and V) in the cache's dtype.
   static int64_t slot_bytes(const model::KVCache& cache);
 
  private:
-  struct Unit {
-    int64_t begin, end;  // positions [begin, end), all raw
-  };
   void compress_unit(model::KVCache& cache, const Unit& unit);
+  void queue_beacons(model::KVCache& cache, const std::vector<Unit>& units);
   void evict_to_budget(model::KVCache& cache, int64_t budget);
   // Replaces slots [s0, s0 + n) by `keep` slots already written at s0 .. s0+keep-1, moving the rest left.
   void compact(model::KVCache& cache, int64_t s0, int64_t n, int64_t keep);
@@ -51,10 +54,15 @@ class KVCompressor : public decode::CommitObserver {
   Policy policy_;
   const model::Qwen3Model* target_;
   int64_t prompt_tokens_;
-  std::deque<Unit> raw_units_;   // committed generated spans still raw, oldest first
-  int64_t pending_begin_ = -1;   // merge_tokens > 0: start of the current partial unit
+  UnitTracker tracker_;
   int64_t units_done_ = 0;       // for window-only: units a 1-slot policy would have made
   int64_t tokens_in_units_ = 0;
+  // Beacon: features and ids of committed positions (rows by position), and the latents waiting for
+  // the next forward with the units they replace.
+  at::Tensor feature_rows_;
+  std::vector<int64_t> id_rows_;
+  model::LatentRows pending_;
+  std::vector<Unit> pending_units_;
   CompressionStats stats_;
 };
 

@@ -11,13 +11,14 @@ struct Entry {
 };
 constexpr Entry kMethods[] = {{Method::kNone, "none"},           {Method::kDrop, "drop"},
                               {Method::kKeepLast, "keep-last"},  {Method::kMeanMerge, "mean-merge"},
-                              {Method::kTopAttention, "top-attention"}, {Method::kWindowOnly, "window-only"}};
+                              {Method::kTopAttention, "top-attention"}, {Method::kWindowOnly, "window-only"},
+                              {Method::kBeacon, "beacon"}};
 }  // namespace
 
 Method parse_method(const std::string& name, const std::string& flag) {
   for (const auto& e : kMethods)
-    if (name == e.name) return e.method;
-  fail("{}: unknown compression method '{}' (expected none, drop, keep-last, mean-merge, top-attention or window-only)",
+    if (name == e.name && e.method != Method::kBeacon) return e.method;
+  fail("{}: unknown compression method '{}' (expected none, drop, keep-last, mean-merge, top-attention, window-only, or a directory written by specpress train-compressor)",
        flag, name);
 }
 
@@ -31,10 +32,15 @@ void validate(const Policy& p) {
   if (p.sinks < 0) fail("--compress-sinks: must be >= 0, found {}", p.sinks);
   if (p.window < 0) fail("--compress-window: must be >= 0, found {}", p.window);
   if (p.merge_tokens < 0) fail("--compress-merge: must be >= 0 (0 = one unit per verify span), found {}", p.merge_tokens);
+  if ((p.method == Method::kBeacon) != (p.beacon != nullptr))
+    fail("internal: the beacon method needs exactly its loaded compressor");
 }
 
 nlohmann::ordered_json policy_json(const Policy& p) {
-  return {{"method", method_name(p.method)}, {"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
+  nlohmann::ordered_json j = {
+      {"method", method_name(p.method)}, {"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
+  if (p.method == Method::kBeacon) j["checkpoint"] = p.beacon_dir;
+  return j;
 }
 
 }  // namespace specpress::compress

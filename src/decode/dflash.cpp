@@ -50,6 +50,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   int64_t start = N;
   auto decode_start = std::chrono::steady_clock::now();
   bool first_draft = true;
+  CommittedSpan span;  // what the observer is told; features only when it asks for them
   while (start < max_length) {
     // ---- draft
     auto td = std::chrono::steady_clock::now();
@@ -71,7 +72,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
     // ---- verify
     auto tv = std::chrono::steady_clock::now();
     block_ids.copy_(at::tensor(block, at::kLong));
-    out = target.forward(block_ids, start, target_cache, verify_options);
+    out = observed_forward(target, block_ids, start, target_cache, verify_options, params.observer, &span.features);
     std::vector<int64_t> posterior = sampler.sample(out.logits);
     int64_t a = 0;
     while (a < B - 1 && block[a + 1] == posterior[a]) ++a;
@@ -84,7 +85,13 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
     bonus = posterior[a];
     start += a + 1;
     target_cache.rollback(start);
-    if (params.observer != nullptr) params.observer->on_commit(target_cache, start - (a + 1), start);
+    if (params.observer != nullptr) {
+      span.begin = start - (a + 1);
+      span.end = start;
+      span.ids = committed;
+      if (span.features.defined()) span.features = span.features.narrow(0, 0, a + 1);
+      params.observer->on_commit(target_cache, span);
+    }
     context_features = out.taps.narrow(0, 0, a + 1);
     const bool more = output.commit(committed);
     // The reference checks for a stop token in everything written so far, the new bonus included.

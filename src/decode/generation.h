@@ -13,15 +13,35 @@
 
 namespace specpress::decode {
 
-// Told about every run of committed tokens once their K/V are in the target cache (positions
-// [begin, end)); the hook of accepted-span compression, which may then rewrite older cache slots.
+// One run of committed tokens, as a CommitObserver sees it.
+struct CommittedSpan {
+  int64_t begin = 0, end = 0;   // positions [begin, end); their K/V are in the target cache
+  std::vector<int64_t> ids;     // their token ids
+  at::Tensor features;          // [end - begin, n * H]: outputs of the observer's feature_layers(), if any
+};
+
+// Told about every run of committed tokens once their K/V are in the target cache; the hook of
+// accepted-span compression, which may then rewrite older cache slots. A learned compressor also asks
+// for span features and fuses latent rows into the loop's next target forward (observed_forward).
 class CommitObserver {
  public:
   virtual ~CommitObserver() = default;
   // Called once when the loop has allocated the target cache, before the prefill.
   virtual void on_cache_created(model::KVCache& cache) {}
-  virtual void on_commit(model::KVCache& cache, int64_t begin, int64_t end) = 0;
+  // Target layers whose raw outputs on_commit needs as features (empty: none).
+  virtual std::vector<int64_t> feature_layers() const { return {}; }
+  // Latent rows to fuse into the next target forward, or null; after_forward runs right after it.
+  virtual const model::LatentRows* pending_latents() const { return nullptr; }
+  virtual void after_forward(model::KVCache& cache) {}
+  virtual void on_commit(model::KVCache& cache, const CommittedSpan& span) = 0;
 };
+
+// A loop's target forward with its observer (may be null): the observer's feature layers are tapped
+// after `options.tap_layers` and returned in `features` ([T, n * H]; out.taps keeps the loop's own),
+// and its pending latents are fused into this forward, then after_forward runs.
+model::ForwardOutput observed_forward(const model::Qwen3Model& target, const at::Tensor& ids, int64_t start,
+                                      model::KVCache& cache, model::ForwardOptions options, CommitObserver* observer,
+                                      at::Tensor* features);
 
 struct GenerationParams {
   int64_t max_new_tokens = 64;

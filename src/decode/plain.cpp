@@ -43,10 +43,16 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
 
   auto t1 = std::chrono::steady_clock::now();
   int64_t position = N;
+  CommittedSpan span;  // what the observer is told; features only when it asks for them
   while (output.commit({next})) {
     token.fill_(next);
-    out = target.forward(token, position, cache, {});
-    if (params.observer != nullptr) params.observer->on_commit(cache, position, position + 1);
+    out = observed_forward(target, token, position, cache, {}, params.observer, &span.features);
+    if (params.observer != nullptr) {
+      span.begin = position;
+      span.end = position + 1;
+      span.ids.assign(1, next);
+      params.observer->on_commit(cache, span);
+    }
     next = sampler.sample(out.logits)[0];
     ++position;
   }

@@ -146,48 +146,70 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
   if (start < 0 || start > cache.next_position())
     fail("forward at start {} but the KV cache holds {} committed positions", start, cache.next_position());
   const int64_t slot = cache.slot_of(start);  // == start unless the cache was compressed
-  if (slot + T > cache.capacity())
-    fail("forward of {} tokens at {} exceeds the KV cache capacity {}", T, start, cache.capacity());
+  const LatentRows* latents = options.latents != nullptr && options.latents->count() > 0 ? options.latents : nullptr;
+  const int64_t n_lat = latents != nullptr ? latents->count() : 0, R = T + n_lat;
+  if (slot + R > cache.capacity())
+    fail("forward of {} tokens at {} exceeds the KV cache capacity {}", R, start, cache.capacity());
   for (int64_t layer : options.tap_layers)
     if (layer < 0 || layer >= c.num_layers) fail("tap layer {} outside the target's 0..{}", layer, c.num_layers - 1);
 
   at::Tensor positions = at::arange(start, start + T, at::TensorOptions().dtype(at::kLong).device(device_));
   at::Tensor x = embed(ids);  // [T, H]
+  ops::AttentionExtras mask_extras;  // a fused-latent forward's visibility mask (see LatentRows)
+  if (latents != nullptr) {
+    if (latents->embeds.dim() != 2 || latents->embeds.size(0) != n_lat || latents->embeds.size(1) != c.hidden_size)
+      fail("internal: fused latents need embeds [{}, {}]", n_lat, c.hidden_size);
+    positions = at::cat({positions, at::tensor(latents->positions, at::kLong).to(device_)});
+    x = at::cat({x, latents->embeds.to(x.scalar_type())});
+    at::Tensor allowed = at::ones({R, slot + R}, at::TensorOptions().dtype(at::kBool));
+    allowed.narrow(0, 0, T).narrow(1, slot, R).copy_(at::ones({T, R}, at::kBool).tril(0));  // tokens: causal, all latents
+    allowed.narrow(0, 0, T).narrow(1, slot + T, n_lat).fill_(true);
+    for (const auto& [b, e] : latents->hidden_slots) {
+      if (b < 0 || e > slot || b >= e) fail("internal: hidden slot range {}..{} outside the cached 0..{}", b, e, slot);
+      allowed.narrow(0, 0, T).narrow(1, b, e - b).fill_(false);
+    }
+    allowed.narrow(0, T, n_lat).narrow(1, slot, T).fill_(false);  // latents precede the tokens in time
+    allowed.narrow(0, T, n_lat).narrow(1, slot + T, n_lat).copy_(at::ones({n_lat, n_lat}, at::kBool).tril(0));
+    mask_extras.allowed = allowed.to(device_);
+  }
   ForwardOutput out;
-  if (options.keep_hidden_states) out.hidden_states.push_back(x);
+  if (options.keep_hidden_states) out.hidden_states.push_back(x.narrow(0, 0, T));
   std::vector<at::Tensor> taps(options.tap_layers.size());
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const DecoderLayerWeights& w = weights_.layers[l];
     at::Tensor h = ops::rms_norm(x, w.input_norm, c.rms_norm_eps);
-    at::Tensor q = ops::rms_norm(at::linear(h, w.q_proj).view({T, c.num_heads, hd}), w.q_norm, c.rms_norm_eps).transpose(0, 1);
-    at::Tensor k = ops::rms_norm(at::linear(h, w.k_proj).view({T, c.num_kv_heads, hd}), w.k_norm, c.rms_norm_eps).transpose(0, 1);
-    at::Tensor v = at::linear(h, w.v_proj).view({T, c.num_kv_heads, hd}).transpose(0, 1);
+    at::Tensor q = ops::rms_norm(at::linear(h, w.q_proj).view({R, c.num_heads, hd}), w.q_norm, c.rms_norm_eps).transpose(0, 1);
+    at::Tensor k = ops::rms_norm(at::linear(h, w.k_proj).view({R, c.num_kv_heads, hd}), w.k_norm, c.rms_norm_eps).transpose(0, 1);
+    at::Tensor v = at::linear(h, w.v_proj).view({R, c.num_kv_heads, hd}).transpose(0, 1);
     q = ops::apply_rope(q, rope_, positions);
     k = ops::apply_rope(k, rope_, positions);
     at::Tensor k_cache = cache.k[l], v_cache = cache.v[l];  // [n_kv, capacity, hd]
-    k_cache.narrow(1, slot, T).copy_(k);
-    v_cache.narrow(1, slot, T).copy_(v);
-    ops::AttentionExtras extras;
+    k_cache.narrow(1, slot, R).copy_(k);
+    v_cache.narrow(1, slot, R).copy_(v);
+    ops::AttentionExtras extras = mask_extras;
     if (cache.key_bias.defined()) {
-      cache.key_bias[l].narrow(1, slot, T).zero_();  // fresh tokens carry no bias
-      extras.key_bias = cache.key_bias[l].narrow(1, 0, slot + T);
+      cache.key_bias[l].narrow(1, slot, R).zero_();  // fresh tokens carry no bias
+      extras.key_bias = cache.key_bias[l].narrow(1, 0, slot + R);
     }
     if (cache.received_mass.defined()) {
-      cache.received_mass[l].narrow(1, slot, T).zero_();
-      extras.received_mass = cache.received_mass[l].narrow(1, 0, slot + T);
+      cache.received_mass[l].narrow(1, slot, R).zero_();
+      extras.received_mass = cache.received_mass[l].narrow(1, 0, slot + R);
     }
-    at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, slot + T), v_cache.narrow(1, 0, slot + T),
+    at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, slot + R), v_cache.narrow(1, 0, slot + R),
                                      ops::AttentionMask::kCausalBottomRight, &extras);
     x = x + at::linear(attn, w.o_proj);
     x = x + ops::swiglu_mlp(ops::rms_norm(x, w.post_norm, c.rms_norm_eps), w.gate_proj, w.up_proj, w.down_proj);
     for (size_t i = 0; i < options.tap_layers.size(); ++i)
-      if (options.tap_layers[i] == l) taps[i] = x;
-    if (options.keep_hidden_states && l + 1 < c.num_layers) out.hidden_states.push_back(x);
+      if (options.tap_layers[i] == l) taps[i] = x.narrow(0, 0, T);
+    if (options.keep_hidden_states && l + 1 < c.num_layers) out.hidden_states.push_back(x.narrow(0, 0, T));
   }
-  cache.length = slot + T;
+  cache.length = slot + R;
+  if (latents != nullptr && cache.slot_positions.empty())
+    fail("internal: fused latents need a cache with slot positions (a compressing observer)");
   if (!cache.slot_positions.empty())
-    for (int64_t i = 0; i < T; ++i) cache.slot_positions[slot + i] = start + i;
+    for (int64_t i = 0; i < R; ++i) cache.slot_positions[slot + i] = i < T ? start + i : latents->positions[i - T];
+  if (latents != nullptr) x = x.narrow(0, 0, T);
 
   at::Tensor rows = options.all_logits ? x : x.narrow(0, T - 1, 1);
   at::Tensor normed = ops::rms_norm(rows, weights_.final_norm, c.rms_norm_eps);

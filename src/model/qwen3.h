@@ -74,10 +74,24 @@ struct KVCache {
 KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
                       at::Device device);
 
+// Beacon latents fused into a forward (compression-design.md §7.2, §7.8): extra input rows after the
+// tokens, given as embeddings, each at the absolute position of the span it replaces. Latent j attends
+// to every cached slot (its own raw span included) and to latents 0..j; the token rows attend to all
+// latents but not to `hidden_slots`, the raw spans the latents replace. The latents' K/V land in the
+// slots after the tokens' (slot_positions = `positions`, so the slots are briefly out of position
+// order); the compressor moves them into place and frees the raw spans right after the forward.
+struct LatentRows {
+  at::Tensor embeds;                                      // [n, H] in the compute dtype
+  std::vector<int64_t> positions;                         // n absolute positions
+  std::vector<std::pair<int64_t, int64_t>> hidden_slots;  // slot ranges [begin, end) of committed context
+  int64_t count() const { return static_cast<int64_t>(positions.size()); }
+};
+
 struct ForwardOptions {
   bool all_logits = false;                 // logits for every row, else for the last row only
   std::vector<int64_t> tap_layers;         // 0-based layers whose raw outputs are concatenated into `taps`
   bool keep_hidden_states = false;         // HF-style hidden_states tuple (embedding, layer outputs, final norm)
+  const LatentRows* latents = nullptr;     // fused beacon latents; logits and taps stay token rows only
 };
 
 struct ForwardOutput {
@@ -93,7 +107,7 @@ class Qwen3Model {
   Qwen3Model(Qwen3Config config, Qwen3Weights weights, at::ScalarType dtype, at::Device device);
 
   // Runs tokens `ids` (int64 [T] on device) at positions start .. start+T-1 with `cache` holding
-  // positions 0 .. start-1. Writes their K/V and sets cache.length = start + T.
+  // positions 0 .. start-1. Writes their K/V and sets cache.length = start + T (+ fused latents).
   ForwardOutput forward(const at::Tensor& ids, int64_t start, KVCache& cache, const ForwardOptions& options) const;
 
   KVCache make_cache(int64_t capacity) const;

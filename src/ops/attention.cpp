@@ -28,7 +28,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::Tensor kk = group == 1 ? k : k.unsqueeze(1).expand({n_kv, group, S, head_dim}).reshape({n_heads, S, head_dim});
   at::Tensor vv = group == 1 ? v : v.unsqueeze(1).expand({n_kv, group, S, head_dim}).reshape({n_heads, S, head_dim});
   at::Tensor scores = at::matmul(q, kk.transpose(1, 2)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  if (mask == AttentionMask::kCausalBottomRight && T > 1) {
+  if (extras != nullptr && extras->allowed.defined()) {
+    scores = scores.masked_fill(extras->allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+  } else if (mask == AttentionMask::kCausalBottomRight && T > 1) {
     // query i sits at key index S - T + i and sees keys 0 .. S - T + i
     at::Tensor allowed = at::ones({T, S}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(S - T);
     scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());

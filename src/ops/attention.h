@@ -11,10 +11,12 @@ namespace specpress::ops {
 
 enum class AttentionMask { kCausalBottomRight, kNone };
 
-// Optional extras used by compressed KV caches: an additive per-key logit bias (e.g. log n on a slot
+// Optional extras used by compressed KV caches: an explicit visibility mask (a forward that fuses beacon
+// latents, whose token rows must not see the raw spans being replaced), an additive per-key logit bias (e.g. log n on a slot
 // that stands for n merged tokens) and an accumulator of the attention each key received (the H2O /
 // SnapKV score), both per KV head.
 struct AttentionExtras {
+  at::Tensor allowed;         // bool [T, S] (true = the query may see the key), replacing the enum mask; or undefined
   at::Tensor key_bias;        // fp32 [Hkv, S] or undefined
   at::Tensor received_mass;   // fp32 [Hkv, S] or undefined: += attention probability, summed over queries and group heads
 };

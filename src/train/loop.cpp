@@ -99,7 +99,7 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
     if (hooks.evaluate && hooks.eval_every > 0 && ((step + 1) % hooks.eval_every == 0 || last)) {
       const double tau = hooks.evaluate();
       summary.eval_tau.push_back(tau);
-      note(fmt::format("{}: step {} eval tau {:.3f} (speculative loop, greedy)", label, step + 1, tau));
+      note(fmt::format("{}: step {} eval {} {:.4f}", label, step + 1, hooks.eval_name, tau));
     }
     if (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)) {
       checkpoint(step + 1);

@@ -55,6 +55,7 @@ struct LoopHooks {
   std::function<void()> export_model;                        // writes the published-format model to OUT
   std::function<double()> evaluate;                          // optional: tau with the real speculative loop
   int64_t eval_every = 0;
+  std::string eval_name = "tau (speculative loop, greedy)";  // what evaluate() returns, for the log
 };
 
 // Runs steps until options.steps (or stop_after), resuming from OUT's checkpoint when `resume`.

@@ -1,6 +1,8 @@
 // sequence_forward.cpp — see sequence_forward.h.
 #include "train/sequence_forward.h"
 
+#include <c10/core/GradMode.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -27,17 +29,25 @@ at::Tensor mlp_residual(const at::Tensor& x, const model::DecoderLayerWeights& w
 SequenceOutput sequence_forward(const model::Qwen3Config& c, const model::Qwen3Weights& weights,
                                 const ops::RopeTable& rope, const at::Tensor& ids,
                                 const std::vector<int64_t>& tap_layers, bool final_norm) {
-  const int64_t T = ids.size(1), hd = c.head_dim;
-  if (T > rope.max_positions())
-    fail("training sequence of {} tokens exceeds max_position_embeddings {}", T, rope.max_positions());
+  const int64_t T = ids.size(1);
+  at::Tensor positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(ids.device()));
+  at::Tensor allowed = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(ids.device())).tril();
+  return masked_sequence_forward(c, weights, rope, at::embedding(weights.embed_tokens, ids), positions, allowed,
+                                 tap_layers, final_norm);
+}
+
+SequenceOutput masked_sequence_forward(const model::Qwen3Config& c, const model::Qwen3Weights& weights,
+                                       const ops::RopeTable& rope, at::Tensor x, const at::Tensor& positions,
+                                       const at::Tensor& allowed, const std::vector<int64_t>& tap_layers,
+                                       bool final_norm) {
+  const int64_t hd = c.head_dim;
+  const int64_t max_position = positions.numel() > 0 ? positions.max().item<int64_t>() : 0;
+  if (max_position >= rope.max_positions())
+    fail("training sequence reaches position {}, beyond max_position_embeddings {}", max_position, rope.max_positions());
   for (int64_t layer : tap_layers)
     if (layer < 0 || layer >= c.num_layers) fail("tap layer {} outside the target's 0..{}", layer, c.num_layers - 1);
   const int64_t last_layer =
       final_norm ? c.num_layers - 1 : (tap_layers.empty() ? -1 : *std::max_element(tap_layers.begin(), tap_layers.end()));
-
-  at::Tensor positions = at::arange(T, at::TensorOptions().dtype(at::kLong).device(ids.device()));
-  at::Tensor allowed = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(ids.device())).tril();
-  at::Tensor x = at::embedding(weights.embed_tokens, ids);  // [batch, T, H]
   std::vector<at::Tensor> taps(tap_layers.size());
   for (int64_t l = 0; l <= last_layer; ++l) {
     const model::DecoderLayerWeights& w = weights.layers[l];
@@ -53,6 +63,38 @@ SequenceOutput sequence_forward(const model::Qwen3Config& c, const model::Qwen3W
   SequenceOutput out;
   if (final_norm) out.hidden = ops::rms_norm(x, weights.final_norm, c.rms_norm_eps);
   if (!taps.empty()) out.taps = at::cat(taps, -1);
+  return out;
+}
+
+VocabKL vocab_kl(const at::Tensor& student, const at::Tensor& teacher, const at::Tensor& lm_head, const at::Tensor& labels,
+                 double ce_weight, int64_t chunk) {
+  const int64_t N = student.size(0);
+  at::Tensor h = student.detach().requires_grad_(true);
+  VocabKL out;
+  int64_t agree = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t n = std::min(chunk, N - r0);
+    at::Tensor t_logp;
+    {
+      c10::NoGradGuard no_grad;
+      t_logp = at::log_softmax(at::linear(teacher.narrow(0, r0, n), lm_head).to(at::kFloat), -1);
+    }
+    at::Tensor s_logp = at::log_softmax(at::linear(h.narrow(0, r0, n), lm_head).to(at::kFloat), -1);
+    at::Tensor kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1).sum() / static_cast<double>(N);
+    at::Tensor loss = kl;
+    if (ce_weight > 0 && labels.defined()) {
+      at::Tensor chunk_labels = labels.narrow(0, r0, n);
+      at::Tensor has = chunk_labels.ge(0);
+      at::Tensor nll = at::nll_loss(s_logp, chunk_labels.clamp_min(0), {}, at::Reduction::None) * has.to(at::kFloat);
+      loss = loss + ce_weight * nll.sum() / static_cast<double>(N);
+    }
+    loss.backward();
+    out.kl += kl.item<double>();
+    out.loss += loss.item<double>();
+    agree += s_logp.detach().argmax(-1).eq(t_logp.argmax(-1)).sum().item<int64_t>();
+  }
+  out.top1 = N > 0 ? static_cast<double>(agree) / static_cast<double>(N) : 0.0;
+  out.grad_hidden = h.grad();
   return out;
 }
 

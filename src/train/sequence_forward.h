@@ -31,6 +31,24 @@ SequenceOutput sequence_forward(const model::Qwen3Config& config, const model::Q
                                 const ops::RopeTable& rope, const at::Tensor& ids,
                                 const std::vector<int64_t>& tap_layers, bool final_norm);
 
+// The same forward over given input rows: `x` [..., R, H] (e.g. token embeddings followed by beacon
+// latents) at `positions` (int64 [R]) with the visibility `allowed` (bool [R, R], true = may see).
+SequenceOutput masked_sequence_forward(const model::Qwen3Config& config, const model::Qwen3Weights& weights,
+                                       const ops::RopeTable& rope, at::Tensor x, const at::Tensor& positions,
+                                       const at::Tensor& allowed, const std::vector<int64_t>& tap_layers,
+                                       bool final_norm);
+
+// Mean forward KL(p_teacher || p_student) over rows, with p = softmax(lm_head · hidden) (the
+// compression trainer's distillation loss), plus `ce_weight` times the student's cross-entropy on
+// `labels` (int64 [N], -1 = no label). Chunked like vocab_cross_entropy: grad_hidden is the gradient
+// of the loss with respect to `student` [N, H].
+struct VocabKL {
+  double loss = 0, kl = 0, top1 = 0;  // top1: fraction of rows whose argmax agrees with the teacher's
+  at::Tensor grad_hidden;
+};
+VocabKL vocab_kl(const at::Tensor& student, const at::Tensor& teacher, const at::Tensor& lm_head, const at::Tensor& labels,
+                 double ce_weight, int64_t chunk = 256);
+
 // Weighted cross-entropy of `hidden` rows [N, H] against `labels` [N] through `lm_head` [V, H],
 // normalised by the weight sum (`weights` [N]; undefined = all 1). Runs forward and backward
 // `chunk` rows at a time, so no [N, V] logits tensor ever exists: gradients reach lm_head (when it

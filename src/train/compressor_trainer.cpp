@@ -1,0 +1,334 @@
+// compressor_trainer.cpp — see compressor_trainer.h.
+#include "train/compressor_trainer.h"
+
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/ranges.h>
+
+#include "compress/beacon.h"
+#include "compress/fidelity.h"
+#include "core/compat.h"
+#include "core/error.h"
+#include "decode/generation.h"
+#include "io/mapped_file.h"
+#include "train/beacon_layout.h"
+#include "train/checkpoint.h"
+#include "train/sequence_forward.h"
+#include "tools/progress.h"
+
+namespace specpress::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A teacher-forced trajectory: prompt + the target's continuation, committed in runs of `spans`.
+struct Trajectory {
+  std::vector<int64_t> ids;
+  int64_t prompt_tokens = 0;
+  std::vector<int64_t> spans;
+};
+
+std::string trajectories_jsonl(const std::vector<Trajectory>& ts) {
+  std::string out;
+  for (const Trajectory& t : ts)
+    out += nlohmann::json{{"ids", t.ids}, {"prompt_tokens", t.prompt_tokens}, {"spans", t.spans}}.dump() + "\n";
+  return out;
+}
+
+std::vector<Trajectory> read_trajectories(const std::string& path) {
+  std::vector<Trajectory> out;
+  std::istringstream in(io::read_text_file(path));
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    try {
+      nlohmann::json j = nlohmann::json::parse(line);
+      out.push_back({j.at("ids").get<std::vector<int64_t>>(), j.at("prompt_tokens").get<int64_t>(),
+                     j.at("spans").get<std::vector<int64_t>>()});
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}:{}: not a trajectory record ({})", path, line_no, e.what());
+    }
+  }
+  return out;
+}
+
+// Spans for a trajectory without verify steps: uniform lengths in 1..span_max (seeded by `index`).
+std::vector<int64_t> sampled_spans(int64_t tokens, int64_t span_max, uint64_t seed, int64_t index) {
+  std::mt19937_64 rng = step_rng(seed ^ 0x5b3c0dULL, index);
+  std::vector<int64_t> spans;
+  for (int64_t covered = 0; covered < tokens;) {
+    const int64_t n = 1 + uniform_index(rng, span_max);
+    spans.push_back(n);
+    covered += n;
+  }
+  return spans;
+}
+
+std::vector<Trajectory> generate(const model::Qwen3Model& target, const model::DFlashDraft* draft,
+                                 const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
+                                 const char* label) {
+  c10::InferenceMode inference;
+  decode::GenerationParams params;
+  params.max_new_tokens = o.gen_tokens;
+  params.stop_ids = target.config().eos_token_ids;
+  std::vector<Trajectory> out;
+  tools::ProgressBar progress(label, static_cast<int64_t>(prompts.size()));
+  int64_t generated = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    decode::GenerationResult r = draft != nullptr ? decode::generate_dflash(target, *draft, prompts[i], params)
+                                                  : decode::generate_plain(target, prompts[i], params);
+    Trajectory t{prompts[i], static_cast<int64_t>(prompts[i].size()), {}};
+    t.ids.insert(t.ids.end(), r.output_ids.begin(), r.output_ids.end());
+    t.spans = draft != nullptr ? r.acceptance_lengths
+                               : sampled_spans(static_cast<int64_t>(r.output_ids.size()), o.span_max, o.seed,
+                                               static_cast<int64_t>(i));
+    generated += static_cast<int64_t>(r.output_ids.size());
+    out.push_back(std::move(t));
+    progress.update(static_cast<int64_t>(i) + 1,
+                    fmt::format("{} tokens generated ({})", generated, draft != nullptr ? "DFlash, greedy" : "greedy"));
+  }
+  progress.finish();
+  return out;
+}
+
+// Generated once into OUT/<file> and reused by a resumed run.
+std::vector<Trajectory> cached_generation(const std::string& file, const model::Qwen3Model& target,
+                                          const model::DFlashDraft* draft, const std::vector<std::vector<int64_t>>& prompts,
+                                          const CompressorOptions& o, const char* label) {
+  if (prompts.empty()) return {};
+  const std::string path = (fs::path(o.out) / file).string();
+  if (fs::exists(path)) {
+    std::vector<Trajectory> cached = read_trajectories(path);
+    if (cached.size() == prompts.size()) {
+      std::fprintf(stderr, "train-compressor: reusing %zu trajectories from %s\n", cached.size(), path.c_str());
+      return cached;
+    }
+  }
+  std::vector<Trajectory> generated = generate(target, draft, prompts, o, label);
+  io::write_file_atomic(path, trajectories_jsonl(generated));
+  return generated;
+}
+
+// Cuts a trajectory to `max_tokens`; the spans stay as they were (plan_compression clips the last).
+Trajectory truncated(Trajectory t, int64_t max_tokens) {
+  if (static_cast<int64_t>(t.ids.size()) > max_tokens) t.ids.resize(max_tokens);
+  t.prompt_tokens = std::min<int64_t>(t.prompt_tokens, static_cast<int64_t>(t.ids.size()) - 1);
+  return t;
+}
+
+struct Prepared {
+  at::Tensor ids;        // int64 [T]
+  at::Tensor labels;     // int64 [rows]: next token of each loss row (-1 past the end)
+  BeaconLayout layout;
+};
+
+Prepared prepare(const Trajectory& t, const compress::Policy& policy, at::Device device) {
+  const int64_t T = static_cast<int64_t>(t.ids.size());
+  Prepared p;
+  p.layout = make_beacon_layout(compress::plan_compression(policy, t.prompt_tokens, t.spans, T), device);
+  p.ids = at::tensor(t.ids, at::kLong).to(device);
+  std::vector<int64_t> next(T, -1);
+  for (int64_t q = 0; q + 1 < T; ++q) next[q] = t.ids[q + 1];
+  p.labels = at::tensor(next, at::kLong).to(device).index_select(0, p.layout.loss_rows);
+  return p;
+}
+
+compress::BeaconConfig beacon_config(const CompressorOptions& o, const model::Qwen3Model& target,
+                                     const model::DFlashDraft* draft) {
+  const model::Qwen3Config& tc = target.config();
+  compress::BeaconConfig c;
+  c.feature_layers = !o.feature_layers.empty() ? o.feature_layers
+                     : draft != nullptr        ? draft->config().target_layer_ids
+                                               : model::default_target_layer_ids(tc.num_layers, 1);
+  for (int64_t l : c.feature_layers)
+    if (l < 0 || l >= tc.num_layers)
+      fail("--feature-layers: layer {} is not a layer of {} (it has layers 0..{})", l, o.target_dir, tc.num_layers - 1);
+  if (o.width < 1) fail("--width: must be positive, found {}", o.width);
+  if (o.max_span < 1) fail("--max-span: must be positive, found {}", o.max_span);
+  c.target_hidden = tc.hidden_size;
+  c.target_layers = tc.num_layers;
+  c.target_vocab = tc.vocab_size;
+  c.width = o.width;
+  c.max_span = o.max_span;
+  c.embed_rms = compress::embedding_rms(target.weights().embed_tokens);
+  c.policy = o.policy;
+  return c;
+}
+
+// Mean KL over the held-out trajectories, replayed through the compressed engine.
+compress::FidelityResult replay(const model::Qwen3Model& target, const std::vector<Trajectory>& held_out,
+                                const compress::Policy& policy) {
+  compress::FidelityResult total;
+  for (const Trajectory& t : held_out) {
+    std::vector<int64_t> prompt(t.ids.begin(), t.ids.begin() + t.prompt_tokens);
+    std::vector<int64_t> output(t.ids.begin() + t.prompt_tokens, t.ids.end());
+    total.merge(compress::evaluate_fidelity(target, prompt, output, t.spans, policy));
+  }
+  return total;
+}
+
+}  // namespace
+
+TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec) {
+  validate_common(o);
+  compress::validate(o.policy);
+  keep_freed_memory();
+  if (o.data.empty() && o.on_policy_prompts.empty()) fail("train-compressor: give --on-policy-prompts and/or --data");
+  if (o.span_max < 1) fail("--span-max: must be positive, found {}", o.span_max);
+  if (o.gen_tokens < 1) fail("--gen-tokens: must be at least 1, found {}", o.gen_tokens);
+  if (o.ce_weight < 0) fail("--ce-weight: must be >= 0, found {}", o.ce_weight);
+  if (o.eval_samples < 0) fail("--eval-samples: must be >= 0, found {}", o.eval_samples);
+  if (o.feature_passes < 0) fail("--feature-passes: must be >= 0, found {}", o.feature_passes);
+  if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");
+  const at::Device device = model::parse_device(o.device, "--device");
+  const model::Qwen3Model target = model::Qwen3Model::load(o.target_dir, at::kFloat, device);
+  const model::Qwen3Config& tc = target.config();
+  std::unique_ptr<model::DFlashDraft> draft;
+  if (!o.draft_dir.empty()) draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, target, at::kFloat, device));
+  const compress::BeaconConfig bc = beacon_config(o, target, draft.get());
+  if (o.seq_len > tc.max_position_embeddings)
+    fail("--seq-len {}: exceeds the target's max_position_embeddings {}", o.seq_len, tc.max_position_embeddings);
+
+  // Inputs first: bad data fails before the output directory is touched.
+  std::vector<Trajectory> trajectories;
+  if (!o.data.empty()) {
+    int64_t index = 0;
+    for (Sequence& s : read_documents(o.data, codec, tc.vocab_size)) {
+      const int64_t prompt = std::max<int64_t>(1, s.loss_start);
+      const int64_t rest = static_cast<int64_t>(s.ids.size()) - prompt;
+      if (rest < 1) continue;
+      trajectories.push_back({std::move(s.ids), prompt, sampled_spans(rest, o.span_max, o.seed, 1000000 + index++)});
+    }
+  }
+  const std::vector<std::vector<int64_t>> prompts =
+      o.on_policy_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.on_policy_prompts, codec, tc.vocab_size);
+  const std::vector<std::vector<int64_t>> eval_prompts =
+      o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
+  const bool resume = prepare_output_dir(o.out, o.resume, o.force);
+  std::vector<Trajectory> generated =
+      cached_generation("trajectories.jsonl", target, draft.get(), prompts, o, "on-policy generation");
+  trajectories.insert(trajectories.end(), generated.begin(), generated.end());
+  std::vector<Trajectory> held_out =
+      cached_generation("eval_trajectories.jsonl", target, draft.get(), eval_prompts, o, "held-out generation");
+
+  // Keep what reaches a compression event within --seq-len.
+  std::vector<Trajectory> usable;
+  int64_t longest = 0;
+  for (const Trajectory& t : trajectories) {
+    Trajectory cut = truncated(t, o.seq_len);
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(cut.ids.size()) - cut.prompt_tokens);
+    if (!compress::plan_compression(o.policy, cut.prompt_tokens, cut.spans, static_cast<int64_t>(cut.ids.size())).events.empty())
+      usable.push_back(std::move(cut));
+  }
+  if (held_out.empty() && o.eval_samples > 0 && usable.size() >= 2) {
+    const size_t n = std::min<size_t>(static_cast<size_t>(o.eval_samples), usable.size() / 5 + 1);
+    held_out.assign(usable.end() - static_cast<std::ptrdiff_t>(n), usable.end());
+    usable.resize(usable.size() - n);
+  }
+  if (usable.empty())
+    fail("train-compressor: no trajectory reaches a compression event: the longest continuation has {} tokens within "
+         "--seq-len {}, and a unit must age past --compress-window {} (raise --gen-tokens/--seq-len or lower the window)",
+         longest, o.seq_len, o.policy.window);
+  held_out.resize(std::min<size_t>(held_out.size(), static_cast<size_t>(o.eval_samples)));
+  std::vector<Prepared> prepared;
+  int64_t events = 0, tokens = 0;
+  for (const Trajectory& t : usable) {
+    prepared.push_back(prepare(t, o.policy, device));
+    events += static_cast<int64_t>(prepared.back().layout.events.size());
+    tokens += static_cast<int64_t>(t.ids.size());
+  }
+  std::fprintf(stderr,
+               "train-compressor: %zu trajectories (%lld tokens, %lld compression events), %zu held out; window %lld, "
+               "merge %lld; features [%s], width %lld\n",
+               usable.size(), static_cast<long long>(tokens), static_cast<long long>(events), held_out.size(),
+               static_cast<long long>(o.policy.window), static_cast<long long>(o.policy.merge_tokens),
+               fmt::format("{}", fmt::join(bc.feature_layers, ", ")).c_str(), static_cast<long long>(bc.width));
+
+  NamedTensors params = compress::beacon_named(compress::init_beacon_weights(bc, o.seed));
+  make_trainable(params, device);
+  const compress::BeaconWeights weights = compress::beacon_from_named(params);
+  AdamW optimizer(params, o.schedule());
+
+  if (!held_out.empty() && !resume) {
+    std::string line;
+    for (compress::Method m : {compress::Method::kDrop, compress::Method::kKeepLast, compress::Method::kMeanMerge,
+                               compress::Method::kTopAttention, compress::Method::kWindowOnly}) {
+      compress::Policy control = o.policy;
+      control.method = m;
+      c10::InferenceMode inference;
+      const compress::FidelityResult r = replay(target, held_out, control);
+      line += fmt::format("{}{} KL {:.4f} top-1 {:.3f}", line.empty() ? "" : "; ", compress::method_name(m), r.mean_kl(),
+                          r.mean_top1());
+    }
+    std::fprintf(stderr, "train-compressor: held-out controls at the same policy: %s\n", line.c_str());
+  }
+
+  nlohmann::json run = common_run_json(o);
+  run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
+  run["draft"] = o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string();
+  run["compressor"] = compress::beacon_config_json(bc);
+  run["compressor"].erase("embed_rms");  // a float recomputed from the target; the target path pins it
+  run["ce_weight"] = o.ce_weight;
+  run["gen_tokens"] = o.gen_tokens;
+  run["span_max"] = o.span_max;
+  run["feature_passes"] = o.feature_passes;
+  run["on_policy_prompts"] = nlohmann::json::array();
+  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+
+  const at::Tensor& embed_tokens = target.weights().embed_tokens;
+  LoopHooks hooks;
+  hooks.forward_backward = [&](int64_t step) {
+    std::mt19937_64 rng = step_rng(o.seed, step);
+    double loss = 0, kl = 0, top1 = 0;
+    int64_t step_tokens = 0;
+    for (int64_t b = 0; b < o.batch; ++b) {
+      const Prepared& p = prepared[uniform_index(rng, static_cast<int64_t>(prepared.size()))];
+      compat::CudaAutocast autocast(o.autocast && device.is_cuda(), at::kBFloat16);
+      const int64_t T = p.ids.size(0);
+      at::Tensor teacher_hidden, features;
+      {
+        c10::NoGradGuard frozen_target;
+        SequenceOutput t = sequence_forward(tc, target.weights(), target.rope(), p.ids.unsqueeze(0), bc.feature_layers, true);
+        teacher_hidden = t.hidden[0].index_select(0, p.layout.loss_rows);
+        features = refine_features(bc, weights, target, p.layout, p.ids, t.taps[0], o.feature_passes);
+      }
+      at::Tensor latents = layout_latents(bc, weights, target, p.layout, p.ids, features);
+      at::Tensor student =
+          layout_forward(target, p.layout, p.ids, latents, {}, true).hidden.index_select(0, p.layout.loss_rows);
+      VocabKL v = vocab_kl(student, teacher_hidden, target.weights().lm_head, p.labels, o.ce_weight);
+      student.backward(v.grad_hidden / static_cast<double>(o.batch));
+      loss += v.loss / static_cast<double>(o.batch);
+      kl += v.kl / static_cast<double>(o.batch);
+      top1 += v.top1 / static_cast<double>(o.batch);
+      step_tokens += T;
+    }
+    return StepOutput{loss, step_tokens, fmt::format(" | kl {:.4f} | top1 {:.3f}", kl, top1)};
+  };
+  auto current = [&]() {
+    NamedTensors frozen;
+    for (const auto& [name, p] : params) frozen.emplace_back(name, p.detach().to(target.dtype()));
+    return compress::beacon_from_named(frozen);
+  };
+  hooks.export_model = [&] { compress::save_beacon(o.out, bc, current()); };
+  hooks.eval_every = held_out.empty() ? 0 : (o.eval_every > 0 ? o.eval_every : o.steps);
+  hooks.eval_name = "held-out KL (compressed engine replay, nats)";
+  hooks.evaluate = [&]() {
+    c10::InferenceMode inference;
+    compress::Policy p = o.policy;
+    p.method = compress::Method::kBeacon;
+    p.beacon = std::make_shared<const compress::BeaconCompressor>(bc, current());
+    const compress::FidelityResult r = replay(target, held_out, p);
+    std::fprintf(stderr, "\ntrain-compressor: held-out beacon KL %.4f top-1 %.3f ppl delta %+.2f%% over %lld events\n",
+                 r.mean_kl(), r.mean_top1(), 100.0 * r.perplexity_delta(), static_cast<long long>(r.stats.events));
+    return r.mean_kl();
+  };
+  return run_training("train-compressor", o, run, resume, params, optimizer, hooks);
+}
+
+}  // namespace specpress::train

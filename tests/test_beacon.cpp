@@ -1,0 +1,269 @@
+// test_beacon.cpp — the learned beacon compressor on the golden tiny pair: the trainer's parallel
+// masked layout computes exactly what the online engine computes (fused latents in the next forward,
+// raw span freed, positions kept), no events means outputs identical to the plain engine, the DFlash
+// loop keeps a valid draft context, and malformed checkpoints fail naming the file and field/tensor.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "compress/beacon.h"
+#include "compress/fidelity.h"
+#include "compress/kv_compressor.h"
+#include "core/error.h"
+#include "decode/generation.h"
+#include "golden_pair.h"
+#include "io/checkpoint.h"
+#include "test_util.h"
+#include "train/beacon_layout.h"
+#include "train/sequence_forward.h"
+
+using namespace specpress;
+using namespace specpress::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+class Beacon : public GoldenPair {
+ protected:
+  void SetUp() override {
+    GoldenPair::SetUp();
+    if (IsSkipped()) return;
+    run_ = golden_runs()[0];
+    config_.feature_layers = draft_->config().target_layer_ids;
+    config_.target_hidden = target_->config().hidden_size;
+    config_.target_layers = target_->config().num_layers;
+    config_.target_vocab = target_->config().vocab_size;
+    config_.width = 32;
+    config_.max_span = 16;
+    config_.embed_rms = compress::embedding_rms(target_->weights().embed_tokens);
+    weights_ = compress::init_beacon_weights(config_, 5);
+    weights_.gate.fill_(1.0);  // latents far from the mean-embedding start, so a wrong mask shows
+    auto named = compress::beacon_named(weights_);
+    for (auto& [name, t] : named) t = t.to(target_->device());
+    weights_ = compress::beacon_from_named(named);
+  }
+  compress::Policy policy(int64_t window, int64_t merge = 0) const {
+    compress::Policy p;
+    p.method = compress::Method::kBeacon;
+    p.window = window;
+    p.merge_tokens = merge;
+    p.beacon = std::make_shared<const compress::BeaconCompressor>(config_, weights_);
+    return p;
+  }
+  GoldenRun run_;
+  compress::BeaconConfig config_;
+  compress::BeaconWeights weights_;
+};
+
+TEST_F(Beacon, TrainingLayoutEqualsTheCompressedEngine) {
+  std::vector<int64_t> traj = run_.prompt;
+  traj.insert(traj.end(), run_.ar_output.begin(), run_.ar_output.end());
+  const int64_t N = static_cast<int64_t>(run_.prompt.size()), T = static_cast<int64_t>(traj.size());
+  const std::vector<int64_t> pattern = {3, 1, 5, 2, 4, 1, 1, 6};
+  std::vector<int64_t> spans;
+  for (int64_t covered = 0, i = 0; covered < T - N; ++i) {
+    spans.push_back(pattern[i % pattern.size()]);
+    covered += spans.back();
+  }
+  const at::Device device = target_->device();
+  for (int64_t merge : {0, 4}) {
+    const compress::Policy pol = policy(6, merge);
+    // Online: the loops' protocol span by span (observed_forward fuses pending latents).
+    compress::KVCompressor c(pol, *target_, N);
+    model::KVCache cache = target_->make_cache(T + 1);
+    c.on_cache_created(cache);
+    const int64_t D = config_.feature_dim();
+    at::Tensor features = at::zeros({T, D}, at::TensorOptions().device(device));
+    std::vector<at::Tensor> online;
+    online.push_back(target_->forward(at::tensor(std::vector<int64_t>(traj.begin(), traj.begin() + N), at::kLong).to(device),
+                                      0, cache, {}).logits);
+    decode::CommittedSpan span;
+    int64_t pos = N;
+    for (int64_t len : spans) {
+      const int64_t n = std::min(len, T - pos);
+      at::Tensor ids = at::tensor(std::vector<int64_t>(traj.begin() + pos, traj.begin() + pos + n), at::kLong).to(device);
+      online.push_back(
+          decode::observed_forward(*target_, ids, pos, cache, {true, {}, false}, &c, &span.features).logits);
+      features.narrow(0, pos, n).copy_(span.features);
+      span.begin = pos;
+      span.end = pos + n;
+      span.ids.assign(traj.begin() + pos, traj.begin() + pos + n);
+      c.on_commit(cache, span);
+      pos += n;
+    }
+    at::Tensor online_logits = at::cat(online);  // rows N-1 .. T-1
+    ASSERT_GT(c.stats().events, 3) << "merge " << merge;
+    for (int64_t i = 1; i < cache.length; ++i) ASSERT_LT(cache.slot_positions[i - 1], cache.slot_positions[i]);
+    EXPECT_EQ(cache.next_position(), T);
+    EXPECT_EQ(cache.length, T - c.stats().slots_freed);
+
+    // Parallel: one masked forward with a latent row per event, fed the same features.
+    compress::CompressionPlan plan = compress::plan_compression(pol, N, spans, T);
+    train::BeaconLayout layout = train::make_beacon_layout(plan, device);
+    at::Tensor ids = at::tensor(traj, at::kLong).to(device);
+    at::Tensor latents = train::layout_latents(config_, weights_, *target_, layout, ids, features);
+    at::Tensor hidden = train::layout_forward(*target_, layout, ids, latents, {}, true).hidden;
+    at::Tensor parallel = target_->lm_head_logits(hidden.narrow(0, N - 1, T - N + 1));
+    EXPECT_LT((parallel - online_logits).abs().max().item<double>(), 2e-4) << "merge " << merge;
+    // The compression changed the predictions (this comparison can fail).
+    model::KVCache full = target_->make_cache(T + 1);
+    at::Tensor uncompressed = target_->forward(ids, 0, full, {true, {}, false}).logits.narrow(0, N - 1, T - N + 1);
+    EXPECT_GT((uncompressed - online_logits).abs().max().item<double>(), 1e-2) << "merge " << merge;
+    // Refining the uncompressed taps reaches the online features once every latent generation is covered.
+    model::KVCache full_taps_cache = target_->make_cache(T + 1);
+    at::Tensor teacher_taps = target_->forward(ids, 0, full_taps_cache, {true, config_.feature_layers, false}).taps;
+    std::set<int64_t> generations;
+    for (const auto& ev : plan.events) generations.insert(ev.forward);
+    at::Tensor refined = train::refine_features(config_, weights_, *target_, layout, ids, teacher_taps,
+                                                static_cast<int64_t>(generations.size()) + 1);
+    auto generated = [&](const at::Tensor& t) { return t.narrow(0, N, T - N); };  // the prompt is never tapped online
+    EXPECT_LT((generated(refined) - generated(features)).abs().max().item<double>(), 2e-4) << "merge " << merge;
+    EXPECT_GT((generated(teacher_taps) - generated(features)).abs().max().item<double>(), 1e-2) << "merge " << merge;
+    // The layout's loss rows are exactly the rows that see a latent (from the first event's forward on).
+    const int64_t first = plan.events.front().forward;
+    EXPECT_EQ(layout.loss_rows.size(0),
+              std::count_if(plan.forward_of.begin(), plan.forward_of.end(), [&](int64_t f) { return f >= first; }));
+  }
+}
+
+TEST_F(Beacon, NoEventsMeansIdenticalOutputs) {
+  decode::GenerationParams p;
+  p.max_new_tokens = 64;
+  p.stop_ids = run_.stop_ids;
+  compress::KVCompressor c(policy(1000), *target_, static_cast<int64_t>(run_.prompt.size()));
+  p.observer = &c;
+  EXPECT_EQ(decode::generate_dflash(*target_, *draft_, run_.prompt, p).output_ids, run_.dflash_output);
+  compress::KVCompressor c2(policy(1000), *target_, static_cast<int64_t>(run_.prompt.size()));
+  p.observer = &c2;
+  EXPECT_EQ(decode::generate_plain(*target_, run_.prompt, p).output_ids, run_.ar_output);
+  EXPECT_EQ(c.stats().events + c2.stats().events, 0);
+}
+
+TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
+  decode::GenerationParams p;
+  p.max_new_tokens = 64;
+  p.stop_ids = run_.stop_ids;
+  compress::KVCompressor c(policy(8), *target_, static_cast<int64_t>(run_.prompt.size()));
+  p.observer = &c;
+  // generate_dflash checks after every draft call that the draft context holds every committed position.
+  decode::GenerationResult r = decode::generate_dflash(*target_, *draft_, run_.prompt, p);
+  EXPECT_GT(c.stats().events, 0);
+  EXPECT_GT(c.stats().effective_ratio(), 1.2);
+  EXPECT_EQ(c.stats().slots + c.stats().slots_freed, c.stats().positions);
+  EXPECT_FALSE(r.output_ids.empty());
+  // The fidelity replay runs the same protocol and reports its events.
+  compress::FidelityResult f = compress::evaluate_fidelity(*target_, run_.prompt, run_.dflash_output,
+                                                           run_.acceptance_lengths, policy(8));
+  EXPECT_GT(f.stats.events, 0);
+  EXPECT_GT(f.count[0], 0);
+}
+
+class BeaconCheckpoint : public Beacon {
+ protected:
+  std::string save(const std::string& name) {
+    const std::string dir = (dir_.path / name).string();
+    compress::save_beacon(dir, config_, weights_);
+    return dir;
+  }
+  void expect_load_error(const std::string& dir, const std::string& message) {
+    try {
+      compress::BeaconCompressor::load(dir, *target_);
+      ADD_FAILURE() << "no error; expected one containing: " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << "error was: " << e.what();
+    }
+  }
+  void edit_config(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(dir + "/compressor.json"));
+    edit(j);
+    std::ofstream(dir + "/compressor.json") << j.dump();
+  }
+  void rewrite_tensors(const std::string& dir, const std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)>& edit) {
+    auto named = compress::beacon_named(weights_);
+    for (auto& [n, t] : named) t = t.to(at::kCPU);
+    edit(named);
+    io::save_safetensors(dir + "/compressor.safetensors", named);
+  }
+  ScratchDir dir_{"beacon"};
+};
+
+TEST_F(BeaconCheckpoint, RoundTripAndMalformedCheckpoints) {
+  {
+    auto loaded = compress::BeaconCompressor::load(save("good"), *target_);
+    EXPECT_EQ(loaded->config().feature_layers, config_.feature_layers);
+    EXPECT_TRUE(at::equal(loaded->weights().mlp_out.to(at::kCPU), weights_.mlp_out.to(at::kCPU)));
+    const compress::Policy p = compress::resolve_compress((dir_.path / "good").string(), "--compress", compress::Policy{}, *target_);
+    EXPECT_EQ(p.method, compress::Method::kBeacon);
+  }
+  expect_load_error((dir_.path / "absent").string(), "not a directory");
+  {
+    const std::string d = save("no-config");
+    fs::remove(d + "/compressor.json");
+    expect_load_error(d, "no compressor.json");
+  }
+  {
+    const std::string d = save("no-weights");
+    fs::remove(d + "/compressor.safetensors");
+    expect_load_error(d, "no compressor.safetensors");
+  }
+  {
+    const std::string d = save("type");
+    edit_config(d, [](nlohmann::json& j) { j["compressor_type"] = "c3"; });
+    expect_load_error(d, "field 'compressor_type' must be \"beacon\"");
+  }
+  {
+    const std::string d = save("layer");
+    edit_config(d, [](nlohmann::json& j) { j["feature_layers"] = {0, 99}; });
+    expect_load_error(d, "field 'feature_layers' names layer 99");
+  }
+  {
+    const std::string d = save("hidden");
+    edit_config(d, [](nlohmann::json& j) { j["target_hidden_size"] = 7; });
+    expect_load_error(d, "trained for a target with hidden 7");
+  }
+  {
+    const std::string d = save("width");
+    edit_config(d, [](nlohmann::json& j) { j["width"] = "wide"; });
+    expect_load_error(d, "width");
+  }
+  {
+    const std::string d = save("missing-field");
+    edit_config(d, [](nlohmann::json& j) { j.erase("embed_rms"); });
+    expect_load_error(d, "embed_rms");
+  }
+  {
+    const std::string d = save("shape");
+    rewrite_tensors(d, [](auto& named) { named[0].second = at::zeros({3, 3}); });
+    expect_load_error(d, "proj_in.weight");
+  }
+  {
+    const std::string d = save("missing-tensor");
+    rewrite_tensors(d, [](auto& named) { named.pop_back(); });
+    expect_load_error(d, "tensor 'gate' is missing");
+  }
+  {
+    const std::string d = save("nan");
+    rewrite_tensors(d, [](auto& named) { named[6].second = at::full_like(named[6].second, NAN); });
+    expect_load_error(d, "tensor 'base' holds NaN");
+  }
+  {
+    const std::string d = save("extra");
+    rewrite_tensors(d, [](auto& named) { named.emplace_back("stray", at::zeros({2})); });
+    expect_load_error(d, "stray");
+  }
+  {
+    const std::string d = save("garbage");
+    std::ofstream(d + "/compressor.safetensors") << "not a safetensors file";
+    expect_load_error(d, "compressor.safetensors");
+  }
+  try {
+    compress::resolve_compress("no-such-method", "--compress", compress::Policy{}, *target_);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--compress: unknown compression method 'no-such-method'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
