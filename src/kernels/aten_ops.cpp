@@ -3,12 +3,16 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_step.h"
+#include "kernels/gemv.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
@@ -214,21 +218,64 @@ void advance_counter(const at::Tensor& counter, int inc) {
 namespace {
 GemmMode initial_gemm_mode() {
   const char* env = std::getenv("SPECPRESS_GEMM");
-  return env != nullptr && std::strcmp(env, "skinny") == 0 ? GemmMode::kSkinny : GemmMode::kCublas;
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "gemv") == 0) return GemmMode::kGemv;
+  if (std::strcmp(env, "skinny") == 0) return GemmMode::kSkinny;
+  if (std::strcmp(env, "cublas") == 0) return GemmMode::kCublas;
+  // Static initialisation: no exception can be caught here, so say so and keep the default.
+  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas or skinny; using gemv\n", env);
+  return GemmMode::kGemv;
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// The layouts the GEMV kernel takes (checked again, with errors, by gemv_out).
+bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) == 1 && out.size(0) == 1 &&
+         x.stride(1) == 1 && out.stride(1) == 1 && weight.is_contiguous() && x.size(1) % 8 == 0 &&
+         x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+         out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
+         x.size(1) <= std::numeric_limits<int>::max() && weight.size(0) <= std::numeric_limits<int>::max();
+}
 }  // namespace
 
 GemmMode gemm_mode() { return g_gemm_mode; }
 void set_gemm_mode(GemmMode mode) { g_gemm_mode = mode; }
+const char* gemm_mode_name(GemmMode mode) {
+  switch (mode) {
+    case GemmMode::kSkinny: return "skinny";
+    case GemmMode::kCublas: return "cublas";
+    case GemmMode::kGemv: return "gemv";
+  }
+  return "?";
+}
+
+void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  require(x, "gemv x", at::kBFloat16, false);
+  require(out, "gemv out", at::kBFloat16, false);
+  require(weight, "gemv weight", at::kBFloat16);
+  if (weight.dim() != 2) fail("gemv: weight must be [N, K]");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  if (x.numel() != K || out.numel() != N) fail("gemv: x must hold K={} and out N={} elements", K, N);
+  if (x.dim() > 2 || out.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || (out.dim() == 2 && out.size(0) != 1))
+    fail("gemv: x and out must be one row");
+  if (x.stride(-1) != 1 || out.stride(-1) != 1) fail("gemv: x and out need unit column stride");
+  if (K % 8 != 0 || !aligned16(x) || !aligned16(weight)) fail("gemv: K % 8 == 0 and 16-byte aligned x, weight needed");
+  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv: N or K too large");
+  check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream()), "gemv");
+}
 
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (g_gemm_mode == GemmMode::kGemv && M == 1 && gemv_fits(out, x, weight)) {
+    if (weight.size(1) != K || out.size(1) != N) fail("linear: shapes disagree");
+    gemv_out(out, x, weight);
+    return;
+  }
   const bool skinny = g_gemm_mode == GemmMode::kSkinny && M <= 16 && K % 32 == 0 && x.dim() == 2 && out.dim() == 2 &&
                       x.stride(1) == 1 && x.stride(0) % 8 == 0 && out.stride(1) == 1 && weight.is_contiguous() &&
                       x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
-                      out.scalar_type() == at::kBFloat16 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
+                      out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight);
   if (skinny) {
     if (weight.size(1) != K || out.size(0) != M || out.size(1) != N) fail("linear: shapes disagree");
     check(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),

@@ -48,14 +48,22 @@ void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int
                    const at::Tensor& ctx_start, const at::Tensor& record);
 void advance_counter(const at::Tensor& counter, int inc);
 
-// out = x @ weight^T, no allocation: cuBLAS (at::mm_out), or in skinny mode the batch-invariant
-// tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows. cuBLAS is the default: on the H200 it
-// reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1, the skinny kernel at 62-71% (docs/PERF.md).
+// out [1, N] = x [1, K] @ weight [N, K]^T by the M = 1 GEMV kernel (kernels/gemv.h); x and weight
+// 16-byte aligned with unit column stride (weight contiguous), K % 8 == 0. Also accepts 1-D x / out.
+void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+
+// out = x @ weight^T, no allocation, by mode:
+//   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
+//   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1
+//            on the H200, docs/PERF.md);
+//   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows.
+// A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
-enum class GemmMode { kSkinny, kCublas };
-// Process-wide; initialised from SPECPRESS_GEMM=cublas|skinny (default cublas). Graphs keep the mode
+enum class GemmMode { kSkinny, kCublas, kGemv };
+// Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny (default gemv). Graphs keep the mode
 // they were captured with.
 GemmMode gemm_mode();
 void set_gemm_mode(GemmMode mode);
+const char* gemm_mode_name(GemmMode mode);
 
 }  // namespace specpress::kernels

@@ -1,0 +1,145 @@
+// gemv.cu — see gemv.h. Warp w owns rows [w * per_warp * ROWS, ...) in units of ROWS rows (1, 2 or 4,
+// more for large N to reuse each x load across rows). Per step a lane loads U = 8 / ROWS 16-byte chunks of
+// each of its ROWS rows (8 W loads in flight per lane) and the matching chunks of x (through L1, which
+// holds x for every warp of the SM), then accumulates the 8-element dot products in fp32; a warp sum per
+// row at the end. Blocks of 4 warps; the grid is at most the number of warps the GPU holds at once.
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/gemv.h"
+
+namespace specpress::kernels {
+namespace {
+using namespace detail;
+constexpr int kWarps = 4, kThreads = kWarps * 32, kLoads = 8, kMinBlocksPerSm = 8;
+
+// A streamed weight chunk: read once, so no L1 allocation; the L2 prefetches the following 256 bytes.
+__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// bf16 pair in a 32-bit word -> two floats (bf16 is the top half of an fp32).
+__device__ __forceinline__ float lo_f(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_f(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc) {
+  acc = fmaf(lo_f(w.x), x[0], acc);
+  acc = fmaf(hi_f(w.x), x[1], acc);
+  acc = fmaf(lo_f(w.y), x[2], acc);
+  acc = fmaf(hi_f(w.y), x[3], acc);
+  acc = fmaf(lo_f(w.z), x[4], acc);
+  acc = fmaf(hi_f(w.z), x[5], acc);
+  acc = fmaf(lo_f(w.w), x[6], acc);
+  acc = fmaf(hi_f(w.w), x[7], acc);
+  return acc;
+}
+
+template <int ROWS>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ W, bf16* __restrict__ y, int N, int K,
+                int units_per_warp) {
+  constexpr int U = kLoads / ROWS;
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int units = (N + ROWS - 1) / ROWS, nvec = K / 8;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const int u_beg = warp * units_per_warp, u_end = min(units, u_beg + units_per_warp);
+  for (int unit = u_beg; unit < u_end; ++unit) {
+    const int n0 = unit * ROWS;
+    const bf16* w[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) w[r] = W + static_cast<int64_t>(min(n0 + r, N - 1)) * K;  // past N: re-read, not written
+    float acc[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+    for (int c0 = lane; c0 < nvec; c0 += 32 * U) {
+      uint4 wv[U][ROWS], xc[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        const bool ok = c < nvec;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) wv[u][r] = ok ? ld_stream(w[r] + static_cast<int64_t>(c) * 8) : zero;
+        xc[u] = ok ? __ldg(xv + c) : zero;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float xf[8];
+        xf[0] = lo_f(xc[u].x);
+        xf[1] = hi_f(xc[u].x);
+        xf[2] = lo_f(xc[u].y);
+        xf[3] = hi_f(xc[u].y);
+        xf[4] = lo_f(xc[u].z);
+        xf[5] = hi_f(xc[u].z);
+        xf[6] = lo_f(xc[u].w);
+        xf[7] = hi_f(xc[u].w);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[r] = dot8(wv[u][r], xf, acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const float s = warp_sum(acc[r]);
+      if (lane == r && n0 + r < N) y[n0 + r] = to_b(s);
+    }
+  }
+}
+
+struct Plan {
+  int resident_warps = 0;  // warps of this kernel the GPU holds at once
+};
+
+template <int ROWS> cudaError_t plan_of(Plan& p) {
+  static Plan cached;
+  static bool ready = false;
+  if (!ready) {
+    int dev = 0, sms = 0, blocks = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS>, kThreads, 0);
+    if (e != cudaSuccess) return e;
+    cached.resident_warps = std::max(1, sms * std::max(1, blocks) * kWarps);
+    ready = true;
+  }
+  p = cached;
+  return cudaSuccess;
+}
+
+template <int ROWS>
+cudaError_t launch(const bf16* x, const bf16* W, bf16* y, int N, int K, int resident_warps, cudaStream_t stream) {
+  const int units = (N + ROWS - 1) / ROWS;
+  const int per_warp = (units + resident_warps - 1) / resident_warps;
+  const int warps = (units + per_warp - 1) / per_warp;
+  gemv_kernel<ROWS><<<(warps + kWarps - 1) / kWarps, kThreads, 0, stream>>>(x, W, y, N, K, per_warp);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream) {
+  if (N <= 0) return cudaSuccess;
+  if (K <= 0 || K % 8 != 0 || x == nullptr || W == nullptr || y == nullptr ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(W) % 16 != 0)
+    return cudaErrorInvalidValue;
+  // Rows per warp: 4 (or 2) when N has that many rows for every resident warp, else 1 row per unit so
+  // that the small projections still spread over the whole GPU.
+  Plan p;
+  cudaError_t e = plan_of<1>(p);
+  if (e != cudaSuccess) return e;
+  if (N >= 4 * p.resident_warps) {
+    if ((e = plan_of<4>(p)) != cudaSuccess) return e;
+    return launch<4>(x, W, y, N, K, p.resident_warps, stream);
+  }
+  if (N >= 2 * p.resident_warps) {
+    if ((e = plan_of<2>(p)) != cudaSuccess) return e;
+    return launch<2>(x, W, y, N, K, p.resident_warps, stream);
+  }
+  return launch<1>(x, W, y, N, K, p.resident_warps, stream);
+}
+
+}  // namespace specpress::kernels

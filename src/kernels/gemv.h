@@ -1,0 +1,17 @@
+// gemv.h — y[N] = W[N, K] · x[K], the one-row matmul of the plain decode step (M = 1: QKV, o, gate/up,
+// down, LM head), bf16 in and out, fp32 accumulation, torch-free. At M = 1 a matmul only has to read W
+// once, so this is a stream of W tuned for HBM bandwidth rather than a tensor-core GEMM: each warp owns
+// consecutive rows, reads them with 16-byte loads (one warp instruction = 512 contiguous bytes of a row)
+// that bypass L1, and keeps 8 of them per lane in flight; the grid is one wave of resident warps with
+// the rows split evenly between them, so no SM waits on a straggling tail of blocks. Reference twin:
+// at::linear (kernels::gemv_out in aten_ops.h). Used by linear_out for M = 1 in the default matmul mode.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace specpress::kernels {
+
+// x [K] and W [N, K] (row-contiguous) 16-byte aligned, K % 8 == 0; writes y[0 .. N-1] only.
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream);
+
+}  // namespace specpress::kernels
