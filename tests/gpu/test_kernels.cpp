@@ -12,6 +12,8 @@
 #include <cmath>
 
 #include "kernels/aten_ops.h"
+#include "kernels/attention.h"
+#include "kernels/gemv.h"
 #include "kernels/skinny_gemm.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -276,4 +278,126 @@ TEST_F(Kernels, SkinnyGemmMatchesReferenceAndIsBatchInvariant) {
               cudaSuccess);
     EXPECT_TRUE(at::equal(one[0], out[r])) << "not batch-invariant";
   }
+}
+
+// The small-T attention kernel (T <= 16: decode, verify, draft): odd lengths, lengths on both sides of
+// the 32/64-key split boundaries, several row groups per kv head, a grid of one split, many splits.
+TEST_F(Kernels, DecodeAttentionMatchesReference) {
+  std::vector<AttnCase> cases;
+  for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 97, 511, 512, 513, 1000})
+    cases.push_back(AttnCase{1, 32, 8, 128, S - 1, true, 32});  // decode: S = base + 1
+  for (AttnCase c : {AttnCase{16, 32, 8, 128, 511, true, 32},   // verify
+                     AttnCase{16, 32, 8, 128, 700, false, 32},  // draft block over context + block
+                     AttnCase{16, 32, 8, 128, 0, false, 32},    // draft, empty context: one split
+                     AttnCase{16, 32, 8, 128, 49, true, 3},     // 65 keys: two splits of 33 and 32
+                     AttnCase{1, 8, 8, 64, 96, true, 5},        // no GQA, one row per kv head
+                     AttnCase{3, 16, 2, 32, 45, true, 3},       // 24 rows: row groups of 16 and 8
+                     AttnCase{3, 16, 2, 32, 45, false, 3},
+                     AttnCase{16, 32, 2, 64, 130, true, 4},     // 16 heads per kv head: 16 row groups
+                     AttnCase{7, 32, 8, 64, 0, true, 8},        // S = 7: one active split of eight
+                     AttnCase{2, 32, 8, 128, 4000, true, 64},   // 63 active splits of 64 keys, grid of 64
+                     AttnCase{5, 32, 8, 128, 300, true, 1},     // a grid of one split: direct write
+                     AttnCase{1, 4, 2, 32, 200, false, 7},
+                     AttnCase{11, 12, 4, 128, 77, true, 6}})    // 33 rows: three row groups, last of one row
+    cases.push_back(c);
+  for (const AttnCase& c : cases) check_attention(c);
+}
+
+// A captured graph with a fixed grid of 32 splits: the live length set in device memory before each
+// replay decides how many splits work, and the combine must read only those (the workspace is poisoned
+// with NaN before every replay, so a read of an inactive split's slot would show).
+TEST_F(Kernels, DecodeAttentionActiveSplitsFollowDeviceLengthInsideAGraph) {
+  const int64_t nq = 32, nkv = 8, hd = 128, cap = 2048;
+  for (int64_t T : {1, 16}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "T=" << T << " causal=" << causal);
+      at::Tensor q = at::randn({T, nq, hd}, bf16()) * 2;
+      at::Tensor kc = at::randn({nkv, cap, hd}, bf16()) * 2, vc = at::randn({nkv, cap, hd}, bf16());
+      at::Tensor out = at::zeros({T, nq * hd}, bf16());
+      at::Tensor base = at::full({1}, 100, i32());
+      const int splits = kernels::attention_default_splits(cap, static_cast<int>(T));
+      ASSERT_EQ(splits, 32);
+      kernels::AttentionScratch scratch = kernels::make_attention_scratch(T, nq, nkv, hd, splits, at::Device(at::kCUDA));
+      c10::cuda::getCurrentCUDAStream().synchronize();  // inputs made on this stream, used on the side stream
+      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+      c10::cuda::CUDAStreamGuard guard(side);
+      kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);  // warm-up (kernel attributes)
+      at::cuda::CUDAGraph graph;
+      graph.capture_begin();
+      kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);
+      graph.capture_end();
+      for (int start : {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 100, 511, 1023, 1500, 2048 - 16 - 1}) {
+        const int64_t S = start + T;
+        base.fill_(start);
+        out.fill_(NAN);
+        scratch.workspace.fill_(255);  // all-ones bytes: NaN floats
+        graph.replay();
+        side.synchronize();
+        const auto mask = causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
+        at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
+        at::Tensor ref64 = ops::attention(qt.to(at::kDouble), ks.to(at::kDouble), vs.to(at::kDouble), mask);
+        EXPECT_LT(rel_err(out, ref64), 5e-3) << "graph replay at start " << start;
+        EXPECT_LT(rel_err(out, ops::attention(qt, ks, vs, mask)), 1e-2) << "graph replay at start " << start;
+        EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "counters left non-zero at start " << start;
+      }
+    }
+  }
+}
+
+namespace {
+
+void check_gemv(int64_t N, int64_t K) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " K=" << K);
+  at::Tensor x = at::randn({1, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor wide = at::full({1, N + 16}, NAN, bf16());
+  at::Tensor out = wide.narrow(1, 8, N);  // guard columns on both sides
+  kernels::gemv_out(out, x, w);
+  at::Tensor ref64 = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+  EXPECT_LT(rel_err(out, ref64), 5e-3) << "vs float64";
+  EXPECT_LT(rel_err(out, at::linear(x, w)), 1e-2) << "vs at::linear";
+  EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before y";
+  EXPECT_TRUE(at::isnan(wide.narrow(1, N + 8, 8)).all().item<bool>()) << "wrote after y";
+  at::Tensor again = at::full({1, N}, NAN, bf16());
+  kernels::gemv_out(again, x.view({K}), w);  // 1-D x, fresh output
+  EXPECT_TRUE(at::equal(again, out)) << "not deterministic";
+}
+
+}  // namespace
+
+// The M = 1 GEMV at every Qwen3-4B/8B projection shape (fused QKV, o, fused gate/up, down, LM head), then
+// odd N (1, 2 and 4 rows per warp, rows left over) and K that are multiples of 8 but not of 256.
+TEST_F(Kernels, GemvMatchesReference) {
+  struct Case { int64_t N, K; };
+  for (Case c : {Case{6144, 2560}, Case{2560, 4096}, Case{19456, 2560}, Case{2560, 9728}, Case{151936, 2560},
+                 Case{6144, 4096}, Case{4096, 4096}, Case{24576, 4096}, Case{4096, 12288}, Case{151936, 4096},
+                 Case{1, 64}, Case{7, 8}, Case{13, 2568}, Case{1001, 1000}, Case{8451, 264}, Case{16899, 520},
+                 Case{100003, 136}})
+    check_gemv(c.N, c.K);
+  // Layouts it does not take are refused, not misread.
+  at::Tensor x = at::randn({1, 20}, bf16()), w = at::randn({5, 20}, bf16());
+  EXPECT_EQ(kernels::gemv(reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()),
+                          reinterpret_cast<const __nv_bfloat16*>(w.data_ptr()),
+                          reinterpret_cast<__nv_bfloat16*>(x.data_ptr()), 5, 20, at::cuda::getCurrentCUDAStream().stream()),
+            cudaErrorInvalidValue);
+}
+
+// linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
+// cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
+TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t N = 2560, K = 4096;
+  at::Tensor x = at::randn({4, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor direct = at::full({1, N}, NAN, bf16());
+  kernels::gemv_out(direct, x.narrow(0, 0, 1), w);
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  at::Tensor one = at::full({1, N}, NAN, bf16()), four = at::full({4, N}, NAN, bf16());
+  kernels::linear_out(one, x.narrow(0, 0, 1), w);
+  kernels::linear_out(four, x, w);
+  EXPECT_TRUE(at::equal(one, direct)) << "gemv mode, M = 1: not the GEMV kernel";
+  EXPECT_LT(rel_err(four, at::linear(x, w)), 1e-2) << "gemv mode, M = 4";
+  kernels::set_gemm_mode(kernels::GemmMode::kCublas);
+  at::Tensor cub = at::full({1, N}, NAN, bf16());
+  kernels::linear_out(cub, x.narrow(0, 0, 1), w);
+  EXPECT_LT(rel_err(cub, at::linear(x.narrow(0, 0, 1), w)), 1e-2) << "cublas mode, M = 1";
+  kernels::set_gemm_mode(saved);
 }
