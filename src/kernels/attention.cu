@@ -1,7 +1,7 @@
 // attention.cu — see attention.h. Two kernels:
 //
-// Small T (decode T = 1, verify / draft T <= 16): the "decode" kernel. Block (kv head, key split, row
-// group): the rows of a kv head's group are (query t, head of the group), R = T * nq / nkv of them, cut
+// Small T (decode T = 1, verify / draft T <= 16): the "decode" kernel. Block (kv head, row group, key
+// split): the rows of a kv head's group are (query t, head of the group), R = T * nq / nkv of them, cut
 // into groups of at most 16, so decode (R = 4 at Qwen3 shapes) is one group and every K/V tile a block
 // streams serves all of its rows. The split's keys stream through shared memory 64 at a time in two
 // cp.async stages (16-byte copies, the next tile in flight while this one is computed). All 256 threads
@@ -322,12 +322,14 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   float* wts = reinterpret_cast<float*>(smem + L::w_off);  // combine: [split][row] weights
   __shared__ int is_last;
 
-  const int kvh = blockIdx.x, split = blockIdx.y, z = blockIdx.z;
+  // Split is the slowest grid dimension: the blocks of active splits are dispatched first, and those of
+  // inactive ones, which only read S and exit, take SM slots behind them.
+  const int kvh = blockIdx.x, z = blockIdx.y, split = blockIdx.z;
   const int G = a.nq / a.nkv, T = a.T, R = T * G;
   const int r0 = z * kDecRows, rb = min(kDecRows, R - r0);
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
-  active_splits(S, gridDim.y, min(R, kDecRows), n_act, chunk);
+  active_splits(S, gridDim.z, min(R, kDecRows), n_act, chunk);
   if (split >= n_act) return;  // beyond the live length: no work, not counted by the combine
   const int beg = split * chunk, end = min(S, beg + chunk);
 
@@ -482,7 +484,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 
   const size_t split_rows = static_cast<size_t>(a.nkv) * R;  // workspace rows per split = T * nq
   float* ws_o = static_cast<float*>(a.workspace);
-  float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(gridDim.y) * split_rows * HD);
+  float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(gridDim.z) * split_rows * HD);
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const int r = rg + NG * i;
@@ -504,7 +506,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 
   __threadfence();
   __syncthreads();
-  unsigned int* counter = a.counters + kvh * gridDim.z + z;
+  unsigned int* counter = a.counters + kvh * gridDim.y + z;
   if (tid == 0) is_last = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_act - 1);
   __syncthreads();
   if (!is_last) return;
@@ -572,7 +574,7 @@ template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t
     configured = true;
   }
   const int R = a.T * (a.nq / a.nkv);
-  dim3 grid(a.nkv, a.splits, (R + kDecRows - 1) / kDecRows);
+  dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, a.splits);
   decode_attention_kernel<HD><<<grid, kDecThreads, bytes, stream>>>(a);
   return cudaGetLastError();
 }
@@ -594,9 +596,11 @@ size_t attention_counter_count(int T, int nq, int nkv) {
 
 int attention_default_splits(int64_t capacity, int T) {
   if (T > kDecMaxT) return 1;
-  // The grid for the longest context the cache holds, at 32 keys per split; a launch only runs
-  // ceil(S / 32) of them (decode kernel), so a large grid costs little at short lengths.
-  const int64_t s = (capacity + 31) / 32;
+  // The grid for the longest context the cache holds, at the decode kernel's smallest split (32 keys for
+  // one query row, 64 for more); a launch only runs the splits the live length needs, dispatched first,
+  // so a large grid costs little at short lengths.
+  const int64_t per = T == 1 ? 32 : 64;
+  const int64_t s = (capacity + per - 1) / per;
   return static_cast<int>(s < 1 ? 1 : (s > 32 ? 32 : s));
 }
 
