@@ -4,8 +4,8 @@
 // and the reference path (eager ATen) side by side: plain decode ms/token, verify ms (block 16), draft
 // ms, DFlash cycle ms, each against the bandwidth roofline (bytes that must be read / measured copy
 // bandwidth), and the projected DFlash tokens/s at tau 6.5. The fast path runs once per matmul mode
-// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1); the table shows the mode with the lowest
-// decode + cycle time. A breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the
+// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1) and once more in gemv mode with
+// programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the
 // GEMV kernel and by cuBLAS against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 #include <ATen/cuda/CUDAContext.h>
@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "decode/sampler.h"
 #include "kernels/aten_ops.h"
+#include "kernels/launch.h"
 #include "model/qwen3_fast.h"
 
 using namespace specpress;
@@ -207,8 +208,9 @@ int main(int argc, char** argv) {
       std::vector<int64_t> prompt(context);
       for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 7919) % 150000;
       double dec_bytes = 0, drf_bytes = 0;
-      auto measure_fast = [&](kernels::GemmMode mode) {
+      auto measure_fast = [&](kernels::GemmMode mode, bool pdl) {
         kernels::set_gemm_mode(mode);
+        kernels::set_pdl(pdl);  // captured into the engine's graphs
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
         dec_bytes = engine.decode_bytes(context);
@@ -249,10 +251,14 @@ int main(int argc, char** argv) {
         return f;
       };
       const kernels::GemmMode default_mode = kernels::gemm_mode();
-      const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny);
-      const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas);
-      const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv);
+      const bool default_pdl = kernels::pdl_enabled();
+      const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny, false);
+      const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas, false);
+      const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
+      // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
+      const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
       kernels::set_gemm_mode(default_mode);
+      kernels::set_pdl(default_pdl);
       // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
       const FastNumbers* fb = &fs;
       const char* best_mode = "skinny";
@@ -263,6 +269,10 @@ int main(int argc, char** argv) {
       if (fg.decode + fg.cycle < fb->decode + fb->cycle) {
         fb = &fg;
         best_mode = "gemv";
+      }
+      if (fp.decode + fp.cycle < fb->decode + fb->cycle) {
+        fb = &fp;
+        best_mode = "gemv+pdl";
       }
       const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
                    f_cycle = fb->cycle;
@@ -335,6 +345,10 @@ int main(int argc, char** argv) {
       std::printf("GEMV: M=1 matmuls alone (graph, gemv mode: 4 per layer + LM head) %.3f ms, %.1f%% of the decode roofline; "
                   "cuBLAS %.3f ms\n",
                   fg.gemm1, pct(dec_floor, fg.gemm1), fc.gemm1);
+      std::printf("PDL (gemv mode with programmatic dependent launch) ms: decode %.3f (%.1f%% of roofline, %.3f without), "
+                  "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
+                  fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
+                  fp.elem1);
       for (const Proj& pr : projs) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
         std::printf("  GEMV %-8s N=%-6lld K=%-6lld %7.1f MB: gemv %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
@@ -364,6 +378,7 @@ int main(int argc, char** argv) {
                                     {"attention_only_m1", fc.attn1}, {"attention_only_m16", fc.attn16}, {"elementwise_only_m1", fc.elem1},
                                     {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
                      {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
+                     {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
                      {"gemv_projections_m1", proj_json},
                      {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
                      {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},

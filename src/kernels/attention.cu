@@ -56,6 +56,7 @@ template <int N> __device__ __forceinline__ void load_n(const bf16* p, float* v)
 
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  pdl_begin();
   using L = Smem<HD>;
   constexpr int D = HD / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -271,8 +272,7 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
   }
   const int G = a.nq / a.nkv, QT = kRows / G;
   dim3 grid(a.nkv, a.splits, (a.T + QT - 1) / QT);
-  attention_kernel<HD><<<grid, kThreads, bytes, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(attention_kernel<HD>, grid, kThreads, bytes, stream, a);
 }
 
 
@@ -311,6 +311,7 @@ __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_p
 
 template <int HD>
 __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(AttentionArgs a) {
+  pdl_begin();
   using L = DecSmem<HD>;
   constexpr int DQ = HD / 4, NG = kDecThreads / DQ, RPT = (kDecRows + NG - 1) / NG;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -575,8 +576,7 @@ template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t
   }
   const int R = a.T * (a.nq / a.nkv);
   dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, a.splits);
-  decode_attention_kernel<HD><<<grid, kDecThreads, bytes, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(decode_attention_kernel<HD>, grid, kDecThreads, bytes, stream, a);
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
   return v;
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 // bf16 pair in a 32-bit word -> two floats (bf16 is the top half of an fp32).
 __device__ __forceinline__ float lo_f(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_f(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -49,6 +51,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const int u_beg = warp * units_per_warp, u_end = min(units, u_beg + units_per_warp);
+  // Weights never depend on earlier kernels: under PDL (launch.h) start pulling this warp's first batch
+  // into L2 while the kernel that produces x is still running.
+  if (u_beg < u_end) {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const bf16* row = W + static_cast<int64_t>(min(u_beg * ROWS + r, N - 1)) * K;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (lane + 32 * u < nvec) prefetch_l2(row + static_cast<int64_t>(lane + 32 * u) * 8);
+    }
+  }
+  pdl_begin();
   for (int unit = u_beg; unit < u_end; ++unit) {
     const int n0 = unit * ROWS;
     const bf16* w[ROWS];
@@ -115,8 +129,7 @@ cudaError_t launch(const bf16* x, const bf16* W, bf16* y, int N, int K, int resi
   const int units = (N + ROWS - 1) / ROWS;
   const int per_warp = (units + resident_warps - 1) / resident_warps;
   const int warps = (units + per_warp - 1) / per_warp;
-  gemv_kernel<ROWS><<<(warps + kWarps - 1) / kWarps, kThreads, 0, stream>>>(x, W, y, N, K, per_warp);
-  return cudaGetLastError();
+  return launch_kernel(gemv_kernel<ROWS>, (warps + kWarps - 1) / kWarps, kThreads, 0, stream, x, W, y, N, K, per_warp);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@ using namespace detail;
 constexpr int kThreads = 256, kMaxVec = 4;  // H <= 256 * 4 * 8
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
+  pdl_begin();
   __shared__ float scratch[32];
   const int row = blockIdx.x, nvec = a.H / 8;
   const int64_t off = static_cast<int64_t>(row) * a.H;
@@ -54,8 +55,7 @@ cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.H <= 0 || a.H % 8 != 0 || a.H > kThreads * kMaxVec * 8 || a.x == nullptr || a.weight == nullptr ||
       a.y == nullptr || (a.sum_out2 != nullptr && a.residual == nullptr))
     return cudaErrorInvalidValue;
-  rmsnorm_kernel<<<a.rows, kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(rmsnorm_kernel, a.rows, kThreads, 0, stream, a);
 }
 
 }  // namespace specpress::kernels

@@ -14,6 +14,7 @@
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
 #include "kernels/gemv.h"
+#include "kernels/launch.h"
 #include "kernels/skinny_gemm.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -400,4 +401,83 @@ TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
   kernels::linear_out(cub, x.narrow(0, 0, 1), w);
   EXPECT_LT(rel_err(cub, at::linear(x.narrow(0, 0, 1), w)), 1e-2) << "cublas mode, M = 1";
   kernels::set_gemm_mode(saved);
+}
+
+// Programmatic dependent launch (kernels/launch.h): a decode-layer-shaped chain of the kernels (RMSNorm,
+// GEMV, q/k-norm + RoPE with the cache write, attention, GEMV, residual RMSNorm, GEMV, SwiGLU, GEMV)
+// captured in a graph with PDL on gives bitwise the results of the same chain launched plainly, over
+// replays at several device-side lengths. A kernel that read its input before the previous kernel
+// finished would show as a mismatch.
+TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
+  const bool saved = kernels::pdl_enabled();
+  const int64_t H = 2560, nq = 32, nkv = 8, hd = 128, inter = 9728, cap = 1024;
+  const int64_t qkv_w = (nq + 2 * nkv) * hd;
+  at::Tensor w_in = 1 + 0.1 * at::randn({H}, bf16()), w_post = 1 + 0.1 * at::randn({H}, bf16());
+  at::Tensor w_qkv = at::randn({qkv_w, H}, bf16()) * 0.02, w_o = at::randn({H, nq * hd}, bf16()) * 0.02;
+  at::Tensor w_gu = at::randn({2 * inter, H}, bf16()) * 0.02, w_down = at::randn({H, inter}, bf16()) * 0.02;
+  at::Tensor qn = 1 + 0.1 * at::randn({hd}, bf16()), kn = 1 + 0.1 * at::randn({hd}, bf16());
+  ops::RopeTable rope = ops::make_rope_table(hd, 1e6, 2048, at::Device(at::kCUDA));
+  at::Tensor x0 = at::randn({1, H}, bf16());
+  at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
+  struct Run {
+    at::Tensor x, h, qkv, q, attn, o, gu, act, kc, vc, pos;
+    kernels::AttentionScratch scratch;
+  };
+  auto make = [&] {
+    Run r;
+    r.x = x0.clone();
+    r.h = at::full({1, H}, NAN, bf16());
+    r.qkv = at::full({1, qkv_w}, NAN, bf16());
+    r.q = at::full({1, nq, hd}, NAN, bf16());
+    r.attn = at::full({1, nq * hd}, NAN, bf16());
+    r.o = at::full({1, H}, NAN, bf16());
+    r.gu = at::full({1, 2 * inter}, NAN, bf16());
+    r.act = at::full({1, inter}, NAN, bf16());
+    r.kc = kc0.clone();
+    r.vc = vc0.clone();
+    r.pos = at::full({1}, 0, i32());
+    r.scratch = kernels::make_attention_scratch(1, nq, nkv, hd, kernels::attention_default_splits(cap, 1),
+                                                at::Device(at::kCUDA));
+    return r;
+  };
+  auto layer = [&](Run& r) {
+    kernels::rmsnorm_out(r.h, r.x, w_in, 1e-6);
+    kernels::gemv_out(r.qkv, r.h, w_qkv);
+    kernels::qk_norm_rope_out(r.qkv, nq, nkv, qn, kn, rope, r.pos, r.q, r.kc, r.vc, 1e-6);
+    kernels::attention_out(r.attn, r.q, r.kc, r.vc, r.pos, 1, true, r.scratch);
+    kernels::gemv_out(r.o, r.attn, w_o);
+    kernels::rmsnorm_out(r.h, r.o, w_post, 1e-6, r.x, r.x);
+    kernels::gemv_out(r.gu, r.h, w_gu);
+    kernels::silu_mul_out(r.act, r.gu);
+    kernels::gemv_out(r.o, r.act, w_down);
+    kernels::rmsnorm_out(r.h, r.o, w_in, 1e-6, r.x, r.x);
+    kernels::advance_counter(r.pos, 1);
+  };
+  Run plain = make(), pdl = make();
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  kernels::set_pdl(true);
+  layer(pdl);  // warm-up with PDL, eager
+  kernels::set_pdl(false);
+  layer(plain);
+  at::cuda::CUDAGraph graph;
+  kernels::set_pdl(true);
+  graph.capture_begin();
+  for (int i = 0; i < 4; ++i) layer(pdl);  // four chained layers: 44 launches
+  graph.capture_end();
+  kernels::set_pdl(false);
+  for (int start : {40, 1, 600}) {
+    plain.pos.fill_(start);
+    pdl.pos.fill_(start);
+    for (int i = 0; i < 4; ++i) layer(plain);
+    graph.replay();
+    side.synchronize();
+    EXPECT_TRUE(at::equal(pdl.x, plain.x)) << "residual stream differs at start " << start;
+    EXPECT_TRUE(at::equal(pdl.h, plain.h)) << "normed output differs at start " << start;
+    EXPECT_TRUE(at::equal(pdl.kc, plain.kc)) << "K cache differs at start " << start;
+    EXPECT_EQ(pdl.pos.item<int>(), start + 4);
+    EXPECT_FALSE(at::isnan(pdl.h).any().item<bool>());
+  }
+  kernels::set_pdl(saved);
 }
