@@ -8,7 +8,9 @@
 // work in every phase: scores as thread = (key, rows r, r+4, ..), online softmax one warp per row, P.V as
 // thread = (4 output dims, rows). The number of active splits follows the live length S read from device
 // memory (at least 32 keys per split, 64 when a block has more than 4 rows); blocks of inactive splits
-// exit at once, so a graph captured with a fixed grid does only the work of the current length. With one
+// exit at once, so a graph captured with a fixed grid does only the work of the current length. The grid
+// is capped at one wave of resident blocks (2 per SM): verify's 4 row groups x 8 kv heads use at most 8
+// splits on an H200, decode's 8 kv heads all 32. With one
 // active split a block writes its rows directly; otherwise it leaves (m, l, unnormalised o) in the
 // workspace, and the last block of its (kv head, row group) to finish combines only the active splits:
 // one warp per row for the split weights, then every thread sums a 4-wide slice of an output row over the
@@ -20,6 +22,7 @@
 // tx*D..tx*D+D-1 (D = head_dim / 16). With several splits each block leaves (m, l, unnormalised o) in the
 // workspace; the last block of a (kv head, query tile) to finish combines them (threadfence reduction)
 // and re-zeroes its counter.
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/attention.h"
@@ -306,6 +309,7 @@ __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_p
   const int min_chunk = rows_per_block <= 4 ? 32 : 64;
   n_act = min(grid_splits, max(1, (S + min_chunk - 1) / min_chunk));
   chunk = max(1, (S + n_act - 1) / n_act);
+  if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // whole tiles, no 2-key tail tile
   n_act = max(1, (S + chunk - 1) / chunk);
 }
 
@@ -485,7 +489,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 
   const size_t split_rows = static_cast<size_t>(a.nkv) * R;  // workspace rows per split = T * nq
   float* ws_o = static_cast<float*>(a.workspace);
-  float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(gridDim.z) * split_rows * HD);
+  float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(a.splits) * split_rows * HD);  // as allocated
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const int r = rg + NG * i;
@@ -568,14 +572,24 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = DecSmem<HD>::bytes;
   static bool configured = false;  // the attribute is per kernel, set before the first launch
+  static int resident = 0;         // blocks of this kernel the GPU holds at once
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
+    int dev = 0, sms = 0, per_sm = 0;
+    if (e == cudaSuccess) e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attention_kernel<HD>, kDecThreads, bytes);
     if (e != cudaSuccess) return e;
+    resident = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     configured = true;
   }
-  const int R = a.T * (a.nq / a.nkv);
-  dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, a.splits);
+  const int R = a.T * (a.nq / a.nkv), groups = a.nkv * ((R + kDecRows - 1) / kDecRows);
+  // At most one wave of blocks: a split of a second wave would start only when a first-wave block ends,
+  // doubling the step; with fewer splits each block streams more keys through its cp.async pipeline.
+  const int splits = std::max(1, std::min(a.splits, resident / groups));
+  dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, splits);
   return launch_kernel(decode_attention_kernel<HD>, grid, kDecThreads, bytes, stream, a);
 }
 

@@ -296,7 +296,8 @@ TEST_F(Kernels, DecodeAttentionMatchesReference) {
                      AttnCase{3, 16, 2, 32, 45, false, 3},
                      AttnCase{16, 32, 2, 64, 130, true, 4},     // 16 heads per kv head: 16 row groups
                      AttnCase{7, 32, 8, 64, 0, true, 8},        // S = 7: one active split of eight
-                     AttnCase{2, 32, 8, 128, 4000, true, 64},   // 63 active splits of 64 keys, grid of 64
+                     AttnCase{2, 32, 8, 128, 4000, true, 64},   // grid capped at one wave: 32 splits of 128 keys
+                     AttnCase{1, 8, 2, 64, 4000, true, 64},     // all 64 splits, 63 keys each
                      AttnCase{5, 32, 8, 128, 300, true, 1},     // a grid of one split: direct write
                      AttnCase{1, 4, 2, 32, 200, false, 7},
                      AttnCase{11, 12, 4, 128, 77, true, 6}})    // 33 rows: three row groups, last of one row
