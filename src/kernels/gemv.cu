@@ -16,7 +16,8 @@ constexpr int kWarps = 4, kThreads = kWarps * 32, kLoads = 8, kMinBlocksPerSm = 
 // A streamed weight chunk: read once, so no L1 allocation; the L2 prefetches the following 256 bytes.
 __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  // volatile: never speculated out of the bounds check around it (a chunk past K may be past W's end)
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
