@@ -265,6 +265,32 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
   check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream()), "gemv");
 }
 
+void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
+  require(x, "gemv_silu_mul x", at::kBFloat16, false);
+  require(act, "gemv_silu_mul act", at::kBFloat16, false);
+  require(gate_up, "gemv_silu_mul gate_up", at::kBFloat16);
+  if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_silu_mul: gate_up must be [2I, K]");
+  const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
+  if (x.numel() != K || act.numel() != I) fail("gemv_silu_mul: x must hold K={} and act I={} elements", K, I);
+  if (x.dim() > 2 || act.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || (act.dim() == 2 && act.size(0) != 1))
+    fail("gemv_silu_mul: x and act must be one row");
+  if (x.stride(-1) != 1 || act.stride(-1) != 1) fail("gemv_silu_mul: x and act need unit column stride");
+  if (K % 8 != 0 || !aligned16(x) || !aligned16(gate_up)) fail("gemv_silu_mul: K % 8 == 0 and 16-byte aligned x, gate_up needed");
+  if (I > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_silu_mul: I or K too large");
+  check(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream()), "gemv_swiglu");
+}
+
+void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {
+  if (g_gemm_mode == GemmMode::kGemv && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
+      act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
+      gemv_fits(gu, x, gate_up)) {
+    gemv_silu_mul_out(act, x, gate_up);
+    return;
+  }
+  linear_out(gu, x, gate_up);
+  silu_mul_out(act, gu);
+}
+
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
   if (g_gemm_mode == GemmMode::kGemv && M == 1 && gemv_fits(out, x, weight)) {

@@ -52,6 +52,16 @@ void advance_counter(const at::Tensor& counter, int inc);
 // 16-byte aligned with unit column stride (weight contiguous), K % 8 == 0. Also accepts 1-D x / out.
 void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
 
+// act [1, I] = silu(x @ gate_up[:I]^T) * (x @ gate_up[I:]^T) by the fused GEMV + SwiGLU kernel
+// (kernels::gemv_swiglu): bitwise gemv_out into a [1, 2I] buffer followed by silu_mul_out. Same layout
+// requirements as gemv_out; gate_up is [2I, K].
+void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
+
+// The MLP's gate/up projection and SwiGLU, act [M, I] = silu_mul(x @ gate_up^T), with `gu` [M, 2I] as the
+// intermediate: in gemv mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu untouched, one
+// launch); otherwise linear_out into gu, then silu_mul_out.
+void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up);
+
 // out = x @ weight^T, no allocation, by mode:
 //   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
 //   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1

@@ -1,5 +1,5 @@
 // gemv.cu — see gemv.h. Warp w owns rows [w * per_warp * ROWS, ...) in units of ROWS rows (1, 2 or 4,
-// more for large N to reuse each x load across rows). Per step a lane loads U = 8 / ROWS 16-byte chunks of
+// more for large N to reuse each x load across rows; gemv_swiglu pairs each gate row with its up row). Per step a lane loads U = 8 / ROWS 16-byte chunks of
 // each of its ROWS rows (8 W loads in flight per lane) and the matching chunks of x (through L1, which
 // holds x for every warp of the SM), then accumulates the 8-element dot products in fp32; a warp sum per
 // row at the end. Blocks of 4 warps; the grid is at most the number of warps the GPU holds at once.
@@ -41,23 +41,34 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc)
   return acc;
 }
 
-template <int ROWS>
+// ROWS rows of W per unit. Plain: output n is row n. GATED (the fused gate/up projection, W = [gate; up]
+// with N = I outputs): a unit is OUT = ROWS / 2 outputs n0.., and its rows are gate rows n0.. then up rows
+// I + n0..; the epilogue applies SwiGLU. A row's sum does not depend on ROWS or on the rows beside it
+// (each lane walks its chunks in the same order, and the xor-butterfly sum is the same in every lane),
+// so every variant rounds a product exactly as the plain ROWS = 1 kernel does.
+template <int ROWS, bool GATED>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
     gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ W, bf16* __restrict__ y, int N, int K,
                 int units_per_warp) {
-  constexpr int U = kLoads / ROWS;
+  constexpr int U = kLoads / ROWS, OUT = GATED ? ROWS / 2 : ROWS;
+  static_assert(!GATED || ROWS % 2 == 0, "a gated unit pairs gate and up rows");
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int units = (N + ROWS - 1) / ROWS, nvec = K / 8;
+  const int units = (N + OUT - 1) / OUT, nvec = K / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  // Row r of the unit with outputs n0..: past the last output it re-reads the last row (not written).
+  auto row_of = [&](int n0, int r) {
+    const int n = min(n0 + (GATED ? r % OUT : r), N - 1);
+    return W + (static_cast<int64_t>(n) + (GATED && r >= OUT ? N : 0)) * K;
+  };
   const int u_beg = warp * units_per_warp, u_end = min(units, u_beg + units_per_warp);
   // Weights never depend on earlier kernels: under PDL (launch.h) start pulling this warp's first batch
   // into L2 while the kernel that produces x is still running.
   if (u_beg < u_end) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      const bf16* row = W + static_cast<int64_t>(min(u_beg * ROWS + r, N - 1)) * K;
+      const bf16* row = row_of(u_beg * OUT, r);
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (lane + 32 * u < nvec) prefetch_l2(row + static_cast<int64_t>(lane + 32 * u) * 8);
@@ -65,10 +76,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   }
   pdl_begin();
   for (int unit = u_beg; unit < u_end; ++unit) {
-    const int n0 = unit * ROWS;
+    const int n0 = unit * OUT;
     const bf16* w[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) w[r] = W + static_cast<int64_t>(min(n0 + r, N - 1)) * K;  // past N: re-read, not written
+    for (int r = 0; r < ROWS; ++r) w[r] = row_of(n0, r);
     float acc[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
@@ -97,10 +108,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
         for (int r = 0; r < ROWS; ++r) acc[r] = dot8(wv[u][r], xf, acc[r]);
       }
     }
+    float sum[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const float s = warp_sum(acc[r]);
-      if (lane == r && n0 + r < N) y[n0 + r] = to_b(s);
+    for (int r = 0; r < ROWS; ++r) sum[r] = warp_sum(acc[r]);
+#pragma unroll
+    for (int o = 0; o < OUT; ++o) {
+      if (lane != o || n0 + o >= N) continue;
+      if constexpr (GATED) {
+        // as gemv + silu_mul: both products rounded to bf16, silu rounded, the product rounded on store
+        const float g = round_b(sum[o]), u = round_b(sum[o + OUT]);
+        y[n0 + o] = to_b(round_b(g / (1.f + expf(-g))) * u);
+      } else {
+        y[n0 + o] = to_b(sum[o]);
+      }
     }
   }
 }
@@ -109,14 +129,15 @@ struct Plan {
   int resident_warps = 0;  // warps of this kernel the GPU holds at once
 };
 
-template <int ROWS> cudaError_t plan_of(Plan& p) {
+template <int ROWS, bool GATED> cudaError_t plan_of(Plan& p) {
   static Plan cached;
   static bool ready = false;
   if (!ready) {
     int dev = 0, sms = 0, blocks = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS>, kThreads, 0);
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS, GATED>, kThreads, 0);
     if (e != cudaSuccess) return e;
     cached.resident_warps = std::max(1, sms * std::max(1, blocks) * kWarps);
     ready = true;
@@ -125,35 +146,49 @@ template <int ROWS> cudaError_t plan_of(Plan& p) {
   return cudaSuccess;
 }
 
-template <int ROWS>
-cudaError_t launch(const bf16* x, const bf16* W, bf16* y, int N, int K, int resident_warps, cudaStream_t stream) {
-  const int units = (N + ROWS - 1) / ROWS;
-  const int per_warp = (units + resident_warps - 1) / resident_warps;
+// One wave: the units split evenly over at most the resident warps.
+template <int ROWS, bool GATED>
+cudaError_t launch(const bf16* x, const bf16* W, bf16* y, int N, int K, cudaStream_t stream) {
+  Plan p;
+  cudaError_t e = plan_of<ROWS, GATED>(p);
+  if (e != cudaSuccess) return e;
+  constexpr int OUT = GATED ? ROWS / 2 : ROWS;
+  const int units = (N + OUT - 1) / OUT;
+  const int per_warp = (units + p.resident_warps - 1) / p.resident_warps;
   const int warps = (units + per_warp - 1) / per_warp;
-  return launch_kernel(gemv_kernel<ROWS>, (warps + kWarps - 1) / kWarps, kThreads, 0, stream, x, W, y, N, K, per_warp);
+  return launch_kernel(gemv_kernel<ROWS, GATED>, (warps + kWarps - 1) / kWarps, kThreads, 0, stream, x, W, y, N, K,
+                       per_warp);
+}
+
+bool valid(const bf16* x, const bf16* W, const bf16* y, int K) {
+  return K > 0 && K % 8 == 0 && x != nullptr && W != nullptr && y != nullptr &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0;
 }
 
 }  // namespace
 
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream) {
   if (N <= 0) return cudaSuccess;
-  if (K <= 0 || K % 8 != 0 || x == nullptr || W == nullptr || y == nullptr ||
-      reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(W) % 16 != 0)
-    return cudaErrorInvalidValue;
+  if (!valid(x, W, y, K)) return cudaErrorInvalidValue;
   // Rows per warp: 4 (or 2) when N has that many rows for every resident warp, else 1 row per unit so
   // that the small projections still spread over the whole GPU.
   Plan p;
-  cudaError_t e = plan_of<1>(p);
+  cudaError_t e = plan_of<1, false>(p);
   if (e != cudaSuccess) return e;
-  if (N >= 4 * p.resident_warps) {
-    if ((e = plan_of<4>(p)) != cudaSuccess) return e;
-    return launch<4>(x, W, y, N, K, p.resident_warps, stream);
-  }
-  if (N >= 2 * p.resident_warps) {
-    if ((e = plan_of<2>(p)) != cudaSuccess) return e;
-    return launch<2>(x, W, y, N, K, p.resident_warps, stream);
-  }
-  return launch<1>(x, W, y, N, K, p.resident_warps, stream);
+  if (N >= 4 * p.resident_warps) return launch<4, false>(x, W, y, N, K, stream);
+  if (N >= 2 * p.resident_warps) return launch<2, false>(x, W, y, N, K, stream);
+  return launch<1, false>(x, W, y, N, K, stream);
+}
+
+cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
+                        cudaStream_t stream) {
+  if (I <= 0) return cudaSuccess;
+  if (!valid(x, W, act, K)) return cudaErrorInvalidValue;
+  Plan p;
+  cudaError_t e = plan_of<2, true>(p);
+  if (e != cudaSuccess) return e;
+  if (I >= 2 * p.resident_warps) return launch<4, true>(x, W, act, I, K, stream);  // 2 outputs (4 rows) per unit
+  return launch<2, true>(x, W, act, I, K, stream);
 }
 
 }  // namespace specpress::kernels

@@ -14,4 +14,11 @@ namespace specpress::kernels {
 // x [K] and W [N, K] (row-contiguous) 16-byte aligned, K % 8 == 0; writes y[0 .. N-1] only.
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream);
 
+// The fused gate/up projection with its SwiGLU: act[n] = silu(g[n]) * u[n] for n < I, where g = W[:I] · x and
+// u = W[I:2I] · x (W = [gate; up], [2I, K]). Rounds like gemv into a [2I] buffer followed by silu_mul
+// (swiglu.h), so the result is bitwise that pair's, without the intermediate and one launch. Same
+// requirements as gemv.
+cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
+                        cudaStream_t stream);
+
 }  // namespace specpress::kernels

@@ -157,8 +157,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
-    kernels::linear_out(gu, h, w.gate_up);
-    kernels::silu_mul_out(act, gu);
+    kernels::linear_silu_mul_out(act, gu, h, w.gate_up);  // one fused GEMV launch at M = 1 (gemv mode)
     kernels::linear_out(o, act, w.down);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
     at::Tensor tap;

@@ -383,6 +383,48 @@ TEST_F(Kernels, GemvMatchesReference) {
             cudaErrorInvalidValue);
 }
 
+// The fused gate/up GEMV + SwiGLU against the unfused pair (GEMV into [1, 2I], then silu_mul), bitwise, at
+// the Qwen3-4B/8B MLP shapes and odd I (one and two outputs per warp unit, leftovers), and against its ATen
+// twin silu(x Wg^T) * (x Wu^T); then linear_silu_mul_out: fused at one row in gemv mode, unfused otherwise.
+TEST_F(Kernels, GemvSwigluIsBitwiseGemvThenSiluMul) {
+  struct Case { int64_t I, K; };
+  for (Case c : {Case{9728, 2560}, Case{12288, 4096}, Case{1, 64}, Case{7, 8}, Case{1001, 264}, Case{9000, 520},
+                 Case{20001, 136}}) {
+    SCOPED_TRACE(::testing::Message() << "I=" << c.I << " K=" << c.K);
+    at::Tensor x = at::randn({1, c.K}, bf16()) * 2, w = at::randn({2 * c.I, c.K}, bf16()) * 0.05;
+    at::Tensor wide = at::full({1, c.I + 16}, NAN, bf16());
+    at::Tensor act = wide.narrow(1, 8, c.I);
+    kernels::gemv_silu_mul_out(act, x, w);
+    at::Tensor gu = at::full({1, 2 * c.I}, NAN, bf16()), ref = at::full({1, c.I}, NAN, bf16());
+    kernels::gemv_out(gu, x, w);
+    kernels::silu_mul_out(ref, gu);
+    EXPECT_TRUE(at::equal(act, ref)) << "not bitwise gemv + silu_mul (max " << max_ulps(act, ref) << " bf16 units)";
+    at::Tensor twin = at::silu(at::linear(x, w.narrow(0, 0, c.I))) * at::linear(x, w.narrow(0, c.I, c.I));
+    EXPECT_LT(rel_err(act, twin), 1e-2) << "vs the ATen twin";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before act";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, c.I + 8, 8)).all().item<bool>()) << "wrote after act";
+  }
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t I = 9728, K = 2560;
+  at::Tensor x = at::randn({4, K}, bf16()), w = at::randn({2 * I, K}, bf16()) * 0.05;
+  at::Tensor gu = at::full({4, 2 * I}, NAN, bf16()), act = at::full({4, I}, NAN, bf16());
+  at::Tensor ref = at::full({1, I}, NAN, bf16());
+  kernels::gemv_silu_mul_out(ref, x.narrow(0, 0, 1), w);
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  kernels::linear_silu_mul_out(act.narrow(0, 0, 1), gu.narrow(0, 0, 1), x.narrow(0, 0, 1), w);
+  EXPECT_TRUE(at::equal(act.narrow(0, 0, 1), ref)) << "gemv mode, one row: not the fused kernel";
+  EXPECT_TRUE(at::isnan(gu).all().item<bool>()) << "gemv mode, one row: the intermediate was written";
+  kernels::linear_silu_mul_out(act, gu, x, w);
+  at::Tensor twin = at::silu(at::linear(x, w.narrow(0, 0, I))) * at::linear(x, w.narrow(0, I, I));
+  EXPECT_LT(rel_err(act, twin), 1e-2) << "gemv mode, four rows (cuBLAS + silu_mul)";
+  kernels::set_gemm_mode(kernels::GemmMode::kCublas);
+  gu.fill_(NAN);
+  kernels::linear_silu_mul_out(act.narrow(0, 0, 1), gu.narrow(0, 0, 1), x.narrow(0, 0, 1), w);
+  EXPECT_FALSE(at::isnan(gu.narrow(0, 0, 1)).any().item<bool>()) << "cublas mode: expected the unfused path";
+  EXPECT_LT(rel_err(act.narrow(0, 0, 1), twin.narrow(0, 0, 1)), 1e-2) << "cublas mode, one row";
+  kernels::set_gemm_mode(saved);
+}
+
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
 // cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
 TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
