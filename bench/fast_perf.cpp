@@ -357,7 +357,8 @@ int main(int argc, char** argv) {
                     gb / (pr.gemv_ms * 1e-3), 100.0 * gb / (pr.gemv_ms * 1e-3) / bw, pr.cublas_ms,
                     gb / (pr.cublas_ms * 1e-3), 100.0 * gb / (pr.cublas_ms * 1e-3) / bw);
       }
-      std::printf("kernel classes alone (graphs, cublas engine), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
+      std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
+                  "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
                   "elementwise (2 RMSNorm + q/k-norm/RoPE + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
                   fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",

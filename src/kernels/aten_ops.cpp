@@ -44,8 +44,10 @@ __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>
 
 }  // namespace
 
-void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
-                 const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
+namespace {
+// Checked kernel arguments of rmsnorm_out (also the norm of gemv_rmsnorm_out).
+RmsNormArgs rmsnorm_args(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
+                         const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
   require(x, "rmsnorm x", at::kBFloat16);
   require(y, "rmsnorm y", at::kBFloat16);
   require(weight, "rmsnorm weight", at::kBFloat16);
@@ -75,7 +77,13 @@ void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& wei
   } else if (sum_out.defined() || sum_out2.defined()) {
     fail("rmsnorm: sum outputs need a residual");
   }
-  check(rmsnorm(a, stream()), "rmsnorm");
+  return a;
+}
+}  // namespace
+
+void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
+                 const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
+  check(rmsnorm(rmsnorm_args(y, x, weight, eps, residual, sum_out, sum_out2), stream()), "rmsnorm");
 }
 
 void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
@@ -278,6 +286,40 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
   if (K % 8 != 0 || !aligned16(x) || !aligned16(gate_up)) fail("gemv_silu_mul: K % 8 == 0 and 16-byte aligned x, gate_up needed");
   if (I > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_silu_mul: I or K too large");
   check(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream()), "gemv_swiglu");
+}
+
+void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                      const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                      const at::Tensor& sum_out2, const at::Tensor& counter) {
+  require(x, "gemv_rmsnorm x", at::kBFloat16, false);
+  require(out, "gemv_rmsnorm out", at::kBFloat16);
+  require(weight, "gemv_rmsnorm weight", at::kBFloat16);
+  require(counter, "gemv_rmsnorm counter", at::kInt);
+  if (weight.dim() != 2) fail("gemv_rmsnorm: weight must be [N, K]");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  if (x.numel() != K || out.numel() != N || counter.numel() < 1)
+    fail("gemv_rmsnorm: x must hold K={} and out N={} elements, counter one", K, N);
+  if (x.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || x.stride(-1) != 1) fail("gemv_rmsnorm: x must be one row");
+  if (K % 8 != 0 || N % 8 != 0 || !aligned16(x) || !aligned16(weight) || !aligned16(out))
+    fail("gemv_rmsnorm: K % 8 == 0, N % 8 == 0 and 16-byte aligned x, weight, out needed");
+  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_rmsnorm: N or K too large");
+  const RmsNormArgs norm = rmsnorm_args(y, out.view({1, N}), norm_weight, eps, residual, sum_out, sum_out2);
+  check(gemv_rmsnorm(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), norm,
+                     reinterpret_cast<unsigned int*>(counter.data_ptr<int>()), stream()),
+        "gemv_rmsnorm");
+}
+
+void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                        const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                        const at::Tensor& sum_out2, const at::Tensor& counter) {
+  if (g_gemm_mode == GemmMode::kGemv && counter.defined() && gemv_fits(out, x, weight) && out.is_contiguous() &&
+      aligned16(out) && out.size(1) == weight.size(0) && x.size(1) == weight.size(1) && weight.size(0) % 8 == 0 &&
+      weight.size(0) <= 8192) {
+    gemv_rmsnorm_out(out, x, weight, y, norm_weight, eps, residual, sum_out, sum_out2, counter);
+    return;
+  }
+  linear_out(out, x, weight);
+  rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2);
 }
 
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {

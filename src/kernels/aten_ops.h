@@ -62,6 +62,20 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 // launch); otherwise linear_out into gu, then silu_mul_out.
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up);
 
+// out [1, N] = x @ weight^T, then rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2), in one
+// launch (kernels::gemv_rmsnorm: the GEMV's last block runs the RMSNorm kernel's row code). `counter`: a
+// zeroed int32 [1], left zeroed. N % 8 == 0, N <= 8192, out contiguous; otherwise as gemv_out.
+void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                      const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                      const at::Tensor& sum_out2, const at::Tensor& counter);
+
+// A projection followed by the residual RMSNorm: linear_out(out, x, weight), then rmsnorm_out(y, out,
+// norm_weight, eps, residual, sum_out, sum_out2). In gemv mode a one-row x in the layouts gemv_rmsnorm_out
+// takes (and a defined `counter`) runs as that one launch.
+void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                        const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                        const at::Tensor& sum_out2, const at::Tensor& counter);
+
 // out = x @ weight^T, no allocation, by mode:
 //   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
 //   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1

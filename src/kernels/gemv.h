@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/rmsnorm.h"
+
 namespace specpress::kernels {
 
 // x [K] and W [N, K] (row-contiguous) 16-byte aligned, K % 8 == 0; writes y[0 .. N-1] only.
@@ -20,5 +22,14 @@ cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* 
 // requirements as gemv.
 cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
                         cudaStream_t stream);
+
+// y = W · x followed by the RMSNorm `norm` of y (norm.x == y, one row, H = N; with its residual add and sum
+// outputs, rmsnorm.h): the layer's o and down projections with the residual RMSNorm after them, in one
+// launch. The last block of the GEMV to finish (threadfence counter: `counter`, a zeroed uint it leaves
+// zeroed) runs the RMSNorm kernel's own row code (rmsnorm_row.cuh), so it rounds as gemv followed by
+// rmsnorm: the projection and the residual sum bitwise, the normed row from the same instructions.
+// N % 8 == 0, N <= 8192, y 16-byte aligned; otherwise as gemv.
+cudaError_t gemv_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K,
+                         const RmsNormArgs& norm, unsigned int* counter, cudaStream_t stream);
 
 }  // namespace specpress::kernels

@@ -39,6 +39,7 @@ struct FastBuffers {
   at::Tensor logits;                               // [rows, V] bf16
   at::Tensor tokens;                               // int64 [rows]: argmax of the logits rows
   at::Tensor taps;                                 // [rows, n_taps * H] bf16 (target only)
+  at::Tensor gemv_counter;                         // int32 [1], zero: last-block counter of the fused GEMV + RMSNorm
   kernels::AttentionScratch attn_scratch;
 };
 
