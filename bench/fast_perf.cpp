@@ -3,15 +3,20 @@
 // [1, 9, 17, 25, 33]), built in memory; measures copy bandwidth, then for the fast path (CUDA graphs)
 // and the reference path (eager ATen) side by side: plain decode ms/token, verify ms (block 16), draft
 // ms, DFlash cycle ms, each against the bandwidth roofline (bytes that must be read / measured copy
-// bandwidth), and the projected DFlash tokens/s at tau 6.5. Prints a table and one JSON line.
+// bandwidth), and the projected DFlash tokens/s at tau 6.5. The fast path runs once per matmul mode
+// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1) and once more in gemv mode with
+// programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the
+// GEMV kernel and by cuBLAS against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -22,6 +27,7 @@
 #include "core/error.h"
 #include "decode/sampler.h"
 #include "kernels/aten_ops.h"
+#include "kernels/launch.h"
 #include "model/qwen3_fast.h"
 
 using namespace specpress;
@@ -93,6 +99,52 @@ double copy_bandwidth_gbs() {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // bytes read + written
 }
 
+// ms per launch of y [1, N] = x [1, K] · W^T by the GEMV kernel (gemv) or cuBLAS, as replays of a graph
+// of launches that cycle through copies of W totalling >= 1 GiB, so that every launch reads W from HBM
+// rather than from the 50 MB L2.
+double m1_matmul_ms(int64_t N, int64_t K, bool gemv) {
+  auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const double bytes = 2.0 * static_cast<double>(N) * static_cast<double>(K);
+  const int copies = std::max(2, static_cast<int>(std::ceil(static_cast<double>(int64_t{1} << 30) / bytes)));
+  std::vector<at::Tensor> w;
+  for (int i = 0; i < copies; ++i) w.push_back(rnd({N, K}));
+  at::Tensor x = rnd({1, K}, 1.0), y = at::empty({1, N}, opt);
+  device_sync();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  auto body = [&] {
+    for (const at::Tensor& wi : w) {
+      if (gemv) {
+        kernels::gemv_out(y, x, wi);
+      } else {
+        at::Tensor o = y;
+        at::mm_out(o, x, wi.t());
+      }
+    }
+  };
+  body();  // warm-up: cuBLAS handle and workspace, kernel attributes
+  side.synchronize();
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  body();
+  graph.capture_end();
+  graph.replay();
+  side.synchronize();
+  const int reps = 10;
+  cudaEvent_t e0, e1;
+  AT_CUDA_CHECK(cudaEventCreate(&e0));
+  AT_CUDA_CHECK(cudaEventCreate(&e1));
+  AT_CUDA_CHECK(cudaEventRecord(e0, side.stream()));
+  for (int i = 0; i < reps; ++i) graph.replay();
+  AT_CUDA_CHECK(cudaEventRecord(e1, side.stream()));
+  side.synchronize();
+  float ms = 0.f;
+  AT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  AT_CUDA_CHECK(cudaEventDestroy(e0));
+  AT_CUDA_CHECK(cudaEventDestroy(e1));
+  return ms / (reps * copies);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,13 +203,14 @@ int main(int argc, char** argv) {
       const int64_t B = 16;
       device_sync();
 
-      // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS)
+      // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
       struct FastNumbers { double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16; };
       std::vector<int64_t> prompt(context);
       for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 7919) % 150000;
       double dec_bytes = 0, drf_bytes = 0;
-      auto measure_fast = [&](kernels::GemmMode mode) {
+      auto measure_fast = [&](kernels::GemmMode mode, bool pdl) {
         kernels::set_gemm_mode(mode);
+        kernels::set_pdl(pdl);  // captured into the engine's graphs
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
         dec_bytes = engine.decode_bytes(context);
@@ -197,13 +250,45 @@ int main(int argc, char** argv) {
         f.head1 = engine.kernel_class_ms("head", 1, 20);
         return f;
       };
-      const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny);
-      const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas);
-      kernels::set_gemm_mode(kernels::GemmMode::kCublas);
-      const FastNumbers& fb = fs.cycle <= fc.cycle ? fs : fc;  // the better mode for the main table
-      const char* best_mode = fs.cycle <= fc.cycle ? "skinny" : "cublas";
-      const double f_decode = fb.decode, f_decode_loop = fb.decode_loop, f_verify = fb.verify, f_draft = fb.draft,
-                   f_cycle = fb.cycle;
+      const kernels::GemmMode default_mode = kernels::gemm_mode();
+      const bool default_pdl = kernels::pdl_enabled();
+      const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny, false);
+      const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas, false);
+      const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
+      // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
+      const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
+      kernels::set_gemm_mode(default_mode);
+      kernels::set_pdl(default_pdl);
+      // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
+      const FastNumbers* fb = &fs;
+      const char* best_mode = "skinny";
+      if (fc.decode + fc.cycle < fb->decode + fb->cycle) {
+        fb = &fc;
+        best_mode = "cublas";
+      }
+      if (fg.decode + fg.cycle < fb->decode + fb->cycle) {
+        fb = &fg;
+        best_mode = "gemv";
+      }
+      if (fp.decode + fp.cycle < fb->decode + fb->cycle) {
+        fb = &fp;
+        best_mode = "gemv+pdl";
+      }
+      const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
+                   f_cycle = fb->cycle;
+
+      // ---- each projection alone at M = 1: GEMV kernel vs cuBLAS, against the copy bandwidth
+      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms; };
+      const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0},
+                                 {"o", s.hidden, q_width, 0, 0},
+                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0},
+                                 {"down", s.hidden, s.inter, 0, 0},
+                                 {"lm_head", s.vocab, s.hidden, 0, 0}};
+      for (Proj& pr : projs) {
+        pr.gemv_ms = m1_matmul_ms(pr.N, pr.K, true);
+        pr.cublas_ms = m1_matmul_ms(pr.N, pr.K, false);
+      }
 
       // ---- reference path (eager ATen), same weights
       c10::cuda::CUDAStreamGuard ref_guard(c10::cuda::getDefaultCUDAStream());
@@ -248,26 +333,54 @@ int main(int argc, char** argv) {
       row("verify (16 tokens)", f_verify, r_verify, dec_floor);
       row("draft step", f_draft, r_draft, drf_floor);
       row("DFlash cycle", f_cycle, r_cycle, cyc_floor);
-      std::printf("matmul mode in the table: %s; per mode (skinny | cublas) ms: decode %.3f | %.3f, verify %.3f | %.3f, "
-                  "draft %.3f | %.3f, cycle %.3f | %.3f\n",
-                  best_mode, fs.decode, fc.decode, fs.verify, fc.verify, fs.draft, fc.draft, fs.cycle, fc.cycle);
-      std::printf("breakdown: target matmuls alone (graph) M=1 %.3f | %.3f ms (%.1f%% | %.1f%% of roofline), M=16 %.3f | %.3f ms; "
-                  "the rest of decode (norms, RoPE, attention, SwiGLU, argmax, launch gaps) %.3f | %.3f ms\n",
-                  fs.gemm1, fc.gemm1, pct(dec_floor, fs.gemm1), pct(dec_floor, fc.gemm1), fs.gemm16, fc.gemm16,
-                  fs.decode - fs.gemm1, fc.decode - fc.gemm1);
-      std::printf("kernel classes alone (graphs, cublas engine), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
+      std::printf("matmul mode in the table: %s; per mode (skinny | cublas | gemv) ms: decode %.3f | %.3f | %.3f, "
+                  "verify %.3f | %.3f | %.3f, draft %.3f | %.3f | %.3f, cycle %.3f | %.3f | %.3f\n",
+                  best_mode, fs.decode, fc.decode, fg.decode, fs.verify, fc.verify, fg.verify, fs.draft, fc.draft,
+                  fg.draft, fs.cycle, fc.cycle, fg.cycle);
+      std::printf("breakdown: target matmuls alone (graph) M=1 %.3f | %.3f | %.3f ms (%.1f%% | %.1f%% | %.1f%% of roofline), "
+                  "M=16 %.3f | %.3f | %.3f ms; the rest of decode (norms, RoPE, attention, SwiGLU, argmax, launch gaps) "
+                  "%.3f | %.3f | %.3f ms\n",
+                  fs.gemm1, fc.gemm1, fg.gemm1, pct(dec_floor, fs.gemm1), pct(dec_floor, fc.gemm1), pct(dec_floor, fg.gemm1),
+                  fs.gemm16, fc.gemm16, fg.gemm16, fs.decode - fs.gemm1, fc.decode - fc.gemm1, fg.decode - fg.gemm1);
+      std::printf("GEMV: M=1 matmuls alone (graph, gemv mode: 4 per layer + LM head) %.3f ms, %.1f%% of the decode roofline; "
+                  "cuBLAS %.3f ms\n",
+                  fg.gemm1, pct(dec_floor, fg.gemm1), fc.gemm1);
+      std::printf("PDL (gemv mode with programmatic dependent launch) ms: decode %.3f (%.1f%% of roofline, %.3f without), "
+                  "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
+                  fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
+                  fp.elem1);
+      for (const Proj& pr : projs) {
+        const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
+        std::printf("  GEMV %-8s N=%-6lld K=%-6lld %7.1f MB: gemv %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
+                    "(%.0f GB/s, %.1f%%)\n",
+                    pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, pr.gemv_ms,
+                    gb / (pr.gemv_ms * 1e-3), 100.0 * gb / (pr.gemv_ms * 1e-3) / bw, pr.cublas_ms,
+                    gb / (pr.cublas_ms * 1e-3), 100.0 * gb / (pr.cublas_ms * 1e-3) / bw);
+      }
+      std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
+                  "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
                   "elementwise (2 RMSNorm + q/k-norm/RoPE + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
                   fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
       std::printf("tokens/s: plain %.1f fast vs %.1f reference; DFlash projected at tau %.1f: %.1f fast vs %.1f reference\n",
                   1e3 / f_decode_loop, 1e3 / r_decode, tau, tau * 1e3 / f_cycle, tau * 1e3 / r_cycle);
+      nlohmann::ordered_json proj_json = nlohmann::ordered_json::array();
+      for (const Proj& pr : projs) {
+        const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
+        proj_json.push_back({{"name", pr.name}, {"N", pr.N}, {"K", pr.K}, {"gemv_ms", pr.gemv_ms}, {"cublas_ms", pr.cublas_ms},
+                             {"gemv_pct_copy_bw", 100.0 * gb / (pr.gemv_ms * 1e-3) / bw},
+                             {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw}});
+      }
       out[s.name] = {{"decode_bytes", dec_bytes}, {"draft_bytes", drf_bytes},
                      {"matmul_mode", std::string(best_mode)},
                      {"skinny_ms", {{"decode", fs.decode}, {"verify", fs.verify}, {"draft", fs.draft}, {"cycle", fs.cycle}, {"gemm_only_m1", fs.gemm1}, {"gemm_only_m16", fs.gemm16}}},
                      {"cublas_ms", {{"decode", fc.decode}, {"verify", fc.verify}, {"draft", fc.draft}, {"cycle", fc.cycle}, {"gemm_only_m1", fc.gemm1}, {"gemm_only_m16", fc.gemm16},
                                     {"attention_only_m1", fc.attn1}, {"attention_only_m16", fc.attn16}, {"elementwise_only_m1", fc.elem1},
                                     {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
+                     {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
+                     {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
+                     {"gemv_projections_m1", proj_json},
                      {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
                      {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},
                      {"roofline_pct_fast", {{"decode", pct(dec_floor, f_decode)}, {"verify", pct(dec_floor, f_verify)},

@@ -3,12 +3,16 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_step.h"
+#include "kernels/gemv.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
@@ -40,8 +44,10 @@ __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>
 
 }  // namespace
 
-void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
-                 const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
+namespace {
+// Checked kernel arguments of rmsnorm_out (also the norm of gemv_rmsnorm_out).
+RmsNormArgs rmsnorm_args(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
+                         const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
   require(x, "rmsnorm x", at::kBFloat16);
   require(y, "rmsnorm y", at::kBFloat16);
   require(weight, "rmsnorm weight", at::kBFloat16);
@@ -71,7 +77,13 @@ void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& wei
   } else if (sum_out.defined() || sum_out2.defined()) {
     fail("rmsnorm: sum outputs need a residual");
   }
-  check(rmsnorm(a, stream()), "rmsnorm");
+  return a;
+}
+}  // namespace
+
+void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
+                 const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
+  check(rmsnorm(rmsnorm_args(y, x, weight, eps, residual, sum_out, sum_out2), stream()), "rmsnorm");
 }
 
 void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
@@ -214,21 +226,124 @@ void advance_counter(const at::Tensor& counter, int inc) {
 namespace {
 GemmMode initial_gemm_mode() {
   const char* env = std::getenv("SPECPRESS_GEMM");
-  return env != nullptr && std::strcmp(env, "skinny") == 0 ? GemmMode::kSkinny : GemmMode::kCublas;
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "gemv") == 0) return GemmMode::kGemv;
+  if (std::strcmp(env, "skinny") == 0) return GemmMode::kSkinny;
+  if (std::strcmp(env, "cublas") == 0) return GemmMode::kCublas;
+  // Static initialisation: no exception can be caught here, so say so and keep the default.
+  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas or skinny; using gemv\n", env);
+  return GemmMode::kGemv;
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// The layouts the GEMV kernel takes (checked again, with errors, by gemv_out).
+bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) == 1 && out.size(0) == 1 &&
+         x.stride(1) == 1 && out.stride(1) == 1 && weight.is_contiguous() && x.size(1) % 8 == 0 &&
+         x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+         out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
+         x.size(1) <= std::numeric_limits<int>::max() && weight.size(0) <= std::numeric_limits<int>::max();
+}
 }  // namespace
 
 GemmMode gemm_mode() { return g_gemm_mode; }
 void set_gemm_mode(GemmMode mode) { g_gemm_mode = mode; }
+const char* gemm_mode_name(GemmMode mode) {
+  switch (mode) {
+    case GemmMode::kSkinny: return "skinny";
+    case GemmMode::kCublas: return "cublas";
+    case GemmMode::kGemv: return "gemv";
+  }
+  return "?";
+}
+
+void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  require(x, "gemv x", at::kBFloat16, false);
+  require(out, "gemv out", at::kBFloat16, false);
+  require(weight, "gemv weight", at::kBFloat16);
+  if (weight.dim() != 2) fail("gemv: weight must be [N, K]");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  if (x.numel() != K || out.numel() != N) fail("gemv: x must hold K={} and out N={} elements", K, N);
+  if (x.dim() > 2 || out.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || (out.dim() == 2 && out.size(0) != 1))
+    fail("gemv: x and out must be one row");
+  if (x.stride(-1) != 1 || out.stride(-1) != 1) fail("gemv: x and out need unit column stride");
+  if (K % 8 != 0 || !aligned16(x) || !aligned16(weight)) fail("gemv: K % 8 == 0 and 16-byte aligned x, weight needed");
+  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv: N or K too large");
+  check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream()), "gemv");
+}
+
+void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
+  require(x, "gemv_silu_mul x", at::kBFloat16, false);
+  require(act, "gemv_silu_mul act", at::kBFloat16, false);
+  require(gate_up, "gemv_silu_mul gate_up", at::kBFloat16);
+  if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_silu_mul: gate_up must be [2I, K]");
+  const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
+  if (x.numel() != K || act.numel() != I) fail("gemv_silu_mul: x must hold K={} and act I={} elements", K, I);
+  if (x.dim() > 2 || act.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || (act.dim() == 2 && act.size(0) != 1))
+    fail("gemv_silu_mul: x and act must be one row");
+  if (x.stride(-1) != 1 || act.stride(-1) != 1) fail("gemv_silu_mul: x and act need unit column stride");
+  if (K % 8 != 0 || !aligned16(x) || !aligned16(gate_up)) fail("gemv_silu_mul: K % 8 == 0 and 16-byte aligned x, gate_up needed");
+  if (I > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_silu_mul: I or K too large");
+  check(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream()), "gemv_swiglu");
+}
+
+void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                      const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                      const at::Tensor& sum_out2, const at::Tensor& counter) {
+  require(x, "gemv_rmsnorm x", at::kBFloat16, false);
+  require(out, "gemv_rmsnorm out", at::kBFloat16);
+  require(weight, "gemv_rmsnorm weight", at::kBFloat16);
+  require(counter, "gemv_rmsnorm counter", at::kInt);
+  if (weight.dim() != 2) fail("gemv_rmsnorm: weight must be [N, K]");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  if (x.numel() != K || out.numel() != N || counter.numel() < 1)
+    fail("gemv_rmsnorm: x must hold K={} and out N={} elements, counter one", K, N);
+  if (x.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || x.stride(-1) != 1) fail("gemv_rmsnorm: x must be one row");
+  if (K % 8 != 0 || N % 8 != 0 || !aligned16(x) || !aligned16(weight) || !aligned16(out))
+    fail("gemv_rmsnorm: K % 8 == 0, N % 8 == 0 and 16-byte aligned x, weight, out needed");
+  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_rmsnorm: N or K too large");
+  const RmsNormArgs norm = rmsnorm_args(y, out.view({1, N}), norm_weight, eps, residual, sum_out, sum_out2);
+  check(gemv_rmsnorm(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), norm,
+                     reinterpret_cast<unsigned int*>(counter.data_ptr<int>()), stream()),
+        "gemv_rmsnorm");
+}
+
+void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                        const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                        const at::Tensor& sum_out2, const at::Tensor& counter) {
+  if (g_gemm_mode == GemmMode::kGemv && counter.defined() && gemv_fits(out, x, weight) && out.is_contiguous() &&
+      aligned16(out) && out.size(1) == weight.size(0) && x.size(1) == weight.size(1) && weight.size(0) % 8 == 0 &&
+      weight.size(0) <= 8192) {
+    gemv_rmsnorm_out(out, x, weight, y, norm_weight, eps, residual, sum_out, sum_out2, counter);
+    return;
+  }
+  linear_out(out, x, weight);
+  rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2);
+}
+
+void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {
+  if (g_gemm_mode == GemmMode::kGemv && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
+      act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
+      gemv_fits(gu, x, gate_up)) {
+    gemv_silu_mul_out(act, x, gate_up);
+    return;
+  }
+  linear_out(gu, x, gate_up);
+  silu_mul_out(act, gu);
+}
 
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (g_gemm_mode == GemmMode::kGemv && M == 1 && gemv_fits(out, x, weight)) {
+    if (weight.size(1) != K || out.size(1) != N) fail("linear: shapes disagree");
+    gemv_out(out, x, weight);
+    return;
+  }
   const bool skinny = g_gemm_mode == GemmMode::kSkinny && M <= 16 && K % 32 == 0 && x.dim() == 2 && out.dim() == 2 &&
                       x.stride(1) == 1 && x.stride(0) % 8 == 0 && out.stride(1) == 1 && weight.is_contiguous() &&
                       x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
-                      out.scalar_type() == at::kBFloat16 && reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(weight.data_ptr()) % 16 == 0;
+                      out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight);
   if (skinny) {
     if (weight.size(1) != K || out.size(0) != M || out.size(1) != N) fail("linear: shapes disagree");
     check(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),

@@ -48,14 +48,46 @@ void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int
                    const at::Tensor& ctx_start, const at::Tensor& record);
 void advance_counter(const at::Tensor& counter, int inc);
 
-// out = x @ weight^T, no allocation: cuBLAS (at::mm_out), or in skinny mode the batch-invariant
-// tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows. cuBLAS is the default: on the H200 it
-// reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1, the skinny kernel at 62-71% (docs/PERF.md).
+// out [1, N] = x [1, K] @ weight [N, K]^T by the M = 1 GEMV kernel (kernels/gemv.h); x and weight
+// 16-byte aligned with unit column stride (weight contiguous), K % 8 == 0. Also accepts 1-D x / out.
+void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+
+// act [1, I] = silu(x @ gate_up[:I]^T) * (x @ gate_up[I:]^T) by the fused GEMV + SwiGLU kernel
+// (kernels::gemv_swiglu): bitwise gemv_out into a [1, 2I] buffer followed by silu_mul_out. Same layout
+// requirements as gemv_out; gate_up is [2I, K].
+void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
+
+// The MLP's gate/up projection and SwiGLU, act [M, I] = silu_mul(x @ gate_up^T), with `gu` [M, 2I] as the
+// intermediate: in gemv mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu untouched, one
+// launch); otherwise linear_out into gu, then silu_mul_out.
+void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up);
+
+// out [1, N] = x @ weight^T, then rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2), in one
+// launch (kernels::gemv_rmsnorm: the GEMV's last block runs the RMSNorm kernel's row code). `counter`: a
+// zeroed int32 [1], left zeroed. N % 8 == 0, N <= 8192, out contiguous; otherwise as gemv_out.
+void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                      const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                      const at::Tensor& sum_out2, const at::Tensor& counter);
+
+// A projection followed by the residual RMSNorm: linear_out(out, x, weight), then rmsnorm_out(y, out,
+// norm_weight, eps, residual, sum_out, sum_out2). In gemv mode a one-row x in the layouts gemv_rmsnorm_out
+// takes (and a defined `counter`) runs as that one launch.
+void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
+                        const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
+                        const at::Tensor& sum_out2, const at::Tensor& counter);
+
+// out = x @ weight^T, no allocation, by mode:
+//   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
+//   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1
+//            on the H200, docs/PERF.md);
+//   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows.
+// A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
-enum class GemmMode { kSkinny, kCublas };
-// Process-wide; initialised from SPECPRESS_GEMM=cublas|skinny (default cublas). Graphs keep the mode
+enum class GemmMode { kSkinny, kCublas, kGemv };
+// Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny (default gemv). Graphs keep the mode
 // they were captured with.
 GemmMode gemm_mode();
 void set_gemm_mode(GemmMode mode);
+const char* gemm_mode_name(GemmMode mode);
 
 }  // namespace specpress::kernels

@@ -3,8 +3,12 @@
 // 0 .. S-T+t; target decode, verify and prefill) or non-causal (DFlash draft block over context + its
 // own block, whose K/V the caller wrote into the cache right after the context). Split-K over the keys
 // ("flash-decoding") with the combine done by the last block of each head group, so a step is one
-// launch. Reference twin: ops::attention on the cache narrowed to S keys (fp32 softmax; scores and
-// probabilities are not rounded to bf16 here, so results agree to bf16 precision, not bitwise).
+// launch. T <= 16 (decode, verify, draft) runs a kernel built for few rows: every K/V tile is read once
+// per kv head for all the group's rows (up to 16 rows per block), and only ceil(S / 32) splits (at most
+// `splits`) do work, so the fixed grid of a captured graph follows the live length. Larger T (prefill)
+// runs a 64-row tiled kernel. Reference twin: ops::attention on the cache narrowed to S keys (fp32
+// softmax; scores and probabilities are not rounded to bf16 here, so results agree to bf16 precision,
+// not bitwise).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -24,7 +28,7 @@ struct AttentionArgs {
   int T = 0, nq = 0, nkv = 0, head_dim = 0;  // head_dim in {32, 64, 128}; nq % nkv == 0, nq / nkv <= 64
   int64_t cache_capacity = 0;
   bool causal = true;
-  int splits = 1;                          // key splits (grid dimension; fixed for a captured graph)
+  int splits = 1;                          // most key splits (grid dimension; fixed for a captured graph), <= 64
   void* workspace = nullptr;               // attention_workspace_bytes(...) bytes when splits > 1
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
@@ -33,7 +37,8 @@ struct AttentionArgs {
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);
 size_t attention_counter_count(int T, int nq, int nkv);
 // Splits for a cache of `capacity` positions and T query rows: enough blocks to cover the GPU on long
-// contexts, 1 for prefill-sized T.
+// contexts (T <= 16: one per 32 positions of capacity for T = 1, per 64 for more rows, at most 32; the
+// kernel runs only as many as the live length needs), 1 for prefill-sized T.
 int attention_default_splits(int64_t capacity, int T);
 
 cudaError_t attention(const AttentionArgs& a, cudaStream_t stream);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/launch.h"
+
 namespace specpress::kernels::detail {
 
 using bf16 = __nv_bfloat16;
@@ -15,6 +17,16 @@ __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ bf16 to_b(float x) { return __float2bfloat16_rn(x); }
 // Rounds a float through bf16, as an ATen op with a bf16 result does.
 __device__ __forceinline__ float round_b(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// First statement of every kernel (see launch.h): under programmatic dependent launch, wait until the
+// previous kernel of the stream has completed and its writes are visible, then let the next kernel be
+// scheduled. Both are no-ops for a kernel launched without PDL.
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

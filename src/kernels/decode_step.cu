@@ -9,6 +9,7 @@ namespace {
 using namespace detail;
 
 __global__ void embedding_kernel(const bf16* table, const int64_t* ids, bf16* out, int rows, int H) {
+  pdl_begin();
   const int row = blockIdx.x;
   const int64_t id = ids[row];
   for (int c = threadIdx.x * 8; c < H; c += blockDim.x * 8)
@@ -31,6 +32,7 @@ __device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
 
 constexpr int kArgmaxThreads = 1024;
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const bf16* logits, int64_t ld, int V, int64_t* out) {
+  pdl_begin();
   __shared__ float best_v[32];
   __shared__ int best_i[32];
   const bf16* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
@@ -60,6 +62,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const bf16* logi
 
 __global__ void accept_kernel(int64_t* block_ids, const int64_t* posterior, int B, int64_t mask_id, int* start,
                               int* ctx_start, int64_t* record) {
+  pdl_begin();
   int a = 0;
   while (a < B - 1 && block_ids[a + 1] == posterior[a]) ++a;
   for (int i = 0; i < B; ++i) {
@@ -74,7 +77,10 @@ __global__ void accept_kernel(int64_t* block_ids, const int64_t* posterior, int 
   for (int i = 1; i < B; ++i) block_ids[i] = mask_id;
 }
 
-__global__ void advance_kernel(int* counter, int inc) { *counter += inc; }
+__global__ void advance_kernel(int* counter, int inc) {
+  pdl_begin();
+  *counter += inc;
+}
 
 }  // namespace
 
@@ -83,27 +89,23 @@ cudaError_t embedding_gather(const __nv_bfloat16* table, const int64_t* ids, __n
   if (rows <= 0) return cudaSuccess;
   if (H <= 0 || H % 8 != 0) return cudaErrorInvalidValue;
   const int threads = H / 8 < 256 ? ((H / 8 + 31) / 32) * 32 : 256;
-  embedding_kernel<<<rows, threads, 0, stream>>>(table, ids, out, rows, H);
-  return cudaGetLastError();
+  return launch_kernel(embedding_kernel, rows, threads, 0, stream, table, ids, out, rows, H);
 }
 
 cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V, int64_t* out, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (V <= 0) return cudaErrorInvalidValue;
-  argmax_kernel<<<rows, kArgmaxThreads, 0, stream>>>(logits, ld, V, out);
-  return cudaGetLastError();
+  return launch_kernel(argmax_kernel, rows, kArgmaxThreads, 0, stream, logits, ld, V, out);
 }
 
 cudaError_t dflash_accept(int64_t* block_ids, const int64_t* posterior, int B, int64_t mask_id, int* start,
                           int* ctx_start, int64_t* record, cudaStream_t stream) {
   if (B < 2) return cudaErrorInvalidValue;
-  accept_kernel<<<1, 1, 0, stream>>>(block_ids, posterior, B, mask_id, start, ctx_start, record);
-  return cudaGetLastError();
+  return launch_kernel(accept_kernel, 1, 1, 0, stream, block_ids, posterior, B, mask_id, start, ctx_start, record);
 }
 
 cudaError_t advance_counter(int* counter, int inc, cudaStream_t stream) {
-  advance_kernel<<<1, 1, 0, stream>>>(counter, inc);
-  return cudaGetLastError();
+  return launch_kernel(advance_kernel, 1, 1, 0, stream, counter, inc);
 }
 
 }  // namespace specpress::kernels

@@ -9,6 +9,7 @@ using namespace detail;
 constexpr int kWarps = 4, kMaxPairsPerLane = 4;  // head_dim <= 2 * 32 * 4
 
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_kernel(QkNormRopeArgs a) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.y * kWarps + (threadIdx.x >> 5);
   const int t = blockIdx.x;
@@ -69,8 +70,7 @@ cudaError_t qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const int n_heads = a.nq + 2 * a.nkv;
   dim3 grid(a.T, (n_heads + kWarps - 1) / kWarps);
-  qk_norm_rope_kernel<<<grid, kWarps * 32, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(qk_norm_rope_kernel, grid, kWarps * 32, 0, stream, a);
 }
 
 }  // namespace specpress::kernels

@@ -23,6 +23,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 
 __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* X, int64_t ldx, const bf16* W, bf16* Y,
                                                                   int64_t ldy, int M, int N, int K) {
+  pdl_begin();
   __shared__ float red[kWarps][32][4];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -82,8 +83,7 @@ cudaError_t skinny_gemm(const __nv_bfloat16* X, int64_t ldx, const __nv_bfloat16
   if (M > 16 || K <= 0 || K % 32 != 0 || ldx % 8 != 0 || (reinterpret_cast<uintptr_t>(X) % 16) != 0 ||
       (reinterpret_cast<uintptr_t>(W) % 16) != 0)
     return cudaErrorInvalidValue;
-  skinny_gemm_kernel<<<(N + 7) / 8, kWarps * 32, 0, stream>>>(X, ldx, W, Y, ldy, M, N, K);
-  return cudaGetLastError();
+  return launch_kernel(skinny_gemm_kernel, (N + 7) / 8, kWarps * 32, 0, stream, X, ldx, W, Y, ldy, M, N, K);
 }
 
 }  // namespace specpress::kernels

@@ -7,6 +7,7 @@ namespace {
 using namespace detail;
 
 __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int rows, int inter) {
+  pdl_begin();
   const int vec_per_row = inter / 8;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(rows) * vec_per_row) return;
@@ -27,8 +28,8 @@ cudaError_t silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int rows,
   if (inter <= 0 || inter % 8 != 0 || gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
   const int64_t n = static_cast<int64_t>(rows) * (inter / 8);
   const int threads = 256;
-  silu_mul_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(gate_up, out, rows, inter);
-  return cudaGetLastError();
+  return launch_kernel(silu_mul_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream, gate_up,
+                       out, rows, inter);
 }
 
 }  // namespace specpress::kernels

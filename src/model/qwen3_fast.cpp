@@ -130,6 +130,7 @@ FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwe
   b.logits = at::zeros({std::max<int64_t>(logit_rows, 1), target_.config().vocab_size}, bf16);
   b.tokens = at::zeros({std::max<int64_t>(logit_rows, 1)}, at::TensorOptions().dtype(at::kLong).device(device_));
   if (taps_width > 0) b.taps = at::zeros({rows, taps_width}, bf16);
+  b.gemv_counter = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));
   b.attn_scratch = kernels::make_attention_scratch(rows, nq, nkv, hd, splits, device_);
   return b;
 }
@@ -155,16 +156,18 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     kernels::linear_out(qkv, h, w.qkv);
     kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
     kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
-    kernels::linear_out(o, attn, w.o_proj);
-    kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
-    kernels::linear_out(gu, h, w.gate_up);
-    kernels::silu_mul_out(act, gu);
-    kernels::linear_out(o, act, w.down);
+    // At M = 1 in gemv mode each of these three lines is one launch: the o and down GEMVs run the residual
+    // RMSNorm in their last block, the gate/up GEMV applies SwiGLU (kernels/aten_ops.h).
+    static const at::Tensor none;
+    kernels::linear_rmsnorm_out(o, attn, w.o_proj, h, w.post_norm, eps, x, x, none,
+                                b.gemv_counter);  // x += attention; h = post-attention norm
+    kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
     at::Tensor tap;
     for (size_t i = 0; i < taps.size(); ++i)
       if (taps[i] == static_cast<int64_t>(l)) tap = b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
-    kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap);  // x += mlp (tapped); h = next layer's norm
+    kernels::linear_rmsnorm_out(o, act, w.down, h, next_norm, eps, x, x, tap,
+                                b.gemv_counter);  // x += mlp (tapped); h = next layer's norm
   }
 }
 

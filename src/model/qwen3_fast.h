@@ -1,5 +1,6 @@
 // qwen3_fast.h — the CUDA fast path (bf16, CUDA builds only): Qwen3 target and DFlash draft forwards
-// built from the kernels of src/kernels with cuBLAS matmuls on weights fused at load time (QKV,
+// built from the kernels of src/kernels, with matmuls (kernels::linear_out: the GEMV kernel for one row,
+// cuBLAS for more, by default; SPECPRESS_GEMM picks another mode) on weights fused at load time (QKV,
 // gate/up), static buffers, device-side positions, and CUDA graphs for the three steady-state steps:
 // target decode (1 token), target verify (block B) and the draft step (context K/V injection of the B
 // rows the last verify tapped + the block forward + argmax proposals). The engine owns its own KV
@@ -38,6 +39,7 @@ struct FastBuffers {
   at::Tensor logits;                               // [rows, V] bf16
   at::Tensor tokens;                               // int64 [rows]: argmax of the logits rows
   at::Tensor taps;                                 // [rows, n_taps * H] bf16 (target only)
+  at::Tensor gemv_counter;                         // int32 [1], zero: last-block counter of the fused GEMV + RMSNorm
   kernels::AttentionScratch attn_scratch;
 };
 

@@ -10,8 +10,12 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/aten_ops.h"
+#include "kernels/attention.h"
+#include "kernels/gemv.h"
+#include "kernels/launch.h"
 #include "kernels/skinny_gemm.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -276,4 +280,321 @@ TEST_F(Kernels, SkinnyGemmMatchesReferenceAndIsBatchInvariant) {
               cudaSuccess);
     EXPECT_TRUE(at::equal(one[0], out[r])) << "not batch-invariant";
   }
+}
+
+// The small-T attention kernel (T <= 16: decode, verify, draft): odd lengths, lengths on both sides of
+// the 32/64-key split boundaries, several row groups per kv head, a grid of one split, many splits.
+TEST_F(Kernels, DecodeAttentionMatchesReference) {
+  std::vector<AttnCase> cases;
+  for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 97, 511, 512, 513, 1000})
+    cases.push_back(AttnCase{1, 32, 8, 128, S - 1, true, 32});  // decode: S = base + 1
+  for (AttnCase c : {AttnCase{16, 32, 8, 128, 511, true, 32},   // verify
+                     AttnCase{16, 32, 8, 128, 700, false, 32},  // draft block over context + block
+                     AttnCase{16, 32, 8, 128, 0, false, 32},    // draft, empty context: one split
+                     AttnCase{16, 32, 8, 128, 49, true, 3},     // 65 keys: two splits of 33 and 32
+                     AttnCase{1, 8, 8, 64, 96, true, 5},        // no GQA, one row per kv head
+                     AttnCase{3, 16, 2, 32, 45, true, 3},       // 24 rows: row groups of 16 and 8
+                     AttnCase{3, 16, 2, 32, 45, false, 3},
+                     AttnCase{16, 32, 2, 64, 130, true, 4},     // 16 heads per kv head: 16 row groups
+                     AttnCase{7, 32, 8, 64, 0, true, 8},        // S = 7: one active split of eight
+                     AttnCase{2, 32, 8, 128, 4000, true, 64},   // grid capped at one wave: 32 splits of 128 keys
+                     AttnCase{1, 8, 2, 64, 4000, true, 64},     // all 64 splits, 63 keys each
+                     AttnCase{5, 32, 8, 128, 300, true, 1},     // a grid of one split: direct write
+                     AttnCase{1, 4, 2, 32, 200, false, 7},
+                     AttnCase{11, 12, 4, 128, 77, true, 6}})    // 33 rows: three row groups, last of one row
+    cases.push_back(c);
+  for (const AttnCase& c : cases) check_attention(c);
+}
+
+// A captured graph with a fixed grid of 32 splits: the live length set in device memory before each
+// replay decides how many splits work, and the combine must read only those (the workspace is poisoned
+// with NaN before every replay, so a read of an inactive split's slot would show).
+TEST_F(Kernels, DecodeAttentionActiveSplitsFollowDeviceLengthInsideAGraph) {
+  const int64_t nq = 32, nkv = 8, hd = 128, cap = 2048;
+  for (int64_t T : {1, 16}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "T=" << T << " causal=" << causal);
+      at::Tensor q = at::randn({T, nq, hd}, bf16()) * 2;
+      at::Tensor kc = at::randn({nkv, cap, hd}, bf16()) * 2, vc = at::randn({nkv, cap, hd}, bf16());
+      at::Tensor out = at::zeros({T, nq * hd}, bf16());
+      at::Tensor base = at::full({1}, 100, i32());
+      const int splits = kernels::attention_default_splits(cap, static_cast<int>(T));
+      ASSERT_EQ(splits, 32);
+      kernels::AttentionScratch scratch = kernels::make_attention_scratch(T, nq, nkv, hd, splits, at::Device(at::kCUDA));
+      c10::cuda::getCurrentCUDAStream().synchronize();  // inputs made on this stream, used on the side stream
+      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+      c10::cuda::CUDAStreamGuard guard(side);
+      kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);  // warm-up (kernel attributes)
+      at::cuda::CUDAGraph graph;
+      graph.capture_begin();
+      kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);
+      graph.capture_end();
+      for (int start : {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 100, 511, 1023, 1500, 2048 - 16 - 1}) {
+        const int64_t S = start + T;
+        base.fill_(start);
+        out.fill_(NAN);
+        scratch.workspace.fill_(255);  // all-ones bytes: NaN floats
+        graph.replay();
+        side.synchronize();
+        const auto mask = causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
+        at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
+        at::Tensor ref64 = ops::attention(qt.to(at::kDouble), ks.to(at::kDouble), vs.to(at::kDouble), mask);
+        EXPECT_LT(rel_err(out, ref64), 5e-3) << "graph replay at start " << start;
+        EXPECT_LT(rel_err(out, ops::attention(qt, ks, vs, mask)), 1e-2) << "graph replay at start " << start;
+        EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "counters left non-zero at start " << start;
+      }
+    }
+  }
+}
+
+namespace {
+
+void check_gemv(int64_t N, int64_t K) {
+  SCOPED_TRACE(::testing::Message() << "N=" << N << " K=" << K);
+  at::Tensor x = at::randn({1, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor wide = at::full({1, N + 16}, NAN, bf16());
+  at::Tensor out = wide.narrow(1, 8, N);  // guard columns on both sides
+  kernels::gemv_out(out, x, w);
+  at::Tensor ref64 = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+  EXPECT_LT(rel_err(out, ref64), 5e-3) << "vs float64";
+  EXPECT_LT(rel_err(out, at::linear(x, w)), 1e-2) << "vs at::linear";
+  EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before y";
+  EXPECT_TRUE(at::isnan(wide.narrow(1, N + 8, 8)).all().item<bool>()) << "wrote after y";
+  at::Tensor again = at::full({1, N}, NAN, bf16());
+  kernels::gemv_out(again, x.view({K}), w);  // 1-D x, fresh output
+  EXPECT_TRUE(at::equal(again, out)) << "not deterministic";
+}
+
+}  // namespace
+
+// The M = 1 GEMV at every Qwen3-4B/8B projection shape (fused QKV, o, fused gate/up, down, LM head), then
+// odd N (1, 2 and 4 rows per warp, rows left over) and K that are multiples of 8 but not of 256.
+TEST_F(Kernels, GemvMatchesReference) {
+  struct Case { int64_t N, K; };
+  for (Case c : {Case{6144, 2560}, Case{2560, 4096}, Case{19456, 2560}, Case{2560, 9728}, Case{151936, 2560},
+                 Case{6144, 4096}, Case{4096, 4096}, Case{24576, 4096}, Case{4096, 12288}, Case{151936, 4096},
+                 Case{1, 64}, Case{7, 8}, Case{13, 2568}, Case{1001, 1000}, Case{8451, 264}, Case{16899, 520},
+                 Case{100003, 136}})
+    check_gemv(c.N, c.K);
+  // Layouts it does not take are refused, not misread.
+  at::Tensor x = at::randn({1, 20}, bf16()), w = at::randn({5, 20}, bf16());
+  EXPECT_EQ(kernels::gemv(reinterpret_cast<const __nv_bfloat16*>(x.data_ptr()),
+                          reinterpret_cast<const __nv_bfloat16*>(w.data_ptr()),
+                          reinterpret_cast<__nv_bfloat16*>(x.data_ptr()), 5, 20, at::cuda::getCurrentCUDAStream().stream()),
+            cudaErrorInvalidValue);
+}
+
+// The fused gate/up GEMV + SwiGLU against the unfused pair (GEMV into [1, 2I], then silu_mul), bitwise, at
+// the Qwen3-4B/8B MLP shapes and odd I (one and two outputs per warp unit, leftovers), and against its ATen
+// twin silu(x Wg^T) * (x Wu^T); then linear_silu_mul_out: fused at one row in gemv mode, unfused otherwise.
+TEST_F(Kernels, GemvSwigluIsBitwiseGemvThenSiluMul) {
+  struct Case { int64_t I, K; };
+  for (Case c : {Case{9728, 2560}, Case{12288, 4096}, Case{1, 64}, Case{7, 8}, Case{1001, 264}, Case{9000, 520},
+                 Case{20001, 136}}) {
+    SCOPED_TRACE(::testing::Message() << "I=" << c.I << " K=" << c.K);
+    at::Tensor x = at::randn({1, c.K}, bf16()) * 2, w = at::randn({2 * c.I, c.K}, bf16()) * 0.05;
+    at::Tensor wide = at::full({1, c.I + 16}, NAN, bf16());
+    at::Tensor act = wide.narrow(1, 8, c.I);
+    kernels::gemv_silu_mul_out(act, x, w);
+    at::Tensor gu = at::full({1, 2 * c.I}, NAN, bf16()), ref = at::full({1, c.I}, NAN, bf16());
+    kernels::gemv_out(gu, x, w);
+    kernels::silu_mul_out(ref, gu);
+    EXPECT_TRUE(at::equal(act, ref)) << "not bitwise gemv + silu_mul (max " << max_ulps(act, ref) << " bf16 units)";
+    at::Tensor twin = at::silu(at::linear(x, w.narrow(0, 0, c.I))) * at::linear(x, w.narrow(0, c.I, c.I));
+    EXPECT_LT(rel_err(act, twin), 1e-2) << "vs the ATen twin";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before act";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, c.I + 8, 8)).all().item<bool>()) << "wrote after act";
+  }
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t I = 9728, K = 2560;
+  at::Tensor x = at::randn({4, K}, bf16()), w = at::randn({2 * I, K}, bf16()) * 0.05;
+  at::Tensor gu = at::full({4, 2 * I}, NAN, bf16()), act = at::full({4, I}, NAN, bf16());
+  at::Tensor ref = at::full({1, I}, NAN, bf16());
+  kernels::gemv_silu_mul_out(ref, x.narrow(0, 0, 1), w);
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  kernels::linear_silu_mul_out(act.narrow(0, 0, 1), gu.narrow(0, 0, 1), x.narrow(0, 0, 1), w);
+  EXPECT_TRUE(at::equal(act.narrow(0, 0, 1), ref)) << "gemv mode, one row: not the fused kernel";
+  EXPECT_TRUE(at::isnan(gu).all().item<bool>()) << "gemv mode, one row: the intermediate was written";
+  kernels::linear_silu_mul_out(act, gu, x, w);
+  at::Tensor twin = at::silu(at::linear(x, w.narrow(0, 0, I))) * at::linear(x, w.narrow(0, I, I));
+  EXPECT_LT(rel_err(act, twin), 1e-2) << "gemv mode, four rows (cuBLAS + silu_mul)";
+  kernels::set_gemm_mode(kernels::GemmMode::kCublas);
+  gu.fill_(NAN);
+  kernels::linear_silu_mul_out(act.narrow(0, 0, 1), gu.narrow(0, 0, 1), x.narrow(0, 0, 1), w);
+  EXPECT_FALSE(at::isnan(gu.narrow(0, 0, 1)).any().item<bool>()) << "cublas mode: expected the unfused path";
+  EXPECT_LT(rel_err(act.narrow(0, 0, 1), twin.narrow(0, 0, 1)), 1e-2) << "cublas mode, one row";
+  kernels::set_gemm_mode(saved);
+}
+
+// The GEMV with the residual RMSNorm in its last block against the unfused pair (GEMV, then the RMSNorm
+// kernel), at the o / down shapes of Qwen3-4B and 8B and odd sizes, with and without a residual and a tap
+// copy: the projection, the residual sum and the tap are bitwise the pair's; the normed output is the
+// same row code (rmsnorm_row.cuh), allowed one bf16 unit in case the compiler contracts its two copies
+// differently. Run twice: the counter must come back zeroed. Then linear_rmsnorm_out in both modes.
+TEST_F(Kernels, GemvRmsNormMatchesGemvThenRmsNorm) {
+  struct Case { int64_t N, K; bool residual, tap; };
+  for (Case c : {Case{2560, 4096, true, false}, Case{2560, 9728, true, true}, Case{4096, 4096, true, false},
+                 Case{4096, 12288, true, true}, Case{8, 8, true, false}, Case{136, 264, false, false},
+                 Case{8192, 64, true, true}, Case{1000, 1000, true, false}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " residual=" << c.residual << " tap=" << c.tap);
+    at::Tensor x = at::randn({1, c.K}, bf16()), w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor nw = 1 + 0.1 * at::randn({c.N}, bf16()), res0 = at::randn({1, c.N}, bf16());
+    at::Tensor counter = at::zeros({1}, i32());
+    for (int run = 0; run < 2; ++run) {
+      at::Tensor out_f = at::full({1, c.N}, NAN, bf16()), h_f = at::full({1, c.N}, NAN, bf16());
+      at::Tensor out_u = at::full({1, c.N}, NAN, bf16()), h_u = at::full({1, c.N}, NAN, bf16());
+      at::Tensor res_f = res0.clone(), res_u = res0.clone();
+      at::Tensor taps_f = at::full({1, 3 * c.N}, NAN, bf16()), taps_u = at::full({1, 3 * c.N}, NAN, bf16());
+      const at::Tensor none;
+      const at::Tensor& r_f = c.residual ? res_f : none;
+      const at::Tensor& r_u = c.residual ? res_u : none;
+      at::Tensor tap_f = c.tap ? taps_f.narrow(1, c.N, c.N) : at::Tensor();
+      at::Tensor tap_u = c.tap ? taps_u.narrow(1, c.N, c.N) : at::Tensor();
+      kernels::gemv_rmsnorm_out(out_f, x, w, h_f, nw, 1e-6, r_f, r_f, tap_f, counter);
+      kernels::gemv_out(out_u, x, w);
+      kernels::rmsnorm_out(h_u, out_u, nw, 1e-6, r_u, r_u, tap_u);
+      EXPECT_TRUE(at::equal(out_f, out_u)) << "projection differs from the GEMV's";
+      EXPECT_LE(max_ulps(h_f, h_u), 1.0) << "normed output vs the RMSNorm kernel";
+      if (!at::equal(h_f, h_u))
+        std::fprintf(stderr, "note: N=%lld K=%lld: normed output within one bf16 unit of the RMSNorm kernel's, not bitwise\n",
+                     static_cast<long long>(c.N), static_cast<long long>(c.K));
+      if (c.residual) EXPECT_TRUE(at::equal(res_f, res_u)) << "residual sum differs";
+      if (c.tap) {
+        EXPECT_TRUE(at::equal(tap_f, tap_u)) << "tap copy differs";
+        EXPECT_TRUE(at::isnan(taps_f.narrow(1, 0, c.N)).all().item<bool>()) << "wrote outside the tap slice";
+      }
+      at::Tensor sum = c.residual ? at::linear(x, w) + res0 : at::linear(x, w);
+      EXPECT_LT(rel_err(h_f, ops::rms_norm(sum, nw, 1e-6)), 1e-2) << "vs the ATen twin";
+      EXPECT_EQ(counter.item<int>(), 0) << "counter left non-zero after run " << run;
+    }
+  }
+  // linear_rmsnorm_out: the fused launch at one row in gemv mode, linear_out + rmsnorm_out otherwise; the
+  // layer loop's in-place form (residual and sum are the same tensor).
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t N = 2560, K = 9728;
+  at::Tensor x = at::randn({1, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor nw = 1 + 0.1 * at::randn({N}, bf16()), res0 = at::randn({1, N}, bf16());
+  at::Tensor counter = at::zeros({1}, i32());
+  at::Tensor ref_out = at::full({1, N}, NAN, bf16()), ref_h = at::full({1, N}, NAN, bf16()), ref_res = res0.clone();
+  kernels::gemv_out(ref_out, x, w);
+  kernels::rmsnorm_out(ref_h, ref_out, nw, 1e-6, ref_res, ref_res);
+  for (kernels::GemmMode mode : {kernels::GemmMode::kGemv, kernels::GemmMode::kCublas}) {
+    kernels::set_gemm_mode(mode);
+    at::Tensor out = at::full({1, N}, NAN, bf16()), h = at::full({1, N}, NAN, bf16()), res = res0.clone();
+    kernels::linear_rmsnorm_out(out, x, w, h, nw, 1e-6, res, res, at::Tensor(), counter);
+    if (mode == kernels::GemmMode::kGemv) {
+      EXPECT_TRUE(at::equal(out, ref_out)) << "gemv mode: projection";
+      EXPECT_TRUE(at::equal(res, ref_res)) << "gemv mode: residual sum";
+      EXPECT_LE(max_ulps(h, ref_h), 1.0) << "gemv mode: normed output";
+    } else {
+      EXPECT_LT(rel_err(out, ref_out), 1e-2) << "cublas mode: projection";
+      EXPECT_LT(rel_err(h, ref_h), 1e-2) << "cublas mode: normed output";
+    }
+    EXPECT_EQ(counter.item<int>(), 0);
+  }
+  kernels::set_gemm_mode(saved);
+}
+
+// linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
+// cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
+TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t N = 2560, K = 4096;
+  at::Tensor x = at::randn({4, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor direct = at::full({1, N}, NAN, bf16());
+  kernels::gemv_out(direct, x.narrow(0, 0, 1), w);
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  at::Tensor one = at::full({1, N}, NAN, bf16()), four = at::full({4, N}, NAN, bf16());
+  kernels::linear_out(one, x.narrow(0, 0, 1), w);
+  kernels::linear_out(four, x, w);
+  EXPECT_TRUE(at::equal(one, direct)) << "gemv mode, M = 1: not the GEMV kernel";
+  EXPECT_LT(rel_err(four, at::linear(x, w)), 1e-2) << "gemv mode, M = 4";
+  kernels::set_gemm_mode(kernels::GemmMode::kCublas);
+  at::Tensor cub = at::full({1, N}, NAN, bf16());
+  kernels::linear_out(cub, x.narrow(0, 0, 1), w);
+  EXPECT_LT(rel_err(cub, at::linear(x.narrow(0, 0, 1), w)), 1e-2) << "cublas mode, M = 1";
+  kernels::set_gemm_mode(saved);
+}
+
+// Programmatic dependent launch (kernels/launch.h): a decode-layer-shaped chain of the kernels (RMSNorm,
+// GEMV, q/k-norm + RoPE with the cache write, attention, GEMV + residual RMSNorm, GEMV + SwiGLU, and the
+// unfused GEMV, RMSNorm, SwiGLU too) captured in a graph with PDL on gives bitwise the results of the same
+// chain launched plainly, over replays at several device-side lengths. A kernel that read its input before
+// the previous kernel finished would show as a mismatch.
+TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
+  const bool saved = kernels::pdl_enabled();
+  const int64_t H = 2560, nq = 32, nkv = 8, hd = 128, inter = 9728, cap = 1024;
+  const int64_t qkv_w = (nq + 2 * nkv) * hd;
+  at::Tensor w_in = 1 + 0.1 * at::randn({H}, bf16()), w_post = 1 + 0.1 * at::randn({H}, bf16());
+  at::Tensor w_qkv = at::randn({qkv_w, H}, bf16()) * 0.02, w_o = at::randn({H, nq * hd}, bf16()) * 0.02;
+  at::Tensor w_gu = at::randn({2 * inter, H}, bf16()) * 0.02, w_down = at::randn({H, inter}, bf16()) * 0.02;
+  at::Tensor w_hh = at::randn({H, H}, bf16()) * 0.02;
+  at::Tensor qn = 1 + 0.1 * at::randn({hd}, bf16()), kn = 1 + 0.1 * at::randn({hd}, bf16());
+  ops::RopeTable rope = ops::make_rope_table(hd, 1e6, 2048, at::Device(at::kCUDA));
+  at::Tensor x0 = at::randn({1, H}, bf16());
+  at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
+  struct Run {
+    at::Tensor x, h, qkv, q, attn, o, gu, act, kc, vc, pos, counter;
+    kernels::AttentionScratch scratch;
+  };
+  auto make = [&] {
+    Run r;
+    r.x = x0.clone();
+    r.h = at::full({1, H}, NAN, bf16());
+    r.qkv = at::full({1, qkv_w}, NAN, bf16());
+    r.q = at::full({1, nq, hd}, NAN, bf16());
+    r.attn = at::full({1, nq * hd}, NAN, bf16());
+    r.o = at::full({1, H}, NAN, bf16());
+    r.gu = at::full({1, 2 * inter}, NAN, bf16());
+    r.act = at::full({1, inter}, NAN, bf16());
+    r.kc = kc0.clone();
+    r.vc = vc0.clone();
+    r.pos = at::full({1}, 0, i32());
+    r.counter = at::zeros({1}, i32());
+    r.scratch = kernels::make_attention_scratch(1, nq, nkv, hd, kernels::attention_default_splits(cap, 1),
+                                                at::Device(at::kCUDA));
+    return r;
+  };
+  auto layer = [&](Run& r) {
+    kernels::rmsnorm_out(r.h, r.x, w_in, 1e-6);
+    kernels::gemv_out(r.qkv, r.h, w_qkv);
+    kernels::qk_norm_rope_out(r.qkv, nq, nkv, qn, kn, rope, r.pos, r.q, r.kc, r.vc, 1e-6);
+    kernels::attention_out(r.attn, r.q, r.kc, r.vc, r.pos, 1, true, r.scratch);
+    kernels::gemv_rmsnorm_out(r.o, r.attn, w_o, r.h, w_post, 1e-6, r.x, r.x, at::Tensor(), r.counter);
+    kernels::gemv_silu_mul_out(r.act, r.h, w_gu);
+    kernels::gemv_rmsnorm_out(r.o, r.act, w_down, r.h, w_in, 1e-6, r.x, r.x, at::Tensor(), r.counter);
+    kernels::gemv_out(r.o, r.h, w_hh);  // the unfused kernels as well
+    kernels::rmsnorm_out(r.h, r.o, w_post, 1e-6, r.x, r.x);
+    kernels::gemv_out(r.gu, r.h, w_gu);
+    kernels::silu_mul_out(r.act, r.gu);
+    kernels::advance_counter(r.pos, 1);
+  };
+  Run plain = make(), pdl = make();
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  kernels::set_pdl(true);
+  layer(pdl);  // warm-up with PDL, eager
+  kernels::set_pdl(false);
+  layer(plain);
+  at::cuda::CUDAGraph graph;
+  kernels::set_pdl(true);
+  graph.capture_begin();
+  for (int i = 0; i < 4; ++i) layer(pdl);  // four chained layers: 48 launches
+  graph.capture_end();
+  kernels::set_pdl(false);
+  for (int start : {40, 1, 600}) {
+    plain.pos.fill_(start);
+    pdl.pos.fill_(start);
+    for (int i = 0; i < 4; ++i) layer(plain);
+    graph.replay();
+    side.synchronize();
+    EXPECT_TRUE(at::equal(pdl.x, plain.x)) << "residual stream differs at start " << start;
+    EXPECT_TRUE(at::equal(pdl.h, plain.h)) << "normed output differs at start " << start;
+    EXPECT_TRUE(at::equal(pdl.kc, plain.kc)) << "K cache differs at start " << start;
+    EXPECT_EQ(pdl.pos.item<int>(), start + 4);
+    EXPECT_EQ(pdl.counter.item<int>(), 0);
+    EXPECT_FALSE(at::isnan(pdl.h).any().item<bool>());
+  }
+  kernels::set_pdl(saved);
 }

@@ -1,0 +1,49 @@
+// launch.h — how src/kernels launches its kernels (torch-free): cudaLaunchKernelEx with, when enabled,
+// programmatic dependent launch (PDL, Hopper). With PDL a kernel may be scheduled while the previous
+// kernel of the stream is still running. Every kernel of src/kernels starts with pdl_begin()
+// (common.cuh): it waits until the previous kernel has completed and its writes are visible, before any
+// read of earlier results or any write, then lets the next kernel launch. So at most two kernels
+// overlap, and what overlaps is the next kernel's launch, block scheduling and any prologue that only
+// touches constant data (the GEMV prefetches its first weights into L2 before it waits), which hides the
+// gaps between the ~330 small dependent kernels of a decode step. A kernel launched without PDL (cuBLAS,
+// or any kernel when it is off) serialises as usual. Off by default; SPECPRESS_PDL=1 or set_pdl(true)
+// turns it on. Graphs keep the setting they were captured with (capture records the launch attribute).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace specpress::kernels {
+
+inline bool& pdl_flag() {
+  static bool on = [] {
+    const char* env = std::getenv("SPECPRESS_PDL");
+    return env != nullptr && std::strcmp(env, "1") == 0;
+  }();
+  return on;
+}
+inline bool pdl_enabled() { return pdl_flag(); }
+inline void set_pdl(bool on) { pdl_flag() = on; }
+
+namespace detail {
+
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = pdl_enabled() ? attr : nullptr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace detail
+}  // namespace specpress::kernels
