@@ -151,7 +151,8 @@ TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
   decode::GenerationResult r = decode::generate_dflash(*target_, *draft_, run_.prompt, p);
   EXPECT_GT(c.stats().events, 0);
   EXPECT_GT(c.stats().effective_ratio(), 1.2);
-  EXPECT_EQ(c.stats().slots + c.stats().slots_freed, c.stats().positions);
+  EXPECT_LT(c.stats().slots, c.stats().positions);
+  EXPECT_LE(c.stats().positions - c.stats().slots, c.stats().slots_freed);
   EXPECT_FALSE(r.output_ids.empty());
   // The fidelity replay runs the same protocol and reports its events.
   compress::FidelityResult f = compress::evaluate_fidelity(*target_, run_.prompt, run_.dflash_output,

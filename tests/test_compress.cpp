@@ -136,8 +136,12 @@ TEST_F(Compress, EachControlHoldsItsPromisedMemory) {
     compress::KVCompressor c(policy(cs.method, 16), *target_, N);
     model::KVCache cache = replay(*target_, c, traj, N, 4);
     EXPECT_EQ(cache.length, cs.slots) << compress::method_name(cs.method);
-    EXPECT_EQ(c.stats().slots, cs.slots);
-    EXPECT_NEAR(c.stats().effective_ratio(), static_cast<double>(N + 60) / cs.slots, 1e-12);
+    // The stats describe the cache a forward used: one more token, which ages no further unit.
+    const int64_t T = static_cast<int64_t>(traj.size());
+    target_->forward(at::tensor(std::vector<int64_t>{run_.ar_output[60]}, at::kLong), T, cache, {});
+    c.on_commit(cache, {T, T + 1});
+    EXPECT_EQ(c.stats().slots, cs.slots + 1) << compress::method_name(cs.method);
+    EXPECT_NEAR(c.stats().effective_ratio(), static_cast<double>(T + 1) / (cs.slots + 1), 1e-12);
   }
   // merged units of m tokens regardless of span boundaries: 1-token spans, m = 8, window 16 -> 5 units
   compress::KVCompressor c(policy(compress::Method::kKeepLast, 16, 8), *target_, N);

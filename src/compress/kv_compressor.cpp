@@ -93,7 +93,6 @@ void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan&
     for (const Unit& unit : aged) compress_unit(cache, unit);
   }
   if (!aged.empty()) stats_.event_positions.push_back(next);
-  stats_.slots = cache.length;
   stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -147,7 +146,6 @@ void KVCompressor::after_forward(model::KVCache& cache) {
   cache.length -= n_lat;  // the latents' own slots, now at the end again
   pending_ = model::LatentRows{};
   pending_units_.clear();
-  stats_.slots = cache.length;
   stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 

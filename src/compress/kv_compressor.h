@@ -20,11 +20,14 @@ struct CompressionStats {
   int64_t events = 0;             // units replaced
   int64_t tokens_compressed = 0;  // raw tokens those units held
   int64_t slots_freed = 0;
-  int64_t peak_slots = 0;         // high-water mark of committed slots
+  int64_t peak_slots = 0;         // high-water mark of slots after a forward
   double overhead_ms = 0;         // time spent compressing
   std::vector<int64_t> event_positions;  // next_position() right after each event
-  int64_t positions = 0;          // committed positions at the last commit
-  int64_t slots = 0;              // slots holding them
+  // The cache as the last forward left it (before the compression its commit triggers, which no
+  // forward has used yet): committed positions and the slots holding them. The same point for every
+  // method, so memory comparisons are fair (a beacon latent exists only from the next forward on).
+  int64_t positions = 0;
+  int64_t slots = 0;
   // Slots an uncompressed cache would hold / slots this one holds.
   double effective_ratio() const { return slots > 0 ? static_cast<double>(positions) / static_cast<double>(slots) : 1.0; }
 };

@@ -130,7 +130,7 @@ void aggregate(BenchReport& r) {
   if (!r.records.empty() && r.records[0].has_compression) {
     r.compressed_tau = r.compressed_tpot_ms = r.mean_first_divergence = r.identical_compressed = 0;
     r.fidelity = compress::FidelityResult{};
-    double positions = 0, slots = 0, freed = 0, events = 0, overhead = 0;
+    double positions = 0, slots = 0, events = 0, overhead = 0;
     r.peak_slots = 0;
     for (const auto& rec : r.records) {
       r.compressed_tau += rec.compressed.mean_acceptance_length() / n;
@@ -139,7 +139,6 @@ void aggregate(BenchReport& r) {
       r.identical_compressed += (rec.compressed.output_ids == rec.dflash.output_ids ? 1.0 : 0.0) / n;
       positions += static_cast<double>(rec.compression.positions);
       slots += static_cast<double>(rec.compression.slots);
-      freed += static_cast<double>(rec.compression.slots_freed);
       events += static_cast<double>(rec.compression.events);
       overhead += rec.compression.overhead_ms;
       r.peak_slots = std::max(r.peak_slots, rec.compression.peak_slots);
@@ -148,7 +147,7 @@ void aggregate(BenchReport& r) {
     r.tau_ratio = r.tau > 0 ? r.compressed_tau / r.tau : 0;
     r.compressed_tokens_per_s = r.compressed_tpot_ms > 0 ? 1e3 / r.compressed_tpot_ms : 0;
     r.effective_ratio = slots > 0 ? positions / slots : 1.0;
-    r.kv_bytes_saved = freed / n * static_cast<double>(r.slot_bytes);
+    r.kv_bytes_saved = (positions - slots) / n * static_cast<double>(r.slot_bytes);
     r.overhead_ms_per_event = events > 0 ? overhead / events : 0;
   }
   r.speedup = r.dflash_tpot_ms > 0 ? r.plain_tpot_ms / r.dflash_tpot_ms : 0;
