@@ -17,6 +17,7 @@
 #include "io/mapped_file.h"
 #include "train/beacon_layout.h"
 #include "train/checkpoint.h"
+#include "train/onpolicy.h"
 #include "train/sequence_forward.h"
 #include "tools/progress.h"
 
@@ -70,37 +71,25 @@ std::vector<int64_t> sampled_spans(int64_t tokens, int64_t span_max, uint64_t se
   return spans;
 }
 
-std::vector<Trajectory> generate(const model::Qwen3Model& target, const model::DFlashDraft* draft,
-                                 const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
-                                 const char* label) {
-  c10::InferenceMode inference;
-  decode::GenerationParams params;
-  params.max_new_tokens = o.gen_tokens;
-  params.stop_ids = target.config().eos_token_ids;
+std::vector<Trajectory> generate(const CompressorOptions& o, const std::vector<std::vector<int64_t>>& prompts,
+                                 at::Device device, const char* label) {
   std::vector<Trajectory> out;
-  tools::ProgressBar progress(label, static_cast<int64_t>(prompts.size()));
-  int64_t generated = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    decode::GenerationResult r = draft != nullptr ? decode::generate_dflash(target, *draft, prompts[i], params)
-                                                  : decode::generate_plain(target, prompts[i], params);
-    Trajectory t{prompts[i], static_cast<int64_t>(prompts[i].size()), {}};
+  for (const decode::GenerationResult& r : generate_greedy(o.target_dir, o.draft_dir, device, prompts, o.gen_tokens, label)) {
+    const std::vector<int64_t>& prompt = prompts[out.size()];
+    Trajectory t{prompt, static_cast<int64_t>(prompt.size()), {}};
     t.ids.insert(t.ids.end(), r.output_ids.begin(), r.output_ids.end());
-    t.spans = draft != nullptr ? r.acceptance_lengths
-                               : sampled_spans(static_cast<int64_t>(r.output_ids.size()), o.span_max, o.seed,
-                                               static_cast<int64_t>(i));
-    generated += static_cast<int64_t>(r.output_ids.size());
+    t.spans = !o.draft_dir.empty() ? r.acceptance_lengths
+                                   : sampled_spans(static_cast<int64_t>(r.output_ids.size()), o.span_max, o.seed,
+                                                   static_cast<int64_t>(out.size()));
     out.push_back(std::move(t));
-    progress.update(static_cast<int64_t>(i) + 1,
-                    fmt::format("{} tokens generated ({})", generated, draft != nullptr ? "DFlash, greedy" : "greedy"));
   }
-  progress.finish();
   return out;
 }
 
 // Generated once into OUT/<file> and reused by a resumed run.
-std::vector<Trajectory> cached_generation(const std::string& file, const model::Qwen3Model& target,
-                                          const model::DFlashDraft* draft, const std::vector<std::vector<int64_t>>& prompts,
-                                          const CompressorOptions& o, const char* label) {
+std::vector<Trajectory> cached_generation(const std::string& file, at::Device device,
+                                          const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
+                                          const char* label) {
   if (prompts.empty()) return {};
   const std::string path = (fs::path(o.out) / file).string();
   if (fs::exists(path)) {
@@ -110,7 +99,7 @@ std::vector<Trajectory> cached_generation(const std::string& file, const model::
       return cached;
     }
   }
-  std::vector<Trajectory> generated = generate(target, draft, prompts, o, label);
+  std::vector<Trajectory> generated = generate(o, prompts, device, label);
   io::write_file_atomic(path, trajectories_jsonl(generated));
   return generated;
 }
@@ -212,10 +201,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
   const bool resume = prepare_output_dir(o.out, o.resume, o.force);
   std::vector<Trajectory> generated =
-      cached_generation("trajectories.jsonl", target, draft.get(), prompts, o, "on-policy generation");
+      cached_generation("trajectories.jsonl", device, prompts, o, "on-policy generation");
   trajectories.insert(trajectories.end(), generated.begin(), generated.end());
   std::vector<Trajectory> held_out =
-      cached_generation("eval_trajectories.jsonl", target, draft.get(), eval_prompts, o, "held-out generation");
+      cached_generation("eval_trajectories.jsonl", device, eval_prompts, o, "held-out generation");
 
   // Keep what reaches a compression event within --seq-len.
   std::vector<Trajectory> usable;
@@ -281,7 +270,6 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   run["on_policy_prompts"] = nlohmann::json::array();
   for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
 
-  const at::Tensor& embed_tokens = target.weights().embed_tokens;
   LoopHooks hooks;
   hooks.forward_backward = [&](int64_t step) {
     std::mt19937_64 rng = step_rng(o.seed, step);

@@ -14,6 +14,7 @@
 #include "io/mapped_file.h"
 #include "train/checkpoint.h"
 #include "train/dflash_forward.h"
+#include "train/onpolicy.h"
 #include "train/sequence_forward.h"
 #include "tools/progress.h"
 
@@ -46,27 +47,6 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
   return c;
 }
 
-std::vector<Sequence> generate_on_policy(const model::Qwen3Model& target, const std::vector<std::vector<int64_t>>& prompts,
-                                         int64_t gen_tokens) {
-  c10::InferenceMode inference;
-  decode::GenerationParams params;
-  params.max_new_tokens = gen_tokens;
-  params.stop_ids = target.config().eos_token_ids;
-  std::vector<Sequence> out;
-  tools::ProgressBar progress("on-policy generation", static_cast<int64_t>(prompts.size()));
-  int64_t generated = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    decode::GenerationResult r = decode::generate_plain(target, prompts[i], params);
-    Sequence s{prompts[i], static_cast<int64_t>(prompts[i].size())};
-    s.ids.insert(s.ids.end(), r.output_ids.begin(), r.output_ids.end());
-    out.push_back(std::move(s));
-    generated += static_cast<int64_t>(r.output_ids.size());
-    progress.update(static_cast<int64_t>(i) + 1, fmt::format("{} tokens generated (greedy)", generated));
-  }
-  progress.finish();
-  return out;
-}
-
 // The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them.
 std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts) {
@@ -78,7 +58,13 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
       return cached;
     }
   }
-  std::vector<Sequence> generated = generate_on_policy(target, prompts, o.gen_tokens);
+  std::vector<Sequence> generated;
+  for (const decode::GenerationResult& r :
+       generate_greedy(o.target_dir, "", target.device(), prompts, o.gen_tokens, "on-policy generation")) {
+    Sequence s{prompts[generated.size()], static_cast<int64_t>(prompts[generated.size()].size())};
+    s.ids.insert(s.ids.end(), r.output_ids.begin(), r.output_ids.end());
+    generated.push_back(std::move(s));
+  }
   io::write_file_atomic(cache, sequences_jsonl(generated));
   return generated;
 }

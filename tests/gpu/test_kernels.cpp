@@ -340,7 +340,9 @@ TEST_F(Kernels, DecodeAttentionActiveSplitsFollowDeviceLengthInsideAGraph) {
         at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
         at::Tensor ref64 = ops::attention(qt.to(at::kDouble), ks.to(at::kDouble), vs.to(at::kDouble), mask);
         EXPECT_LT(rel_err(out, ref64), 5e-3) << "graph replay at start " << start;
-        EXPECT_LT(rel_err(out, ops::attention(qt, ks, vs, mask)), 1e-2) << "graph replay at start " << start;
+        // and never worse than the bf16 ATen twin (which rounds scores and probabilities to bf16)
+        EXPECT_LE(rel_err(out, ref64), std::max(2e-3, rel_err(ops::attention(qt, ks, vs, mask), ref64)))
+            << "graph replay at start " << start;
         EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "counters left non-zero at start " << start;
       }
     }
@@ -396,10 +398,12 @@ TEST_F(Kernels, GemvSwigluIsBitwiseGemvThenSiluMul) {
     at::Tensor wide = at::full({1, c.I + 16}, NAN, bf16());
     at::Tensor act = wide.narrow(1, 8, c.I);
     kernels::gemv_silu_mul_out(act, x, w);
-    at::Tensor gu = at::full({1, 2 * c.I}, NAN, bf16()), ref = at::full({1, c.I}, NAN, bf16());
-    kernels::gemv_out(gu, x, w);
-    kernels::silu_mul_out(ref, gu);
-    EXPECT_TRUE(at::equal(act, ref)) << "not bitwise gemv + silu_mul (max " << max_ulps(act, ref) << " bf16 units)";
+    if (c.I % 8 == 0) {  // the unfused silu_mul kernel takes whole 16-byte groups
+      at::Tensor gu = at::full({1, 2 * c.I}, NAN, bf16()), ref = at::full({1, c.I}, NAN, bf16());
+      kernels::gemv_out(gu, x, w);
+      kernels::silu_mul_out(ref, gu);
+      EXPECT_TRUE(at::equal(act, ref)) << "not bitwise gemv + silu_mul (max " << max_ulps(act, ref) << " bf16 units)";
+    }
     at::Tensor twin = at::silu(at::linear(x, w.narrow(0, 0, c.I))) * at::linear(x, w.narrow(0, c.I, c.I));
     EXPECT_LT(rel_err(act, twin), 1e-2) << "vs the ATen twin";
     EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before act";

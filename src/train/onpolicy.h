@@ -1,0 +1,21 @@
+// onpolicy.h — greedy generations of a frozen target (optionally with its DFlash draft) for the
+// trainers' on-policy data. On CUDA the models are loaded again in bf16 and run through
+// tools::GenerationRunner, i.e. the CUDA-graph fast path when the build has it (the float32 eager loop
+// is about 30x slower there for small models); on CPU the float32 reference loops run.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "decode/generation.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+
+namespace specpress::train {
+
+// One greedy generation per prompt (max_new_tokens, stopping at the target's eos), with a progress bar
+// named `label`. `draft_dir` empty: plain decoding; else DFlash (acceptance lengths recorded).
+std::vector<decode::GenerationResult> generate_greedy(const std::string& target_dir, const std::string& draft_dir,
+                                                      at::Device device, const std::vector<std::vector<int64_t>>& prompts,
+                                                      int64_t max_new_tokens, const std::string& label);
+
+}  // namespace specpress::train
