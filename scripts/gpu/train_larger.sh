@@ -7,7 +7,8 @@
 # training-free control and the beacon at the same policy. Logs and JSON reports go to $OUT.
 # Expects build-gpu/bin/specpress (scripts/gpu/fast_checks.sh builds it) and .gpu-shared/data with
 # gsm8k_train_chat.jsonl (jq conversion as in scripts/train_demo.sh) and the benchmark files.
-# Env: LM_STEPS, LM_BATCH, DRAFT_STEPS, PROMPTS, COMP_STEPS, COMP_PROMPTS, BENCH_SAMPLES, TOKENS, WINDOW.
+# Env: LM_STEPS, LM_BATCH, DRAFT_STEPS, PROMPTS, COMP_STEPS, COMP_PROMPTS, BENCH_SAMPLES, COMP_BENCH_SAMPLES,
+#      TOKENS, WINDOW.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -21,6 +22,7 @@ PROMPTS=${PROMPTS:-400}
 COMP_STEPS=${COMP_STEPS:-300}
 COMP_PROMPTS=${COMP_PROMPTS:-96}
 BENCH_SAMPLES=${BENCH_SAMPLES:-20}
+COMP_BENCH_SAMPLES=${COMP_BENCH_SAMPLES:-10}
 TOKENS=${TOKENS:-256}
 WINDOW=${WINDOW:-32}
 export LD_LIBRARY_PATH=${SPECPRESS_GPU_DEPS:-$(pwd)/.gpu-deps}/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -66,8 +68,9 @@ cp "$W/beacon/compressor.json" "$OUT/" 2>/dev/null
 stage bench-compress
 for m in "$W/beacon" drop keep-last mean-merge top-attention window-only; do
   tag=$(basename "$m")
-  "$BIN" bench -m "$W/target" -md "$W/draft" --dataset gsm8k --data "$D/gsm8k_test.jsonl" --max-samples "$BENCH_SAMPLES" \
+  "$BIN" bench -m "$W/target" -md "$W/draft" --dataset gsm8k --data "$D/gsm8k_test.jsonl" \
     --max-new-tokens "$TOKENS" --device cuda --dtype bf16 --no-progress --compress "$m" --compress-window "$WINDOW" \
+    --max-samples "$COMP_BENCH_SAMPLES" \
     --json "$OUT/compress_$tag.json" >"$OUT/compress_$tag.md" 2>"$OUT/compress_$tag.err" ||
     { echo "bench --compress $tag failed"; tail -3 "$OUT/compress_$tag.err"; }
   grep -m1 -E "^compression" "$OUT/compress_$tag.md"
