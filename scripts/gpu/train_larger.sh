@@ -43,7 +43,7 @@ grep -E "steps 1\.\.|loss" "$OUT/train_lm.log" | tail -2 | tr '\r' '\n' | tail -
 stage train-draft
 "$BIN" train-draft --target "$W/target" --on-policy-prompts "$W/onpolicy.jsonl" --gen-tokens 200 \
   --eval-prompts "$W/eval.jsonl" --eval-every 0 --eval-samples 8 --eval-tokens 200 \
-  --out "$W/draft" --force --device cuda --draft-layers 2 --block-size 16 --steps "$DRAFT_STEPS" --batch 16 --seq-len 512 \
+  --out "$W/draft" --force --device cuda --draft-layers 2 --block-size 16 --target-layer-ids 1,3,5,7 --steps "$DRAFT_STEPS" --batch 16 --seq-len 512 \
   --anchors 24 --lr 2e-3 --warmup 30 --save-every 0 --seed 2 2>"$OUT/train_draft.log"; echo "train-draft exit $?"
 tr '\r' '\n' < "$OUT/train_draft.log" | grep -E "train-draft: (steps|final|[0-9]+ seq)|on-policy generation.*tokens generated" | tail -4
 

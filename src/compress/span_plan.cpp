@@ -38,8 +38,14 @@ CompressionPlan plan_compression(const Policy& policy, int64_t prompt_tokens, co
   CompressionPlan plan;
   plan.forward_of.assign(total_tokens, 0);
   UnitTracker tracker(policy, prompt_tokens);
+  // A DFlash generation that ends on its bonus token (a stop token, or max_new_tokens reached) outputs
+  // that token without a verify step of its own: it closes the trajectory as one more span.
+  std::vector<int64_t> spans = span_lengths;
+  int64_t covered = 0;
+  for (int64_t len : spans) covered += std::max<int64_t>(len, 0);
+  if (covered == total_tokens - prompt_tokens - 1) spans.push_back(1);
   int64_t pos = prompt_tokens, forward = 0;
-  for (int64_t len : span_lengths) {
+  for (int64_t len : spans) {
     if (pos >= total_tokens) break;
     if (len < 1) fail("compression plan: span length {} must be positive", len);
     const int64_t n = std::min(len, total_tokens - pos);

@@ -33,7 +33,8 @@ class UnitTracker {
 // A teacher-forced trajectory (prompt + generated tokens, committed in runs of `span_lengths`) under a
 // policy: which forward wrote each position (0 = the prompt's prefill, s = the s-th commit's forward)
 // and each compression event with the forward its latent is fused into (the one after the commit that
-// aged the unit out). Events whose forward lies past the trajectory are left out.
+// aged the unit out). Events whose forward lies past the trajectory are left out. A final token the
+// spans leave uncovered (a DFlash run's closing bonus token) is one more span.
 struct CompressionEvent {
   Unit unit;
   int64_t forward = 0;
