@@ -161,6 +161,26 @@ TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
   EXPECT_GT(f.count[0], 0);
 }
 
+// A DFlash run that ends on its bonus token outputs one token more than its verify spans cover: the
+// plan and the fidelity replay treat it as a closing span (train-compressor met this on real runs).
+TEST_F(Beacon, TrajectoryEndingOnABonusTokenIsOneMoreSpan) {
+  const int64_t N = static_cast<int64_t>(run_.prompt.size());
+  const std::vector<int64_t> output(run_.ar_output.begin(), run_.ar_output.begin() + 40);
+  const std::vector<int64_t> spans = {5, 7, 3, 9, 4, 6, 5};  // 39 of 40
+  compress::CompressionPlan plan = compress::plan_compression(policy(8), N, spans, N + 40);
+  EXPECT_EQ(plan.forward_of.back(), 8);
+  EXPECT_EQ(compress::spans_covering(spans, 40).size(), spans.size() + 1);
+  compress::FidelityResult f = compress::evaluate_fidelity(*target_, run_.prompt, output, spans, policy(8));
+  EXPECT_EQ(f.scored_tokens, 40);
+  EXPECT_GT(f.stats.events, 0);
+  try {
+    compress::spans_covering(spans, 41);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spans cover 39 of 41 generated tokens"), std::string::npos) << e.what();
+  }
+}
+
 class BeaconCheckpoint : public Beacon {
  protected:
   std::string save(const std::string& name) {

@@ -8,7 +8,7 @@
 # Expects build-gpu/bin/specpress (scripts/gpu/fast_checks.sh builds it) and .gpu-shared/data with
 # gsm8k_train_chat.jsonl (jq conversion as in scripts/train_demo.sh) and the benchmark files.
 # Env: LM_STEPS, LM_BATCH, DRAFT_STEPS, PROMPTS, COMP_STEPS, COMP_PROMPTS, BENCH_SAMPLES, COMP_BENCH_SAMPLES,
-#      TOKENS, WINDOW.
+#      TOKENS, WINDOW, MERGE.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -25,6 +25,7 @@ BENCH_SAMPLES=${BENCH_SAMPLES:-20}
 COMP_BENCH_SAMPLES=${COMP_BENCH_SAMPLES:-10}
 TOKENS=${TOKENS:-256}
 WINDOW=${WINDOW:-32}
+MERGE=${MERGE:-0}
 export LD_LIBRARY_PATH=${SPECPRESS_GPU_DEPS:-$(pwd)/.gpu-deps}/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 mkdir -p "$W/tok"
 cp "$D/qwen3-tokenizer/tokenizer.json" "$D/qwen3-tokenizer/tokenizer_config.json" "$W/tok/"
@@ -59,7 +60,7 @@ done
 
 stage train-compressor
 "$BIN" train-compressor --target "$W/target" --draft "$W/draft" --on-policy-prompts "$W/comp_prompts.jsonl" \
-  --eval-prompts "$W/eval.jsonl" --gen-tokens "$TOKENS" --compress-window "$WINDOW" --out "$W/beacon" --force \
+  --eval-prompts "$W/eval.jsonl" --gen-tokens "$TOKENS" --compress-window "$WINDOW" --compress-merge "$MERGE" --out "$W/beacon" --force \
   --device cuda --steps "$COMP_STEPS" --batch 8 --seq-len 512 --lr 1e-3 --warmup 20 --eval-every 0 --eval-samples 8 \
   --save-every 0 --seed 3 2>"$OUT/train_compressor.log"; echo "train-compressor exit $?"
 tr '\r' '\n' < "$OUT/train_compressor.log" | grep -E "held-out|train-compressor: (steps|[0-9]+ traj)" | tail -4
@@ -69,7 +70,7 @@ stage bench-compress
 for m in "$W/beacon" drop keep-last mean-merge top-attention window-only; do
   tag=$(basename "$m")
   "$BIN" bench -m "$W/target" -md "$W/draft" --dataset gsm8k --data "$D/gsm8k_test.jsonl" \
-    --max-new-tokens "$TOKENS" --device cuda --dtype bf16 --no-progress --compress "$m" --compress-window "$WINDOW" \
+    --max-new-tokens "$TOKENS" --device cuda --dtype bf16 --no-progress --compress "$m" --compress-window "$WINDOW" --compress-merge "$MERGE" \
     --max-samples "$COMP_BENCH_SAMPLES" \
     --json "$OUT/compress_$tag.json" >"$OUT/compress_$tag.md" 2>"$OUT/compress_$tag.err" ||
     { echo "bench --compress $tag failed"; tail -3 "$OUT/compress_$tag.err"; }

@@ -38,12 +38,7 @@ CompressionPlan plan_compression(const Policy& policy, int64_t prompt_tokens, co
   CompressionPlan plan;
   plan.forward_of.assign(total_tokens, 0);
   UnitTracker tracker(policy, prompt_tokens);
-  // A DFlash generation that ends on its bonus token (a stop token, or max_new_tokens reached) outputs
-  // that token without a verify step of its own: it closes the trajectory as one more span.
-  std::vector<int64_t> spans = span_lengths;
-  int64_t covered = 0;
-  for (int64_t len : spans) covered += std::max<int64_t>(len, 0);
-  if (covered == total_tokens - prompt_tokens - 1) spans.push_back(1);
+  const std::vector<int64_t> spans = spans_covering(span_lengths, total_tokens - prompt_tokens);
   int64_t pos = prompt_tokens, forward = 0;
   for (int64_t len : spans) {
     if (pos >= total_tokens) break;
@@ -55,8 +50,19 @@ CompressionPlan plan_compression(const Policy& policy, int64_t prompt_tokens, co
     if (pos >= total_tokens) break;  // a latent fused after the last forward would never be read
     for (const Unit& u : tracker.commit(pos - n, pos)) plan.events.push_back({u, forward + 1});
   }
-  if (pos < total_tokens) fail("compression plan: spans cover {} of {} generated tokens", pos - prompt_tokens, total_tokens - prompt_tokens);
   return plan;
+}
+
+std::vector<int64_t> spans_covering(const std::vector<int64_t>& span_lengths, int64_t generated) {
+  std::vector<int64_t> spans = span_lengths;
+  int64_t covered = 0;
+  for (int64_t len : spans) {
+    if (len < 1) fail("span length {} must be positive", len);
+    covered += len;
+  }
+  if (covered == generated - 1) spans.push_back(1);
+  else if (covered < generated) fail("spans cover {} of {} generated tokens", covered, generated);
+  return spans;
 }
 
 }  // namespace specpress::compress
