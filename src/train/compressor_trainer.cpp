@@ -255,6 +255,16 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       line += fmt::format("{}{} KL {:.4f} top-1 {:.3f}", line.empty() ? "" : "; ", compress::method_name(m), r.mean_kl(),
                           r.mean_top1());
     }
+    {  // and the untrained beacon, where training starts
+      c10::InferenceMode inference;
+      compress::Policy start = o.policy;
+      start.method = compress::Method::kBeacon;
+      NamedTensors init;
+      for (const auto& [name, p] : params) init.emplace_back(name, p.detach().to(target.dtype()));
+      start.beacon = std::make_shared<const compress::BeaconCompressor>(bc, compress::beacon_from_named(init));
+      const compress::FidelityResult r = replay(target, held_out, start);
+      line += fmt::format("; untrained beacon KL {:.4f} top-1 {:.3f}", r.mean_kl(), r.mean_top1());
+    }
     std::fprintf(stderr, "train-compressor: held-out controls at the same policy: %s\n", line.c_str());
   }
 
