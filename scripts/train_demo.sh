@@ -2,10 +2,13 @@
 # train_demo.sh — retrains the bundled demo pair from scratch with specpress's own trainers, on CPU by
 # default: a small Qwen3 target (train-lm, demo/target-train-config.json) on GSM8K train (MIT) as
 # Qwen3-chat conversations, then its DFlash draft (train-draft) on the target's own greedy answers to
-# GSM8K train questions (on-policy), evaluated on GSM8K test prompts. Installs the result into
-# demo/target and demo/draft (bf16 safetensors; tokenizer.json comes from scripts/fetch_demo_tokenizer.sh).
+# GSM8K train questions (on-policy), evaluated on GSM8K test prompts, then the beacon KV compressor
+# (train-compressor) on the pair's DFlash answers to 140 further GSM8K train questions. Installs the
+# result into demo/target, demo/draft (bf16 safetensors; tokenizer.json comes from
+# scripts/fetch_demo_tokenizer.sh) and demo/beacon.
 # Resumable: rerunning after a kill continues both trainings from their last checkpoints.
-# Usage: scripts/train_demo.sh   (BIN, SHARED, WORK, DEVICE, LM_STEPS, DRAFT_STEPS, PROMPTS override the defaults)
+# Usage: scripts/train_demo.sh   (BIN, SHARED, WORK, DEVICE, LM_STEPS, DRAFT_STEPS, PROMPTS, BEACON_STEPS override
+# the defaults)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin/specpress}
@@ -15,6 +18,7 @@ DEVICE=${DEVICE:-cpu}
 LM_STEPS=${LM_STEPS:-500}
 DRAFT_STEPS=${DRAFT_STEPS:-300}
 PROMPTS=${PROMPTS:-300}
+BEACON_STEPS=${BEACON_STEPS:-150}
 [ -x "$BIN" ] || { echo "train_demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
 command -v jq >/dev/null || { echo "train_demo: jq not found (apt-get install jq)" >&2; exit 1; }
 mkdir -p "$WORK/tokenizer"
@@ -26,6 +30,8 @@ jq -c '{messages: [{role: "user", content: .turns[0]}, {role: "assistant", conte
   "$SHARED/data/gsm8k_train.jsonl" > "$WORK/gsm8k_train_chat.jsonl"
 head -n "$PROMPTS" "$SHARED/data/gsm8k_train.jsonl" > "$WORK/onpolicy_prompts.jsonl"
 head -n 8 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/eval_prompts.jsonl"
+head -n 200 "$SHARED/data/gsm8k_train.jsonl" | tail -n 140 > "$WORK/beacon_prompts.jsonl"
+head -n 10 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/beacon_eval.jsonl"
 
 time "$BIN" train-lm --config demo/target-train-config.json --tokenizer "$WORK/tokenizer" \
   --data "$WORK/gsm8k_train_chat.jsonl" --out "$WORK/target" --resume --device "$DEVICE" \
@@ -42,4 +48,11 @@ for pair in target draft; do
 done
 cp "$WORK/target/generation_config.json" "$WORK/target/tokenizer_config.json" demo/target/
 scripts/fetch_demo_tokenizer.sh demo/target
-echo "train_demo: installed demo/target and demo/draft" >&2
+
+time "$BIN" train-compressor --target demo/target --draft demo/draft --on-policy-prompts "$WORK/beacon_prompts.jsonl" \
+  --eval-prompts "$WORK/beacon_eval.jsonl" --gen-tokens 200 --compress-window 32 --compress-merge 8 --width 128 \
+  --out "$WORK/beacon" --resume --device "$DEVICE" --steps "$BEACON_STEPS" --batch 4 --seq-len 320 --lr 1e-3 \
+  --warmup 10 --eval-every 50 --eval-samples 10 --save-every 50
+mkdir -p demo/beacon
+cp "$WORK/beacon/compressor.json" "$WORK/beacon/compressor.safetensors" demo/beacon/
+echo "train_demo: installed demo/target, demo/draft and demo/beacon" >&2

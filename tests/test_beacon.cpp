@@ -181,6 +181,27 @@ TEST_F(Beacon, TrajectoryEndingOnABonusTokenIsOneMoreSpan) {
   }
 }
 
+// A fused forward writes its latents before their raw units are freed: the loops and the replay
+// reserve the room (one commit of n positions ages at most n units). Tight cases: a replay whose last
+// forward carries a latent with nothing freed before, and plain decoding with 1-token units.
+TEST_F(Beacon, FusedLatentsHaveRoomInTheCache) {
+  const std::vector<int64_t> output(run_.ar_output.begin(), run_.ar_output.begin() + 13);
+  compress::FidelityResult f = compress::evaluate_fidelity(*target_, run_.prompt, output, {3, 8, 2}, policy(8));
+  EXPECT_EQ(f.stats.events, 1);
+  compress::FidelityResult ones =
+      compress::evaluate_fidelity(*target_, run_.prompt, output, std::vector<int64_t>(13, 1), policy(2, 1));
+  EXPECT_GT(ones.stats.events, 5);
+  decode::GenerationParams p;
+  p.max_new_tokens = 40;
+  p.stop_ids = run_.stop_ids;
+  compress::KVCompressor c(policy(4, 1), *target_, static_cast<int64_t>(run_.prompt.size()));
+  p.observer = &c;
+  EXPECT_EQ(decode::generate_plain(*target_, run_.prompt, p).output_ids.size(), 40u);
+  EXPECT_GT(c.stats().events, 30);
+  // The feature ring holds window + largest unit + one commit rows, not the whole context.
+  EXPECT_EQ(c.stats().feature_buffer_bytes, (4 + 1 + 1 + 1) * config_.feature_dim() * 4);
+}
+
 class BeaconCheckpoint : public Beacon {
  protected:
   std::string save(const std::string& name) {

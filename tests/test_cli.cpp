@@ -1,7 +1,10 @@
 // test_cli.cpp — the specpress binary end to end: `generate --json` reproduces the reference's greedy
-// and DFlash outputs (with acceptance lengths and per-step records) for all 8 golden runs, and bad
-// flags exit non-zero with a message naming the flag.
+// and DFlash outputs (with acceptance lengths and per-step records) for all 8 golden runs, the bundled
+// demo pair runs with its bundled beacon compressor, and bad flags exit non-zero with a message naming
+// the flag.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "test_util.h"
 
@@ -57,6 +60,27 @@ TEST(Cli, StreamsIdsWithoutJson) {
   std::string expected;
   for (int i = 0; i < 12; ++i) expected += std::to_string(run.ar_output[i]) + " ";
   EXPECT_EQ(r.out, expected + "\n");
+}
+
+// The bundled demo pair with its bundled beacon compressor (demo/beacon, scripts/train_demo.sh):
+// generate --compress DIR loads it, compresses aged units and reports it; a directory that is not a
+// compressor fails naming the flag's value.
+TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
+    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  CommandResult r = run_specpress("generate -m " + demo + "/target -md " + demo + "/draft -p \"Tom has 3 apples and buys "
+                                  "5 more. How many apples does he have?\" --chat -n 160 --temp 0 --compress " + demo +
+                                  "/beacon --compress-window 32 --compress-merge 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["compression"]["method"], "beacon");
+  EXPECT_GT(j["compression"]["events"].get<int64_t>(), 5);
+  EXPECT_GT(j["compression"]["effective_ratio"].get<double>(), 1.2);
+  EXPECT_EQ(j["output_ids"].size(), 160u);
+  r = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2,3 -n 4 --compress " + demo + "/draft");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
 }
 
 TEST(Cli, BadFlagsNameTheFlag) {

@@ -266,8 +266,8 @@ TEST(TrainDraft, SavedDraftLoadsAndSpeculativeOutputEqualsGreedy) {
   o.eval_samples = 3;
   o.eval_tokens = 24;
   train::TrainSummary s = train::train_draft(o, train::TextCodec{});
-  ASSERT_EQ(s.eval_tau.size(), 1u);
-  EXPECT_GE(s.eval_tau[0], 1.0);
+  ASSERT_EQ(s.eval_values.size(), 1u);
+  EXPECT_GE(s.eval_values[0], 1.0);
 
   nlohmann::json config = nlohmann::json::parse(std::ifstream(o.out + "/config.json"));
   EXPECT_EQ(config["block_size"], 4);
@@ -301,10 +301,10 @@ TEST(TrainCompressor, FewStepsLowerTheKLAndTheExportLoads) {
   o.eval_samples = 6;
   o.eval_every = 1;
   train::TrainSummary s = train::train_compressor(o, train::TextCodec{});
-  ASSERT_EQ(s.eval_tau.size(), 30u);
+  ASSERT_EQ(s.eval_values.size(), 30u);
   // The engine's KL after the first step (about the untrained compressor) against the end.
-  EXPECT_LT(s.eval_tau.back(), 0.7 * s.eval_tau.front());
-  EXPECT_GT(s.eval_tau.front(), 0.0);
+  EXPECT_LT(s.eval_values.back(), 0.7 * s.eval_values.front());
+  EXPECT_GT(s.eval_values.front(), 0.0);
 
   c10::InferenceMode inference;
   model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
@@ -323,8 +323,10 @@ TEST(TrainCompressor, FewStepsLowerTheKLAndTheExportLoads) {
 TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   Fixture f;
   train::CompressorOptions straight = f.compressor_options("straight");
+  straight.policy.merge_tokens = 3;
   train::train_compressor(straight, train::TextCodec{});
   train::CompressorOptions part = f.compressor_options("parts");
+  part.policy.merge_tokens = 3;  // units of 3 tokens across span boundaries
   part.stop_after = 3;
   train::train_compressor(part, train::TextCodec{});
   part.stop_after = 0;

@@ -85,9 +85,8 @@ void print_summary(const char* label, const train::TrainSummary& s, std::chrono:
   std::fprintf(stderr, "%s: steps %lld..%lld in %s; loss %.4f (first %zu) -> %.4f (last %zu)\n", label,
                static_cast<long long>(s.first_step + 1), static_cast<long long>(s.last_step),
                tools::format_duration(seconds).c_str(), mean(0, k), k, mean(n - k, n), k);
-  if (!s.eval_tau.empty())
-    std::fprintf(stderr, "%s: final eval %s %.4f\n", label, std::string(label) == "train-compressor" ? "held-out KL" : "tau",
-                 s.eval_tau.back());
+  if (!s.eval_values.empty())
+    std::fprintf(stderr, "%s: final eval %s %.4f\n", label, s.eval_name.c_str(), s.eval_values.back());
 }
 
 }  // namespace

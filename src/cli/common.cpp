@@ -114,6 +114,7 @@ nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {
   j["effective_ratio"] = st.effective_ratio();
   j["peak_slots"] = st.peak_slots;
   j["overhead_ms"] = st.overhead_ms;
+  if (st.feature_buffer_bytes > 0) j["feature_buffer_bytes"] = st.feature_buffer_bytes;
   return j;
 }
 

@@ -112,8 +112,17 @@ at::Tensor beacon_embed(const BeaconConfig& c, const BeaconWeights& w, const at:
                           at::embedding(w.length_embed, length_row));
   at::Tensor mean_tok = (token_embeds.to(dtype) * valid_f).sum(1) / counts;                    // [E, H]
   at::Tensor e = mean_tok + c.embed_rms * (w.base + w.gate * at::linear(u, w.mlp_out));
-  e = e * (c.embed_rms * at::rsqrt(e.pow(2).mean(-1, /*keepdim=*/true) + 1e-12));
-  return e.to(features.scalar_type());
+  return e * (c.embed_rms * at::rsqrt(e.pow(2).mean(-1, /*keepdim=*/true) + 1e-12));
+}
+
+at::Tensor beacon_embed_rows(const BeaconConfig& config, const BeaconWeights& weights, const model::Qwen3Model& target,
+                             const at::Tensor& feature_rows, const at::Tensor& ids, const at::Tensor& unit_rows,
+                             const at::Tensor& lengths) {
+  const at::Tensor flat = unit_rows.reshape({-1});
+  const std::vector<int64_t> shape = unit_rows.sizes().vec();
+  at::Tensor features = feature_rows.index_select(0, flat).view({shape[0], shape[1], feature_rows.size(1)});
+  at::Tensor token_embeds = target.embed(ids.index_select(0, flat).view(shape));
+  return beacon_embed(config, weights, features, token_embeds, lengths);
 }
 
 nlohmann::ordered_json beacon_config_json(const BeaconConfig& c) {
@@ -173,7 +182,7 @@ std::shared_ptr<const BeaconCompressor> BeaconCompressor::load(const std::string
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const Field& f : kFields) {
     if (!store.has(f.name)) fail("{}: tensor '{}' is missing", weights_path, f.name);
-    at::Tensor t = store.take(f.name, expected_shape(c, f.name), target.dtype(), target.device());
+    at::Tensor t = store.take(f.name, expected_shape(c, f.name), at::kFloat, target.device());
     if (!at::isfinite(t).all().item<bool>()) fail("{}: tensor '{}' holds NaN or infinite values", weights_path, f.name);
     named.emplace_back(f.name, t);
   }
@@ -190,7 +199,11 @@ void save_beacon(const std::string& dir, const BeaconConfig& config, const Beaco
 }
 
 Policy resolve_compress(const std::string& value, const std::string& flag, Policy policy, const model::Qwen3Model& target) {
-  const bool looks_like_path = value.find('/') != std::string::npos || fs::exists(value);
+  bool is_method = false;
+  for (Method m : {Method::kNone, Method::kDrop, Method::kKeepLast, Method::kMeanMerge, Method::kTopAttention,
+                   Method::kWindowOnly})
+    is_method = is_method || value == method_name(m);
+  const bool looks_like_path = !is_method && (value.find('/') != std::string::npos || fs::exists(value));
   if (!looks_like_path) {
     policy.method = parse_method(value, flag);
     return policy;

@@ -54,10 +54,17 @@ std::vector<std::pair<std::string, at::Tensor>> beacon_named(const BeaconWeights
 BeaconWeights beacon_from_named(const std::vector<std::pair<std::string, at::Tensor>>& named);
 
 // The latent embeddings of E units: features [E, n_max, D], token_embeds [E, n_max, H], lengths [E]
-// (int64, 1..n_max; rows past a unit's length are padding). Returns [E, H] in the features' dtype.
+// (int64, 1..n_max; rows past a unit's length are padding). Computes and returns [E, H] in the weights'
+// dtype (float32: the compressor is small, and bf16 RMS statistics would differ from training).
 // Differentiable in the weights (the trainer) and used as is at inference.
 at::Tensor beacon_embed(const BeaconConfig& config, const BeaconWeights& weights, const at::Tensor& features,
                         const at::Tensor& token_embeds, const at::Tensor& lengths);
+// The same from per-position rows, as both the online compressor and the trainer hold them:
+// `feature_rows` [P, D] and `ids` (int64 [P]) indexed by `unit_rows` (int64 [E, n_max]; padding
+// entries may be any valid index), `lengths` (int64 [E]).
+at::Tensor beacon_embed_rows(const BeaconConfig& config, const BeaconWeights& weights, const model::Qwen3Model& target,
+                             const at::Tensor& feature_rows, const at::Tensor& ids, const at::Tensor& unit_rows,
+                             const at::Tensor& lengths);
 
 nlohmann::ordered_json beacon_config_json(const BeaconConfig& config);
 

@@ -4,6 +4,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -79,7 +80,8 @@ FidelityResult evaluate_fidelity(const model::Qwen3Model& target, const std::vec
   at::Tensor u_logp = at::log_softmax(target.forward(ids(0, T), 0, full_cache, {true, {}, false}).logits, -1);
 
   KVCompressor compressor(policy, target, N);
-  model::KVCache cache = target.make_cache(T);
+  const int64_t max_span = *std::max_element(spans.begin(), spans.end());
+  model::KVCache cache = target.make_cache(T, compressor.reserve(max_span));
   compressor.on_cache_created(cache);
   std::vector<at::Tensor> rows;  // compressed log-probs for rows N-1 .. T-1
   rows.push_back(at::log_softmax(target.forward(ids(0, N), 0, cache, {}).logits, -1));

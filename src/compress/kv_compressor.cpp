@@ -27,8 +27,13 @@ at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 }  // namespace
 
 KVCompressor::KVCompressor(const Policy& policy, const model::Qwen3Model& target, int64_t prompt_tokens)
-    : policy_(policy), target_(&target), prompt_tokens_(prompt_tokens), tracker_(policy, prompt_tokens) {
+    : policy_(policy), target_(&target), tracker_(policy, prompt_tokens) {
   validate(policy_);
+}
+
+int64_t KVCompressor::reserve(int64_t max_commit) {
+  max_commit_ = max_commit;
+  return policy_.method == Method::kBeacon ? max_commit : 0;
 }
 
 std::vector<int64_t> KVCompressor::feature_layers() const {
@@ -50,6 +55,8 @@ void KVCompressor::ensure_slot_positions(model::KVCache& cache) {
 }
 
 void KVCompressor::on_cache_created(model::KVCache& cache) {
+  if (stats_.positions != 0 || !pending_units_.empty())
+    fail("internal: a KVCompressor serves one generation; make a new one for the next");
   if (!policy_.enabled()) return;
   ensure_slot_positions(cache);
   auto f32 = cache.k.options().dtype(at::kFloat);
@@ -57,8 +64,11 @@ void KVCompressor::on_cache_created(model::KVCache& cache) {
   if (policy_.method == Method::kMeanMerge) cache.key_bias = at::zeros(shape, f32);
   if (policy_.method == Method::kTopAttention) cache.received_mass = at::zeros(shape, f32);
   if (policy_.method == Method::kBeacon) {
-    feature_rows_ = at::zeros({cache.capacity(), policy_.beacon->config().feature_dim()}, cache.k.options());
-    id_rows_.assign(cache.capacity(), 0);
+    const int64_t largest_unit = std::max(policy_.merge_tokens, max_commit_);
+    ring_ = max_commit_ > 0 ? std::min(cache.capacity(), policy_.window + largest_unit + max_commit_ + 1) : cache.capacity();
+    feature_rows_ = at::zeros({ring_, policy_.beacon->config().feature_dim()}, cache.k.options());
+    id_rows_ = at::zeros({ring_}, cache.k.options().dtype(at::kLong));
+    stats_.feature_buffer_bytes = feature_rows_.numel() * feature_rows_.element_size();
   }
 }
 
@@ -75,8 +85,9 @@ void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan&
     const int64_t n = span.end - span.begin;
     if (!span.features.defined() || span.features.size(0) != n || static_cast<int64_t>(span.ids.size()) != n)
       fail("internal: the beacon compressor needs the ids and features of every committed token");
-    feature_rows_.narrow(0, span.begin, n).copy_(span.features);
-    std::copy(span.ids.begin(), span.ids.end(), id_rows_.begin() + span.begin);
+    at::Tensor rows = at::arange(span.begin, span.end, id_rows_.options()).remainder(ring_);
+    feature_rows_.index_copy_(0, rows, span.features.to(feature_rows_.scalar_type()));
+    id_rows_.index_copy_(0, rows, at::tensor(span.ids, at::kLong).to(id_rows_.device()));
   }
   const std::vector<Unit> aged = tracker_.commit(span.begin, span.end);
   const int64_t next = cache.next_position();
@@ -97,29 +108,30 @@ void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan&
 }
 
 void KVCompressor::queue_beacons(model::KVCache& cache, const std::vector<Unit>& units) {
-  const BeaconConfig& bc = policy_.beacon->config();
-  int64_t n_max = 0;
-  for (const Unit& u : units) n_max = std::max(n_max, u.size());
   const int64_t E = static_cast<int64_t>(units.size());
-  at::Tensor features = at::zeros({E, n_max, bc.feature_dim()}, feature_rows_.options());
-  std::vector<int64_t> ids(E * n_max, 0), lengths;
+  int64_t n_max = 1;
+  for (const Unit& u : units) n_max = std::max(n_max, u.size());
+  std::vector<int64_t> rows(E * n_max, 0), lengths;
   for (int64_t e = 0; e < E; ++e) {
     const Unit& u = units[e];
     const int64_t s0 = cache.slot_of(u.begin);
     if (s0 + u.size() > cache.length || cache.slot_positions[s0] != u.begin ||
         cache.slot_positions[s0 + u.size() - 1] != u.end - 1)
       fail("internal: span {}..{} is not raw and contiguous in the KV cache", u.begin, u.end - 1);
-    features[e].narrow(0, 0, u.size()).copy_(feature_rows_.narrow(0, u.begin, u.size()));
-    std::copy(id_rows_.begin() + u.begin, id_rows_.begin() + u.end, ids.begin() + e * n_max);
+    if (u.begin < stats_.positions - ring_)  // a row the ring has overwritten
+      fail("internal: unit {}..{} is older than the beacon's feature ring of {} positions", u.begin, u.end - 1, ring_);
+    for (int64_t i = 0; i < u.size(); ++i) rows[e * n_max + i] = (u.begin + i) % ring_;
     lengths.push_back(u.size());
     pending_.positions.push_back(u.end - 1);
     pending_.hidden_slots.emplace_back(s0, s0 + u.size());
     pending_units_.push_back(u);
   }
   const at::Device device = cache.k.device();
-  at::Tensor token_embeds = target_->embed(at::tensor(ids, at::kLong).to(device)).view({E, n_max, -1});
-  at::Tensor embeds = beacon_embed(bc, policy_.beacon->weights(), features, token_embeds,
-                                   at::tensor(lengths, at::kLong).to(device));
+  const BeaconCompressor& beacon = *policy_.beacon;
+  at::Tensor embeds = beacon_embed_rows(beacon.config(), beacon.weights(), *target_, feature_rows_, id_rows_,
+                                        at::tensor(rows, at::kLong).view({E, n_max}).to(device),
+                                        at::tensor(lengths, at::kLong).to(device))
+                          .to(cache.k.scalar_type());
   pending_.embeds = pending_.embeds.defined() ? at::cat({pending_.embeds, embeds}) : embeds;
 }
 

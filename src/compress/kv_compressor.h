@@ -22,7 +22,9 @@ struct CompressionStats {
   int64_t slots_freed = 0;
   int64_t peak_slots = 0;         // high-water mark of slots after a forward
   double overhead_ms = 0;         // time spent compressing
-  std::vector<int64_t> event_positions;  // next_position() right after each event
+  std::vector<int64_t> event_positions;  // next_position() at each commit that aged units (a beacon
+                                         // latent takes effect in the forward after it)
+  int64_t feature_buffer_bytes = 0;      // beacon: span features kept for raw units (not KV, but memory)
   // The cache as the last forward left it (before the compression its commit triggers, which no
   // forward has used yet): committed positions and the slots holding them. The same point for every
   // method, so memory comparisons are fair (a beacon latent exists only from the next forward on).
@@ -34,8 +36,11 @@ struct CompressionStats {
 
 class KVCompressor : public decode::CommitObserver {
  public:
-  // `prompt_tokens` positions are the prompt; `rope` is the target's table (mean-merge re-rotates).
+  // `prompt_tokens` positions are the prompt (never compressed); `target` gives mean-merge its RoPE
+  // table and the beacon its token embeddings.
   KVCompressor(const Policy& policy, const model::Qwen3Model& target, int64_t prompt_tokens);
+  // Beacon: one commit of n positions ages at most n units, each fused as one extra row.
+  int64_t reserve(int64_t max_commit) override;
   void on_cache_created(model::KVCache& cache) override;
   std::vector<int64_t> feature_layers() const override;
   const model::LatentRows* pending_latents() const override;
@@ -56,14 +61,16 @@ class KVCompressor : public decode::CommitObserver {
 
   Policy policy_;
   const model::Qwen3Model* target_;
-  int64_t prompt_tokens_;
   UnitTracker tracker_;
   int64_t units_done_ = 0;       // for window-only: units a 1-slot policy would have made
   int64_t tokens_in_units_ = 0;
-  // Beacon: features and ids of committed positions (rows by position), and the latents waiting for
+  // Beacon: features and ids of the committed positions a unit may still need, in a ring of rows
+  // indexed by position % ring_ (window + the largest unit + one commit), and the latents waiting for
   // the next forward with the units they replace.
-  at::Tensor feature_rows_;
-  std::vector<int64_t> id_rows_;
+  int64_t max_commit_ = 0;  // from reserve(); 0: the ring covers the whole cache
+  int64_t ring_ = 0;
+  at::Tensor feature_rows_;  // [ring_, D] in the cache dtype
+  at::Tensor id_rows_;       // int64 [ring_] on the cache device
   model::LatentRows pending_;
   std::vector<Unit> pending_units_;
   CompressionStats stats_;

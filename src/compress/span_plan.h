@@ -30,16 +30,6 @@ class UnitTracker {
   int64_t pending_begin_ = -1;  // merge > 0: start of the current partial unit
 };
 
-// A teacher-forced trajectory (prompt + generated tokens, committed in runs of `span_lengths`) under a
-// policy: which forward wrote each position (0 = the prompt's prefill, s = the s-th commit's forward)
-// and each compression event with the forward its latent is fused into (the one after the commit that
-// aged the unit out). Events whose forward lies past the trajectory are left out. The spans go through
-// spans_covering first.
-// `span_lengths` for a trajectory of `generated` tokens: as given, plus a closing span of 1 when they
-// cover all but the last token (a DFlash run that ends on its bonus token outputs it without a verify
-// step). Errors when they cover fewer.
-std::vector<int64_t> spans_covering(const std::vector<int64_t>& span_lengths, int64_t generated);
-
 struct CompressionEvent {
   Unit unit;
   int64_t forward = 0;
@@ -48,7 +38,17 @@ struct CompressionPlan {
   std::vector<int64_t> forward_of;  // per position
   std::vector<CompressionEvent> events;
 };
+// A teacher-forced trajectory (prompt + generated tokens, committed in runs of `span_lengths`) under a
+// policy: which forward wrote each position (0 = the prompt's prefill, s = the s-th commit's forward)
+// and each compression event with the forward its latent is fused into (the one after the commit that
+// aged the unit out). Events whose forward lies past the trajectory are left out. The spans go through
+// spans_covering first.
 CompressionPlan plan_compression(const Policy& policy, int64_t prompt_tokens, const std::vector<int64_t>& span_lengths,
                                  int64_t total_tokens);
+
+// `span_lengths` for a trajectory of `generated` tokens: as given, plus a closing span of 1 when they
+// cover all but the last token (a DFlash run that ends on its bonus token outputs it without a verify
+// step). Errors when they cover fewer.
+std::vector<int64_t> spans_covering(const std::vector<int64_t>& span_lengths, int64_t generated);
 
 }  // namespace specpress::compress

@@ -31,7 +31,8 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  model::KVCache target_cache = target.make_cache(max_length + B);
+  const int64_t headroom = params.observer != nullptr ? params.observer->reserve(B) : 0;
+  model::KVCache target_cache = target.make_cache(max_length + B, headroom);
   model::DraftCache draft_cache = draft.make_cache(max_length + B);
   if (params.observer != nullptr) params.observer->on_cache_created(target_cache);
   model::ForwardOptions verify_options{/*all_logits=*/true, dc.target_layer_ids, false};

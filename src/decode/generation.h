@@ -26,6 +26,10 @@ struct CommittedSpan {
 class CommitObserver {
  public:
   virtual ~CommitObserver() = default;
+  // Called once before the loop allocates the target cache, with the most positions one commit can
+  // add; returns the extra cache slots the observer needs (fused latent rows are written before the
+  // raw units they replace are freed).
+  virtual int64_t reserve(int64_t max_commit) { return 0; }
   // Called once when the loop has allocated the target cache, before the prefill.
   virtual void on_cache_created(model::KVCache& cache) {}
   // Target layers whose raw outputs on_commit needs as features (empty: none).

@@ -31,7 +31,8 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
   GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  model::KVCache cache = target.make_cache(N + params.max_new_tokens + 1);
+  const int64_t headroom = params.observer != nullptr ? params.observer->reserve(1) : 0;
+  model::KVCache cache = target.make_cache(N + params.max_new_tokens + 1, headroom);
   if (params.observer != nullptr) params.observer->on_cache_created(cache);
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(target.device());
   at::Tensor token = at::empty({1}, long_opts);  // the decode step's input, reused

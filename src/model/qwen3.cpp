@@ -92,8 +92,10 @@ void KVCache::rollback(int64_t position) {
 KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
                       at::Device device) {
   auto opts = at::TensorOptions().dtype(dtype).device(device);
-  return KVCache{at::zeros({num_layers, num_kv_heads, capacity, head_dim}, opts),
-                 at::zeros({num_layers, num_kv_heads, capacity, head_dim}, opts), 0};
+  KVCache cache;
+  cache.k = at::zeros({num_layers, num_kv_heads, capacity, head_dim}, opts);
+  cache.v = at::zeros({num_layers, num_kv_heads, capacity, head_dim}, opts);
+  return cache;
 }
 
 Qwen3Model Qwen3Model::load(const std::string& dir, at::ScalarType dtype, at::Device device) {
@@ -126,11 +128,11 @@ Qwen3Model::Qwen3Model(Qwen3Config config, Qwen3Weights weights, at::ScalarType 
   rope_ = ops::make_rope_table(config_.head_dim, config_.rope_theta, config_.max_position_embeddings, device_);
 }
 
-KVCache Qwen3Model::make_cache(int64_t capacity) const {
+KVCache Qwen3Model::make_cache(int64_t capacity, int64_t extra_slots) const {
   if (capacity > config_.max_position_embeddings)
     fail("context of {} positions exceeds the model's max_position_embeddings {}", capacity,
          config_.max_position_embeddings);
-  return make_kv_cache(config_.num_layers, config_.num_kv_heads, config_.head_dim, capacity, dtype_, device_);
+  return make_kv_cache(config_.num_layers, config_.num_kv_heads, config_.head_dim, capacity + extra_slots, dtype_, device_);
 }
 
 at::Tensor Qwen3Model::embed(const at::Tensor& ids) const { return at::embedding(weights_.embed_tokens, ids); }
@@ -149,7 +151,10 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
   const LatentRows* latents = options.latents != nullptr && options.latents->count() > 0 ? options.latents : nullptr;
   const int64_t n_lat = latents != nullptr ? latents->count() : 0, R = T + n_lat;
   if (slot + R > cache.capacity())
-    fail("forward of {} tokens at {} exceeds the KV cache capacity {}", R, start, cache.capacity());
+    fail("forward of {} tokens{} at {} exceeds the KV cache capacity {}", T,
+         n_lat > 0 ? fmt::format(" + {} fused latents", n_lat) : std::string(), start, cache.capacity());
+  if (latents != nullptr && cache.slot_positions.empty())
+    fail("internal: fused latents need a cache with slot positions (a compressing observer)");
   for (int64_t layer : options.tap_layers)
     if (layer < 0 || layer >= c.num_layers) fail("tap layer {} outside the target's 0..{}", layer, c.num_layers - 1);
 
@@ -205,8 +210,6 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
     if (options.keep_hidden_states && l + 1 < c.num_layers) out.hidden_states.push_back(x.narrow(0, 0, T));
   }
   cache.length = slot + R;
-  if (latents != nullptr && cache.slot_positions.empty())
-    fail("internal: fused latents need a cache with slot positions (a compressing observer)");
   if (!cache.slot_positions.empty())
     for (int64_t i = 0; i < R; ++i) cache.slot_positions[slot + i] = i < T ? start + i : latents->positions[i - T];
   if (latents != nullptr) x = x.narrow(0, 0, T);

@@ -110,7 +110,9 @@ class Qwen3Model {
   // positions 0 .. start-1. Writes their K/V and sets cache.length = start + T (+ fused latents).
   ForwardOutput forward(const at::Tensor& ids, int64_t start, KVCache& cache, const ForwardOptions& options) const;
 
-  KVCache make_cache(int64_t capacity) const;
+  // A cache for `capacity` positions (at most max_position_embeddings) plus `extra_slots` slots for
+  // rows that hold no new position (fused beacon latents before their raw units are freed).
+  KVCache make_cache(int64_t capacity, int64_t extra_slots = 0) const;
   // Embedding rows and the LM head, shared with the DFlash draft.
   at::Tensor embed(const at::Tensor& ids) const;
   at::Tensor lm_head_logits(const at::Tensor& normed_hidden) const;  // fp32 [rows, V]

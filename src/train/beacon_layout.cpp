@@ -61,11 +61,7 @@ BeaconLayout make_beacon_layout(const compress::CompressionPlan& plan, at::Devic
 at::Tensor layout_latents(const compress::BeaconConfig& config, const compress::BeaconWeights& weights,
                           const model::Qwen3Model& target, const BeaconLayout& layout, const at::Tensor& ids,
                           const at::Tensor& features) {
-  const at::Tensor flat = layout.unit_rows.view({-1});
-  const std::vector<int64_t> shape = layout.unit_rows.sizes().vec();
-  at::Tensor unit_features = features.index_select(0, flat).view({shape[0], shape[1], features.size(1)});
-  at::Tensor unit_embeds = at::embedding(target.weights().embed_tokens, ids.index_select(0, flat).view(shape));
-  return compress::beacon_embed(config, weights, unit_features, unit_embeds, layout.unit_lengths);
+  return compress::beacon_embed_rows(config, weights, target, features, ids, layout.unit_rows, layout.unit_lengths);
 }
 
 LayoutOutput layout_forward(const model::Qwen3Model& target, const BeaconLayout& layout, const at::Tensor& ids,

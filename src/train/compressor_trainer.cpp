@@ -40,7 +40,7 @@ std::string trajectories_jsonl(const std::vector<Trajectory>& ts) {
   return out;
 }
 
-std::vector<Trajectory> read_trajectories(const std::string& path) {
+std::vector<Trajectory> read_trajectories(const std::string& path, int64_t vocab_size) {
   std::vector<Trajectory> out;
   std::istringstream in(io::read_text_file(path));
   std::string line;
@@ -55,6 +55,11 @@ std::vector<Trajectory> read_trajectories(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       fail("{}:{}: not a trajectory record ({})", path, line_no, e.what());
     }
+    const Trajectory& t = out.back();
+    if (t.prompt_tokens < 1 || t.prompt_tokens > static_cast<int64_t>(t.ids.size()))
+      fail("{}:{}: prompt_tokens {} outside 1..{}", path, line_no, t.prompt_tokens, t.ids.size());
+    for (int64_t id : t.ids)
+      if (id < 0 || id >= vocab_size) fail("{}:{}: token id {} outside the vocabulary 0..{}", path, line_no, id, vocab_size - 1);
   }
   return out;
 }
@@ -72,7 +77,7 @@ std::vector<int64_t> sampled_spans(int64_t tokens, int64_t span_max, uint64_t se
 }
 
 std::vector<Trajectory> generate(const CompressorOptions& o, const std::vector<std::vector<int64_t>>& prompts,
-                                 at::Device device, const char* label) {
+                                 at::Device device, const char* label, int64_t seed_base) {
   std::vector<Trajectory> out;
   for (const decode::GenerationResult& r : generate_greedy(o.target_dir, o.draft_dir, device, prompts, o.gen_tokens, label)) {
     const std::vector<int64_t>& prompt = prompts[out.size()];
@@ -80,26 +85,30 @@ std::vector<Trajectory> generate(const CompressorOptions& o, const std::vector<s
     t.ids.insert(t.ids.end(), r.output_ids.begin(), r.output_ids.end());
     t.spans = !o.draft_dir.empty() ? r.acceptance_lengths
                                    : sampled_spans(static_cast<int64_t>(r.output_ids.size()), o.span_max, o.seed,
-                                                   static_cast<int64_t>(out.size()));
+                                                   seed_base + static_cast<int64_t>(out.size()));
     out.push_back(std::move(t));
   }
   return out;
 }
 
-// Generated once into OUT/<file> and reused by a resumed run.
-std::vector<Trajectory> cached_generation(const std::string& file, at::Device device,
+// Generated once into OUT/<file> and reused by a resumed run when they answer the same prompts.
+std::vector<Trajectory> cached_generation(const std::string& file, at::Device device, int64_t vocab_size,
                                           const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
-                                          const char* label) {
+                                          const char* label, int64_t seed_base) {
   if (prompts.empty()) return {};
   const std::string path = (fs::path(o.out) / file).string();
   if (fs::exists(path)) {
-    std::vector<Trajectory> cached = read_trajectories(path);
-    if (cached.size() == prompts.size()) {
+    std::vector<Trajectory> cached = read_trajectories(path, vocab_size);
+    bool same = cached.size() == prompts.size();
+    for (size_t i = 0; same && i < prompts.size(); ++i)
+      same = std::vector<int64_t>(cached[i].ids.begin(), cached[i].ids.begin() + cached[i].prompt_tokens) == prompts[i];
+    if (same) {
       std::fprintf(stderr, "train-compressor: reusing %zu trajectories from %s\n", cached.size(), path.c_str());
       return cached;
     }
+    std::fprintf(stderr, "train-compressor: %s answers other prompts; generating again\n", path.c_str());
   }
-  std::vector<Trajectory> generated = generate(o, prompts, device, label);
+  std::vector<Trajectory> generated = generate(o, prompts, device, label, seed_base);
   io::write_file_atomic(path, trajectories_jsonl(generated));
   return generated;
 }
@@ -129,11 +138,11 @@ Prepared prepare(const Trajectory& t, const compress::Policy& policy, at::Device
 }
 
 compress::BeaconConfig beacon_config(const CompressorOptions& o, const model::Qwen3Model& target,
-                                     const model::DFlashDraft* draft) {
+                                     const std::vector<int64_t>& draft_taps) {
   const model::Qwen3Config& tc = target.config();
   compress::BeaconConfig c;
   c.feature_layers = !o.feature_layers.empty() ? o.feature_layers
-                     : draft != nullptr        ? draft->config().target_layer_ids
+                     : !draft_taps.empty()     ? draft_taps
                                                : model::default_target_layer_ids(tc.num_layers, 1);
   for (int64_t l : c.feature_layers)
     if (l < 0 || l >= tc.num_layers)
@@ -178,9 +187,11 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   const at::Device device = model::parse_device(o.device, "--device");
   const model::Qwen3Model target = model::Qwen3Model::load(o.target_dir, at::kFloat, device);
   const model::Qwen3Config& tc = target.config();
-  std::unique_ptr<model::DFlashDraft> draft;
-  if (!o.draft_dir.empty()) draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, target, at::kFloat, device));
-  const compress::BeaconConfig bc = beacon_config(o, target, draft.get());
+  // The draft itself is loaded only to generate (onpolicy.h); here its taps are the default features.
+  const std::vector<int64_t> draft_taps =
+      o.draft_dir.empty() ? std::vector<int64_t>{}
+                          : model::parse_dflash_config((fs::path(o.draft_dir) / "config.json").string()).target_layer_ids;
+  const compress::BeaconConfig bc = beacon_config(o, target, draft_taps);
   if (o.seq_len > tc.max_position_embeddings)
     fail("--seq-len {}: exceeds the target's max_position_embeddings {}", o.seq_len, tc.max_position_embeddings);
 
@@ -201,19 +212,24 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
   const bool resume = prepare_output_dir(o.out, o.resume, o.force);
   std::vector<Trajectory> generated =
-      cached_generation("trajectories.jsonl", device, prompts, o, "on-policy generation");
+      cached_generation("trajectories.jsonl", device, tc.vocab_size, prompts, o, "on-policy generation", 0);
   trajectories.insert(trajectories.end(), generated.begin(), generated.end());
   std::vector<Trajectory> held_out =
-      cached_generation("eval_trajectories.jsonl", device, eval_prompts, o, "held-out generation");
+      cached_generation("eval_trajectories.jsonl", device, tc.vocab_size, eval_prompts, o, "held-out generation", 500000);
 
   // Keep what reaches a compression event within --seq-len.
   std::vector<Trajectory> usable;
   int64_t longest = 0;
-  for (const Trajectory& t : trajectories) {
-    Trajectory cut = truncated(t, o.seq_len);
+  for (size_t i = 0; i < trajectories.size(); ++i) {
+    Trajectory cut = truncated(trajectories[i], o.seq_len);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(cut.ids.size()) - cut.prompt_tokens);
-    if (!compress::plan_compression(o.policy, cut.prompt_tokens, cut.spans, static_cast<int64_t>(cut.ids.size())).events.empty())
-      usable.push_back(std::move(cut));
+    try {
+      if (!compress::plan_compression(o.policy, cut.prompt_tokens, cut.spans, static_cast<int64_t>(cut.ids.size())).events.empty())
+        usable.push_back(std::move(cut));
+    } catch (const Error& e) {
+      fail("train-compressor: trajectory {} ({}): {}", i + 1,
+           i < trajectories.size() - generated.size() ? "from --data" : "OUT/trajectories.jsonl", e.what());
+    }
   }
   if (held_out.empty() && o.eval_samples > 0 && usable.size() >= 2) {
     const size_t n = std::min<size_t>(static_cast<size_t>(o.eval_samples), usable.size() / 5 + 1);
@@ -244,6 +260,12 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   const compress::BeaconWeights weights = compress::beacon_from_named(params);
   AdamW optimizer(params, o.schedule());
 
+  auto current = [&]() {  // the compressor as the engine runs it (float32, detached)
+    NamedTensors frozen;
+    for (const auto& [name, p] : params) frozen.emplace_back(name, p.detach());
+    return compress::beacon_from_named(frozen);
+  };
+
   if (!held_out.empty() && !resume) {
     std::string line;
     for (compress::Method m : {compress::Method::kDrop, compress::Method::kKeepLast, compress::Method::kMeanMerge,
@@ -259,9 +281,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       c10::InferenceMode inference;
       compress::Policy start = o.policy;
       start.method = compress::Method::kBeacon;
-      NamedTensors init;
-      for (const auto& [name, p] : params) init.emplace_back(name, p.detach().to(target.dtype()));
-      start.beacon = std::make_shared<const compress::BeaconCompressor>(bc, compress::beacon_from_named(init));
+      start.beacon = std::make_shared<const compress::BeaconCompressor>(bc, current());
       const compress::FidelityResult r = replay(target, held_out, start);
       line += fmt::format("; untrained beacon KL {:.4f} top-1 {:.3f}", r.mean_kl(), r.mean_top1());
     }
@@ -275,6 +295,8 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   run["compressor"].erase("embed_rms");  // a float recomputed from the target; the target path pins it
   run["ce_weight"] = o.ce_weight;
   run["gen_tokens"] = o.gen_tokens;
+  run["eval_prompts"] = nlohmann::json::array();
+  for (const std::string& f : o.eval_prompts) run["eval_prompts"].push_back(fs::absolute(f).lexically_normal().string());
   run["span_max"] = o.span_max;
   run["feature_passes"] = o.feature_passes;
   run["on_policy_prompts"] = nlohmann::json::array();
@@ -307,11 +329,6 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       step_tokens += T;
     }
     return StepOutput{loss, step_tokens, fmt::format(" | kl {:.4f} | top1 {:.3f}", kl, top1)};
-  };
-  auto current = [&]() {
-    NamedTensors frozen;
-    for (const auto& [name, p] : params) frozen.emplace_back(name, p.detach().to(target.dtype()));
-    return compress::beacon_from_named(frozen);
   };
   hooks.export_model = [&] { compress::save_beacon(o.out, bc, current()); };
   hooks.eval_every = held_out.empty() ? 0 : (o.eval_every > 0 ? o.eval_every : o.steps);

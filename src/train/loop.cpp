@@ -57,6 +57,7 @@ void validate_common(const CommonOptions& o) {
 TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,
                           const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks) {
   TrainSummary summary;
+  summary.eval_name = hooks.eval_name;
   nlohmann::json history = nlohmann::json::array();
   if (resume) {
     CheckpointState state = *find_checkpoint(o.out);
@@ -97,9 +98,9 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
                                 seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0));
     const bool last = step + 1 == o.steps;
     if (hooks.evaluate && hooks.eval_every > 0 && ((step + 1) % hooks.eval_every == 0 || last)) {
-      const double tau = hooks.evaluate();
-      summary.eval_tau.push_back(tau);
-      note(fmt::format("{}: step {} eval {} {:.4f}", label, step + 1, hooks.eval_name, tau));
+      const double value = hooks.evaluate();
+      summary.eval_values.push_back(value);
+      note(fmt::format("{}: step {} eval {} {:.4f}", label, step + 1, hooks.eval_name, value));
     }
     if (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)) {
       checkpoint(step + 1);

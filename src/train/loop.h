@@ -47,7 +47,8 @@ struct TrainSummary {
   int64_t first_step = 0;  // completed steps when this invocation started (> 0 after a resume)
   int64_t last_step = 0;   // completed steps when it ended
   std::vector<std::pair<int64_t, double>> losses;  // (step, loss) of every step this invocation ran
-  std::vector<double> eval_tau;                    // each evaluation's tau (draft trainer)
+  std::vector<double> eval_values;                 // each evaluation's value (LoopHooks::evaluate)
+  std::string eval_name;                           // what they are (LoopHooks::eval_name)
 };
 
 struct LoopHooks {
