@@ -305,6 +305,13 @@ TEST(TrainCompressor, FewStepsLowerTheKLAndTheExportLoads) {
   // The engine's KL after the first step (about the untrained compressor) against the end.
   EXPECT_LT(s.eval_values.back(), 0.7 * s.eval_values.front());
   EXPECT_GT(s.eval_values.front(), 0.0);
+  // OUT/eval.json: every training-free control and the untrained beacon, then every evaluation.
+  nlohmann::json report = nlohmann::json::parse(std::ifstream(o.out + "/eval.json"));
+  for (const char* m : {"drop", "keep-last", "mean-merge", "top-attention", "window-only", "beacon (untrained)"})
+    EXPECT_TRUE(report["baselines"].contains(m)) << m;
+  ASSERT_EQ(report["evals"].size(), 30u);
+  EXPECT_EQ(report["evals"][29]["step"], 30);
+  EXPECT_DOUBLE_EQ(report["evals"][29]["kl"].get<double>(), s.eval_values.back());
 
   c10::InferenceMode inference;
   model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
@@ -337,6 +344,12 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   expect_same_tensors(straight.out + "/checkpoint/params.safetensors", part.out + "/checkpoint/params.safetensors");
   expect_same_tensors(straight.out + "/checkpoint/optimizer.safetensors", part.out + "/checkpoint/optimizer.safetensors");
   expect_same_tensors(straight.out + "/compressor.safetensors", part.out + "/compressor.safetensors");
+  // eval.json keeps the first invocation's baselines across the resume, and the final evaluation matches.
+  nlohmann::json a = nlohmann::json::parse(std::ifstream(straight.out + "/eval.json"));
+  nlohmann::json b = nlohmann::json::parse(std::ifstream(part.out + "/eval.json"));
+  EXPECT_EQ(a["baselines"], b["baselines"]);
+  ASSERT_EQ(b["evals"].size(), 1u);
+  EXPECT_EQ(a["evals"], b["evals"]);
   part.policy.window = 8;  // a different policy is a different run
   expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'compressor'");
 }

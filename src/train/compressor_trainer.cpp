@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <fmt/ranges.h>
@@ -137,6 +138,10 @@ Prepared prepare(const Trajectory& t, const compress::Policy& policy, at::Device
   return p;
 }
 
+nlohmann::ordered_json beacon_config_json_policy(const compress::Policy& p) {
+  return {{"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
+}
+
 compress::BeaconConfig beacon_config(const CompressorOptions& o, const model::Qwen3Model& target,
                                      const std::vector<int64_t>& draft_taps) {
   const model::Qwen3Config& tc = target.config();
@@ -266,6 +271,27 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     return compress::beacon_from_named(frozen);
   };
 
+  // OUT/eval.json: the held-out baselines and every evaluation, rewritten atomically after each one.
+  const std::string eval_path = (fs::path(o.out) / "eval.json").string();
+  nlohmann::ordered_json report = {{"held_out_trajectories", held_out.size()},
+                                   {"policy", beacon_config_json_policy(o.policy)},
+                                   {"baselines", nlohmann::ordered_json::object()},
+                                   {"evals", nlohmann::ordered_json::array()}};
+  if (resume && fs::exists(eval_path)) {  // keep what the run before the checkpoint measured
+    const nlohmann::ordered_json saved = nlohmann::ordered_json::parse(io::read_text_file(eval_path), nullptr, false);
+    const std::optional<CheckpointState> checkpoint = find_checkpoint(o.out);
+    if (saved.is_object() && saved.contains("baselines") && saved.contains("evals") && checkpoint) {
+      report["baselines"] = saved["baselines"];
+      for (const auto& e : saved["evals"])
+        if (e.contains("step") && e["step"].get<int64_t>() <= checkpoint->step) report["evals"].push_back(e);
+    }
+  }
+  auto write_report = [&] { io::write_file_atomic(eval_path, report.dump(2) + "\n"); };
+  auto fidelity_json = [](const compress::FidelityResult& r) {
+    return nlohmann::ordered_json{{"kl", r.mean_kl()}, {"top1", r.mean_top1()}, {"tv", r.mean_tv()},
+                                  {"perplexity_delta", r.perplexity_delta()}, {"events", r.stats.events}};
+  };
+
   if (!held_out.empty() && !resume) {
     std::string line;
     for (compress::Method m : {compress::Method::kDrop, compress::Method::kKeepLast, compress::Method::kMeanMerge,
@@ -276,6 +302,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       const compress::FidelityResult r = replay(target, held_out, control);
       line += fmt::format("{}{} KL {:.4f} top-1 {:.3f}", line.empty() ? "" : "; ", compress::method_name(m), r.mean_kl(),
                           r.mean_top1());
+      report["baselines"][compress::method_name(m)] = fidelity_json(r);
     }
     {  // and the untrained beacon, where training starts
       c10::InferenceMode inference;
@@ -284,8 +311,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       start.beacon = std::make_shared<const compress::BeaconCompressor>(bc, current());
       const compress::FidelityResult r = replay(target, held_out, start);
       line += fmt::format("; untrained beacon KL {:.4f} top-1 {:.3f}", r.mean_kl(), r.mean_top1());
+      report["baselines"]["beacon (untrained)"] = fidelity_json(r);
     }
     std::fprintf(stderr, "train-compressor: held-out controls at the same policy: %s\n", line.c_str());
+    write_report();
   }
 
   nlohmann::json run = common_run_json(o);
@@ -303,7 +332,9 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
 
   LoopHooks hooks;
+  int64_t completed = 0;  // steps done when the next evaluation runs
   hooks.forward_backward = [&](int64_t step) {
+    completed = step + 1;
     std::mt19937_64 rng = step_rng(o.seed, step);
     double loss = 0, kl = 0, top1 = 0;
     int64_t step_tokens = 0;
@@ -341,6 +372,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     const compress::FidelityResult r = replay(target, held_out, p);
     std::fprintf(stderr, "\ntrain-compressor: held-out beacon KL %.4f top-1 %.3f ppl delta %+.2f%% over %lld events\n",
                  r.mean_kl(), r.mean_top1(), 100.0 * r.perplexity_delta(), static_cast<long long>(r.stats.events));
+    nlohmann::ordered_json entry = fidelity_json(r);
+    entry["step"] = completed;
+    report["evals"].push_back(entry);
+    write_report();
     return r.mean_kl();
   };
   return run_training("train-compressor", o, run, resume, params, optimizer, hooks);

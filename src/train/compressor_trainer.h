@@ -7,8 +7,9 @@
 // towards what the online engine taps (beacon_layout.h, refine_features). Trajectories come from the target itself (greedy; with --draft, DFlash
 // runs whose verify spans become the compression units) or from token/text data with sampled spans.
 // Held-out evaluation replays trajectories through the real compressed engine (compress::
-// evaluate_fidelity) and reports the mean KL; the training-free controls are measured once up front
-// on the same trajectories, as the bar to beat.
+// evaluate_fidelity) and reports the mean KL; the training-free controls and the untrained beacon are
+// measured once up front on the same trajectories, as the bar to beat. All of it also goes to
+// OUT/eval.json (baselines and every evaluation, kept across a resume).
 #pragma once
 #include <string>
 #include <vector>
