@@ -12,6 +12,7 @@ mkdir -p "$OUT"
 root=$(pwd)
 deps=${SPECPRESS_GPU_DEPS:-$root/.gpu-deps}
 shared=${SPECPRESS_GPU_SHARED:-$root/.gpu-shared}
+SPECPRESS_GPU_SHARED=$shared bash scripts/gpu/unpack_shared.sh
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -2,12 +2,13 @@
 # run_checks.sh — everything the GPU machine checks in one device call: configure and build specpress
 # with CUDA against the machine's PyTorch, run the golden test suites on the CUDA path, then the
 # real-shape comparison with HF transformers. Logs and the JSON summary go to $OUT.
-# Needs `.gpu-deps` (../shared/tools/gpu-deps.sh .gpu-deps) and `.gpu-shared` (a copy of ../shared/golden
-# and ../shared/data/qwen3-tokenizer, laid out as ../shared) carried with the checkout.
+# Needs `.gpu-deps` (../shared/tools/gpu-deps.sh .gpu-deps) and `.gpu-shared` (scripts/gpu/pack_shared.sh)
+# carried with the checkout.
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 root=$(pwd)
+bash scripts/gpu/unpack_shared.sh
 export LD_LIBRARY_PATH=$root/.gpu-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

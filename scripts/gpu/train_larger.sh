@@ -5,14 +5,15 @@
 # greedy answers, then `specpress bench` on every dataset (tau, speedup, histogram), the beacon
 # compressor (train-compressor on the target's DFlash generations) and `bench --compress` for every
 # training-free control and the beacon at the same policy. Logs and JSON reports go to $OUT.
-# Expects build-gpu/bin/specpress (scripts/gpu/fast_checks.sh builds it) and .gpu-shared/data with
-# gsm8k_train_chat.jsonl (jq conversion as in scripts/train_demo.sh) and the benchmark files.
+# Expects build-gpu/bin/specpress (scripts/gpu/fast_checks.sh builds it) and .gpu-shared from
+# scripts/gpu/pack_shared.sh (carry [".gpu-deps", ".gpu-shared"]).
 # Env: LM_STEPS, LM_BATCH, DRAFT_STEPS, PROMPTS, COMP_STEPS, COMP_PROMPTS, BENCH_SAMPLES, COMP_BENCH_SAMPLES,
 #      TOKENS, WINDOW, MERGE.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 BIN=${BIN:-build-gpu/bin/specpress}
+bash scripts/gpu/unpack_shared.sh
 D=${SPECPRESS_GPU_SHARED:-.gpu-shared}/data
 W=${WORK:-/tmp/larger}
 LM_STEPS=${LM_STEPS:-1200}
