@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <numeric>
 #include <set>
 
 #include "compress/beacon.h"
@@ -159,6 +161,70 @@ TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
                                                            run_.acceptance_lengths, policy(8));
   EXPECT_GT(f.stats.events, 0);
   EXPECT_GT(f.count[0], 0);
+}
+
+// Records the span features the loop hands to a compressor (what the online engine tapped).
+class RecordingObserver : public decode::CommitObserver {
+ public:
+  explicit RecordingObserver(compress::KVCompressor& inner) : inner_(inner) {}
+  int64_t reserve(int64_t max_commit) override { return inner_.reserve(max_commit); }
+  void on_cache_created(model::KVCache& cache) override {
+    inner_.on_cache_created(cache);
+    features = at::zeros({cache.capacity(), 0});
+  }
+  std::vector<int64_t> feature_layers() const override { return inner_.feature_layers(); }
+  const model::LatentRows* pending_latents() const override { return inner_.pending_latents(); }
+  void after_forward(model::KVCache& cache) override { inner_.after_forward(cache); }
+  void on_commit(model::KVCache& cache, const decode::CommittedSpan& span) override {
+    if (features.size(1) == 0) features = at::zeros({features.size(0), span.features.size(1)}, span.features.options());
+    features.narrow(0, span.begin, span.end - span.begin).copy_(span.features);
+    inner_.on_commit(cache, span);
+  }
+  at::Tensor features;  // [capacity, D], rows by position
+
+ private:
+  compress::KVCompressor& inner_;
+};
+
+// The real DFlash loop (drafts rejected and rolled back, several units fused into one verify forward)
+// computes what the layout computes: the span features it tapped at every committed position equal the
+// layout's (refined until exact), and it committed the layout's greedy tokens.
+TEST_F(Beacon, DflashLoopMatchesTheLayout) {
+  decode::GenerationParams p;
+  p.max_new_tokens = 64;
+  p.stop_ids = run_.stop_ids;
+  const compress::Policy pol = policy(4);
+  compress::KVCompressor c(pol, *target_, static_cast<int64_t>(run_.prompt.size()));
+  RecordingObserver recorder(c);
+  p.observer = &recorder;
+  decode::GenerationResult r = decode::generate_dflash(*target_, *draft_, run_.prompt, p);
+  ASSERT_GT(c.stats().events, 3);
+  std::vector<int64_t> traj = run_.prompt;
+  traj.insert(traj.end(), r.output_ids.begin(), r.output_ids.end());
+  const int64_t N = static_cast<int64_t>(run_.prompt.size()), T = static_cast<int64_t>(traj.size());
+  compress::CompressionPlan plan = compress::plan_compression(pol, N, r.acceptance_lengths, T);
+  std::map<int64_t, int64_t> per_forward;
+  for (const auto& ev : plan.events) ++per_forward[ev.forward];
+  int64_t most = 0;
+  for (const auto& [f, n] : per_forward) most = std::max(most, n);
+  EXPECT_GT(most, 1) << "no verify forward fused more than one latent";
+  const at::Device device = target_->device();
+  at::Tensor ids = at::tensor(traj, at::kLong).to(device);
+  train::BeaconLayout layout = train::make_beacon_layout(plan, device);
+  model::KVCache full = target_->make_cache(T);
+  at::Tensor taps = target_->forward(ids, 0, full, {true, config_.feature_layers, false}).taps;
+  at::Tensor features = train::refine_features(config_, weights_, *target_, layout, ids, taps,
+                                               static_cast<int64_t>(per_forward.size()) + 1);
+  // The loop commits the last bonus token without a forward of its own: compare the positions it tapped.
+  const int64_t tapped = std::accumulate(r.acceptance_lengths.begin(), r.acceptance_lengths.end(), int64_t{0});
+  const int64_t n = std::min(tapped, T - N);
+  at::Tensor online = recorder.features.narrow(0, N, n);
+  EXPECT_LT((features.narrow(0, N, n) - online).abs().max().item<double>(), 2e-4);
+  EXPECT_GT((taps.narrow(0, N, n) - online).abs().max().item<double>(), 1e-2);  // compression mattered
+  at::Tensor latents = train::layout_latents(config_, weights_, *target_, layout, ids, features);
+  at::Tensor hidden = train::layout_forward(*target_, layout, ids, latents, {}, true).hidden;
+  at::Tensor greedy = target_->lm_head_logits(hidden.narrow(0, N - 1, T - N)).argmax(-1).to(at::kCPU);
+  for (int64_t i = 0; i < T - N; ++i) EXPECT_EQ(greedy[i].item<int64_t>(), traj[N + i]) << "position " << N + i;
 }
 
 // A DFlash run that ends on its bonus token outputs one token more than its verify spans cover: the
