@@ -2,7 +2,9 @@
 # demo.sh — the main job on the bundled default: the demo pair in demo/ (a small Qwen3 target trained
 # on GSM8K with the real Qwen3 tokenizer, and its DFlash draft; see demo/README.md) answers a GSM8K
 # question greedily with and without the draft, then prints whether the outputs are identical, tau
-# and the speedup in time per output token. PAIR=../shared/golden/dflash-tiny-a runs the golden pair.
+# and the speedup in time per output token; with the pair's beacon compressor (demo/beacon) it also runs
+# DFlash on the compressed KV cache and prints the memory it saved and how far the output moved.
+# PAIR=../shared/golden/dflash-tiny-a runs the golden pair.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin/specpress}
@@ -21,9 +23,14 @@ else  # the golden tiny pair (token ids only)
 fi
 plain=$("$BIN" generate "${common[@]}" 2>/dev/null)
 spec=$("$BIN" generate "${common[@]}" -md "$PAIR/draft" 2>/dev/null)
-python3 - "$plain" "$spec" <<'PY'
+compressed='{}'
+if [ -f "$PAIR/beacon/compressor.json" ]; then
+  compressed=$("$BIN" generate "${common[@]}" -md "$PAIR/draft" --compress "$PAIR/beacon" --compress-window 32 \
+    --compress-merge 8 2>/dev/null)
+fi
+python3 - "$plain" "$spec" "$compressed" <<'PY'
 import json, sys
-plain, spec = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+plain, spec, comp = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 same = plain["output_ids"] == spec["output_ids"]
 tp, ts = plain["timings"]["predicted_per_token_ms"], spec["timings"]["predicted_per_token_ms"]
 if "text" in spec:
@@ -31,5 +38,12 @@ if "text" in spec:
 print(f"generated {len(spec['output_ids'])} tokens; DFlash output == plain greedy output: {same}")
 print(f"tau (mean acceptance length) = {spec['mean_acceptance_length']:.2f} over {len(spec['acceptance_lengths'])} steps, block size {spec['block_size']}")
 print(f"time per output token: plain {tp:.2f} ms, DFlash {ts:.2f} ms -> speedup {tp / ts:.2f}x")
+if "compression" in comp:
+    c = comp["compression"]
+    a, b = comp["output_ids"], spec["output_ids"]
+    diverge = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
+    print(f"with the beacon KV compressor (window 32, units of 8): {c['events']} units compressed, "
+          f"{c['positions']} positions in {c['slots']} KV slots ({c['effective_ratio']:.2f}x), "
+          f"tau {comp['mean_acceptance_length']:.2f}, output identical to uncompressed for {diverge}/{len(b)} tokens")
 sys.exit(0 if same else 1)
 PY
