@@ -172,7 +172,7 @@ class RecordingObserver : public decode::CommitObserver {
     inner_.on_cache_created(cache);
     features = at::zeros({cache.capacity(), 0});
   }
-  std::vector<int64_t> feature_layers() const override { return inner_.feature_layers(); }
+  const std::vector<int64_t>& feature_layers() const override { return inner_.feature_layers(); }
   const model::LatentRows* pending_latents() const override { return inner_.pending_latents(); }
   void after_forward(model::KVCache& cache) override { inner_.after_forward(cache); }
   void on_commit(model::KVCache& cache, const decode::CommittedSpan& span) override {

@@ -134,7 +134,7 @@ nlohmann::ordered_json beacon_config_json(const BeaconConfig& c) {
           {"width", c.width},
           {"max_span", c.max_span},
           {"embed_rms", c.embed_rms},
-          {"policy", {{"window", c.policy.window}, {"sinks", c.policy.sinks}, {"merge_tokens", c.policy.merge_tokens}}}};
+          {"policy", policy_knobs_json(c.policy)}};
 }
 
 double embedding_rms(const at::Tensor& embed_tokens) {
@@ -199,11 +199,7 @@ void save_beacon(const std::string& dir, const BeaconConfig& config, const Beaco
 }
 
 Policy resolve_compress(const std::string& value, const std::string& flag, Policy policy, const model::Qwen3Model& target) {
-  bool is_method = false;
-  for (Method m : {Method::kNone, Method::kDrop, Method::kKeepLast, Method::kMeanMerge, Method::kTopAttention,
-                   Method::kWindowOnly})
-    is_method = is_method || value == method_name(m);
-  const bool looks_like_path = !is_method && (value.find('/') != std::string::npos || fs::exists(value));
+  const bool looks_like_path = !is_method_name(value) && (value.find('/') != std::string::npos || fs::exists(value));
   if (!looks_like_path) {
     policy.method = parse_method(value, flag);
     return policy;

@@ -36,12 +36,12 @@ int64_t KVCompressor::reserve(int64_t max_commit) {
   return policy_.method == Method::kBeacon ? max_commit : 0;
 }
 
-std::vector<int64_t> KVCompressor::feature_layers() const {
-  return policy_.method == Method::kBeacon ? policy_.beacon->config().feature_layers : std::vector<int64_t>{};
+const std::vector<int64_t>& KVCompressor::feature_layers() const {
+  return policy_.method == Method::kBeacon ? policy_.beacon->config().feature_layers : CommitObserver::feature_layers();
 }
 
 const model::LatentRows* KVCompressor::pending_latents() const {
-  return pending_units_.empty() ? nullptr : &pending_;
+  return pending_.count() == 0 ? nullptr : &pending_;
 }
 
 int64_t KVCompressor::slot_bytes(const model::KVCache& cache) {
@@ -55,7 +55,7 @@ void KVCompressor::ensure_slot_positions(model::KVCache& cache) {
 }
 
 void KVCompressor::on_cache_created(model::KVCache& cache) {
-  if (stats_.positions != 0 || !pending_units_.empty())
+  if (stats_.positions != 0 || pending_.count() != 0)
     fail("internal: a KVCompressor serves one generation; make a new one for the next");
   if (!policy_.enabled()) return;
   ensure_slot_positions(cache);
@@ -124,7 +124,6 @@ void KVCompressor::queue_beacons(model::KVCache& cache, const std::vector<Unit>&
     lengths.push_back(u.size());
     pending_.positions.push_back(u.end - 1);
     pending_.hidden_slots.emplace_back(s0, s0 + u.size());
-    pending_units_.push_back(u);
   }
   const at::Device device = cache.k.device();
   const BeaconCompressor& beacon = *policy_.beacon;
@@ -137,7 +136,7 @@ void KVCompressor::queue_beacons(model::KVCache& cache, const std::vector<Unit>&
 
 void KVCompressor::after_forward(model::KVCache& cache) {
   auto t0 = std::chrono::steady_clock::now();
-  const int64_t n_lat = static_cast<int64_t>(pending_units_.size());
+  const int64_t n_lat = pending_.count();
   if (n_lat == 0) return;
   // The forward left the latents' K/V in the last n_lat slots; each takes the place of its unit.
   at::Tensor k_lat = cache.k.narrow(2, cache.length - n_lat, n_lat).clone();
@@ -157,7 +156,6 @@ void KVCompressor::after_forward(model::KVCache& cache) {
   }
   cache.length -= n_lat;  // the latents' own slots, now at the end again
   pending_ = model::LatentRows{};
-  pending_units_.clear();
   stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 

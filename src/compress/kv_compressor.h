@@ -42,7 +42,7 @@ class KVCompressor : public decode::CommitObserver {
   // Beacon: one commit of n positions ages at most n units, each fused as one extra row.
   int64_t reserve(int64_t max_commit) override;
   void on_cache_created(model::KVCache& cache) override;
-  std::vector<int64_t> feature_layers() const override;
+  const std::vector<int64_t>& feature_layers() const override;
   const model::LatentRows* pending_latents() const override;
   void after_forward(model::KVCache& cache) override;
   void on_commit(model::KVCache& cache, const decode::CommittedSpan& span) override;
@@ -71,8 +71,7 @@ class KVCompressor : public decode::CommitObserver {
   int64_t ring_ = 0;
   at::Tensor feature_rows_;  // [ring_, D] in the cache dtype
   at::Tensor id_rows_;       // int64 [ring_] on the cache device
-  model::LatentRows pending_;
-  std::vector<Unit> pending_units_;
+  model::LatentRows pending_;  // each latent with its unit's slot range (hidden_slots)
   CompressionStats stats_;
 };
 

@@ -15,6 +15,12 @@ constexpr Entry kMethods[] = {{Method::kNone, "none"},           {Method::kDrop,
                               {Method::kBeacon, "beacon"}};
 }  // namespace
 
+bool is_method_name(const std::string& name) {
+  for (const auto& e : kMethods)
+    if (name == e.name && e.method != Method::kBeacon) return true;
+  return false;
+}
+
 Method parse_method(const std::string& name, const std::string& flag) {
   for (const auto& e : kMethods)
     if (name == e.name && e.method != Method::kBeacon) return e.method;
@@ -36,9 +42,13 @@ void validate(const Policy& p) {
     fail("internal: the beacon method needs exactly its loaded compressor");
 }
 
+nlohmann::ordered_json policy_knobs_json(const Policy& p) {
+  return {{"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
+}
+
 nlohmann::ordered_json policy_json(const Policy& p) {
-  nlohmann::ordered_json j = {
-      {"method", method_name(p.method)}, {"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
+  nlohmann::ordered_json j = {{"method", method_name(p.method)}};
+  j.update(policy_knobs_json(p));
   if (p.method == Method::kBeacon) j["checkpoint"] = p.beacon_dir;
   return j;
 }

@@ -29,9 +29,13 @@ struct Policy {
 // "none", "drop", "keep-last", "mean-merge", "top-attention", "window-only"; errors name `flag`.
 // ("beacon" is not a name: the learned method comes from a checkpoint, see beacon.h.)
 Method parse_method(const std::string& name, const std::string& flag);
+// Whether `name` is one of those names.
+bool is_method_name(const std::string& name);
 const char* method_name(Method method);
 // Validates ranges; errors name the flags (--compress-window, --compress-sinks, --compress-merge).
 void validate(const Policy& policy);
+// {"window", "sinks", "merge_tokens"}: the knobs a compressor is trained and run with.
+nlohmann::ordered_json policy_knobs_json(const Policy& policy);
 // {"method", "window", "sinks", "merge_tokens"} (+ "checkpoint" for the beacon) for reports.
 nlohmann::ordered_json policy_json(const Policy& policy);
 

@@ -33,7 +33,10 @@ class CommitObserver {
   // Called once when the loop has allocated the target cache, before the prefill.
   virtual void on_cache_created(model::KVCache& cache) {}
   // Target layers whose raw outputs on_commit needs as features (empty: none).
-  virtual std::vector<int64_t> feature_layers() const { return {}; }
+  virtual const std::vector<int64_t>& feature_layers() const {
+    static const std::vector<int64_t> none;
+    return none;
+  }
   // Latent rows to fuse into the next target forward, or null; after_forward runs right after it.
   virtual const model::LatentRows* pending_latents() const { return nullptr; }
   virtual void after_forward(model::KVCache& cache) {}

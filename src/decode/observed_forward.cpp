@@ -8,7 +8,7 @@ model::ForwardOutput observed_forward(const model::Qwen3Model& target, const at:
                                       model::KVCache& cache, model::ForwardOptions options, CommitObserver* observer,
                                       at::Tensor* features) {
   if (observer == nullptr) return target.forward(ids, start, cache, options);
-  const std::vector<int64_t> extra = observer->feature_layers();
+  const std::vector<int64_t>& extra = observer->feature_layers();
   const int64_t loop_taps = static_cast<int64_t>(options.tap_layers.size());
   options.tap_layers.insert(options.tap_layers.end(), extra.begin(), extra.end());
   options.latents = observer->pending_latents();

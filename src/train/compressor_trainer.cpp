@@ -138,10 +138,6 @@ Prepared prepare(const Trajectory& t, const compress::Policy& policy, at::Device
   return p;
 }
 
-nlohmann::ordered_json beacon_config_json_policy(const compress::Policy& p) {
-  return {{"window", p.window}, {"sinks", p.sinks}, {"merge_tokens", p.merge_tokens}};
-}
-
 compress::BeaconConfig beacon_config(const CompressorOptions& o, const model::Qwen3Model& target,
                                      const std::vector<int64_t>& draft_taps) {
   const model::Qwen3Config& tc = target.config();
@@ -274,7 +270,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   // OUT/eval.json: the held-out baselines and every evaluation, rewritten atomically after each one.
   const std::string eval_path = (fs::path(o.out) / "eval.json").string();
   nlohmann::ordered_json report = {{"held_out_trajectories", held_out.size()},
-                                   {"policy", beacon_config_json_policy(o.policy)},
+                                   {"policy", compress::policy_knobs_json(o.policy)},
                                    {"baselines", nlohmann::ordered_json::object()},
                                    {"evals", nlohmann::ordered_json::array()}};
   if (resume && fs::exists(eval_path)) {  // keep what the run before the checkpoint measured
