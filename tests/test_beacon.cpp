@@ -239,6 +239,10 @@ TEST_F(Beacon, TrajectoryEndingOnABonusTokenIsOneMoreSpan) {
   compress::FidelityResult f = compress::evaluate_fidelity(*target_, run_.prompt, output, spans, policy(8));
   EXPECT_EQ(f.scored_tokens, 40);
   EXPECT_GT(f.stats.events, 0);
+  // an empty continuation (e.g. a trajectory file whose prompt is all of it) replays to nothing
+  compress::FidelityResult none = compress::evaluate_fidelity(*target_, run_.prompt, {}, {}, policy(8));
+  EXPECT_EQ(none.scored_tokens, 0);
+  EXPECT_EQ(none.stats.events, 0);
   try {
     compress::spans_covering(spans, 41);
     ADD_FAILURE() << "no error";

@@ -80,7 +80,7 @@ FidelityResult evaluate_fidelity(const model::Qwen3Model& target, const std::vec
   at::Tensor u_logp = at::log_softmax(target.forward(ids(0, T), 0, full_cache, {true, {}, false}).logits, -1);
 
   KVCompressor compressor(policy, target, N);
-  const int64_t max_span = *std::max_element(spans.begin(), spans.end());
+  const int64_t max_span = spans.empty() ? 1 : *std::max_element(spans.begin(), spans.end());
   model::KVCache cache = target.make_cache(T, compressor.reserve(max_span));
   compressor.on_cache_created(cache);
   std::vector<at::Tensor> rows;  // compressed log-probs for rows N-1 .. T-1

@@ -77,10 +77,10 @@ std::vector<int64_t> sampled_spans(int64_t tokens, int64_t span_max, uint64_t se
   return spans;
 }
 
-std::vector<Trajectory> generate(const CompressorOptions& o, const std::vector<std::vector<int64_t>>& prompts,
-                                 at::Device device, const char* label, int64_t seed_base) {
+std::vector<Trajectory> generate(const CompressorOptions& o, const model::Qwen3Model& target,
+                                 const std::vector<std::vector<int64_t>>& prompts, const char* label, int64_t seed_base) {
   std::vector<Trajectory> out;
-  for (const decode::GenerationResult& r : generate_greedy(o.target_dir, o.draft_dir, device, prompts, o.gen_tokens, label)) {
+  for (const decode::GenerationResult& r : generate_greedy(target, o.target_dir, o.draft_dir, prompts, o.gen_tokens, label)) {
     const std::vector<int64_t>& prompt = prompts[out.size()];
     Trajectory t{prompt, static_cast<int64_t>(prompt.size()), {}};
     t.ids.insert(t.ids.end(), r.output_ids.begin(), r.output_ids.end());
@@ -93,9 +93,10 @@ std::vector<Trajectory> generate(const CompressorOptions& o, const std::vector<s
 }
 
 // Generated once into OUT/<file> and reused by a resumed run when they answer the same prompts.
-std::vector<Trajectory> cached_generation(const std::string& file, at::Device device, int64_t vocab_size,
+std::vector<Trajectory> cached_generation(const std::string& file, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
                                           const char* label, int64_t seed_base) {
+  const int64_t vocab_size = target.config().vocab_size;
   if (prompts.empty()) return {};
   const std::string path = (fs::path(o.out) / file).string();
   if (fs::exists(path)) {
@@ -109,7 +110,7 @@ std::vector<Trajectory> cached_generation(const std::string& file, at::Device de
     }
     std::fprintf(stderr, "train-compressor: %s answers other prompts; generating again\n", path.c_str());
   }
-  std::vector<Trajectory> generated = generate(o, prompts, device, label, seed_base);
+  std::vector<Trajectory> generated = generate(o, target, prompts, label, seed_base);
   io::write_file_atomic(path, trajectories_jsonl(generated));
   return generated;
 }
@@ -127,10 +128,10 @@ struct Prepared {
   BeaconLayout layout;
 };
 
-Prepared prepare(const Trajectory& t, const compress::Policy& policy, at::Device device) {
+Prepared prepare(const Trajectory& t, const compress::CompressionPlan& plan, at::Device device) {
   const int64_t T = static_cast<int64_t>(t.ids.size());
   Prepared p;
-  p.layout = make_beacon_layout(compress::plan_compression(policy, t.prompt_tokens, t.spans, T), device);
+  p.layout = make_beacon_layout(plan, device);
   p.ids = at::tensor(t.ids, at::kLong).to(device);
   std::vector<int64_t> next(T, -1);
   for (int64_t q = 0; q + 1 < T; ++q) next[q] = t.ids[q + 1];
@@ -213,20 +214,24 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
   const bool resume = prepare_output_dir(o.out, o.resume, o.force);
   std::vector<Trajectory> generated =
-      cached_generation("trajectories.jsonl", device, tc.vocab_size, prompts, o, "on-policy generation", 0);
+      cached_generation("trajectories.jsonl", target, prompts, o, "on-policy generation", 0);
   trajectories.insert(trajectories.end(), generated.begin(), generated.end());
   std::vector<Trajectory> held_out =
-      cached_generation("eval_trajectories.jsonl", device, tc.vocab_size, eval_prompts, o, "held-out generation", 500000);
+      cached_generation("eval_trajectories.jsonl", target, eval_prompts, o, "held-out generation", 500000);
 
   // Keep what reaches a compression event within --seq-len.
   std::vector<Trajectory> usable;
+  std::vector<compress::CompressionPlan> plans;  // of `usable`
   int64_t longest = 0;
   for (size_t i = 0; i < trajectories.size(); ++i) {
     Trajectory cut = truncated(trajectories[i], o.seq_len);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(cut.ids.size()) - cut.prompt_tokens);
     try {
-      if (!compress::plan_compression(o.policy, cut.prompt_tokens, cut.spans, static_cast<int64_t>(cut.ids.size())).events.empty())
-        usable.push_back(std::move(cut));
+      compress::CompressionPlan plan =
+          compress::plan_compression(o.policy, cut.prompt_tokens, cut.spans, static_cast<int64_t>(cut.ids.size()));
+      if (plan.events.empty()) continue;
+      usable.push_back(std::move(cut));
+      plans.push_back(std::move(plan));
     } catch (const Error& e) {
       fail("train-compressor: trajectory {} ({}): {}", i + 1,
            i < trajectories.size() - generated.size() ? "from --data" : "OUT/trajectories.jsonl", e.what());
@@ -236,6 +241,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     const size_t n = std::min<size_t>(static_cast<size_t>(o.eval_samples), usable.size() / 5 + 1);
     held_out.assign(usable.end() - static_cast<std::ptrdiff_t>(n), usable.end());
     usable.resize(usable.size() - n);
+    plans.resize(plans.size() - n);
   }
   if (usable.empty())
     fail("train-compressor: no trajectory reaches a compression event: the longest continuation has {} tokens within "
@@ -244,10 +250,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   held_out.resize(std::min<size_t>(held_out.size(), static_cast<size_t>(o.eval_samples)));
   std::vector<Prepared> prepared;
   int64_t events = 0, tokens = 0;
-  for (const Trajectory& t : usable) {
-    prepared.push_back(prepare(t, o.policy, device));
-    events += static_cast<int64_t>(prepared.back().layout.events.size());
-    tokens += static_cast<int64_t>(t.ids.size());
+  for (size_t i = 0; i < usable.size(); ++i) {
+    prepared.push_back(prepare(usable[i], plans[i], device));
+    events += static_cast<int64_t>(plans[i].events.size());
+    tokens += static_cast<int64_t>(usable[i].ids.size());
   }
   std::fprintf(stderr,
                "train-compressor: %zu trajectories (%lld tokens, %lld compression events), %zu held out; window %lld, "

@@ -60,7 +60,7 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
   }
   std::vector<Sequence> generated;
   for (const decode::GenerationResult& r :
-       generate_greedy(o.target_dir, "", target.device(), prompts, o.gen_tokens, "on-policy generation")) {
+       generate_greedy(target, o.target_dir, "", prompts, o.gen_tokens, "on-policy generation")) {
     Sequence s{prompts[generated.size()], static_cast<int64_t>(prompts[generated.size()].size())};
     s.ids.insert(s.ids.end(), r.output_ids.begin(), r.output_ids.end());
     generated.push_back(std::move(s));

@@ -12,15 +12,19 @@
 
 namespace specpress::train {
 
-std::vector<decode::GenerationResult> generate_greedy(const std::string& target_dir, const std::string& draft_dir,
-                                                      at::Device device, const std::vector<std::vector<int64_t>>& prompts,
+std::vector<decode::GenerationResult> generate_greedy(const model::Qwen3Model& trainer_target, const std::string& target_dir,
+                                                      const std::string& draft_dir,
+                                                      const std::vector<std::vector<int64_t>>& prompts,
                                                       int64_t max_new_tokens, const std::string& label) {
   c10::InferenceMode inference;
-  const at::ScalarType dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
-  const model::Qwen3Model target = model::Qwen3Model::load(target_dir, dtype, device);
+  const at::Device device = trainer_target.device();
+  std::unique_ptr<model::Qwen3Model> bf16_target;  // CUDA only: the fast path runs bf16
+  if (device.is_cuda())
+    bf16_target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(target_dir, at::kBFloat16, device));
+  const model::Qwen3Model& target = bf16_target ? *bf16_target : trainer_target;
   std::unique_ptr<model::DFlashDraft> draft;
   if (!draft_dir.empty())
-    draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(draft_dir, target, dtype, device));
+    draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(draft_dir, target, target.dtype(), device));
   tools::GenerationRunner runner(target, draft.get());
   decode::GenerationParams params;
   params.max_new_tokens = max_new_tokens;

@@ -14,9 +14,11 @@
 namespace specpress::train {
 
 // One greedy generation per prompt (max_new_tokens, stopping at the target's eos), with a progress bar
-// named `label`. `draft_dir` empty: plain decoding; else DFlash (acceptance lengths recorded).
-std::vector<decode::GenerationResult> generate_greedy(const std::string& target_dir, const std::string& draft_dir,
-                                                      at::Device device, const std::vector<std::vector<int64_t>>& prompts,
+// named `label`. `target` is the trainer's float32 copy of the model in `target_dir` (used as is on
+// the CPU); `draft_dir` empty: plain decoding, else DFlash (acceptance lengths recorded).
+std::vector<decode::GenerationResult> generate_greedy(const model::Qwen3Model& target, const std::string& target_dir,
+                                                      const std::string& draft_dir,
+                                                      const std::vector<std::vector<int64_t>>& prompts,
                                                       int64_t max_new_tokens, const std::string& label);
 
 }  // namespace specpress::train
