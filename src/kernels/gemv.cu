@@ -198,6 +198,16 @@ template <int EPI> cudaError_t launch_any_rows(const GemvArgs& a, cudaStream_t s
   return launch<1, EPI>(a, stream);
 }
 
+GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K) {
+  GemvArgs a;
+  a.x = x;
+  a.W = W;
+  a.y = y;
+  a.N = N;
+  a.K = K;
+  return a;
+}
+
 bool valid(const bf16* x, const bf16* W, const bf16* y, int K) {
   return K > 0 && K % 8 == 0 && x != nullptr && W != nullptr && y != nullptr &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0;
@@ -208,25 +218,14 @@ bool valid(const bf16* x, const bf16* W, const bf16* y, int K) {
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream) {
   if (N <= 0) return cudaSuccess;
   if (!valid(x, W, y, K)) return cudaErrorInvalidValue;
-  GemvArgs a;
-  a.x = x;
-  a.W = W;
-  a.y = y;
-  a.N = N;
-  a.K = K;
-  return launch_any_rows<kPlain>(a, stream);
+  return launch_any_rows<kPlain>(args_of(x, W, y, N, K), stream);
 }
 
 cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
                         cudaStream_t stream) {
   if (I <= 0) return cudaSuccess;
   if (!valid(x, W, act, K)) return cudaErrorInvalidValue;
-  GemvArgs a;
-  a.x = x;
-  a.W = W;
-  a.y = act;
-  a.N = I;
-  a.K = K;
+  const GemvArgs a = args_of(x, W, act, I, K);
   Plan p;
   cudaError_t e = plan_of<2, kSwiglu>(p);
   if (e != cudaSuccess) return e;
@@ -241,12 +240,7 @@ cudaError_t gemv_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bf
       N > kRmsThreads * kRmsMaxVec * 8 || reinterpret_cast<uintptr_t>(y) % 16 != 0 || norm.weight == nullptr ||
       norm.y == nullptr || (norm.sum_out2 != nullptr && norm.residual == nullptr))
     return cudaErrorInvalidValue;
-  GemvArgs a;
-  a.x = x;
-  a.W = W;
-  a.y = y;
-  a.N = N;
-  a.K = K;
+  GemvArgs a = args_of(x, W, y, N, K);
   a.norm = norm;
   a.counter = counter;
   return launch_any_rows<kNorm>(a, stream);
