@@ -46,6 +46,13 @@ class Beacon : public GoldenPair {
     for (auto& [name, t] : named) t = t.to(target_->device());
     weights_ = compress::beacon_from_named(named);
   }
+  // Greedy generation of `n` tokens with the golden run's stop ids.
+  decode::GenerationParams params(int64_t n) const {
+    decode::GenerationParams p;
+    p.max_new_tokens = n;
+    p.stop_ids = run_.stop_ids;
+    return p;
+  }
   compress::Policy policy(int64_t window, int64_t merge = 0) const {
     compress::Policy p;
     p.method = compress::Method::kBeacon;
@@ -131,9 +138,7 @@ TEST_F(Beacon, TrainingLayoutEqualsTheCompressedEngine) {
 }
 
 TEST_F(Beacon, NoEventsMeansIdenticalOutputs) {
-  decode::GenerationParams p;
-  p.max_new_tokens = 64;
-  p.stop_ids = run_.stop_ids;
+  decode::GenerationParams p = params(64);
   compress::KVCompressor c(policy(1000), *target_, static_cast<int64_t>(run_.prompt.size()));
   p.observer = &c;
   EXPECT_EQ(decode::generate_dflash(*target_, *draft_, run_.prompt, p).output_ids, run_.dflash_output);
@@ -144,9 +149,7 @@ TEST_F(Beacon, NoEventsMeansIdenticalOutputs) {
 }
 
 TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
-  decode::GenerationParams p;
-  p.max_new_tokens = 64;
-  p.stop_ids = run_.stop_ids;
+  decode::GenerationParams p = params(64);
   compress::KVCompressor c(policy(8), *target_, static_cast<int64_t>(run_.prompt.size()));
   p.observer = &c;
   // generate_dflash checks after every draft call that the draft context holds every committed position.
@@ -190,9 +193,7 @@ class RecordingObserver : public decode::CommitObserver {
 // computes what the layout computes: the span features it tapped at every committed position equal the
 // layout's (refined until exact), and it committed the layout's greedy tokens.
 TEST_F(Beacon, DflashLoopMatchesTheLayout) {
-  decode::GenerationParams p;
-  p.max_new_tokens = 64;
-  p.stop_ids = run_.stop_ids;
+  decode::GenerationParams p = params(64);
   const compress::Policy pol = policy(4);
   compress::KVCompressor c(pol, *target_, static_cast<int64_t>(run_.prompt.size()));
   RecordingObserver recorder(c);
@@ -261,9 +262,7 @@ TEST_F(Beacon, FusedLatentsHaveRoomInTheCache) {
   compress::FidelityResult ones =
       compress::evaluate_fidelity(*target_, run_.prompt, output, std::vector<int64_t>(13, 1), policy(2, 1));
   EXPECT_GT(ones.stats.events, 5);
-  decode::GenerationParams p;
-  p.max_new_tokens = 40;
-  p.stop_ids = run_.stop_ids;
+  decode::GenerationParams p = params(40);
   compress::KVCompressor c(policy(4, 1), *target_, static_cast<int64_t>(run_.prompt.size()));
   p.observer = &c;
   EXPECT_EQ(decode::generate_plain(*target_, run_.prompt, p).output_ids.size(), 40u);
