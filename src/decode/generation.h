@@ -47,8 +47,8 @@ class CommitObserver {
 // after `options.tap_layers` and returned in `features` ([T, n * H]; out.taps keeps the loop's own),
 // and its pending latents are fused into this forward, then after_forward runs.
 model::ForwardOutput observed_forward(const model::Qwen3Model& target, const at::Tensor& ids, int64_t start,
-                                      model::KVCache& cache, model::ForwardOptions options, CommitObserver* observer,
-                                      at::Tensor* features);
+                                      model::KVCache& cache, const model::ForwardOptions& options,
+                                      CommitObserver* observer, at::Tensor* features);
 
 struct GenerationParams {
   int64_t max_new_tokens = 64;

@@ -5,16 +5,18 @@
 namespace specpress::decode {
 
 model::ForwardOutput observed_forward(const model::Qwen3Model& target, const at::Tensor& ids, int64_t start,
-                                      model::KVCache& cache, model::ForwardOptions options, CommitObserver* observer,
-                                      at::Tensor* features) {
-  if (observer == nullptr) return target.forward(ids, start, cache, options);
+                                      model::KVCache& cache, const model::ForwardOptions& options,
+                                      CommitObserver* observer, at::Tensor* features) {
+  if (observer == nullptr) return target.forward(ids, start, cache, options);  // the plain engine, unchanged
   const std::vector<int64_t>& extra = observer->feature_layers();
+  const model::LatentRows* latents = observer->pending_latents();
+  if (extra.empty() && latents == nullptr) return target.forward(ids, start, cache, options);
+  model::ForwardOptions with_observer = options;
   const int64_t loop_taps = static_cast<int64_t>(options.tap_layers.size());
-  options.tap_layers.insert(options.tap_layers.end(), extra.begin(), extra.end());
-  options.latents = observer->pending_latents();
-  const bool fused = options.latents != nullptr;
-  model::ForwardOutput out = target.forward(ids, start, cache, options);
-  if (fused) observer->after_forward(cache);
+  with_observer.tap_layers.insert(with_observer.tap_layers.end(), extra.begin(), extra.end());
+  with_observer.latents = latents;
+  model::ForwardOutput out = target.forward(ids, start, cache, with_observer);
+  if (latents != nullptr) observer->after_forward(cache);
   if (!extra.empty()) {
     const int64_t H = target.config().hidden_size;
     if (features != nullptr) *features = out.taps.narrow(1, loop_taps * H, static_cast<int64_t>(extra.size()) * H);
