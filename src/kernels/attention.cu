@@ -57,6 +57,26 @@ template <int N> __device__ __forceinline__ void load_n(const bf16* p, float* v)
   }
 }
 
+// One online-softmax step for one row of a 64-key score tile, by a whole warp (lane owns keys lane and
+// lane + 32): the new running max, the scores replaced by p = exp(s - m_new) (exp(-inf) = 0 for masked
+// keys), and, from lane 0, the running max, sum and the factor alpha that rescales the row's output.
+// Shared by both kernels; every lane of the warp must call it (warp reductions).
+__device__ __forceinline__ void softmax_row_update(float* s, float* m, float* l, float* alpha_out, int lane) {
+  const float s0 = s[lane], s1 = s[lane + 32];
+  const float m_old = *m;
+  const float m_new = fmaxf(m_old, warp_max(fmaxf(s0, s1)));
+  const float p0 = __expf(s0 - m_new), p1 = __expf(s1 - m_new);  // exp(-inf) = 0 for masked keys
+  const float ps = warp_sum(p0 + p1);
+  s[lane] = p0;
+  s[lane + 32] = p1;
+  if (lane == 0) {
+    const float alpha = __expf(m_old - m_new);
+    *m = m_new;
+    *l = *l * alpha + ps;
+    *alpha_out = alpha;
+  }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   pdl_begin();
@@ -168,19 +188,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
 #pragma unroll
       for (int rr = 0; rr < kRows / (kThreads / 32); ++rr) {
         const int r = warp * (kRows / (kThreads / 32)) + rr;
-        const float s0 = Ss[r * L::SS + lane], s1 = Ss[r * L::SS + lane + 32];
-        const float m_old = row_m[r];
-        const float m_new = fmaxf(m_old, warp_max(fmaxf(s0, s1)));
-        const float p0 = __expf(s0 - m_new), p1 = __expf(s1 - m_new);  // exp(-inf) = 0 for masked keys
-        const float ps = warp_sum(p0 + p1);
-        Ss[r * L::SS + lane] = p0;
-        Ss[r * L::SS + lane + 32] = p1;
-        if (lane == 0) {
-          const float alpha = __expf(m_old - m_new);
-          row_m[r] = m_new;
-          row_l[r] = row_l[r] * alpha + ps;
-          row_alpha[r] = alpha;
-        }
+        softmax_row_update(Ss + r * L::SS, row_m + r, row_l + r, row_alpha + r, lane);
       }
     }
     __syncthreads();
@@ -441,19 +449,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
     for (int rr = 0; rr < kDecRows / (kDecThreads / 32); ++rr) {
       const int r = warp + rr * (kDecThreads / 32);
       if (r >= rb) continue;  // warp-uniform
-      const float s0 = Ss[r * L::SS + lane], s1 = Ss[r * L::SS + lane + 32];
-      const float m_old = row_m[r];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(s0, s1)));
-      const float p0 = __expf(s0 - m_new), p1 = __expf(s1 - m_new);  // exp(-inf) = 0 for masked keys
-      const float ps = warp_sum(p0 + p1);
-      Ss[r * L::SS + lane] = p0;
-      Ss[r * L::SS + lane + 32] = p1;
-      if (lane == 0) {
-        const float alpha = __expf(m_old - m_new);
-        row_m[r] = m_new;
-        row_l[r] = row_l[r] * alpha + ps;
-        row_alpha[r] = alpha;
-      }
+      softmax_row_update(Ss + r * L::SS, row_m + r, row_l + r, row_alpha + r, lane);
     }
     __syncthreads();
 
