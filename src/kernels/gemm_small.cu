@@ -1,5 +1,6 @@
 // gemm_small.cu — see gemm_small.h. A block owns 16 rows of W (outputs n0 .. n0 + 15) and splits K over its
-// 8 warps: warp w takes the steps w, w + 8, ... of 128 k each. Lane (g = lane / 4, t = lane % 4) streams rows
+// P warps (P = 12 when the N / 16 blocks fit in two 12-warp blocks per SM, else 8; never a function of M):
+// warp w takes the steps w, w + P, ... of 128 k each. Lane (g = lane / 4, t = lane % 4) streams rows
 // n0 + g and n0 + g + 8; in a step it loads the 16-byte chunks 4u + t (u = 0..3) of both rows, so each warp
 // load instruction reads 64 contiguous bytes of 16 rows and a step 256 contiguous bytes of each row (8 loads
 // in flight per lane). The k order inside a chunk pair is permuted identically for W and X (a sum does not
@@ -7,17 +8,22 @@
 // shuffles: A = {W[g] word j, W[g+8] word j, W[g] word j+1, W[g+8] word j+1}, B = {X[col] word j, word j+1}
 // for j = 0, 2, where lane (g, t) supplies B column g (X row g, and g + 8 for the second 8-column tile, NT = 2
 // when M > 8) from the same chunk t. X is read through L1 (__ldg): every block reads the same X, so blocks
-// of an SM share it. The 8 warp partials meet in shared memory and are summed in warp order.
+// of an SM share it. The P warp partials meet in shared memory and are summed in warp order.
+#include <algorithm>
+
 #include "kernels/common.cuh"
 #include "kernels/gemm_small.h"
 
 namespace specpress::kernels {
 namespace {
 using namespace detail;
-constexpr int kWarps = 8;            // the K split of a block: fixed, so no output's order depends on M or N
+// The K split of a block: kWideWarps warps when N is small (more loads in flight for the few blocks), else
+// kWarps. Chosen from N and the SM count only, so no output's reduction order depends on M.
+constexpr int kWarps = 8, kWideWarps = 12;
 constexpr int kU = 4;                // chunks per row per lane per step (2 rows: 8 W loads in flight)
 constexpr int kStepChunks = 4 * kU;  // 8-element chunks of a row a warp covers per step (128 k)
-constexpr int kMinBlocks = 3;        // resident blocks per SM the registers must allow (<= 85 a thread)
+// Registers for two resident 12-warp blocks per SM (<= 85 a thread), which is also three 8-warp blocks.
+constexpr int kMinBlocks = 2;
 
 struct SmallArgs {
   const bf16* X = nullptr;
@@ -55,9 +61,9 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // NT: 8-column tiles of X^T (1: M <= 8, 2: M <= 16). Tile 0's instructions are the same for both, so the
 // kernel choice does not change rows 0..7 either.
 template <int NT>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemm_small_kernel(SmallArgs a) {
-  __shared__ float red[kWarps][4 * NT][32];  // [warp][fragment register][lane]: conflict-free both ways
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+__global__ void __launch_bounds__(kWideWarps * 32, kMinBlocks) gemm_small_kernel(SmallArgs a) {
+  __shared__ float red[kWideWarps][4 * NT][32];  // [warp][fragment register][lane]: conflict-free both ways
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int N = a.N, K = a.K, M = a.M;
   const int n0 = blockIdx.x * 16;
@@ -88,7 +94,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemm_small_kernel(Sma
 #pragma unroll
     for (int q = 0; q < 4; ++q) acc[i][q] = 0.f;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (int s = warp; s < steps; s += kWarps) {
+  for (int s = warp; s < steps; s += warps) {
     uint4 wl[kU], wh[kU], xa[kU], xb[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -124,11 +130,25 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) gemm_small_kernel(Sma
   const int r = warp;
   if (r < 4 * NT) {
     float sum = red[0][r][lane];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += red[w][r][lane];
+    for (int w = 1; w < warps; ++w) sum += red[w][r][lane];
     const int m = 8 * (r >> 2) + 2 * t + (r & 1), n = n0 + g + 8 * ((r >> 1) & 1);
     if (m < M && n < N) a.Y[static_cast<int64_t>(m) * a.ldy + n] = to_b(sum);
   }
+}
+
+// Warps a block for N outputs: 12 when the N / 16 blocks all fit at two per SM, else 8. Depends on N and
+// the device only (never on M), so every M rounds an output the same way.
+cudaError_t warps_for(int N, int& warps) {
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0, n = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    sms = std::max(1, n);
+  }
+  warps = (N + 15) / 16 <= 2 * sms ? kWideWarps : kWarps;
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -149,9 +169,12 @@ cudaError_t gemm_small(const __nv_bfloat16* X, int64_t ldx, const __nv_bfloat16*
   a.M = M;
   a.N = N;
   a.K = K;
+  int warps = kWarps;
+  cudaError_t e = warps_for(N, warps);
+  if (e != cudaSuccess) return e;
   const int blocks = (N + 15) / 16;
-  if (M > 8) return launch_kernel(gemm_small_kernel<2>, blocks, kWarps * 32, 0, stream, a);
-  return launch_kernel(gemm_small_kernel<1>, blocks, kWarps * 32, 0, stream, a);
+  if (M > 8) return launch_kernel(gemm_small_kernel<2>, blocks, warps * 32, 0, stream, a);
+  return launch_kernel(gemm_small_kernel<1>, blocks, warps * 32, 0, stream, a);
 }
 
 }  // namespace specpress::kernels

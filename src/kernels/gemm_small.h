@@ -3,7 +3,8 @@
 // by reading W once. W is streamed as in the GEMV (16-byte non-allocating loads, 8 in flight per lane), and
 // each loaded W fragment is applied to all M rows of X by tensor-core mma.sync m16n8k16: W is the 16-row A
 // operand, X^T the 8-column B operand (one of them for M <= 8, two for M <= 16). A block is 16 rows of W and
-// 8 warps that split K; N / 16 blocks, at least 3 resident per SM (so up to N = 6336 on 132 SMs in one wave).
+// 8 warps that split K (12 when N is small: the N / 16 blocks fit at 2 per SM, N <= 4224 on 132 SMs), and the
+// registers allow 3 blocks of 8 warps per SM (N up to 6336 in one wave on 132 SMs; more N, more waves).
 //
 // Expected speed (not measured yet): the W stream is the GEMV's (64 contiguous bytes of 16 rows per warp
 // load, 8 loads in flight per lane, up to 24 warps an SM), so the target is the GEMV's 80-99% of the copy
@@ -19,15 +20,17 @@
 // cuBLAS at M = 16 (71%). Packed bf16x2 HFMA2 would halve that but accumulates in bf16. One m16n8k16 does
 // 2048 FMAs per warp instruction, so the tensor pipe is ~5% busy and the kernel stays memory bound.
 //
-// Batch invariance: every output Y[m, n] is computed by the same instructions in the same order whatever M is
-// and whatever the other rows of X hold: K is split over a fixed 8 warps per block (independent of M), each
-// warp chains its mma steps over K in a fixed order, a column of the mma result depends only on its own
-// column of B (X row m) and accumulator, rows past M are zero columns, and the 8 warp partials are summed in
-// warp order. So row r of an M-row product is bitwise the 1-row product gemm_small(M = 1) of that row. It is
-// NOT bitwise the GEMV's (gemv.h) result: the GEMV sums sequential fp32 FMAs per lane and then a warp
-// butterfly, while the tensor core adds each 16-term (here 2 x 8-term) product block with its own internal
-// alignment and rounding, which no CUDA-core code reproduces. Bitwise DFlash == plain decoding therefore
-// needs decode to run its M = 1 matmuls through this kernel too (GemmMode::kStreamAll in aten_ops.h).
+// Batch invariance: every output Y[m, n] is computed by the same instructions in the same order whatever M
+// is and whatever the other rows of X hold: K is split over the warps of a block, 8 or 12 chosen from N and
+// the SM count only (never from M); each warp chains its mma steps over K in a fixed order; a column of an
+// mma result depends only on its own column of B (X row m) and of the accumulator; rows past M are zero
+// columns; and the warp partials are summed in warp order. So row r of an M-row product is bitwise the
+// 1-row product gemm_small(M = 1) of that row. It is NOT bitwise the GEMV's (gemv.h) result: the GEMV sums
+// sequential fp32 FMAs per lane (K strided over 32 lanes) and then a warp butterfly, while the tensor core
+// adds each 16-term product block with its own internal alignment and rounding, which CUDA-core code cannot
+// reproduce (and the FMA route that could match the GEMV is the slow one above). Bitwise DFlash == plain
+// decoding therefore needs decode to run its M = 1 matmuls through this kernel too (GemmMode::kStreamAll in
+// aten_ops.h), giving up the GEMV's fused SwiGLU / RMSNorm epilogues.
 // Reference twin: at::linear (kernels::gemm_small_out in aten_ops.h).
 #pragma once
 #include <cuda_bf16.h>
