@@ -4,9 +4,12 @@
 // and the reference path (eager ATen) side by side: plain decode ms/token, verify ms (block 16), draft
 // ms, DFlash cycle ms, each against the bandwidth roofline (bytes that must be read / measured copy
 // bandwidth), and the projected DFlash tokens/s at tau 6.5. The fast path runs once per matmul mode
-// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1) and once more in gemv mode with
-// programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the
-// GEMV kernel and by cuBLAS against the copy bandwidth. Prints a table and one JSON line.
+// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
+// small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
+// with programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A
+// breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the GEMV kernel and by
+// cuBLAS, and at M = 16 by the streaming kernel and by cuBLAS, against the copy bandwidth. Prints a table
+// and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -99,23 +102,27 @@ double copy_bandwidth_gbs() {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // bytes read + written
 }
 
-// ms per launch of y [1, N] = x [1, K] · W^T by the GEMV kernel (gemv) or cuBLAS, as replays of a graph
-// of launches that cycle through copies of W totalling >= 1 GiB, so that every launch reads W from HBM
-// rather than from the 50 MB L2.
-double m1_matmul_ms(int64_t N, int64_t K, bool gemv) {
+enum class MatmulKernel { kGemv, kCublas, kStream };
+
+// ms per launch of y [M, N] = x [M, K] · W^T by the GEMV kernel (M = 1), cuBLAS or the streaming small-M
+// kernel (kernels::gemm_small_out, M <= 16), as replays of a graph of launches that cycle through copies of W
+// totalling >= 1 GiB, so that every launch reads W from HBM rather than from the 50 MB L2.
+double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
   auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   const double bytes = 2.0 * static_cast<double>(N) * static_cast<double>(K);
   const int copies = std::max(2, static_cast<int>(std::ceil(static_cast<double>(int64_t{1} << 30) / bytes)));
   std::vector<at::Tensor> w;
   for (int i = 0; i < copies; ++i) w.push_back(rnd({N, K}));
-  at::Tensor x = rnd({1, K}, 1.0), y = at::empty({1, N}, opt);
+  at::Tensor x = rnd({M, K}, 1.0), y = at::empty({M, N}, opt);
   device_sync();
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   c10::cuda::CUDAStreamGuard guard(side);
   auto body = [&] {
     for (const at::Tensor& wi : w) {
-      if (gemv) {
+      if (kernel == MatmulKernel::kGemv) {
         kernels::gemv_out(y, x, wi);
+      } else if (kernel == MatmulKernel::kStream) {
+        kernels::gemm_small_out(y, x, wi);
       } else {
         at::Tensor o = y;
         at::mm_out(o, x, wi.t());
@@ -257,6 +264,9 @@ int main(int argc, char** argv) {
       const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
       // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
       const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
+      // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
+      const FastNumbers fst = measure_fast(kernels::GemmMode::kStream, false);
+      const FastNumbers fsa = measure_fast(kernels::GemmMode::kStreamAll, false);
       kernels::set_gemm_mode(default_mode);
       kernels::set_pdl(default_pdl);
       // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
@@ -274,20 +284,31 @@ int main(int argc, char** argv) {
         fb = &fp;
         best_mode = "gemv+pdl";
       }
+      if (fst.decode + fst.cycle < fb->decode + fb->cycle) {
+        fb = &fst;
+        best_mode = "stream";
+      }
+      if (fsa.decode + fsa.cycle < fb->decode + fb->cycle) {
+        fb = &fsa;
+        best_mode = "stream_all";
+      }
       const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
                    f_cycle = fb->cycle;
 
-      // ---- each projection alone at M = 1: GEMV kernel vs cuBLAS, against the copy bandwidth
-      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms; };
+      // ---- each projection alone, against the copy bandwidth: at M = 1 the GEMV kernel vs cuBLAS, at M = 16
+      // (verify) the streaming small-M kernel vs cuBLAS
+      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms, stream16_ms, cublas16_ms; };
       const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0},
-                                 {"o", s.hidden, q_width, 0, 0},
-                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0},
-                                 {"down", s.hidden, s.inter, 0, 0},
-                                 {"lm_head", s.vocab, s.hidden, 0, 0}};
+      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0, 0, 0},
+                                 {"o", s.hidden, q_width, 0, 0, 0, 0},
+                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0, 0, 0},
+                                 {"down", s.hidden, s.inter, 0, 0, 0, 0},
+                                 {"lm_head", s.vocab, s.hidden, 0, 0, 0, 0}};
       for (Proj& pr : projs) {
-        pr.gemv_ms = m1_matmul_ms(pr.N, pr.K, true);
-        pr.cublas_ms = m1_matmul_ms(pr.N, pr.K, false);
+        pr.gemv_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kGemv);
+        pr.cublas_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kCublas);
+        pr.stream16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kStream);
+        pr.cublas16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kCublas);
       }
 
       // ---- reference path (eager ATen), same weights
@@ -349,6 +370,13 @@ int main(int argc, char** argv) {
                   "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
                   fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
                   fp.elem1);
+      std::printf("stream (GEMV at M=1, gemm_small at M=2..16) ms: decode %.3f, verify %.3f, draft %.3f, cycle %.3f "
+                  "(verify/decode %.2f, cycle/decode %.2f); M=16 matmuls alone %.3f (cublas %.3f)\n",
+                  fst.decode, fst.verify, fst.draft, fst.cycle, fst.verify / fst.decode, fst.cycle / fst.decode, fst.gemm16,
+                  fc.gemm16);
+      std::printf("stream_all (gemm_small at M=1..16, batch-invariant matmuls) ms: decode %.3f, verify %.3f, draft %.3f, "
+                  "cycle %.3f (verify/decode %.2f); M=1 matmuls alone %.3f (gemv %.3f)\n",
+                  fsa.decode, fsa.verify, fsa.draft, fsa.cycle, fsa.verify / fsa.decode, fsa.gemm1, fg.gemm1);
       for (const Proj& pr : projs) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
         std::printf("  GEMV %-8s N=%-6lld K=%-6lld %7.1f MB: gemv %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
@@ -356,6 +384,14 @@ int main(int argc, char** argv) {
                     pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, pr.gemv_ms,
                     gb / (pr.gemv_ms * 1e-3), 100.0 * gb / (pr.gemv_ms * 1e-3) / bw, pr.cublas_ms,
                     gb / (pr.cublas_ms * 1e-3), 100.0 * gb / (pr.cublas_ms * 1e-3) / bw);
+      }
+      for (const Proj& pr : projs) {
+        const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
+        std::printf("  M=16 %-8s N=%-6lld K=%-6lld %7.1f MB: gemm_small %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas "
+                    "%.4f ms (%.0f GB/s, %.1f%%)\n",
+                    pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, pr.stream16_ms,
+                    gb / (pr.stream16_ms * 1e-3), 100.0 * gb / (pr.stream16_ms * 1e-3) / bw, pr.cublas16_ms,
+                    gb / (pr.cublas16_ms * 1e-3), 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw);
       }
       std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
                   "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
@@ -370,7 +406,10 @@ int main(int argc, char** argv) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
         proj_json.push_back({{"name", pr.name}, {"N", pr.N}, {"K", pr.K}, {"gemv_ms", pr.gemv_ms}, {"cublas_ms", pr.cublas_ms},
                              {"gemv_pct_copy_bw", 100.0 * gb / (pr.gemv_ms * 1e-3) / bw},
-                             {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw}});
+                             {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw},
+                             {"m16_gemm_small_ms", pr.stream16_ms}, {"m16_cublas_ms", pr.cublas16_ms},
+                             {"m16_gemm_small_pct_copy_bw", 100.0 * gb / (pr.stream16_ms * 1e-3) / bw},
+                             {"m16_cublas_pct_copy_bw", 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw}});
       }
       out[s.name] = {{"decode_bytes", dec_bytes}, {"draft_bytes", drf_bytes},
                      {"matmul_mode", std::string(best_mode)},
@@ -380,6 +419,8 @@ int main(int argc, char** argv) {
                                     {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
                      {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
                      {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
+                     {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
+                     {"stream_all_ms", {{"decode", fsa.decode}, {"verify", fsa.verify}, {"draft", fsa.draft}, {"cycle", fsa.cycle}, {"gemm_only_m1", fsa.gemm1}, {"gemm_only_m16", fsa.gemm16}}},
                      {"gemv_projections_m1", proj_json},
                      {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
                      {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},

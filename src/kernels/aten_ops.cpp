@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_step.h"
+#include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
@@ -229,8 +230,11 @@ GemmMode initial_gemm_mode() {
   if (env == nullptr || *env == '\0' || std::strcmp(env, "gemv") == 0) return GemmMode::kGemv;
   if (std::strcmp(env, "skinny") == 0) return GemmMode::kSkinny;
   if (std::strcmp(env, "cublas") == 0) return GemmMode::kCublas;
+  if (std::strcmp(env, "stream") == 0) return GemmMode::kStream;
+  if (std::strcmp(env, "stream_all") == 0) return GemmMode::kStreamAll;
   // Static initialisation: no exception can be caught here, so say so and keep the default.
-  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas or skinny; using gemv\n", env);
+  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas, skinny, stream or stream_all; using gemv\n",
+               env);
   return GemmMode::kGemv;
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
@@ -245,6 +249,18 @@ bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
          out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
          x.size(1) <= std::numeric_limits<int>::max() && weight.size(0) <= std::numeric_limits<int>::max();
 }
+// Modes whose one-row matmuls are the GEMV's (with its fused SwiGLU / RMSNorm epilogues).
+bool gemv_at_one_row() { return g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kStream; }
+
+// The layouts the streaming small-M kernel takes for M rows (checked again, with errors, by gemm_small_out).
+bool gemm_small_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) >= 1 && x.size(0) <= 16 &&
+         out.size(0) == x.size(0) && x.stride(1) == 1 && (x.size(0) == 1 || x.stride(0) % 8 == 0) &&
+         out.stride(1) == 1 && weight.is_contiguous() && x.size(1) % 8 == 0 && x.scalar_type() == at::kBFloat16 &&
+         weight.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 && aligned16(x) &&
+         aligned16(weight) && x.size(1) <= std::numeric_limits<int>::max() &&
+         weight.size(0) <= std::numeric_limits<int>::max();
+}
 }  // namespace
 
 GemmMode gemm_mode() { return g_gemm_mode; }
@@ -254,6 +270,8 @@ const char* gemm_mode_name(GemmMode mode) {
     case GemmMode::kSkinny: return "skinny";
     case GemmMode::kCublas: return "cublas";
     case GemmMode::kGemv: return "gemv";
+    case GemmMode::kStream: return "stream";
+    case GemmMode::kStreamAll: return "stream_all";
   }
   return "?";
 }
@@ -271,6 +289,25 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
   if (K % 8 != 0 || !aligned16(x) || !aligned16(weight)) fail("gemv: K % 8 == 0 and 16-byte aligned x, weight needed");
   if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv: N or K too large");
   check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream()), "gemv");
+}
+
+void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  require(x, "gemm_small x", at::kBFloat16, false);
+  require(out, "gemm_small out", at::kBFloat16, false);
+  require(weight, "gemm_small weight", at::kBFloat16);
+  if (x.dim() != 2 || out.dim() != 2 || weight.dim() != 2) fail("gemm_small: expected x [M, K], weight [N, K], out [M, N]");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (weight.size(1) != K || out.size(0) != M || out.size(1) != N)
+    fail("gemm_small: shapes disagree: x [{}, {}], weight [{}, {}], out [{}, {}]", M, K, N, weight.size(1), out.size(0),
+         out.size(1));
+  if (M < 1 || M > 16) fail("gemm_small: {} rows, the kernel takes 1 to 16", M);
+  if (x.stride(1) != 1 || out.stride(1) != 1) fail("gemm_small: x and out need unit column stride");
+  if (K % 8 != 0 || (M > 1 && x.stride(0) % 8 != 0) || !aligned16(x) || !aligned16(weight))
+    fail("gemm_small: K % 8 == 0, x row stride % 8 == 0 and 16-byte aligned x, weight needed");
+  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemm_small: N or K too large");
+  check(gemm_small(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
+                   static_cast<int>(K), stream()),
+        "gemm_small");
 }
 
 void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
@@ -312,7 +349,7 @@ void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tens
 void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
                         const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
                         const at::Tensor& sum_out2, const at::Tensor& counter) {
-  if (g_gemm_mode == GemmMode::kGemv && counter.defined() && gemv_fits(out, x, weight) && out.is_contiguous() &&
+  if (gemv_at_one_row() && counter.defined() && gemv_fits(out, x, weight) && out.is_contiguous() &&
       aligned16(out) && out.size(1) == weight.size(0) && x.size(1) == weight.size(1) && weight.size(0) % 8 == 0 &&
       weight.size(0) <= 8192) {
     gemv_rmsnorm_out(out, x, weight, y, norm_weight, eps, residual, sum_out, sum_out2, counter);
@@ -323,7 +360,7 @@ void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Te
 }
 
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {
-  if (g_gemm_mode == GemmMode::kGemv && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
+  if (gemv_at_one_row() && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
       act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
       gemv_fits(gu, x, gate_up)) {
     gemv_silu_mul_out(act, x, gate_up);
@@ -335,9 +372,14 @@ void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::
 
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  if (g_gemm_mode == GemmMode::kGemv && M == 1 && gemv_fits(out, x, weight)) {
+  if (gemv_at_one_row() && M == 1 && gemv_fits(out, x, weight)) {
     if (weight.size(1) != K || out.size(1) != N) fail("linear: shapes disagree");
     gemv_out(out, x, weight);
+    return;
+  }
+  const bool stream_rows = (g_gemm_mode == GemmMode::kStream && M >= 2) || g_gemm_mode == GemmMode::kStreamAll;
+  if (stream_rows && M <= 16 && gemm_small_fits(out, x, weight)) {
+    gemm_small_out(out, x, weight);
     return;
   }
   const bool skinny = g_gemm_mode == GemmMode::kSkinny && M <= 16 && K % 32 == 0 && x.dim() == 2 && out.dim() == 2 &&

@@ -58,8 +58,8 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
 void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 
 // The MLP's gate/up projection and SwiGLU, act [M, I] = silu_mul(x @ gate_up^T), with `gu` [M, 2I] as the
-// intermediate: in gemv mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu untouched, one
-// launch); otherwise linear_out into gu, then silu_mul_out.
+// intermediate: in gemv or stream mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu
+// untouched, one launch); otherwise linear_out into gu, then silu_mul_out.
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up);
 
 // out [1, N] = x @ weight^T, then rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2), in one
@@ -70,22 +70,33 @@ void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tens
                       const at::Tensor& sum_out2, const at::Tensor& counter);
 
 // A projection followed by the residual RMSNorm: linear_out(out, x, weight), then rmsnorm_out(y, out,
-// norm_weight, eps, residual, sum_out, sum_out2). In gemv mode a one-row x in the layouts gemv_rmsnorm_out
-// takes (and a defined `counter`) runs as that one launch.
+// norm_weight, eps, residual, sum_out, sum_out2). In gemv or stream mode a one-row x in the layouts
+// gemv_rmsnorm_out takes (and a defined `counter`) runs as that one launch.
 void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
                         const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
                         const at::Tensor& sum_out2, const at::Tensor& counter);
+
+// out [M, N] = x [M, K] @ weight [N, K]^T for 1 <= M <= 16 by the streaming small-M tensor-core kernel
+// (kernels/gemm_small.h); x with unit column stride, row stride % 8 == 0, 16-byte aligned; weight
+// contiguous and 16-byte aligned; out with unit column stride; K % 8 == 0. Row r of the result is bitwise
+// the result for that row alone (M = 1), whatever the other rows are.
+void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
 
 // out = x @ weight^T, no allocation, by mode:
 //   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
 //   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1
 //            on the H200, docs/PERF.md);
-//   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows.
+//   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows;
+//   kStream: the GEMV for one row (with its fused epilogues, as kGemv), the streaming small-M kernel
+//            (kernels/gemm_small.h) for 2..16 rows (verify, draft), cuBLAS for more;
+//   kStreamAll: the streaming small-M kernel for 1..16 rows, decode included and without the GEMV's
+//            fused epilogues, so that a row's matmul results do not depend on how many rows ran with it
+//            (bitwise, the precondition for bf16 DFlash == plain decoding).
 // A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
-enum class GemmMode { kSkinny, kCublas, kGemv };
-// Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny (default gemv). Graphs keep the mode
-// they were captured with.
+enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
+// Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny|stream|stream_all (default gemv).
+// Graphs keep the mode they were captured with.
 GemmMode gemm_mode();
 void set_gemm_mode(GemmMode mode);
 const char* gemm_mode_name(GemmMode mode);

@@ -11,9 +11,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
+#include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
 #include "kernels/launch.h"
 #include "kernels/skinny_gemm.h"
@@ -517,6 +519,125 @@ TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
   at::Tensor cub = at::full({1, N}, NAN, bf16());
   kernels::linear_out(cub, x.narrow(0, 0, 1), w);
   EXPECT_LT(rel_err(cub, at::linear(x.narrow(0, 0, 1), w)), 1e-2) << "cublas mode, M = 1";
+  kernels::set_gemm_mode(saved);
+}
+
+// The streaming small-M GEMM (kernels/gemm_small.h) at every Qwen3-4B/8B projection shape (fused QKV, o,
+// fused gate/up, down, and the 4B LM head) for M = 2, 5, 16, then odd N and K that are multiples of 8 but not
+// of the kernel's 128-wide step, for M = 1, 8, 9 (one and two 8-column tiles) and 16. X is a row slice of a
+// wider buffer whose extra columns and rows are NaN (the kernel must not read past K or past M rows); the
+// output has NaN guard columns on both sides and a NaN guard row below. Against float64 and at::linear, and
+// bitwise batch-invariant: row r of the M-row product equals the 1-row product of row r, and the rows an
+// M = 5 and an M = 16 product share are equal. It is not bitwise the GEMV (tensor-core sums round
+// differently, gemm_small.h), only within the same bf16 tolerance.
+namespace {
+
+void check_gemm_small(int64_t N, int64_t K, std::initializer_list<int64_t> Ms) {
+  at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor xbuf = at::full({17, K + 8}, NAN, bf16());
+  at::Tensor w64 = w.to(at::kDouble).t();
+  at::Tensor m16;  // the 16-row product, for the rows it shares with M = 5
+  at::Tensor m5;
+  for (int64_t M : Ms) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+    xbuf.fill_(NAN);
+    xbuf.narrow(0, 0, M).narrow(1, 0, K).copy_(x.narrow(0, 0, M));
+    at::Tensor xm = xbuf.narrow(0, 0, M).narrow(1, 0, K);  // row stride K + 8, NaN beyond
+    at::Tensor wide = at::full({M + 1, N + 16}, NAN, bf16());
+    at::Tensor out = wide.narrow(0, 0, M).narrow(1, 8, N);
+    kernels::gemm_small_out(out, xm, w);
+    at::Tensor ref64 = at::matmul(x.narrow(0, 0, M).to(at::kDouble), w64);
+    EXPECT_LT(rel_err(out, ref64), 5e-3) << "vs float64";
+    EXPECT_LT(rel_err(out, at::linear(x.narrow(0, 0, M), w)), 1e-2) << "vs at::linear";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before y";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, N + 8, 8)).all().item<bool>()) << "wrote after y";
+    EXPECT_TRUE(at::isnan(wide.narrow(0, M, 1)).all().item<bool>()) << "wrote a row past M";
+    for (int64_t r = 0; r < M; ++r) {
+      at::Tensor one = at::full({1, N}, NAN, bf16());
+      kernels::gemm_small_out(one, x.narrow(0, r, 1), w);
+      EXPECT_TRUE(at::equal(one[0], out[r])) << "row " << r << " is not bitwise its 1-row product (max "
+                                              << max_ulps(out[r], one[0]) << " bf16 units)";
+      if (M == 1) {  // one row: the GEMV's job in the default mode; same tolerance, not bitwise
+        at::Tensor g = at::full({1, N}, NAN, bf16());
+        kernels::gemv_out(g, x.narrow(0, r, 1), w);
+        EXPECT_LT(rel_err(one, g), 1e-2) << "vs the GEMV";
+      }
+    }
+    if (M == 16) m16 = out.clone();
+    if (M == 5) m5 = out.clone();
+  }
+  if (m16.defined() && m5.defined()) {
+    EXPECT_TRUE(at::equal(m16.narrow(0, 0, 5), m5)) << "M = 5 vs M = 16 rows differ";
+  }
+}
+
+}  // namespace
+
+TEST_F(Kernels, GemmSmallMatchesReferenceAndIsBatchInvariant) {
+  struct Case { int64_t N, K; };
+  // Qwen3-4B: qkv, o, gate_up, down, lm_head; Qwen3-8B: qkv, o, gate_up, down.
+  for (Case c : {Case{6144, 2560}, Case{2560, 4096}, Case{19456, 2560}, Case{2560, 9728}, Case{151936, 2560},
+                 Case{6144, 4096}, Case{4096, 4096}, Case{24576, 4096}, Case{4096, 12288}})
+    check_gemm_small(c.N, c.K, {2, 5, 16});
+  for (Case c : {Case{1, 8}, Case{7, 72}, Case{13, 2568}, Case{17, 136}, Case{1001, 1000}, Case{8451, 264},
+                 Case{100003, 136}})
+    check_gemm_small(c.N, c.K, {1, 5, 8, 9, 16});
+  // Layouts it does not take are refused, not misread: K % 8 != 0, more than 16 rows, a misaligned row stride.
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  at::Tensor x = at::randn({17, 24}, bf16()), w = at::randn({5, 24}, bf16()), y = at::full({17, 5}, NAN, bf16());
+  auto raw = [](const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); };
+  EXPECT_EQ(kernels::gemm_small(raw(x), 24, raw(w), raw(y), 5, 2, 5, 20, st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_small(raw(x), 24, raw(w), raw(y), 5, 17, 5, 24, st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_small(raw(x), 12, raw(w), raw(y), 5, 2, 5, 8, st), cudaErrorInvalidValue);
+  EXPECT_TRUE(at::isnan(y).all().item<bool>());
+}
+
+// linear_out in the stream modes: kStream keeps one-row products (and the fused gate/up and o/down
+// epilogues) on the GEMV and gives 2..16 rows to gemm_small (bitwise gemm_small_out), more to cuBLAS;
+// kStreamAll gives 1..16 rows to gemm_small, so a row's result does not depend on the row count, and the
+// fused one-row paths fall back to linear_out + the separate kernel. The mode is restored afterwards.
+TEST_F(Kernels, LinearOutStreamModes) {
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t N = 2560, K = 4096, I = 9728;
+  at::Tensor x = at::randn({20, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor gate_up = at::randn({2 * I, K}, bf16()) * 0.05;
+  at::Tensor gemv1 = at::full({1, N}, NAN, bf16()), small1 = at::full({1, N}, NAN, bf16());
+  at::Tensor small16 = at::full({16, N}, NAN, bf16());
+  kernels::gemv_out(gemv1, x.narrow(0, 0, 1), w);
+  kernels::gemm_small_out(small1, x.narrow(0, 0, 1), w);
+  kernels::gemm_small_out(small16, x.narrow(0, 0, 16), w);
+  at::Tensor act_ref = at::full({1, I}, NAN, bf16());
+  kernels::gemv_silu_mul_out(act_ref, x.narrow(0, 0, 1), gate_up);
+
+  kernels::set_gemm_mode(kernels::GemmMode::kStream);
+  EXPECT_STREQ(kernels::gemm_mode_name(kernels::gemm_mode()), "stream");
+  at::Tensor one = at::full({1, N}, NAN, bf16()), sixteen = at::full({16, N}, NAN, bf16());
+  at::Tensor twenty = at::full({20, N}, NAN, bf16());
+  kernels::linear_out(one, x.narrow(0, 0, 1), w);
+  kernels::linear_out(sixteen, x.narrow(0, 0, 16), w);
+  kernels::linear_out(twenty, x, w);
+  EXPECT_TRUE(at::equal(one, gemv1)) << "stream mode, M = 1: not the GEMV";
+  EXPECT_TRUE(at::equal(sixteen, small16)) << "stream mode, M = 16: not gemm_small";
+  EXPECT_LT(rel_err(twenty, at::linear(x, w)), 1e-2) << "stream mode, M = 20 (cuBLAS)";
+  at::Tensor gu = at::full({1, 2 * I}, NAN, bf16()), act = at::full({1, I}, NAN, bf16());
+  kernels::linear_silu_mul_out(act, gu, x.narrow(0, 0, 1), gate_up);
+  EXPECT_TRUE(at::equal(act, act_ref)) << "stream mode, one row: not the fused GEMV + SwiGLU";
+  EXPECT_TRUE(at::isnan(gu).all().item<bool>()) << "stream mode, one row: the intermediate was written";
+
+  kernels::set_gemm_mode(kernels::GemmMode::kStreamAll);
+  EXPECT_STREQ(kernels::gemm_mode_name(kernels::gemm_mode()), "stream_all");
+  one.fill_(NAN);
+  sixteen.fill_(NAN);
+  kernels::linear_out(one, x.narrow(0, 0, 1), w);
+  kernels::linear_out(sixteen, x.narrow(0, 0, 16), w);
+  EXPECT_TRUE(at::equal(one, small1)) << "stream_all mode, M = 1: not gemm_small";
+  EXPECT_TRUE(at::equal(sixteen, small16)) << "stream_all mode, M = 16: not gemm_small";
+  EXPECT_TRUE(at::equal(sixteen.narrow(0, 0, 1), one)) << "stream_all mode: row 0 depends on the row count";
+  kernels::linear_silu_mul_out(act, gu, x.narrow(0, 0, 1), gate_up);
+  EXPECT_FALSE(at::isnan(gu).any().item<bool>()) << "stream_all mode, one row: expected the unfused path";
+  at::Tensor act_twin = at::full({1, I}, NAN, bf16());
+  kernels::silu_mul_out(act_twin, gu);
+  EXPECT_TRUE(at::equal(act, act_twin)) << "stream_all mode, one row: not gemm_small + silu_mul";
   kernels::set_gemm_mode(saved);
 }
 
