@@ -11,10 +11,16 @@
 // cuBLAS, and at M = 16 by the streaming kernel and by cuBLAS, against the copy bandwidth. Prints a table
 // and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
+//                  [--profile MODE]
+// --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
+// decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
+// the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
+// (scripts/gpu/profile_kernels.sh).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -155,7 +161,7 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shapes = "4B,8B", json_path;
+  std::string shapes = "4B,8B", json_path, profile_mode;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -166,6 +172,7 @@ int main(int argc, char** argv) {
     else if (f == "--ref-iters") ref_iters = std::stoll(v);
     else if (f == "--tau") tau = std::stod(v);
     else if (f == "--json") json_path = v;
+    else if (f == "--profile") profile_mode = v;
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
   try {
@@ -209,11 +216,31 @@ int main(int argc, char** argv) {
       model::DFlashDraft draft(dc, std::move(dw), target);
       const int64_t B = 16;
       device_sync();
+      std::vector<int64_t> prompt(context);
+      for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 7919) % 150000;
+
+      if (!profile_mode.empty()) {
+        kernels::set_gemm_mode(kernels::parse_gemm_mode(profile_mode, "--profile"));
+        model::FastEngine engine(target, &draft, context + 4 * B, B);
+        at::Tensor logits = engine.prefill(prompt);
+        engine.first_draft(logits.argmax().item<int64_t>());
+        engine.set_start(context, context);
+        device_sync();
+        // the profiled region: decode, verify, draft, in that order (each ends with its argmax kernel)
+        AT_CUDA_CHECK(cudaProfilerStart());
+        engine.decode_step();
+        engine.sync();
+        engine.verify_step();
+        engine.sync();
+        engine.draft_step();
+        engine.sync();
+        AT_CUDA_CHECK(cudaProfilerStop());
+        std::printf("%s: profiled one decode, verify and draft step in %s mode\n", s.name.c_str(), profile_mode.c_str());
+        continue;
+      }
 
       // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
       struct FastNumbers { double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16; };
-      std::vector<int64_t> prompt(context);
-      for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 7919) % 150000;
       double dec_bytes = 0, drf_bytes = 0;
       auto measure_fast = [&](kernels::GemmMode mode, bool pdl) {
         kernels::set_gemm_mode(mode);

@@ -225,13 +225,20 @@ void advance_counter(const at::Tensor& counter, int inc) {
 }
 
 namespace {
+constexpr GemmMode kAllModes[] = {GemmMode::kGemv, GemmMode::kCublas, GemmMode::kSkinny, GemmMode::kStream,
+                                  GemmMode::kStreamAll};
+bool mode_of_name(const char* name, GemmMode& mode) {
+  for (GemmMode m : kAllModes)
+    if (std::strcmp(name, gemm_mode_name(m)) == 0) {
+      mode = m;
+      return true;
+    }
+  return false;
+}
 GemmMode initial_gemm_mode() {
   const char* env = std::getenv("SPECPRESS_GEMM");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "gemv") == 0) return GemmMode::kGemv;
-  if (std::strcmp(env, "skinny") == 0) return GemmMode::kSkinny;
-  if (std::strcmp(env, "cublas") == 0) return GemmMode::kCublas;
-  if (std::strcmp(env, "stream") == 0) return GemmMode::kStream;
-  if (std::strcmp(env, "stream_all") == 0) return GemmMode::kStreamAll;
+  GemmMode mode = GemmMode::kGemv;
+  if (env == nullptr || *env == '\0' || mode_of_name(env, mode)) return mode;
   // Static initialisation: no exception can be caught here, so say so and keep the default.
   std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas, skinny, stream or stream_all; using gemv\n",
                env);
@@ -265,6 +272,13 @@ bool gemm_small_fits(const at::Tensor& out, const at::Tensor& x, const at::Tenso
 
 GemmMode gemm_mode() { return g_gemm_mode; }
 void set_gemm_mode(GemmMode mode) { g_gemm_mode = mode; }
+GemmMode parse_gemm_mode(const std::string& name, const char* what) {
+  GemmMode mode = GemmMode::kGemv;
+  if (!mode_of_name(name.c_str(), mode))
+    fail("{}: unknown matmul mode '{}' (expected gemv, cublas, skinny, stream or stream_all)", what, name);
+  return mode;
+}
+
 const char* gemm_mode_name(GemmMode mode) {
   switch (mode) {
     case GemmMode::kSkinny: return "skinny";

@@ -4,6 +4,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "ops/rope.h"
 
 namespace specpress::kernels {
@@ -100,5 +102,7 @@ enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
 GemmMode gemm_mode();
 void set_gemm_mode(GemmMode mode);
 const char* gemm_mode_name(GemmMode mode);
+// The mode named `name` (as SPECPRESS_GEMM spells it); an unknown name fails naming `what` (a flag, say).
+GemmMode parse_gemm_mode(const std::string& name, const char* what);
 
 }  // namespace specpress::kernels
