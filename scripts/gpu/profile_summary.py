@@ -20,15 +20,16 @@ for row in csv.DictReader(io.StringIO(text[start:])):
     value = float(row["Metric Value"].replace(",", ""))
     unit = row["Metric Unit"]
     if row["Metric Name"] == "gpu__time_duration.sum":
-        k["us"] = value * {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(unit, 1.0)
+        k["us"] = value * {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}.get(unit, 1.0)
     elif row["Metric Name"] == "dram__bytes_read.sum":
-        k["bytes"] = value * {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1.0)
+        k["bytes"] = value * {"byte": 1, "B": 1, "Kbyte": 1e3, "KB": 1e3, "Mbyte": 1e6, "MB": 1e6, "Gbyte": 1e9, "GB": 1e9}.get(unit, 1.0)
 
 steps = [[], [], []]
 step = 0
 for k in kernels.values():
     name = k["name"].replace("void ", "")
-    for junk in ("specpress::kernels::", "(anonymous namespace)::", "detail::", "at::native::"):
+    for junk in ("specpress::kernels::", "specpress::", "(anonymous namespace)::", "<unnamed>::", "unnamed>::",
+                 "detail::", "at::native::"):
         name = name.replace(junk, "")
     name = name.split("(")[0] + " grid" + k["grid"].replace(" ", "")
     if name.startswith("advance"):
