@@ -7,14 +7,16 @@
 // cp.async stages (16-byte copies, the next tile in flight while this one is computed). All 256 threads
 // work in every phase: scores as thread = (key, rows r, r+4, ..), online softmax one warp per row, P.V as
 // thread = (4 output dims, rows). The number of active splits follows the live length S read from device
-// memory (at least 32 keys per split, 64 when a block has more than 4 rows); blocks of inactive splits
-// exit at once, so a graph captured with a fixed grid does only the work of the current length. The grid
-// is capped at one wave of resident blocks (2 per SM): verify's 4 row groups x 8 kv heads use at most 8
-// splits on an H200, decode's 8 kv heads all 32. With one
-// active split a block writes its rows directly; otherwise it leaves (m, l, unnormalised o) in the
-// workspace, and the last block of its (kv head, row group) to finish combines only the active splits:
-// one warp per row for the split weights, then every thread sums a 4-wide slice of an output row over the
-// splits with 8 independent 16-byte L2 loads in flight.
+// memory: the key splits are the blocks of thread-block clusters of C <= 8 blocks (one cluster per
+// (kv head, row group) up to 8 * 128 keys, more clusters beyond); blocks of clusters the live length does
+// not need exit at once, so a graph captured with a fixed grid does only the work of the current length.
+// The grid is capped at one wave of resident clusters. Each block leaves its (m, l, unnormalised o) in
+// shared memory and the cluster merges them through distributed shared memory (block b of the cluster
+// merges the output dims b * HD / C ..), so a short context needs no global workspace, fence or atomic.
+// With several active clusters each leaves its merged (m, l, o) in the workspace, and the last block of
+// the (kv head, row group) to finish combines only the active clusters: one warp per row for the
+// weights, then every thread sums a 4-wide slice of an output row over the clusters with 8 independent
+// 16-byte L2 loads in flight.
 //
 // Large T (prefill): the tiled kernel. Block (kv head, key split, query tile): the tile holds R <= 64 rows
 // (query t, head of the group), keys stream through shared memory 64 at a time with an online softmax in
@@ -22,6 +24,8 @@
 // tx*D..tx*D+D-1 (D = head_dim / 16). With several splits each block leaves (m, l, unnormalised o) in the
 // workspace; the last block of a (kv head, query tile) to finish combines them (threadfence reduction)
 // and re-zeroes its counter.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cfloat>
 
@@ -31,6 +35,7 @@
 namespace specpress::kernels {
 namespace {
 using namespace detail;
+namespace cg = cooperative_groups;
 constexpr int kThreads = 256, kRows = 64, kKeys = 64;
 
 constexpr size_t align16(size_t x) { return (x + 15) / 16 * 16; }
@@ -290,6 +295,8 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
 // ---- small-T ("decode") kernel
 constexpr int kDecThreads = 256, kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
 constexpr int kDecMaxT = 16;  // T above this goes to the tiled kernel
+// Keys a block takes before the launch uses another cluster; the most blocks a cluster has.
+constexpr int kDecBlockKeys = 128, kDecMaxCluster = 8;
 
 template <int HD> struct DecSmem {
   static constexpr int KS = HD + 8;   // K tile row stride (bf16): 16-byte rows, conflict-free 16-byte reads
@@ -312,13 +319,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool ok
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// Active splits and keys per split for S keys, identical in every block of a launch.
-__device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int& n_act, int& chunk) {
-  const int min_chunk = rows_per_block <= 4 ? 32 : 64;
-  n_act = min(grid_splits, max(1, (S + min_chunk - 1) / min_chunk));
-  chunk = max(1, (S + n_act - 1) / n_act);
-  if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // whole tiles, no 2-key tail tile
-  n_act = max(1, (S + chunk - 1) / chunk);
+// Active clusters and keys per block for S keys, identical in every block of a launch: enough clusters
+// that a block has at most kDecBlockKeys keys, at most the grid's; then the keys split evenly over the
+// active blocks, in whole 64-key tiles once a block has more than one tile.
+__device__ __forceinline__ void active_clusters(int S, int grid_clusters, int C, int& n_act, int& chunk) {
+  n_act = min(grid_clusters, max(1, (S + C * kDecBlockKeys - 1) / (C * kDecBlockKeys)));
+  chunk = max(1, (S + n_act * C - 1) / (n_act * C));
+  if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // no 2-key tail tile
 }
 
 template <int HD>
@@ -327,24 +334,26 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   using L = DecSmem<HD>;
   constexpr int DQ = HD / 4, NG = kDecThreads / DQ, RPT = (kDecRows + NG - 1) / NG;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* Qs = reinterpret_cast<float*>(smem + L::q_off);
+  float* Qs = reinterpret_cast<float*>(smem + L::q_off);  // query rows; after the key loop, this block's o
   float* Ss = reinterpret_cast<float*>(smem + L::s_off);
   float* row_m = reinterpret_cast<float*>(smem + L::stat_off);
   float* row_l = row_m + kDecRows;
   float* row_alpha = row_l + kDecRows;
-  float* wts = reinterpret_cast<float*>(smem + L::w_off);  // combine: [split][row] weights
+  float* wts = reinterpret_cast<float*>(smem + L::w_off);  // global combine: [cluster][row] weights
   __shared__ int is_last;
 
-  // Split is the slowest grid dimension: the blocks of active splits are dispatched first, and those of
+  // Split is the slowest grid dimension: the clusters of active splits are dispatched first, and those of
   // inactive ones, which only read S and exit, take SM slots behind them.
-  const int kvh = blockIdx.x, z = blockIdx.y, split = blockIdx.z;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int C = static_cast<int>(cluster.dim_blocks().z), rank = static_cast<int>(cluster.block_rank());
+  const int kvh = blockIdx.x, z = blockIdx.y, cz = blockIdx.z / C;
   const int G = a.nq / a.nkv, T = a.T, R = T * G;
   const int r0 = z * kDecRows, rb = min(kDecRows, R - r0);
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
-  active_splits(S, gridDim.z, min(R, kDecRows), n_act, chunk);
-  if (split >= n_act) return;  // beyond the live length: no work, not counted by the combine
-  const int beg = split * chunk, end = min(S, beg + chunk);
+  active_clusters(S, gridDim.z / C, C, n_act, chunk);
+  if (cz >= n_act) return;  // a whole cluster beyond the live length: no work, not counted by the combine
+  const int beg = min(S, (cz * C + rank) * chunk), end = min(S, beg + chunk);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const float scale = a.scale > 0.f ? a.scale : rsqrtf(static_cast<float>(HD));
@@ -481,38 +490,63 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
     }
     __syncthreads();  // the stage and the score tile are rewritten next
   }
-  __syncthreads();  // row statistics visible even when this split had no tile
+  __syncthreads();  // Qs free; row statistics visible even when this block had no tile
 
-  const size_t split_rows = static_cast<size_t>(a.nkv) * R;  // workspace rows per split = T * nq
-  float* ws_o = static_cast<float*>(a.workspace);
-  float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(a.splits) * split_rows * HD);  // as allocated
+  // This block's unnormalised o into Qs, for the cluster combine.
+  float* Os = Qs;
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const int r = rg + NG * i;
-    if (r >= rb) continue;
+    if (r < rb) *reinterpret_cast<float4*>(Os + r * HD + dq * 4) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
+  }
+  // Cluster combine through distributed shared memory: block `rank` merges the C blocks' (m, l, o) for
+  // output dims [rank * HD / C, (rank + 1) * HD / C) of every row, blocks in rank order.
+  cluster.sync();
+  const size_t split_rows = static_cast<size_t>(a.nkv) * R;  // workspace rows per cluster = T * nq
+  float* ws_o = static_cast<float*>(a.workspace);
+  float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(a.splits) * split_rows * HD);  // as allocated
+  const int slice = HD / C, items = rb * (slice / 4);
+  for (int item = tid; item < items; item += kDecThreads) {
+    const int r = item / (slice / 4), d = rank * slice + (item % (slice / 4)) * 4;
+    float M = -FLT_MAX;
+    for (int b = 0; b < C; ++b) M = fmaxf(M, *cluster.map_shared_rank(row_m + r, b));
+    float l_sum = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int b = 0; b < C; ++b) {
+      const float w = __expf(*cluster.map_shared_rank(row_m + r, b) - M);
+      l_sum = fmaf(*cluster.map_shared_rank(row_l + r, b), w, l_sum);
+      const float4 ob = *reinterpret_cast<const float4*>(cluster.map_shared_rank(Os + r * HD + d, b));
+      acc.x = fmaf(w, ob.x, acc.x);
+      acc.y = fmaf(w, ob.y, acc.y);
+      acc.z = fmaf(w, ob.z, acc.z);
+      acc.w = fmaf(w, ob.w, acc.w);
+    }
     const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
     if (n_act == 1) {
-      const float l = row_l[r], inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l_sum > 0.f ? 1.f / l_sum : 0.f;
       uint2 u;
-      *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(o[i][0] * inv, o[i][1] * inv);
-      *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(o[i][2] * inv, o[i][3] * inv);
-      *reinterpret_cast<uint2*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + dq * 4) = u;
+      *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+      *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+      *reinterpret_cast<uint2*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + d) = u;
     } else {
-      const size_t row = static_cast<size_t>(split) * split_rows + static_cast<size_t>(kvh) * R + rr;
-      *reinterpret_cast<float4*>(ws_o + row * HD + dq * 4) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
-      if (dq == 0) ws_ml[row] = make_float2(row_m[r], row_l[r]);
+      const size_t row = static_cast<size_t>(cz) * split_rows + static_cast<size_t>(kvh) * R + rr;
+      *reinterpret_cast<float4*>(ws_o + row * HD + d) = acc;
+      if (d == 0) ws_ml[row] = make_float2(M, l_sum);
     }
   }
+  cluster.sync();  // no block leaves while another still reads its shared memory
   if (n_act == 1) return;
 
+  // Several active clusters: the last block of this (kv head, row group) to finish merges the clusters'
+  // (m, l, o) from the workspace.
   __threadfence();
   __syncthreads();
   unsigned int* counter = a.counters + kvh * gridDim.y + z;
-  if (tid == 0) is_last = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_act - 1);
+  if (tid == 0) is_last = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_act * C - 1);
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  // Split weights exp(m_s - M) / sum_s l_s exp(m_s - M): one warp per row, lanes over the active splits.
+  // Cluster weights exp(m_c - M) / sum_c l_c exp(m_c - M): one warp per row, lanes over the active clusters.
   for (int r = warp; r < rb; r += kDecThreads / 32) {
     const size_t row = static_cast<size_t>(kvh) * R + r0 + r;
     float m[2], l[2];
@@ -535,7 +569,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
     if (lane + 32 < n_act) wts[(lane + 32) * kDecRows + r] = w1 * inv;
   }
   __syncthreads();
-  // Weighted sum over the active splits: item = (row, 4 dims); 8 independent loads in flight per step.
+  // Weighted sum over the active clusters: item = (row, 4 dims); 8 independent loads in flight per step.
   const size_t split_stride = split_rows * HD;
   for (int item = tid; item < rb * DQ; item += kDecThreads) {
     const int r = item / DQ, q4 = item % DQ;
@@ -567,26 +601,42 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 
 template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = DecSmem<HD>::bytes;
-  static bool configured = false;  // the attribute is per kernel, set before the first launch
-  static int resident = 0;         // blocks of this kernel the GPU holds at once
+  // Cluster size: the largest power of two <= min(splits, 8) (portable cluster sizes; HD / C stays a
+  // multiple of 4 for the combine's 4-dim items).
+  int C = 1;
+  while (2 * C <= std::min(a.splits, kDecMaxCluster)) C *= 2;
+  static bool configured = false;    // the attribute is per kernel, set before the first launch
+  static int resident[kDecMaxCluster + 1] = {};  // clusters of each size the GPU holds at once
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
-    int dev = 0, sms = 0, per_sm = 0;
-    if (e == cudaSuccess) e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attention_kernel<HD>, kDecThreads, bytes);
     if (e != cudaSuccess) return e;
-    resident = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     configured = true;
   }
   const int R = a.T * (a.nq / a.nkv), groups = a.nkv * ((R + kDecRows - 1) / kDecRows);
-  // At most one wave of blocks: a split of a second wave would start only when a first-wave block ends,
-  // doubling the step; with fewer splits each block streams more keys through its cp.async pipeline.
-  const int splits = std::max(1, std::min(a.splits, resident / groups));
-  dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, splits);
-  return launch_kernel(decode_attention_kernel<HD>, grid, kDecThreads, bytes, stream, a);
+  if (resident[C] == 0) {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = static_cast<unsigned>(C);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1, 1, static_cast<unsigned>(C));
+    cfg.blockDim = dim3(kDecThreads);
+    cfg.dynamicSmemBytes = bytes;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    cudaError_t e = cudaOccupancyMaxActiveClusters(&n, decode_attention_kernel<HD>, &cfg);
+    if (e != cudaSuccess) return e;
+    resident[C] = std::max(1, n);
+  }
+  // At most one wave of clusters: a cluster of a second wave would start only when a first-wave one ends,
+  // doubling the step; with fewer clusters each block streams more keys through its cp.async pipeline.
+  const int clusters = std::max(1, std::min(a.splits / C, resident[C] / groups));
+  dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, clusters * C);
+  return launch_kernel_clustered(decode_attention_kernel<HD>, grid, kDecThreads, bytes, stream,
+                                 static_cast<unsigned>(C), a);
 }
 
 }  // namespace
