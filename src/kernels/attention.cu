@@ -295,8 +295,8 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
 // ---- small-T ("decode") kernel
 constexpr int kDecThreads = 256, kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
 constexpr int kDecMaxT = 16;  // T above this goes to the tiled kernel
-// Keys a block takes before the launch uses another cluster; the most blocks a cluster has.
-constexpr int kDecBlockKeys = 128, kDecMaxCluster = 8;
+// The most blocks a cluster has (16 is a non-portable cluster size, which Hopper allows).
+constexpr int kDecMaxCluster = 16;
 
 template <int HD> struct DecSmem {
   static constexpr int KS = HD + 8;   // K tile row stride (bf16): 16-byte rows, conflict-free 16-byte reads
@@ -320,10 +320,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Active clusters and keys per block for S keys, identical in every block of a launch: enough clusters
-// that a block has at most kDecBlockKeys keys, at most the grid's; then the keys split evenly over the
+// that a block has at most block_keys keys, at most the grid's; then the keys split evenly over the
 // active blocks, in whole 64-key tiles once a block has more than one tile.
-__device__ __forceinline__ void active_clusters(int S, int grid_clusters, int C, int& n_act, int& chunk) {
-  n_act = min(grid_clusters, max(1, (S + C * kDecBlockKeys - 1) / (C * kDecBlockKeys)));
+__device__ __forceinline__ void active_clusters(int S, int grid_clusters, int C, int block_keys, int& n_act,
+                                                int& chunk) {
+  n_act = min(grid_clusters, max(1, (S + C * block_keys - 1) / (C * block_keys)));
   chunk = max(1, (S + n_act * C - 1) / (n_act * C));
   if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // no 2-key tail tile
 }
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   const int r0 = z * kDecRows, rb = min(kDecRows, R - r0);
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
-  active_clusters(S, gridDim.z / C, C, n_act, chunk);
+  active_clusters(S, gridDim.z / C, C, a.block_keys, n_act, chunk);
   if (cz >= n_act) return;  // a whole cluster beyond the live length: no work, not counted by the combine
   const int beg = min(S, (cz * C + rank) * chunk), end = min(S, beg + chunk);
 
@@ -425,7 +426,7 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 4
-    for (int d = 0; d < HD; d += 8) {
+    for (int d = 0; d < (kk < nk ? HD : 0); d += 8) {  // keys past the tile's end are masked below
       float kf[8];
       load8(Ks + kk * L::KS + d, kf);
 #pragma unroll
@@ -599,17 +600,25 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   if (tid == 0) *counter = 0u;
 }
 
-template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+template <int HD> cudaError_t launch_decode(AttentionArgs a, cudaStream_t stream) {
   constexpr size_t bytes = DecSmem<HD>::bytes;
-  // Cluster size: the largest power of two <= min(splits, 8) (portable cluster sizes; HD / C stays a
-  // multiple of 4 for the combine's 4-dim items).
-  int C = 1;
-  while (2 * C <= std::min(a.splits, kDecMaxCluster)) C *= 2;
-  static bool configured = false;    // the attribute is per kernel, set before the first launch
+  // Cluster size: a.cluster, else the largest power of two <= min(splits, 8); at most HD / 4, so that a
+  // block's slice of the output dims is whole 4-dim items.
+  int C = a.cluster;
+  if (C <= 0) {
+    C = 1;
+    while (2 * C <= std::min(a.splits, 8)) C *= 2;
+  }
+  if (C > kDecMaxCluster || (C & (C - 1)) != 0 || C > HD / 4 || C > a.splits) return cudaErrorInvalidValue;
+  if (a.block_keys <= 0) a.block_keys = kDecKeys;
+  if (a.block_keys % 8 != 0) return cudaErrorInvalidValue;
+  static bool configured = false;    // the attributes are per kernel, set before the first launch
   static int resident[kDecMaxCluster + 1] = {};  // clusters of each size the GPU holds at once
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (e != cudaSuccess) return e;
     configured = true;
   }

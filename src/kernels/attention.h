@@ -34,6 +34,11 @@ struct AttentionArgs {
   void* workspace = nullptr;               // attention_workspace_bytes(...) bytes when splits > 1
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
+  // T <= 16 only (0 = the defaults): blocks per thread-block cluster (1, 2, 4, 8 or 16, at most
+  // head_dim / 4; the key splits a cluster merges in shared memory), and the keys a block takes before the
+  // launch uses another cluster (a multiple of 8).
+  int cluster = 0;
+  int block_keys = 0;
 };
 
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);

@@ -92,23 +92,56 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
   // The prologue: x normalised into shared memory (as rmsnorm_row rounds: w * bf16(x * rs), stored as bf16).
   extern __shared__ uint4 xs[];  // NORM: K / 8 chunks
   if constexpr (NORM) {
+    // One round trip: each thread loads its chunks of x and of the norm weight together (up to kHeld of
+    // each in registers, K <= kHeld * 8 * threads; a longer row reloads the rest), then the block's sum of
+    // squares, then the normed chunks into shared memory.
+    constexpr int kHeld = 4, kThreads = WARPS * 32;
     __shared__ float scratch[32];
+    uint4 xr[kHeld], wr[kHeld];
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (c < nvec) {
+        xr[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8);
+        wr[i] = __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c);
+      }
+    }
     float ss = 0.f;
-    for (int c = threadIdx.x; c < nvec; c += WARPS * 32) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      if (threadIdx.x + i * kThreads < nvec) {
+        const uint32_t wd[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ss += lo_f(wd[j]) * lo_f(wd[j]) + hi_f(wd[j]) * hi_f(wd[j]);
+      }
+    }
+    for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads) {
       float v[8];
       load8(a.x + static_cast<int64_t>(c) * 8, v);
 #pragma unroll
       for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
     }
     const float rs = rsqrtf(block_sum(ss, scratch) / static_cast<float>(K) + a.norm.eps);
-    for (int c = threadIdx.x; c < nvec; c += WARPS * 32) {
-      float v[8], w[8], o[8];
-      load8(a.x + static_cast<int64_t>(c) * 8, v);
-      load8(a.norm.weight + static_cast<int64_t>(c) * 8, w);
+    auto normed = [&](const uint4& xv8, const uint4& wv8) {  // w * bf16(x * rs), as the RMSNorm kernel rounds
+      const uint32_t xd[4] = {xv8.x, xv8.y, xv8.z, xv8.w}, wd[4] = {wv8.x, wv8.y, wv8.z, wv8.w};
+      float o[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = w[e] * round_b(v[e] * rs);
-      store8(reinterpret_cast<bf16*>(xs + c), o);
+      for (int j = 0; j < 4; ++j) {
+        o[2 * j] = lo_f(wd[j]) * round_b(lo_f(xd[j]) * rs);
+        o[2 * j + 1] = hi_f(wd[j]) * round_b(hi_f(xd[j]) * rs);
+      }
+      uint4 u;
+      store8(reinterpret_cast<bf16*>(&u), o);
+      return u;
+    };
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (c < nvec) xs[c] = normed(xr[i], wr[i]);
     }
+    for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads)
+      xs[c] = normed(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8),
+                     __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c));
     __syncthreads();
   }
   for (int unit = u_beg; unit < u_end; ++unit) {
