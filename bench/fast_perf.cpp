@@ -11,11 +11,11 @@
 // cuBLAS, and at M = 16 by the streaming kernel and by cuBLAS, against the copy bandwidth. Prints a table
 // and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
-//                  [--profile MODE] [--attention-sweep 1]
+//                  [--profile MODE] [--attention 1]
 // --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
 // decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
 // the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
-// (scripts/gpu/profile_kernels.sh). --attention-sweep 1: only the attention kernel's launch shapes, timed.
+// (scripts/gpu/profile_kernels.sh). --attention 1: only the attention kernel alone, timed.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
@@ -36,6 +36,7 @@
 #include "core/error.h"
 #include "decode/sampler.h"
 #include "kernels/aten_ops.h"
+#include "kernels/attention.h"
 #include "kernels/launch.h"
 #include "model/qwen3_fast.h"
 
@@ -160,18 +161,16 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
 
 // The small-T attention kernel alone, µs per launch: a graph of 36 launches (one per layer, each over its own
 // cache, as in a step) replayed, for T query rows over S keys at the Qwen3 head layout (32 q heads, 8 kv
-// heads, head_dim 128), with `cluster` blocks per cluster and at most `block_keys` keys per block (0 = the
-// kernel's defaults).
-double attention_us(int64_t T, int64_t S, int cluster, int block_keys, int64_t capacity) {
+// heads, head_dim 128) and the engine's split count for a cache of `capacity` positions.
+double attention_us(int64_t T, int64_t S, int64_t capacity) {
   const int64_t nq = 32, nkv = 8, hd = 128, layers = 36;
   auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   at::Tensor q = at::randn({T, nq, hd}, opt);
   at::Tensor kc = at::randn({layers, nkv, capacity, hd}, opt), vc = at::randn({layers, nkv, capacity, hd}, opt);
   at::Tensor out = at::empty({T, nq * hd}, opt);
   at::Tensor base = at::full({1}, static_cast<int>(S - T), at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
-  kernels::AttentionScratch scratch = kernels::make_attention_scratch(T, nq, nkv, hd, 32, at::Device(at::kCUDA));
-  scratch.cluster = cluster;
-  scratch.block_keys = block_keys;
+  kernels::AttentionScratch scratch = kernels::make_attention_scratch(
+      T, nq, nkv, hd, kernels::attention_default_splits(capacity, static_cast<int>(T)), at::Device(at::kCUDA));
   device_sync();
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   c10::cuda::CUDAStreamGuard guard(side);
@@ -202,29 +201,23 @@ double attention_us(int64_t T, int64_t S, int cluster, int block_keys, int64_t c
   return 1e3 * ms / (reps * layers);
 }
 
-// --attention-sweep: the attention kernel's launch shapes (cluster size x keys per block) at decode (T = 1)
-// and verify (T = 16) rows, at 512 and 4096 keys of context, µs per launch.
-void attention_sweep() {
-  std::printf("attention sweep (36 launches per graph, us per launch; cluster x block_keys; 0 = defaults)\n");
-  for (int64_t T : {1, 16})
-    for (int64_t ctx : {512, 4096}) {
-      const int64_t S = ctx + T;
-      std::printf("T=%lld S=%lld: defaults %.2f |", static_cast<long long>(T), static_cast<long long>(S),
-                  attention_us(T, S, 0, 0, ctx + 64));
-      for (int c : {1, 2, 4, 8, 16})
-        for (int bk : {32, 64, 128, 256}) {
-          if (c * bk * 32 < S) continue;  // more than the 32 splits of the scratch would need
-          std::printf(" c%d/k%d %.2f", c, bk, attention_us(T, S, c, bk, ctx + 64));
-        }
-      std::printf("\n");
-    }
+// --attention 1: the attention kernel alone at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
+// 8192 keys of context, µs per launch.
+void attention_table() {
+  std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");
+  for (int64_t T : {1, 16}) {
+    std::printf("T=%-2lld", static_cast<long long>(T));
+    for (int64_t ctx : {512, 2048, 8192})
+      std::printf("  context %lld: %.2f", static_cast<long long>(ctx), attention_us(T, ctx + T, ctx + 64));
+    std::printf("\n");
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string shapes = "4B,8B", json_path, profile_mode;
-  bool sweep = false;
+  bool attention_only = false;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -236,14 +229,14 @@ int main(int argc, char** argv) {
     else if (f == "--tau") tau = std::stod(v);
     else if (f == "--json") json_path = v;
     else if (f == "--profile") profile_mode = v;
-    else if (f == "--attention-sweep") sweep = v == "1";
+    else if (f == "--attention") attention_only = v == "1";
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
   try {
     c10::InferenceMode mode;
     if (!at::hasCUDA()) fail("fast_perf needs a CUDA device");
-    if (sweep) {
-      attention_sweep();
+    if (attention_only) {
+      attention_table();
       return 0;
     }
     cudaDeviceProp prop{};

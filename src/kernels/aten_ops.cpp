@@ -171,8 +171,6 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
   a.cache_capacity = k_cache.size(1);
   a.causal = causal;
   a.splits = scratch.splits;
-  a.cluster = scratch.cluster;
-  a.block_keys = scratch.block_keys;
   a.workspace = scratch.workspace.data_ptr();
   a.counters = reinterpret_cast<unsigned int*>(scratch.counters.data_ptr<int>());
   check(attention(a, stream()), "attention");

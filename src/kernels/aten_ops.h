@@ -27,7 +27,6 @@ struct AttentionScratch {
   at::Tensor workspace;  // uint8
   at::Tensor counters;   // int32, zero between launches
   int splits = 1;
-  int cluster = 0, block_keys = 0;  // AttentionArgs' small-T launch shape (0 = its defaults)
 };
 AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
                                         at::Device device);

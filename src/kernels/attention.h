@@ -2,15 +2,14 @@
 // count read from device memory: S = *kv_len_base + kv_len_add. Causal (bottom-right: query t sees keys
 // 0 .. S-T+t; target decode, verify and prefill) or non-causal (DFlash draft block over context + its
 // own block, whose K/V the caller wrote into the cache right after the context). Split-K over the keys
-// ("flash-decoding"), so a step is one launch. T <= 16 (decode, verify, draft) runs a kernel built for few
-// rows: every K/V tile is read once per kv head for all the group's rows (up to 16 rows per block), the
-// splits of a head group form a thread-block cluster that merges its partial results in distributed
-// shared memory, and only the clusters the live length needs do work (one up to 1024 keys), so the fixed
-// grid of a captured graph follows the live length; the last block of a head group merges several
-// clusters. Larger T (prefill)
+// ("flash-decoding") with the combine done by the last block of each head group, so a step is one
+// launch. T <= 16 (decode, verify, draft) runs a tensor-core kernel built for few rows: every K/V tile is
+// read once per kv head for all the group's rows (up to 16 rows per block, the M of an MMA), and only
+// ceil(S / 32) splits (at most `splits`) do work, so the fixed grid of a captured graph follows the live
+// length. Larger T (prefill)
 // runs a 64-row tiled kernel. Reference twin: ops::attention on the cache narrowed to S keys (fp32
-// softmax; scores and probabilities are not rounded to bf16 here, so results agree to bf16 precision,
-// not bitwise).
+// softmax; scores are not rounded to bf16 here, and the small-T kernel rounds probabilities to bf16 only
+// as the P·V operand, so results agree to bf16 precision, not bitwise).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -34,11 +33,6 @@ struct AttentionArgs {
   void* workspace = nullptr;               // attention_workspace_bytes(...) bytes when splits > 1
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
-  // T <= 16 only (0 = the defaults): blocks per thread-block cluster (1, 2, 4, 8 or 16, at most
-  // head_dim / 4; the key splits a cluster merges in shared memory), and the keys a block takes before the
-  // launch uses another cluster (a multiple of 8).
-  int cluster = 0;
-  int block_keys = 0;
 };
 
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);

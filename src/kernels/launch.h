@@ -29,39 +29,20 @@ inline void set_pdl(bool on) { pdl_flag() = on; }
 
 namespace detail {
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...), with PDL when enabled and, when cluster_z > 1,
-// thread-block clusters of (1, 1, cluster_z) blocks (grid.z must be a multiple of it).
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                    cudaStream_t stream, unsigned cluster_z, Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  unsigned n = 0;
-  if (pdl_enabled()) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  if (cluster_z > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = 1;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = cluster_z;
-    ++n;
-  }
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cfg.attrs = n > 0 ? attr : nullptr;
-  cfg.numAttrs = n;
+  cfg.attrs = pdl_enabled() ? attr : nullptr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-}
-
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                          Args&&... args) {
-  return launch_kernel_clustered(kernel, grid, block, smem, stream, 1u, std::forward<Args>(args)...);
 }
 
 }  // namespace detail
