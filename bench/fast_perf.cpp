@@ -162,7 +162,7 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
 // The small-T attention kernel alone, µs per launch: a graph of 36 launches (one per layer, each over its own
 // cache, as in a step) replayed, for T query rows over S keys at the Qwen3 head layout (32 q heads, 8 kv
 // heads, head_dim 128) and the engine's split count for a cache of `capacity` positions.
-double attention_us(int64_t T, int64_t S, int64_t capacity) {
+double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys = 0) {
   const int64_t nq = 32, nkv = 8, hd = 128, layers = 36;
   auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   at::Tensor q = at::randn({T, nq, hd}, opt);
@@ -171,6 +171,7 @@ double attention_us(int64_t T, int64_t S, int64_t capacity) {
   at::Tensor base = at::full({1}, static_cast<int>(S - T), at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
   kernels::AttentionScratch scratch = kernels::make_attention_scratch(
       T, nq, nkv, hd, kernels::attention_default_splits(capacity, static_cast<int>(T)), at::Device(at::kCUDA));
+  scratch.min_split_keys = min_split_keys;
   device_sync();
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   c10::cuda::CUDAStreamGuard guard(side);
@@ -202,13 +203,16 @@ double attention_us(int64_t T, int64_t S, int64_t capacity) {
 }
 
 // --attention 1: the attention kernel alone at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
-// 8192 keys of context, µs per launch.
+// 8192 keys of context, µs per launch, with the kernel's default split size and with each of a few.
 void attention_table() {
   std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");
   for (int64_t T : {1, 16}) {
     std::printf("T=%-2lld", static_cast<long long>(T));
-    for (int64_t ctx : {512, 2048, 8192})
-      std::printf("  context %lld: %.2f", static_cast<long long>(ctx), attention_us(T, ctx + T, ctx + 64));
+    for (int64_t ctx : {512, 2048, 8192}) {
+      std::printf("  context %lld: %.2f (fewest keys a split", static_cast<long long>(ctx), attention_us(T, ctx + T, ctx + 64));
+      for (int mk : {32, 64, 128, 256, 512}) std::printf(" %d: %.2f", mk, attention_us(T, ctx + T, ctx + 64, mk));
+      std::printf(")");
+    }
     std::printf("\n");
   }
 }

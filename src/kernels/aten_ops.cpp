@@ -171,6 +171,7 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
   a.cache_capacity = k_cache.size(1);
   a.causal = causal;
   a.splits = scratch.splits;
+  a.min_split_keys = scratch.min_split_keys;
   a.workspace = scratch.workspace.data_ptr();
   a.counters = reinterpret_cast<unsigned int*>(scratch.counters.data_ptr<int>());
   check(attention(a, stream()), "attention");

@@ -27,6 +27,7 @@ struct AttentionScratch {
   at::Tensor workspace;  // uint8
   at::Tensor counters;   // int32, zero between launches
   int splits = 1;
+  int min_split_keys = 0;  // AttentionArgs::min_split_keys (0 = the kernel's default)
 };
 AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
                                         at::Device device);

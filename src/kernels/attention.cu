@@ -314,8 +314,9 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Active splits and keys per split for S keys, identical in every block of a launch.
-__device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int& n_act, int& chunk) {
-  const int min_chunk = rows_per_block <= 4 ? 32 : 64;
+__device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int min_split_keys,
+                                              int& n_act, int& chunk) {
+  const int min_chunk = min_split_keys > 0 ? min_split_keys : (rows_per_block <= 4 ? 32 : 64);
   n_act = min(grid_splits, max(1, (S + min_chunk - 1) / min_chunk));
   chunk = max(1, (S + n_act - 1) / n_act);
   if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // whole tiles, no 2-key tail tile
@@ -340,7 +341,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   const int r0 = z * kDecRows, rb = min(kDecRows, R - r0);
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
-  active_splits(S, gridDim.z, min(R, kDecRows), n_act, chunk);
+  active_splits(S, gridDim.z, min(R, kDecRows), a.min_split_keys, n_act, chunk);
   if (split >= n_act) return;  // beyond the live length: no work, not counted by the combine
   const int beg = split * chunk, end = min(S, beg + chunk);
 

@@ -33,6 +33,7 @@ struct AttentionArgs {
   void* workspace = nullptr;               // attention_workspace_bytes(...) bytes when splits > 1
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
+  int min_split_keys = 0;                  // T <= 16: fewest keys a split takes (0: 32 for <= 4 rows a block, else 64)
 };
 
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);

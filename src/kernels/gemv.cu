@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
         if (lane + 32 * u < nvec) prefetch_l2(row + static_cast<int64_t>(lane + 32 * u) * 8);
     }
   }
-  pdl_begin();
+  pdl_wait();
   // The prologue: x normalised into shared memory (as rmsnorm_row rounds: w * bf16(x * rs), stored as bf16).
   extern __shared__ uint4 xs[];  // NORM: K / 8 chunks
   if constexpr (NORM) {
@@ -200,6 +200,8 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
       }
     }
   }
+  // Every weight of this warp has been read: the next kernel may take the SM slots this block frees.
+  pdl_trigger();
 }
 
 struct Plan {
