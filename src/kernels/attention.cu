@@ -9,8 +9,8 @@
 // S = Q·K^T with Q in registers (A fragments loaded once from global memory) and K by ldmatrix, masking and
 // exp on the score fragments, then O += P·V with P re-packed to bf16 as the A operand and V by transposed
 // ldmatrix; fp32 accumulators throughout. The four warps merge their (m, l, O) through shared memory at the
-// end. The number of active splits follows the live length S read from device memory (at least 32 keys per
-// split, 64 when a block has more than 4 rows); blocks of inactive splits exit at once, so a graph captured
+// end. The number of active splits follows the live length S read from device memory (at least 64 keys per
+// split, 128 when a block has more than 4 rows: the fastest in fast_perf --attention at 512-2048 keys); blocks of inactive splits exit at once, so a graph captured
 // with a fixed grid does only the work of the current length. The grid is capped at one wave of resident
 // blocks (3 per SM at head_dim 128). With one active split a block writes its rows directly; otherwise it
 // leaves (m, l, unnormalised o) in the workspace, and the last block of its (kv head, row group) to finish
@@ -316,7 +316,7 @@ __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_
 // Active splits and keys per split for S keys, identical in every block of a launch.
 __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int min_split_keys,
                                               int& n_act, int& chunk) {
-  const int min_chunk = min_split_keys > 0 ? min_split_keys : (rows_per_block <= 4 ? 32 : 64);
+  const int min_chunk = min_split_keys > 0 ? min_split_keys : (rows_per_block <= 4 ? 64 : 128);
   n_act = min(grid_splits, max(1, (S + min_chunk - 1) / min_chunk));
   chunk = max(1, (S + n_act - 1) / n_act);
   if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // whole tiles, no 2-key tail tile

@@ -8,9 +8,9 @@
 // data (the GEMV prefetches its first weights into L2 before it waits), in the SM slots the running kernel
 // leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel let the next
 // one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel
-// launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. Off by default;
-// SPECPRESS_PDL=1 or set_pdl(true) turns it on. Graphs keep the setting they were captured with (capture
-// records the launch attribute).
+// launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. On by default (it
+// measured faster: docs/PERF.md); SPECPRESS_PDL=0 or set_pdl(false) turns it off. Graphs keep the setting
+// they were captured with (capture records the launch attribute).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,7 +23,7 @@ namespace specpress::kernels {
 inline bool& pdl_flag() {
   static bool on = [] {
     const char* env = std::getenv("SPECPRESS_PDL");
-    return env != nullptr && std::strcmp(env, "1") == 0;
+    return env == nullptr || std::strcmp(env, "0") != 0;
   }();
   return on;
 }
