@@ -77,15 +77,31 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
     return a.W + (static_cast<int64_t>(n) + (EPI == kSwiglu && r >= OUT ? N : 0)) * K;
   };
   const int u_beg = warp * a.units_per_warp, u_end = min(units, u_beg + a.units_per_warp);
-  // Weights never depend on earlier kernels: under PDL (launch.h) start pulling this warp's first batch
-  // into L2 while the kernel that produces x is still running.
-  if (u_beg < u_end) {
+  // One step's W chunks of the unit with outputs n0.. (chunks c0, c0 + 32, ..; past K: zero).
+  auto load_step = [&](int n0, int c0, uint4 (&wv)[U][ROWS]) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      const bf16* row = row_of(u_beg * OUT, r);
+      const bf16* row = row_of(n0, r);
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (lane + 32 * u < nvec) prefetch_l2(row + static_cast<int64_t>(lane + 32 * u) * 8);
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        wv[u][r] = c < nvec ? ld_stream(row + static_cast<int64_t>(c) * 8) : zero;
+      }
+    }
+  };
+  // Weights never depend on earlier kernels: under PDL (launch.h) this warp's first step of W is loaded
+  // while the kernel that produces x is still running (into registers; with the norm prologue, which
+  // needs those registers, only into L2).
+  uint4 wv[U][ROWS];  // the step's W chunks
+  if (u_beg < u_end) {
+    if constexpr (NORM) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (lane + 32 * u < nvec) prefetch_l2(row_of(u_beg * OUT, r) + static_cast<int64_t>(lane + 32 * u) * 8);
+    } else {
+      load_step(u_beg * OUT, lane, wv);
     }
   }
   pdl_wait();
@@ -146,20 +162,16 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
   }
   for (int unit = u_beg; unit < u_end; ++unit) {
     const int n0 = unit * OUT;
-    const bf16* w[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) w[r] = row_of(n0, r);
     float acc[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
     for (int c0 = lane; c0 < nvec; c0 += 32 * U) {
-      uint4 wv[U][ROWS], xc[U];
+      uint4 xc[U];
+      if (NORM || unit != u_beg || c0 != lane) load_step(n0, c0, wv);  // else loaded before pdl_wait
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = c0 + 32 * u;
         const bool ok = c < nvec;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) wv[u][r] = ok ? ld_stream(w[r] + static_cast<int64_t>(c) * 8) : zero;
         if constexpr (NORM)
           xc[u] = ok ? xs[c] : zero;
         else

@@ -5,7 +5,7 @@
 // any write, and only then lets the next kernel be scheduled (pdl_trigger): the small kernels at once
 // (pdl_begin), the GEMV once its warps have read all their weights. So at most two kernels overlap, and
 // what overlaps is the next kernel's launch, block scheduling and any prologue that only touches constant
-// data (the GEMV prefetches its first weights into L2 before it waits), in the SM slots the running kernel
+// data (the GEMV loads its first step of weights before it waits), in the SM slots the running kernel
 // leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel let the next
 // one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel
 // launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. On by default (it
