@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -109,6 +110,33 @@ double copy_bandwidth_gbs() {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // bytes read + written
 }
 
+// ms per replay of a CUDA graph of body()'s launches, captured on a side stream after one eager warm-up
+// call (cuBLAS handle and workspace, kernel attributes), over `reps` replays timed with events.
+template <typename F> double graph_replay_ms(F&& body, int reps) {
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  body();
+  side.synchronize();
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  body();
+  graph.capture_end();
+  graph.replay();
+  side.synchronize();
+  cudaEvent_t e0, e1;
+  AT_CUDA_CHECK(cudaEventCreate(&e0));
+  AT_CUDA_CHECK(cudaEventCreate(&e1));
+  AT_CUDA_CHECK(cudaEventRecord(e0, side.stream()));
+  for (int i = 0; i < reps; ++i) graph.replay();
+  AT_CUDA_CHECK(cudaEventRecord(e1, side.stream()));
+  side.synchronize();
+  float ms = 0.f;
+  AT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  AT_CUDA_CHECK(cudaEventDestroy(e0));
+  AT_CUDA_CHECK(cudaEventDestroy(e1));
+  return ms / reps;
+}
+
 enum class MatmulKernel { kGemv, kCublas, kStream };
 
 // ms per launch of y [M, N] = x [M, K] · W^T by the GEMV kernel (M = 1), cuBLAS or the streaming small-M
@@ -122,9 +150,7 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
   for (int i = 0; i < copies; ++i) w.push_back(rnd({N, K}));
   at::Tensor x = rnd({M, K}, 1.0), y = at::empty({M, N}, opt);
   device_sync();
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  c10::cuda::CUDAStreamGuard guard(side);
-  auto body = [&] {
+  return graph_replay_ms([&] {
     for (const at::Tensor& wi : w) {
       if (kernel == MatmulKernel::kGemv) {
         kernels::gemv_out(y, x, wi);
@@ -135,28 +161,7 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
         at::mm_out(o, x, wi.t());
       }
     }
-  };
-  body();  // warm-up: cuBLAS handle and workspace, kernel attributes
-  side.synchronize();
-  at::cuda::CUDAGraph graph;
-  graph.capture_begin();
-  body();
-  graph.capture_end();
-  graph.replay();
-  side.synchronize();
-  const int reps = 10;
-  cudaEvent_t e0, e1;
-  AT_CUDA_CHECK(cudaEventCreate(&e0));
-  AT_CUDA_CHECK(cudaEventCreate(&e1));
-  AT_CUDA_CHECK(cudaEventRecord(e0, side.stream()));
-  for (int i = 0; i < reps; ++i) graph.replay();
-  AT_CUDA_CHECK(cudaEventRecord(e1, side.stream()));
-  side.synchronize();
-  float ms = 0.f;
-  AT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  AT_CUDA_CHECK(cudaEventDestroy(e0));
-  AT_CUDA_CHECK(cudaEventDestroy(e1));
-  return ms / (reps * copies);
+  }, 10) / copies;
 }
 
 // The small-T attention kernel alone, µs per launch: a graph of 36 launches (one per layer, each over its own
@@ -173,33 +178,10 @@ double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys =
       T, nq, nkv, hd, kernels::attention_default_splits(capacity, static_cast<int>(T)), at::Device(at::kCUDA));
   scratch.min_split_keys = min_split_keys;
   device_sync();
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  c10::cuda::CUDAStreamGuard guard(side);
-  auto body = [&] {
+  return 1e3 * graph_replay_ms([&] {
     for (int64_t l = 0; l < layers; ++l)
       kernels::attention_out(out, q, kc.select(0, l), vc.select(0, l), base, T, true, scratch);
-  };
-  body();
-  side.synchronize();
-  at::cuda::CUDAGraph graph;
-  graph.capture_begin();
-  body();
-  graph.capture_end();
-  graph.replay();
-  side.synchronize();
-  const int reps = 20;
-  cudaEvent_t e0, e1;
-  AT_CUDA_CHECK(cudaEventCreate(&e0));
-  AT_CUDA_CHECK(cudaEventCreate(&e1));
-  AT_CUDA_CHECK(cudaEventRecord(e0, side.stream()));
-  for (int i = 0; i < reps; ++i) graph.replay();
-  AT_CUDA_CHECK(cudaEventRecord(e1, side.stream()));
-  side.synchronize();
-  float ms = 0.f;
-  AT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-  AT_CUDA_CHECK(cudaEventDestroy(e0));
-  AT_CUDA_CHECK(cudaEventDestroy(e1));
-  return 1e3 * ms / (reps * layers);
+  }, 20) / layers;
 }
 
 // --attention 1: the attention kernel alone at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
@@ -364,26 +346,13 @@ int main(int argc, char** argv) {
       // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
       const FastNumbers* fb = &fs;
       const char* best_mode = "skinny";
-      if (fc.decode + fc.cycle < fb->decode + fb->cycle) {
-        fb = &fc;
-        best_mode = "cublas";
-      }
-      if (fg.decode + fg.cycle < fb->decode + fb->cycle) {
-        fb = &fg;
-        best_mode = "gemv";
-      }
-      if (fp.decode + fp.cycle < fb->decode + fb->cycle) {
-        fb = &fp;
-        best_mode = "gemv+pdl";
-      }
-      if (fst.decode + fst.cycle < fb->decode + fb->cycle) {
-        fb = &fst;
-        best_mode = "stream";
-      }
-      if (fsa.decode + fsa.cycle < fb->decode + fb->cycle) {
-        fb = &fsa;
-        best_mode = "stream_all";
-      }
+      const std::pair<const FastNumbers*, const char*> modes[] = {
+          {&fc, "cublas"}, {&fg, "gemv"}, {&fp, "gemv+pdl"}, {&fst, "stream"}, {&fsa, "stream_all"}};
+      for (const auto& [numbers, name] : modes)
+        if (numbers->decode + numbers->cycle < fb->decode + fb->cycle) {
+          fb = numbers;
+          best_mode = name;
+        }
       const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
                    f_cycle = fb->cycle;
 
@@ -469,22 +438,17 @@ int main(int argc, char** argv) {
       std::printf("stream_all (gemm_small at M=1..16, batch-invariant matmuls) ms: decode %.3f, verify %.3f, draft %.3f, "
                   "cycle %.3f (verify/decode %.2f); M=1 matmuls alone %.3f (gemv %.3f)\n",
                   fsa.decode, fsa.verify, fsa.draft, fsa.cycle, fsa.verify / fsa.decode, fsa.gemm1, fg.gemm1);
-      for (const Proj& pr : projs) {
+      // One projection by our kernel and by cuBLAS, each as ms, GB/s and % of the copy bandwidth.
+      auto print_proj = [&](const char* label, const char* ours, const Proj& pr, double ours_ms, double cublas_ms) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
-        std::printf("  GEMV %-8s N=%-6lld K=%-6lld %7.1f MB: gemv %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
+        std::printf("  %s %-8s N=%-6lld K=%-6lld %7.1f MB: %s %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
                     "(%.0f GB/s, %.1f%%)\n",
-                    pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, pr.gemv_ms,
-                    gb / (pr.gemv_ms * 1e-3), 100.0 * gb / (pr.gemv_ms * 1e-3) / bw, pr.cublas_ms,
-                    gb / (pr.cublas_ms * 1e-3), 100.0 * gb / (pr.cublas_ms * 1e-3) / bw);
-      }
-      for (const Proj& pr : projs) {
-        const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
-        std::printf("  M=16 %-8s N=%-6lld K=%-6lld %7.1f MB: gemm_small %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas "
-                    "%.4f ms (%.0f GB/s, %.1f%%)\n",
-                    pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, pr.stream16_ms,
-                    gb / (pr.stream16_ms * 1e-3), 100.0 * gb / (pr.stream16_ms * 1e-3) / bw, pr.cublas16_ms,
-                    gb / (pr.cublas16_ms * 1e-3), 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw);
-      }
+                    label, pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, ours, ours_ms,
+                    gb / (ours_ms * 1e-3), 100.0 * gb / (ours_ms * 1e-3) / bw, cublas_ms, gb / (cublas_ms * 1e-3),
+                    100.0 * gb / (cublas_ms * 1e-3) / bw);
+      };
+      for (const Proj& pr : projs) print_proj("GEMV", "gemv", pr, pr.gemv_ms, pr.cublas_ms);
+      for (const Proj& pr : projs) print_proj("M=16", "gemm_small", pr, pr.stream16_ms, pr.cublas16_ms);
       std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
                   "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
                   "elementwise (2 RMSNorm + q/k-norm/RoPE + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",

@@ -39,6 +39,18 @@ __device__ __forceinline__ void pdl_begin() {
   pdl_trigger();
 }
 
+// A streamed weight chunk (GEMV, small-M GEMM): read once, so no L1 allocation; the L2 prefetches the
+// following 256 bytes. volatile: never speculated out of the bounds check around it (a chunk past K may be
+// past W's end).
+__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -35,18 +35,6 @@ struct SmallArgs {
   int M = 0, N = 0, K = 0;
 };
 
-// A streamed weight chunk, as in gemv.cu: read once, so no L1 allocation; the L2 prefetches 256 bytes.
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
-  uint4 v;
-  // volatile: never speculated out of the bounds check around it (a chunk past K may be past W's end)
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));

@@ -28,18 +28,6 @@ struct GemvArgs {
   bf16* tap = nullptr;         // kResidual: optional copy of the new residual
 };
 
-// A streamed weight chunk: read once, so no L1 allocation; the L2 prefetches the following 256 bytes.
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
-  uint4 v;
-  // volatile: never speculated out of the bounds check around it (a chunk past K may be past W's end)
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 // bf16 pair in a 32-bit word -> two floats (bf16 is the top half of an fp32).
 __device__ __forceinline__ float lo_f(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_f(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
