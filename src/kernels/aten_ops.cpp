@@ -257,7 +257,7 @@ bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
          out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
          x.size(1) <= std::numeric_limits<int>::max() && weight.size(0) <= std::numeric_limits<int>::max();
 }
-// Modes whose one-row matmuls are the GEMV's (with its fused SwiGLU / RMSNorm epilogues).
+// Modes whose one-row matmuls are the GEMV's (with its fused RMSNorm prologue, SwiGLU and residual epilogues).
 bool gemv_at_one_row() { return g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kStream; }
 
 // The layouts the streaming small-M kernel takes for M rows (checked again, with errors, by gemm_small_out).

@@ -89,10 +89,10 @@ void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor
 //   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1
 //            on the H200, docs/PERF.md);
 //   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows;
-//   kStream: the GEMV for one row (with its fused epilogues, as kGemv), the streaming small-M kernel
+//   kStream: the GEMV for one row (with its fused prologue and epilogues, as kGemv), the streaming small-M kernel
 //            (kernels/gemm_small.h) for 2..16 rows (verify, draft), cuBLAS for more;
 //   kStreamAll: the streaming small-M kernel for 1..16 rows, decode included and without the GEMV's
-//            fused epilogues, so that a row's matmul results do not depend on how many rows ran with it
+//            fused prologue and epilogues, so that a row's matmul results do not depend on how many rows ran with it
 //            (bitwise, the precondition for bf16 DFlash == plain decoding).
 // A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);

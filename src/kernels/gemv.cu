@@ -114,9 +114,9 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
       if (threadIdx.x + i * kThreads < nvec) {
-        const uint32_t wd[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w};
+        const uint32_t xd[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) ss += lo_f(wd[j]) * lo_f(wd[j]) + hi_f(wd[j]) * hi_f(wd[j]);
+        for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
       }
     }
     for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads) {
