@@ -4,14 +4,23 @@
 // and the reference path (eager ATen) side by side: plain decode ms/token, verify ms (block 16), draft
 // ms, DFlash cycle ms, each against the bandwidth roofline (bytes that must be read / measured copy
 // bandwidth), and the projected DFlash tokens/s at tau 6.5. The fast path runs once per matmul mode
-// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1) and once more in gemv mode with
-// programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the
-// GEMV kernel and by cuBLAS against the copy bandwidth. Prints a table and one JSON line.
+// (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
+// small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
+// with programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A
+// breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the GEMV kernel and by
+// cuBLAS, and at M = 16 by the streaming kernel and by cuBLAS, against the copy bandwidth. Prints a table
+// and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
+//                  [--profile MODE] [--attention 1]
+// --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
+// decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
+// the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
+// (scripts/gpu/profile_kernels.sh). --attention 1: only the attention kernel alone, timed.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +29,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,6 +37,7 @@
 #include "core/error.h"
 #include "decode/sampler.h"
 #include "kernels/aten_ops.h"
+#include "kernels/attention.h"
 #include "kernels/launch.h"
 #include "model/qwen3_fast.h"
 
@@ -99,30 +110,12 @@ double copy_bandwidth_gbs() {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;  // bytes read + written
 }
 
-// ms per launch of y [1, N] = x [1, K] · W^T by the GEMV kernel (gemv) or cuBLAS, as replays of a graph
-// of launches that cycle through copies of W totalling >= 1 GiB, so that every launch reads W from HBM
-// rather than from the 50 MB L2.
-double m1_matmul_ms(int64_t N, int64_t K, bool gemv) {
-  auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  const double bytes = 2.0 * static_cast<double>(N) * static_cast<double>(K);
-  const int copies = std::max(2, static_cast<int>(std::ceil(static_cast<double>(int64_t{1} << 30) / bytes)));
-  std::vector<at::Tensor> w;
-  for (int i = 0; i < copies; ++i) w.push_back(rnd({N, K}));
-  at::Tensor x = rnd({1, K}, 1.0), y = at::empty({1, N}, opt);
-  device_sync();
+// ms per replay of a CUDA graph of body()'s launches, captured on a side stream after one eager warm-up
+// call (cuBLAS handle and workspace, kernel attributes), over `reps` replays timed with events.
+template <typename F> double graph_replay_ms(F&& body, int reps) {
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
   c10::cuda::CUDAStreamGuard guard(side);
-  auto body = [&] {
-    for (const at::Tensor& wi : w) {
-      if (gemv) {
-        kernels::gemv_out(y, x, wi);
-      } else {
-        at::Tensor o = y;
-        at::mm_out(o, x, wi.t());
-      }
-    }
-  };
-  body();  // warm-up: cuBLAS handle and workspace, kernel attributes
+  body();
   side.synchronize();
   at::cuda::CUDAGraph graph;
   graph.capture_begin();
@@ -130,7 +123,6 @@ double m1_matmul_ms(int64_t N, int64_t K, bool gemv) {
   graph.capture_end();
   graph.replay();
   side.synchronize();
-  const int reps = 10;
   cudaEvent_t e0, e1;
   AT_CUDA_CHECK(cudaEventCreate(&e0));
   AT_CUDA_CHECK(cudaEventCreate(&e1));
@@ -142,13 +134,76 @@ double m1_matmul_ms(int64_t N, int64_t K, bool gemv) {
   AT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
   AT_CUDA_CHECK(cudaEventDestroy(e0));
   AT_CUDA_CHECK(cudaEventDestroy(e1));
-  return ms / (reps * copies);
+  return ms / reps;
+}
+
+enum class MatmulKernel { kGemv, kCublas, kStream };
+
+// ms per launch of y [M, N] = x [M, K] · W^T by the GEMV kernel (M = 1), cuBLAS or the streaming small-M
+// kernel (kernels::gemm_small_out, M <= 16), as replays of a graph of launches that cycle through copies of W
+// totalling >= 1 GiB, so that every launch reads W from HBM rather than from the 50 MB L2.
+double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
+  auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const double bytes = 2.0 * static_cast<double>(N) * static_cast<double>(K);
+  const int copies = std::max(2, static_cast<int>(std::ceil(static_cast<double>(int64_t{1} << 30) / bytes)));
+  std::vector<at::Tensor> w;
+  for (int i = 0; i < copies; ++i) w.push_back(rnd({N, K}));
+  at::Tensor x = rnd({M, K}, 1.0), y = at::empty({M, N}, opt);
+  device_sync();
+  return graph_replay_ms([&] {
+    for (const at::Tensor& wi : w) {
+      if (kernel == MatmulKernel::kGemv) {
+        kernels::gemv_out(y, x, wi);
+      } else if (kernel == MatmulKernel::kStream) {
+        kernels::gemm_small_out(y, x, wi);
+      } else {
+        at::Tensor o = y;
+        at::mm_out(o, x, wi.t());
+      }
+    }
+  }, 10) / copies;
+}
+
+// The small-T attention kernel alone, µs per launch: a graph of 36 launches (one per layer, each over its own
+// cache, as in a step) replayed, for T query rows over S keys at the Qwen3 head layout (32 q heads, 8 kv
+// heads, head_dim 128) and the engine's split count for a cache of `capacity` positions.
+double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys = 0) {
+  const int64_t nq = 32, nkv = 8, hd = 128, layers = 36;
+  auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  at::Tensor q = at::randn({T, nq, hd}, opt);
+  at::Tensor kc = at::randn({layers, nkv, capacity, hd}, opt), vc = at::randn({layers, nkv, capacity, hd}, opt);
+  at::Tensor out = at::empty({T, nq * hd}, opt);
+  at::Tensor base = at::full({1}, static_cast<int>(S - T), at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
+  kernels::AttentionScratch scratch = kernels::make_attention_scratch(
+      T, nq, nkv, hd, kernels::attention_default_splits(capacity, static_cast<int>(T)), at::Device(at::kCUDA));
+  scratch.min_split_keys = min_split_keys;
+  device_sync();
+  return 1e3 * graph_replay_ms([&] {
+    for (int64_t l = 0; l < layers; ++l)
+      kernels::attention_out(out, q, kc.select(0, l), vc.select(0, l), base, T, true, scratch);
+  }, 20) / layers;
+}
+
+// --attention 1: the attention kernel alone at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
+// 8192 keys of context, µs per launch, with the kernel's default split size and with each of a few.
+void attention_table() {
+  std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");
+  for (int64_t T : {1, 16}) {
+    std::printf("T=%-2lld", static_cast<long long>(T));
+    for (int64_t ctx : {512, 2048, 8192}) {
+      std::printf("  context %lld: %.2f (fewest keys a split", static_cast<long long>(ctx), attention_us(T, ctx + T, ctx + 64));
+      for (int mk : {32, 64, 128, 256, 512}) std::printf(" %d: %.2f", mk, attention_us(T, ctx + T, ctx + 64, mk));
+      std::printf(")");
+    }
+    std::printf("\n");
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shapes = "4B,8B", json_path;
+  std::string shapes = "4B,8B", json_path, profile_mode;
+  bool attention_only = false;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -159,11 +214,17 @@ int main(int argc, char** argv) {
     else if (f == "--ref-iters") ref_iters = std::stoll(v);
     else if (f == "--tau") tau = std::stod(v);
     else if (f == "--json") json_path = v;
+    else if (f == "--profile") profile_mode = v;
+    else if (f == "--attention") attention_only = v == "1";
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
   try {
     c10::InferenceMode mode;
     if (!at::hasCUDA()) fail("fast_perf needs a CUDA device");
+    if (attention_only) {
+      attention_table();
+      return 0;
+    }
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     nlohmann::ordered_json out;
@@ -202,11 +263,31 @@ int main(int argc, char** argv) {
       model::DFlashDraft draft(dc, std::move(dw), target);
       const int64_t B = 16;
       device_sync();
+      std::vector<int64_t> prompt(context);
+      for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 7919) % 150000;
+
+      if (!profile_mode.empty()) {
+        kernels::set_gemm_mode(kernels::parse_gemm_mode(profile_mode, "--profile"));
+        model::FastEngine engine(target, &draft, context + 4 * B, B);
+        at::Tensor logits = engine.prefill(prompt);
+        engine.first_draft(logits.argmax().item<int64_t>());
+        engine.set_start(context, context);
+        device_sync();
+        // the profiled region: decode, verify, draft, in that order (each ends with its argmax kernel)
+        AT_CUDA_CHECK(cudaProfilerStart());
+        engine.decode_step();
+        engine.sync();
+        engine.verify_step();
+        engine.sync();
+        engine.draft_step();
+        engine.sync();
+        AT_CUDA_CHECK(cudaProfilerStop());
+        std::printf("%s: profiled one decode, verify and draft step in %s mode\n", s.name.c_str(), profile_mode.c_str());
+        continue;
+      }
 
       // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
       struct FastNumbers { double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16; };
-      std::vector<int64_t> prompt(context);
-      for (int64_t i = 0; i < context; ++i) prompt[i] = (i * 7919) % 150000;
       double dec_bytes = 0, drf_bytes = 0;
       auto measure_fast = [&](kernels::GemmMode mode, bool pdl) {
         kernels::set_gemm_mode(mode);
@@ -257,37 +338,38 @@ int main(int argc, char** argv) {
       const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
       // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
       const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
+      // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
+      const FastNumbers fst = measure_fast(kernels::GemmMode::kStream, false);
+      const FastNumbers fsa = measure_fast(kernels::GemmMode::kStreamAll, false);
       kernels::set_gemm_mode(default_mode);
       kernels::set_pdl(default_pdl);
       // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
       const FastNumbers* fb = &fs;
       const char* best_mode = "skinny";
-      if (fc.decode + fc.cycle < fb->decode + fb->cycle) {
-        fb = &fc;
-        best_mode = "cublas";
-      }
-      if (fg.decode + fg.cycle < fb->decode + fb->cycle) {
-        fb = &fg;
-        best_mode = "gemv";
-      }
-      if (fp.decode + fp.cycle < fb->decode + fb->cycle) {
-        fb = &fp;
-        best_mode = "gemv+pdl";
-      }
+      const std::pair<const FastNumbers*, const char*> modes[] = {
+          {&fc, "cublas"}, {&fg, "gemv"}, {&fp, "gemv+pdl"}, {&fst, "stream"}, {&fsa, "stream_all"}};
+      for (const auto& [numbers, name] : modes)
+        if (numbers->decode + numbers->cycle < fb->decode + fb->cycle) {
+          fb = numbers;
+          best_mode = name;
+        }
       const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
                    f_cycle = fb->cycle;
 
-      // ---- each projection alone at M = 1: GEMV kernel vs cuBLAS, against the copy bandwidth
-      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms; };
+      // ---- each projection alone, against the copy bandwidth: at M = 1 the GEMV kernel vs cuBLAS, at M = 16
+      // (verify) the streaming small-M kernel vs cuBLAS
+      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms, stream16_ms, cublas16_ms; };
       const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0},
-                                 {"o", s.hidden, q_width, 0, 0},
-                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0},
-                                 {"down", s.hidden, s.inter, 0, 0},
-                                 {"lm_head", s.vocab, s.hidden, 0, 0}};
+      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0, 0, 0},
+                                 {"o", s.hidden, q_width, 0, 0, 0, 0},
+                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0, 0, 0},
+                                 {"down", s.hidden, s.inter, 0, 0, 0, 0},
+                                 {"lm_head", s.vocab, s.hidden, 0, 0, 0, 0}};
       for (Proj& pr : projs) {
-        pr.gemv_ms = m1_matmul_ms(pr.N, pr.K, true);
-        pr.cublas_ms = m1_matmul_ms(pr.N, pr.K, false);
+        pr.gemv_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kGemv);
+        pr.cublas_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kCublas);
+        pr.stream16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kStream);
+        pr.cublas16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kCublas);
       }
 
       // ---- reference path (eager ATen), same weights
@@ -349,14 +431,24 @@ int main(int argc, char** argv) {
                   "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
                   fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
                   fp.elem1);
-      for (const Proj& pr : projs) {
+      std::printf("stream (GEMV at M=1, gemm_small at M=2..16) ms: decode %.3f, verify %.3f, draft %.3f, cycle %.3f "
+                  "(verify/decode %.2f, cycle/decode %.2f); M=16 matmuls alone %.3f (cublas %.3f)\n",
+                  fst.decode, fst.verify, fst.draft, fst.cycle, fst.verify / fst.decode, fst.cycle / fst.decode, fst.gemm16,
+                  fc.gemm16);
+      std::printf("stream_all (gemm_small at M=1..16, batch-invariant matmuls) ms: decode %.3f, verify %.3f, draft %.3f, "
+                  "cycle %.3f (verify/decode %.2f); M=1 matmuls alone %.3f (gemv %.3f)\n",
+                  fsa.decode, fsa.verify, fsa.draft, fsa.cycle, fsa.verify / fsa.decode, fsa.gemm1, fg.gemm1);
+      // One projection by our kernel and by cuBLAS, each as ms, GB/s and % of the copy bandwidth.
+      auto print_proj = [&](const char* label, const char* ours, const Proj& pr, double ours_ms, double cublas_ms) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
-        std::printf("  GEMV %-8s N=%-6lld K=%-6lld %7.1f MB: gemv %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
+        std::printf("  %s %-8s N=%-6lld K=%-6lld %7.1f MB: %s %.4f ms (%.0f GB/s, %.1f%% of copy bw), cublas %.4f ms "
                     "(%.0f GB/s, %.1f%%)\n",
-                    pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, pr.gemv_ms,
-                    gb / (pr.gemv_ms * 1e-3), 100.0 * gb / (pr.gemv_ms * 1e-3) / bw, pr.cublas_ms,
-                    gb / (pr.cublas_ms * 1e-3), 100.0 * gb / (pr.cublas_ms * 1e-3) / bw);
-      }
+                    label, pr.name, static_cast<long long>(pr.N), static_cast<long long>(pr.K), gb * 1e3, ours, ours_ms,
+                    gb / (ours_ms * 1e-3), 100.0 * gb / (ours_ms * 1e-3) / bw, cublas_ms, gb / (cublas_ms * 1e-3),
+                    100.0 * gb / (cublas_ms * 1e-3) / bw);
+      };
+      for (const Proj& pr : projs) print_proj("GEMV", "gemv", pr, pr.gemv_ms, pr.cublas_ms);
+      for (const Proj& pr : projs) print_proj("M=16", "gemm_small", pr, pr.stream16_ms, pr.cublas16_ms);
       std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
                   "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
                   "elementwise (2 RMSNorm + q/k-norm/RoPE + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
@@ -370,7 +462,10 @@ int main(int argc, char** argv) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
         proj_json.push_back({{"name", pr.name}, {"N", pr.N}, {"K", pr.K}, {"gemv_ms", pr.gemv_ms}, {"cublas_ms", pr.cublas_ms},
                              {"gemv_pct_copy_bw", 100.0 * gb / (pr.gemv_ms * 1e-3) / bw},
-                             {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw}});
+                             {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw},
+                             {"m16_gemm_small_ms", pr.stream16_ms}, {"m16_cublas_ms", pr.cublas16_ms},
+                             {"m16_gemm_small_pct_copy_bw", 100.0 * gb / (pr.stream16_ms * 1e-3) / bw},
+                             {"m16_cublas_pct_copy_bw", 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw}});
       }
       out[s.name] = {{"decode_bytes", dec_bytes}, {"draft_bytes", drf_bytes},
                      {"matmul_mode", std::string(best_mode)},
@@ -380,6 +475,8 @@ int main(int argc, char** argv) {
                                     {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
                      {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
                      {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
+                     {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
+                     {"stream_all_ms", {{"decode", fsa.decode}, {"verify", fsa.verify}, {"draft", fsa.draft}, {"cycle", fsa.cycle}, {"gemm_only_m1", fsa.gemm1}, {"gemm_only_m16", fsa.gemm16}}},
                      {"gemv_projections_m1", proj_json},
                      {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
                      {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},

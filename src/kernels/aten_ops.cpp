@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_step.h"
+#include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
@@ -45,7 +46,7 @@ __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>
 }  // namespace
 
 namespace {
-// Checked kernel arguments of rmsnorm_out (also the norm of gemv_rmsnorm_out).
+// Checked kernel arguments of rmsnorm_out.
 RmsNormArgs rmsnorm_args(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
                          const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
   require(x, "rmsnorm x", at::kBFloat16);
@@ -170,6 +171,7 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
   a.cache_capacity = k_cache.size(1);
   a.causal = causal;
   a.splits = scratch.splits;
+  a.min_split_keys = scratch.min_split_keys;
   a.workspace = scratch.workspace.data_ptr();
   a.counters = reinterpret_cast<unsigned int*>(scratch.counters.data_ptr<int>());
   check(attention(a, stream()), "attention");
@@ -224,13 +226,23 @@ void advance_counter(const at::Tensor& counter, int inc) {
 }
 
 namespace {
+constexpr GemmMode kAllModes[] = {GemmMode::kGemv, GemmMode::kCublas, GemmMode::kSkinny, GemmMode::kStream,
+                                  GemmMode::kStreamAll};
+bool mode_of_name(const char* name, GemmMode& mode) {
+  for (GemmMode m : kAllModes)
+    if (std::strcmp(name, gemm_mode_name(m)) == 0) {
+      mode = m;
+      return true;
+    }
+  return false;
+}
 GemmMode initial_gemm_mode() {
   const char* env = std::getenv("SPECPRESS_GEMM");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "gemv") == 0) return GemmMode::kGemv;
-  if (std::strcmp(env, "skinny") == 0) return GemmMode::kSkinny;
-  if (std::strcmp(env, "cublas") == 0) return GemmMode::kCublas;
+  GemmMode mode = GemmMode::kGemv;
+  if (env == nullptr || *env == '\0' || mode_of_name(env, mode)) return mode;
   // Static initialisation: no exception can be caught here, so say so and keep the default.
-  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas or skinny; using gemv\n", env);
+  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas, skinny, stream or stream_all; using gemv\n",
+               env);
   return GemmMode::kGemv;
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
@@ -245,85 +257,130 @@ bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
          out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
          x.size(1) <= std::numeric_limits<int>::max() && weight.size(0) <= std::numeric_limits<int>::max();
 }
+// Modes whose one-row matmuls are the GEMV's (with its fused RMSNorm prologue, SwiGLU and residual epilogues).
+bool gemv_at_one_row() { return g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kStream; }
+
+// The layouts the streaming small-M kernel takes for M rows (checked again, with errors, by gemm_small_out).
+bool gemm_small_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) >= 1 && x.size(0) <= 16 &&
+         out.size(0) == x.size(0) && x.stride(1) == 1 && (x.size(0) == 1 || x.stride(0) % 8 == 0) &&
+         out.stride(1) == 1 && weight.is_contiguous() && x.size(1) % 8 == 0 && x.scalar_type() == at::kBFloat16 &&
+         weight.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 && aligned16(x) &&
+         aligned16(weight) && x.size(1) <= std::numeric_limits<int>::max() &&
+         weight.size(0) <= std::numeric_limits<int>::max();
+}
 }  // namespace
 
 GemmMode gemm_mode() { return g_gemm_mode; }
 void set_gemm_mode(GemmMode mode) { g_gemm_mode = mode; }
+GemmMode parse_gemm_mode(const std::string& name, const char* what) {
+  GemmMode mode = GemmMode::kGemv;
+  if (!mode_of_name(name.c_str(), mode))
+    fail("{}: unknown matmul mode '{}' (expected gemv, cublas, skinny, stream or stream_all)", what, name);
+  return mode;
+}
+
 const char* gemm_mode_name(GemmMode mode) {
   switch (mode) {
     case GemmMode::kSkinny: return "skinny";
     case GemmMode::kCublas: return "cublas";
     case GemmMode::kGemv: return "gemv";
+    case GemmMode::kStream: return "stream";
+    case GemmMode::kStreamAll: return "stream_all";
   }
   return "?";
 }
 
-void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+namespace {
+// The optional RMSNorm prologue of the GEMV entry points, checked against K.
+GemvNorm gemv_norm_of(const at::Tensor& norm_weight, double eps, int64_t K, const char* what) {
+  GemvNorm norm;
+  if (!norm_weight.defined()) return norm;
+  require(norm_weight, "gemv norm weight", at::kBFloat16);
+  if (norm_weight.numel() != K || K > kGemvNormMaxK || !aligned16(norm_weight))
+    fail("{}: norm weight must hold K={} elements (K <= {}), 16-byte aligned", what, K, kGemvNormMaxK);
+  norm.weight = bf(norm_weight);
+  norm.eps = static_cast<float>(eps);
+  return norm;
+}
+
+// Checks of a one-row GEMV: x [K] or [1, K], out [N'] or [1, N'] with n_out elements, weight [N, K].
+void check_one_row(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, int64_t n_out,
+                   const char* what) {
   require(x, "gemv x", at::kBFloat16, false);
   require(out, "gemv out", at::kBFloat16, false);
   require(weight, "gemv weight", at::kBFloat16);
-  if (weight.dim() != 2) fail("gemv: weight must be [N, K]");
-  const int64_t N = weight.size(0), K = weight.size(1);
-  if (x.numel() != K || out.numel() != N) fail("gemv: x must hold K={} and out N={} elements", K, N);
+  if (weight.dim() != 2) fail("{}: weight must be [N, K]", what);
+  const int64_t K = weight.size(1);
+  if (x.numel() != K || out.numel() != n_out) fail("{}: x must hold K={} and out {} elements", what, K, n_out);
   if (x.dim() > 2 || out.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || (out.dim() == 2 && out.size(0) != 1))
-    fail("gemv: x and out must be one row");
-  if (x.stride(-1) != 1 || out.stride(-1) != 1) fail("gemv: x and out need unit column stride");
-  if (K % 8 != 0 || !aligned16(x) || !aligned16(weight)) fail("gemv: K % 8 == 0 and 16-byte aligned x, weight needed");
-  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv: N or K too large");
-  check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream()), "gemv");
+    fail("{}: x and out must be one row", what);
+  if (x.stride(-1) != 1 || out.stride(-1) != 1) fail("{}: x and out need unit column stride", what);
+  if (K % 8 != 0 || !aligned16(x) || !aligned16(weight)) fail("{}: K % 8 == 0 and 16-byte aligned x, weight needed", what);
+  if (weight.size(0) > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max())
+    fail("{}: N or K too large", what);
+}
+}  // namespace
+
+void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& norm_weight,
+              double eps) {
+  check_one_row(out, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv");
+  const int64_t N = weight.size(0), K = weight.size(1);
+  check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(),
+             gemv_norm_of(norm_weight, eps, K, "gemv")),
+        "gemv");
 }
 
-void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
-  require(x, "gemv_silu_mul x", at::kBFloat16, false);
-  require(act, "gemv_silu_mul act", at::kBFloat16, false);
-  require(gate_up, "gemv_silu_mul gate_up", at::kBFloat16);
+void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  require(x, "gemm_small x", at::kBFloat16, false);
+  require(out, "gemm_small out", at::kBFloat16, false);
+  require(weight, "gemm_small weight", at::kBFloat16);
+  if (x.dim() != 2 || out.dim() != 2 || weight.dim() != 2) fail("gemm_small: expected x [M, K], weight [N, K], out [M, N]");
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  if (weight.size(1) != K || out.size(0) != M || out.size(1) != N)
+    fail("gemm_small: shapes disagree: x [{}, {}], weight [{}, {}], out [{}, {}]", M, K, N, weight.size(1), out.size(0),
+         out.size(1));
+  if (M < 1 || M > 16) fail("gemm_small: {} rows, the kernel takes 1 to 16", M);
+  if (x.stride(1) != 1 || out.stride(1) != 1) fail("gemm_small: x and out need unit column stride");
+  if (K % 8 != 0 || (M > 1 && x.stride(0) % 8 != 0) || !aligned16(x) || !aligned16(weight))
+    fail("gemm_small: K % 8 == 0, x row stride % 8 == 0 and 16-byte aligned x, weight needed");
+  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemm_small: N or K too large");
+  check(gemm_small(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
+                   static_cast<int>(K), stream()),
+        "gemm_small");
+}
+
+void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
+                       const at::Tensor& norm_weight, double eps) {
   if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_silu_mul: gate_up must be [2I, K]");
   const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
-  if (x.numel() != K || act.numel() != I) fail("gemv_silu_mul: x must hold K={} and act I={} elements", K, I);
-  if (x.dim() > 2 || act.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || (act.dim() == 2 && act.size(0) != 1))
-    fail("gemv_silu_mul: x and act must be one row");
-  if (x.stride(-1) != 1 || act.stride(-1) != 1) fail("gemv_silu_mul: x and act need unit column stride");
-  if (K % 8 != 0 || !aligned16(x) || !aligned16(gate_up)) fail("gemv_silu_mul: K % 8 == 0 and 16-byte aligned x, gate_up needed");
-  if (I > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_silu_mul: I or K too large");
-  check(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream()), "gemv_swiglu");
+  check_one_row(act, x, gate_up, I, "gemv_silu_mul");
+  check(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(),
+                    gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul")),
+        "gemv_swiglu");
 }
 
-void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
-                      const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
-                      const at::Tensor& sum_out2, const at::Tensor& counter) {
-  require(x, "gemv_rmsnorm x", at::kBFloat16, false);
-  require(out, "gemv_rmsnorm out", at::kBFloat16);
-  require(weight, "gemv_rmsnorm weight", at::kBFloat16);
-  require(counter, "gemv_rmsnorm counter", at::kInt);
-  if (weight.dim() != 2) fail("gemv_rmsnorm: weight must be [N, K]");
+void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tap) {
+  check_one_row(residual, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv_residual");
   const int64_t N = weight.size(0), K = weight.size(1);
-  if (x.numel() != K || out.numel() != N || counter.numel() < 1)
-    fail("gemv_rmsnorm: x must hold K={} and out N={} elements, counter one", K, N);
-  if (x.dim() > 2 || (x.dim() == 2 && x.size(0) != 1) || x.stride(-1) != 1) fail("gemv_rmsnorm: x must be one row");
-  if (K % 8 != 0 || N % 8 != 0 || !aligned16(x) || !aligned16(weight) || !aligned16(out))
-    fail("gemv_rmsnorm: K % 8 == 0, N % 8 == 0 and 16-byte aligned x, weight, out needed");
-  if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemv_rmsnorm: N or K too large");
-  const RmsNormArgs norm = rmsnorm_args(y, out.view({1, N}), norm_weight, eps, residual, sum_out, sum_out2);
-  check(gemv_rmsnorm(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), norm,
-                     reinterpret_cast<unsigned int*>(counter.data_ptr<int>()), stream()),
-        "gemv_rmsnorm");
+  __nv_bfloat16* tap_ptr = nullptr;
+  if (tap.defined()) {
+    require(tap, "gemv_residual tap", at::kBFloat16, false);
+    if (tap.numel() != N || tap.stride(-1) != 1 || (tap.dim() == 2 && tap.size(0) != 1))
+      fail("gemv_residual: tap must be one row of N={} elements with unit column stride", N);
+    tap_ptr = bf(tap);
+  }
+  const auto* r = static_cast<const char*>(residual.data_ptr());
+  const auto* xp = static_cast<const char*>(x.data_ptr());
+  if (r < xp + x.numel() * 2 && xp < r + N * 2) fail("gemv_residual: residual overlaps x");
+  check(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream()),
+        "gemv_residual");
 }
 
-void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
-                        const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
-                        const at::Tensor& sum_out2, const at::Tensor& counter) {
-  if (g_gemm_mode == GemmMode::kGemv && counter.defined() && gemv_fits(out, x, weight) && out.is_contiguous() &&
-      aligned16(out) && out.size(1) == weight.size(0) && x.size(1) == weight.size(1) && weight.size(0) % 8 == 0 &&
-      weight.size(0) <= 8192) {
-    gemv_rmsnorm_out(out, x, weight, y, norm_weight, eps, residual, sum_out, sum_out2, counter);
-    return;
-  }
-  linear_out(out, x, weight);
-  rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2);
-}
+bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }
 
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {
-  if (g_gemm_mode == GemmMode::kGemv && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
+  if (gemv_at_one_row() && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
       act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
       gemv_fits(gu, x, gate_up)) {
     gemv_silu_mul_out(act, x, gate_up);
@@ -335,9 +392,14 @@ void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::
 
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  if (g_gemm_mode == GemmMode::kGemv && M == 1 && gemv_fits(out, x, weight)) {
+  if (gemv_at_one_row() && M == 1 && gemv_fits(out, x, weight)) {
     if (weight.size(1) != K || out.size(1) != N) fail("linear: shapes disagree");
     gemv_out(out, x, weight);
+    return;
+  }
+  const bool stream_rows = (g_gemm_mode == GemmMode::kStream && M >= 2) || g_gemm_mode == GemmMode::kStreamAll;
+  if (stream_rows && M <= 16 && gemm_small_fits(out, x, weight)) {
+    gemm_small_out(out, x, weight);
     return;
   }
   const bool skinny = g_gemm_mode == GemmMode::kSkinny && M <= 16 && K % 32 == 0 && x.dim() == 2 && out.dim() == 2 &&

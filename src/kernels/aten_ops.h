@@ -4,6 +4,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "ops/rope.h"
 
 namespace specpress::kernels {
@@ -25,6 +27,7 @@ struct AttentionScratch {
   at::Tensor workspace;  // uint8
   at::Tensor counters;   // int32, zero between launches
   int splits = 1;
+  int min_split_keys = 0;  // AttentionArgs::min_split_keys (0 = the kernel's default)
 };
 AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
                                         at::Device device);
@@ -50,44 +53,56 @@ void advance_counter(const at::Tensor& counter, int inc);
 
 // out [1, N] = x [1, K] @ weight [N, K]^T by the M = 1 GEMV kernel (kernels/gemv.h); x and weight
 // 16-byte aligned with unit column stride (weight contiguous), K % 8 == 0. Also accepts 1-D x / out.
-void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+// With norm_weight [K] defined, x is the raw residual row and the product is rmsnorm(x) @ weight^T, the
+// norm as the GEMV's prologue (kernels::GemvNorm; K <= 16384).
+void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& norm_weight = {},
+              double eps = 1e-6);
 
 // act [1, I] = silu(x @ gate_up[:I]^T) * (x @ gate_up[I:]^T) by the fused GEMV + SwiGLU kernel
 // (kernels::gemv_swiglu): bitwise gemv_out into a [1, 2I] buffer followed by silu_mul_out. Same layout
-// requirements as gemv_out; gate_up is [2I, K].
-void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
+// requirements as gemv_out (and the same optional RMSNorm prologue); gate_up is [2I, K].
+void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
+                       const at::Tensor& norm_weight = {}, double eps = 1e-6);
+
+// residual [1, N] += x [1, K] @ weight^T (bf16: the product rounded, then the sum), and tap [1, N] = the
+// new residual when tap is defined, by kernels::gemv_residual: bitwise gemv_out followed by ATen's bf16 add.
+void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
+                       const at::Tensor& tap = {});
+
+// Whether a forward of `rows` rows runs the fused one-row decode layer (the GEMVs with their RMSNorm
+// prologues and residual epilogues): one row, in gemv or stream mode.
+bool fused_one_row(int64_t rows);
 
 // The MLP's gate/up projection and SwiGLU, act [M, I] = silu_mul(x @ gate_up^T), with `gu` [M, 2I] as the
-// intermediate: in gemv mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu untouched, one
-// launch); otherwise linear_out into gu, then silu_mul_out.
+// intermediate: in gemv or stream mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu
+// untouched, one launch); otherwise linear_out into gu, then silu_mul_out.
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up);
 
-// out [1, N] = x @ weight^T, then rmsnorm_out(y, out, norm_weight, eps, residual, sum_out, sum_out2), in one
-// launch (kernels::gemv_rmsnorm: the GEMV's last block runs the RMSNorm kernel's row code). `counter`: a
-// zeroed int32 [1], left zeroed. N % 8 == 0, N <= 8192, out contiguous; otherwise as gemv_out.
-void gemv_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
-                      const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
-                      const at::Tensor& sum_out2, const at::Tensor& counter);
-
-// A projection followed by the residual RMSNorm: linear_out(out, x, weight), then rmsnorm_out(y, out,
-// norm_weight, eps, residual, sum_out, sum_out2). In gemv mode a one-row x in the layouts gemv_rmsnorm_out
-// takes (and a defined `counter`) runs as that one launch.
-void linear_rmsnorm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& y,
-                        const at::Tensor& norm_weight, double eps, const at::Tensor& residual, const at::Tensor& sum_out,
-                        const at::Tensor& sum_out2, const at::Tensor& counter);
+// out [M, N] = x [M, K] @ weight [N, K]^T for 1 <= M <= 16 by the streaming small-M tensor-core kernel
+// (kernels/gemm_small.h); x with unit column stride, row stride % 8 == 0, 16-byte aligned; weight
+// contiguous and 16-byte aligned; out with unit column stride; K % 8 == 0. Row r of the result is bitwise
+// the result for that row alone (M = 1), whatever the other rows are.
+void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
 
 // out = x @ weight^T, no allocation, by mode:
 //   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
 //   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1
 //            on the H200, docs/PERF.md);
-//   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows.
+//   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows;
+//   kStream: the GEMV for one row (with its fused prologue and epilogues, as kGemv), the streaming small-M kernel
+//            (kernels/gemm_small.h) for 2..16 rows (verify, draft), cuBLAS for more;
+//   kStreamAll: the streaming small-M kernel for 1..16 rows, decode included and without the GEMV's
+//            fused prologue and epilogues, so that a row's matmul results do not depend on how many rows ran with it
+//            (bitwise, the precondition for bf16 DFlash == plain decoding).
 // A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
-enum class GemmMode { kSkinny, kCublas, kGemv };
-// Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny (default gemv). Graphs keep the mode
-// they were captured with.
+enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
+// Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny|stream|stream_all (default gemv).
+// Graphs keep the mode they were captured with.
 GemmMode gemm_mode();
 void set_gemm_mode(GemmMode mode);
 const char* gemm_mode_name(GemmMode mode);
+// The mode named `name` (as SPECPRESS_GEMM spells it); an unknown name fails naming `what` (a flag, say).
+GemmMode parse_gemm_mode(const std::string& name, const char* what);
 
 }  // namespace specpress::kernels

@@ -1,20 +1,21 @@
 // attention.cu — see attention.h. Two kernels:
 //
-// Small T (decode T = 1, verify / draft T <= 16): the "decode" kernel. Block (kv head, row group, key
-// split): the rows of a kv head's group are (query t, head of the group), R = T * nq / nkv of them, cut
-// into groups of at most 16, so decode (R = 4 at Qwen3 shapes) is one group and every K/V tile a block
-// streams serves all of its rows. The split's keys stream through shared memory 64 at a time in two
-// cp.async stages (16-byte copies, the next tile in flight while this one is computed). All 256 threads
-// work in every phase: scores as thread = (key, rows r, r+4, ..), online softmax one warp per row, P.V as
-// thread = (4 output dims, rows). The number of active splits follows the live length S read from device
-// memory (at least 32 keys per split, 64 when a block has more than 4 rows); blocks of inactive splits
-// exit at once, so a graph captured with a fixed grid does only the work of the current length. The grid
-// is capped at one wave of resident blocks (2 per SM): verify's 4 row groups x 8 kv heads use at most 8
-// splits on an H200, decode's 8 kv heads all 32. With one
-// active split a block writes its rows directly; otherwise it leaves (m, l, unnormalised o) in the
-// workspace, and the last block of its (kv head, row group) to finish combines only the active splits:
-// one warp per row for the split weights, then every thread sums a 4-wide slice of an output row over the
-// splits with 8 independent 16-byte L2 loads in flight.
+// Small T (decode T = 1, verify / draft T <= 16): the "decode" kernel, on tensor cores. Block (kv head, row
+// group, key split) of 4 warps: the rows of a kv head's group are (query t, head of the group), R = T * nq /
+// nkv of them, cut into groups of 16 (the M of an m16n8k16 MMA; decode's 4 rows at Qwen3 shapes leave 12
+// zero rows), so every K/V tile a block streams serves all of its rows. The split's keys stream through
+// shared memory 64 at a time in two cp.async stages (16-byte copies, the next tile in flight while this one
+// is computed). Warp w takes keys 16w .. 16w + 15 of each tile and runs its own online softmax over them:
+// S = Q·K^T with Q in registers (A fragments loaded once from global memory) and K by ldmatrix, masking and
+// exp on the score fragments, then O += P·V with P re-packed to bf16 as the A operand and V by transposed
+// ldmatrix; fp32 accumulators throughout. The four warps merge their (m, l, O) through shared memory at the
+// end. The number of active splits follows the live length S read from device memory (at least 64 keys per
+// split, 128 when a block has more than 4 rows: the fastest in fast_perf --attention at 512-2048 keys); blocks of inactive splits exit at once, so a graph captured
+// with a fixed grid does only the work of the current length. The grid is capped at one wave of resident
+// blocks (3 per SM at head_dim 128). With one active split a block writes its rows directly; otherwise it
+// leaves (m, l, unnormalised o) in the workspace, and the last block of its (kv head, row group) to finish
+// combines only the active splits: one warp per row for the split weights, then every thread sums a 4-wide
+// slice of an output row over the splits with 8 independent 16-byte L2 loads in flight.
 //
 // Large T (prefill): the tiled kernel. Block (kv head, key split, query tile): the tile holds R <= 64 rows
 // (query t, head of the group), keys stream through shared memory 64 at a time with an online softmax in
@@ -27,6 +28,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 
 namespace specpress::kernels {
 namespace {
@@ -288,20 +290,19 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
 
 
 // ---- small-T ("decode") kernel
-constexpr int kDecThreads = 256, kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
+constexpr int kDecWarps = 4, kDecThreads = 32 * kDecWarps, kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
 constexpr int kDecMaxT = 16;  // T above this goes to the tiled kernel
 
 template <int HD> struct DecSmem {
-  static constexpr int KS = HD + 8;   // K tile row stride (bf16): 16-byte rows, conflict-free 16-byte reads
-  static constexpr int SS = kDecKeys + 1;
-  static constexpr size_t k_bytes = sizeof(bf16) * kDecKeys * KS;
-  static constexpr size_t v_bytes = sizeof(bf16) * kDecKeys * HD;
-  static constexpr size_t stage_bytes = k_bytes + v_bytes;  // one of the two cp.async stages
-  static constexpr size_t q_off = 2 * stage_bytes;
-  static constexpr size_t s_off = align16(q_off + sizeof(float) * kDecRows * HD);
-  static constexpr size_t stat_off = align16(s_off + sizeof(float) * kDecRows * SS);
-  static constexpr size_t w_off = align16(stat_off + sizeof(float) * 3 * kDecRows);
-  static constexpr size_t bytes = w_off + sizeof(float) * kMaxSplits * kDecRows;
+  static constexpr int KS = HD + 8;  // K and V tile row stride (bf16): 16-byte rows, conflict-free ldmatrix
+  static constexpr size_t tile_bytes = sizeof(bf16) * kDecKeys * KS;
+  static constexpr size_t stage_bytes = 2 * tile_bytes;  // K then V: one of the two cp.async stages
+  // After the key loop the stages hold the warps' partial outputs, [warp][row][HD] fp32.
+  static constexpr size_t o_bytes = sizeof(float) * kDecWarps * kDecRows * HD;
+  static constexpr size_t loop_bytes = 2 * stage_bytes > o_bytes ? 2 * stage_bytes : o_bytes;
+  static constexpr size_t stat_off = align16(loop_bytes);                        // [warp][row] m, then l
+  static constexpr size_t w_off = align16(stat_off + sizeof(float) * 2 * kDecWarps * kDecRows);
+  static constexpr size_t bytes = w_off + sizeof(float) * kMaxSplits * kDecRows;  // the combine's weights
 };
 
 // 16-byte global -> shared copy; with ok == false nothing is read and the destination is zero-filled.
@@ -313,8 +314,9 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Active splits and keys per split for S keys, identical in every block of a launch.
-__device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int& n_act, int& chunk) {
-  const int min_chunk = rows_per_block <= 4 ? 32 : 64;
+__device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int min_split_keys,
+                                              int& n_act, int& chunk) {
+  const int min_chunk = min_split_keys > 0 ? min_split_keys : (rows_per_block <= 4 ? 64 : 128);
   n_act = min(grid_splits, max(1, (S + min_chunk - 1) / min_chunk));
   chunk = max(1, (S + n_act - 1) / n_act);
   if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // whole tiles, no 2-key tail tile
@@ -322,16 +324,13 @@ __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_p
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(AttentionArgs a) {
   pdl_begin();
   using L = DecSmem<HD>;
-  constexpr int DQ = HD / 4, NG = kDecThreads / DQ, RPT = (kDecRows + NG - 1) / NG;
+  constexpr int KSTEPS = HD / 16, NT = HD / 8;  // k-steps of Q·K^T, 8-dim output tiles of P·V
   extern __shared__ __align__(16) unsigned char smem[];
-  float* Qs = reinterpret_cast<float*>(smem + L::q_off);
-  float* Ss = reinterpret_cast<float*>(smem + L::s_off);
-  float* row_m = reinterpret_cast<float*>(smem + L::stat_off);
-  float* row_l = row_m + kDecRows;
-  float* row_alpha = row_l + kDecRows;
+  float* red_m = reinterpret_cast<float*>(smem + L::stat_off);  // [warp][row]
+  float* red_l = red_m + kDecWarps * kDecRows;
   float* wts = reinterpret_cast<float*>(smem + L::w_off);  // combine: [split][row] weights
   __shared__ int is_last;
 
@@ -342,11 +341,11 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   const int r0 = z * kDecRows, rb = min(kDecRows, R - r0);
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
-  active_splits(S, gridDim.z, min(R, kDecRows), n_act, chunk);
+  active_splits(S, gridDim.z, min(R, kDecRows), a.min_split_keys, n_act, chunk);
   if (split >= n_act) return;  // beyond the live length: no work, not counted by the combine
   const int beg = split * chunk, end = min(S, beg + chunk);
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const float scale = a.scale > 0.f ? a.scale : rsqrtf(static_cast<float>(HD));
   const int64_t cap = a.cache_capacity;
   const bf16* kc = a.k_cache + static_cast<int64_t>(kvh) * cap * HD;
@@ -354,153 +353,174 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
 
   const int n_tiles = (end - beg + kDecKeys - 1) / kDecKeys;
   auto issue = [&](int tile) {
-    unsigned char* st = smem + (tile & 1) * L::stage_bytes;
-    bf16* Ks = reinterpret_cast<bf16*>(st);
-    bf16* Vs = reinterpret_cast<bf16*>(st + L::k_bytes);
+    bf16* Ks = reinterpret_cast<bf16*>(smem + (tile & 1) * L::stage_bytes);
+    bf16* Vs = Ks + kDecKeys * L::KS;
     const int k0 = beg + tile * kDecKeys;
-#pragma unroll
-    for (int i = 0; i < kDecKeys * (HD / 8) / kDecThreads; ++i) {
-      const int idx = tid + i * kDecThreads, kr = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
+    for (int idx = tid; idx < kDecKeys * (HD / 8); idx += kDecThreads) {
+      const int kr = idx / (HD / 8), col = (idx % (HD / 8)) * 8;
       const bool ok = k0 + kr < end;
-      const int64_t src = (ok ? static_cast<int64_t>(k0 + kr) : 0) * HD + c;  // stays inside the cache
-      cp_async16(Ks + kr * L::KS + c, kc + src, ok);
-      cp_async16(Vs + kr * HD + c, vc + src, ok);
+      const int64_t src = (ok ? static_cast<int64_t>(k0 + kr) : 0) * HD + col;  // stays inside the cache
+      cp_async16(Ks + kr * L::KS + col, kc + src, ok);
+      cp_async16(Vs + kr * L::KS + col, vc + src, ok);
     }
   };
   if (n_tiles > 0) issue(0);
   cp_async_commit();
 
-  // Query rows of this group (fp32) while the first tile is in flight.
-  for (int idx = tid; idx < kDecRows * (HD / 8); idx += kDecThreads) {
-    const int r = idx / (HD / 8), c = (idx % (HD / 8)) * 8;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (r < rb) {
-      const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
-      load8(a.q + (static_cast<int64_t>(t) * a.nq + h) * HD + c, v);
-    }
+  // Rows g and g + 8 of this group: (query t, head h). A row past the group's reads as zeros (its scores are
+  // 0 and its output is never written). Causal: row (t) sees keys <= S - T + t.
+  int row_limit[2];
+  uint32_t qa[KSTEPS][4];  // Q as the A operand of Q·K^T, straight from global memory
 #pragma unroll
-    for (int e = 0; e < 8; ++e) Qs[r * HD + c + e] = v[e];
-  }
-  if (tid < kDecRows) {
-    row_m[tid] = -FLT_MAX;  // finite "minus infinity": exp(m_old - m_new) stays 0, never NaN
-    row_l[tid] = 0.f;
-    row_alpha[tid] = 1.f;
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
+    const bool ok = r < rb;
+    row_limit[half] = a.causal && ok ? S - T + t : S - 1;
+    const bf16* qrow = a.q + (ok ? (static_cast<int64_t>(t) * a.nq + h) * HD : 0);
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      qa[ks][half] = ok ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 2 * c) : 0u;
+      qa[ks][half + 2] = ok ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8 + 2 * c) : 0u;
+    }
   }
 
-  // Scores: thread = key kk of the tile, rows rs, rs + 4, rs + 8, rs + 12 (rs is uniform in a warp).
-  const int kk = tid & (kDecKeys - 1), rs = tid >> 6;
-  // Causal: row r (query t) sees keys <= S - T + t.
-  int row_limit[4];
+  // Each warp runs its own online softmax over keys 16 w .. 16 w + 15 of every tile: running max m and
+  // (per lane, partial) sum l for rows g and g + 8, and the unnormalised output O[NT][4] (D fragments).
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.f, 0.f};  // finite "minus infinity": alpha stays 0, never NaN
+  float o[NT][4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = rs + 4 * i;
-    row_limit[i] = a.causal ? S - T + (r0 + min(r, rb - 1)) / G : S - 1;
-  }
-  // P.V: thread = output dims dq*4 .. dq*4+3 of rows rg, rg + NG, ...
-  const int dq = tid % DQ, rg = tid / DQ;
-  float o[RPT][4];
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
-  for (int i = 0; i < RPT; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o[i][j] = 0.f;
+    for (int j = 0; j < 4; ++j) o[n][j] = 0.f;
 
   for (int it = 0; it < n_tiles; ++it) {
     if (it + 1 < n_tiles) issue(it + 1);
     cp_async_commit();
     cp_async_wait_1();  // everything but the newest group has landed: tile `it` is in shared memory
     __syncthreads();
-    const unsigned char* st = smem + (it & 1) * L::stage_bytes;
-    const bf16* Ks = reinterpret_cast<const bf16*>(st);
-    const bf16* Vs = reinterpret_cast<const bf16*>(st + L::k_bytes);
-    const int k0 = beg + it * kDecKeys, nk = min(kDecKeys, end - k0);
-
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int d = 0; d < HD; d += 8) {
-      float kf[8];
-      load8(Ks + kk * L::KS + d, kf);
+    const bf16* Ks = reinterpret_cast<const bf16*>(smem + (it & 1) * L::stage_bytes);
+    const bf16* Vs = Ks + kDecKeys * L::KS;
+    const int k0 = beg + it * kDecKeys, nk = min(kDecKeys, end - k0), kw = 16 * warp;
+    if (kw < nk) {  // warp-uniform: this warp's 16 keys hold at least one live key
+      // Scores S = Q · K^T for the warp's 16 keys: two 8-key tiles. ldmatrix tile i (lanes 8i..8i+7):
+      // keys kw + (i / 2) * 8 + lane % 8, dims ks * 16 + (i % 2) * 8.
+      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      const int li = lane >> 3, lr = lane & 7;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = rs + 4 * i;
-        if (r < rb) {
-          const float4 qa = *reinterpret_cast<const float4*>(Qs + r * HD + d);
-          const float4 qb = *reinterpret_cast<const float4*>(Qs + r * HD + d + 4);
-          acc[i] = fmaf(qa.x, kf[0], acc[i]);
-          acc[i] = fmaf(qa.y, kf[1], acc[i]);
-          acc[i] = fmaf(qa.z, kf[2], acc[i]);
-          acc[i] = fmaf(qa.w, kf[3], acc[i]);
-          acc[i] = fmaf(qb.x, kf[4], acc[i]);
-          acc[i] = fmaf(qb.y, kf[5], acc[i]);
-          acc[i] = fmaf(qb.z, kf[6], acc[i]);
-          acc[i] = fmaf(qb.w, kf[7], acc[i]);
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, Ks + (kw + (li >> 1) * 8 + lr) * L::KS + ks * 16 + (li & 1) * 8);
+        mma_bf16(sc[0], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], kb[0], kb[1]);
+        mma_bf16(sc[1], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], kb[2], kb[3]);
+      }
+      // Mask, running max, p = exp(s - m) (masked: exp(-inf) = 0), rescale l and O.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int half = e >> 1, key = kw + 8 * j + 2 * c + (e & 1);
+          const bool ok = key < nk && k0 + key <= row_limit[half];
+          sc[j][e] = ok ? sc[j][e] * scale : -INFINITY;
+          mx[half] = fmaxf(mx[half], sc[j][e]);
         }
+      float alpha[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+        mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+        const float m_new = fmaxf(m[half], mx[half]);
+        alpha[half] = __expf(m[half] - m_new);
+        m[half] = m_new;
+        l[half] *= alpha[half];
       }
-    }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = rs + 4 * i;
-      const bool ok = r < rb && kk < nk && k0 + kk <= row_limit[i];
-      Ss[r * L::SS + kk] = ok ? acc[i] * scale : -INFINITY;
-    }
-    __syncthreads();
-
-    // Online softmax: warp w owns rows w, w + 8; lane owns keys lane, lane + 32.
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-    for (int rr = 0; rr < kDecRows / (kDecThreads / 32); ++rr) {
-      const int r = warp + rr * (kDecThreads / 32);
-      if (r >= rb) continue;  // warp-uniform
-      softmax_row_update(Ss + r * L::SS, row_m + r, row_l + r, row_alpha + r, lane);
-    }
-    __syncthreads();
-
-#pragma unroll
-    for (int i = 0; i < RPT; ++i) {
-      const int r = rg + NG * i;
-      if (r < rb) {
-        const float al = row_alpha[r];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) o[i][j] *= al;
-      }
-    }
-#pragma unroll 4
-    for (int k = 0; k < nk; ++k) {
-      const uint2 vv = *reinterpret_cast<const uint2*>(Vs + k * HD + dq * 4);
-      const float2 v01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vv.x));
-      const float2 v23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vv.y));
-#pragma unroll
-      for (int i = 0; i < RPT; ++i) {
-        const int r = rg + NG * i;
-        if (r < rb) {
-          const float p = Ss[r * L::SS + k];
-          o[i][0] = fmaf(p, v01.x, o[i][0]);
-          o[i][1] = fmaf(p, v01.y, o[i][1]);
-          o[i][2] = fmaf(p, v23.x, o[i][2]);
-          o[i][3] = fmaf(p, v23.y, o[i][3]);
+        for (int e = 0; e < 4; ++e) {
+          const int half = e >> 1;
+          sc[j][e] = __expf(sc[j][e] - m[half]);
+          l[half] += sc[j][e];
         }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      // O += P · V: P (16 rows x 16 keys, bf16) is the A operand straight from the score fragments; V via
+      // transposed ldmatrix, tile i (lanes 8i..8i+7): keys kw + (i % 2) * 8 + lane % 8, dims (n + i / 2) * 8.
+      const uint32_t pa0 = pack_bf16(sc[0][0], sc[0][1]), pa1 = pack_bf16(sc[0][2], sc[0][3]);
+      const uint32_t pa2 = pack_bf16(sc[1][0], sc[1][1]), pa3 = pack_bf16(sc[1][2], sc[1][3]);
+#pragma unroll
+      for (int n = 0; n < NT; n += 2) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, Vs + (kw + (li & 1) * 8 + lr) * L::KS + (n + (li >> 1)) * 8);
+        mma_bf16(o[n], pa0, pa1, pa2, pa3, vb[0], vb[1]);
+        mma_bf16(o[n + 1], pa0, pa1, pa2, pa3, vb[2], vb[3]);
       }
     }
-    __syncthreads();  // the stage and the score tile are rewritten next
+    __syncthreads();  // the stage is rewritten next
   }
-  __syncthreads();  // row statistics visible even when this split had no tile
 
+  // Merge the warps: each row's max over the warps, each warp's weight exp(m_w - M), and the weighted sums of
+  // l and O (O through shared memory, the stages being free now), in warp order.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+    if (c == 0) {
+      red_m[warp * kDecRows + g + 8 * half] = m[half];
+      red_l[warp * kDecRows + g + 8 * half] = l[half];
+    }
+  }
+  __syncthreads();
+  float* Ored = reinterpret_cast<float*>(smem);  // [warp][row][HD]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    float M = -FLT_MAX;
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, red_m[w * kDecRows + r]);
+    const float f = __expf(m[half] - M);
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      *reinterpret_cast<float2*>(Ored + (warp * kDecRows + r) * HD + n * 8 + 2 * c) =
+          make_float2(o[n][2 * half] * f, o[n][2 * half + 1] * f);
+  }
+  __syncthreads();
+  // Thread = (row, 4 output dims) items: the row's M and L, the sum of the warps' scaled O.
   const size_t split_rows = static_cast<size_t>(a.nkv) * R;  // workspace rows per split = T * nq
   float* ws_o = static_cast<float*>(a.workspace);
   float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(a.splits) * split_rows * HD);  // as allocated
+  for (int item = tid; item < rb * (HD / 4); item += kDecThreads) {
+    const int r = item / (HD / 4), d = (item % (HD / 4)) * 4;
+    float M = -FLT_MAX;
 #pragma unroll
-  for (int i = 0; i < RPT; ++i) {
-    const int r = rg + NG * i;
-    if (r >= rb) continue;
+    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, red_m[w * kDecRows + r]);
+    float Lsum = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kDecWarps; ++w) {
+      Lsum = fmaf(red_l[w * kDecRows + r], __expf(red_m[w * kDecRows + r] - M), Lsum);
+      const float4 v = *reinterpret_cast<const float4*>(Ored + (w * kDecRows + r) * HD + d);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
     const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
     if (n_act == 1) {
-      const float l = row_l[r], inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = Lsum > 0.f ? 1.f / Lsum : 0.f;
       uint2 u;
-      *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(o[i][0] * inv, o[i][1] * inv);
-      *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(o[i][2] * inv, o[i][3] * inv);
-      *reinterpret_cast<uint2*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + dq * 4) = u;
+      u.x = pack_bf16(acc.x * inv, acc.y * inv);
+      u.y = pack_bf16(acc.z * inv, acc.w * inv);
+      *reinterpret_cast<uint2*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + d) = u;
     } else {
       const size_t row = static_cast<size_t>(split) * split_rows + static_cast<size_t>(kvh) * R + rr;
-      *reinterpret_cast<float4*>(ws_o + row * HD + dq * 4) = make_float4(o[i][0], o[i][1], o[i][2], o[i][3]);
-      if (dq == 0) ws_ml[row] = make_float2(row_m[r], row_l[r]);
+      *reinterpret_cast<float4*>(ws_o + row * HD + d) = acc;
+      if (d == 0) ws_ml[row] = make_float2(M, Lsum);
     }
   }
   if (n_act == 1) return;
@@ -513,23 +533,23 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   if (!is_last) return;
   __threadfence();
   // Split weights exp(m_s - M) / sum_s l_s exp(m_s - M): one warp per row, lanes over the active splits.
-  for (int r = warp; r < rb; r += kDecThreads / 32) {
+  for (int r = warp; r < rb; r += kDecWarps) {
     const size_t row = static_cast<size_t>(kvh) * R + r0 + r;
-    float m[2], l[2];
+    float ms[2], ls[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int s = lane + 32 * j;
-      m[j] = -FLT_MAX;
-      l[j] = 0.f;
+      ms[j] = -FLT_MAX;
+      ls[j] = 0.f;
       if (s < n_act) {
         const float2 ml = __ldcg(&ws_ml[static_cast<size_t>(s) * split_rows + row]);
-        m[j] = ml.x;
-        l[j] = ml.y;
+        ms[j] = ml.x;
+        ls[j] = ml.y;
       }
     }
-    const float M = warp_max(fmaxf(m[0], m[1]));
-    const float w0 = __expf(m[0] - M), w1 = __expf(m[1] - M);
-    const float l_sum = warp_sum(l[0] * w0 + l[1] * w1);
+    const float M = warp_max(fmaxf(ms[0], ms[1]));
+    const float w0 = __expf(ms[0] - M), w1 = __expf(ms[1] - M);
+    const float l_sum = warp_sum(ls[0] * w0 + ls[1] * w1);
     const float inv = l_sum > 0.f ? 1.f / l_sum : 0.f;
     if (lane < n_act) wts[lane * kDecRows + r] = w0 * inv;
     if (lane + 32 < n_act) wts[(lane + 32) * kDecRows + r] = w1 * inv;
@@ -537,8 +557,8 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
   __syncthreads();
   // Weighted sum over the active splits: item = (row, 4 dims); 8 independent loads in flight per step.
   const size_t split_stride = split_rows * HD;
-  for (int item = tid; item < rb * DQ; item += kDecThreads) {
-    const int r = item / DQ, q4 = item % DQ;
+  for (int item = tid; item < rb * (HD / 4); item += kDecThreads) {
+    const int r = item / (HD / 4), q4 = item % (HD / 4);
     const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
     const float* src = ws_o + (static_cast<size_t>(kvh) * R + rr) * HD + q4 * 4;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -558,8 +578,8 @@ __global__ void __launch_bounds__(kDecThreads, 2) decode_attention_kernel(Attent
       }
     }
     uint2 u;
-    *reinterpret_cast<__nv_bfloat162*>(&u.x) = __floats2bfloat162_rn(acc.x, acc.y);
-    *reinterpret_cast<__nv_bfloat162*>(&u.y) = __floats2bfloat162_rn(acc.z, acc.w);
+    u.x = pack_bf16(acc.x, acc.y);
+    u.y = pack_bf16(acc.z, acc.w);
     *reinterpret_cast<uint2*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + q4 * 4) = u;
   }
   if (tid == 0) *counter = 0u;

@@ -3,12 +3,13 @@
 // 0 .. S-T+t; target decode, verify and prefill) or non-causal (DFlash draft block over context + its
 // own block, whose K/V the caller wrote into the cache right after the context). Split-K over the keys
 // ("flash-decoding") with the combine done by the last block of each head group, so a step is one
-// launch. T <= 16 (decode, verify, draft) runs a kernel built for few rows: every K/V tile is read once
-// per kv head for all the group's rows (up to 16 rows per block), and only ceil(S / 32) splits (at most
-// `splits`) do work, so the fixed grid of a captured graph follows the live length. Larger T (prefill)
+// launch. T <= 16 (decode, verify, draft) runs a tensor-core kernel built for few rows: every K/V tile is
+// read once per kv head for all the group's rows (up to 16 rows per block, the M of an MMA), and only
+// ceil(S / 64) splits (at most `splits`) do work, so the fixed grid of a captured graph follows the live
+// length. Larger T (prefill)
 // runs a 64-row tiled kernel. Reference twin: ops::attention on the cache narrowed to S keys (fp32
-// softmax; scores and probabilities are not rounded to bf16 here, so results agree to bf16 precision,
-// not bitwise).
+// softmax; scores are not rounded to bf16 here, and the small-T kernel rounds probabilities to bf16 only
+// as the P·V operand, so results agree to bf16 precision, not bitwise).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -32,6 +33,7 @@ struct AttentionArgs {
   void* workspace = nullptr;               // attention_workspace_bytes(...) bytes when splits > 1
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
+  int min_split_keys = 0;                  // T <= 16: fewest keys a split takes (0: 64 for <= 4 rows a block, else 128)
 };
 
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);

@@ -18,15 +18,38 @@ __device__ __forceinline__ bf16 to_b(float x) { return __float2bfloat16_rn(x); }
 // Rounds a float through bf16, as an ATen op with a bf16 result does.
 __device__ __forceinline__ float round_b(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// First statement of every kernel (see launch.h): under programmatic dependent launch, wait until the
-// previous kernel of the stream has completed and its writes are visible, then let the next kernel be
-// scheduled. Both are no-ops for a kernel launched without PDL.
-__device__ __forceinline__ void pdl_begin() {
+// Programmatic dependent launch (see launch.h); both are no-ops for a kernel launched without PDL.
+// pdl_wait: wait until the previous kernel of the stream has completed and its writes are visible (before
+// any read of earlier results or any write). pdl_trigger: let the next kernel of the stream be scheduled
+// (its blocks take free SM slots and run up to their own pdl_wait).
+__device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+// First statement of the small kernels: wait, then let the next kernel be scheduled at once (a small grid
+// leaves SM slots free, where the next kernel, a GEMV say, can already pull its weights into L2).
+__device__ __forceinline__ void pdl_begin() {
+  pdl_wait();
+  pdl_trigger();
+}
+
+// A streamed weight chunk (GEMV, small-M GEMM): read once, so no L1 allocation; the L2 prefetches the
+// following 256 bytes. volatile: never speculated out of the bounds check around it (a chunk past K may be
+// past W's end).
+__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -3,21 +3,20 @@
 // each of its ROWS rows (8 W loads in flight per lane) and the matching chunks of x (through L1, which
 // holds x for every warp of the SM), then accumulates the 8-element dot products in fp32; a warp sum per
 // row at the end. The grid is at most the number of warps the GPU holds at once. Epilogues: plain (y = the
-// sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and RMSNorm (gemv_rmsnorm: the
-// last block to finish, found with a threadfence counter, normalises the whole of y with rmsnorm_row).
+// sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and residual (gemv_residual:
+// y[n] += the sum, in place, by the one lane that owns n). Prologue (NORM): the block normalises x into
+// shared memory first (its weights already on their way into L2), and the loop reads x from there.
 #include <algorithm>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
-#include "kernels/rmsnorm_row.cuh"
 
 namespace specpress::kernels {
 namespace {
 using namespace detail;
 constexpr int kLoads = 8, kResidentWarps = 32;  // per SM: <= 64 registers a thread
-enum Epilogue { kPlain = 0, kSwiglu = 1, kNorm = 2 };
-// 4 warps a block; 8 with the norm epilogue, whose last block runs rmsnorm_row (kRmsThreads threads).
-__host__ __device__ constexpr int warps_of(int epi) { return epi == kNorm ? kRmsThreads / 32 : 4; }
+enum Epilogue { kPlain = 0, kSwiglu = 1, kResidual = 2 };
+constexpr int kWarps = 4;  // a block
 
 struct GemvArgs {
   const bf16* x = nullptr;
@@ -25,21 +24,9 @@ struct GemvArgs {
   bf16* y = nullptr;
   int N = 0, K = 0;           // outputs (kSwiglu: I, W has 2I rows), K % 8 == 0
   int units_per_warp = 1;
-  RmsNormArgs norm;            // kNorm: x = y, rows 1, H = N
-  unsigned int* counter = nullptr;  // kNorm: zeroed; left zeroed
+  GemvNorm norm;               // NORM: the prologue's weight and eps
+  bf16* tap = nullptr;         // kResidual: optional copy of the new residual
 };
-
-// A streamed weight chunk: read once, so no L1 allocation; the L2 prefetches the following 256 bytes.
-__device__ __forceinline__ uint4 ld_stream(const bf16* p) {
-  uint4 v;
-  // volatile: never speculated out of the bounds check around it (a chunk past K may be past W's end)
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 // bf16 pair in a 32-bit word -> two floats (bf16 is the top half of an fp32).
 __device__ __forceinline__ float lo_f(uint32_t w) { return __uint_as_float(w << 16); }
@@ -62,9 +49,9 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc)
 // n0.. then up rows I + n0... A row's sum does not depend on ROWS, the epilogue or the rows beside it (each
 // lane walks its chunks in the same order, and the xor-butterfly sum is the same in every lane), so every
 // variant rounds a product exactly as the plain ROWS = 1 kernel does.
-template <int ROWS, int EPI>
-__global__ void __launch_bounds__(warps_of(EPI) * 32, kResidentWarps / warps_of(EPI)) gemv_kernel(GemvArgs a) {
-  constexpr int U = kLoads / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS, WARPS = warps_of(EPI);
+template <int ROWS, int EPI, bool NORM>
+__global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_kernel(GemvArgs a) {
+  constexpr int U = kLoads / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS, WARPS = kWarps;
   static_assert(EPI != kSwiglu || ROWS % 2 == 0, "a SwiGLU unit pairs gate and up rows");
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * WARPS + (threadIdx.x >> 5);
@@ -78,35 +65,105 @@ __global__ void __launch_bounds__(warps_of(EPI) * 32, kResidentWarps / warps_of(
     return a.W + (static_cast<int64_t>(n) + (EPI == kSwiglu && r >= OUT ? N : 0)) * K;
   };
   const int u_beg = warp * a.units_per_warp, u_end = min(units, u_beg + a.units_per_warp);
-  // Weights never depend on earlier kernels: under PDL (launch.h) start pulling this warp's first batch
-  // into L2 while the kernel that produces x is still running.
-  if (u_beg < u_end) {
+  // One step's W chunks of the unit with outputs n0.. (chunks c0, c0 + 32, ..; past K: zero).
+  auto load_step = [&](int n0, int c0, uint4 (&wv)[U][ROWS]) {
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-      const bf16* row = row_of(u_beg * OUT, r);
+      const bf16* row = row_of(n0, r);
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (lane + 32 * u < nvec) prefetch_l2(row + static_cast<int64_t>(lane + 32 * u) * 8);
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + 32 * u;
+        wv[u][r] = c < nvec ? ld_stream(row + static_cast<int64_t>(c) * 8) : zero;
+      }
+    }
+  };
+  // Weights never depend on earlier kernels: under PDL (launch.h) this warp's first step of W is loaded
+  // while the kernel that produces x is still running (into registers; with the norm prologue, which
+  // needs those registers, only into L2).
+  uint4 wv[U][ROWS];  // the step's W chunks
+  if (u_beg < u_end) {
+    if constexpr (NORM) {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (lane + 32 * u < nvec) prefetch_l2(row_of(u_beg * OUT, r) + static_cast<int64_t>(lane + 32 * u) * 8);
+    } else {
+      load_step(u_beg * OUT, lane, wv);
     }
   }
-  pdl_begin();
+  pdl_wait();
+  // The prologue: x normalised into shared memory (as rmsnorm_row rounds: w * bf16(x * rs), stored as bf16).
+  extern __shared__ uint4 xs[];  // NORM: K / 8 chunks
+  if constexpr (NORM) {
+    // One round trip: each thread loads its chunks of x and of the norm weight together (up to kHeld of
+    // each in registers, K <= kHeld * 8 * threads; a longer row reloads the rest), then the block's sum of
+    // squares, then the normed chunks into shared memory.
+    constexpr int kHeld = 4, kThreads = WARPS * 32;
+    __shared__ float scratch[32];
+    uint4 xr[kHeld], wr[kHeld];
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (c < nvec) {
+        xr[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8);
+        wr[i] = __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c);
+      }
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      if (threadIdx.x + i * kThreads < nvec) {
+        const uint32_t xd[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
+      }
+    }
+    for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads) {
+      float v[8];
+      load8(a.x + static_cast<int64_t>(c) * 8, v);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+    }
+    const float rs = rsqrtf(block_sum(ss, scratch) / static_cast<float>(K) + a.norm.eps);
+    auto normed = [&](const uint4& xv8, const uint4& wv8) {  // w * bf16(x * rs), as the RMSNorm kernel rounds
+      const uint32_t xd[4] = {xv8.x, xv8.y, xv8.z, xv8.w}, wd[4] = {wv8.x, wv8.y, wv8.z, wv8.w};
+      float o[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o[2 * j] = lo_f(wd[j]) * round_b(lo_f(xd[j]) * rs);
+        o[2 * j + 1] = hi_f(wd[j]) * round_b(hi_f(xd[j]) * rs);
+      }
+      uint4 u;
+      store8(reinterpret_cast<bf16*>(&u), o);
+      return u;
+    };
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (c < nvec) xs[c] = normed(xr[i], wr[i]);
+    }
+    for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads)
+      xs[c] = normed(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8),
+                     __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c));
+    __syncthreads();
+  }
   for (int unit = u_beg; unit < u_end; ++unit) {
     const int n0 = unit * OUT;
-    const bf16* w[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) w[r] = row_of(n0, r);
     float acc[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
     for (int c0 = lane; c0 < nvec; c0 += 32 * U) {
-      uint4 wv[U][ROWS], xc[U];
+      uint4 xc[U];
+      if (NORM || unit != u_beg || c0 != lane) load_step(n0, c0, wv);  // else loaded before pdl_wait
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = c0 + 32 * u;
         const bool ok = c < nvec;
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) wv[u][r] = ok ? ld_stream(w[r] + static_cast<int64_t>(c) * 8) : zero;
-        xc[u] = ok ? __ldg(xv + c) : zero;
+        if constexpr (NORM)
+          xc[u] = ok ? xs[c] : zero;
+        else
+          xc[u] = ok ? __ldg(xv + c) : zero;
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -133,32 +190,29 @@ __global__ void __launch_bounds__(warps_of(EPI) * 32, kResidentWarps / warps_of(
         // as gemv + silu_mul: both products rounded to bf16, silu rounded, the product rounded on store
         const float g = round_b(sum[o]), u = round_b(sum[o + OUT]);
         a.y[n0 + o] = to_b(round_b(g / (1.f + expf(-g))) * u);
+      } else if constexpr (EPI == kResidual) {
+        // as gemv + ATen's bf16 add: the product rounded, then the sum
+        const bf16 v = to_b(to_f(a.y[n0 + o]) + round_b(sum[o]));
+        a.y[n0 + o] = v;
+        if (a.tap != nullptr) a.tap[n0 + o] = v;
       } else {
         a.y[n0 + o] = to_b(sum[o]);
       }
     }
   }
-  if constexpr (EPI == kNorm) {
-    // The last block to finish normalises y (all of it written and fenced by then), as the RMSNorm kernel
-    // would, then re-zeroes the counter.
-    __shared__ float scratch[32];
-    __shared__ int is_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    rmsnorm_row<true>(a.norm, 0, scratch);
-    if (threadIdx.x == 0) *a.counter = 0u;
-  }
+  // Every weight of this warp has been read: the next kernel may take the SM slots this block frees.
+  pdl_trigger();
 }
 
 struct Plan {
   int resident_warps = 0;  // warps of this kernel the GPU holds at once
 };
 
-template <int ROWS, int EPI> cudaError_t plan_of(Plan& p) {
+// Shared memory of the NORM prologue for K; the plan assumes kPlanK (a Qwen3-8B hidden row).
+size_t smem_of(bool norm, int K) { return norm ? static_cast<size_t>(K) * sizeof(bf16) : 0; }
+constexpr int kPlanK = 4096;
+
+template <int ROWS, int EPI, bool NORM> cudaError_t plan_of(Plan& p) {
   static Plan cached;
   static bool ready = false;
   if (!ready) {
@@ -166,9 +220,10 @@ template <int ROWS, int EPI> cudaError_t plan_of(Plan& p) {
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS, EPI>, warps_of(EPI) * 32, 0);
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS, EPI, NORM>, kWarps * 32,
+                                                        smem_of(NORM, kPlanK));
     if (e != cudaSuccess) return e;
-    cached.resident_warps = std::max(1, sms * std::max(1, blocks) * warps_of(EPI));
+    cached.resident_warps = std::max(1, sms * std::max(1, blocks) * kWarps);
     ready = true;
   }
   p = cached;
@@ -176,74 +231,79 @@ template <int ROWS, int EPI> cudaError_t plan_of(Plan& p) {
 }
 
 // One wave: the units split evenly over at most the resident warps.
-template <int ROWS, int EPI> cudaError_t launch(GemvArgs a, cudaStream_t stream) {
+template <int ROWS, int EPI, bool NORM> cudaError_t launch(GemvArgs a, cudaStream_t stream) {
   Plan p;
-  cudaError_t e = plan_of<ROWS, EPI>(p);
+  cudaError_t e = plan_of<ROWS, EPI, NORM>(p);
   if (e != cudaSuccess) return e;
-  constexpr int OUT = EPI == kSwiglu ? ROWS / 2 : ROWS, WARPS = warps_of(EPI);
+  constexpr int OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
   const int units = (a.N + OUT - 1) / OUT;
   a.units_per_warp = (units + p.resident_warps - 1) / p.resident_warps;
   const int warps = (units + a.units_per_warp - 1) / a.units_per_warp;
-  return launch_kernel(gemv_kernel<ROWS, EPI>, (warps + WARPS - 1) / WARPS, WARPS * 32, 0, stream, a);
+  return launch_kernel(gemv_kernel<ROWS, EPI, NORM>, (warps + kWarps - 1) / kWarps, kWarps * 32, smem_of(NORM, a.K),
+                       stream, a);
 }
 
 // Rows per unit: 4 (or 2) when N has that many rows for every resident warp, else 1, so that the small
-// projections still spread over the whole GPU.
-template <int EPI> cudaError_t launch_any_rows(const GemvArgs& a, cudaStream_t stream) {
+// projections still spread over the whole GPU. SwiGLU units are 2 or 4 rows (1 or 2 outputs).
+template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cudaStream_t stream) {
   Plan p;
-  cudaError_t e = plan_of<1, EPI>(p);
+  cudaError_t e = plan_of<EPI == kSwiglu ? 2 : 1, EPI, NORM>(p);
   if (e != cudaSuccess) return e;
-  if (a.N >= 4 * p.resident_warps) return launch<4, EPI>(a, stream);
-  if (a.N >= 2 * p.resident_warps) return launch<2, EPI>(a, stream);
-  return launch<1, EPI>(a, stream);
+  if constexpr (EPI == kSwiglu) {
+    if (a.N >= 2 * p.resident_warps) return launch<4, EPI, NORM>(a, stream);  // 2 outputs (4 rows) per unit
+    return launch<2, EPI, NORM>(a, stream);
+  } else {
+    if (a.N >= 4 * p.resident_warps) return launch<4, EPI, NORM>(a, stream);
+    if (a.N >= 2 * p.resident_warps) return launch<2, EPI, NORM>(a, stream);
+    return launch<1, EPI, NORM>(a, stream);
+  }
 }
 
-GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K) {
+template <int EPI> cudaError_t launch_with_norm(const GemvArgs& a, cudaStream_t stream) {
+  if (a.norm.weight == nullptr) return launch_any_rows<EPI, false>(a, stream);
+  return launch_any_rows<EPI, true>(a, stream);
+}
+
+GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K, const GemvNorm& norm) {
   GemvArgs a;
   a.x = x;
   a.W = W;
   a.y = y;
   a.N = N;
   a.K = K;
+  a.norm = norm;
   return a;
 }
 
-bool valid(const bf16* x, const bf16* W, const bf16* y, int K) {
+bool valid(const bf16* x, const bf16* W, const bf16* y, int K, const GemvNorm& norm) {
   return K > 0 && K % 8 == 0 && x != nullptr && W != nullptr && y != nullptr &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0;
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
+         (norm.weight == nullptr || (K <= kGemvNormMaxK && reinterpret_cast<uintptr_t>(norm.weight) % 16 == 0));
 }
 
 }  // namespace
 
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream) {
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream,
+                 const GemvNorm& norm) {
   if (N <= 0) return cudaSuccess;
-  if (!valid(x, W, y, K)) return cudaErrorInvalidValue;
-  return launch_any_rows<kPlain>(args_of(x, W, y, N, K), stream);
+  if (!valid(x, W, y, K, norm)) return cudaErrorInvalidValue;
+  return launch_with_norm<kPlain>(args_of(x, W, y, N, K, norm), stream);
 }
 
 cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const GemvNorm& norm) {
   if (I <= 0) return cudaSuccess;
-  if (!valid(x, W, act, K)) return cudaErrorInvalidValue;
-  const GemvArgs a = args_of(x, W, act, I, K);
-  Plan p;
-  cudaError_t e = plan_of<2, kSwiglu>(p);
-  if (e != cudaSuccess) return e;
-  if (I >= 2 * p.resident_warps) return launch<4, kSwiglu>(a, stream);  // 2 outputs (4 rows) per unit
-  return launch<2, kSwiglu>(a, stream);
+  if (!valid(x, W, act, K, norm)) return cudaErrorInvalidValue;
+  return launch_with_norm<kSwiglu>(args_of(x, W, act, I, K, norm), stream);
 }
 
-cudaError_t gemv_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K,
-                         const RmsNormArgs& norm, unsigned int* counter, cudaStream_t stream) {
+cudaError_t gemv_residual(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* residual,
+                          __nv_bfloat16* tap, int N, int K, cudaStream_t stream) {
   if (N <= 0) return cudaSuccess;
-  if (!valid(x, W, y, K) || counter == nullptr || norm.x != y || norm.rows != 1 || norm.H != N || N % 8 != 0 ||
-      N > kRmsThreads * kRmsMaxVec * 8 || reinterpret_cast<uintptr_t>(y) % 16 != 0 || norm.weight == nullptr ||
-      norm.y == nullptr || (norm.sum_out2 != nullptr && norm.residual == nullptr))
-    return cudaErrorInvalidValue;
-  GemvArgs a = args_of(x, W, y, N, K);
-  a.norm = norm;
-  a.counter = counter;
-  return launch_any_rows<kNorm>(a, stream);
+  if (!valid(x, W, residual, K, GemvNorm{})) return cudaErrorInvalidValue;
+  GemvArgs a = args_of(x, W, residual, N, K, GemvNorm{});
+  a.tap = tap;
+  return launch_any_rows<kResidual, false>(a, stream);
 }
 
 }  // namespace specpress::kernels

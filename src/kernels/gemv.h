@@ -5,31 +5,41 @@
 // that bypass L1, and keeps 8 of them per lane in flight; the grid is one wave of resident warps with
 // the rows split evenly between them, so no SM waits on a straggling tail of blocks. Reference twin:
 // at::linear (kernels::gemv_out in aten_ops.h). Used by linear_out for M = 1 in the default matmul mode.
+//
+// A decode layer is four of these plus the attention: the RMSNorm before a projection runs as the GEMV's
+// prologue (`norm`), and the residual add after one as its epilogue (gemv_residual), so no launch is left
+// for either and no block waits for another.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "kernels/rmsnorm.h"
-
 namespace specpress::kernels {
 
+// Optional RMSNorm prologue: with weight set, the GEMV's input is weight * bf16(x * rsqrt(mean(x^2) + eps))
+// rounded to bf16, i.e. the RMSNorm kernel's output for the one row x (rmsnorm.h; x's sum of squares is
+// added in another order, so a normed element can differ from that kernel's in its last bit). Every block
+// computes it into shared memory; K <= kGemvNormMaxK.
+struct GemvNorm {
+  const __nv_bfloat16* weight = nullptr;  // [K]
+  float eps = 1e-6f;
+};
+constexpr int kGemvNormMaxK = 16384;
+
 // x [K] and W [N, K] (row-contiguous) 16-byte aligned, K % 8 == 0; writes y[0 .. N-1] only.
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream);
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream,
+                 const GemvNorm& norm = {});
 
 // The fused gate/up projection with its SwiGLU: act[n] = silu(g[n]) * u[n] for n < I, where g = W[:I] · x and
 // u = W[I:2I] · x (W = [gate; up], [2I, K]). Rounds like gemv into a [2I] buffer followed by silu_mul
 // (swiglu.h), so the result is bitwise that pair's, without the intermediate and one launch. Same
 // requirements as gemv.
 cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const GemvNorm& norm = {});
 
-// y = W · x followed by the RMSNorm `norm` of y (norm.x == y, one row, H = N; with its residual add and sum
-// outputs, rmsnorm.h): the layer's o and down projections with the residual RMSNorm after them, in one
-// launch. The last block of the GEMV to finish (threadfence counter: `counter`, a zeroed uint it leaves
-// zeroed) runs the RMSNorm kernel's own row code (rmsnorm_row.cuh), so it rounds as gemv followed by
-// rmsnorm: the projection and the residual sum bitwise, the normed row from the same instructions.
-// N % 8 == 0, N <= 8192, y 16-byte aligned; otherwise as gemv.
-cudaError_t gemv_rmsnorm(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K,
-                         const RmsNormArgs& norm, unsigned int* counter, cudaStream_t stream);
+// The residual add after a projection: residual[n] = bf16(residual[n] + bf16(W[n] · x)), and the same value
+// into tap[n] when tap is set (a tapped layer's hidden state). Bitwise gemv followed by ATen's bf16 add.
+// Same requirements as gemv; residual must not overlap x.
+cudaError_t gemv_residual(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* residual,
+                          __nv_bfloat16* tap, int N, int K, cudaStream_t stream);
 
 }  // namespace specpress::kernels

@@ -1,13 +1,16 @@
 // launch.h — how src/kernels launches its kernels (torch-free): cudaLaunchKernelEx with, when enabled,
 // programmatic dependent launch (PDL, Hopper). With PDL a kernel may be scheduled while the previous
-// kernel of the stream is still running. Every kernel of src/kernels starts with pdl_begin()
-// (common.cuh): it waits until the previous kernel has completed and its writes are visible, before any
-// read of earlier results or any write, then lets the next kernel launch. So at most two kernels
-// overlap, and what overlaps is the next kernel's launch, block scheduling and any prologue that only
-// touches constant data (the GEMV prefetches its first weights into L2 before it waits), which hides the
-// gaps between the ~330 small dependent kernels of a decode step. A kernel launched without PDL (cuBLAS,
-// or any kernel when it is off) serialises as usual. Off by default; SPECPRESS_PDL=1 or set_pdl(true)
-// turns it on. Graphs keep the setting they were captured with (capture records the launch attribute).
+// kernel of the stream is still running. Every kernel of src/kernels waits (pdl_wait, common.cuh) until
+// the previous kernel has completed and its writes are visible, before any read of earlier results or
+// any write, and only then lets the next kernel be scheduled (pdl_trigger): the small kernels at once
+// (pdl_begin), the GEMV once its warps have read all their weights. So at most two kernels overlap, and
+// what overlaps is the next kernel's launch, block scheduling and any prologue that only touches constant
+// data (the GEMV loads its first step of weights before it waits), in the SM slots the running kernel
+// leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel let the next
+// one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel
+// launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. On by default (it
+// measured faster: docs/PERF.md); SPECPRESS_PDL=0 or set_pdl(false) turns it off. Graphs keep the setting
+// they were captured with (capture records the launch attribute).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -20,7 +23,7 @@ namespace specpress::kernels {
 inline bool& pdl_flag() {
   static bool on = [] {
     const char* env = std::getenv("SPECPRESS_PDL");
-    return env != nullptr && std::strcmp(env, "1") == 0;
+    return env == nullptr || std::strcmp(env, "0") != 0;
   }();
   return on;
 }

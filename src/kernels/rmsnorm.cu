@@ -1,18 +1,54 @@
-// rmsnorm.cu — see rmsnorm.h. One block per row; the row's work is rmsnorm_row (rmsnorm_row.cuh), which
-// the GEMV's norm epilogue shares.
+// rmsnorm.cu — see rmsnorm.h. One block per row.
 #include "kernels/common.cuh"
 #include "kernels/rmsnorm.h"
-#include "kernels/rmsnorm_row.cuh"
 
 namespace specpress::kernels {
 namespace {
 using namespace detail;
-constexpr int kThreads = kRmsThreads, kMaxVec = kRmsMaxVec;
+constexpr int kThreads = 256, kMaxVec = 4;  // H <= 256 * 4 * 8
+
+// One row by one block of kThreads threads. Each thread keeps its (up to 4) 8-element vectors of the row in
+// registers between the sum-of-squares pass and the output pass.
+__device__ __forceinline__ void rmsnorm_row(const RmsNormArgs& a, int row, float* scratch /* 32 floats */) {
+  const int64_t off = static_cast<int64_t>(row) * a.H;
+  float v[kMaxVec][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i) {
+    const int c = (threadIdx.x + i * kThreads) * 8;
+    if (c < a.H) {
+      load8(a.x + off + c, v[i]);
+      if (a.residual != nullptr) {
+        float r[8];
+        load8(a.residual + off + c, r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[i][e] = round_b(v[i][e] + r[e]);
+        if (a.sum_out != nullptr) store8(a.sum_out + off + c, v[i]);
+        if (a.sum_out2 != nullptr) store8(a.sum_out2 + static_cast<int64_t>(row) * a.ld_sum_out2 + c, v[i]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[i][e] * v[i][e];
+    }
+  }
+  const float total = block_sum(ss, scratch);
+  const float rs = rsqrtf(total / static_cast<float>(a.H) + a.eps);
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i) {
+    const int c = (threadIdx.x + i * kThreads) * 8;
+    if (c < a.H) {
+      float w[8], o[8];
+      load8(a.weight + c, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = w[e] * round_b(v[i][e] * rs);
+      store8(a.y + off + c, o);
+    }
+  }
+}
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
   pdl_begin();
   __shared__ float scratch[32];
-  rmsnorm_row<false>(a, blockIdx.x, scratch);
+  rmsnorm_row(a, blockIdx.x, scratch);
 }
 
 }  // namespace

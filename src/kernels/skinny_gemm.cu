@@ -2,6 +2,7 @@
 // n0 + g; the k order inside each 32-wide chunk is permuted identically for X and W (a sum does not care),
 // so one 16-byte load of W feeds two m16n8k16 steps as their B fragments without shuffles.
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 #include "kernels/skinny_gemm.h"
 
 namespace specpress::kernels {
@@ -9,13 +10,6 @@ namespace {
 using namespace detail;
 constexpr int kWarps = 8, kUnroll = 4;
 
-__device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));

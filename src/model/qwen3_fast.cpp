@@ -130,7 +130,6 @@ FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwe
   b.logits = at::zeros({std::max<int64_t>(logit_rows, 1), target_.config().vocab_size}, bf16);
   b.tokens = at::zeros({std::max<int64_t>(logit_rows, 1)}, at::TensorOptions().dtype(at::kLong).device(device_));
   if (taps_width > 0) b.taps = at::zeros({rows, taps_width}, bf16);
-  b.gemv_counter = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device_));
   b.attn_scratch = kernels::make_attention_scratch(rows, nq, nkv, hd, splits, device_);
   return b;
 }
@@ -149,6 +148,28 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   at::Tensor x = b.x.narrow(0, 0, T), h = b.h.narrow(0, 0, T), qkv = b.qkv.narrow(0, 0, T), q = b.q.narrow(0, 0, T);
   at::Tensor attn = b.attn.narrow(0, 0, T), o = b.o.narrow(0, 0, T), gu = b.gate_up.narrow(0, 0, T);
   at::Tensor act = b.act.narrow(0, 0, T);
+  // The tap columns of layer l (undefined when l is not tapped).
+  auto tap_of = [&](size_t l) {
+    for (size_t i = 0; i < taps.size(); ++i)
+      if (taps[i] == static_cast<int64_t>(l)) return b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
+    return at::Tensor();
+  };
+  if (kernels::fused_one_row(T)) {
+    // One row: four GEMV launches and the attention per layer. The RMSNorms run as the prologues of the
+    // qkv and gate/up GEMVs (x is the raw residual), the residual adds as the epilogues of o and down; h
+    // is not written (the head applies the final norm the same way: head_logits).
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const FastLayer& w = layers[l];
+      at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
+      kernels::gemv_out(qkv, x, w.qkv, w.input_norm, eps);
+      kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
+      kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
+      kernels::gemv_residual_out(x, attn, w.o_proj);              // x += attention
+      kernels::gemv_silu_mul_out(act, x, w.gate_up, w.post_norm, eps);
+      kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
+    }
+    return;
+  }
   kernels::rmsnorm_out(h, x, layers[0].input_norm, eps);
   for (size_t l = 0; l < layers.size(); ++l) {
     const FastLayer& w = layers[l];
@@ -156,19 +177,22 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     kernels::linear_out(qkv, h, w.qkv);
     kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
     kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
-    // At M = 1 in gemv mode each of these three lines is one launch: the o and down GEMVs run the residual
-    // RMSNorm in their last block, the gate/up GEMV applies SwiGLU (kernels/aten_ops.h).
-    static const at::Tensor none;
-    kernels::linear_rmsnorm_out(o, attn, w.o_proj, h, w.post_norm, eps, x, x, none,
-                                b.gemv_counter);  // x += attention; h = post-attention norm
+    kernels::linear_out(o, attn, w.o_proj);
+    kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
     kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
+    kernels::linear_out(o, act, w.down);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
-    at::Tensor tap;
-    for (size_t i = 0; i < taps.size(); ++i)
-      if (taps[i] == static_cast<int64_t>(l)) tap = b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
-    kernels::linear_rmsnorm_out(o, act, w.down, h, next_norm, eps, x, x, tap,
-                                b.gemv_counter);  // x += mlp (tapped); h = next layer's norm
+    kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap_of(l));  // x += mlp (tapped); h = next layer's norm
   }
+}
+
+void FastEngine::head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm,
+                             double eps) {
+  const int64_t rows = logits.size(0);
+  if (kernels::fused_one_row(T))
+    kernels::gemv_out(logits, b.x.narrow(0, 0, 1), target_.weights().lm_head, final_norm, eps);
+  else
+    kernels::linear_out(logits, b.h.narrow(0, T - rows, rows), target_.weights().lm_head);
 }
 
 void FastEngine::target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps) {
@@ -178,8 +202,7 @@ void FastEngine::target_forward(const at::Tensor& ids, FastBuffers& b, int64_t l
   static const std::vector<int64_t> no_taps;
   run_layers(t_layers_, target_.config(), target_.rope(), k_cache_, v_cache_, b, T, start_, /*causal=*/true,
              target_.weights().final_norm, taps ? tap_layers_ : no_taps);
-  kernels::linear_out(b.logits.narrow(0, 0, logit_rows), b.h.narrow(0, T - logit_rows, logit_rows),
-                      target_.weights().lm_head);
+  head_logits(b.logits.narrow(0, 0, logit_rows), b, T, target_.weights().final_norm, target_.config().rms_norm_eps);
 }
 
 void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx,
@@ -207,7 +230,7 @@ void FastEngine::draft_block() {
   run_layers(d_layers_, a, draft_rope_, dk_cache_, dv_cache_, b, B_, start_, /*causal=*/false,
              draft_->weights().final_norm, no_taps);
   at::Tensor logits = b.logits.narrow(0, 0, B_ - 1);
-  kernels::linear_out(logits, b.h.narrow(0, 1, B_ - 1), target_.weights().lm_head);
+  head_logits(logits, b, B_, draft_->weights().final_norm, a.rms_norm_eps);
   kernels::argmax_out(block_ids_.narrow(0, 1, B_ - 1), logits);
 }
 

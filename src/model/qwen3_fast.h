@@ -39,7 +39,6 @@ struct FastBuffers {
   at::Tensor logits;                               // [rows, V] bf16
   at::Tensor tokens;                               // int64 [rows]: argmax of the logits rows
   at::Tensor taps;                                 // [rows, n_taps * H] bf16 (target only)
-  at::Tensor gemv_counter;                         // int32 [1], zero: last-block counter of the fused GEMV + RMSNorm
   kernels::AttentionScratch attn_scratch;
 };
 
@@ -131,6 +130,9 @@ class FastEngine {
   void run_layers(const std::vector<FastLayer>& layers, const Qwen3Config& c, const ops::RopeTable& rope,
                   const at::Tensor& k_cache, const at::Tensor& v_cache, FastBuffers& b, int64_t T,
                   const at::Tensor& pos, bool causal, const at::Tensor& final_norm, const std::vector<int64_t>& taps);
+  // logits [rows, V] = LM head of the last `rows` of a T-row forward by run_layers: from the final-normed
+  // h, or, for a fused one-row forward, from x with the final norm as the GEMV's prologue.
+  void head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm, double eps);
   void draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx, const at::Tensor& kv);
   void draft_block();
   void decode_body();

@@ -11,9 +11,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
+#include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
 #include "kernels/launch.h"
 #include "kernels/skinny_gemm.h"
@@ -283,22 +285,22 @@ TEST_F(Kernels, SkinnyGemmMatchesReferenceAndIsBatchInvariant) {
 }
 
 // The small-T attention kernel (T <= 16: decode, verify, draft): odd lengths, lengths on both sides of
-// the 32/64-key split boundaries, several row groups per kv head, a grid of one split, many splits.
+// the 64/128-key split and 64-key tile boundaries, several row groups per kv head, a grid of one split, many splits.
 TEST_F(Kernels, DecodeAttentionMatchesReference) {
   std::vector<AttnCase> cases;
-  for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 97, 511, 512, 513, 1000})
+  for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 511, 512, 513, 1000})
     cases.push_back(AttnCase{1, 32, 8, 128, S - 1, true, 32});  // decode: S = base + 1
   for (AttnCase c : {AttnCase{16, 32, 8, 128, 511, true, 32},   // verify
                      AttnCase{16, 32, 8, 128, 700, false, 32},  // draft block over context + block
                      AttnCase{16, 32, 8, 128, 0, false, 32},    // draft, empty context: one split
-                     AttnCase{16, 32, 8, 128, 49, true, 3},     // 65 keys: two splits of 33 and 32
+                     AttnCase{16, 32, 8, 128, 193, true, 3},    // 209 keys: two splits of 128 and 81
                      AttnCase{1, 8, 8, 64, 96, true, 5},        // no GQA, one row per kv head
                      AttnCase{3, 16, 2, 32, 45, true, 3},       // 24 rows: row groups of 16 and 8
                      AttnCase{3, 16, 2, 32, 45, false, 3},
                      AttnCase{16, 32, 2, 64, 130, true, 4},     // 16 heads per kv head: 16 row groups
                      AttnCase{7, 32, 8, 64, 0, true, 8},        // S = 7: one active split of eight
                      AttnCase{2, 32, 8, 128, 4000, true, 64},   // grid capped at one wave: 32 splits of 128 keys
-                     AttnCase{1, 8, 2, 64, 4000, true, 64},     // all 64 splits, 63 keys each
+                     AttnCase{1, 8, 2, 64, 4000, true, 64},     // 63 of 64 splits, 64 keys each
                      AttnCase{5, 32, 8, 128, 300, true, 1},     // a grid of one split: direct write
                      AttnCase{1, 4, 2, 32, 200, false, 7},
                      AttnCase{11, 12, 4, 128, 77, true, 6}})    // 33 rows: three row groups, last of one row
@@ -430,73 +432,57 @@ TEST_F(Kernels, GemvSwigluIsBitwiseGemvThenSiluMul) {
   kernels::set_gemm_mode(saved);
 }
 
-// The GEMV with the residual RMSNorm in its last block against the unfused pair (GEMV, then the RMSNorm
-// kernel), at the o / down shapes of Qwen3-4B and 8B and odd sizes, with and without a residual and a tap
-// copy: the projection, the residual sum and the tap are bitwise the pair's; the normed output is the
-// same row code (rmsnorm_row.cuh), allowed one bf16 unit in case the compiler contracts its two copies
-// differently. Run twice: the counter must come back zeroed. Then linear_rmsnorm_out in both modes.
-TEST_F(Kernels, GemvRmsNormMatchesGemvThenRmsNorm) {
-  struct Case { int64_t N, K; bool residual, tap; };
-  for (Case c : {Case{2560, 4096, true, false}, Case{2560, 9728, true, true}, Case{4096, 4096, true, false},
-                 Case{4096, 12288, true, true}, Case{8, 8, true, false}, Case{136, 264, false, false},
-                 Case{8192, 64, true, true}, Case{1000, 1000, true, false}}) {
-    SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " residual=" << c.residual << " tap=" << c.tap);
-    at::Tensor x = at::randn({1, c.K}, bf16()), w = at::randn({c.N, c.K}, bf16()) * 0.05;
-    at::Tensor nw = 1 + 0.1 * at::randn({c.N}, bf16()), res0 = at::randn({1, c.N}, bf16());
-    at::Tensor counter = at::zeros({1}, i32());
-    for (int run = 0; run < 2; ++run) {
-      at::Tensor out_f = at::full({1, c.N}, NAN, bf16()), h_f = at::full({1, c.N}, NAN, bf16());
-      at::Tensor out_u = at::full({1, c.N}, NAN, bf16()), h_u = at::full({1, c.N}, NAN, bf16());
-      at::Tensor res_f = res0.clone(), res_u = res0.clone();
-      at::Tensor taps_f = at::full({1, 3 * c.N}, NAN, bf16()), taps_u = at::full({1, 3 * c.N}, NAN, bf16());
-      const at::Tensor none;
-      const at::Tensor& r_f = c.residual ? res_f : none;
-      const at::Tensor& r_u = c.residual ? res_u : none;
-      at::Tensor tap_f = c.tap ? taps_f.narrow(1, c.N, c.N) : at::Tensor();
-      at::Tensor tap_u = c.tap ? taps_u.narrow(1, c.N, c.N) : at::Tensor();
-      kernels::gemv_rmsnorm_out(out_f, x, w, h_f, nw, 1e-6, r_f, r_f, tap_f, counter);
-      kernels::gemv_out(out_u, x, w);
-      kernels::rmsnorm_out(h_u, out_u, nw, 1e-6, r_u, r_u, tap_u);
-      EXPECT_TRUE(at::equal(out_f, out_u)) << "projection differs from the GEMV's";
-      EXPECT_LE(max_ulps(h_f, h_u), 1.0) << "normed output vs the RMSNorm kernel";
-      if (!at::equal(h_f, h_u))
-        std::fprintf(stderr, "note: N=%lld K=%lld: normed output within one bf16 unit of the RMSNorm kernel's, not bitwise\n",
-                     static_cast<long long>(c.N), static_cast<long long>(c.K));
-      if (c.residual) EXPECT_TRUE(at::equal(res_f, res_u)) << "residual sum differs";
-      if (c.tap) {
-        EXPECT_TRUE(at::equal(tap_f, tap_u)) << "tap copy differs";
-        EXPECT_TRUE(at::isnan(taps_f.narrow(1, 0, c.N)).all().item<bool>()) << "wrote outside the tap slice";
-      }
-      at::Tensor sum = c.residual ? at::linear(x, w) + res0 : at::linear(x, w);
-      EXPECT_LT(rel_err(h_f, ops::rms_norm(sum, nw, 1e-6)), 1e-2) << "vs the ATen twin";
-      EXPECT_EQ(counter.item<int>(), 0) << "counter left non-zero after run " << run;
+// The GEMV's RMSNorm prologue (gemv_out / gemv_silu_mul_out with a norm weight: the input is rmsnorm(x)) and
+// its residual epilogue (gemv_residual_out: residual += product, with a tap copy), at the Qwen3-4B/8B layer
+// shapes and odd sizes. The prologue normalises as the RMSNorm kernel does except for the order of the sum of
+// squares, so its products are compared with the unfused pair (RMSNorm kernel, then the plain GEMV) to a
+// tight bound and with the float64 twin; the epilogue is bitwise the plain GEMV followed by ATen's bf16 add.
+TEST_F(Kernels, GemvNormPrologueAndResidualEpilogue) {
+  struct Case { int64_t N, K; };
+  for (Case c : {Case{6144, 2560}, Case{19456, 2560}, Case{6144, 4096}, Case{8, 8}, Case{136, 264},
+                 Case{1000, 1000}, Case{64, 8192}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K);
+    at::Tensor x = at::randn({1, c.K}, bf16()) * 3, w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor nw = 1 + 0.1 * at::randn({c.K}, bf16());
+    at::Tensor h = at::full({1, c.K}, NAN, bf16());
+    kernels::rmsnorm_out(h, x, nw, 1e-6);
+    at::Tensor unfused = at::full({1, c.N}, NAN, bf16()), fused = at::full({1, c.N}, NAN, bf16());
+    kernels::gemv_out(unfused, h, w);
+    kernels::gemv_out(fused, x, w, nw, 1e-6);
+    EXPECT_LT(rel_err(fused, unfused), 2e-3) << "norm prologue vs RMSNorm kernel + GEMV";
+    at::Tensor ref64 = at::matmul(ops::rms_norm(x.to(at::kDouble), nw.to(at::kDouble), 1e-6), w.to(at::kDouble).t());
+    EXPECT_LT(rel_err(fused, ref64), 1e-2) << "norm prologue vs float64";
+    at::Tensor again = at::full({1, c.N}, NAN, bf16());
+    kernels::gemv_out(again, x, w, nw, 1e-6);
+    EXPECT_TRUE(at::equal(again, fused)) << "not deterministic";
+    if (c.N % 2 == 0) {  // the SwiGLU GEMV with the prologue: W = [gate; up]
+      at::Tensor act_u = at::full({1, c.N / 2}, NAN, bf16()), act_f = at::full({1, c.N / 2}, NAN, bf16());
+      kernels::gemv_silu_mul_out(act_u, h, w);
+      kernels::gemv_silu_mul_out(act_f, x, w, nw, 1e-6);
+      EXPECT_LT(rel_err(act_f, act_u), 2e-3) << "SwiGLU GEMV: norm prologue vs RMSNorm kernel + GEMV";
     }
   }
-  // linear_rmsnorm_out: the fused launch at one row in gemv mode, linear_out + rmsnorm_out otherwise; the
-  // layer loop's in-place form (residual and sum are the same tensor).
-  const kernels::GemmMode saved = kernels::gemm_mode();
-  const int64_t N = 2560, K = 9728;
-  at::Tensor x = at::randn({1, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
-  at::Tensor nw = 1 + 0.1 * at::randn({N}, bf16()), res0 = at::randn({1, N}, bf16());
-  at::Tensor counter = at::zeros({1}, i32());
-  at::Tensor ref_out = at::full({1, N}, NAN, bf16()), ref_h = at::full({1, N}, NAN, bf16()), ref_res = res0.clone();
-  kernels::gemv_out(ref_out, x, w);
-  kernels::rmsnorm_out(ref_h, ref_out, nw, 1e-6, ref_res, ref_res);
-  for (kernels::GemmMode mode : {kernels::GemmMode::kGemv, kernels::GemmMode::kCublas}) {
-    kernels::set_gemm_mode(mode);
-    at::Tensor out = at::full({1, N}, NAN, bf16()), h = at::full({1, N}, NAN, bf16()), res = res0.clone();
-    kernels::linear_rmsnorm_out(out, x, w, h, nw, 1e-6, res, res, at::Tensor(), counter);
-    if (mode == kernels::GemmMode::kGemv) {
-      EXPECT_TRUE(at::equal(out, ref_out)) << "gemv mode: projection";
-      EXPECT_TRUE(at::equal(res, ref_res)) << "gemv mode: residual sum";
-      EXPECT_LE(max_ulps(h, ref_h), 1.0) << "gemv mode: normed output";
-    } else {
-      EXPECT_LT(rel_err(out, ref_out), 1e-2) << "cublas mode: projection";
-      EXPECT_LT(rel_err(h, ref_h), 1e-2) << "cublas mode: normed output";
-    }
-    EXPECT_EQ(counter.item<int>(), 0);
+  for (Case c : {Case{2560, 4096}, Case{2560, 9728}, Case{4096, 12288}, Case{8, 8}, Case{1000, 1000}}) {
+    SCOPED_TRACE(::testing::Message() << "residual N=" << c.N << " K=" << c.K);
+    at::Tensor a = at::randn({1, c.K}, bf16()), w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor res0 = at::randn({1, c.N}, bf16()) * 4;
+    at::Tensor prod = at::full({1, c.N}, NAN, bf16());
+    kernels::gemv_out(prod, a, w);
+    const at::Tensor expect = res0 + prod;  // ATen's bf16 add
+    at::Tensor res = res0.clone(), taps = at::full({1, 3 * c.N}, NAN, bf16());
+    kernels::gemv_residual_out(res, a, w, taps.narrow(1, c.N, c.N));
+    EXPECT_TRUE(at::equal(res, expect)) << "residual epilogue vs GEMV + bf16 add";
+    EXPECT_TRUE(at::equal(taps.narrow(1, c.N, c.N), expect)) << "tap copy";
+    EXPECT_TRUE(at::isnan(taps.narrow(1, 0, c.N)).all().item<bool>()) << "wrote before the tap slice";
+    EXPECT_TRUE(at::isnan(taps.narrow(1, 2 * c.N, c.N)).all().item<bool>()) << "wrote after the tap slice";
+    at::Tensor res2 = res0.clone();
+    kernels::gemv_residual_out(res2, a, w);  // no tap
+    EXPECT_TRUE(at::equal(res2, expect));
   }
-  kernels::set_gemm_mode(saved);
+  // bad arguments fail with a message, not a launch
+  at::Tensor x = at::randn({1, 64}, bf16()), w = at::randn({32, 64}, bf16()), y = at::empty({1, 32}, bf16());
+  EXPECT_THROW(kernels::gemv_out(y, x, w, at::randn({63}, bf16())), std::exception);
+  EXPECT_THROW(kernels::gemv_residual_out(x.narrow(1, 0, 32), x, w.narrow(0, 0, 32)), std::exception);
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
@@ -520,9 +506,128 @@ TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
   kernels::set_gemm_mode(saved);
 }
 
+// The streaming small-M GEMM (kernels/gemm_small.h) at every Qwen3-4B/8B projection shape (fused QKV, o,
+// fused gate/up, down, and the 4B LM head) for M = 2, 5, 16, then odd N and K that are multiples of 8 but not
+// of the kernel's 128-wide step, for M = 1, 8, 9 (one and two 8-column tiles) and 16. X is a row slice of a
+// wider buffer whose extra columns and rows are NaN (the kernel must not read past K or past M rows); the
+// output has NaN guard columns on both sides and a NaN guard row below. Against float64 and at::linear, and
+// bitwise batch-invariant: row r of the M-row product equals the 1-row product of row r, and the rows an
+// M = 5 and an M = 16 product share are equal. It is not bitwise the GEMV (tensor-core sums round
+// differently, gemm_small.h), only within the same bf16 tolerance.
+namespace {
+
+void check_gemm_small(int64_t N, int64_t K, std::initializer_list<int64_t> Ms) {
+  at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor xbuf = at::full({17, K + 8}, NAN, bf16());
+  at::Tensor w64 = w.to(at::kDouble).t();
+  at::Tensor m16;  // the 16-row product, for the rows it shares with M = 5
+  at::Tensor m5;
+  for (int64_t M : Ms) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+    xbuf.fill_(NAN);
+    xbuf.narrow(0, 0, M).narrow(1, 0, K).copy_(x.narrow(0, 0, M));
+    at::Tensor xm = xbuf.narrow(0, 0, M).narrow(1, 0, K);  // row stride K + 8, NaN beyond
+    at::Tensor wide = at::full({M + 1, N + 16}, NAN, bf16());
+    at::Tensor out = wide.narrow(0, 0, M).narrow(1, 8, N);
+    kernels::gemm_small_out(out, xm, w);
+    at::Tensor ref64 = at::matmul(x.narrow(0, 0, M).to(at::kDouble), w64);
+    EXPECT_LT(rel_err(out, ref64), 5e-3) << "vs float64";
+    EXPECT_LT(rel_err(out, at::linear(x.narrow(0, 0, M), w)), 1e-2) << "vs at::linear";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before y";
+    EXPECT_TRUE(at::isnan(wide.narrow(1, N + 8, 8)).all().item<bool>()) << "wrote after y";
+    EXPECT_TRUE(at::isnan(wide.narrow(0, M, 1)).all().item<bool>()) << "wrote a row past M";
+    for (int64_t r = 0; r < M; ++r) {
+      at::Tensor one = at::full({1, N}, NAN, bf16());
+      kernels::gemm_small_out(one, x.narrow(0, r, 1), w);
+      EXPECT_TRUE(at::equal(one[0], out[r])) << "row " << r << " is not bitwise its 1-row product (max "
+                                              << max_ulps(out[r], one[0]) << " bf16 units)";
+      if (M == 1) {  // one row: the GEMV's job in the default mode; same tolerance, not bitwise
+        at::Tensor g = at::full({1, N}, NAN, bf16());
+        kernels::gemv_out(g, x.narrow(0, r, 1), w);
+        EXPECT_LT(rel_err(one, g), 1e-2) << "vs the GEMV";
+      }
+    }
+    if (M == 16) m16 = out.clone();
+    if (M == 5) m5 = out.clone();
+  }
+  if (m16.defined() && m5.defined()) {
+    EXPECT_TRUE(at::equal(m16.narrow(0, 0, 5), m5)) << "M = 5 vs M = 16 rows differ";
+  }
+}
+
+}  // namespace
+
+TEST_F(Kernels, GemmSmallMatchesReferenceAndIsBatchInvariant) {
+  struct Case { int64_t N, K; };
+  // Qwen3-4B: qkv, o, gate_up, down, lm_head; Qwen3-8B: qkv, o, gate_up, down.
+  for (Case c : {Case{6144, 2560}, Case{2560, 4096}, Case{19456, 2560}, Case{2560, 9728}, Case{151936, 2560},
+                 Case{6144, 4096}, Case{4096, 4096}, Case{24576, 4096}, Case{4096, 12288}})
+    check_gemm_small(c.N, c.K, {2, 5, 16});
+  for (Case c : {Case{1, 8}, Case{7, 72}, Case{13, 2568}, Case{17, 136}, Case{1001, 1000}, Case{8451, 264},
+                 Case{100003, 136}})
+    check_gemm_small(c.N, c.K, {1, 5, 8, 9, 16});
+  // Layouts it does not take are refused, not misread: K % 8 != 0, more than 16 rows, a misaligned row stride.
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  at::Tensor x = at::randn({17, 24}, bf16()), w = at::randn({5, 24}, bf16()), y = at::full({17, 5}, NAN, bf16());
+  auto raw = [](const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); };
+  EXPECT_EQ(kernels::gemm_small(raw(x), 24, raw(w), raw(y), 5, 2, 5, 20, st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_small(raw(x), 24, raw(w), raw(y), 5, 17, 5, 24, st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_small(raw(x), 12, raw(w), raw(y), 5, 2, 5, 8, st), cudaErrorInvalidValue);
+  EXPECT_TRUE(at::isnan(y).all().item<bool>());
+}
+
+// linear_out in the stream modes: kStream keeps one-row products (and the fused gate/up and o/down
+// epilogues) on the GEMV and gives 2..16 rows to gemm_small (bitwise gemm_small_out), more to cuBLAS;
+// kStreamAll gives 1..16 rows to gemm_small, so a row's result does not depend on the row count, and the
+// fused one-row paths fall back to linear_out + the separate kernel. The mode is restored afterwards.
+TEST_F(Kernels, LinearOutStreamModes) {
+  const kernels::GemmMode saved = kernels::gemm_mode();
+  const int64_t N = 2560, K = 4096, I = 9728;
+  at::Tensor x = at::randn({20, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor gate_up = at::randn({2 * I, K}, bf16()) * 0.05;
+  at::Tensor gemv1 = at::full({1, N}, NAN, bf16()), small1 = at::full({1, N}, NAN, bf16());
+  at::Tensor small16 = at::full({16, N}, NAN, bf16());
+  kernels::gemv_out(gemv1, x.narrow(0, 0, 1), w);
+  kernels::gemm_small_out(small1, x.narrow(0, 0, 1), w);
+  kernels::gemm_small_out(small16, x.narrow(0, 0, 16), w);
+  at::Tensor act_ref = at::full({1, I}, NAN, bf16());
+  kernels::gemv_silu_mul_out(act_ref, x.narrow(0, 0, 1), gate_up);
+
+  kernels::set_gemm_mode(kernels::GemmMode::kStream);
+  EXPECT_STREQ(kernels::gemm_mode_name(kernels::gemm_mode()), "stream");
+  at::Tensor one = at::full({1, N}, NAN, bf16()), sixteen = at::full({16, N}, NAN, bf16());
+  at::Tensor twenty = at::full({20, N}, NAN, bf16());
+  kernels::linear_out(one, x.narrow(0, 0, 1), w);
+  kernels::linear_out(sixteen, x.narrow(0, 0, 16), w);
+  kernels::linear_out(twenty, x, w);
+  EXPECT_TRUE(at::equal(one, gemv1)) << "stream mode, M = 1: not the GEMV";
+  EXPECT_TRUE(at::equal(sixteen, small16)) << "stream mode, M = 16: not gemm_small";
+  EXPECT_LT(rel_err(twenty, at::linear(x, w)), 1e-2) << "stream mode, M = 20 (cuBLAS)";
+  at::Tensor gu = at::full({1, 2 * I}, NAN, bf16()), act = at::full({1, I}, NAN, bf16());
+  kernels::linear_silu_mul_out(act, gu, x.narrow(0, 0, 1), gate_up);
+  EXPECT_TRUE(at::equal(act, act_ref)) << "stream mode, one row: not the fused GEMV + SwiGLU";
+  EXPECT_TRUE(at::isnan(gu).all().item<bool>()) << "stream mode, one row: the intermediate was written";
+
+  kernels::set_gemm_mode(kernels::GemmMode::kStreamAll);
+  EXPECT_STREQ(kernels::gemm_mode_name(kernels::gemm_mode()), "stream_all");
+  one.fill_(NAN);
+  sixteen.fill_(NAN);
+  kernels::linear_out(one, x.narrow(0, 0, 1), w);
+  kernels::linear_out(sixteen, x.narrow(0, 0, 16), w);
+  EXPECT_TRUE(at::equal(one, small1)) << "stream_all mode, M = 1: not gemm_small";
+  EXPECT_TRUE(at::equal(sixteen, small16)) << "stream_all mode, M = 16: not gemm_small";
+  EXPECT_TRUE(at::equal(sixteen.narrow(0, 0, 1), one)) << "stream_all mode: row 0 depends on the row count";
+  kernels::linear_silu_mul_out(act, gu, x.narrow(0, 0, 1), gate_up);
+  EXPECT_FALSE(at::isnan(gu).any().item<bool>()) << "stream_all mode, one row: expected the unfused path";
+  at::Tensor act_twin = at::full({1, I}, NAN, bf16());
+  kernels::silu_mul_out(act_twin, gu);
+  EXPECT_TRUE(at::equal(act, act_twin)) << "stream_all mode, one row: not gemm_small + silu_mul";
+  kernels::set_gemm_mode(saved);
+}
+
 // Programmatic dependent launch (kernels/launch.h): a decode-layer-shaped chain of the kernels (RMSNorm,
-// GEMV, q/k-norm + RoPE with the cache write, attention, GEMV + residual RMSNorm, GEMV + SwiGLU, and the
-// unfused GEMV, RMSNorm, SwiGLU too) captured in a graph with PDL on gives bitwise the results of the same
+// GEMV with its RMSNorm prologue, q/k-norm + RoPE with the cache write, attention, GEMV + residual, GEMV +
+// SwiGLU, and the unfused GEMV, RMSNorm, SwiGLU too) captured in a graph with PDL on gives bitwise the results of the same
 // chain launched plainly, over replays at several device-side lengths. A kernel that read its input before
 // the previous kernel finished would show as a mismatch.
 TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
@@ -538,7 +643,7 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
   at::Tensor x0 = at::randn({1, H}, bf16());
   at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
   struct Run {
-    at::Tensor x, h, qkv, q, attn, o, gu, act, kc, vc, pos, counter;
+    at::Tensor x, h, qkv, q, attn, o, gu, act, kc, vc, pos;
     kernels::AttentionScratch scratch;
   };
   auto make = [&] {
@@ -554,19 +659,18 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
     r.kc = kc0.clone();
     r.vc = vc0.clone();
     r.pos = at::full({1}, 0, i32());
-    r.counter = at::zeros({1}, i32());
     r.scratch = kernels::make_attention_scratch(1, nq, nkv, hd, kernels::attention_default_splits(cap, 1),
                                                 at::Device(at::kCUDA));
     return r;
   };
   auto layer = [&](Run& r) {
-    kernels::rmsnorm_out(r.h, r.x, w_in, 1e-6);
-    kernels::gemv_out(r.qkv, r.h, w_qkv);
+    kernels::gemv_out(r.qkv, r.x, w_qkv, w_in, 1e-6);
     kernels::qk_norm_rope_out(r.qkv, nq, nkv, qn, kn, rope, r.pos, r.q, r.kc, r.vc, 1e-6);
     kernels::attention_out(r.attn, r.q, r.kc, r.vc, r.pos, 1, true, r.scratch);
-    kernels::gemv_rmsnorm_out(r.o, r.attn, w_o, r.h, w_post, 1e-6, r.x, r.x, at::Tensor(), r.counter);
-    kernels::gemv_silu_mul_out(r.act, r.h, w_gu);
-    kernels::gemv_rmsnorm_out(r.o, r.act, w_down, r.h, w_in, 1e-6, r.x, r.x, at::Tensor(), r.counter);
+    kernels::gemv_residual_out(r.x, r.attn, w_o);
+    kernels::gemv_silu_mul_out(r.act, r.x, w_gu, w_post, 1e-6);
+    kernels::gemv_residual_out(r.x, r.act, w_down);
+    kernels::rmsnorm_out(r.h, r.x, w_in, 1e-6);
     kernels::gemv_out(r.o, r.h, w_hh);  // the unfused kernels as well
     kernels::rmsnorm_out(r.h, r.o, w_post, 1e-6, r.x, r.x);
     kernels::gemv_out(r.gu, r.h, w_gu);
@@ -597,7 +701,6 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
     EXPECT_TRUE(at::equal(pdl.h, plain.h)) << "normed output differs at start " << start;
     EXPECT_TRUE(at::equal(pdl.kc, plain.kc)) << "K cache differs at start " << start;
     EXPECT_EQ(pdl.pos.item<int>(), start + 4);
-    EXPECT_EQ(pdl.counter.item<int>(), 0);
     EXPECT_FALSE(at::isnan(pdl.h).any().item<bool>());
   }
   kernels::set_pdl(saved);
