@@ -450,8 +450,8 @@ int main(int argc, char** argv) {
       for (const Proj& pr : projs) print_proj("GEMV", "gemv", pr, pr.gemv_ms, pr.cublas_ms);
       for (const Proj& pr : projs) print_proj("M=16", "gemm_small", pr, pr.stream16_ms, pr.cublas16_ms);
       std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
-                  "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention x36 %.3f | %.3f, "
-                  "elementwise (2 RMSNorm + q/k-norm/RoPE + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
+                  "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention with q/k-norm + RoPE x36 %.3f | %.3f, "
+                  "elementwise (2 RMSNorm + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
                   fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);

@@ -139,16 +139,18 @@ AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int6
   return s;
 }
 
-void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                   const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal, AttentionScratch& scratch) {
+namespace {
+// The checked arguments of an attention launch of T rows of nq heads over the caches, less the query source.
+AttentionArgs attention_args(const at::Tensor& out, int64_t T, int64_t nq, int64_t hd, const at::Tensor& k_cache,
+                             const at::Tensor& v_cache, const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal,
+                             AttentionScratch& scratch) {
   require(out, "attention out", at::kBFloat16);
-  require(q, "attention q", at::kBFloat16);
   require(k_cache, "attention k_cache", at::kBFloat16);
   require(v_cache, "attention v_cache", at::kBFloat16);
   require(kv_len_base, "attention kv_len_base", at::kInt);
-  if (q.dim() != 3 || k_cache.dim() != 3 || !k_cache.sizes().equals(v_cache.sizes()) || k_cache.size(2) != q.size(2))
-    fail("attention: expected q [T, nq, hd] and caches [nkv, capacity, hd]");
-  const int64_t T = q.size(0), nq = q.size(1), hd = q.size(2), nkv = k_cache.size(0);
+  if (k_cache.dim() != 3 || !k_cache.sizes().equals(v_cache.sizes()) || k_cache.size(2) != hd)
+    fail("attention: expected caches [nkv, capacity, hd] with hd = {}", hd);
+  const int64_t nkv = k_cache.size(0);
   if (out.numel() != T * nq * hd) fail("attention: out must hold [T, nq * hd]");
   if (scratch.splits > 1) {
     if (static_cast<size_t>(scratch.workspace.numel()) <
@@ -158,7 +160,6 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
       fail("attention: scratch too small for T={} splits={}", T, scratch.splits);
   }
   AttentionArgs a;
-  a.q = bf(q);
   a.k_cache = bf(k_cache);
   a.v_cache = bf(v_cache);
   a.out = bf(out);
@@ -174,7 +175,46 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
   a.min_split_keys = scratch.min_split_keys;
   a.workspace = scratch.workspace.data_ptr();
   a.counters = reinterpret_cast<unsigned int*>(scratch.counters.data_ptr<int>());
+  return a;
+}
+}  // namespace
+
+void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                   const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal, AttentionScratch& scratch) {
+  require(q, "attention q", at::kBFloat16);
+  if (q.dim() != 3) fail("attention: expected q [T, nq, hd]");
+  AttentionArgs a = attention_args(out, q.size(0), q.size(1), q.size(2), k_cache, v_cache, kv_len_base, kv_len_add,
+                                   causal, scratch);
+  a.q = bf(q);
   check(attention(a, stream()), "attention");
+}
+
+void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
+                       const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
+                       const at::Tensor& k_cache, const at::Tensor& v_cache, bool causal, double eps,
+                       AttentionScratch& scratch) {
+  require(qkv, "attention qkv", at::kBFloat16, false);
+  require(q_norm, "q_norm", at::kBFloat16);
+  require(k_norm, "k_norm", at::kBFloat16);
+  require(rope.cos, "rope cos", at::kFloat);
+  require(rope.sin, "rope sin", at::kFloat);
+  const int64_t ld = row_stride(qkv, "attention qkv"), T = qkv.size(0), hd = k_norm.numel();
+  if (T > kAttentionSmallT) fail("attention_qkv: {} rows, the fused kernel takes at most {}", T, kAttentionSmallT);
+  if (nkv <= 0 || nq % nkv != 0 || qkv.size(1) != (nq + 2 * nkv) * hd || q_norm.numel() != hd)
+    fail("attention_qkv: qkv width {} != (nq + 2 nkv) * hd with nq = {}, nkv = {}, hd = {}", qkv.size(1), nq, nkv, hd);
+  if (rope.cos.size(1) != hd) fail("attention_qkv: RoPE table width {} != head_dim {}", rope.cos.size(1), hd);
+  if (k_cache.dim() != 3 || k_cache.size(0) != nkv) fail("attention_qkv: caches must be [nkv, capacity, head_dim]");
+  AttentionArgs a = attention_args(out, T, nq, hd, k_cache, v_cache, pos_base, T, causal, scratch);
+  a.qkv = bf(qkv);
+  a.ld_qkv = ld;
+  a.q_norm = bf(q_norm);
+  a.k_norm = bf(k_norm);
+  a.rope_cos = rope.cos.data_ptr<float>();
+  a.rope_sin = rope.sin.data_ptr<float>();
+  a.eps = static_cast<float>(eps);
+  a.k_cache_out = bf(k_cache);
+  a.v_cache_out = bf(v_cache);
+  check(attention(a, stream()), "attention_qkv");
 }
 
 void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up) {

@@ -37,6 +37,14 @@ AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int6
 void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                    const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal, AttentionScratch& scratch);
 
+// qk_norm_rope_out(qkv, nq, nkv, q_norm, k_norm, rope, pos_base, q, k_cache, v_cache, eps) followed by
+// attention_out(out, q, k_cache, v_cache, pos_base, T, causal, scratch), in one launch and without q, for
+// T <= 16 rows (kernels/attention.h, AttentionArgs::qkv): bitwise the same output and cache contents.
+void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
+                       const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
+                       const at::Tensor& k_cache, const at::Tensor& v_cache, bool causal, double eps,
+                       AttentionScratch& scratch);
+
 // out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]
 void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up);
 

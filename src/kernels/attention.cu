@@ -29,6 +29,7 @@
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/norm_rope_row.cuh"
 
 namespace specpress::kernels {
 namespace {
@@ -291,7 +292,7 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
 
 // ---- small-T ("decode") kernel
 constexpr int kDecWarps = 4, kDecThreads = 32 * kDecWarps, kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
-constexpr int kDecMaxT = 16;  // T above this goes to the tiled kernel
+constexpr int kDecMaxT = kAttentionSmallT;  // T above this goes to the tiled kernel
 
 template <int HD> struct DecSmem {
   static constexpr int KS = HD + 8;  // K and V tile row stride (bf16): 16-byte rows, conflict-free ldmatrix
@@ -301,8 +302,11 @@ template <int HD> struct DecSmem {
   static constexpr size_t o_bytes = sizeof(float) * kDecWarps * kDecRows * HD;
   static constexpr size_t loop_bytes = 2 * stage_bytes > o_bytes ? 2 * stage_bytes : o_bytes;
   static constexpr size_t stat_off = align16(loop_bytes);                        // [warp][row] m, then l
+  // Before the key loop this region stages the query rows (bf16 [row][KS]) for ldmatrix; after it, it holds
+  // the split combine's weights ([split][row] fp32).
   static constexpr size_t w_off = align16(stat_off + sizeof(float) * 2 * kDecWarps * kDecRows);
-  static constexpr size_t bytes = w_off + sizeof(float) * kMaxSplits * kDecRows;  // the combine's weights
+  static constexpr size_t q_bytes = sizeof(bf16) * kDecRows * KS, wts_bytes = sizeof(float) * kMaxSplits * kDecRows;
+  static constexpr size_t bytes = w_off + (q_bytes > wts_bytes ? q_bytes : wts_bytes);
 };
 
 // 16-byte global -> shared copy; with ok == false nothing is read and the destination is zero-filled.
@@ -350,6 +354,10 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   const int64_t cap = a.cache_capacity;
   const bf16* kc = a.k_cache + static_cast<int64_t>(kvh) * cap * HD;
   const bf16* vc = a.v_cache + static_cast<int64_t>(kvh) * cap * HD;
+  // Fused (a.qkv set): keys new_beg .. S - 1 are this step's T rows, transformed here from a.qkv rather
+  // than read from the cache.
+  const bool fused = a.qkv != nullptr;
+  const int new_beg = fused ? S - T : S;
 
   const int n_tiles = (end - beg + kDecKeys - 1) / kDecKeys;
   auto issue = [&](int tile) {
@@ -358,7 +366,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     const int k0 = beg + tile * kDecKeys;
     for (int idx = tid; idx < kDecKeys * (HD / 8); idx += kDecThreads) {
       const int kr = idx / (HD / 8), col = (idx % (HD / 8)) * 8;
-      const bool ok = k0 + kr < end;
+      const bool ok = k0 + kr < min(end, new_beg);
       const int64_t src = (ok ? static_cast<int64_t>(k0 + kr) : 0) * HD + col;  // stays inside the cache
       cp_async16(Ks + kr * L::KS + col, kc + src, ok);
       cp_async16(Vs + kr * L::KS + col, vc + src, ok);
@@ -367,21 +375,36 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   if (n_tiles > 0) issue(0);
   cp_async_commit();
 
-  // Rows g and g + 8 of this group: (query t, head h). A row past the group's reads as zeros (its scores are
-  // 0 and its output is never written). Causal: row (t) sees keys <= S - T + t.
+  // The group's query rows r = (query t, head h) into shared memory: transformed from a.qkv (q/k-norm +
+  // RoPE, one warp per row, as qk_norm_rope writes them) or copied from a.q. A row past the group's is zero
+  // (its scores are 0 and its output is never written).
+  bf16* Qs = reinterpret_cast<bf16*>(smem + L::w_off);
+  for (int r = warp; r < kDecRows; r += kDecWarps) {
+    const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
+    bf16* dst = Qs + r * L::KS;
+    if (r >= rb) {
+      for (int i = lane; i < HD; i += 32) dst[i] = __float2bfloat16_rn(0.f);
+    } else if (fused) {
+      const int64_t pos = new_beg + t;
+      norm_rope_row(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD, a.q_norm,
+                    a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, a.eps, lane, dst);
+    } else {
+      const bf16* src = a.q + (static_cast<int64_t>(t) * a.nq + h) * HD;
+      for (int i = lane; i < HD; i += 32) dst[i] = src[i];
+    }
+  }
+  __syncthreads();
+  // Rows g and g + 8 as the A operand of Q·K^T (ldmatrix tile i: rows (i % 2) * 8 + lane % 8, dims
+  // ks * 16 + (i / 2) * 8). Causal: row (t) sees keys <= S - T + t.
+  const int li = lane >> 3, lr = lane & 7;
+  uint32_t qa[KSTEPS][4];
+#pragma unroll
+  for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], Qs + ((li & 1) * 8 + lr) * L::KS + ks * 16 + (li >> 1) * 8);
   int row_limit[2];
-  uint32_t qa[KSTEPS][4];  // Q as the A operand of Q·K^T, straight from global memory
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int r = g + 8 * half, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
-    const bool ok = r < rb;
-    row_limit[half] = a.causal && ok ? S - T + t : S - 1;
-    const bf16* qrow = a.q + (ok ? (static_cast<int64_t>(t) * a.nq + h) * HD : 0);
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-      qa[ks][half] = ok ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 2 * c) : 0u;
-      qa[ks][half + 2] = ok ? *reinterpret_cast<const uint32_t*>(qrow + ks * 16 + 8 + 2 * c) : 0u;
-    }
+    const int r = g + 8 * half, t = (r0 + r) / G;
+    row_limit[half] = a.causal && r < rb ? S - T + t : S - 1;
   }
 
   // Each warp runs its own online softmax over keys 16 w .. 16 w + 15 of every tile: running max m and
@@ -398,14 +421,36 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     cp_async_commit();
     cp_async_wait_1();  // everything but the newest group has landed: tile `it` is in shared memory
     __syncthreads();
-    const bf16* Ks = reinterpret_cast<const bf16*>(smem + (it & 1) * L::stage_bytes);
-    const bf16* Vs = Ks + kDecKeys * L::KS;
+    bf16* Ks = reinterpret_cast<bf16*>(smem + (it & 1) * L::stage_bytes);
+    bf16* Vs = Ks + kDecKeys * L::KS;
     const int k0 = beg + it * kDecKeys, nk = min(kDecKeys, end - k0), kw = 16 * warp;
+    if (k0 + nk > new_beg) {  // block-uniform: the tile ends in this step's new keys
+      // One warp per new key: K transformed as qk_norm_rope does, V copied; the blocks of row group 0 also
+      // write them to the cache (each new key is in exactly one of their splits).
+      for (int kr = max(0, new_beg - k0) + warp; kr < nk; kr += kDecWarps) {
+        const int t = k0 + kr - new_beg;
+        const int64_t pos = k0 + kr;
+        const bf16* src = a.qkv + static_cast<int64_t>(t) * a.ld_qkv;
+        norm_rope_row(src + static_cast<int64_t>(a.nq + kvh) * HD, a.k_norm, a.rope_cos + pos * HD,
+                      a.rope_sin + pos * HD, HD, a.eps, lane, Ks + kr * L::KS);
+        const bf16* vsrc = src + static_cast<int64_t>(a.nq + a.nkv + kvh) * HD;
+        for (int i = lane; i < HD; i += 32) Vs[kr * L::KS + i] = vsrc[i];
+        if (z == 0) {
+          __syncwarp();
+          bf16* kdst = a.k_cache_out + (static_cast<int64_t>(kvh) * cap + pos) * HD;
+          bf16* vdst = a.v_cache_out + (static_cast<int64_t>(kvh) * cap + pos) * HD;
+          for (int i = lane; i < HD; i += 32) {
+            kdst[i] = Ks[kr * L::KS + i];
+            vdst[i] = Vs[kr * L::KS + i];
+          }
+        }
+      }
+      __syncthreads();
+    }
     if (kw < nk) {  // warp-uniform: this warp's 16 keys hold at least one live key
       // Scores S = Q · K^T for the warp's 16 keys: two 8-key tiles. ldmatrix tile i (lanes 8i..8i+7):
       // keys kw + (i / 2) * 8 + lane % 8, dims ks * 16 + (i % 2) * 8.
       float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      const int li = lane >> 3, lr = lane & 7;
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
         uint32_t kb[4];
@@ -637,10 +682,14 @@ int attention_default_splits(int64_t capacity, int T) {
 cudaError_t attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.T <= 0) return cudaSuccess;
   if (a.nkv <= 0 || a.nq % a.nkv != 0 || a.nq / a.nkv > kRows || a.splits < 1 || a.splits > kMaxSplits ||
-      a.q == nullptr || a.k_cache == nullptr || a.v_cache == nullptr || a.out == nullptr || a.kv_len_base == nullptr ||
+      (a.q == nullptr && a.qkv == nullptr) || a.k_cache == nullptr || a.v_cache == nullptr || a.out == nullptr || a.kv_len_base == nullptr ||
       (a.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)))
     return cudaErrorInvalidValue;
   const bool small = a.T <= kDecMaxT;
+  if (a.qkv != nullptr && (!small || a.kv_len_add != a.T || a.ld_qkv < static_cast<int64_t>(a.nq + 2 * a.nkv) * a.head_dim ||
+                           a.q_norm == nullptr || a.k_norm == nullptr || a.rope_cos == nullptr ||
+                           a.rope_sin == nullptr || a.k_cache_out != a.k_cache || a.v_cache_out != a.v_cache))
+    return cudaErrorInvalidValue;
   switch (a.head_dim) {
     case 32: return small ? launch_decode<32>(a, stream) : launch<32>(a, stream);
     case 64: return small ? launch_decode<64>(a, stream) : launch<64>(a, stream);

@@ -34,7 +34,21 @@ struct AttentionArgs {
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
   int min_split_keys = 0;                  // T <= 16: fewest keys a split takes (0: 64 for <= 4 rows a block, else 128)
+  // Fused q/k-norm + RoPE (T <= kAttentionSmallT only): with qkv set, `q` is unused; the kernel applies the
+  // per-head RMSNorm and RoPE of qk_norm_rope.h itself (bitwise the same values) to its query rows and to
+  // the T new keys at positions *kv_len_base + t (kv_len_add must be T), takes those keys from qkv rather
+  // than the cache, and writes the new K/V into k_cache_out / v_cache_out (the same caches).
+  const __nv_bfloat16* qkv = nullptr;  // [T, ld_qkv]: nq q heads, nkv k heads, nkv v heads
+  int64_t ld_qkv = 0;
+  const __nv_bfloat16* q_norm = nullptr;
+  const __nv_bfloat16* k_norm = nullptr;  // [head_dim] each
+  const float* rope_cos = nullptr;        // [max_positions, head_dim] fp32 (ops::RopeTable)
+  const float* rope_sin = nullptr;
+  float eps = 1e-6f;
+  __nv_bfloat16* k_cache_out = nullptr;
+  __nv_bfloat16* v_cache_out = nullptr;
 };
+constexpr int kAttentionSmallT = 16;  // T up to this runs the small-T kernel (and may fuse q/k-norm + RoPE)
 
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);
 size_t attention_counter_count(int T, int nq, int nkv);

@@ -148,6 +148,16 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   at::Tensor x = b.x.narrow(0, 0, T), h = b.h.narrow(0, 0, T), qkv = b.qkv.narrow(0, 0, T), q = b.q.narrow(0, 0, T);
   at::Tensor attn = b.attn.narrow(0, 0, T), o = b.o.narrow(0, 0, T), gu = b.gate_up.narrow(0, 0, T);
   at::Tensor act = b.act.narrow(0, 0, T);
+  // q/k-norm + RoPE, the cache write and the attention of layer l: one launch for T <= 16 rows.
+  auto attend = [&](const FastLayer& w, const at::Tensor& kc, const at::Tensor& vc) {
+    if (T <= kernels::kAttentionSmallT) {
+      kernels::attention_qkv_out(attn, qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, kc, vc, causal,
+                                 eps, b.attn_scratch);
+      return;
+    }
+    kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
+    kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
+  };
   // The tap columns of layer l (undefined when l is not tapped).
   auto tap_of = [&](size_t l) {
     for (size_t i = 0; i < taps.size(); ++i)
@@ -155,15 +165,14 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     return at::Tensor();
   };
   if (kernels::fused_one_row(T)) {
-    // One row: four GEMV launches and the attention per layer. The RMSNorms run as the prologues of the
+    // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as the prologues of the
     // qkv and gate/up GEMVs (x is the raw residual), the residual adds as the epilogues of o and down; h
     // is not written (the head applies the final norm the same way: head_logits).
     for (size_t l = 0; l < layers.size(); ++l) {
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
       kernels::gemv_out(qkv, x, w.qkv, w.input_norm, eps);
-      kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
-      kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
+      attend(w, kc, vc);
       kernels::gemv_residual_out(x, attn, w.o_proj);              // x += attention
       kernels::gemv_silu_mul_out(act, x, w.gate_up, w.post_norm, eps);
       kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
@@ -175,8 +184,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     const FastLayer& w = layers[l];
     at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
     kernels::linear_out(qkv, h, w.qkv);
-    kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
-    kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
+    attend(w, kc, vc);
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
     kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
@@ -425,12 +433,11 @@ double FastEngine::kernel_class_ms(const std::string& kind, int64_t M, int reps)
         kernels::linear_out(rows(b.o), rows(b.attn), w.o_proj);
         kernels::linear_out(rows(b.gate_up), rows(b.h), w.gate_up);
         kernels::linear_out(rows(b.o), rows(b.act), w.down);
-      } else if (kind == "attention") {
-        kernels::attention_out(rows(b.attn), rows(b.q), kc, vc, start_, M, true, b.attn_scratch);
+      } else if (kind == "attention") {  // as the engine runs it: with q/k-norm + RoPE and the cache write
+        kernels::attention_qkv_out(rows(b.attn), rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm,
+                                   target_.rope(), start_, kc, vc, true, c.rms_norm_eps, b.attn_scratch);
       } else if (kind == "elementwise") {
         kernels::rmsnorm_out(rows(b.h), rows(b.o), w.post_norm, c.rms_norm_eps, rows(b.x), rows(b.x));
-        kernels::qk_norm_rope_out(rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, target_.rope(), start_,
-                                  rows(b.q), kc, vc, c.rms_norm_eps);
         kernels::silu_mul_out(rows(b.act), rows(b.gate_up));
         kernels::rmsnorm_out(rows(b.h), rows(b.o), w.input_norm, c.rms_norm_eps, rows(b.x), rows(b.x));
       } else {

@@ -351,6 +351,56 @@ TEST_F(Kernels, DecodeAttentionActiveSplitsFollowDeviceLengthInsideAGraph) {
   }
 }
 
+// The small-T attention with q/k-norm + RoPE and the cache write fused in (attention_qkv_out) against the
+// two kernels it replaces (qk_norm_rope_out, then attention_out): bitwise the same output and the same
+// caches, at decode, verify and draft row counts, head_dim 128/64/32, GQA groups of 4, 8 and 1, with the new
+// keys inside one split, across two splits and at the start of the cache, from a column slice of a wider
+// qkv buffer.
+TEST_F(Kernels, AttentionQkvFusedMatchesQkNormRopeThenAttention) {
+  struct Case { int64_t T, nq, nkv, hd; };
+  const int64_t cap = 2048;
+  for (Case c : {Case{1, 32, 8, 128}, Case{16, 32, 8, 128}, Case{5, 16, 2, 64}, Case{16, 8, 8, 32}}) {
+    ops::RopeTable rope = ops::make_rope_table(c.hd, 1e6, cap, at::Device(at::kCUDA));
+    at::Tensor qn = 1 + 0.1 * at::randn({c.hd}, bf16()), kn = 1 + 0.1 * at::randn({c.hd}, bf16());
+    const int64_t width = (c.nq + 2 * c.nkv) * c.hd;
+    at::Tensor wide = at::randn({c.T, width + 8}, bf16()) * 2;
+    at::Tensor qkv = wide.narrow(1, 8, width);
+    at::Tensor kc0 = at::randn({c.nkv, cap, c.hd}, bf16()), vc0 = at::randn({c.nkv, cap, c.hd}, bf16());
+    for (bool causal : {true, false})
+      for (int base : {0, 7, 100, 250, 1500, static_cast<int>(cap - c.T)}) {
+        SCOPED_TRACE(::testing::Message() << "T=" << c.T << " nq=" << c.nq << " nkv=" << c.nkv << " hd=" << c.hd
+                                          << " causal=" << causal << " base=" << base);
+        at::Tensor pos = at::full({1}, base, i32());
+        const int splits = kernels::attention_default_splits(cap, static_cast<int>(c.T));
+        kernels::AttentionScratch sa = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, splits, at::Device(at::kCUDA));
+        kernels::AttentionScratch sb = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, splits, at::Device(at::kCUDA));
+        at::Tensor ka = kc0.clone(), va = vc0.clone(), kb = kc0.clone(), vb = vc0.clone();
+        at::Tensor q = at::full({c.T, c.nq, c.hd}, NAN, bf16());
+        at::Tensor out_a = at::full({c.T, c.nq * c.hd}, NAN, bf16()), out_b = at::full({c.T, c.nq * c.hd}, NAN, bf16());
+        kernels::qk_norm_rope_out(qkv, c.nq, c.nkv, qn, kn, rope, pos, q, ka, va, 1e-6);
+        kernels::attention_out(out_a, q, ka, va, pos, c.T, causal, sa);
+        kernels::attention_qkv_out(out_b, qkv, c.nq, c.nkv, qn, kn, rope, pos, kb, vb, causal, 1e-6, sb);
+        EXPECT_TRUE(at::equal(out_a, out_b)) << "output differs (max |diff| "
+                                             << (out_a.to(at::kFloat) - out_b.to(at::kFloat)).abs().max().item<float>() << ")";
+        EXPECT_TRUE(at::equal(ka, kb)) << "K cache differs";
+        EXPECT_TRUE(at::equal(va, vb)) << "V cache differs";
+        EXPECT_FALSE(at::equal(ka, kc0)) << "the new keys were not written";
+        EXPECT_EQ(sb.counters.sum().item<int64_t>(), 0) << "split counters left non-zero";
+      }
+  }
+  // bad arguments fail with a message, not a launch
+  ops::RopeTable rope = ops::make_rope_table(64, 1e6, 64, at::Device(at::kCUDA));
+  at::Tensor kc = at::zeros({2, 64, 64}, bf16()), vc = at::zeros({2, 64, 64}, bf16());
+  at::Tensor n = at::ones({64}, bf16()), pos = at::zeros({1}, i32());
+  kernels::AttentionScratch sc = kernels::make_attention_scratch(17, 4, 2, 64, 1, at::Device(at::kCUDA));
+  EXPECT_THROW(kernels::attention_qkv_out(at::empty({17, 256}, bf16()), at::zeros({17, 512}, bf16()), 4, 2, n, n, rope,
+                                          pos, kc, vc, true, 1e-6, sc),
+               std::exception);  // more rows than the fused kernel takes
+  EXPECT_THROW(kernels::attention_qkv_out(at::empty({1, 256}, bf16()), at::zeros({1, 500}, bf16()), 4, 2, n, n, rope, pos,
+                                          kc, vc, true, 1e-6, sc),
+               std::exception);  // qkv width disagrees with the heads
+}
+
 namespace {
 
 void check_gemv(int64_t N, int64_t K) {
