@@ -148,11 +148,9 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   at::Tensor x = b.x.narrow(0, 0, T), h = b.h.narrow(0, 0, T), qkv = b.qkv.narrow(0, 0, T), q = b.q.narrow(0, 0, T);
   at::Tensor attn = b.attn.narrow(0, 0, T), o = b.o.narrow(0, 0, T), gu = b.gate_up.narrow(0, 0, T);
   at::Tensor act = b.act.narrow(0, 0, T);
-  // q/k-norm + RoPE, the cache write and the attention of a layer: one launch at decode (T = 1). At 16 rows
-  // the fused kernel was slower than the two launches (every row group of a kv head transforms the new keys
-  // itself, on the critical path: docs/PERF.md), so verify and draft keep the q/k-norm kernel.
+  // q/k-norm + RoPE, the cache write and the attention of layer l: one launch for T <= 16 rows.
   auto attend = [&](const FastLayer& w, const at::Tensor& kc, const at::Tensor& vc) {
-    if (T == 1) {
+    if (T <= kernels::kAttentionSmallT) {
       kernels::attention_qkv_out(attn, qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, kc, vc, causal,
                                  eps, b.attn_scratch);
       return;
@@ -435,15 +433,9 @@ double FastEngine::kernel_class_ms(const std::string& kind, int64_t M, int reps)
         kernels::linear_out(rows(b.o), rows(b.attn), w.o_proj);
         kernels::linear_out(rows(b.gate_up), rows(b.h), w.gate_up);
         kernels::linear_out(rows(b.o), rows(b.act), w.down);
-      } else if (kind == "attention") {  // with q/k-norm + RoPE and the cache write (fused, or two launches)
-        if (M == 1) {
-          kernels::attention_qkv_out(rows(b.attn), rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm,
-                                     target_.rope(), start_, kc, vc, true, c.rms_norm_eps, b.attn_scratch);
-        } else {
-          kernels::qk_norm_rope_out(rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, target_.rope(),
-                                    start_, rows(b.q), kc, vc, c.rms_norm_eps);
-          kernels::attention_out(rows(b.attn), rows(b.q), kc, vc, start_, M, true, b.attn_scratch);
-        }
+      } else if (kind == "attention") {  // as the engine runs it: with q/k-norm + RoPE and the cache write
+        kernels::attention_qkv_out(rows(b.attn), rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm,
+                                   target_.rope(), start_, kc, vc, true, c.rms_norm_eps, b.attn_scratch);
       } else if (kind == "elementwise") {
         kernels::rmsnorm_out(rows(b.h), rows(b.o), w.post_norm, c.rms_norm_eps, rows(b.x), rows(b.x));
         kernels::silu_mul_out(rows(b.act), rows(b.gate_up));

@@ -99,8 +99,8 @@ class FastEngine {
   // Capture the three graphs (done lazily by the first step; exposed for timing set-up).
   void capture_graphs();
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
-  // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write,
-  // fused at M = 1, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; at M = 1 the
+  // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
+  // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; at M = 1 the
   // engine runs them inside the GEMVs), "head" (embedding + argmax). Writes scratch buffers and the caches.
   double kernel_class_ms(const std::string& kind, int64_t M, int reps);
   // Waits for the engine stream. Methods returning tensors (prefill, *_logits, draft_proposals) do it;
