@@ -5,16 +5,19 @@
 // nkv of them, cut into groups of 16 (the M of an m16n8k16 MMA; decode's 4 rows at Qwen3 shapes leave 12
 // zero rows), so every K/V tile a block streams serves all of its rows. The split's keys stream through
 // shared memory 64 at a time in two cp.async stages (16-byte copies, the next tile in flight while this one
-// is computed). Warp w takes keys 16w .. 16w + 15 of each tile and runs its own online softmax over them:
-// S = Q·K^T with Q in registers (A fragments loaded once from global memory) and K by ldmatrix, masking and
-// exp on the score fragments, then O += P·V with P re-packed to bf16 as the A operand and V by transposed
-// ldmatrix; fp32 accumulators throughout. The four warps merge their (m, l, O) through shared memory at the
-// end. The number of active splits follows the live length S read from device memory (at least 64 keys per
-// split, 128 when a block has more than 4 rows: the fastest in fast_perf --attention at 512-2048 keys); blocks of inactive splits exit at once, so a graph captured
-// with a fixed grid does only the work of the current length. The grid is capped at one wave of resident
-// blocks (3 per SM at head_dim 128). With one active split a block writes its rows directly; otherwise it
-// leaves (m, l, unnormalised o) in the workspace, and the last block of its (kv head, row group) to finish
-// combines only the active splits: one warp per row for the split weights, then every thread sums a 4-wide
+// is computed). The query rows are staged in shared memory (copied from q, or, fused, transformed there by
+// the q/k-norm + RoPE of qk_norm_rope.h from the qkv projection; the fused kernel also transforms the
+// step's new keys into its tiles and writes them to the cache) and loaded once as MMA A fragments. Warp w
+// takes keys 16w .. 16w + 15 of each tile and runs its own online softmax over them: S = Q·K^T with K by
+// ldmatrix, masking and exp on the score fragments, then O += P·V with P re-packed to bf16 as the A operand
+// and V by transposed ldmatrix; fp32 accumulators throughout. The four warps merge their (m, l, O) through
+// shared memory at the end. The number of active splits follows the live length S read from device memory
+// (at least 64 keys per split, 128 when a block has more than 4 rows: the fastest in fast_perf --attention
+// at 512-2048 keys); blocks of inactive splits exit at once, so a graph captured with a fixed grid does
+// only the work of the current length. The grid is capped at one wave of resident blocks (3 per SM at
+// head_dim 128). With one active split a block writes its rows directly; otherwise it leaves (m, l,
+// unnormalised o) in the workspace, and the last block of its (kv head, row group) to finish combines only
+// the active splits: one warp per row for the split weights, then every thread sums a 4-wide
 // slice of an output row over the splits with 8 independent 16-byte L2 loads in flight.
 //
 // Large T (prefill): the tiled kernel. Block (kv head, key split, query tile): the tile holds R <= 64 rows
@@ -63,7 +66,7 @@ template <int N> __device__ __forceinline__ void load_n(const bf16* p, float* v)
 // One online-softmax step for one row of a 64-key score tile, by a whole warp (lane owns keys lane and
 // lane + 32): the new running max, the scores replaced by p = exp(s - m_new) (exp(-inf) = 0 for masked
 // keys), and, from lane 0, the running max, sum and the factor alpha that rescales the row's output.
-// Shared by both kernels; every lane of the warp must call it (warp reductions).
+// Used by the tiled (prefill) kernel; every lane of the warp must call it (warp reductions).
 __device__ __forceinline__ void softmax_row_update(float* s, float* m, float* l, float* alpha_out, int lane) {
   const float s0 = s[lane], s1 = s[lane + 32];
   const float m_old = *m;
@@ -682,13 +685,14 @@ int attention_default_splits(int64_t capacity, int T) {
 cudaError_t attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.T <= 0) return cudaSuccess;
   if (a.nkv <= 0 || a.nq % a.nkv != 0 || a.nq / a.nkv > kRows || a.splits < 1 || a.splits > kMaxSplits ||
-      (a.q == nullptr && a.qkv == nullptr) || a.k_cache == nullptr || a.v_cache == nullptr || a.out == nullptr || a.kv_len_base == nullptr ||
-      (a.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)))
+      (a.q == nullptr && a.qkv == nullptr) || a.k_cache == nullptr || a.v_cache == nullptr || a.out == nullptr ||
+      a.kv_len_base == nullptr || (a.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)))
     return cudaErrorInvalidValue;
   const bool small = a.T <= kDecMaxT;
-  if (a.qkv != nullptr && (!small || a.kv_len_add != a.T || a.ld_qkv < static_cast<int64_t>(a.nq + 2 * a.nkv) * a.head_dim ||
-                           a.q_norm == nullptr || a.k_norm == nullptr || a.rope_cos == nullptr ||
-                           a.rope_sin == nullptr || a.k_cache_out != a.k_cache || a.v_cache_out != a.v_cache))
+  const int64_t qkv_width = static_cast<int64_t>(a.nq + 2 * a.nkv) * a.head_dim;
+  if (a.qkv != nullptr && (!small || a.kv_len_add != a.T || a.ld_qkv < qkv_width || a.q_norm == nullptr ||
+                           a.k_norm == nullptr || a.rope_cos == nullptr || a.rope_sin == nullptr ||
+                           a.k_cache_out != a.k_cache || a.v_cache_out != a.v_cache))
     return cudaErrorInvalidValue;
   switch (a.head_dim) {
     case 32: return small ? launch_decode<32>(a, stream) : launch<32>(a, stream);

@@ -161,7 +161,8 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   // The tap columns of layer l (undefined when l is not tapped).
   auto tap_of = [&](size_t l) {
     for (size_t i = 0; i < taps.size(); ++i)
-      if (taps[i] == static_cast<int64_t>(l)) return b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
+      if (taps[i] == static_cast<int64_t>(l))
+        return b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
     return at::Tensor();
   };
   if (kernels::fused_one_row(T)) {
