@@ -166,9 +166,9 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     return at::Tensor();
   };
   if (kernels::fused_one_row(T)) {
-    // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as the prologues of the
-    // qkv and gate/up GEMVs (x is the raw residual), the residual adds as the epilogues of o and down; h
-    // is not written (the head applies the final norm the same way: head_logits).
+    // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as
+    // the prologues of the qkv and gate/up GEMVs (x is the raw residual), the residual adds as the epilogues
+    // of o and down; h is not written (the head applies the final norm the same way: head_logits).
     for (size_t l = 0; l < layers.size(); ++l) {
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
