@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
   bool attention_only = false;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "flag %s expects a value (flags come as --name value pairs)\n", argv[argc - 1]);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
     if (f == "--shapes") shapes = v;
@@ -215,7 +219,10 @@ int main(int argc, char** argv) {
     else if (f == "--tau") tau = std::stod(v);
     else if (f == "--json") json_path = v;
     else if (f == "--profile") profile_mode = v;
-    else if (f == "--attention") attention_only = v == "1";
+    else if (f == "--attention") {
+      if (v != "0" && v != "1") { std::fprintf(stderr, "--attention: expected 0 or 1, found '%s'\n", v.c_str()); return 2; }
+      attention_only = v == "1";
+    }
     else { std::fprintf(stderr, "unknown flag %s\n", f.c_str()); return 2; }
   }
   try {

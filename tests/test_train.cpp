@@ -142,6 +142,17 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
   }
 }
 
+// A run resumed after step 3 of 6 ends where the uninterrupted run ends: checkpoint parameters and optimizer
+// state equal to the straight run's.
+void expect_resumed_like(const train::TrainSummary& resumed, const std::string& straight_out,
+                         const std::string& resumed_out) {
+  EXPECT_EQ(resumed.first_step, 3);
+  EXPECT_EQ(resumed.last_step, 6);
+  expect_same_tensors(straight_out + "/checkpoint/params.safetensors", resumed_out + "/checkpoint/params.safetensors");
+  expect_same_tensors(straight_out + "/checkpoint/optimizer.safetensors",
+                      resumed_out + "/checkpoint/optimizer.safetensors");
+}
+
 template <typename Fn>
 void expect_error(Fn fn, const std::string& message) {
   try {
@@ -227,10 +238,7 @@ TEST(TrainLm, StopAndResumeEqualsUninterruptedRun) {
   part.stop_after = 0;
   part.resume = true;
   train::TrainSummary second = train::train_lm(part, train::TextCodec{});
-  EXPECT_EQ(second.first_step, 3);
-  EXPECT_EQ(second.last_step, 6);
-  expect_same_tensors(straight.out + "/checkpoint/params.safetensors", part.out + "/checkpoint/params.safetensors");
-  expect_same_tensors(straight.out + "/checkpoint/optimizer.safetensors", part.out + "/checkpoint/optimizer.safetensors");
+  expect_resumed_like(second, straight.out, part.out);
 }
 
 TEST(TrainDraft, FewStepsLowerTheLoss) {
@@ -339,10 +347,7 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   part.stop_after = 0;
   part.resume = true;
   train::TrainSummary second = train::train_compressor(part, train::TextCodec{});
-  EXPECT_EQ(second.first_step, 3);
-  EXPECT_EQ(second.last_step, 6);
-  expect_same_tensors(straight.out + "/checkpoint/params.safetensors", part.out + "/checkpoint/params.safetensors");
-  expect_same_tensors(straight.out + "/checkpoint/optimizer.safetensors", part.out + "/checkpoint/optimizer.safetensors");
+  expect_resumed_like(second, straight.out, part.out);
   expect_same_tensors(straight.out + "/compressor.safetensors", part.out + "/compressor.safetensors");
   // eval.json keeps the first invocation's baselines across the resume, and the final evaluation matches.
   nlohmann::json a = nlohmann::json::parse(std::ifstream(straight.out + "/eval.json"));
