@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -212,11 +213,28 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i], v = argv[i + 1];
+    // A number flag's whole value must parse, and be positive.
+    auto number = [&](auto parse) {
+      size_t used = 0;
+      decltype(parse(v, &used)) x{};
+      try {
+        x = parse(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || !(x > 0)) {
+        std::fprintf(stderr, "%s: expected a positive number, found '%s'\n", f.c_str(), v.c_str());
+        std::exit(2);
+      }
+      return x;
+    };
+    auto integer = [](const std::string& t, size_t* n) { return std::stoll(t, n); };
+    auto real = [](const std::string& t, size_t* n) { return std::stod(t, n); };
     if (f == "--shapes") shapes = v;
-    else if (f == "--context") context = std::stoll(v);
-    else if (f == "--iters") iters = std::stoll(v);
-    else if (f == "--ref-iters") ref_iters = std::stoll(v);
-    else if (f == "--tau") tau = std::stod(v);
+    else if (f == "--context") context = number(integer);
+    else if (f == "--iters") iters = number(integer);
+    else if (f == "--ref-iters") ref_iters = number(integer);
+    else if (f == "--tau") tau = number(real);
     else if (f == "--json") json_path = v;
     else if (f == "--profile") profile_mode = v;
     else if (f == "--attention") {
