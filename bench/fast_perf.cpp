@@ -171,7 +171,10 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
 double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys = 0) {
   const int64_t nq = 32, nkv = 8, hd = 128, layers = 36;
   auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
-  at::Tensor q = at::randn({T, nq, hd}, opt);
+  // as the engine runs it: q/k-norm + RoPE of the T new rows fused in (attention_qkv_out)
+  at::Tensor qkv = at::randn({T, (nq + 2 * nkv) * hd}, opt);
+  at::Tensor qn = 1 + 0.1 * at::randn({hd}, opt), kn = 1 + 0.1 * at::randn({hd}, opt);
+  const ops::RopeTable rope = ops::make_rope_table(hd, 1e6, capacity, at::Device(at::kCUDA));
   at::Tensor kc = at::randn({layers, nkv, capacity, hd}, opt), vc = at::randn({layers, nkv, capacity, hd}, opt);
   at::Tensor out = at::empty({T, nq * hd}, opt);
   at::Tensor base = at::full({1}, static_cast<int>(S - T), at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
@@ -181,11 +184,12 @@ double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys =
   device_sync();
   return 1e3 * graph_replay_ms([&] {
     for (int64_t l = 0; l < layers; ++l)
-      kernels::attention_out(out, q, kc.select(0, l), vc.select(0, l), base, T, true, scratch);
+      kernels::attention_qkv_out(out, qkv, nq, nkv, qn, kn, rope, base, kc.select(0, l), vc.select(0, l), true, 1e-6,
+                                 scratch);
   }, 20) / layers;
 }
 
-// --attention 1: the attention kernel alone at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
+// --attention 1: the attention kernel alone (with its fused q/k-norm + RoPE) at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
 // 8192 keys of context, µs per launch, with the kernel's default split size and with each of a few.
 void attention_table() {
   std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");

@@ -320,6 +320,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool ok
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
+// Two bf16 in one word (lo in the low half) and back.
+__device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+__device__ __forceinline__ bf16 lo_of(uint32_t w) { return __ushort_as_bfloat16(static_cast<unsigned short>(w & 0xffffu)); }
+__device__ __forceinline__ bf16 hi_of(uint32_t w) { return __ushort_as_bfloat16(static_cast<unsigned short>(w >> 16)); }
+
 // Active splits and keys per split for S keys, identical in every block of a launch.
 __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int min_split_keys,
                                               int& n_act, int& chunk) {
@@ -332,7 +339,12 @@ __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_p
 
 template <int HD>
 __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(AttentionArgs a) {
-  pdl_begin();
+  // Fused (a.qkv set): this step's keys come from a.qkv, the previous kernel's output, and the cache rows
+  // before them were written by kernels that have completed by the time this one starts (under PDL the
+  // previous kernel only lets this one in after its own wait), so the first tile of old keys is loaded
+  // before the wait. Unfused, q and the cache may both come from the previous kernel: wait first.
+  const bool fused = a.qkv != nullptr;
+  if (!fused) pdl_begin();
   using L = DecSmem<HD>;
   constexpr int KSTEPS = HD / 16, NT = HD / 8;  // k-steps of Q·K^T, 8-dim output tiles of P·V
   extern __shared__ __align__(16) unsigned char smem[];
@@ -357,9 +369,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   const int64_t cap = a.cache_capacity;
   const bf16* kc = a.k_cache + static_cast<int64_t>(kvh) * cap * HD;
   const bf16* vc = a.v_cache + static_cast<int64_t>(kvh) * cap * HD;
-  // Fused (a.qkv set): keys new_beg .. S - 1 are this step's T rows, transformed here from a.qkv rather
-  // than read from the cache.
-  const bool fused = a.qkv != nullptr;
+  // Fused: keys new_beg .. S - 1 are this step's T rows, transformed here from a.qkv rather than read from
+  // the cache.
   const int new_beg = fused ? S - T : S;
 
   const int n_tiles = (end - beg + kDecKeys - 1) / kDecKeys;
@@ -377,23 +388,75 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   };
   if (n_tiles > 0) issue(0);
   cp_async_commit();
+  if (fused) pdl_begin();
 
   // The group's query rows r = (query t, head h) into shared memory: transformed from a.qkv (q/k-norm +
-  // RoPE, one warp per row, as qk_norm_rope writes them) or copied from a.q. A row past the group's is zero
-  // (its scores are 0 and its output is never written).
+  // RoPE, as qk_norm_rope writes them) or copied from a.q. A row past the group's is zero (its scores are 0
+  // and its output is never written). Fused, a warp transforms rows warp + 4 i and this block's new keys
+  // warp + 4 i, with every row's loads issued before any row's arithmetic (one round trip, not eight);
+  // the keys' K (transformed) and V stay in registers until their tile is in shared memory, and the blocks
+  // of row group 0 write them to the cache now.
+  // rows per warp; a lane's elements of a row; its rotation pairs (HD = 32: lanes 0..15 hold one, the rest none)
+  constexpr int kPerWarp = kDecRows / kDecWarps, kElems = HD / 32, kPairs = HD >= 64 ? HD / 64 : 1;
+  static_assert(kDecMaxT <= kPerWarp * kDecWarps, "a warp holds at most kPerWarp new keys");
   bf16* Qs = reinterpret_cast<bf16*>(smem + L::w_off);
-  for (int r = warp; r < kDecRows; r += kDecWarps) {
-    const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
-    bf16* dst = Qs + r * L::KS;
-    if (r >= rb) {
-      for (int i = lane; i < HD; i += 32) dst[i] = __float2bfloat16_rn(0.f);
-    } else if (fused) {
-      const int64_t pos = new_beg + t;
-      norm_rope_row(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD, a.q_norm,
-                    a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, a.eps, lane, dst);
-    } else {
+  const int key_lo = max(beg, new_beg);  // this block's new keys: key_lo + warp + 4 i < end
+  // the warp's new keys as bf16 pairs: word j holds elements lane + 32 j and lane + 32 j + HD / 2
+  uint32_t k_new[kPerWarp][kPairs], v_new[kPerWarp][kPairs];
+  auto has_pair = [&](int j) { return lane + 32 * j < HD / 2; };
+  if (fused) {
+    NormRopeIn q_in[kPerWarp], k_in[kPerWarp];
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int r = warp + kDecWarps * i, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
+      if (r < rb) q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD, HD, lane);
+      const int key = key_lo + warp + kDecWarps * i;
+      if (key < end) {
+        const bf16* src = a.qkv + static_cast<int64_t>(key - new_beg) * a.ld_qkv;
+        k_in[i] = norm_rope_load(src + static_cast<int64_t>(a.nq + kvh) * HD, HD, lane);
+        const bf16* vsrc = src + static_cast<int64_t>(a.nq + a.nkv + kvh) * HD + lane;
+#pragma unroll
+        for (int j = 0; j < kPairs; ++j) v_new[i][j] = has_pair(j) ? pack2(vsrc[32 * j], vsrc[32 * j + HD / 2]) : 0u;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int r = warp + kDecWarps * i, t = (r0 + r) / G;
+      bf16* dst = Qs + r * L::KS;
+      if (r < rb) {
+        const int64_t pos = new_beg + t;
+        norm_rope_finish(q_in[i], a.q_norm, a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, a.eps, lane,
+                         [&](int j, bf16 lo, bf16 hi) {
+                           dst[lane + 32 * j] = lo;
+                           dst[lane + 32 * j + HD / 2] = hi;
+                         });
+      } else {
+        for (int e = 0; e < kElems; ++e) dst[lane + 32 * e] = __float2bfloat16_rn(0.f);
+      }
+      const int key = key_lo + warp + kDecWarps * i;
+      if (key < end) {
+        norm_rope_finish(k_in[i], a.k_norm, a.rope_cos + static_cast<int64_t>(key) * HD,
+                         a.rope_sin + static_cast<int64_t>(key) * HD, HD, a.eps, lane, [&](int j, bf16 lo, bf16 hi) { k_new[i][j] = pack2(lo, hi); });
+        if (z == 0) {  // each new key is in exactly one split of row group 0
+          bf16* kdst = a.k_cache_out + (static_cast<int64_t>(kvh) * cap + key) * HD;
+          bf16* vdst = a.v_cache_out + (static_cast<int64_t>(kvh) * cap + key) * HD;
+#pragma unroll
+          for (int j = 0; j < kPairs; ++j) {
+            if (!has_pair(j)) continue;
+            kdst[lane + 32 * j] = lo_of(k_new[i][j]);
+            kdst[lane + 32 * j + HD / 2] = hi_of(k_new[i][j]);
+            vdst[lane + 32 * j] = lo_of(v_new[i][j]);
+            vdst[lane + 32 * j + HD / 2] = hi_of(v_new[i][j]);
+          }
+        }
+      }
+    }
+  } else {
+    for (int r = warp; r < kDecRows; r += kDecWarps) {
+      const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
+      bf16* dst = Qs + r * L::KS;
       const bf16* src = a.q + (static_cast<int64_t>(t) * a.nq + h) * HD;
-      for (int i = lane; i < HD; i += 32) dst[i] = src[i];
+      for (int i = lane; i < HD; i += 32) dst[i] = r < rb ? src[i] : __float2bfloat16_rn(0.f);
     }
   }
   __syncthreads();
@@ -427,24 +490,19 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     bf16* Ks = reinterpret_cast<bf16*>(smem + (it & 1) * L::stage_bytes);
     bf16* Vs = Ks + kDecKeys * L::KS;
     const int k0 = beg + it * kDecKeys, nk = min(kDecKeys, end - k0), kw = 16 * warp;
-    if (k0 + nk > new_beg) {  // block-uniform: the tile ends in this step's new keys
-      // One warp per new key: K transformed as qk_norm_rope does, V copied; the blocks of row group 0 also
-      // write them to the cache (each new key is in exactly one of their splits).
-      for (int kr = max(0, new_beg - k0) + warp; kr < nk; kr += kDecWarps) {
-        const int t = k0 + kr - new_beg;
-        const int64_t pos = k0 + kr;
-        const bf16* src = a.qkv + static_cast<int64_t>(t) * a.ld_qkv;
-        norm_rope_row(src + static_cast<int64_t>(a.nq + kvh) * HD, a.k_norm, a.rope_cos + pos * HD,
-                      a.rope_sin + pos * HD, HD, a.eps, lane, Ks + kr * L::KS);
-        const bf16* vsrc = src + static_cast<int64_t>(a.nq + a.nkv + kvh) * HD;
-        for (int i = lane; i < HD; i += 32) Vs[kr * L::KS + i] = vsrc[i];
-        if (z == 0) {
-          __syncwarp();
-          bf16* kdst = a.k_cache_out + (static_cast<int64_t>(kvh) * cap + pos) * HD;
-          bf16* vdst = a.v_cache_out + (static_cast<int64_t>(kvh) * cap + pos) * HD;
-          for (int i = lane; i < HD; i += 32) {
-            kdst[i] = Ks[kr * L::KS + i];
-            vdst[i] = Vs[kr * L::KS + i];
+    if (k0 + nk > new_beg) {  // block-uniform: the tile ends in this step's new keys (fused only)
+      // the warp's new keys that fall in this tile, from registers into the zero-filled rows
+#pragma unroll
+      for (int i = 0; i < kPerWarp; ++i) {
+        const int kr = key_lo + warp + kDecWarps * i - k0;
+        if (kr >= 0 && kr < nk && k0 + kr >= new_beg) {
+#pragma unroll
+          for (int j = 0; j < kPairs; ++j) {
+            if (!has_pair(j)) continue;
+            Ks[kr * L::KS + lane + 32 * j] = lo_of(k_new[i][j]);
+            Ks[kr * L::KS + lane + 32 * j + HD / 2] = hi_of(k_new[i][j]);
+            Vs[kr * L::KS + lane + 32 * j] = lo_of(v_new[i][j]);
+            Vs[kr * L::KS + lane + 32 * j + HD / 2] = hi_of(v_new[i][j]);
           }
         }
       }

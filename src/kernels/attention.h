@@ -37,7 +37,10 @@ struct AttentionArgs {
   // Fused q/k-norm + RoPE (T <= kAttentionSmallT only): with qkv set, `q` is unused; the kernel applies the
   // per-head RMSNorm and RoPE of qk_norm_rope.h itself (bitwise the same values) to its query rows and to
   // the T new keys at positions *kv_len_base + t (kv_len_add must be T), takes those keys from qkv rather
-  // than the cache, and writes the new K/V into k_cache_out / v_cache_out (the same caches).
+  // than the cache, and writes the new K/V into k_cache_out / v_cache_out (the same caches). Fused, the kernel
+  // reads *kv_len_base and the cache rows before the new keys ahead of its PDL wait (launch.h), so those
+  // must not be written by the kernel launched just before it (in the engine that kernel is the qkv
+  // projection; earlier kernels have completed by then).
   const __nv_bfloat16* qkv = nullptr;  // [T, ld_qkv]: nq q heads, nkv k heads, nkv v heads
   int64_t ld_qkv = 0;
   const __nv_bfloat16* q_norm = nullptr;

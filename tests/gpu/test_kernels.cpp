@@ -693,8 +693,8 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
   at::Tensor x0 = at::randn({1, H}, bf16());
   at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
   struct Run {
-    at::Tensor x, h, qkv, q, attn, o, gu, act, kc, vc, pos;
-    kernels::AttentionScratch scratch;
+    at::Tensor x, h, qkv, q, attn, attn_fused, o, gu, act, kc, vc, kc_fused, vc_fused, pos;
+    kernels::AttentionScratch scratch, scratch_fused;
   };
   auto make = [&] {
     Run r;
@@ -703,18 +703,27 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
     r.qkv = at::full({1, qkv_w}, NAN, bf16());
     r.q = at::full({1, nq, hd}, NAN, bf16());
     r.attn = at::full({1, nq * hd}, NAN, bf16());
+    r.attn_fused = at::full({1, nq * hd}, NAN, bf16());
     r.o = at::full({1, H}, NAN, bf16());
     r.gu = at::full({1, 2 * inter}, NAN, bf16());
     r.act = at::full({1, inter}, NAN, bf16());
     r.kc = kc0.clone();
     r.vc = vc0.clone();
+    r.kc_fused = kc0.clone();
+    r.vc_fused = vc0.clone();
     r.pos = at::full({1}, 0, i32());
     r.scratch = kernels::make_attention_scratch(1, nq, nkv, hd, kernels::attention_default_splits(cap, 1),
                                                 at::Device(at::kCUDA));
+    r.scratch_fused = kernels::make_attention_scratch(1, nq, nkv, hd, kernels::attention_default_splits(cap, 1),
+                                                      at::Device(at::kCUDA));
     return r;
   };
   auto layer = [&](Run& r) {
     kernels::gemv_out(r.qkv, r.x, w_qkv, w_in, 1e-6);
+    // the fused attention right after the kernel that writes its qkv (it loads old keys before its wait),
+    // on its own caches, whose history matches kc / vc
+    kernels::attention_qkv_out(r.attn_fused, r.qkv, nq, nkv, qn, kn, rope, r.pos, r.kc_fused, r.vc_fused, true, 1e-6,
+                               r.scratch_fused);
     kernels::qk_norm_rope_out(r.qkv, nq, nkv, qn, kn, rope, r.pos, r.q, r.kc, r.vc, 1e-6);
     kernels::attention_out(r.attn, r.q, r.kc, r.vc, r.pos, 1, true, r.scratch);
     kernels::gemv_residual_out(r.x, r.attn, w_o);
@@ -738,7 +747,7 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
   at::cuda::CUDAGraph graph;
   kernels::set_pdl(true);
   graph.capture_begin();
-  for (int i = 0; i < 4; ++i) layer(pdl);  // four chained layers: 48 launches
+  for (int i = 0; i < 4; ++i) layer(pdl);  // four chained layers: 52 launches
   graph.capture_end();
   kernels::set_pdl(false);
   for (int start : {40, 1, 600}) {
@@ -750,6 +759,9 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
     EXPECT_TRUE(at::equal(pdl.x, plain.x)) << "residual stream differs at start " << start;
     EXPECT_TRUE(at::equal(pdl.h, plain.h)) << "normed output differs at start " << start;
     EXPECT_TRUE(at::equal(pdl.kc, plain.kc)) << "K cache differs at start " << start;
+    EXPECT_TRUE(at::equal(pdl.attn_fused, pdl.attn)) << "fused attention (PDL) differs from the two launches";
+    EXPECT_TRUE(at::equal(plain.attn_fused, plain.attn)) << "fused attention differs from the two launches";
+    EXPECT_TRUE(at::equal(pdl.kc_fused, pdl.kc) && at::equal(pdl.vc_fused, pdl.vc)) << "fused cache writes differ";
     EXPECT_EQ(pdl.pos.item<int>(), start + 4);
     EXPECT_FALSE(at::isnan(pdl.h).any().item<bool>());
   }
