@@ -386,7 +386,11 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       cp_async16(Vs + kr * L::KS + col, vc + src, ok);
     }
   };
+  // Both stages in flight from the start (fused: before the wait); tile it + 2 goes into tile it's stage
+  // once that is consumed. One commit group per tile, empty past the last.
   if (n_tiles > 0) issue(0);
+  cp_async_commit();
+  if (n_tiles > 1) issue(1);
   cp_async_commit();
   if (fused) pdl_begin();
 
@@ -483,8 +487,6 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     for (int j = 0; j < 4; ++j) o[n][j] = 0.f;
 
   for (int it = 0; it < n_tiles; ++it) {
-    if (it + 1 < n_tiles) issue(it + 1);
-    cp_async_commit();
     cp_async_wait_1();  // everything but the newest group has landed: tile `it` is in shared memory
     __syncthreads();
     bf16* Ks = reinterpret_cast<bf16*>(smem + (it & 1) * L::stage_bytes);
@@ -568,6 +570,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       }
     }
     __syncthreads();  // the stage is rewritten next
+    if (it + 2 < n_tiles) issue(it + 2);
+    cp_async_commit();
   }
 
   // Merge the warps: each row's max over the warps, each warp's weight exp(m_w - M), and the weighted sums of
