@@ -324,7 +324,9 @@ __device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_
 __device__ __forceinline__ uint32_t pack2(bf16 lo, bf16 hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
 }
-__device__ __forceinline__ bf16 lo_of(uint32_t w) { return __ushort_as_bfloat16(static_cast<unsigned short>(w & 0xffffu)); }
+__device__ __forceinline__ bf16 lo_of(uint32_t w) {
+  return __ushort_as_bfloat16(static_cast<unsigned short>(w & 0xffffu));
+}
 __device__ __forceinline__ bf16 hi_of(uint32_t w) { return __ushort_as_bfloat16(static_cast<unsigned short>(w >> 16)); }
 
 // Active splits and keys per split for S keys, identical in every block of a launch.
@@ -400,7 +402,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   // warp + 4 i, with every row's loads issued before any row's arithmetic (one round trip, not eight);
   // the keys' K (transformed) and V stay in registers until their tile is in shared memory, and the blocks
   // of row group 0 write them to the cache now.
-  // rows per warp; a lane's elements of a row; its rotation pairs (HD = 32: lanes 0..15 hold one, the rest none)
+  // Rows per warp; a lane's elements of a row; its rotation pairs (HD = 32: lanes 0..15 hold one, the rest
+  // none).
   constexpr int kPerWarp = kDecRows / kDecWarps, kElems = HD / 32, kPairs = HD >= 64 ? HD / 64 : 1;
   static_assert(kDecMaxT <= kPerWarp * kDecWarps, "a warp holds at most kPerWarp new keys");
   bf16* Qs = reinterpret_cast<bf16*>(smem + L::w_off);
@@ -413,7 +416,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
       const int r = warp + kDecWarps * i, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
-      if (r < rb) q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD, HD, lane);
+      if (r < rb)
+        q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD, HD, lane);
       const int key = key_lo + warp + kDecWarps * i;
       if (key < end) {
         const bf16* src = a.qkv + static_cast<int64_t>(key - new_beg) * a.ld_qkv;
@@ -440,7 +444,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       const int key = key_lo + warp + kDecWarps * i;
       if (key < end) {
         norm_rope_finish(k_in[i], a.k_norm, a.rope_cos + static_cast<int64_t>(key) * HD,
-                         a.rope_sin + static_cast<int64_t>(key) * HD, HD, a.eps, lane, [&](int j, bf16 lo, bf16 hi) { k_new[i][j] = pack2(lo, hi); });
+                         a.rope_sin + static_cast<int64_t>(key) * HD, HD, a.eps, lane,
+                         [&](int j, bf16 lo, bf16 hi) { k_new[i][j] = pack2(lo, hi); });
         if (z == 0) {  // each new key is in exactly one split of row group 0
           bf16* kdst = a.k_cache_out + (static_cast<int64_t>(kvh) * cap + key) * HD;
           bf16* vdst = a.v_cache_out + (static_cast<int64_t>(kvh) * cap + key) * HD;
