@@ -412,16 +412,22 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   uint32_t k_new[kPerWarp][kPairs], v_new[kPerWarp][kPairs];
   auto has_pair = [&](int j) { return lane + 32 * j < HD / 2; };
   if (fused) {
+    // every load of the phase (rows, their RoPE table rows, the norm weights) before any arithmetic
+    const NormRopeWeight q_w = norm_rope_weight(a.q_norm, HD, lane), k_w = norm_rope_weight(a.k_norm, HD, lane);
     NormRopeIn q_in[kPerWarp], k_in[kPerWarp];
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
       const int r = warp + kDecWarps * i, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
+      const int64_t pos = new_beg + t;
       if (r < rb)
-        q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD, HD, lane);
+        q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD,
+                                 a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, lane);
       const int key = key_lo + warp + kDecWarps * i;
       if (key < end) {
         const bf16* src = a.qkv + static_cast<int64_t>(key - new_beg) * a.ld_qkv;
-        k_in[i] = norm_rope_load(src + static_cast<int64_t>(a.nq + kvh) * HD, HD, lane);
+        const int64_t kpos = key;
+        k_in[i] = norm_rope_load(src + static_cast<int64_t>(a.nq + kvh) * HD, a.rope_cos + kpos * HD,
+                                 a.rope_sin + kpos * HD, HD, lane);
         const bf16* vsrc = src + static_cast<int64_t>(a.nq + a.nkv + kvh) * HD + lane;
 #pragma unroll
         for (int j = 0; j < kPairs; ++j) v_new[i][j] = has_pair(j) ? pack2(vsrc[32 * j], vsrc[32 * j + HD / 2]) : 0u;
@@ -429,12 +435,10 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     }
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
-      const int r = warp + kDecWarps * i, t = (r0 + r) / G;
+      const int r = warp + kDecWarps * i;
       bf16* dst = Qs + r * L::KS;
       if (r < rb) {
-        const int64_t pos = new_beg + t;
-        norm_rope_finish(q_in[i], a.q_norm, a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, a.eps, lane,
-                         [&](int j, bf16 lo, bf16 hi) {
+        norm_rope_finish(q_in[i], q_w, HD, a.eps, lane, [&](int j, bf16 lo, bf16 hi) {
                            dst[lane + 32 * j] = lo;
                            dst[lane + 32 * j + HD / 2] = hi;
                          });
@@ -443,9 +447,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       }
       const int key = key_lo + warp + kDecWarps * i;
       if (key < end) {
-        norm_rope_finish(k_in[i], a.k_norm, a.rope_cos + static_cast<int64_t>(key) * HD,
-                         a.rope_sin + static_cast<int64_t>(key) * HD, HD, a.eps, lane,
-                         [&](int j, bf16 lo, bf16 hi) { k_new[i][j] = pack2(lo, hi); });
+        norm_rope_finish(k_in[i], k_w, HD, a.eps, lane, [&](int j, bf16 lo, bf16 hi) { k_new[i][j] = pack2(lo, hi); });
         if (z == 0) {  // each new key is in exactly one split of row group 0
           bf16* kdst = a.k_cache_out + (static_cast<int64_t>(kvh) * cap + key) * HD;
           bf16* vdst = a.v_cache_out + (static_cast<int64_t>(kvh) * cap + key) * HD;
