@@ -10,7 +10,9 @@ AutoModelForCausalLM and AutoTokenizer, as a user would, then on the GPU machine
 Prints one JSON line and writes it to --out. Exits 1 if a check fails (error >= 1e-3 or a greedy or
 tokenizer mismatch).
 
-Usage (repo root, after building with CUDA):
+Usage (repo root, after building with CUDA; the demo target's tokenizer.json is not committed, so fetch it
+first, from .gpu-shared on the GPU machine):
+  SHARED=.gpu-shared scripts/fetch_demo_tokenizer.sh
   python3 scripts/gpu/hf_export_check.py --specpress build-gpu/bin/specpress --model demo/target --out $OUT/hf_export.json
 """
 import argparse
