@@ -189,8 +189,9 @@ double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys =
   }, 20) / layers;
 }
 
-// --attention 1: the attention kernel alone (with its fused q/k-norm + RoPE) at decode (T = 1) and verify (T = 16) rows, over 512, 2048 and
-// 8192 keys of context, µs per launch, with the kernel's default split size and with each of a few.
+// --attention 1: the attention kernel alone (with its fused q/k-norm + RoPE) at decode (T = 1) and verify
+// (T = 16) rows, over 512, 2048 and 8192 keys of context, µs per launch, with the kernel's default split size
+// and with each of a few.
 void attention_table() {
   std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");
   for (int64_t T : {1, 16}) {
