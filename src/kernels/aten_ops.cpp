@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/attention.h"
@@ -276,13 +278,19 @@ bool mode_of_name(const char* name, GemmMode& mode) {
     }
   return false;
 }
+// "gemv, cublas, skinny, stream or stream_all", for messages.
+std::string mode_names() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kAllModes); ++i)
+    names += (i == 0 ? "" : i + 1 == std::size(kAllModes) ? " or " : ", ") + std::string(gemm_mode_name(kAllModes[i]));
+  return names;
+}
 GemmMode initial_gemm_mode() {
   const char* env = std::getenv("SPECPRESS_GEMM");
   GemmMode mode = GemmMode::kGemv;
   if (env == nullptr || *env == '\0' || mode_of_name(env, mode)) return mode;
   // Static initialisation: no exception can be caught here, so say so and keep the default.
-  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not gemv, cublas, skinny, stream or stream_all; using gemv\n",
-               env);
+  std::fprintf(stderr, "specpress: SPECPRESS_GEMM=%s is not %s; using gemv\n", env, mode_names().c_str());
   return GemmMode::kGemv;
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
@@ -316,7 +324,7 @@ void set_gemm_mode(GemmMode mode) { g_gemm_mode = mode; }
 GemmMode parse_gemm_mode(const std::string& name, const char* what) {
   GemmMode mode = GemmMode::kGemv;
   if (!mode_of_name(name.c_str(), mode))
-    fail("{}: unknown matmul mode '{}' (expected gemv, cublas, skinny, stream or stream_all)", what, name);
+    fail("{}: unknown matmul mode '{}' (expected {})", what, name, mode_names());
   return mode;
 }
 
