@@ -343,8 +343,8 @@ template <int HD>
 __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(AttentionArgs a) {
   // Fused (a.qkv set): this step's keys come from a.qkv, the previous kernel's output, and the cache rows
   // before them were written by kernels that have completed by the time this one starts (under PDL the
-  // previous kernel only lets this one in after its own wait), so the first tile of old keys is loaded
-  // before the wait. Unfused, q and the cache may both come from the previous kernel: wait first.
+  // previous kernel only lets this one in after its own wait), so the first two tiles of old keys are
+  // loaded before the wait. Unfused, q and the cache may both come from the previous kernel: wait first.
   const bool fused = a.qkv != nullptr;
   if (!fused) pdl_begin();
   using L = DecSmem<HD>;
@@ -504,7 +504,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
 #pragma unroll
       for (int i = 0; i < kPerWarp; ++i) {
         const int kr = key_lo + warp + kDecWarps * i - k0;
-        if (kr >= 0 && kr < nk && k0 + kr >= new_beg) {
+        if (kr >= 0 && kr < nk) {  // key_lo >= new_beg: always a new key
 #pragma unroll
           for (int j = 0; j < kPairs; ++j) {
             if (!has_pair(j)) continue;
@@ -709,9 +709,8 @@ template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes));
-    int dev = 0, sms = 0, per_sm = 0;
-    if (e == cudaSuccess) e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int sms = 0, per_sm = 0;
+    if (e == cudaSuccess) e = sm_count(sms);
     if (e == cudaSuccess)
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attention_kernel<HD>, kDecThreads, bytes);
     if (e != cudaSuccess) return e;
@@ -743,9 +742,10 @@ size_t attention_counter_count(int T, int nq, int nkv) {
 
 int attention_default_splits(int64_t capacity, int T) {
   if (T > kDecMaxT) return 1;
-  // The grid for the longest context the cache holds, at the decode kernel's smallest split (32 keys for
-  // one query row, 64 for more); a launch only runs the splits the live length needs, dispatched first,
-  // so a large grid costs little at short lengths.
+  // The grid for the longest context the cache holds, at half the decode kernel's default minimum split
+  // (64 keys for up to 4 rows a block, 128 for more: active_splits), so that the smaller minima
+  // AttentionArgs::min_split_keys allows (fast_perf --attention) still fit; a launch only runs the splits
+  // the live length needs, dispatched first, so a large grid costs little at short lengths.
   const int64_t per = T == 1 ? 32 : 64;
   const int64_t s = (capacity + per - 1) / per;
   return static_cast<int>(s < 1 ? 1 : (s > 32 ? 32 : s));

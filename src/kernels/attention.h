@@ -56,8 +56,8 @@ constexpr int kAttentionSmallT = 16;  // T up to this runs the small-T kernel (a
 size_t attention_workspace_bytes(int T, int nq, int head_dim, int splits);
 size_t attention_counter_count(int T, int nq, int nkv);
 // Splits for a cache of `capacity` positions and T query rows: enough blocks to cover the GPU on long
-// contexts (T <= 16: one per 32 positions of capacity for T = 1, per 64 for more rows, at most 32; the
-// kernel runs only as many as the live length needs), 1 for prefill-sized T.
+// contexts (T <= 16: one per 32 positions of capacity for T = 1, per 64 for more rows, at most 32: half the
+// kernel's default minimum split; it runs only as many as the live length needs), 1 for prefill-sized T.
 int attention_default_splits(int64_t capacity, int T);
 
 cudaError_t attention(const AttentionArgs& a, cudaStream_t stream);

@@ -32,8 +32,9 @@ __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-// First statement of the small kernels: wait, then let the next kernel be scheduled at once (a small grid
-// leaves SM slots free, where the next kernel, a GEMV say, can already pull its weights into L2).
+// The small kernels' wait, before anything else they do (the fused attention: after its loads of data the
+// previous kernel does not write), then letting the next kernel be scheduled at once (a small grid leaves
+// SM slots free, where the next kernel, a GEMV say, can already pull its weights into L2).
 __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
   pdl_trigger();

@@ -36,10 +36,6 @@ struct SmallArgs {
 };
 
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
-
 // NT: 8-column tiles of X^T (1: M <= 8, 2: M <= 16). Tile 0's instructions are the same for both, so the
 // kernel choice does not change rows 0..7 either.
 template <int NT>
@@ -121,14 +117,9 @@ __global__ void __launch_bounds__(kWideWarps * 32, kMinBlocks) gemm_small_kernel
 // Warps a block for N outputs: 12 when the N / 16 blocks all fit at two per SM, else 8. Depends on N and
 // the device only (never on M), so every M rounds an output the same way.
 cudaError_t warps_for(int N, int& warps) {
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0, n = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return e;
-    sms = std::max(1, n);
-  }
+  int sms = 0;
+  cudaError_t e = sm_count(sms);
+  if (e != cudaSuccess) return e;
   warps = (N + 15) / 16 <= 2 * sms ? kWideWarps : kWarps;
   return cudaSuccess;
 }

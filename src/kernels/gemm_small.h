@@ -6,11 +6,11 @@
 // 8 warps that split K (12 when N is small: the N / 16 blocks fit at 2 per SM, N <= 4224 on 132 SMs), and the
 // registers allow 3 blocks of 8 warps per SM (N up to 6336 in one wave on 132 SMs; more N, more waves).
 //
-// Expected speed (not measured yet): the W stream is the GEMV's (64 contiguous bytes of 16 rows per warp
-// load, 8 loads in flight per lane, up to 24 warps an SM), so the target is the GEMV's 80-99% of the copy
-// bandwidth on the large projections. The cost the GEMV does not have is X: each block reads all of X
-// (M x K bf16, up to 384 KB) once, through L1, i.e. M / 16 of its W bytes; blocks of an SM share X in L1
-// when they run in phase, and the rest is L2 hits, not HBM traffic.
+// Measured speed (docs/PERF.md, H200): 44-79% of the copy bandwidth at M = 16 on the Qwen3 projections,
+// below cuBLAS (48-97%) and the M = 1 GEMV (67-99%); it stays an opt-in mode. The design aimed at the
+// GEMV's stream (64 contiguous bytes of 16 rows per warp load, 8 loads in flight per lane, up to 24 warps an
+// SM). The cost the GEMV does not have is X: each block reads all of X (M x K bf16, up to 384 KB) through
+// L1, as many load instructions as W's (docs/PERF.md, fifth pass, measures what that costs).
 //
 // Why tensor cores, not fp32 FMAs: at M = 16 each bf16 weight (2 bytes) needs 16 FMAs, i.e. 8 FMAs a byte.
 // The H200 issues one warp instruction a clock per SM sub-partition, 132 x 4 x 32 lanes x ~1.9 GHz = ~32e12
@@ -30,7 +30,7 @@
 // adds each 16-term product block with its own internal alignment and rounding, which CUDA-core code cannot
 // reproduce (and the FMA route that could match the GEMV is the slow one above). Bitwise DFlash == plain
 // decoding therefore needs decode to run its M = 1 matmuls through this kernel too (GemmMode::kStreamAll in
-// aten_ops.h), giving up the GEMV's fused SwiGLU / RMSNorm epilogues.
+// aten_ops.h), giving up the GEMV's fused RMSNorm prologue and SwiGLU / residual epilogues.
 // Reference twin: at::linear (kernels::gemm_small_out in aten_ops.h).
 #pragma once
 #include <cuda_bf16.h>

@@ -44,17 +44,17 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc)
   return acc;
 }
 
-// ROWS rows of W per unit. Plain / norm: output n is row n. kSwiglu (the fused gate/up projection,
+// ROWS rows of W per unit. Plain / residual: output n is row n. kSwiglu (the fused gate/up projection,
 // W = [gate; up] with N = I outputs): a unit is OUT = ROWS / 2 outputs n0.., and its rows are gate rows
 // n0.. then up rows I + n0... A row's sum does not depend on ROWS, the epilogue or the rows beside it (each
 // lane walks its chunks in the same order, and the xor-butterfly sum is the same in every lane), so every
 // variant rounds a product exactly as the plain ROWS = 1 kernel does.
 template <int ROWS, int EPI, bool NORM>
 __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_kernel(GemvArgs a) {
-  constexpr int U = kLoads / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS, WARPS = kWarps;
+  constexpr int U = kLoads / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
   static_assert(EPI != kSwiglu || ROWS % 2 == 0, "a SwiGLU unit pairs gate and up rows");
   const int lane = threadIdx.x & 31;
-  const int warp = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int N = a.N, K = a.K;
   const int units = (N + OUT - 1) / OUT, nvec = K / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(a.x);
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
     // One round trip: each thread loads its chunks of x and of the norm weight together (up to kHeld of
     // each in registers, K <= kHeld * 8 * threads; a longer row reloads the rest), then the block's sum of
     // squares, then the normed chunks into shared memory.
-    constexpr int kHeld = 4, kThreads = WARPS * 32;
+    constexpr int kHeld = 4, kThreads = kWarps * 32;
     __shared__ float scratch[32];
     uint4 xr[kHeld], wr[kHeld];
 #pragma unroll
@@ -216,9 +216,8 @@ template <int ROWS, int EPI, bool NORM> cudaError_t plan_of(Plan& p) {
   static Plan cached;
   static bool ready = false;
   if (!ready) {
-    int dev = 0, sms = 0, blocks = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    int sms = 0, blocks = 0;
+    cudaError_t e = sm_count(sms);
     if (e == cudaSuccess)
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS, EPI, NORM>, kWarps * 32,
                                                         smem_of(NORM, kPlanK));

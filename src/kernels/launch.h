@@ -3,7 +3,9 @@
 // kernel of the stream is still running. Every kernel of src/kernels waits (pdl_wait, common.cuh) until
 // the previous kernel has completed and its writes are visible, before any read of earlier results or
 // any write, and only then lets the next kernel be scheduled (pdl_trigger): the small kernels at once
-// (pdl_begin), the GEMV once its warps have read all their weights. So at most two kernels overlap, and
+// (pdl_begin), the GEMV once its warps have read all their weights. One exception, with its contract in
+// attention.h: the fused small-T attention reads the length and the older cache rows before its wait,
+// which holds because the kernel just before it (the qkv projection) writes neither. So at most two kernels overlap, and
 // what overlaps is the next kernel's launch, block scheduling and any prologue that only touches constant
 // data (the GEMV loads its first step of weights before it waits), in the SM slots the running kernel
 // leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel let the next
@@ -31,6 +33,20 @@ inline bool pdl_enabled() { return pdl_flag(); }
 inline void set_pdl(bool on) { pdl_flag() = on; }
 
 namespace detail {
+
+// The current device's SM count, looked up once (the kernels size one-wave grids and partitions from it).
+inline cudaError_t sm_count(int& sms) {
+  static int cached = 0;
+  if (cached == 0) {
+    int dev = 0, n = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return e;
+    cached = n > 0 ? n : 1;
+  }
+  sms = cached;
+  return cudaSuccess;
+}
 
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

@@ -1,5 +1,6 @@
 // mma.cuh — the warp-level tensor-core pieces the kernels share (sm_80+ PTX, run on sm_90): the bf16
-// m16n8k16 MMA with fp32 accumulators, and ldmatrix loads of 8x8 bf16 tiles from shared memory.
+// m16n8k16 MMA with fp32 accumulators, ldmatrix loads of 8x8 bf16 tiles from shared memory, and the word
+// and packing helpers that build fragments.
 //
 // Fragment layouts (lane = 4 g + c): A (16 x 16, row-major) a0 = A[g][2c, 2c+1], a1 = A[g+8][2c..],
 // a2 = A[g][2c+8..], a3 = A[g+8][2c+8..]; B (16 x 8, "col") b0 = B[2c, 2c+1][g], b1 = B[2c+8, 2c+9][g];
@@ -34,6 +35,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* row_a
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+}
+
+// 32-bit word i (0..3) of a 16-byte load: a fragment register of a bf16 pair.
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
 // Two floats as a bf16 pair (lo in the low half), rounded to nearest.

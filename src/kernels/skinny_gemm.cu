@@ -11,10 +11,6 @@ using namespace detail;
 constexpr int kWarps = 8, kUnroll = 4;
 
 
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
-
 __global__ void __launch_bounds__(kWarps * 32) skinny_gemm_kernel(const bf16* X, int64_t ldx, const bf16* W, bf16* Y,
                                                                   int64_t ldy, int M, int N, int K) {
   pdl_begin();
