@@ -168,7 +168,7 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
 // The small-T attention kernel alone, µs per launch: a graph of 36 launches (one per layer, each over its own
 // cache, as in a step) replayed, for T query rows over S keys at the Qwen3 head layout (32 q heads, 8 kv
 // heads, head_dim 128) and the engine's split count for a cache of `capacity` positions.
-double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys = 0) {
+double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys = 0, int block_warps = 0) {
   const int64_t nq = 32, nkv = 8, hd = 128, layers = 36;
   auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   // as the engine runs it: q/k-norm + RoPE of the T new rows fused in (attention_qkv_out)
@@ -181,6 +181,7 @@ double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys =
   kernels::AttentionScratch scratch = kernels::make_attention_scratch(
       T, nq, nkv, hd, kernels::attention_default_splits(capacity, static_cast<int>(T)), at::Device(at::kCUDA));
   scratch.min_split_keys = min_split_keys;
+  scratch.block_warps = block_warps;
   device_sync();
   return 1e3 * graph_replay_ms([&] {
     for (int64_t l = 0; l < layers; ++l)
@@ -191,17 +192,20 @@ double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys =
 
 // --attention 1: the attention kernel alone (with its fused q/k-norm + RoPE) at decode (T = 1) and verify
 // (T = 16) rows, over 512, 2048 and 8192 keys of context, µs per launch, with the kernel's default split size
-// and with each of a few.
+// and with each of a few, and with blocks of 4 and of 8 warps (the default is 4 for T = 1, 8 for T = 16).
 void attention_table() {
   std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");
   for (int64_t T : {1, 16}) {
-    std::printf("T=%-2lld", static_cast<long long>(T));
-    for (int64_t ctx : {512, 2048, 8192}) {
-      std::printf("  context %lld: %.2f (fewest keys a split", static_cast<long long>(ctx), attention_us(T, ctx + T, ctx + 64));
-      for (int mk : {32, 64, 128, 256, 512}) std::printf(" %d: %.2f", mk, attention_us(T, ctx + T, ctx + 64, mk));
-      std::printf(")");
+    for (int warps : {4, 8}) {
+      std::printf("T=%-2lld %d warps", static_cast<long long>(T), warps);
+      for (int64_t ctx : {512, 2048, 8192}) {
+        std::printf("  context %lld: %.2f (fewest keys a split", static_cast<long long>(ctx),
+                    attention_us(T, ctx + T, ctx + 64, 0, warps));
+        for (int mk : {32, 64, 128, 256, 512}) std::printf(" %d: %.2f", mk, attention_us(T, ctx + T, ctx + 64, mk, warps));
+        std::printf(")");
+      }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
 }
 
@@ -319,9 +323,10 @@ int main(int argc, char** argv) {
       // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
       struct FastNumbers { double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16; };
       double dec_bytes = 0, drf_bytes = 0;
-      auto measure_fast = [&](kernels::GemmMode mode, bool pdl) {
+      auto measure_fast = [&](kernels::GemmMode mode, bool pdl, int attention_warps = 0) {
         kernels::set_gemm_mode(mode);
         kernels::set_pdl(pdl);  // captured into the engine's graphs
+        kernels::set_attention_block_warps(attention_warps);  // the engine's attention scratch takes it
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
         dec_bytes = engine.decode_bytes(context);
@@ -368,6 +373,10 @@ int main(int argc, char** argv) {
       const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
       // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
       const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
+      // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
+      // sixth pass; 8 warps for more than 4 rows a block now), the baseline for that change
+      const FastNumbers fp4 = measure_fast(kernels::GemmMode::kGemv, true, 4);
+      kernels::set_attention_block_warps(0);
       // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
       const FastNumbers fst = measure_fast(kernels::GemmMode::kStream, false);
       const FastNumbers fsa = measure_fast(kernels::GemmMode::kStreamAll, false);
@@ -461,6 +470,9 @@ int main(int argc, char** argv) {
                   "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
                   fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
                   fp.elem1);
+      std::printf("small-T attention blocks (gemv+pdl): default (8 warps above 4 rows) | 4 warps always, ms: decode %.3f | %.3f, "
+                  "verify %.3f | %.3f, draft %.3f | %.3f, cycle %.3f | %.3f; attention alone M=16 %.3f | %.3f\n",
+                  fp.decode, fp4.decode, fp.verify, fp4.verify, fp.draft, fp4.draft, fp.cycle, fp4.cycle, fp.attn16, fp4.attn16);
       std::printf("stream (GEMV at M=1, gemm_small at M=2..16) ms: decode %.3f, verify %.3f, draft %.3f, cycle %.3f "
                   "(verify/decode %.2f, cycle/decode %.2f); M=16 matmuls alone %.3f (cublas %.3f)\n",
                   fst.decode, fst.verify, fst.draft, fst.cycle, fst.verify / fst.decode, fst.cycle / fst.decode, fst.gemm16,
@@ -504,6 +516,7 @@ int main(int argc, char** argv) {
                                     {"attention_only_m1", fc.attn1}, {"attention_only_m16", fc.attn16}, {"elementwise_only_m1", fc.elem1},
                                     {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
                      {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
+                     {"gemv_pdl_attention4_ms", {{"decode", fp4.decode}, {"verify", fp4.verify}, {"draft", fp4.draft}, {"cycle", fp4.cycle}, {"attention_only_m16", fp4.attn16}}},
                      {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
                      {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
                      {"stream_all_ms", {{"decode", fsa.decode}, {"verify", fsa.verify}, {"draft", fsa.draft}, {"cycle", fsa.cycle}, {"gemm_only_m1", fsa.gemm1}, {"gemm_only_m16", fsa.gemm16}}},

@@ -130,10 +130,21 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
   check(qk_norm_rope(a, stream()), "qk_norm_rope");
 }
 
+namespace {
+int g_attention_block_warps = 0;
+}  // namespace
+
+void set_attention_block_warps(int warps) {
+  if (warps != 0 && warps != 4 && warps != 8) fail("attention block warps: expected 0 (default), 4 or 8, got {}", warps);
+  g_attention_block_warps = warps;
+}
+int attention_block_warps() { return g_attention_block_warps; }
+
 AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
                                         at::Device device) {
   AttentionScratch s;
   s.splits = splits;
+  s.block_warps = g_attention_block_warps;
   const size_t bytes = attention_workspace_bytes(static_cast<int>(T), static_cast<int>(nq), static_cast<int>(head_dim), splits);
   const size_t counters = attention_counter_count(static_cast<int>(T), static_cast<int>(nq), static_cast<int>(nkv));
   s.workspace = at::empty({static_cast<int64_t>(bytes > 0 ? bytes : 16)}, at::TensorOptions().dtype(at::kByte).device(device));
@@ -175,6 +186,7 @@ AttentionArgs attention_args(const at::Tensor& out, int64_t T, int64_t nq, int64
   a.causal = causal;
   a.splits = scratch.splits;
   a.min_split_keys = scratch.min_split_keys;
+  a.block_warps = scratch.block_warps;
   a.workspace = scratch.workspace.data_ptr();
   a.counters = reinterpret_cast<unsigned int*>(scratch.counters.data_ptr<int>());
   return a;

@@ -28,9 +28,14 @@ struct AttentionScratch {
   at::Tensor counters;   // int32, zero between launches
   int splits = 1;
   int min_split_keys = 0;  // AttentionArgs::min_split_keys (0 = the kernel's default)
+  int block_warps = 0;     // AttentionArgs::block_warps (0 = the kernel's default)
 };
 AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
                                         at::Device device);
+// The block_warps that make_attention_scratch gives new scratch (0 = the kernel's default): process-wide, for
+// benchmarks that compare the small-T kernel's 4- and 8-warp blocks in one run (fast_perf).
+void set_attention_block_warps(int warps);
+int attention_block_warps();
 
 // out [T, nq*hd] = attention of q [T, nq, hd] over the first S = *kv_len_base + kv_len_add positions of
 // k_cache / v_cache [nkv, capacity, hd]; causal bottom-right or none.

@@ -1,24 +1,27 @@
 // attention.cu — see attention.h. Two kernels:
 //
 // Small T (decode T = 1, verify / draft T <= 16): the "decode" kernel, on tensor cores. Block (kv head, row
-// group, key split) of 4 warps: the rows of a kv head's group are (query t, head of the group), R = T * nq /
-// nkv of them, cut into groups of 16 (the M of an m16n8k16 MMA; decode's 4 rows at Qwen3 shapes leave 12
-// zero rows), so every K/V tile a block streams serves all of its rows. The split's keys stream through
-// shared memory 64 at a time in two cp.async stages (16-byte copies, the next tile in flight while this one
-// is computed). The query rows are staged in shared memory (copied from q, or, fused, transformed there by
-// the q/k-norm + RoPE of qk_norm_rope.h from the qkv projection; the fused kernel also transforms the
-// step's new keys into its tiles and writes them to the cache) and loaded once as MMA A fragments. Warp w
-// takes keys 16w .. 16w + 15 of each tile and runs its own online softmax over them: S = Q·K^T with K by
-// ldmatrix, masking and exp on the score fragments, then O += P·V with P re-packed to bf16 as the A operand
-// and V by transposed ldmatrix; fp32 accumulators throughout. The four warps merge their (m, l, O) through
-// shared memory at the end. The number of active splits follows the live length S read from device memory
-// (at least 64 keys per split, 128 when a block has more than 4 rows: the fastest in fast_perf --attention
-// at 512-2048 keys); blocks of inactive splits exit at once, so a graph captured with a fixed grid does
-// only the work of the current length. The grid is capped at one wave of resident blocks (3 per SM at
-// head_dim 128). With one active split a block writes its rows directly; otherwise it leaves (m, l,
-// unnormalised o) in the workspace, and the last block of its (kv head, row group) to finish combines only
-// the active splits: one warp per row for the split weights, then every thread sums a 4-wide
-// slice of an output row over the splits with 8 independent 16-byte L2 loads in flight.
+// group, key split) of W warps: 4, or 8 when the block has more than 4 rows (launch_decode). The rows of a kv
+// head's group are (query t, head of the group), R = T * nq / nkv of them, cut into groups of 16 (the M of an
+// m16n8k16 MMA; decode's 4 rows at Qwen3 shapes leave 12 zero rows), so every K/V tile a block streams
+// serves all of its rows. The split's keys stream through shared memory 64 at a time in two cp.async stages
+// (16-byte copies, the next tile in flight while this one is computed). The query rows are staged in shared
+// memory (copied from q, or, fused, transformed there by the q/k-norm + RoPE of qk_norm_rope.h from the qkv
+// projection; the fused kernel also transforms the step's new keys into its tiles and writes them to the
+// cache) and loaded as MMA A fragments (once with 4 warps, at each tile with 8). Warp w takes keys
+// (64 / W) w .. (64 / W)(w + 1) - 1 of each tile and runs its own online softmax over them: S = Q·K^T with K
+// by ldmatrix, masking and exp on the score fragments, then O += P·V with P re-packed to bf16 as the A
+// operand (m16n8k16 over 16 keys, m16n8k8 over 8) and V by transposed ldmatrix; fp32 accumulators
+// throughout. The warps merge their (m, l, O) through shared memory at the end. With 8 warps a warp's
+// serial part, its rows' and new keys' q/k-norm + RoPE and its keys of each tile, is half as long. The
+// number of active splits follows the live length S read from device memory (at least 64 keys per split,
+// 128 when a block has more than 4 rows: the fastest in fast_perf --attention at 512-2048 keys); blocks of
+// inactive splits exit at once, so a graph captured with a fixed grid does only the work of the current
+// length. The grid is capped at one wave of resident blocks (3 per SM of 4 warps, 2 of 8, at head_dim 128).
+// With one active split a block writes its rows directly; otherwise it leaves (m, l, unnormalised o) in the
+// workspace, and the last block of its (kv head, row group) to finish combines only the active splits: one
+// warp per row for the split weights, then every thread sums a 4-wide slice of an output row over the splits
+// with 8 independent 16-byte L2 loads in flight.
 //
 // Large T (prefill): the tiled kernel. Block (kv head, key split, query tile): the tile holds R <= 64 rows
 // (query t, head of the group), keys stream through shared memory 64 at a time with an online softmax in
@@ -294,20 +297,20 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
 
 
 // ---- small-T ("decode") kernel
-constexpr int kDecWarps = 4, kDecThreads = 32 * kDecWarps, kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
+constexpr int kDecRows = 16, kDecKeys = 64, kMaxSplits = 64;
 constexpr int kDecMaxT = kAttentionSmallT;  // T above this goes to the tiled kernel
 
-template <int HD> struct DecSmem {
+template <int HD, int WARPS> struct DecSmem {
   static constexpr int KS = HD + 8;  // K and V tile row stride (bf16): 16-byte rows, conflict-free ldmatrix
   static constexpr size_t tile_bytes = sizeof(bf16) * kDecKeys * KS;
   static constexpr size_t stage_bytes = 2 * tile_bytes;  // K then V: one of the two cp.async stages
   // After the key loop the stages hold the warps' partial outputs, [warp][row][HD] fp32.
-  static constexpr size_t o_bytes = sizeof(float) * kDecWarps * kDecRows * HD;
+  static constexpr size_t o_bytes = sizeof(float) * WARPS * kDecRows * HD;
   static constexpr size_t loop_bytes = 2 * stage_bytes > o_bytes ? 2 * stage_bytes : o_bytes;
   static constexpr size_t stat_off = align16(loop_bytes);                        // [warp][row] m, then l
   // Before the key loop this region stages the query rows (bf16 [row][KS]) for ldmatrix; after it, it holds
   // the split combine's weights ([split][row] fp32).
-  static constexpr size_t w_off = align16(stat_off + sizeof(float) * 2 * kDecWarps * kDecRows);
+  static constexpr size_t w_off = align16(stat_off + sizeof(float) * 2 * WARPS * kDecRows);
   static constexpr size_t q_bytes = sizeof(bf16) * kDecRows * KS, wts_bytes = sizeof(float) * kMaxSplits * kDecRows;
   static constexpr size_t bytes = w_off + (q_bytes > wts_bytes ? q_bytes : wts_bytes);
 };
@@ -339,19 +342,20 @@ __device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_p
   n_act = max(1, (S + chunk - 1) / chunk);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(AttentionArgs a) {
+template <int HD, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attention_kernel(AttentionArgs a) {
   // Fused (a.qkv set): this step's keys come from a.qkv, the previous kernel's output, and the cache rows
   // before them were written by kernels that have completed by the time this one starts (under PDL the
   // previous kernel only lets this one in after its own wait), so the first two tiles of old keys are
   // loaded before the wait. Unfused, q and the cache may both come from the previous kernel: wait first.
   const bool fused = a.qkv != nullptr;
   if (!fused) pdl_begin();
-  using L = DecSmem<HD>;
+  using L = DecSmem<HD, WARPS>;
+  constexpr int kBlockThreads = 32 * WARPS, KW = kDecKeys / WARPS;  // KW: a warp's keys of each tile (16 or 8)
   constexpr int KSTEPS = HD / 16, NT = HD / 8;  // k-steps of Q·K^T, 8-dim output tiles of P·V
   extern __shared__ __align__(16) unsigned char smem[];
   float* red_m = reinterpret_cast<float*>(smem + L::stat_off);  // [warp][row]
-  float* red_l = red_m + kDecWarps * kDecRows;
+  float* red_l = red_m + WARPS * kDecRows;
   float* wts = reinterpret_cast<float*>(smem + L::w_off);  // combine: [split][row] weights
   __shared__ int is_last;
 
@@ -380,7 +384,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     bf16* Ks = reinterpret_cast<bf16*>(smem + (tile & 1) * L::stage_bytes);
     bf16* Vs = Ks + kDecKeys * L::KS;
     const int k0 = beg + tile * kDecKeys;
-    for (int idx = tid; idx < kDecKeys * (HD / 8); idx += kDecThreads) {
+    for (int idx = tid; idx < kDecKeys * (HD / 8); idx += kBlockThreads) {
       const int kr = idx / (HD / 8), col = (idx % (HD / 8)) * 8;
       const bool ok = k0 + kr < min(end, new_beg);
       const int64_t src = (ok ? static_cast<int64_t>(k0 + kr) : 0) * HD + col;  // stays inside the cache
@@ -404,8 +408,8 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   // of row group 0 write them to the cache now.
   // Rows per warp; a lane's elements of a row; its rotation pairs (HD = 32: lanes 0..15 hold one, the rest
   // none).
-  constexpr int kPerWarp = kDecRows / kDecWarps, kElems = HD / 32, kPairs = HD >= 64 ? HD / 64 : 1;
-  static_assert(kDecMaxT <= kPerWarp * kDecWarps, "a warp holds at most kPerWarp new keys");
+  constexpr int kPerWarp = kDecRows / WARPS, kElems = HD / 32, kPairs = HD >= 64 ? HD / 64 : 1;
+  static_assert(kDecMaxT <= kPerWarp * WARPS, "a warp holds at most kPerWarp new keys");
   bf16* Qs = reinterpret_cast<bf16*>(smem + L::w_off);
   const int key_lo = max(beg, new_beg);  // this block's new keys: key_lo + warp + 4 i < end
   // the warp's new keys as bf16 pairs: word j holds elements lane + 32 j and lane + 32 j + HD / 2
@@ -417,12 +421,12 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     NormRopeIn q_in[kPerWarp], k_in[kPerWarp];
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
-      const int r = warp + kDecWarps * i, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
+      const int r = warp + WARPS * i, rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
       const int64_t pos = new_beg + t;
       if (r < rb)
         q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD,
                                  a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, lane);
-      const int key = key_lo + warp + kDecWarps * i;
+      const int key = key_lo + warp + WARPS * i;
       if (key < end) {
         const bf16* src = a.qkv + static_cast<int64_t>(key - new_beg) * a.ld_qkv;
         const int64_t kpos = key;
@@ -435,7 +439,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     }
 #pragma unroll
     for (int i = 0; i < kPerWarp; ++i) {
-      const int r = warp + kDecWarps * i;
+      const int r = warp + WARPS * i;
       bf16* dst = Qs + r * L::KS;
       if (r < rb) {
         norm_rope_finish(q_in[i], q_w, HD, a.eps, lane, [&](int j, bf16 lo, bf16 hi) {
@@ -445,7 +449,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       } else {
         for (int e = 0; e < kElems; ++e) dst[lane + 32 * e] = __float2bfloat16_rn(0.f);
       }
-      const int key = key_lo + warp + kDecWarps * i;
+      const int key = key_lo + warp + WARPS * i;
       if (key < end) {
         norm_rope_finish(k_in[i], k_w, HD, a.eps, lane, [&](int j, bf16 lo, bf16 hi) { k_new[i][j] = pack2(lo, hi); });
         if (z == 0) {  // each new key is in exactly one split of row group 0
@@ -463,7 +467,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       }
     }
   } else {
-    for (int r = warp; r < kDecRows; r += kDecWarps) {
+    for (int r = warp; r < kDecRows; r += WARPS) {
       const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
       bf16* dst = Qs + r * L::KS;
       const bf16* src = a.q + (static_cast<int64_t>(t) * a.nq + h) * HD;
@@ -474,9 +478,14 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   // Rows g and g + 8 as the A operand of Q·K^T (ldmatrix tile i: rows (i % 2) * 8 + lane % 8, dims
   // ks * 16 + (i / 2) * 8). Causal: row (t) sees keys <= S - T + t.
   const int li = lane >> 3, lr = lane & 7;
-  uint32_t qa[KSTEPS][4];
+  // 4 warps hold them in registers for the whole key loop; 8 warps (twice the threads, 128 registers a
+  // thread) re-load them from shared memory (untouched until the combine) at each tile.
+  const bf16* q_frag = Qs + ((li & 1) * 8 + lr) * L::KS + (li >> 1) * 8;  // + ks * 16: k-step ks
+  uint32_t qa[KW == 16 ? KSTEPS : 1][4];
+  if constexpr (KW == 16) {
 #pragma unroll
-  for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], Qs + ((li & 1) * 8 + lr) * L::KS + ks * 16 + (li >> 1) * 8);
+    for (int ks = 0; ks < KSTEPS; ++ks) ldmatrix_x4(qa[ks], q_frag + ks * 16);
+  }
   int row_limit[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -498,12 +507,12 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     __syncthreads();
     bf16* Ks = reinterpret_cast<bf16*>(smem + (it & 1) * L::stage_bytes);
     bf16* Vs = Ks + kDecKeys * L::KS;
-    const int k0 = beg + it * kDecKeys, nk = min(kDecKeys, end - k0), kw = 16 * warp;
+    const int k0 = beg + it * kDecKeys, nk = min(kDecKeys, end - k0), kw = KW * warp;
     if (k0 + nk > new_beg) {  // block-uniform: the tile ends in this step's new keys (fused only)
       // the warp's new keys that fall in this tile, from registers into the zero-filled rows
 #pragma unroll
       for (int i = 0; i < kPerWarp; ++i) {
-        const int kr = key_lo + warp + kDecWarps * i - k0;
+        const int kr = key_lo + warp + WARPS * i - k0;
         if (kr >= 0 && kr < nk) {  // key_lo >= new_beg: always a new key
 #pragma unroll
           for (int j = 0; j < kPairs; ++j) {
@@ -517,21 +526,36 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
       }
       __syncthreads();
     }
-    if (kw < nk) {  // warp-uniform: this warp's 16 keys hold at least one live key
-      // Scores S = Q · K^T for the warp's 16 keys: two 8-key tiles. ldmatrix tile i (lanes 8i..8i+7):
-      // keys kw + (i / 2) * 8 + lane % 8, dims ks * 16 + (i % 2) * 8.
-      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    if (kw < nk) {  // warp-uniform: this warp's KW keys hold at least one live key
+      // Scores S = Q · K^T for the warp's KW keys: KW / 8 tiles of 8 keys. ldmatrix tile i (lanes 8i..8i+7):
+      // KW = 16: keys kw + (i / 2) * 8 + lane % 8, dims ks * 16 + (i % 2) * 8; KW = 8: keys kw + lane % 8,
+      // dims (ks + i / 2) * 16 + (i % 2) * 8 (two k-steps a load).
+      constexpr int J = KW / 8;
+      float sc[J][4] = {};
+      if constexpr (KW == 16) {
 #pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, Ks + (kw + (li >> 1) * 8 + lr) * L::KS + ks * 16 + (li & 1) * 8);
-        mma_bf16(sc[0], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], kb[0], kb[1]);
-        mma_bf16(sc[1], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], kb[2], kb[3]);
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, Ks + (kw + (li >> 1) * 8 + lr) * L::KS + ks * 16 + (li & 1) * 8);
+          mma_bf16(sc[0], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], kb[0], kb[1]);
+          mma_bf16(sc[J - 1], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], kb[2], kb[3]);
+        }
+      } else {
+        static_assert(KW == 8 && KSTEPS % 2 == 0, "8 keys a warp: an even number of k-steps");
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks += 2) {
+          uint32_t kb[4], q0[4], q1[4];
+          ldmatrix_x4(q0, q_frag + ks * 16);
+          ldmatrix_x4(q1, q_frag + (ks + 1) * 16);
+          ldmatrix_x4(kb, Ks + (kw + lr) * L::KS + (ks + (li >> 1)) * 16 + (li & 1) * 8);
+          mma_bf16(sc[0], q0[0], q0[1], q0[2], q0[3], kb[0], kb[1]);
+          mma_bf16(sc[0], q1[0], q1[1], q1[2], q1[3], kb[2], kb[3]);
+        }
       }
       // Mask, running max, p = exp(s - m) (masked: exp(-inf) = 0), rescale l and O.
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int half = e >> 1, key = kw + 8 * j + 2 * c + (e & 1);
@@ -550,7 +574,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
         l[half] *= alpha[half];
       }
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int half = e >> 1;
@@ -564,16 +588,28 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
         o[n][2] *= alpha[1];
         o[n][3] *= alpha[1];
       }
-      // O += P · V: P (16 rows x 16 keys, bf16) is the A operand straight from the score fragments; V via
-      // transposed ldmatrix, tile i (lanes 8i..8i+7): keys kw + (i % 2) * 8 + lane % 8, dims (n + i / 2) * 8.
+      // O += P · V: P (16 rows x KW keys, bf16) is the A operand straight from the score fragments; V via
+      // transposed ldmatrix. KW = 16 (m16n8k16), tile i (lanes 8i..8i+7): keys kw + (i % 2) * 8 + lane % 8,
+      // dims (n + i / 2) * 8. KW = 8 (m16n8k8): keys kw + lane % 8, dims (n + i) * 8.
       const uint32_t pa0 = pack_bf16(sc[0][0], sc[0][1]), pa1 = pack_bf16(sc[0][2], sc[0][3]);
-      const uint32_t pa2 = pack_bf16(sc[1][0], sc[1][1]), pa3 = pack_bf16(sc[1][2], sc[1][3]);
+      if constexpr (KW == 16) {
+        const uint32_t pa2 = pack_bf16(sc[J - 1][0], sc[J - 1][1]), pa3 = pack_bf16(sc[J - 1][2], sc[J - 1][3]);
 #pragma unroll
-      for (int n = 0; n < NT; n += 2) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, Vs + (kw + (li & 1) * 8 + lr) * L::KS + (n + (li >> 1)) * 8);
-        mma_bf16(o[n], pa0, pa1, pa2, pa3, vb[0], vb[1]);
-        mma_bf16(o[n + 1], pa0, pa1, pa2, pa3, vb[2], vb[3]);
+        for (int n = 0; n < NT; n += 2) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, Vs + (kw + (li & 1) * 8 + lr) * L::KS + (n + (li >> 1)) * 8);
+          mma_bf16(o[n], pa0, pa1, pa2, pa3, vb[0], vb[1]);
+          mma_bf16(o[n + 1], pa0, pa1, pa2, pa3, vb[2], vb[3]);
+        }
+      } else {
+        static_assert(NT % 4 == 0, "four 8-dim output tiles a V load");
+#pragma unroll
+        for (int n = 0; n < NT; n += 4) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, Vs + (kw + lr) * L::KS + (n + li) * 8);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mma_bf16_k8(o[n + i], pa0, pa1, vb[i]);
+        }
       }
     }
     __syncthreads();  // the stage is rewritten next
@@ -599,7 +635,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
     const int r = g + 8 * half;
     float M = -FLT_MAX;
 #pragma unroll
-    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, red_m[w * kDecRows + r]);
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, red_m[w * kDecRows + r]);
     const float f = __expf(m[half] - M);
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -611,15 +647,15 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   const size_t split_rows = static_cast<size_t>(a.nkv) * R;  // workspace rows per split = T * nq
   float* ws_o = static_cast<float*>(a.workspace);
   float2* ws_ml = reinterpret_cast<float2*>(ws_o + static_cast<size_t>(a.splits) * split_rows * HD);  // as allocated
-  for (int item = tid; item < rb * (HD / 4); item += kDecThreads) {
+  for (int item = tid; item < rb * (HD / 4); item += kBlockThreads) {
     const int r = item / (HD / 4), d = (item % (HD / 4)) * 4;
     float M = -FLT_MAX;
 #pragma unroll
-    for (int w = 0; w < kDecWarps; ++w) M = fmaxf(M, red_m[w * kDecRows + r]);
+    for (int w = 0; w < WARPS; ++w) M = fmaxf(M, red_m[w * kDecRows + r]);
     float Lsum = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 0; w < kDecWarps; ++w) {
+    for (int w = 0; w < WARPS; ++w) {
       Lsum = fmaf(red_l[w * kDecRows + r], __expf(red_m[w * kDecRows + r] - M), Lsum);
       const float4 v = *reinterpret_cast<const float4*>(Ored + (w * kDecRows + r) * HD + d);
       acc.x += v.x;
@@ -650,7 +686,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   if (!is_last) return;
   __threadfence();
   // Split weights exp(m_s - M) / sum_s l_s exp(m_s - M): one warp per row, lanes over the active splits.
-  for (int r = warp; r < rb; r += kDecWarps) {
+  for (int r = warp; r < rb; r += WARPS) {
     const size_t row = static_cast<size_t>(kvh) * R + r0 + r;
     float ms[2], ls[2];
 #pragma unroll
@@ -674,7 +710,7 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   __syncthreads();
   // Weighted sum over the active splits: item = (row, 4 dims); 8 independent loads in flight per step.
   const size_t split_stride = split_rows * HD;
-  for (int item = tid; item < rb * (HD / 4); item += kDecThreads) {
+  for (int item = tid; item < rb * (HD / 4); item += kBlockThreads) {
     const int r = item / (HD / 4), q4 = item % (HD / 4);
     const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
     const float* src = ws_o + (static_cast<size_t>(kvh) * R + rr) * HD + q4 * 4;
@@ -702,17 +738,16 @@ __global__ void __launch_bounds__(kDecThreads, 3) decode_attention_kernel(Attent
   if (tid == 0) *counter = 0u;
 }
 
-template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t bytes = DecSmem<HD>::bytes;
+template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t bytes = DecSmem<HD, WARPS>::bytes;
+  constexpr auto kernel = decode_attention_kernel<HD, WARPS>;
   static bool configured = false;  // the attribute is per kernel, set before the first launch
   static int resident = 0;         // blocks of this kernel the GPU holds at once
   if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(decode_attention_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(bytes));
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     int sms = 0, per_sm = 0;
     if (e == cudaSuccess) e = sm_count(sms);
-    if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_attention_kernel<HD>, kDecThreads, bytes);
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * WARPS, bytes);
     if (e != cudaSuccess) return e;
     resident = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     configured = true;
@@ -722,7 +757,16 @@ template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t
   // doubling the step; with fewer splits each block streams more keys through its cp.async pipeline.
   const int splits = std::max(1, std::min(a.splits, resident / groups));
   dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, splits);
-  return launch_kernel(decode_attention_kernel<HD>, grid, kDecThreads, bytes, stream, a);
+  return launch_kernel(kernel, grid, 32 * WARPS, bytes, stream, a);
+}
+
+// Warps a block: 4 (16 keys of a tile each) for up to 4 rows a block (decode at Qwen3's 4 query heads per kv
+// head), else 8 (8 keys each): the verify / draft block's per-warp chain (its query rows' and new keys'
+// q/k-norm + RoPE, then its keys of each tile) is then half as long.
+template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+  const int rows = std::min(a.T * (a.nq / a.nkv), kDecRows);
+  const int warps = a.block_warps > 0 ? a.block_warps : (rows <= 4 ? 4 : 8);
+  return warps == 4 ? launch_decode<HD, 4>(a, stream) : launch_decode<HD, 8>(a, stream);
 }
 
 }  // namespace
@@ -763,6 +807,7 @@ cudaError_t attention(const AttentionArgs& a, cudaStream_t stream) {
                            a.k_norm == nullptr || a.rope_cos == nullptr || a.rope_sin == nullptr ||
                            a.k_cache_out != a.k_cache || a.v_cache_out != a.v_cache))
     return cudaErrorInvalidValue;
+  if (a.block_warps != 0 && a.block_warps != 4 && a.block_warps != 8) return cudaErrorInvalidValue;
   switch (a.head_dim) {
     case 32: return small ? launch_decode<32>(a, stream) : launch<32>(a, stream);
     case 64: return small ? launch_decode<64>(a, stream) : launch<64>(a, stream);

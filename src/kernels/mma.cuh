@@ -1,5 +1,5 @@
 // mma.cuh — the warp-level tensor-core pieces the kernels share (sm_80+ PTX, run on sm_90): the bf16
-// m16n8k16 MMA with fp32 accumulators, ldmatrix loads of 8x8 bf16 tiles from shared memory, and the word
+// m16n8k16 (and m16n8k8) MMA with fp32 accumulators, ldmatrix loads of 8x8 bf16 tiles from shared memory, and the word
 // and packing helpers that build fragments.
 //
 // Fragment layouts (lane = 4 g + c): A (16 x 16, row-major) a0 = A[g][2c, 2c+1], a1 = A[g+8][2c..],
@@ -19,6 +19,14 @@ __device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uin
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// d += A · B (16x8 · 8x8, bf16 in, fp32 accumulate): m16n8k8, A fragment a0 = A[g][2c, 2c+1], a1 = A[g+8][2c..],
+// B fragment b0 = B[2c, 2c+1][g].
+__device__ __forceinline__ void mma_bf16_k8(float* d, uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(b0));
 }
 
 // Four 8x8 bf16 tiles from shared memory; lanes 8i .. 8i+7 give the 16-byte row addresses of tile i, and

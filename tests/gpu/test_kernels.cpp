@@ -125,11 +125,29 @@ struct AttnCase {
   int64_t T, nq, nkv, hd, base;  // S = base + T
   bool causal;
   int splits;
+  int block_warps = 0;  // small-T kernel: 0 = its default, else 4 or 8
 };
+
+// Each small-T case once per block size of the small-T kernel (4 and 8 warps), other cases once.
+std::vector<AttnCase> with_both_block_sizes(const std::vector<AttnCase>& cases) {
+  std::vector<AttnCase> out;
+  for (AttnCase c : cases) {
+    if (c.T > kernels::kAttentionSmallT) {
+      out.push_back(c);
+      continue;
+    }
+    for (int w : {4, 8}) {
+      c.block_warps = w;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
 
 void check_attention(const AttnCase& c) {
   SCOPED_TRACE(::testing::Message() << "T=" << c.T << " nq=" << c.nq << " nkv=" << c.nkv << " hd=" << c.hd
-                                    << " S=" << c.base + c.T << " causal=" << c.causal << " splits=" << c.splits);
+                                    << " S=" << c.base + c.T << " causal=" << c.causal << " splits=" << c.splits
+                                    << " block_warps=" << c.block_warps);
   const int64_t cap = c.base + c.T + 37, S = c.base + c.T;
   at::Tensor q = at::randn({c.T, c.nq, c.hd}, bf16()) * 2;
   at::Tensor kc = at::randn({c.nkv, cap, c.hd}, bf16()) * 2, vc = at::randn({c.nkv, cap, c.hd}, bf16());
@@ -138,6 +156,7 @@ void check_attention(const AttnCase& c) {
   at::Tensor out = at::full({c.T, c.nq * c.hd}, NAN, bf16());
   at::Tensor base = at::full({1}, static_cast<int>(c.base), i32());
   kernels::AttentionScratch scratch = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, c.splits, at::Device(at::kCUDA));
+  scratch.block_warps = c.block_warps;
   kernels::attention_out(out, q, kc, vc, base, c.T, c.causal, scratch);
   const auto mask = c.causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
   at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
@@ -157,14 +176,14 @@ void check_attention(const AttnCase& c) {
 }  // namespace
 
 TEST_F(Kernels, AttentionMatchesReference) {
-  for (AttnCase c : {AttnCase{1, 32, 8, 128, 600, true, 1}, AttnCase{1, 32, 8, 128, 600, true, 16},
+  for (const AttnCase& c : with_both_block_sizes({AttnCase{1, 32, 8, 128, 600, true, 1}, AttnCase{1, 32, 8, 128, 600, true, 16},
                      AttnCase{16, 32, 8, 128, 511, true, 1}, AttnCase{16, 32, 8, 128, 511, true, 16},
                      AttnCase{16, 32, 8, 128, 700, false, 4},   // draft block over context + block
                      AttnCase{16, 32, 8, 128, 0, false, 1},     // draft, empty context
                      AttnCase{100, 4, 2, 32, 0, true, 1},       // prefill, several query tiles
                      AttnCase{8, 4, 2, 32, 45, false, 3}, AttnCase{1, 4, 2, 32, 45, true, 2},
                      AttnCase{5, 8, 8, 64, 33, true, 2},        // no GQA
-                     AttnCase{3, 32, 8, 128, 4000, true, 16}})  // long context, split-K
+                     AttnCase{3, 32, 8, 128, 4000, true, 16}}))  // long context, split-K
     check_attention(c);
 }
 
@@ -305,7 +324,7 @@ TEST_F(Kernels, DecodeAttentionMatchesReference) {
                      AttnCase{1, 4, 2, 32, 200, false, 7},
                      AttnCase{11, 12, 4, 128, 77, true, 6}})    // 33 rows: three row groups, last of one row
     cases.push_back(c);
-  for (const AttnCase& c : cases) check_attention(c);
+  for (const AttnCase& c : with_both_block_sizes(cases)) check_attention(c);
 }
 
 // A captured graph with a fixed grid of 32 splits: the live length set in device memory before each
@@ -314,38 +333,41 @@ TEST_F(Kernels, DecodeAttentionMatchesReference) {
 TEST_F(Kernels, DecodeAttentionActiveSplitsFollowDeviceLengthInsideAGraph) {
   const int64_t nq = 32, nkv = 8, hd = 128, cap = 2048;
   for (int64_t T : {1, 16}) {
-    for (bool causal : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "T=" << T << " causal=" << causal);
-      at::Tensor q = at::randn({T, nq, hd}, bf16()) * 2;
-      at::Tensor kc = at::randn({nkv, cap, hd}, bf16()) * 2, vc = at::randn({nkv, cap, hd}, bf16());
-      at::Tensor out = at::zeros({T, nq * hd}, bf16());
-      at::Tensor base = at::full({1}, 100, i32());
-      const int splits = kernels::attention_default_splits(cap, static_cast<int>(T));
-      ASSERT_EQ(splits, 32);
-      kernels::AttentionScratch scratch = kernels::make_attention_scratch(T, nq, nkv, hd, splits, at::Device(at::kCUDA));
-      c10::cuda::getCurrentCUDAStream().synchronize();  // inputs made on this stream, used on the side stream
-      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-      c10::cuda::CUDAStreamGuard guard(side);
-      kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);  // warm-up (kernel attributes)
-      at::cuda::CUDAGraph graph;
-      graph.capture_begin();
-      kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);
-      graph.capture_end();
-      for (int start : {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 100, 511, 1023, 1500, 2048 - 16 - 1}) {
-        const int64_t S = start + T;
-        base.fill_(start);
-        out.fill_(NAN);
-        scratch.workspace.fill_(255);  // all-ones bytes: NaN floats
-        graph.replay();
-        side.synchronize();
-        const auto mask = causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
-        at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
-        at::Tensor ref64 = ops::attention(qt.to(at::kDouble), ks.to(at::kDouble), vs.to(at::kDouble), mask);
-        EXPECT_LT(rel_err(out, ref64), 5e-3) << "graph replay at start " << start;
-        // and never worse than the bf16 ATen twin (which rounds scores and probabilities to bf16)
-        EXPECT_LE(rel_err(out, ref64), std::max(2e-3, rel_err(ops::attention(qt, ks, vs, mask), ref64)))
-            << "graph replay at start " << start;
-        EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "counters left non-zero at start " << start;
+    for (int warps : {4, 8}) {
+      for (bool causal : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "T=" << T << " causal=" << causal << " block_warps=" << warps);
+        at::Tensor q = at::randn({T, nq, hd}, bf16()) * 2;
+        at::Tensor kc = at::randn({nkv, cap, hd}, bf16()) * 2, vc = at::randn({nkv, cap, hd}, bf16());
+        at::Tensor out = at::zeros({T, nq * hd}, bf16());
+        at::Tensor base = at::full({1}, 100, i32());
+        const int splits = kernels::attention_default_splits(cap, static_cast<int>(T));
+        ASSERT_EQ(splits, 32);
+        kernels::AttentionScratch scratch = kernels::make_attention_scratch(T, nq, nkv, hd, splits, at::Device(at::kCUDA));
+        scratch.block_warps = warps;
+        c10::cuda::getCurrentCUDAStream().synchronize();  // inputs made on this stream, used on the side stream
+        c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+        c10::cuda::CUDAStreamGuard guard(side);
+        kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);  // warm-up (kernel attributes)
+        at::cuda::CUDAGraph graph;
+        graph.capture_begin();
+        kernels::attention_out(out, q, kc, vc, base, T, causal, scratch);
+        graph.capture_end();
+        for (int start : {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 100, 511, 1023, 1500, 2048 - 16 - 1}) {
+          const int64_t S = start + T;
+          base.fill_(start);
+          out.fill_(NAN);
+          scratch.workspace.fill_(255);  // all-ones bytes: NaN floats
+          graph.replay();
+          side.synchronize();
+          const auto mask = causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
+          at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
+          at::Tensor ref64 = ops::attention(qt.to(at::kDouble), ks.to(at::kDouble), vs.to(at::kDouble), mask);
+          EXPECT_LT(rel_err(out, ref64), 5e-3) << "graph replay at start " << start;
+          // and never worse than the bf16 ATen twin (which rounds scores and probabilities to bf16)
+          EXPECT_LE(rel_err(out, ref64), std::max(2e-3, rel_err(ops::attention(qt, ks, vs, mask), ref64)))
+              << "graph replay at start " << start;
+          EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "counters left non-zero at start " << start;
+        }
       }
     }
   }
@@ -366,27 +388,30 @@ TEST_F(Kernels, AttentionQkvFusedMatchesQkNormRopeThenAttention) {
     at::Tensor wide = at::randn({c.T, width + 8}, bf16()) * 2;
     at::Tensor qkv = wide.narrow(1, 8, width);
     at::Tensor kc0 = at::randn({c.nkv, cap, c.hd}, bf16()), vc0 = at::randn({c.nkv, cap, c.hd}, bf16());
-    for (bool causal : {true, false})
-      for (int base : {0, 7, 100, 250, 1500, static_cast<int>(cap - c.T)}) {
-        SCOPED_TRACE(::testing::Message() << "T=" << c.T << " nq=" << c.nq << " nkv=" << c.nkv << " hd=" << c.hd
-                                          << " causal=" << causal << " base=" << base);
-        at::Tensor pos = at::full({1}, base, i32());
-        const int splits = kernels::attention_default_splits(cap, static_cast<int>(c.T));
-        kernels::AttentionScratch sa = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, splits, at::Device(at::kCUDA));
-        kernels::AttentionScratch sb = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, splits, at::Device(at::kCUDA));
-        at::Tensor ka = kc0.clone(), va = vc0.clone(), kb = kc0.clone(), vb = vc0.clone();
-        at::Tensor q = at::full({c.T, c.nq, c.hd}, NAN, bf16());
-        at::Tensor out_a = at::full({c.T, c.nq * c.hd}, NAN, bf16()), out_b = at::full({c.T, c.nq * c.hd}, NAN, bf16());
-        kernels::qk_norm_rope_out(qkv, c.nq, c.nkv, qn, kn, rope, pos, q, ka, va, 1e-6);
-        kernels::attention_out(out_a, q, ka, va, pos, c.T, causal, sa);
-        kernels::attention_qkv_out(out_b, qkv, c.nq, c.nkv, qn, kn, rope, pos, kb, vb, causal, 1e-6, sb);
-        EXPECT_TRUE(at::equal(out_a, out_b)) << "output differs (max |diff| "
-                                             << (out_a.to(at::kFloat) - out_b.to(at::kFloat)).abs().max().item<float>() << ")";
-        EXPECT_TRUE(at::equal(ka, kb)) << "K cache differs";
-        EXPECT_TRUE(at::equal(va, vb)) << "V cache differs";
-        EXPECT_FALSE(at::equal(ka, kc0)) << "the new keys were not written";
-        EXPECT_EQ(sb.counters.sum().item<int64_t>(), 0) << "split counters left non-zero";
-      }
+    for (int warps : {4, 8}) {
+      for (bool causal : {true, false})
+        for (int base : {0, 7, 100, 250, 1500, static_cast<int>(cap - c.T)}) {
+          SCOPED_TRACE(::testing::Message() << "T=" << c.T << " nq=" << c.nq << " nkv=" << c.nkv << " hd=" << c.hd
+                                            << " causal=" << causal << " base=" << base << " block_warps=" << warps);
+          at::Tensor pos = at::full({1}, base, i32());
+          const int splits = kernels::attention_default_splits(cap, static_cast<int>(c.T));
+          kernels::AttentionScratch sa = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, splits, at::Device(at::kCUDA));
+          kernels::AttentionScratch sb = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, splits, at::Device(at::kCUDA));
+          sa.block_warps = sb.block_warps = warps;
+          at::Tensor ka = kc0.clone(), va = vc0.clone(), kb = kc0.clone(), vb = vc0.clone();
+          at::Tensor q = at::full({c.T, c.nq, c.hd}, NAN, bf16());
+          at::Tensor out_a = at::full({c.T, c.nq * c.hd}, NAN, bf16()), out_b = at::full({c.T, c.nq * c.hd}, NAN, bf16());
+          kernels::qk_norm_rope_out(qkv, c.nq, c.nkv, qn, kn, rope, pos, q, ka, va, 1e-6);
+          kernels::attention_out(out_a, q, ka, va, pos, c.T, causal, sa);
+          kernels::attention_qkv_out(out_b, qkv, c.nq, c.nkv, qn, kn, rope, pos, kb, vb, causal, 1e-6, sb);
+          EXPECT_TRUE(at::equal(out_a, out_b)) << "output differs (max |diff| "
+                                               << (out_a.to(at::kFloat) - out_b.to(at::kFloat)).abs().max().item<float>() << ")";
+          EXPECT_TRUE(at::equal(ka, kb)) << "K cache differs";
+          EXPECT_TRUE(at::equal(va, vb)) << "V cache differs";
+          EXPECT_FALSE(at::equal(ka, kc0)) << "the new keys were not written";
+          EXPECT_EQ(sb.counters.sum().item<int64_t>(), 0) << "split counters left non-zero";
+        }
+    }
   }
   // bad arguments fail with a message, not a launch
   ops::RopeTable rope = ops::make_rope_table(64, 1e6, 64, at::Device(at::kCUDA));
@@ -399,6 +424,11 @@ TEST_F(Kernels, AttentionQkvFusedMatchesQkNormRopeThenAttention) {
   EXPECT_THROW(kernels::attention_qkv_out(at::empty({1, 256}, bf16()), at::zeros({1, 500}, bf16()), 4, 2, n, n, rope, pos,
                                           kc, vc, true, 1e-6, sc),
                std::exception);  // qkv width disagrees with the heads
+  kernels::AttentionScratch odd = kernels::make_attention_scratch(1, 4, 2, 64, 1, at::Device(at::kCUDA));
+  odd.block_warps = 6;
+  EXPECT_THROW(kernels::attention_qkv_out(at::empty({1, 256}, bf16()), at::zeros({1, 512}, bf16()), 4, 2, n, n, rope, pos,
+                                          kc, vc, true, 1e-6, odd),
+               std::exception);  // a block of 6 warps: only 4 or 8
 }
 
 namespace {
