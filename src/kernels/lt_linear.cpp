@@ -421,6 +421,10 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
     side.emplace(c10::cuda::getStreamFromPool(false, dev));
   }
   const c10::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream(dev);
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream.stream(), &capturing), "cudaStreamIsCapturing");
+  if (capturing != cudaStreamCaptureStatusNone)
+    fail("tune_linear{}: called while the stream is capturing a CUDA graph (tune before the capture)", label_suffix(label));
   DeviceLt* d = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);

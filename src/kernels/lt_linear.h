@@ -50,7 +50,8 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 
 // Tunes the problem out = x · w^T for the weights `weights` (one shape and row stride: one projection of
 // every layer) and stores its plan (or that at::mm_out won). Eager, on the current stream (a pool stream
-// if that is the default stream), synchronising; allocates (the first time: the device's workspace).
+// if that is the default stream; fails if it is capturing a graph), synchronising; allocates (the first
+// time: the device's workspace).
 // Overwrites x (with a fixed test pattern) and out. A problem tuned before with pointers at least as
 // aligned is not tuned again (its record gets `label` added). Nothing happens when tuning is off. `label`
 // names the problem in the records ("verify o_proj").
