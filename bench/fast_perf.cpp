@@ -6,10 +6,13 @@
 // bandwidth), and the projected DFlash tokens/s at tau 6.5. The fast path runs once per matmul mode
 // (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
 // small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
-// with programmatic dependent launch; the table shows the run with the lowest decode + cycle time. A
-// breakdown times each kernel class alone, and each Qwen3 projection at M = 1 by the GEMV kernel and by
-// cuBLAS, and at M = 16 by the streaming kernel and by cuBLAS, against the copy bandwidth. Prints a table
-// and one JSON line.
+// with programmatic dependent launch; the table shows the run with the lowest decode + cycle time. In gemv
+// and cublas modes the engine tunes per-shape cuBLASLt plans for its verify and draft matmuls
+// (kernels/lt_linear.h; SPECPRESS_LT_TUNE=0 turns that off for the whole run); gemv mode is measured once
+// more with the plans off, for comparison, and the tuning's choices are printed. A breakdown times each
+// kernel class alone, and each Qwen3 projection at M = 1 by the GEMV kernel and by cuBLAS, and at M = 16 by
+// the streaming kernel, by cuBLAS (at::mm_out) and by the tuned path (the problem's cuBLASLt plan, or
+// at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 //                  [--profile MODE] [--attention 1]
 // --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
@@ -40,6 +43,7 @@
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
 #include "kernels/launch.h"
+#include "kernels/lt_linear.h"
 #include "model/qwen3_fast.h"
 
 using namespace specpress;
@@ -138,12 +142,14 @@ template <typename F> double graph_replay_ms(F&& body, int reps) {
   return ms / reps;
 }
 
-enum class MatmulKernel { kGemv, kCublas, kStream };
+enum class MatmulKernel { kGemv, kCublas, kStream, kTuned };
 
-// ms per launch of y [M, N] = x [M, K] · W^T by the GEMV kernel (M = 1), cuBLAS or the streaming small-M
-// kernel (kernels::gemm_small_out, M <= 16), as replays of a graph of launches that cycle through copies of W
-// totalling >= 1 GiB, so that every launch reads W from HBM rather than from the 50 MB L2.
-double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
+// ms per launch of y [M, N] = x [M, K] · W^T by the GEMV kernel (M = 1), cuBLAS, the streaming small-M
+// kernel (kernels::gemm_small_out, M <= 16) or the tuned path (kTuned: tune_linear over the copies, which
+// keeps the plan an engine already tuned for this problem, then the cuBLASLt plan or at::mm_out as
+// linear_out would run it), as replays of a graph of launches that cycle through copies of W totalling
+// >= 1 GiB, so that every launch reads W from HBM rather than from the 50 MB L2.
+double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel, const std::string& label = "") {
   auto opt = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   const double bytes = 2.0 * static_cast<double>(N) * static_cast<double>(K);
   const int copies = std::max(2, static_cast<int>(std::ceil(static_cast<double>(int64_t{1} << 30) / bytes)));
@@ -151,13 +157,14 @@ double small_matmul_ms(int64_t M, int64_t N, int64_t K, MatmulKernel kernel) {
   for (int i = 0; i < copies; ++i) w.push_back(rnd({N, K}));
   at::Tensor x = rnd({M, K}, 1.0), y = at::empty({M, N}, opt);
   device_sync();
+  if (kernel == MatmulKernel::kTuned) kernels::tune_linear(y, x, w, label);
   return graph_replay_ms([&] {
     for (const at::Tensor& wi : w) {
       if (kernel == MatmulKernel::kGemv) {
         kernels::gemv_out(y, x, wi);
       } else if (kernel == MatmulKernel::kStream) {
         kernels::gemm_small_out(y, x, wi);
-      } else {
+      } else if (kernel != MatmulKernel::kTuned || !kernels::lt_linear_out(y, x, wi)) {  // cuBLAS, or no plan
         at::Tensor o = y;
         at::mm_out(o, x, wi.t());
       }
@@ -275,6 +282,7 @@ int main(int argc, char** argv) {
       const Shape s = shape_by_name(rest.substr(0, comma));
       rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
       at::manual_seed(0);
+      const size_t lt_records_before = kernels::lt_tune_records().size();  // this shape's tuning records follow
       // ---- random target and draft, in memory
       model::Qwen3Config tc = config_of(s, s.layers);
       model::Qwen3Weights tw;
@@ -380,6 +388,15 @@ int main(int argc, char** argv) {
       // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
       const FastNumbers fst = measure_fast(kernels::GemmMode::kStream, false);
       const FastNumbers fsa = measure_fast(kernels::GemmMode::kStreamAll, false);
+      // gemv mode with the cuBLASLt plans off (SPECPRESS_LT_TUNE=0): every M > 1 product by at::mm_out, as
+      // before the tuning; for comparison only, not a candidate for the table
+      const kernels::LtTuning default_tuning = kernels::lt_tuning();
+      FastNumbers fgu = fg;
+      if (default_tuning != kernels::LtTuning::kOff) {
+        kernels::set_lt_tuning(kernels::LtTuning::kOff);
+        fgu = measure_fast(kernels::GemmMode::kGemv, false);
+        kernels::set_lt_tuning(default_tuning);
+      }
       kernels::set_gemm_mode(default_mode);
       kernels::set_pdl(default_pdl);
       // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
@@ -396,19 +413,20 @@ int main(int argc, char** argv) {
                    f_cycle = fb->cycle;
 
       // ---- each projection alone, against the copy bandwidth: at M = 1 the GEMV kernel vs cuBLAS, at M = 16
-      // (verify) the streaming small-M kernel vs cuBLAS
-      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms, stream16_ms, cublas16_ms; };
+      // (verify) the streaming small-M kernel and the tuned path vs cuBLAS
+      struct Proj { const char* name; int64_t N, K; double gemv_ms, cublas_ms, stream16_ms, cublas16_ms, tuned16_ms; };
       const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0, 0, 0},
-                                 {"o", s.hidden, q_width, 0, 0, 0, 0},
-                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0, 0, 0},
-                                 {"down", s.hidden, s.inter, 0, 0, 0, 0},
-                                 {"lm_head", s.vocab, s.hidden, 0, 0, 0, 0}};
+      std::vector<Proj> projs = {{"qkv", q_width + 2 * kv_width, s.hidden, 0, 0, 0, 0, 0},
+                                 {"o", s.hidden, q_width, 0, 0, 0, 0, 0},
+                                 {"gate_up", 2 * s.inter, s.hidden, 0, 0, 0, 0, 0},
+                                 {"down", s.hidden, s.inter, 0, 0, 0, 0, 0},
+                                 {"lm_head", s.vocab, s.hidden, 0, 0, 0, 0, 0}};
       for (Proj& pr : projs) {
         pr.gemv_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kGemv);
         pr.cublas_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kCublas);
         pr.stream16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kStream);
         pr.cublas16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kCublas);
+        pr.tuned16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kTuned, std::string("fast_perf ") + pr.name);
       }
 
       // ---- reference path (eager ATen), same weights
@@ -491,6 +509,21 @@ int main(int argc, char** argv) {
       };
       for (const Proj& pr : projs) print_proj("GEMV", "gemv", pr, pr.gemv_ms, pr.cublas_ms);
       for (const Proj& pr : projs) print_proj("M=16", "gemm_small", pr, pr.stream16_ms, pr.cublas16_ms);
+      for (const Proj& pr : projs) print_proj("M=16", "tuned", pr, pr.tuned16_ms, pr.cublas16_ms);
+      std::printf("cuBLASLt plans (SPECPRESS_LT_TUNE=%s), gemv mode with them vs at::mm_out only, ms: verify %.3f vs %.3f, "
+                  "draft %.3f vs %.3f, cycle %.3f vs %.3f; M=16 matmuls alone %.3f vs %.3f\n",
+                  kernels::lt_tuning_name(default_tuning), fg.verify, fgu.verify, fg.draft, fgu.draft, fg.cycle, fgu.cycle,
+                  fg.gemm16, fgu.gemm16);
+      const std::vector<kernels::LtTuneRecord> lt_records = kernels::lt_tune_records();
+      nlohmann::ordered_json lt_json = nlohmann::ordered_json::array();
+      std::printf("cuBLASLt tuning (us per product, timed over all layers' weights):\n");
+      for (size_t i = lt_records_before; i < lt_records.size(); ++i) {
+        const kernels::LtTuneRecord& r = lt_records[i];
+        std::printf("  %s\n", kernels::format_lt_record(r).c_str());
+        lt_json.push_back({{"label", r.label}, {"M", r.M}, {"N", r.N}, {"K", r.K}, {"weights", r.weights},
+                           {"plan", r.plan}, {"algo", r.algo}, {"lt_us", r.lt_us}, {"mm_us", r.mm_us},
+                           {"heuristic_us", r.heuristic_us}, {"candidates", r.candidates}});
+      }
       std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
                   "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention with q/k-norm + RoPE x36 %.3f | %.3f, "
                   "elementwise (2 RMSNorm + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
@@ -507,7 +540,9 @@ int main(int argc, char** argv) {
                              {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw},
                              {"m16_gemm_small_ms", pr.stream16_ms}, {"m16_cublas_ms", pr.cublas16_ms},
                              {"m16_gemm_small_pct_copy_bw", 100.0 * gb / (pr.stream16_ms * 1e-3) / bw},
-                             {"m16_cublas_pct_copy_bw", 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw}});
+                             {"m16_cublas_pct_copy_bw", 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw},
+                             {"m16_tuned_ms", pr.tuned16_ms},
+                             {"m16_tuned_pct_copy_bw", 100.0 * gb / (pr.tuned16_ms * 1e-3) / bw}});
       }
       out[s.name] = {{"decode_bytes", dec_bytes}, {"draft_bytes", drf_bytes},
                      {"matmul_mode", std::string(best_mode)},
@@ -520,6 +555,9 @@ int main(int argc, char** argv) {
                      {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
                      {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
                      {"stream_all_ms", {{"decode", fsa.decode}, {"verify", fsa.verify}, {"draft", fsa.draft}, {"cycle", fsa.cycle}, {"gemm_only_m1", fsa.gemm1}, {"gemm_only_m16", fsa.gemm16}}},
+                     {"gemv_lt_off_ms", {{"decode", fgu.decode}, {"verify", fgu.verify}, {"draft", fgu.draft}, {"cycle", fgu.cycle}, {"gemm_only_m16", fgu.gemm16}}},
+                     {"lt_tuning", std::string(kernels::lt_tuning_name(default_tuning))},
+                     {"lt_plans", lt_json},
                      {"gemv_projections_m1", proj_json},
                      {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
                      {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},

@@ -16,6 +16,7 @@
 #include "kernels/decode_step.h"
 #include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
+#include "kernels/lt_linear.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
@@ -439,6 +440,10 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }
 
+bool linear_uses_lt_plans() {
+  return (g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kCublas) && lt_tuning() != LtTuning::kOff;
+}
+
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {
   if (gemv_at_one_row() && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
       act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
@@ -473,6 +478,7 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
           "skinny_gemm");
     return;
   }
+  if (M >= 2 && linear_uses_lt_plans() && lt_linear_out(out, x, weight)) return;
   at::Tensor o = out;  // mm_out takes a non-const reference to the output handle
   at::mm_out(o, x, weight.t());
 }

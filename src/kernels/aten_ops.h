@@ -98,9 +98,11 @@ void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::
 void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
 
 // out = x @ weight^T, no allocation, by mode:
-//   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS (at::mm_out) for more;
+//   kGemv (default): the GEMV kernel (kernels/gemv.h) for one row, cuBLAS for more: the problem's tuned
+//            cuBLASLt plan if it has one (kernels/lt_linear.h; the engine tunes its verify and draft
+//            products), at::mm_out otherwise;
 //   kCublas: cuBLAS for every M (cuBLAS reads the Qwen3 weights at 73-85% of the copy bandwidth at M=1
-//            on the H200, docs/PERF.md);
+//            on the H200, docs/PERF.md), with the tuned cuBLASLt plans for M >= 2 as in kGemv;
 //   kSkinny: the batch-invariant tensor-core kernel (kernels/skinny_gemm.h) for at most 16 rows;
 //   kStream: the GEMV for one row (with its fused prologue and epilogues, as kGemv), the streaming small-M kernel
 //            (kernels/gemm_small.h) for 2..16 rows (verify, draft), cuBLAS for more;
@@ -110,6 +112,9 @@ void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor
 // A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
 enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
+// Whether linear_out runs M >= 2 products by their tuned cuBLASLt plans (kernels/lt_linear.h): in gemv or
+// cublas mode, unless SPECPRESS_LT_TUNE=0 (set_lt_tuning). The engine tunes only then.
+bool linear_uses_lt_plans();
 // Process-wide; initialised from SPECPRESS_GEMM=gemv|cublas|skinny|stream|stream_all (default gemv).
 // Graphs keep the mode they were captured with.
 GemmMode gemm_mode();

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/lt_linear.h"
 
 namespace specpress::model {
 namespace {
@@ -265,9 +266,49 @@ void FastEngine::set_start(int64_t start, int64_t ctx_start) {
   ctx_start_.fill_(ctx_start);
 }
 
+// The operands below mirror the bodies' calls (run_layers on B rows, head_logits, draft_inject): the same
+// buffers, narrow()s and weights, so that the plans' keys (M, N, K and the three row strides) and pointer
+// alignments are the ones the graphs will launch with. One call per projection, with that projection of
+// every layer. The draft's layer products usually have the target's shapes and reuse its plans. Writes the
+// scratch buffers only (tune_linear overwrites x and out).
+void FastEngine::tune_matmuls() {
+  if (draft_ == nullptr) return;  // decode alone runs one-row products only
+  auto of_layers = [](const std::vector<FastLayer>& layers, auto member) {
+    std::vector<at::Tensor> w;
+    for (const FastLayer& l : layers) w.push_back(l.*member);
+    return w;
+  };
+  auto tune_layers = [&](const std::string& who, const std::vector<FastLayer>& layers, FastBuffers& b) {
+    auto rows = [&](const at::Tensor& t) { return t.narrow(0, 0, B_); };
+    kernels::tune_linear(rows(b.qkv), rows(b.h), of_layers(layers, &FastLayer::qkv), who + " qkv");
+    kernels::tune_linear(rows(b.o), rows(b.attn), of_layers(layers, &FastLayer::o_proj), who + " o_proj");
+    kernels::tune_linear(rows(b.gate_up), rows(b.h), of_layers(layers, &FastLayer::gate_up), who + " gate_up");
+    kernels::tune_linear(rows(b.o), rows(b.act), of_layers(layers, &FastLayer::down), who + " down");
+  };
+  const at::Tensor& lm_head = target_.weights().lm_head;
+  // verify: target_forward of B rows with B logit rows
+  tune_layers("verify", t_layers_, verify_buf_);
+  kernels::tune_linear(verify_buf_.logits.narrow(0, 0, B_), verify_buf_.h.narrow(0, 0, B_), {lm_head}, "verify lm_head");
+  // draft: draft_inject of the verify taps (fc, then each layer's K/V rows of its fused QKV), draft_block
+  // (the layers on B rows, the LM head on the last B - 1)
+  const Qwen3Config& a = draft_->config().arch;
+  kernels::tune_linear(draft_ctx_raw_, verify_buf_.taps, {draft_->weights().fc}, "draft fc");
+  const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
+  std::vector<at::Tensor> kv_weights;
+  for (const FastLayer& w : d_layers_) kv_weights.push_back(w.qkv.narrow(0, q_rows, kv_rows));
+  kernels::tune_linear(draft_kv_, draft_ctx_, kv_weights, "draft kv");
+  tune_layers("draft", d_layers_, draft_buf_);
+  if (B_ - 1 >= 2)  // one row is the GEMV's (or at::mm_out's): linear_out uses plans from two rows
+    kernels::tune_linear(draft_buf_.logits.narrow(0, 0, B_ - 1), draft_buf_.h.narrow(0, 1, B_ - 1), {lm_head},
+                         "draft lm_head");
+}
+
 void FastEngine::capture_graphs() {
   if (graphs_ready_) return;
   c10::cuda::CUDAStreamGuard guard(stream_);
+  // Tune before the warm-up: tuning writes the scratch buffers, and the warm-up and captures then launch
+  // the chosen plans.
+  if (kernels::linear_uses_lt_plans()) tune_matmuls();
   // Warm up every body once on this stream (cuBLAS handles and workspaces, kernel attributes), at
   // positions 0.., before anything meaningful is in the caches.
   set_start(0, 0);

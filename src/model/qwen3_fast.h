@@ -1,6 +1,8 @@
 // qwen3_fast.h — the CUDA fast path (bf16, CUDA builds only): Qwen3 target and DFlash draft forwards
 // built from the kernels of src/kernels, with matmuls (kernels::linear_out: the GEMV kernel for one row,
-// cuBLAS for more, by default; SPECPRESS_GEMM picks another mode) on weights fused at load time (QKV,
+// cuBLAS for more, by default, with cuBLASLt algorithms tuned per shape before graph capture for the
+// verify and draft products, kernels/lt_linear.h; SPECPRESS_GEMM picks another mode, SPECPRESS_LT_TUNE=0
+// turns the tuning off) on weights fused at load time (QKV,
 // gate/up), static buffers, device-side positions, and CUDA graphs for the three steady-state steps:
 // target decode (1 token), target verify (block B) and the draft step (context K/V injection of the B
 // rows the last verify tapped + the block forward + argmax proposals). The engine owns its own KV
@@ -96,7 +98,8 @@ class FastEngine {
   at::Tensor target_v_cache() const { return v_cache_; }
   at::Tensor draft_k_cache() const { return dk_cache_; }
   at::Tensor draft_v_cache() const { return dv_cache_; }
-  // Capture the three graphs (done lazily by the first step; exposed for timing set-up).
+  // Capture the three graphs (done lazily by the first step; exposed for timing set-up). First tunes the
+  // cuBLASLt plans of the verify and draft matmuls (tune_matmuls), when linear_out uses them.
   void capture_graphs();
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
   // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
@@ -135,6 +138,8 @@ class FastEngine {
   // h, or, for a fused one-row forward, from x with the final norm as the GEMV's prologue.
   void head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm, double eps);
   void draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx, const at::Tensor& kv);
+  // kernels::tune_linear for every matmul of more than one row in the verify and draft bodies.
+  void tune_matmuls();
   void draft_block();
   void decode_body();
   void verify_body();

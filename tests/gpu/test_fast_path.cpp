@@ -2,7 +2,10 @@
 // reference path, in bf16 on the GPU machine: logits of prefill, decode (graph), verify (graph) and the
 // draft step (graph) within 1e-2 relative error; greedy tokens identical to the golden fixtures'
 // outputs; no caching-allocator allocation in the steady-state loop; the same at head_dim 128 with
-// 4 query heads per KV head (the Qwen3-4B/8B layout).
+// 4 query heads per KV head (the Qwen3-4B/8B layout). These run with the default SPECPRESS_LT_TUNE (the
+// engine tunes cuBLASLt plans for its verify and draft matmuls and keeps those faster than at::mm_out;
+// ForwardsMatchReferencePath prints which); CublasLtPlansCoverEveryMultiRowMatmul forces a plan on every
+// one of them.
 #include <gtest/gtest.h>
 
 #include <c10/core/InferenceMode.h>
@@ -12,6 +15,8 @@
 
 #include "decode/fast_generation.h"
 #include "decode/generation.h"
+#include "kernels/aten_ops.h"
+#include "kernels/lt_linear.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -121,6 +126,47 @@ TEST_F(FastPathGolden, ForwardsMatchReferencePath) {
   ASSERT_TRUE(model::fast_path_supported(*target_, draft_.get(), nullptr));
   compare_with_reference(*target_, *draft_, golden_runs()[0].prompt, 8);
   compare_with_reference(*target_, *draft_, golden_runs()[3].prompt, 5);
+  std::printf("SPECPRESS_LT_TUNE=%s, matmul mode %s; cuBLASLt tuning:\n", kernels::lt_tuning_name(kernels::lt_tuning()),
+              kernels::gemm_mode_name(kernels::gemm_mode()));
+  for (const kernels::LtTuneRecord& r : kernels::lt_tune_records()) std::printf("  %s\n", kernels::format_lt_record(r).c_str());
+}
+
+// Under SPECPRESS_LT_TUNE=always every matmul of more than one row in the verify and draft graphs gets a
+// cuBLASLt plan, so capture_graphs (an eager warm-up, then the captures) launches each of them through
+// lt_linear_out twice: per target layer qkv, o, gate/up and down plus the LM head for verify; fc, per draft
+// layer its K/V projection and the four, plus the LM head for the draft. That count shows that the engine
+// tunes the very problems (shapes, strides, alignments) its bodies run. The forwards then still match the
+// reference path with every one of those matmuls on a plan.
+TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
+  struct Restore {
+    kernels::LtTuning tuning = kernels::lt_tuning();
+    kernels::GemmMode mode = kernels::gemm_mode();
+    ~Restore() {
+      kernels::set_lt_tuning(tuning);
+      kernels::set_gemm_mode(mode);
+      kernels::clear_lt_plans();
+    }
+  } restore;
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  kernels::set_lt_tuning(kernels::LtTuning::kAlways);
+  kernels::clear_lt_plans();
+  const std::vector<int64_t> prompt = golden_runs()[0].prompt;
+  const int64_t B = 8, N = static_cast<int64_t>(prompt.size());
+  {
+    model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
+    const int64_t before = kernels::lt_launch_count();
+    engine.capture_graphs();
+    const int64_t L = target_->config().num_layers, Ld = draft_->config().arch.num_layers;
+    const int64_t per_pass = (4 * L + 1) + (1 + 5 * Ld + 1);
+    EXPECT_EQ(kernels::lt_launch_count() - before, 2 * per_pass) << "plan launches in the warm-up and the captures";
+    const std::vector<kernels::LtTuneRecord> records = kernels::lt_tune_records();
+    EXPECT_FALSE(records.empty());
+    for (const kernels::LtTuneRecord& r : records) {
+      EXPECT_TRUE(r.plan) << kernels::format_lt_record(r);
+      std::printf("  %s\n", kernels::format_lt_record(r).c_str());
+    }
+  }
+  compare_with_reference(*target_, *draft_, prompt, B);
 }
 
 TEST_F(FastPathGolden, GreedyTokensMatchGoldenOutputsInBf16) {

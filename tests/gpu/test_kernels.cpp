@@ -1,23 +1,27 @@
 // test_kernels.cpp — each CUDA kernel of src/kernels against its ATen reference twin (src/ops) on fresh
 // random bf16 inputs, outputs poisoned before every launch. GPU machine only (tests/gpu is built with
 // CUDA); tolerances are bf16-level: ||out - ref|| / ||ref|| < 1e-2 unless the kernel rounds exactly as
-// the reference (then bitwise or within one bf16 unit).
+// the reference (then bitwise or within one bf16 unit). The tuned cuBLASLt plans (lt_linear.h) are held to
+// at::mm_out, by the bound their tuning uses.
 #include <gtest/gtest.h>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <vector>
 
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
 #include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
 #include "kernels/launch.h"
+#include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -796,4 +800,154 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
     EXPECT_FALSE(at::isnan(pdl.h).any().item<bool>());
   }
   kernels::set_pdl(saved);
+}
+
+// ---- tuned cuBLASLt plans (kernels/lt_linear.h)
+namespace {
+
+// max |out - ref| / max |ref|: the bound the tuning accepts candidates by (2e-2).
+double max_rel(const at::Tensor& out, const at::Tensor& ref) {
+  at::Tensor a = out.to(at::kDouble), b = ref.to(at::kDouble);
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+at::Tensor mm_of(const at::Tensor& x, const at::Tensor& w) {
+  at::Tensor o = at::empty({x.size(0), w.size(0)}, bf16());
+  at::mm_out(o, x, w.t());
+  return o;
+}
+
+// Restores the matmul mode and the tuning switch, and forgets the test's plans, however the test ends.
+struct LtTestSettings {
+  kernels::LtTuning tuning = kernels::lt_tuning();
+  kernels::GemmMode mode = kernels::gemm_mode();
+  ~LtTestSettings() {
+    kernels::set_lt_tuning(tuning);
+    kernels::set_gemm_mode(mode);
+    kernels::clear_lt_plans();
+  }
+};
+
+}  // namespace
+
+// tune_linear then linear_out, at small Qwen3-like shapes (fused qkv of 8 + 2 + 2 heads of 32 at H = 256, o,
+// gate/up, down, a 1000-row LM head at M = 15, an odd small product) and the real Qwen3-4B o-projection
+// (N = 2560, K = 4096) at M = 16, with x a row slice of a wider buffer (row stride K + 8, starting at row 1,
+// as the draft LM head's input is a view): on fresh inputs, for every tuned weight, within the tuning's bound
+// of at::mm_out and bitwise the same twice; the plan is launched exactly when the record says there is one
+// (always, under SPECPRESS_LT_TUNE=always). Problems without a plan run at::mm_out: another row count, x less
+// aligned than it was tuned with, tuning off.
+TEST_F(Kernels, LtLinearTunedPlansMatchMmAndAreReproducible) {
+  LtTestSettings restore;
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  struct Case { int64_t M, N, K, layers; };
+  const Case cases[] = {{16, 384, 256, 3}, {16, 256, 256, 3}, {16, 1024, 256, 3}, {16, 256, 512, 3},
+                        {15, 1000, 256, 1}, {5, 136, 72, 2}, {16, 2560, 4096, 4}};
+  for (kernels::LtTuning tuning : {kernels::LtTuning::kAlways, kernels::LtTuning::kOn}) {
+    kernels::set_lt_tuning(tuning);
+    kernels::clear_lt_plans();
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "SPECPRESS_LT_TUNE=" << kernels::lt_tuning_name(tuning) << " M=" << c.M
+                                        << " N=" << c.N << " K=" << c.K);
+      std::vector<at::Tensor> w;
+      for (int64_t l = 0; l < c.layers; ++l) w.push_back(at::randn({c.N, c.K}, bf16()) * 0.05);
+      at::Tensor xbuf = at::randn({c.M + 1, c.K + 8}, bf16());
+      at::Tensor x = xbuf.narrow(0, 1, c.M).narrow(1, 0, c.K);
+      at::Tensor out = at::full({c.M, c.N}, NAN, bf16());
+      kernels::tune_linear(out, x, w, "test");
+      const std::vector<kernels::LtTuneRecord> records = kernels::lt_tune_records();
+      ASSERT_FALSE(records.empty());
+      const kernels::LtTuneRecord rec = records.back();
+      std::printf("%s\n", kernels::format_lt_record(rec).c_str());
+      EXPECT_EQ(rec.M, c.M);
+      EXPECT_EQ(rec.N, c.N);
+      EXPECT_EQ(rec.K, c.K);
+      EXPECT_EQ(rec.ldb, c.K + 8);
+      EXPECT_EQ(rec.weights, c.layers);
+      if (tuning == kernels::LtTuning::kAlways) {
+        EXPECT_TRUE(rec.plan) << "no plan: " << rec.algo;
+      }
+      xbuf.copy_(at::randn(xbuf.sizes(), bf16()));  // tuning overwrote x
+      for (const at::Tensor& wi : w) {
+        const at::Tensor ref = mm_of(x, wi);
+        const int64_t launches = kernels::lt_launch_count();
+        out.fill_(NAN);
+        kernels::linear_out(out, x, wi);
+        EXPECT_EQ(kernels::lt_launch_count() - launches, rec.plan ? 1 : 0) << "the plan runs exactly when there is one";
+        EXPECT_LE(max_rel(out, ref), 2e-2) << "vs at::mm_out";
+        EXPECT_LT(rel_err(out, ref), 1e-2) << "vs at::mm_out";
+        const at::Tensor first = out.clone();
+        out.fill_(NAN);
+        kernels::linear_out(out, x, wi);
+        EXPECT_TRUE(at::equal(out, first)) << "not bitwise reproducible";
+        if (!rec.plan) {
+          EXPECT_TRUE(at::equal(out, ref)) << "no plan: expected at::mm_out's product";
+        }
+      }
+      // no plan for another row count
+      at::Tensor fewer = at::full({c.M - 1, c.N}, NAN, bf16());
+      EXPECT_FALSE(kernels::lt_linear_out(fewer, x.narrow(0, 0, c.M - 1), w[0])) << "M - 1 rows were not tuned";
+      kernels::linear_out(fewer, x.narrow(0, 0, c.M - 1), w[0]);
+      EXPECT_TRUE(at::equal(fewer, mm_of(x.narrow(0, 0, c.M - 1), w[0]))) << "M - 1 rows: expected at::mm_out";
+      // x one element off its tuned alignment (same row stride): at::mm_out
+      const at::Tensor shifted = xbuf.narrow(0, 1, c.M).narrow(1, 1, c.K);
+      EXPECT_FALSE(kernels::lt_linear_out(out, shifted, w[0])) << "x less aligned than tuned";
+      kernels::linear_out(out, shifted, w[0]);
+      EXPECT_TRUE(at::equal(out, mm_of(shifted, w[0]))) << "less aligned x: expected at::mm_out";
+      // tuning off: no plan runs, and tuning does nothing
+      kernels::set_lt_tuning(kernels::LtTuning::kOff);
+      EXPECT_FALSE(kernels::lt_linear_out(out, x, w[0])) << "tuning off";
+      kernels::tune_linear(fewer, x.narrow(0, 0, c.M - 1), w, "off");
+      EXPECT_EQ(kernels::lt_tune_records().size(), records.size()) << "tuning off tuned";
+      kernels::set_lt_tuning(tuning);
+    }
+  }
+  // one problem per call: weights of different shapes are refused
+  at::Tensor x = at::randn({4, 64}, bf16()), out = at::empty({4, 32}, bf16());
+  EXPECT_THROW(kernels::tune_linear(out, x, {at::randn({32, 64}, bf16()), at::randn({16, 64}, bf16())}), std::exception);
+}
+
+// A plan's launch captured in a CUDA graph (as the engine's verify and draft graphs hold them): the capture
+// goes through lt_linear_out once per product, replays give bitwise the eager plan's products, and replays
+// allocate nothing from the caching allocator.
+TEST_F(Kernels, LtLinearPlanReplaysInACudaGraphWithoutAllocation) {
+  LtTestSettings restore;
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  kernels::set_lt_tuning(kernels::LtTuning::kAlways);
+  kernels::clear_lt_plans();
+  const int64_t M = 16, N = 2560, K = 4096;
+  const std::vector<at::Tensor> w = {at::randn({N, K}, bf16()) * 0.05, at::randn({N, K}, bf16()) * 0.05};
+  at::Tensor x = at::empty({M, K}, bf16()), out0 = at::empty({M, N}, bf16()), out1 = at::empty({M, N}, bf16());
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  kernels::tune_linear(out0, x, w, "graph test");
+  ASSERT_TRUE(kernels::lt_tune_records().back().plan) << kernels::lt_tune_records().back().algo;
+  x.copy_(at::randn({M, K}, bf16()));
+  kernels::linear_out(out0, x, w[0]);
+  kernels::linear_out(out1, x, w[1]);
+  const at::Tensor eager0 = out0.clone(), eager1 = out1.clone();
+  const int64_t before_capture = kernels::lt_launch_count();
+  at::cuda::CUDAGraph graph;
+  graph.capture_begin();
+  kernels::linear_out(out0, x, w[0]);
+  kernels::linear_out(out1, x, w[1]);
+  graph.capture_end();
+  EXPECT_EQ(kernels::lt_launch_count() - before_capture, 2) << "captured launches";
+  out0.fill_(NAN);
+  out1.fill_(NAN);
+  graph.replay();
+  side.synchronize();
+  EXPECT_TRUE(at::equal(out0, eager0)) << "replay vs eager plan, weight 0";
+  EXPECT_TRUE(at::equal(out1, eager1)) << "replay vs eager plan, weight 1";
+  EXPECT_LE(max_rel(out0, mm_of(x, w[0])), 2e-2) << "vs at::mm_out";
+  side.synchronize();
+  const auto device = static_cast<c10::DeviceIndex>(x.device().index());
+  const auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  for (int i = 0; i < 20; ++i) graph.replay();
+  side.synchronize();
+  const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  EXPECT_EQ(after.allocation[0].allocated, before.allocation[0].allocated) << "allocations during replays";
+  EXPECT_EQ(after.segment[0].allocated, before.segment[0].allocated) << "new segments during replays";
+  EXPECT_EQ(kernels::lt_launch_count() - before_capture, 2) << "replays do not pass through lt_linear_out";
+  EXPECT_TRUE(at::equal(out0, eager0)) << "after 20 replays";
 }
