@@ -331,9 +331,10 @@ int main(int argc, char** argv) {
       // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
       struct FastNumbers { double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16; };
       double dec_bytes = 0, drf_bytes = 0;
-      auto measure_fast = [&](kernels::GemmMode mode, bool pdl, int attention_warps = 0) {
+      auto measure_fast = [&](kernels::GemmMode mode, bool pdl, int attention_warps = 0, bool pdl_multirow = true) {
         kernels::set_gemm_mode(mode);
         kernels::set_pdl(pdl);  // captured into the engine's graphs
+        kernels::set_pdl_in_multirow_steps(pdl_multirow);
         kernels::set_attention_block_warps(attention_warps);  // the engine's attention scratch takes it
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
@@ -375,12 +376,14 @@ int main(int argc, char** argv) {
         return f;
       };
       const kernels::GemmMode default_mode = kernels::gemm_mode();
-      const bool default_pdl = kernels::pdl_enabled();
+      const bool default_pdl = kernels::pdl_enabled(), default_pdl_multirow = kernels::pdl_in_multirow_steps();
       const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny, false);
       const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas, false);
       const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
       // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
       const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
+      // ... with PDL in the decode graph only (SPECPRESS_PDL=decode): verify and draft captured without it
+      const FastNumbers fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
       // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
       // sixth pass; 8 warps for more than 4 rows a block now), the baseline for that change
       const FastNumbers fp4 = measure_fast(kernels::GemmMode::kGemv, true, 4);
@@ -399,11 +402,13 @@ int main(int argc, char** argv) {
       }
       kernels::set_gemm_mode(default_mode);
       kernels::set_pdl(default_pdl);
+      kernels::set_pdl_in_multirow_steps(default_pdl_multirow);
       // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
       const FastNumbers* fb = &fs;
       const char* best_mode = "skinny";
       const std::pair<const FastNumbers*, const char*> modes[] = {
-          {&fc, "cublas"}, {&fg, "gemv"}, {&fp, "gemv+pdl"}, {&fst, "stream"}, {&fsa, "stream_all"}};
+          {&fc, "cublas"}, {&fg, "gemv"}, {&fp, "gemv+pdl"}, {&fpd, "gemv+pdl(decode)"}, {&fst, "stream"},
+          {&fsa, "stream_all"}};
       for (const auto& [numbers, name] : modes)
         if (numbers->decode + numbers->cycle < fb->decode + fb->cycle) {
           fb = numbers;
@@ -488,6 +493,9 @@ int main(int argc, char** argv) {
                   "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
                   fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
                   fp.elem1);
+      std::printf("PDL in every step | in decode only (SPECPRESS_PDL=decode), gemv mode, ms: decode %.3f | %.3f, verify %.3f | "
+                  "%.3f, draft %.3f | %.3f, cycle %.3f | %.3f\n",
+                  fp.decode, fpd.decode, fp.verify, fpd.verify, fp.draft, fpd.draft, fp.cycle, fpd.cycle);
       std::printf("small-T attention blocks (gemv+pdl): default (8 warps above 4 rows) | 4 warps always, ms: decode %.3f | %.3f, "
                   "verify %.3f | %.3f, draft %.3f | %.3f, cycle %.3f | %.3f; attention alone M=16 %.3f | %.3f\n",
                   fp.decode, fp4.decode, fp.verify, fp4.verify, fp.draft, fp4.draft, fp.cycle, fp4.cycle, fp.attn16, fp4.attn16);
@@ -551,6 +559,7 @@ int main(int argc, char** argv) {
                                     {"attention_only_m1", fc.attn1}, {"attention_only_m16", fc.attn16}, {"elementwise_only_m1", fc.elem1},
                                     {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
                      {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
+                     {"gemv_pdl_decode_only_ms", {{"decode", fpd.decode}, {"verify", fpd.verify}, {"draft", fpd.draft}, {"cycle", fpd.cycle}}},
                      {"gemv_pdl_attention4_ms", {{"decode", fp4.decode}, {"verify", fp4.verify}, {"draft", fp4.draft}, {"cycle", fp4.cycle}, {"attention_only_m16", fp4.attn16}}},
                      {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
                      {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},

@@ -12,25 +12,41 @@
 // one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel
 // launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. On by default (it
 // measured faster: docs/PERF.md); SPECPRESS_PDL=0 or set_pdl(false) turns it off. Graphs keep the setting
-// they were captured with (capture records the launch attribute).
+// they were captured with (capture records the launch attribute). SPECPRESS_PDL=decode (or
+// set_pdl_in_multirow_steps(false)) keeps it to the one-row decode step: the fast engine then captures its
+// verify and draft graphs, whose matmuls are cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs).
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
 namespace specpress::kernels {
 
+// SPECPRESS_PDL as (on, in the multi-row steps too); an unknown value warns and keeps the default.
+inline std::pair<bool, bool> pdl_from_env() {
+  const char* env = std::getenv("SPECPRESS_PDL");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return {true, true};
+  if (std::strcmp(env, "0") == 0) return {false, false};
+  if (std::strcmp(env, "decode") == 0) return {true, false};
+  std::fprintf(stderr, "warning: SPECPRESS_PDL=%s: expected 1, 0 or decode; using 1\n", env);
+  return {true, true};
+}
 inline bool& pdl_flag() {
-  static bool on = [] {
-    const char* env = std::getenv("SPECPRESS_PDL");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static bool on = pdl_from_env().first;
   return on;
 }
 inline bool pdl_enabled() { return pdl_flag(); }
 inline void set_pdl(bool on) { pdl_flag() = on; }
+inline bool& pdl_multirow_flag() {
+  static bool on = pdl_from_env().second;
+  return on;
+}
+// Whether the engine's multi-row steps (verify, draft) use PDL when it is on.
+inline bool pdl_in_multirow_steps() { return pdl_multirow_flag(); }
+inline void set_pdl_in_multirow_steps(bool on) { pdl_multirow_flag() = on; }
 
 namespace detail {
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 
 namespace specpress::model {
@@ -341,8 +342,17 @@ void FastEngine::capture_graphs() {
   };
   capture(decode_graph_, nullptr, [&] { decode_body(); });
   if (draft_ != nullptr) {
-    capture(verify_graph_, decode_graph_.get(), [&] { verify_body(); });
-    capture(draft_graph_, decode_graph_.get(), [&] { draft_body(); });
+    // PDL in the multi-row steps only where set (kernels/launch.h); the process setting is restored after.
+    const bool pdl = kernels::pdl_enabled();
+    kernels::set_pdl(pdl && kernels::pdl_in_multirow_steps());
+    try {
+      capture(verify_graph_, decode_graph_.get(), [&] { verify_body(); });
+      capture(draft_graph_, decode_graph_.get(), [&] { draft_body(); });
+    } catch (...) {
+      kernels::set_pdl(pdl);
+      throw;
+    }
+    kernels::set_pdl(pdl);
     block_ids_.fill_(draft_->config().mask_token_id);
   }
   set_start(0, 0);
