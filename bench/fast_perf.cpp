@@ -340,6 +340,10 @@ int main(int argc, char** argv) {
         model::FastEngine engine(target, &draft, cap, B);
         dec_bytes = engine.decode_bytes(context);
         drf_bytes = engine.draft_bytes(context);
+        engine.capture_graphs();
+        if (engine.matmul_tuning_ms() > 0)
+          std::printf("%s: cuBLASLt tuning of the verify and draft matmuls took %.0f ms (mode %s)\n", s.name.c_str(),
+                      engine.matmul_tuning_ms(), kernels::gemm_mode_name(mode));
         at::Tensor logits = engine.prefill(prompt);
         engine.first_draft(logits.argmax().item<int64_t>());
         device_sync();

@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <chrono>
 #include <set>
 
 #include "core/error.h"
@@ -309,7 +310,11 @@ void FastEngine::capture_graphs() {
   c10::cuda::CUDAStreamGuard guard(stream_);
   // Tune before the warm-up: tuning writes the scratch buffers, and the warm-up and captures then launch
   // the chosen plans.
-  if (kernels::linear_uses_lt_plans()) tune_matmuls();
+  if (kernels::linear_uses_lt_plans()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    tune_matmuls();
+    matmul_tuning_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   // Warm up every body once on this stream (cuBLAS handles and workspaces, kernel attributes), at
   // positions 0.., before anything meaningful is in the caches.
   set_start(0, 0);

@@ -101,6 +101,9 @@ class FastEngine {
   // Capture the three graphs (done lazily by the first step; exposed for timing set-up). First tunes the
   // cuBLASLt plans of the verify and draft matmuls (tune_matmuls), when linear_out uses them.
   void capture_graphs();
+  // Wall time the last capture_graphs spent tuning matmuls, ms (0 when it tuned nothing new: plans are
+  // process-wide, so later engines of the process reuse them).
+  double matmul_tuning_ms() const { return matmul_tuning_ms_; }
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
   // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
   // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; at M = 1 the
@@ -127,6 +130,7 @@ class FastEngine {
   at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
   std::unique_ptr<at::cuda::CUDAGraph> decode_graph_, verify_graph_, draft_graph_;
   bool graphs_ready_ = false;
+  double matmul_tuning_ms_ = 0;
   std::vector<int64_t> tap_layers_;
 
   at::Tensor prefill_taps_;                            // prompt rows' taps until the first draft
