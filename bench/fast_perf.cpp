@@ -386,7 +386,7 @@ int main(int argc, char** argv) {
       const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
       // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
       const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
-      // ... with PDL in the decode graph only (SPECPRESS_PDL=decode): verify and draft captured without it
+      // ... with PDL in the decode graph only (SPECPRESS_PDL=decode, the default): verify and draft without it
       const FastNumbers fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
       // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
       // sixth pass; 8 warps for more than 4 rows a block now), the baseline for that change

@@ -35,8 +35,8 @@ SPECPRESS_GEMM=cublas ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*'
 echo "test_gpu (SPECPRESS_GEMM=cublas, FastPathGolden) exit $?"
 SPECPRESS_PDL=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*:Kernels.*' >>"$OUT/test_gpu.log" 2>&1
 echo "test_gpu (SPECPRESS_PDL=0, FastPathGolden + Kernels) exit $?"
-SPECPRESS_PDL=decode ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_PDL=decode, FastPathGolden) exit $?"
+SPECPRESS_PDL=1 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
+echo "test_gpu (SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden) exit $?"
 # ... and without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
 SPECPRESS_LT_TUNE=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
 echo "test_gpu (SPECPRESS_LT_TUNE=0, FastPathGolden) exit $?"

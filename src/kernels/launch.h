@@ -10,11 +10,12 @@
 // data (the GEMV loads its first step of weights before it waits), in the SM slots the running kernel
 // leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel let the next
 // one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel
-// launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. On by default (it
-// measured faster: docs/PERF.md); SPECPRESS_PDL=0 or set_pdl(false) turns it off. Graphs keep the setting
-// they were captured with (capture records the launch attribute). SPECPRESS_PDL=decode (or
-// set_pdl_in_multirow_steps(false)) keeps it to the one-row decode step: the fast engine then captures its
-// verify and draft graphs, whose matmuls are cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs).
+// launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. Graphs keep the setting
+// they were captured with (capture records the launch attribute). By default (SPECPRESS_PDL=decode) it is on
+// in the one-row decode step only: the fast engine captures its verify and draft graphs, whose matmuls are
+// cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs), which measured faster with the tuned cuBLASLt
+// plans (docs/PERF.md, sixth pass). SPECPRESS_PDL=1 (set_pdl_in_multirow_steps(true)) puts it in every
+// step, SPECPRESS_PDL=0 (set_pdl(false)) nowhere.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,14 +26,14 @@
 
 namespace specpress::kernels {
 
-// SPECPRESS_PDL as (on, in the multi-row steps too); an unknown value warns and keeps the default.
+// SPECPRESS_PDL as (on, in the multi-row steps too); an unknown value warns and keeps the default, decode.
 inline std::pair<bool, bool> pdl_from_env() {
   const char* env = std::getenv("SPECPRESS_PDL");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return {true, true};
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "decode") == 0) return {true, false};
+  if (std::strcmp(env, "1") == 0) return {true, true};
   if (std::strcmp(env, "0") == 0) return {false, false};
-  if (std::strcmp(env, "decode") == 0) return {true, false};
-  std::fprintf(stderr, "warning: SPECPRESS_PDL=%s: expected 1, 0 or decode; using 1\n", env);
-  return {true, true};
+  std::fprintf(stderr, "warning: SPECPRESS_PDL=%s: expected decode, 1 or 0; using decode\n", env);
+  return {true, false};
 }
 inline bool& pdl_flag() {
   static bool on = pdl_from_env().first;
