@@ -139,7 +139,6 @@ void set_attention_block_warps(int warps) {
   if (warps != 0 && warps != 4 && warps != 8) fail("attention block warps: expected 0 (default), 4 or 8, got {}", warps);
   g_attention_block_warps = warps;
 }
-int attention_block_warps() { return g_attention_block_warps; }
 
 AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int64_t head_dim, int splits,
                                         at::Device device) {

@@ -35,7 +35,6 @@ AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int6
 // The block_warps that make_attention_scratch gives new scratch (0 = the kernel's default): process-wide, for
 // benchmarks that compare the small-T kernel's 4- and 8-warp blocks in one run (fast_perf).
 void set_attention_block_warps(int warps);
-int attention_block_warps();
 
 // out [T, nq*hd] = attention of q [T, nq, hd] over the first S = *kv_len_base + kv_len_add positions of
 // k_cache / v_cache [nkv, capacity, hd]; causal bottom-right or none.
