@@ -17,6 +17,7 @@
 #include "decode/generation.h"
 #include "kernels/aten_ops.h"
 #include "kernels/lt_linear.h"
+#include "lt_test_settings.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -138,15 +139,7 @@ TEST_F(FastPathGolden, ForwardsMatchReferencePath) {
 // tunes the very problems (shapes, strides, alignments) its bodies run. The forwards then still match the
 // reference path with every one of those matmuls on a plan.
 TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
-  struct Restore {
-    kernels::LtTuning tuning = kernels::lt_tuning();
-    kernels::GemmMode mode = kernels::gemm_mode();
-    ~Restore() {
-      kernels::set_lt_tuning(tuning);
-      kernels::set_gemm_mode(mode);
-      kernels::clear_lt_plans();
-    }
-  } restore;
+  LtTestSettings restore;
   kernels::set_gemm_mode(kernels::GemmMode::kGemv);
   kernels::set_lt_tuning(kernels::LtTuning::kAlways);
   kernels::clear_lt_plans();

@@ -23,6 +23,7 @@
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
+#include "lt_test_settings.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -816,17 +817,6 @@ at::Tensor mm_of(const at::Tensor& x, const at::Tensor& w) {
   at::mm_out(o, x, w.t());
   return o;
 }
-
-// Restores the matmul mode and the tuning switch, and forgets the test's plans, however the test ends.
-struct LtTestSettings {
-  kernels::LtTuning tuning = kernels::lt_tuning();
-  kernels::GemmMode mode = kernels::gemm_mode();
-  ~LtTestSettings() {
-    kernels::set_lt_tuning(tuning);
-    kernels::set_gemm_mode(mode);
-    kernels::clear_lt_plans();
-  }
-};
 
 }  // namespace
 
