@@ -35,16 +35,14 @@ inline std::pair<bool, bool> pdl_from_env() {
   std::fprintf(stderr, "warning: SPECPRESS_PDL=%s: expected decode, 1 or 0; using decode\n", env);
   return {true, false};
 }
-inline bool& pdl_flag() {
-  static bool on = pdl_from_env().first;
-  return on;
+inline std::pair<bool, bool>& pdl_settings() {
+  static std::pair<bool, bool> settings = pdl_from_env();  // read (and warned about) once
+  return settings;
 }
+inline bool& pdl_flag() { return pdl_settings().first; }
 inline bool pdl_enabled() { return pdl_flag(); }
 inline void set_pdl(bool on) { pdl_flag() = on; }
-inline bool& pdl_multirow_flag() {
-  static bool on = pdl_from_env().second;
-  return on;
-}
+inline bool& pdl_multirow_flag() { return pdl_settings().second; }
 // Whether the engine's multi-row steps (verify, draft) use PDL when it is on.
 inline bool pdl_in_multirow_steps() { return pdl_multirow_flag(); }
 inline void set_pdl_in_multirow_steps(bool on) { pdl_multirow_flag() = on; }
