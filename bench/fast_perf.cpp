@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
       const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny, false);
       const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas, false);
       const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
-      // the default mode again with programmatic dependent launch (opt-in, kernels/launch.h)
+      // gemv mode again with programmatic dependent launch in every step (SPECPRESS_PDL=1, kernels/launch.h)
       const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
       // ... with PDL in the decode graph only (SPECPRESS_PDL=decode, the default): verify and draft without it
       const FastNumbers fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
@@ -493,7 +493,7 @@ int main(int argc, char** argv) {
       std::printf("GEMV: M=1 matmuls alone (graph, gemv mode: 4 per layer + LM head) %.3f ms, %.1f%% of the decode roofline; "
                   "cuBLAS %.3f ms\n",
                   fg.gemm1, pct(dec_floor, fg.gemm1), fc.gemm1);
-      std::printf("PDL (gemv mode with programmatic dependent launch) ms: decode %.3f (%.1f%% of roofline, %.3f without), "
+      std::printf("PDL in every step (gemv mode, SPECPRESS_PDL=1) ms: decode %.3f (%.1f%% of roofline, %.3f without), "
                   "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
                   fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
                   fp.elem1);
