@@ -23,13 +23,14 @@
 #include "kernels/swiglu.h"
 
 namespace specpress::kernels {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(e));
+}
+
 namespace {
 
 cudaStream_t stream() { return at::cuda::getCurrentCUDAStream().stream(); }
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA kernel {}: {}", what, cudaGetErrorString(e));
-}
 
 void require(const at::Tensor& t, const char* name, at::ScalarType dtype, bool contiguous = true) {
   if (!t.defined()) fail("kernel argument {}: undefined tensor", name);
@@ -87,7 +88,7 @@ RmsNormArgs rmsnorm_args(const at::Tensor& y, const at::Tensor& x, const at::Ten
 
 void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
                  const at::Tensor& residual, const at::Tensor& sum_out, const at::Tensor& sum_out2) {
-  check(rmsnorm(rmsnorm_args(y, x, weight, eps, residual, sum_out, sum_out2), stream()), "rmsnorm");
+  check_cuda(rmsnorm(rmsnorm_args(y, x, weight, eps, residual, sum_out, sum_out2), stream()), "rmsnorm");
 }
 
 void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
@@ -128,7 +129,7 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
   a.v_cache = bf(v_cache);
   a.cache_capacity = k_cache.size(1);
   a.eps = static_cast<float>(eps);
-  check(qk_norm_rope(a, stream()), "qk_norm_rope");
+  check_cuda(qk_norm_rope(a, stream()), "qk_norm_rope");
 }
 
 namespace {
@@ -200,7 +201,7 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
   AttentionArgs a = attention_args(out, q.size(0), q.size(1), q.size(2), k_cache, v_cache, kv_len_base, kv_len_add,
                                    causal, scratch);
   a.q = bf(q);
-  check(attention(a, stream()), "attention");
+  check_cuda(attention(a, stream()), "attention");
 }
 
 void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
@@ -228,7 +229,7 @@ void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq,
   a.eps = static_cast<float>(eps);
   a.k_cache_out = bf(k_cache);
   a.v_cache_out = bf(v_cache);
-  check(attention(a, stream()), "attention_qkv");
+  check_cuda(attention(a, stream()), "attention_qkv");
 }
 
 void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up) {
@@ -236,7 +237,7 @@ void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up) {
   require(gate_up, "silu_mul gate_up", at::kBFloat16);
   const int64_t inter = out.size(-1), rows = out.numel() / inter;
   if (gate_up.numel() != 2 * out.numel()) fail("silu_mul: gate_up must be [rows, 2 * inter]");
-  check(silu_mul(bf(gate_up), bf(out), static_cast<int>(rows), static_cast<int>(inter), stream()), "silu_mul");
+  check_cuda(silu_mul(bf(gate_up), bf(out), static_cast<int>(rows), static_cast<int>(inter), stream()), "silu_mul");
 }
 
 void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids) {
@@ -245,7 +246,7 @@ void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Ten
   require(ids, "embedding ids", at::kLong);
   const int64_t H = table.size(1);
   if (out.numel() != ids.numel() * H) fail("embedding: out must be [T, H]");
-  check(embedding_gather(bf(table), ids.data_ptr<int64_t>(), bf(out), static_cast<int>(ids.numel()), static_cast<int>(H),
+  check_cuda(embedding_gather(bf(table), ids.data_ptr<int64_t>(), bf(out), static_cast<int>(ids.numel()), static_cast<int>(H),
                          stream()),
         "embedding");
 }
@@ -255,7 +256,7 @@ void argmax_out(const at::Tensor& out, const at::Tensor& logits) {
   require(logits, "argmax logits", at::kBFloat16, false);
   const int64_t ld = row_stride(logits, "argmax logits");
   if (out.numel() != logits.size(0)) fail("argmax: out must have one entry per row");
-  check(argmax_rows(bf(logits), ld, static_cast<int>(logits.size(0)), static_cast<int>(logits.size(1)),
+  check_cuda(argmax_rows(bf(logits), ld, static_cast<int>(logits.size(0)), static_cast<int>(logits.size(1)),
                     out.data_ptr<int64_t>(), stream()),
         "argmax");
 }
@@ -269,14 +270,14 @@ void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int
   require(ctx_start, "accept ctx_start", at::kInt);
   const int64_t B = block_ids.numel();
   if (posterior.numel() != B || record.numel() < 2 * B + 1) fail("dflash_accept: buffer sizes disagree with B={}", B);
-  check(kernels::dflash_accept(block_ids.data_ptr<int64_t>(), posterior.data_ptr<int64_t>(), static_cast<int>(B), mask_id,
+  check_cuda(kernels::dflash_accept(block_ids.data_ptr<int64_t>(), posterior.data_ptr<int64_t>(), static_cast<int>(B), mask_id,
                                start.data_ptr<int>(), ctx_start.data_ptr<int>(), record.data_ptr<int64_t>(), stream()),
         "dflash_accept");
 }
 
 void advance_counter(const at::Tensor& counter, int inc) {
   require(counter, "counter", at::kInt);
-  check(kernels::advance_counter(counter.data_ptr<int>(), inc, stream()), "advance_counter");
+  check_cuda(kernels::advance_counter(counter.data_ptr<int>(), inc, stream()), "advance_counter");
 }
 
 namespace {
@@ -386,7 +387,7 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
               double eps) {
   check_one_row(out, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv");
   const int64_t N = weight.size(0), K = weight.size(1);
-  check(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(),
+  check_cuda(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(),
              gemv_norm_of(norm_weight, eps, K, "gemv")),
         "gemv");
 }
@@ -405,7 +406,7 @@ void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor
   if (K % 8 != 0 || (M > 1 && x.stride(0) % 8 != 0) || !aligned16(x) || !aligned16(weight))
     fail("gemm_small: K % 8 == 0, x row stride % 8 == 0 and 16-byte aligned x, weight needed");
   if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemm_small: N or K too large");
-  check(gemm_small(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
+  check_cuda(gemm_small(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
                    static_cast<int>(K), stream()),
         "gemm_small");
 }
@@ -415,7 +416,7 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
   if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_silu_mul: gate_up must be [2I, K]");
   const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
   check_one_row(act, x, gate_up, I, "gemv_silu_mul");
-  check(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(),
+  check_cuda(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(),
                     gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul")),
         "gemv_swiglu");
 }
@@ -433,7 +434,7 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
   const auto* r = static_cast<const char*>(residual.data_ptr());
   const auto* xp = static_cast<const char*>(x.data_ptr());
   if (r < xp + x.numel() * 2 && xp < r + N * 2) fail("gemv_residual: residual overlaps x");
-  check(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream()),
+  check_cuda(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream()),
         "gemv_residual");
 }
 
@@ -472,7 +473,7 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
                       out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight);
   if (skinny) {
     if (weight.size(1) != K || out.size(0) != M || out.size(1) != N) fail("linear: shapes disagree");
-    check(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
+    check_cuda(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
                       static_cast<int>(K), stream()),
           "skinny_gemm");
     return;

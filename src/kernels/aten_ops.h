@@ -3,12 +3,17 @@
 // write into caller-owned buffers and allocate nothing, so they can run inside a captured CUDA graph.
 #pragma once
 #include <ATen/ATen.h>
+#include <cuda_runtime.h>
 
 #include <string>
 
 #include "ops/rope.h"
 
 namespace specpress::kernels {
+
+// Fails (specpress::Error) naming `what` (a kernel, a CUDA call, a step) and the CUDA error, unless e is
+// cudaSuccess. The one checker of the fast path's CUDA calls (kernels, engine, cuBLASLt plans).
+void check_cuda(cudaError_t e, const char* what);
 
 // y = rmsnorm(x [+ residual]) * weight. With `residual`, x + residual (bf16) is also written to
 // `sum_out` (may alias `residual`) and, if given, to `sum_out2` (a [rows, H] view with any row stride).

@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "kernels/aten_ops.h"
 
 namespace specpress::kernels {
 namespace {
@@ -42,9 +43,6 @@ constexpr uint32_t kMaxAlignment = 256;           // cuBLASLt's default (and lar
 
 void check_lt(cublasStatus_t s, const char* call) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt {}: {} ({})", call, cublasLtGetStatusName(s), cublasLtGetStatusString(s));
-}
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("lt_linear: {}: {}", what, cudaGetErrorString(e));
 }
 
 // ---- the SPECPRESS_LT_TUNE switch

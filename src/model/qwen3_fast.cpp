@@ -15,6 +15,8 @@
 namespace specpress::model {
 namespace {
 
+using kernels::check_cuda;
+
 bool widths_supported(const Qwen3Config& c, const char* who, std::string* why) {
   auto no = [&](const std::string& reason) {
     if (why != nullptr) *why = std::string(who) + ": " + reason;
@@ -38,10 +40,6 @@ double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel())
 double layer_bytes(const FastLayer& l) {
   return tensor_bytes(l.input_norm) + tensor_bytes(l.qkv) + tensor_bytes(l.q_norm) + tensor_bytes(l.k_norm) +
          tensor_bytes(l.o_proj) + tensor_bytes(l.post_norm) + tensor_bytes(l.gate_up) + tensor_bytes(l.down);
-}
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("fast path: {}: {}", what, cudaGetErrorString(e));
 }
 
 }  // namespace
