@@ -19,9 +19,10 @@
 // inactive splits exit at once, so a graph captured with a fixed grid does only the work of the current
 // length. The grid is capped at one wave of resident blocks (3 per SM of 4 warps, 2 of 8, at head_dim 128).
 // With one active split a block writes its rows directly; otherwise it leaves (m, l, unnormalised o) in the
-// workspace, and the last block of its (kv head, row group) to finish combines only the active splits: one
-// warp per row for the split weights, then every thread sums a 4-wide slice of an output row over the splits
-// with 8 independent 16-byte L2 loads in flight.
+// workspace, and the last block of its (kv head, row group) to finish combines only the active splits: a
+// thread per 8 dims of an output row loads 8 splits' (m, l) and partial rows at once (one L2 round trip for up
+// to 8 splits) and merges them with a running max. The warps' partial outputs meet in shared memory rows
+// padded against bank conflicts.
 //
 // Large T (prefill): the tiled kernel. Block (kv head, key split, query tile): the tile holds R <= 64 rows
 // (query t, head of the group), keys stream through shared memory 64 at a time with an online softmax in
@@ -304,15 +305,18 @@ template <int HD, int WARPS> struct DecSmem {
   static constexpr int KS = HD + 8;  // K and V tile row stride (bf16): 16-byte rows, conflict-free ldmatrix
   static constexpr size_t tile_bytes = sizeof(bf16) * kDecKeys * KS;
   static constexpr size_t stage_bytes = 2 * tile_bytes;  // K then V: one of the two cp.async stages
-  // After the key loop the stages hold the warps' partial outputs, [warp][row][HD] fp32.
-  static constexpr size_t o_bytes = sizeof(float) * WARPS * kDecRows * HD;
+  // After the key loop the stages hold the warps' partial outputs, [warp][row][OS] fp32. The row stride is
+  // padded by 8 floats: a warp's float2 stores of its fragments (rows g, 8 groups; 4 lanes a row) then fall
+  // on 32 distinct banks in each half-warp instead of 8 lanes on each bank (an 8-way conflict). With 8 warps
+  // this is exactly the two stages' size.
+  static constexpr int OS = HD + 8;
+  static constexpr size_t o_bytes = sizeof(float) * WARPS * kDecRows * OS;
   static constexpr size_t loop_bytes = 2 * stage_bytes > o_bytes ? 2 * stage_bytes : o_bytes;
   static constexpr size_t stat_off = align16(loop_bytes);                        // [warp][row] m, then l
-  // Before the key loop this region stages the query rows (bf16 [row][KS]) for ldmatrix; after it, it holds
-  // the split combine's weights ([split][row] fp32).
+  // The query rows (bf16 [row][KS]), staged for ldmatrix.
   static constexpr size_t w_off = align16(stat_off + sizeof(float) * 2 * WARPS * kDecRows);
-  static constexpr size_t q_bytes = sizeof(bf16) * kDecRows * KS, wts_bytes = sizeof(float) * kMaxSplits * kDecRows;
-  static constexpr size_t bytes = w_off + (q_bytes > wts_bytes ? q_bytes : wts_bytes);
+  static constexpr size_t q_bytes = sizeof(bf16) * kDecRows * KS;
+  static constexpr size_t bytes = w_off + q_bytes;
 };
 
 // 16-byte global -> shared copy; with ok == false nothing is read and the destination is zero-filled.
@@ -356,7 +360,6 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   extern __shared__ __align__(16) unsigned char smem[];
   float* red_m = reinterpret_cast<float*>(smem + L::stat_off);  // [warp][row]
   float* red_l = red_m + WARPS * kDecRows;
-  float* wts = reinterpret_cast<float*>(smem + L::w_off);  // combine: [split][row] weights
   __shared__ int is_last;
 
   // Split is the slowest grid dimension: the blocks of active splits are dispatched first, and those of
@@ -629,7 +632,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
     }
   }
   __syncthreads();
-  float* Ored = reinterpret_cast<float*>(smem);  // [warp][row][HD]
+  float* Ored = reinterpret_cast<float*>(smem);  // [warp][row][L::OS]
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + 8 * half;
@@ -639,7 +642,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
     const float f = __expf(m[half] - M);
 #pragma unroll
     for (int n = 0; n < NT; ++n)
-      *reinterpret_cast<float2*>(Ored + (warp * kDecRows + r) * HD + n * 8 + 2 * c) =
+      *reinterpret_cast<float2*>(Ored + (warp * kDecRows + r) * L::OS + n * 8 + 2 * c) =
           make_float2(o[n][2 * half] * f, o[n][2 * half + 1] * f);
   }
   __syncthreads();
@@ -657,7 +660,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
       Lsum = fmaf(red_l[w * kDecRows + r], __expf(red_m[w * kDecRows + r] - M), Lsum);
-      const float4 v = *reinterpret_cast<const float4*>(Ored + (w * kDecRows + r) * HD + d);
+      const float4 v = *reinterpret_cast<const float4*>(Ored + (w * kDecRows + r) * L::OS + d);
       acc.x += v.x;
       acc.y += v.y;
       acc.z += v.z;
@@ -685,55 +688,60 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  // Split weights exp(m_s - M) / sum_s l_s exp(m_s - M): one warp per row, lanes over the active splits.
-  for (int r = warp; r < rb; r += WARPS) {
-    const size_t row = static_cast<size_t>(kvh) * R + r0 + r;
-    float ms[2], ls[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int s = lane + 32 * j;
-      ms[j] = -FLT_MAX;
-      ls[j] = 0.f;
-      if (s < n_act) {
-        const float2 ml = __ldcg(&ws_ml[static_cast<size_t>(s) * split_rows + row]);
-        ms[j] = ml.x;
-        ls[j] = ml.y;
-      }
-    }
-    const float M = warp_max(fmaxf(ms[0], ms[1]));
-    const float w0 = __expf(ms[0] - M), w1 = __expf(ms[1] - M);
-    const float l_sum = warp_sum(ls[0] * w0 + ls[1] * w1);
-    const float inv = l_sum > 0.f ? 1.f / l_sum : 0.f;
-    if (lane < n_act) wts[lane * kDecRows + r] = w0 * inv;
-    if (lane + 32 < n_act) wts[(lane + 32) * kDecRows + r] = w1 * inv;
-  }
-  __syncthreads();
-  // Weighted sum over the active splits: item = (row, 4 dims); 8 independent loads in flight per step.
+  // The combine in one round trip (for up to kChunk splits): a thread takes (row, 8 dims) items and loads the
+  // (m, l) and partial rows of kChunk splits together, then folds them in with a running max M:
+  // out = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s.
+  constexpr int kChunk = 8;
   const size_t split_stride = split_rows * HD;
-  for (int item = tid; item < rb * (HD / 4); item += kBlockThreads) {
-    const int r = item / (HD / 4), q4 = item % (HD / 4);
+  const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int item = tid; item < rb * (HD / 8); item += kBlockThreads) {
+    const int r = item / (HD / 8), q8 = item % (HD / 8);
     const int rr = r0 + r, t = rr / G, h = kvh * G + rr % G;
-    const float* src = ws_o + (static_cast<size_t>(kvh) * R + rr) * HD + q4 * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < n_act; s0 += 8) {
-      float4 v[8];
+    const size_t row = static_cast<size_t>(kvh) * R + rr;
+    const float* src = ws_o + row * HD + q8 * 8;
+    float M = -FLT_MAX, l_sum = 0.f, acc[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u)
-        v[u] = s0 + u < n_act ? __ldcg(reinterpret_cast<const float4*>(src + static_cast<size_t>(s0 + u) * split_stride))
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int e = 0; e < 8; ++e) acc[e] = 0.f;
+    for (int s0 = 0; s0 < n_act; s0 += kChunk) {
+      float2 ml[kChunk];
+      float4 lo[kChunk], hi[kChunk];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        const float w = s0 + u < n_act ? wts[(s0 + u) * kDecRows + r] : 0.f;
-        acc.x = fmaf(w, v[u].x, acc.x);
-        acc.y = fmaf(w, v[u].y, acc.y);
-        acc.z = fmaf(w, v[u].z, acc.z);
-        acc.w = fmaf(w, v[u].w, acc.w);
+      for (int u = 0; u < kChunk; ++u) {  // a split past n_act: m = -FLT_MAX, l = 0, o = 0 (no weight)
+        const bool ok = s0 + u < n_act;
+        const size_t s = static_cast<size_t>(s0 + u);
+        ml[u] = ok ? __ldcg(&ws_ml[s * split_rows + row]) : make_float2(-FLT_MAX, 0.f);
+        lo[u] = ok ? __ldcg(reinterpret_cast<const float4*>(src + s * split_stride)) : zero4;
+        hi[u] = ok ? __ldcg(reinterpret_cast<const float4*>(src + s * split_stride + 4)) : zero4;
       }
+      float m_new = M;
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) m_new = fmaxf(m_new, ml[u].x);
+      const float scale = __expf(M - m_new);  // 0 on the first chunk (M = -FLT_MAX), unless all are -FLT_MAX
+      l_sum *= scale;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] *= scale;
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const float w = __expf(ml[u].x - m_new);
+        l_sum = fmaf(ml[u].y, w, l_sum);
+        acc[0] = fmaf(w, lo[u].x, acc[0]);
+        acc[1] = fmaf(w, lo[u].y, acc[1]);
+        acc[2] = fmaf(w, lo[u].z, acc[2]);
+        acc[3] = fmaf(w, lo[u].w, acc[3]);
+        acc[4] = fmaf(w, hi[u].x, acc[4]);
+        acc[5] = fmaf(w, hi[u].y, acc[5]);
+        acc[6] = fmaf(w, hi[u].z, acc[6]);
+        acc[7] = fmaf(w, hi[u].w, acc[7]);
+      }
+      M = m_new;
     }
-    uint2 u;
-    u.x = pack_bf16(acc.x, acc.y);
-    u.y = pack_bf16(acc.z, acc.w);
-    *reinterpret_cast<uint2*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + q4 * 4) = u;
+    const float inv = l_sum > 0.f ? 1.f / l_sum : 0.f;
+    uint4 u;
+    u.x = pack_bf16(acc[0] * inv, acc[1] * inv);
+    u.y = pack_bf16(acc[2] * inv, acc[3] * inv);
+    u.z = pack_bf16(acc[4] * inv, acc[5] * inv);
+    u.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+    *reinterpret_cast<uint4*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + q8 * 8) = u;
   }
   if (tid == 0) *counter = 0u;
 }
