@@ -14,8 +14,8 @@
 // operand (m16n8k16 over 16 keys, m16n8k8 over 8) and V by transposed ldmatrix; fp32 accumulators
 // throughout. The warps merge their (m, l, O) through shared memory at the end. With 8 warps a warp's
 // serial part, its rows' and new keys' q/k-norm + RoPE and its keys of each tile, is half as long. The
-// number of active splits follows the live length S read from device memory (at least 64 keys per split,
-// 128 when a block has more than 4 rows: the fastest in fast_perf --attention at 512-2048 keys); blocks of
+// number of active splits follows the live length S read from device memory (at least 128 keys per split:
+// the fastest in fast_perf --attention at 512-2048 keys, for 4 rows a block as for 16); blocks of
 // inactive splits exit at once, so a graph captured with a fixed grid does only the work of the current
 // length. The grid is capped at one wave of resident blocks (3 per SM of 4 warps, 2 of 8, at head_dim 128).
 // With one active split a block writes its rows directly; otherwise it leaves (m, l, unnormalised o) in the
@@ -337,9 +337,8 @@ __device__ __forceinline__ bf16 lo_of(uint32_t w) {
 __device__ __forceinline__ bf16 hi_of(uint32_t w) { return __ushort_as_bfloat16(static_cast<unsigned short>(w >> 16)); }
 
 // Active splits and keys per split for S keys, identical in every block of a launch.
-__device__ __forceinline__ void active_splits(int S, int grid_splits, int rows_per_block, int min_split_keys,
-                                              int& n_act, int& chunk) {
-  const int min_chunk = min_split_keys > 0 ? min_split_keys : (rows_per_block <= 4 ? 64 : 128);
+__device__ __forceinline__ void active_splits(int S, int grid_splits, int min_split_keys, int& n_act, int& chunk) {
+  const int min_chunk = min_split_keys > 0 ? min_split_keys : 128;
   n_act = min(grid_splits, max(1, (S + min_chunk - 1) / min_chunk));
   chunk = max(1, (S + n_act - 1) / n_act);
   if (chunk > kDecKeys) chunk = (chunk + kDecKeys - 1) / kDecKeys * kDecKeys;  // whole tiles, no 2-key tail tile
@@ -369,7 +368,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   const int r0 = z * kDecRows, rb = min(kDecRows, R - r0);
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
-  active_splits(S, gridDim.z, min(R, kDecRows), a.min_split_keys, n_act, chunk);
+  active_splits(S, gridDim.z, a.min_split_keys, n_act, chunk);
   if (split >= n_act) return;  // beyond the live length: no work, not counted by the combine
   const int beg = split * chunk, end = min(S, beg + chunk);
 
@@ -794,10 +793,10 @@ size_t attention_counter_count(int T, int nq, int nkv) {
 
 int attention_default_splits(int64_t capacity, int T) {
   if (T > kDecMaxT) return 1;
-  // The grid for the longest context the cache holds, at half the decode kernel's default minimum split
-  // (64 keys for up to 4 rows a block, 128 for more: active_splits), so that the smaller minima
-  // AttentionArgs::min_split_keys allows (fast_perf --attention) still fit; a launch only runs the splits
-  // the live length needs, dispatched first, so a large grid costs little at short lengths.
+  // The grid for the longest context the cache holds, at a quarter (T = 1) or half of the decode kernel's
+  // default minimum split (128 keys: active_splits), so that the smaller minima AttentionArgs::min_split_keys
+  // allows (fast_perf --attention) still fit; a launch only runs the splits the live length needs,
+  // dispatched first, so a large grid costs little at short lengths.
   const int64_t per = T == 1 ? 32 : 64;
   const int64_t s = (capacity + per - 1) / per;
   return static_cast<int>(s < 1 ? 1 : (s > 32 ? 32 : s));

@@ -309,7 +309,7 @@ TEST_F(Kernels, SkinnyGemmMatchesReferenceAndIsBatchInvariant) {
 }
 
 // The small-T attention kernel (T <= 16: decode, verify, draft): odd lengths, lengths on both sides of
-// the 64/128-key split and 64-key tile boundaries, several row groups per kv head, a grid of one split, many splits.
+// the 128-key split and 64-key tile boundaries, several row groups per kv head, a grid of one split, many splits.
 TEST_F(Kernels, DecodeAttentionMatchesReference) {
   std::vector<AttnCase> cases;
   for (int64_t S : {1, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 511, 512, 513, 1000})
@@ -324,7 +324,7 @@ TEST_F(Kernels, DecodeAttentionMatchesReference) {
                      AttnCase{16, 32, 2, 64, 130, true, 4},     // 16 heads per kv head: 16 row groups
                      AttnCase{7, 32, 8, 64, 0, true, 8},        // S = 7: one active split of eight
                      AttnCase{2, 32, 8, 128, 4000, true, 64},   // grid capped at one wave: 32 splits of 128 keys
-                     AttnCase{1, 8, 2, 64, 4000, true, 64},     // 63 of 64 splits, 64 keys each
+                     AttnCase{1, 8, 2, 64, 4000, true, 64},     // 32 of 64 splits, 128 keys each
                      AttnCase{5, 32, 8, 128, 300, true, 1},     // a grid of one split: direct write
                      AttnCase{1, 4, 2, 32, 200, false, 7},
                      AttnCase{11, 12, 4, 128, 77, true, 6}})    // 33 rows: three row groups, last of one row
