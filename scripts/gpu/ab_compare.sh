@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# ab_compare.sh — a same-run A/B of the CUDA fast path on the GPU machine: builds fast_perf from the working
+# tree (B) and from the baseline in .ab-base/ (A, made by scripts/gpu/ab_prepare.sh REV), then, alternating
+# A B A B, times the small-T attention alone (fast_perf --attention 1) and, once each, the steps
+# (fast_perf --shapes $SHAPES). So a kernel change is measured against its baseline in one call, on one
+# machine, minutes apart (docs/PERF.md, seventh pass). Logs under $OUT: ab_attention_{A,B}.txt,
+# ab_perf_{A,B}.{log,json}.
+# Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
+#      ATTENTION (1: the attention tables; 0: skip them), STEPS (1: the step runs; 0: skip them).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+[ -f .ab-base/AB_REVISION ] || { echo "ab_compare.sh: no .ab-base/AB_REVISION: run scripts/gpu/ab_prepare.sh REV first and carry .ab-base" >&2; exit 2; }
+root=$(pwd)
+deps=${SPECPRESS_GPU_DEPS:-$root/.gpu-deps}
+shared=${SPECPRESS_GPU_SHARED:-$root/.gpu-shared}
+SPECPRESS_GPU_SHARED=$shared bash scripts/gpu/unpack_shared.sh >/dev/null
+export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+echo "A = $(cat .ab-base/AB_REVISION) (.ab-base), B = the working tree"
+declare -A bin=([A]=.ab-base/build-gpu/bin/fast_perf [B]=build-gpu/bin/fast_perf)
+for side in A B; do
+  src=.; dir=build-gpu
+  [ $side = A ] && { src=.ab-base; dir=.ab-base/build-gpu; }
+  cmake -S $src -B $dir -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON -DSPECPRESS_FUZZ_ASAN=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DSPECPRESS_SHARED_DIR="$shared" >/tmp/ab_configure_$side.log 2>&1 &&
+    ninja -C $dir -j16 fast_perf >/tmp/ab_build_$side.log 2>&1 ||
+    { echo "ab_compare.sh: building $side failed:"; grep -E 'error|FAILED' -A4 /tmp/ab_build_$side.log | head -40; exit 1; }
+done
+if [ "${ATTENTION:-1}" = 1 ]; then
+  for side in A B A B; do
+    echo "== attention alone, $side"
+    ${bin[$side]} --attention 1 2>&1 | tee -a "$OUT/ab_attention_$side.txt" | grep -E '^T=' | cut -c1-64
+  done
+fi
+if [ "${STEPS:-1}" = 1 ]; then
+  for side in A B; do
+    echo "== steps, $side"
+    ${bin[$side]} --shapes "${SHAPES:-4B,8B}" --json "$OUT/ab_perf_$side.json" >"$OUT/ab_perf_$side.log" 2>&1 ||
+      { echo "fast_perf ($side) failed:"; tail -5 "$OUT/ab_perf_$side.log"; }
+    grep -E '^device|^Qwen3-.B \(|^decode \(|^verify|^draft|^DFlash|^ratios' "$OUT/ab_perf_$side.log"
+  done
+fi
