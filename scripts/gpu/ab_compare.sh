@@ -11,22 +11,11 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 [ -f .ab-base/AB_REVISION ] || { echo "ab_compare.sh: no .ab-base/AB_REVISION: run scripts/gpu/ab_prepare.sh REV first and carry .ab-base" >&2; exit 2; }
-root=$(pwd)
-deps=${SPECPRESS_GPU_DEPS:-$root/.gpu-deps}
-shared=${SPECPRESS_GPU_SHARED:-$root/.gpu-shared}
-SPECPRESS_GPU_SHARED=$shared bash scripts/gpu/unpack_shared.sh >/dev/null
-export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+source scripts/gpu/gpu_env.sh
 echo "A = $(cat .ab-base/AB_REVISION) (.ab-base), B = the working tree"
 declare -A bin=([A]=.ab-base/build-gpu/bin/fast_perf [B]=build-gpu/bin/fast_perf)
-for side in A B; do
-  src=.; dir=build-gpu
-  [ $side = A ] && { src=.ab-base; dir=.ab-base/build-gpu; }
-  cmake -S $src -B $dir -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON -DSPECPRESS_FUZZ_ASAN=OFF \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DSPECPRESS_SHARED_DIR="$shared" >/tmp/ab_configure_$side.log 2>&1 &&
-    ninja -C $dir -j16 fast_perf >/tmp/ab_build_$side.log 2>&1 ||
-    { echo "ab_compare.sh: building $side failed:"; grep -E 'error|FAILED' -A4 /tmp/ab_build_$side.log | head -40; exit 1; }
-done
+gpu_build .ab-base .ab-base/build-gpu /tmp/ab_A fast_perf || exit 1
+gpu_build . build-gpu /tmp/ab_B fast_perf || exit 1
 if [ "${ATTENTION:-1}" = 1 ]; then
   for side in A B A B; do
     echo "== attention alone, $side"

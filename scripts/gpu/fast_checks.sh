@@ -9,19 +9,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-root=$(pwd)
-deps=${SPECPRESS_GPU_DEPS:-$root/.gpu-deps}
-shared=${SPECPRESS_GPU_SHARED:-$root/.gpu-shared}
-SPECPRESS_GPU_SHARED=$shared bash scripts/gpu/unpack_shared.sh
-export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+source scripts/gpu/gpu_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON -DSPECPRESS_FUZZ_ASAN=OFF \
-  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DSPECPRESS_SHARED_DIR="$shared" \
-  >/tmp/configure.log 2>&1 || { tail -40 /tmp/configure.log; exit 1; }
-ninja -C build-gpu -j16 specpress test_gpu fast_perf >/tmp/build.log 2>&1 ||
-  { grep -E 'error|FAILED' -A4 /tmp/build.log | head -80; exit 1; }
+gpu_build . build-gpu /tmp/fast_checks specpress test_gpu fast_perf || exit 1
 echo "configure+build: $(( $(date +%s) - t0 )) s"
 
 ./build-gpu/bin/test_gpu --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/test_gpu.log" 2>&1

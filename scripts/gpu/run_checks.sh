@@ -7,16 +7,11 @@
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-root=$(pwd)
-bash scripts/gpu/unpack_shared.sh
-export LD_LIBRARY_PATH=$root/.gpu-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
+source scripts/gpu/gpu_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON \
-  -DCMAKE_PREFIX_PATH="$torch_prefix;$root/.gpu-deps/usr" -DSPECPRESS_SHARED_DIR="$root/.gpu-shared" \
-  >"$OUT/configure.log" 2>&1 || { tail -50 "$OUT/configure.log"; exit 1; }
-ninja -C build-gpu -j16 ${SPECPRESS_GPU_TARGETS:-specpress test_engine} >"$OUT/build.log" 2>&1 || { grep -E 'error|FAILED' -A5 "$OUT/build.log" | head -80; exit 1; }
+# shellcheck disable=SC2086 # SPECPRESS_GPU_TARGETS is a list of targets
+gpu_build . build-gpu "$OUT/gpu" ${SPECPRESS_GPU_TARGETS:-specpress test_engine} || exit 1
 echo "configure+build: $(( $(date +%s) - t0 )) s"
 if [ "${SPECPRESS_GPU_SKIP_TESTS:-0}" != 1 ]; then
   SPECPRESS_TEST_DEVICE=cuda ./build-gpu/bin/test_engine --gtest_filter='Qwen3Golden.*:DFlashGolden.*' 2>&1 | tee "$OUT/golden_cuda.log" | grep -E '^\[  (PASSED|FAILED) |Failure' | head -40
