@@ -41,13 +41,6 @@ double rel_err(const at::Tensor& out, const at::Tensor& ref) {
   EXPECT_FALSE(at::isnan(a).any().item<bool>()) << "NaN in the kernel output (unwritten element?)";
   return ((a - b).norm() / b.norm().clamp_min(1e-30)).item<double>();
 }
-// Largest difference in bf16 units of the reference's magnitude.
-double max_ulps(const at::Tensor& out, const at::Tensor& ref) {
-  at::Tensor a = out.to(at::kDouble).cpu(), b = ref.to(at::kDouble).cpu();
-  at::Tensor ulp = at::exp2(at::floor(at::log2(b.abs().clamp_min(1e-30))) - 7);
-  return ((a - b).abs() / ulp).max().item<double>();
-}
-
 // Largest difference in bf16 units of `scale`, the magnitude the reference's rounding errors are relative to
 // (for a rotation x * cos + rotated(x) * sin, |x| |cos| + |rotated(x)| |sin|: where the two products cancel,
 // the result's own units are far smaller than those of the products that were rounded).
@@ -56,6 +49,8 @@ double max_ulps_of(const at::Tensor& out, const at::Tensor& ref, const at::Tenso
   at::Tensor ulp = at::exp2(at::floor(at::log2(scale.to(at::kDouble).cpu().abs().clamp_min(1e-30))) - 7);
   return ((a - b).abs() / ulp).max().item<double>();
 }
+// Largest difference in bf16 units of the reference's magnitude.
+double max_ulps(const at::Tensor& out, const at::Tensor& ref) { return max_ulps_of(out, ref, ref); }
 // |x| |cos| + |rotated(x)| |sin| for x [heads, T, hd] at `positions` [T]: ops::apply_rope's operand magnitude.
 at::Tensor rope_magnitude(const at::Tensor& x, const ops::RopeTable& rope, const at::Tensor& positions) {
   const int64_t half = x.size(-1) / 2;
