@@ -137,7 +137,8 @@ int g_attention_block_warps = 0;
 }  // namespace
 
 void set_attention_block_warps(int warps) {
-  if (warps != 0 && warps != 4 && warps != 8) fail("attention block warps: expected 0 (default), 4 or 8, got {}", warps);
+  if (warps != 0 && warps != 4 && warps != 8)
+    fail("attention block warps: expected 0 (default), 4 or 8, got {}", warps);
   g_attention_block_warps = warps;
 }
 
@@ -246,9 +247,9 @@ void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Ten
   require(ids, "embedding ids", at::kLong);
   const int64_t H = table.size(1);
   if (out.numel() != ids.numel() * H) fail("embedding: out must be [T, H]");
-  check_cuda(embedding_gather(bf(table), ids.data_ptr<int64_t>(), bf(out), static_cast<int>(ids.numel()), static_cast<int>(H),
-                         stream()),
-        "embedding");
+  check_cuda(embedding_gather(bf(table), ids.data_ptr<int64_t>(), bf(out), static_cast<int>(ids.numel()),
+                              static_cast<int>(H), stream()),
+             "embedding");
 }
 
 void argmax_out(const at::Tensor& out, const at::Tensor& logits) {
@@ -257,8 +258,8 @@ void argmax_out(const at::Tensor& out, const at::Tensor& logits) {
   const int64_t ld = row_stride(logits, "argmax logits");
   if (out.numel() != logits.size(0)) fail("argmax: out must have one entry per row");
   check_cuda(argmax_rows(bf(logits), ld, static_cast<int>(logits.size(0)), static_cast<int>(logits.size(1)),
-                    out.data_ptr<int64_t>(), stream()),
-        "argmax");
+                         out.data_ptr<int64_t>(), stream()),
+             "argmax");
 }
 
 void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int64_t mask_id, const at::Tensor& start,
@@ -270,9 +271,10 @@ void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int
   require(ctx_start, "accept ctx_start", at::kInt);
   const int64_t B = block_ids.numel();
   if (posterior.numel() != B || record.numel() < 2 * B + 1) fail("dflash_accept: buffer sizes disagree with B={}", B);
-  check_cuda(kernels::dflash_accept(block_ids.data_ptr<int64_t>(), posterior.data_ptr<int64_t>(), static_cast<int>(B), mask_id,
-                               start.data_ptr<int>(), ctx_start.data_ptr<int>(), record.data_ptr<int64_t>(), stream()),
-        "dflash_accept");
+  check_cuda(kernels::dflash_accept(block_ids.data_ptr<int64_t>(), posterior.data_ptr<int64_t>(), static_cast<int>(B),
+                                    mask_id, start.data_ptr<int>(), ctx_start.data_ptr<int>(),
+                                    record.data_ptr<int64_t>(), stream()),
+             "dflash_accept");
 }
 
 void advance_counter(const at::Tensor& counter, int inc) {
@@ -388,8 +390,8 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
   check_one_row(out, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv");
   const int64_t N = weight.size(0), K = weight.size(1);
   check_cuda(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(),
-             gemv_norm_of(norm_weight, eps, K, "gemv")),
-        "gemv");
+                  gemv_norm_of(norm_weight, eps, K, "gemv")),
+             "gemv");
 }
 
 void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
@@ -406,9 +408,9 @@ void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor
   if (K % 8 != 0 || (M > 1 && x.stride(0) % 8 != 0) || !aligned16(x) || !aligned16(weight))
     fail("gemm_small: K % 8 == 0, x row stride % 8 == 0 and 16-byte aligned x, weight needed");
   if (N > std::numeric_limits<int>::max() || K > std::numeric_limits<int>::max()) fail("gemm_small: N or K too large");
-  check_cuda(gemm_small(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
-                   static_cast<int>(K), stream()),
-        "gemm_small");
+  check_cuda(gemm_small(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M),
+                        static_cast<int>(N), static_cast<int>(K), stream()),
+             "gemm_small");
 }
 
 void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
@@ -417,8 +419,8 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
   const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
   check_one_row(act, x, gate_up, I, "gemv_silu_mul");
   check_cuda(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(),
-                    gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul")),
-        "gemv_swiglu");
+                         gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul")),
+             "gemv_swiglu");
 }
 
 void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tap) {
@@ -434,8 +436,9 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
   const auto* r = static_cast<const char*>(residual.data_ptr());
   const auto* xp = static_cast<const char*>(x.data_ptr());
   if (r < xp + x.numel() * 2 && xp < r + N * 2) fail("gemv_residual: residual overlaps x");
-  check_cuda(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream()),
-        "gemv_residual");
+  check_cuda(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K),
+                           stream()),
+             "gemv_residual");
 }
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }
@@ -473,9 +476,9 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
                       out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight);
   if (skinny) {
     if (weight.size(1) != K || out.size(0) != M || out.size(1) != N) fail("linear: shapes disagree");
-    check_cuda(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M), static_cast<int>(N),
-                      static_cast<int>(K), stream()),
-          "skinny_gemm");
+    check_cuda(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M),
+                           static_cast<int>(N), static_cast<int>(K), stream()),
+               "skinny_gemm");
     return;
   }
   if (M >= 2 && linear_uses_lt_plans() && lt_linear_out(out, x, weight)) return;

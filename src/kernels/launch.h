@@ -5,12 +5,12 @@
 // any write, and only then lets the next kernel be scheduled (pdl_trigger): the small kernels at once
 // (pdl_begin), the GEMV once its warps have read all their weights. One exception, with its contract in
 // attention.h: the fused small-T attention reads the length and the older cache rows before its wait,
-// which holds because the kernel just before it (the qkv projection) writes neither. So at most two kernels overlap, and
-// what overlaps is the next kernel's launch, block scheduling and any prologue that only touches constant
-// data (the GEMV loads its first step of weights before it waits), in the SM slots the running kernel
-// leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel let the next
-// one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel
-// launched without PDL (cuBLAS, or any kernel when it is off) serialises as usual. Graphs keep the setting
+// which holds because the kernel just before it (the qkv projection) writes neither. So at most two kernels
+// overlap, and what overlaps is the next kernel's launch, block scheduling and any prologue that only
+// touches constant data (the GEMV loads its first step of weights before it waits), in the SM slots the
+// running kernel leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel
+// let the next one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel launched without PDL
+// (cuBLAS, or any kernel when it is off) serialises as usual. Graphs keep the setting
 // they were captured with (capture records the launch attribute). By default (SPECPRESS_PDL=decode) it is on
 // in the one-row decode step only: the fast engine captures its verify and draft graphs, whose matmuls are
 // cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs), which measured faster with the tuned cuBLASLt

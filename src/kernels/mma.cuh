@@ -1,6 +1,6 @@
 // mma.cuh — the warp-level tensor-core pieces the kernels share (sm_80+ PTX, run on sm_90): the bf16
-// m16n8k16 (and m16n8k8) MMA with fp32 accumulators, ldmatrix loads of 8x8 bf16 tiles from shared memory, and the word
-// and packing helpers that build fragments.
+// m16n8k16 (and m16n8k8) MMA with fp32 accumulators, ldmatrix loads of 8x8 bf16 tiles from shared memory,
+// and the word and packing helpers that build fragments.
 //
 // Fragment layouts (lane = 4 g + c): A (16 x 16, row-major) a0 = A[g][2c, 2c+1], a1 = A[g+8][2c..],
 // a2 = A[g][2c+8..], a3 = A[g+8][2c+8..]; B (16 x 8, "col") b0 = B[2c, 2c+1][g], b1 = B[2c+8, 2c+9][g];
