@@ -199,7 +199,7 @@ double attention_us(int64_t T, int64_t S, int64_t capacity, int min_split_keys =
 
 // --attention 1: the attention kernel alone (with its fused q/k-norm + RoPE) at decode (T = 1) and verify
 // (T = 16) rows, over 512, 2048 and 8192 keys of context, µs per launch, with the kernel's default split size
-// and with each of a few, and with blocks of 4 and of 8 warps (the default is 4 for T = 1, 8 for T = 16).
+// and with each of a few, and with blocks of 4 and of 8 warps (the default is 8).
 void attention_table() {
   std::printf("attention alone (graph of 36 launches, us per launch; capacity = context + 64)\n");
   for (int64_t T : {1, 16}) {
@@ -389,7 +389,7 @@ int main(int argc, char** argv) {
       // ... with PDL in the decode graph only (SPECPRESS_PDL=decode, the default): verify and draft without it
       const FastNumbers fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
       // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
-      // sixth pass; 8 warps for more than 4 rows a block now), the baseline for that change
+      // sixth pass, and for decode's 4 rows a block until the ninth; 8 warps now), the baseline for those changes
       const FastNumbers fp4 = measure_fast(kernels::GemmMode::kGemv, true, 4);
       kernels::set_attention_block_warps(0);
       // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
@@ -500,7 +500,7 @@ int main(int argc, char** argv) {
       std::printf("PDL in every step | in decode only (SPECPRESS_PDL=decode), gemv mode, ms: decode %.3f | %.3f, verify %.3f | "
                   "%.3f, draft %.3f | %.3f, cycle %.3f | %.3f\n",
                   fp.decode, fpd.decode, fp.verify, fpd.verify, fp.draft, fpd.draft, fp.cycle, fpd.cycle);
-      std::printf("small-T attention blocks (gemv+pdl): default (8 warps above 4 rows) | 4 warps always, ms: decode %.3f | %.3f, "
+      std::printf("small-T attention blocks (gemv+pdl): default | 4 warps always, ms: decode %.3f | %.3f, "
                   "verify %.3f | %.3f, draft %.3f | %.3f, cycle %.3f | %.3f; attention alone M=16 %.3f | %.3f\n",
                   fp.decode, fp4.decode, fp.verify, fp4.verify, fp.draft, fp4.draft, fp.cycle, fp4.cycle, fp.attn16, fp4.attn16);
       std::printf("stream (GEMV at M=1, gemm_small at M=2..16) ms: decode %.3f, verify %.3f, draft %.3f, cycle %.3f "

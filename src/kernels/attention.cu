@@ -1,7 +1,7 @@
 // attention.cu — see attention.h. Two kernels:
 //
 // Small T (decode T = 1, verify / draft T <= 16): the "decode" kernel, on tensor cores. Block (kv head, row
-// group, key split) of W warps: 4, or 8 when the block has more than 4 rows (launch_decode). The rows of a kv
+// group, key split) of W warps: 8 by default, or 4 (AttentionArgs::block_warps; launch_decode). The rows of a kv
 // head's group are (query t, head of the group), R = T * nq / nkv of them, cut into groups of 16 (the M of an
 // m16n8k16 MMA; decode's 4 rows at Qwen3 shapes leave 12 zero rows), so every K/V tile a block streams
 // serves all of its rows. The split's keys stream through shared memory 64 at a time in two cp.async stages
@@ -767,12 +767,12 @@ template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, c
   return launch_kernel(kernel, grid, 32 * WARPS, bytes, stream, a);
 }
 
-// Warps a block: 4 (16 keys of a tile each) for up to 4 rows a block (decode at Qwen3's 4 query heads per kv
-// head), else 8 (8 keys each): the verify / draft block's per-warp chain (its query rows' and new keys'
-// q/k-norm + RoPE, then its keys of each tile) is then half as long.
+// Warps a block: 8 (8 keys of a tile each) unless AttentionArgs::block_warps asks for 4 (16 keys each). With 8 a
+// warp's serial chain (its query rows' and new keys' q/k-norm + RoPE, then its keys of each tile) is half as
+// long. Verify and draft blocks (16 rows) have used 8 since the sixth pass; decode's (4 rows at Qwen3's 4 query
+// heads per kv head) since the ninth, where 8 warps made the whole decode step faster (docs/PERF.md).
 template <int HD> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
-  const int rows = std::min(a.T * (a.nq / a.nkv), kDecRows);
-  const int warps = a.block_warps > 0 ? a.block_warps : (rows <= 4 ? 4 : 8);
+  const int warps = a.block_warps > 0 ? a.block_warps : 8;
   return warps == 4 ? launch_decode<HD, 4>(a, stream) : launch_decode<HD, 8>(a, stream);
 }
 

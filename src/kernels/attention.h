@@ -34,7 +34,7 @@ struct AttentionArgs {
   unsigned int* counters = nullptr;        // attention_counter_count(...) zeroed uints when splits > 1; left zeroed
   float scale = 0.f;                       // 0 = 1/sqrt(head_dim)
   int min_split_keys = 0;                  // T <= 16: fewest keys a split takes (0: 128)
-  int block_warps = 0;                     // T <= 16: warps a block, 4 or 8 (0: 4 for <= 4 rows a block, else 8)
+  int block_warps = 0;                     // T <= 16: warps a block, 4 or 8 (0: 8)
   // Fused q/k-norm + RoPE (T <= kAttentionSmallT only): with qkv set, `q` is unused; the kernel applies the
   // per-head RMSNorm and RoPE of qk_norm_rope.h itself (bitwise the same values) to its query rows and to
   // the T new keys at positions *kv_len_base + t (kv_len_add must be T), takes those keys from qkv rather
