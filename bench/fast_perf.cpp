@@ -14,17 +14,21 @@
 // the streaming kernel, by cuBLAS (at::mm_out) and by the tuned path (the problem's cuBLASLt plan, or
 // at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
-//                  [--profile MODE] [--attention 1]
+//                  [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8]] [--attention 1]
 // --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
 // decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
 // the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
-// (scripts/gpu/profile_kernels.sh). --attention 1: only the attention kernel alone, timed.
+// (scripts/gpu/profile_kernels.sh). With --timeline FILE the same region is also recorded by LibTorch's Kineto
+// profiler (CUPTI: each kernel's start and end as the graphs replay them, PDL overlaps included) and saved as a
+// Chrome trace (scripts/gpu/timeline.sh). --profile-attention-warps: that engine's small-T attention blocks (0:
+// the kernel's default). --attention 1: only the attention kernel alone, timed.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -219,8 +224,9 @@ void attention_table() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shapes = "4B,8B", json_path, profile_mode;
+  std::string shapes = "4B,8B", json_path, profile_mode, timeline_path;
   bool attention_only = false;
+  int profile_attention_warps = 0;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
   if (argc % 2 == 0) {
@@ -253,6 +259,14 @@ int main(int argc, char** argv) {
     else if (f == "--tau") tau = number(real);
     else if (f == "--json") json_path = v;
     else if (f == "--profile") profile_mode = v;
+    else if (f == "--timeline") timeline_path = v;
+    else if (f == "--profile-attention-warps") {
+      if (v != "0" && v != "4" && v != "8") {
+        std::fprintf(stderr, "--profile-attention-warps: expected 0, 4 or 8, found '%s'\n", v.c_str());
+        return 2;
+      }
+      profile_attention_warps = std::stoi(v);
+    }
     else if (f == "--attention") {
       if (v != "0" && v != "1") { std::fprintf(stderr, "--attention: expected 0 or 1, found '%s'\n", v.c_str()); return 2; }
       attention_only = v == "1";
@@ -266,6 +280,8 @@ int main(int argc, char** argv) {
       attention_table();
       return 0;
     }
+    if ((!timeline_path.empty() || profile_attention_warps != 0) && profile_mode.empty())
+      fail("--timeline and --profile-attention-warps go with --profile MODE");
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     nlohmann::ordered_json out;
@@ -310,12 +326,20 @@ int main(int argc, char** argv) {
 
       if (!profile_mode.empty()) {
         kernels::set_gemm_mode(kernels::parse_gemm_mode(profile_mode, "--profile"));
+        kernels::set_attention_block_warps(profile_attention_warps);  // the engine's attention scratch takes it
         model::FastEngine engine(target, &draft, context + 4 * B, B);
         at::Tensor logits = engine.prefill(prompt);
         engine.first_draft(logits.argmax().item<int64_t>());
         engine.set_start(context, context);
         device_sync();
         // the profiled region: decode, verify, draft, in that order (each ends with its argmax kernel)
+        namespace kp = torch::profiler::impl;
+        const kp::ProfilerConfig timeline_config(kp::ProfilerState::KINETO);
+        const std::set<kp::ActivityType> timeline_activities{kp::ActivityType::CUDA};
+        if (!timeline_path.empty()) {
+          torch::autograd::profiler::prepareProfiler(timeline_config, timeline_activities);
+          torch::autograd::profiler::enableProfiler(timeline_config, timeline_activities);
+        }
         AT_CUDA_CHECK(cudaProfilerStart());
         engine.decode_step();
         engine.sync();
@@ -324,6 +348,11 @@ int main(int argc, char** argv) {
         engine.draft_step();
         engine.sync();
         AT_CUDA_CHECK(cudaProfilerStop());
+        if (!timeline_path.empty()) {
+          const std::string path = timeline_path + "." + s.name + ".json";  // one trace per shape
+          torch::autograd::profiler::disableProfiler()->save(path);
+          std::printf("%s: timeline written to %s\n", s.name.c_str(), path.c_str());
+        }
         std::printf("%s: profiled one decode, verify and draft step in %s mode\n", s.name.c_str(), profile_mode.c_str());
         continue;
       }
