@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """timeline_summary.py TRACE.json LABEL — summarises a Kineto Chrome trace of one decode, verify and draft step
-(fast_perf --profile MODE --timeline; scripts/gpu/timeline.sh). GPU kernels are split into steps at each argmax
-kernel (every step ends with one). Per step: the span (first start to last end) and the kernels' summed
-durations; per kernel class: count, mean duration, mean start relative to the previous kernels' end (negative:
-it started early, under PDL) and the mean and total time it adds to the step (its end past the previous end)."""
+(fast_perf --profile MODE --timeline; scripts/gpu/timeline.sh). GPU kernels are split into steps where the
+host synchronised between them (a gap of more than STEP_GAP_US). Per step: the span (first start to last end)
+and the kernels' summed durations. Per kernel class: count, mean duration, mean start relative to the previous
+kernels' end (negative: it started early, under PDL), and the mean and total time it adds to the step (its end
+past the previous end). Then the same per position of the repeating layer pattern (medians over the layers)."""
 import json
+import statistics
 import sys
 from collections import OrderedDict
+
+
+STEP_GAP_US = 50.0  # microseconds; inside a step's graph the gaps are a few
 
 
 def kernel_class(name):
@@ -27,12 +32,15 @@ def main():
                      if e.get("cat") == "kernel" and e.get("ph") == "X")
     if not kernels:
         sys.exit(f"{path}: no kernel events (was the CUDA activity recorded?)")
-    steps, cur = [], []
-    for k in kernels:
-        cur.append(k)
-        if "argmax" in k[2]:
-            steps.append(cur)
-            cur = []
+    # The profiled steps are separated by host syncs: a gap of more than STEP_GAP_US between one kernel's end and
+    # the next one's start. Inside a step's graph the gaps are a few microseconds.
+    steps, last_end = [], None
+    for start, dur, name in kernels:
+        if last_end is None or start - last_end > STEP_GAP_US:
+            steps.append([])
+            last_end = start + dur
+        steps[-1].append((start, dur, name))
+        last_end = max(last_end, start + dur)
     print(f"== {label}: {len(kernels)} kernels, {len(steps)} steps (us)")
     for name, ks in zip(["decode", "verify", "draft"], steps):
         span = max(s + d for s, d, _ in ks) - ks[0][0]
@@ -49,13 +57,35 @@ def main():
         print(f"  {'class':58s} {'n':>4s} {'dur':>8s} {'start-prev end':>14s} {'adds':>8s} {'adds total':>10s}")
         for c, (n, dur, gap, add) in sorted(classes.items(), key=lambda kv: -kv[1][3]):
             print(f"  {c[:58]:58s} {n:4d} {dur / n:8.2f} {gap / n:14.2f} {add / n:8.2f} {add:10.1f}")
-        # a stretch from the middle of the step, kernel by kernel: start and end relative to its first kernel
-        mid = ks[len(ks) // 2:len(ks) // 2 + 12]
-        t0, prev_end = mid[0][0], mid[0][0]
-        print(f"  middle of the step: {'start':>8s} {'end':>8s} {'start-prev end':>14s}  kernel")
-        for s, d, n in mid:
-            print(f"  {'':19s} {s - t0:8.2f} {s + d - t0:8.2f} {s - prev_end:14.2f}  {kernel_class(n)[:60]}")
+        # the repeating layer pattern: per position, the median duration, start and time added
+        period = layer_period([kernel_class(n) for _, _, n in ks])
+        if period is None:
+            continue
+        off, p, count = period
+        print(f"  per layer ({count} layers of {p} kernels, medians): {'dur':>8s} {'start-prev end':>14s} {'adds':>8s}")
+        rows = [[] for _ in range(p)]
+        prev_end = max((s + d for s, d, _ in ks[:off]), default=ks[0][0])
+        for i in range(off, off + p * count):
+            s, d, n = ks[i]
+            rows[(i - off) % p].append((d, s - prev_end, max(s + d, prev_end) - prev_end))
             prev_end = max(prev_end, s + d)
+        for j, r in enumerate(rows):
+            med = [statistics.median(x[k] for x in r) for k in range(3)]
+            print(f"  {kernel_class(ks[off + j][2])[:48]:48s} {med[0]:8.2f} {med[1]:14.2f} {med[2]:8.2f}")
+        print(f"  {'a layer':48s} {'':8s} {'':14s} {sum(statistics.median(x[2] for x in r) for r in rows):8.2f}")
+
+
+def layer_period(classes):
+    """(offset, period, repeats) of the longest run of a repeating kernel pattern (the layers), or None."""
+    best = None
+    for p in range(2, 17):
+        for off in range(0, min(8, len(classes))):
+            n = 0
+            while off + (n + 1) * p <= len(classes) and classes[off + n * p:off + (n + 1) * p] == classes[off:off + p]:
+                n += 1
+            if n >= 3 and (best is None or n * p > best[1] * best[2]):
+                best = (off, p, n)
+    return best
 
 
 if __name__ == "__main__":
