@@ -242,18 +242,33 @@ template <int ROWS, int EPI, bool NORM> cudaError_t launch(GemvArgs a, cudaStrea
                        stream, a);
 }
 
+// A warp's serial steps with `rows` rows a unit (outs outputs): units a warp x steps a unit, where a step is
+// one round trip of kLoads loads a lane (the last one of a row often partly empty).
+int serial_steps(int rows, int outs, int N, int K, int resident_warps) {
+  const int units = (N + outs - 1) / outs, nvec = K / 8, chunks_per_step = 32 * (kLoads / rows);
+  return (units + resident_warps - 1) / resident_warps * ((nvec + chunks_per_step - 1) / chunks_per_step);
+}
+
 // Rows per unit: 4 (or 2) when N has that many rows for every resident warp, else 1, so that the small
-// projections still spread over the whole GPU. SwiGLU units are 2 or 4 rows (1 or 2 outputs).
+// projections still spread over the whole GPU; but a plain or residual GEMV takes 1, 2 or 4 rows, whichever
+// needs strictly fewer serial steps a warp. E.g. Qwen3-4B's qkv projection (N = 6144, K = 2560, 4224
+// resident warps): 1 row a unit is 2 units of 2 steps a warp (the second a quarter full), 4 steps; 2 rows is
+// 1 unit of 3 steps; measured 10.8 -> 9.4 us alone (docs/PERF.md, tenth pass). SwiGLU units are 2 or 4 rows
+// (1 or 2 outputs) by the N rule only: 2-row units, fewer steps at Qwen3-4B/8B, measured no faster there.
 template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cudaStream_t stream) {
   Plan p;
   cudaError_t e = plan_of<EPI == kSwiglu ? 2 : 1, EPI, NORM>(p);
   if (e != cudaSuccess) return e;
+  const int W = p.resident_warps;
   if constexpr (EPI == kSwiglu) {
-    if (a.N >= 2 * p.resident_warps) return launch<4, EPI, NORM>(a, stream);  // 2 outputs (4 rows) per unit
+    if (a.N >= 2 * W) return launch<4, EPI, NORM>(a, stream);  // 2 outputs (4 rows) per unit
     return launch<2, EPI, NORM>(a, stream);
   } else {
-    if (a.N >= 4 * p.resident_warps) return launch<4, EPI, NORM>(a, stream);
-    if (a.N >= 2 * p.resident_warps) return launch<2, EPI, NORM>(a, stream);
+    int rows = a.N >= 4 * W ? 4 : a.N >= 2 * W ? 2 : 1;
+    for (int r : {1, 2, 4})
+      if (serial_steps(r, r, a.N, a.K, W) < serial_steps(rows, rows, a.N, a.K, W)) rows = r;
+    if (rows == 4) return launch<4, EPI, NORM>(a, stream);
+    if (rows == 2) return launch<2, EPI, NORM>(a, stream);
     return launch<1, EPI, NORM>(a, stream);
   }
 }
