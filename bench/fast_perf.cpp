@@ -14,7 +14,11 @@
 // the streaming kernel, by cuBLAS (at::mm_out) and by the tuned path (the problem's cuBLASLt plan, or
 // at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
-//                  [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8]] [--attention 1]
+//                  [--modes all|default] [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8]]
+//                  [--attention 1]
+// --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
+// step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
+// it skips the seven other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
 // --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
 // decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
 // the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
@@ -225,7 +229,7 @@ void attention_table() {
 
 int main(int argc, char** argv) {
   std::string shapes = "4B,8B", json_path, profile_mode, timeline_path;
-  bool attention_only = false;
+  bool attention_only = false, all_modes = true;
   int profile_attention_warps = 0;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
@@ -266,6 +270,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       profile_attention_warps = std::stoi(v);
+    }
+    else if (f == "--modes") {
+      if (v != "all" && v != "default") { std::fprintf(stderr, "--modes: expected all or default, found '%s'\n", v.c_str()); return 2; }
+      all_modes = v == "all";
     }
     else if (f == "--attention") {
       if (v != "0" && v != "1") { std::fprintf(stderr, "--attention: expected 0 or 1, found '%s'\n", v.c_str()); return 2; }
@@ -410,43 +418,52 @@ int main(int argc, char** argv) {
       };
       const kernels::GemmMode default_mode = kernels::gemm_mode();
       const bool default_pdl = kernels::pdl_enabled(), default_pdl_multirow = kernels::pdl_in_multirow_steps();
-      const FastNumbers fs = measure_fast(kernels::GemmMode::kSkinny, false);
-      const FastNumbers fc = measure_fast(kernels::GemmMode::kCublas, false);
-      const FastNumbers fg = measure_fast(kernels::GemmMode::kGemv, false);
-      // gemv mode again with programmatic dependent launch in every step (SPECPRESS_PDL=1, kernels/launch.h)
-      const FastNumbers fp = measure_fast(kernels::GemmMode::kGemv, true);
-      // ... with PDL in the decode graph only (SPECPRESS_PDL=decode, the default): verify and draft without it
-      const FastNumbers fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
-      // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
-      // sixth pass, and for decode's 4 rows a block until the ninth; 8 warps now), the baseline for those changes
-      const FastNumbers fp4 = measure_fast(kernels::GemmMode::kGemv, true, 4);
-      kernels::set_attention_block_warps(0);
-      // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
-      const FastNumbers fst = measure_fast(kernels::GemmMode::kStream, false);
-      const FastNumbers fsa = measure_fast(kernels::GemmMode::kStreamAll, false);
-      // gemv mode with the cuBLASLt plans off (SPECPRESS_LT_TUNE=0): every M > 1 product by at::mm_out, as
-      // before the tuning; for comparison only, not a candidate for the table
+      // --modes default: only the engine's default configuration (gemv mode, PDL in the decode step only)
+      FastNumbers fs{}, fc{}, fg{}, fp{}, fpd{}, fp4{}, fst{}, fsa{};
       const kernels::LtTuning default_tuning = kernels::lt_tuning();
-      FastNumbers fgu = fg;
-      if (default_tuning != kernels::LtTuning::kOff) {
-        kernels::set_lt_tuning(kernels::LtTuning::kOff);
-        fgu = measure_fast(kernels::GemmMode::kGemv, false);
-        kernels::set_lt_tuning(default_tuning);
+      FastNumbers fgu{};
+      const FastNumbers* fb = &fpd;
+      const char* best_mode = "gemv+pdl(decode)";
+      if (!all_modes) {
+        fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
+      } else {
+        fs = measure_fast(kernels::GemmMode::kSkinny, false);
+        fc = measure_fast(kernels::GemmMode::kCublas, false);
+        fg = measure_fast(kernels::GemmMode::kGemv, false);
+        // gemv mode again with programmatic dependent launch in every step (SPECPRESS_PDL=1, kernels/launch.h)
+        fp = measure_fast(kernels::GemmMode::kGemv, true);
+        // ... with PDL in the decode graph only (SPECPRESS_PDL=decode, the default): verify and draft without it
+        fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
+        // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
+        // sixth pass, and for decode's 4 rows a block until the ninth; 8 warps now), the baseline for those changes
+        fp4 = measure_fast(kernels::GemmMode::kGemv, true, 4);
+        kernels::set_attention_block_warps(0);
+        // the streaming small-M kernel for verify and draft (stream), and for decode too (stream_all)
+        fst = measure_fast(kernels::GemmMode::kStream, false);
+        fsa = measure_fast(kernels::GemmMode::kStreamAll, false);
+        // gemv mode with the cuBLASLt plans off (SPECPRESS_LT_TUNE=0): every M > 1 product by at::mm_out, as
+        // before the tuning; for comparison only, not a candidate for the table
+        fgu = fg;
+        if (default_tuning != kernels::LtTuning::kOff) {
+          kernels::set_lt_tuning(kernels::LtTuning::kOff);
+          fgu = measure_fast(kernels::GemmMode::kGemv, false);
+          kernels::set_lt_tuning(default_tuning);
+        }
+        // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
+        fb = &fs;
+        best_mode = "skinny";
+        const std::pair<const FastNumbers*, const char*> modes[] = {
+            {&fc, "cublas"}, {&fg, "gemv"}, {&fp, "gemv+pdl"}, {&fpd, "gemv+pdl(decode)"}, {&fst, "stream"},
+            {&fsa, "stream_all"}};
+        for (const auto& [numbers, name] : modes)
+          if (numbers->decode + numbers->cycle < fb->decode + fb->cycle) {
+            fb = numbers;
+            best_mode = name;
+          }
       }
       kernels::set_gemm_mode(default_mode);
       kernels::set_pdl(default_pdl);
       kernels::set_pdl_in_multirow_steps(default_pdl_multirow);
-      // the best mode for the main table: lowest decode + cycle (gemv differs from cublas only at M = 1)
-      const FastNumbers* fb = &fs;
-      const char* best_mode = "skinny";
-      const std::pair<const FastNumbers*, const char*> modes[] = {
-          {&fc, "cublas"}, {&fg, "gemv"}, {&fp, "gemv+pdl"}, {&fpd, "gemv+pdl(decode)"}, {&fst, "stream"},
-          {&fsa, "stream_all"}};
-      for (const auto& [numbers, name] : modes)
-        if (numbers->decode + numbers->cycle < fb->decode + fb->cycle) {
-          fb = numbers;
-          best_mode = name;
-        }
       const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
                    f_cycle = fb->cycle;
 
@@ -462,6 +479,7 @@ int main(int argc, char** argv) {
       for (Proj& pr : projs) {
         pr.gemv_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kGemv);
         pr.cublas_ms = small_matmul_ms(1, pr.N, pr.K, MatmulKernel::kCublas);
+        if (!all_modes) continue;
         pr.stream16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kStream);
         pr.cublas16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kCublas);
         pr.tuned16_ms = small_matmul_ms(B, pr.N, pr.K, MatmulKernel::kTuned, std::string("fast_perf ") + pr.name);
@@ -510,35 +528,41 @@ int main(int argc, char** argv) {
       row("verify (16 tokens)", f_verify, r_verify, dec_floor);
       row("draft step", f_draft, r_draft, drf_floor);
       row("DFlash cycle", f_cycle, r_cycle, cyc_floor);
-      std::printf("matmul mode in the table: %s; per mode (skinny | cublas | gemv) ms: decode %.3f | %.3f | %.3f, "
-                  "verify %.3f | %.3f | %.3f, draft %.3f | %.3f | %.3f, cycle %.3f | %.3f | %.3f\n",
-                  best_mode, fs.decode, fc.decode, fg.decode, fs.verify, fc.verify, fg.verify, fs.draft, fc.draft,
-                  fg.draft, fs.cycle, fc.cycle, fg.cycle);
-      std::printf("breakdown: target matmuls alone (graph) M=1 %.3f | %.3f | %.3f ms (%.1f%% | %.1f%% | %.1f%% of roofline), "
-                  "M=16 %.3f | %.3f | %.3f ms; the rest of decode (norms, RoPE, attention, SwiGLU, argmax, launch gaps) "
-                  "%.3f | %.3f | %.3f ms\n",
-                  fs.gemm1, fc.gemm1, fg.gemm1, pct(dec_floor, fs.gemm1), pct(dec_floor, fc.gemm1), pct(dec_floor, fg.gemm1),
-                  fs.gemm16, fc.gemm16, fg.gemm16, fs.decode - fs.gemm1, fc.decode - fc.gemm1, fg.decode - fg.gemm1);
-      std::printf("GEMV: M=1 matmuls alone (graph, gemv mode: 4 per layer + LM head) %.3f ms, %.1f%% of the decode roofline; "
-                  "cuBLAS %.3f ms\n",
-                  fg.gemm1, pct(dec_floor, fg.gemm1), fc.gemm1);
-      std::printf("PDL in every step (gemv mode, SPECPRESS_PDL=1) ms: decode %.3f (%.1f%% of roofline, %.3f without), "
-                  "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
-                  fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
-                  fp.elem1);
-      std::printf("PDL in every step | in decode only (SPECPRESS_PDL=decode), gemv mode, ms: decode %.3f | %.3f, verify %.3f | "
-                  "%.3f, draft %.3f | %.3f, cycle %.3f | %.3f\n",
-                  fp.decode, fpd.decode, fp.verify, fpd.verify, fp.draft, fpd.draft, fp.cycle, fpd.cycle);
-      std::printf("small-T attention blocks (gemv+pdl): default | 4 warps always, ms: decode %.3f | %.3f, "
-                  "verify %.3f | %.3f, draft %.3f | %.3f, cycle %.3f | %.3f; attention alone M=16 %.3f | %.3f\n",
-                  fp.decode, fp4.decode, fp.verify, fp4.verify, fp.draft, fp4.draft, fp.cycle, fp4.cycle, fp.attn16, fp4.attn16);
-      std::printf("stream (GEMV at M=1, gemm_small at M=2..16) ms: decode %.3f, verify %.3f, draft %.3f, cycle %.3f "
-                  "(verify/decode %.2f, cycle/decode %.2f); M=16 matmuls alone %.3f (cublas %.3f)\n",
-                  fst.decode, fst.verify, fst.draft, fst.cycle, fst.verify / fst.decode, fst.cycle / fst.decode, fst.gemm16,
-                  fc.gemm16);
-      std::printf("stream_all (gemm_small at M=1..16, batch-invariant matmuls) ms: decode %.3f, verify %.3f, draft %.3f, "
-                  "cycle %.3f (verify/decode %.2f); M=1 matmuls alone %.3f (gemv %.3f)\n",
-                  fsa.decode, fsa.verify, fsa.draft, fsa.cycle, fsa.verify / fsa.decode, fsa.gemm1, fg.gemm1);
+      if (all_modes) {
+        std::printf("matmul mode in the table: %s; per mode (skinny | cublas | gemv) ms: decode %.3f | %.3f | %.3f, "
+                    "verify %.3f | %.3f | %.3f, draft %.3f | %.3f | %.3f, cycle %.3f | %.3f | %.3f\n",
+                    best_mode, fs.decode, fc.decode, fg.decode, fs.verify, fc.verify, fg.verify, fs.draft, fc.draft,
+                    fg.draft, fs.cycle, fc.cycle, fg.cycle);
+        std::printf("breakdown: target matmuls alone (graph) M=1 %.3f | %.3f | %.3f ms (%.1f%% | %.1f%% | %.1f%% of roofline), "
+                    "M=16 %.3f | %.3f | %.3f ms; the rest of decode (norms, RoPE, attention, SwiGLU, argmax, launch gaps) "
+                    "%.3f | %.3f | %.3f ms\n",
+                    fs.gemm1, fc.gemm1, fg.gemm1, pct(dec_floor, fs.gemm1), pct(dec_floor, fc.gemm1), pct(dec_floor, fg.gemm1),
+                    fs.gemm16, fc.gemm16, fg.gemm16, fs.decode - fs.gemm1, fc.decode - fc.gemm1, fg.decode - fg.gemm1);
+        std::printf("GEMV: M=1 matmuls alone (graph, gemv mode: 4 per layer + LM head) %.3f ms, %.1f%% of the decode roofline; "
+                    "cuBLAS %.3f ms\n",
+                    fg.gemm1, pct(dec_floor, fg.gemm1), fc.gemm1);
+        std::printf("PDL in every step (gemv mode, SPECPRESS_PDL=1) ms: decode %.3f (%.1f%% of roofline, %.3f without), "
+                    "decode loop %.3f, verify %.3f, draft %.3f, cycle %.3f; M=1 matmuls alone %.3f, elementwise alone %.3f\n",
+                    fp.decode, pct(dec_floor, fp.decode), fg.decode, fp.decode_loop, fp.verify, fp.draft, fp.cycle, fp.gemm1,
+                    fp.elem1);
+        std::printf("PDL in every step | in decode only (SPECPRESS_PDL=decode), gemv mode, ms: decode %.3f | %.3f, verify %.3f | "
+                    "%.3f, draft %.3f | %.3f, cycle %.3f | %.3f\n",
+                    fp.decode, fpd.decode, fp.verify, fpd.verify, fp.draft, fpd.draft, fp.cycle, fpd.cycle);
+        std::printf("small-T attention blocks (gemv+pdl): default | 4 warps always, ms: decode %.3f | %.3f, "
+                    "verify %.3f | %.3f, draft %.3f | %.3f, cycle %.3f | %.3f; attention alone M=16 %.3f | %.3f\n",
+                    fp.decode, fp4.decode, fp.verify, fp4.verify, fp.draft, fp4.draft, fp.cycle, fp4.cycle, fp.attn16, fp4.attn16);
+        std::printf("stream (GEMV at M=1, gemm_small at M=2..16) ms: decode %.3f, verify %.3f, draft %.3f, cycle %.3f "
+                    "(verify/decode %.2f, cycle/decode %.2f); M=16 matmuls alone %.3f (cublas %.3f)\n",
+                    fst.decode, fst.verify, fst.draft, fst.cycle, fst.verify / fst.decode, fst.cycle / fst.decode, fst.gemm16,
+                    fc.gemm16);
+        std::printf("stream_all (gemm_small at M=1..16, batch-invariant matmuls) ms: decode %.3f, verify %.3f, draft %.3f, "
+                    "cycle %.3f (verify/decode %.2f); M=1 matmuls alone %.3f (gemv %.3f)\n",
+                    fsa.decode, fsa.verify, fsa.draft, fsa.cycle, fsa.verify / fsa.decode, fsa.gemm1, fg.gemm1);
+      } else {
+        std::printf("matmul mode in the table: %s (--modes default: the engine's default configuration only)\n", best_mode);
+        std::printf("GEMV: M=1 matmuls alone (graph, gemv mode: 4 per layer + LM head) %.3f ms, %.1f%% of the decode roofline\n",
+                    fpd.gemm1, pct(dec_floor, fpd.gemm1));
+      }
       // One projection by our kernel and by cuBLAS, each as ms, GB/s and % of the copy bandwidth.
       auto print_proj = [&](const char* label, const char* ours, const Proj& pr, double ours_ms, double cublas_ms) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
@@ -549,12 +573,14 @@ int main(int argc, char** argv) {
                     100.0 * gb / (cublas_ms * 1e-3) / bw);
       };
       for (const Proj& pr : projs) print_proj("GEMV", "gemv", pr, pr.gemv_ms, pr.cublas_ms);
-      for (const Proj& pr : projs) print_proj("M=16", "gemm_small", pr, pr.stream16_ms, pr.cublas16_ms);
-      for (const Proj& pr : projs) print_proj("M=16", "tuned", pr, pr.tuned16_ms, pr.cublas16_ms);
-      std::printf("cuBLASLt plans (SPECPRESS_LT_TUNE=%s), gemv mode with them vs at::mm_out only, ms: verify %.3f vs %.3f, "
-                  "draft %.3f vs %.3f, cycle %.3f vs %.3f; M=16 matmuls alone %.3f vs %.3f\n",
-                  kernels::lt_tuning_name(default_tuning), fg.verify, fgu.verify, fg.draft, fgu.draft, fg.cycle, fgu.cycle,
-                  fg.gemm16, fgu.gemm16);
+      if (all_modes) {
+        for (const Proj& pr : projs) print_proj("M=16", "gemm_small", pr, pr.stream16_ms, pr.cublas16_ms);
+        for (const Proj& pr : projs) print_proj("M=16", "tuned", pr, pr.tuned16_ms, pr.cublas16_ms);
+        std::printf("cuBLASLt plans (SPECPRESS_LT_TUNE=%s), gemv mode with them vs at::mm_out only, ms: verify %.3f vs %.3f, "
+                    "draft %.3f vs %.3f, cycle %.3f vs %.3f; M=16 matmuls alone %.3f vs %.3f\n",
+                    kernels::lt_tuning_name(default_tuning), fg.verify, fgu.verify, fg.draft, fgu.draft, fg.cycle, fgu.cycle,
+                    fg.gemm16, fgu.gemm16);
+      }
       const std::vector<kernels::LtTuneRecord> lt_records = kernels::lt_tune_records();
       nlohmann::ordered_json lt_json = nlohmann::ordered_json::array();
       std::printf("cuBLASLt tuning (us per product, timed over all layers' weights):\n");
@@ -565,10 +591,11 @@ int main(int argc, char** argv) {
                            {"plan", r.plan}, {"algo", r.algo}, {"lt_us", r.lt_us}, {"mm_us", r.mm_us},
                            {"heuristic_us", r.heuristic_us}, {"candidates", r.candidates}});
       }
-      std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
-                  "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention with q/k-norm + RoPE x36 %.3f | %.3f, "
-                  "elementwise (2 RMSNorm + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
-                  fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
+      if (all_modes)
+        std::printf("kernel classes alone (graphs, cublas engine; unfused kernels: at M=1 gemv mode runs the two RMSNorms and "
+                    "SwiGLU inside the GEMVs), M=1 | M=16 ms: attention with q/k-norm + RoPE x36 %.3f | %.3f, "
+                    "elementwise (2 RMSNorm + SwiGLU) x36 %.3f | %.3f, embedding + argmax %.3f\n",
+                    fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
       std::printf("tokens/s: plain %.1f fast vs %.1f reference; DFlash projected at tau %.1f: %.1f fast vs %.1f reference\n",
@@ -576,37 +603,51 @@ int main(int argc, char** argv) {
       nlohmann::ordered_json proj_json = nlohmann::ordered_json::array();
       for (const Proj& pr : projs) {
         const double gb = 2.0 * static_cast<double>(pr.N) * static_cast<double>(pr.K) / 1e9;
-        proj_json.push_back({{"name", pr.name}, {"N", pr.N}, {"K", pr.K}, {"gemv_ms", pr.gemv_ms}, {"cublas_ms", pr.cublas_ms},
-                             {"gemv_pct_copy_bw", 100.0 * gb / (pr.gemv_ms * 1e-3) / bw},
-                             {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw},
-                             {"m16_gemm_small_ms", pr.stream16_ms}, {"m16_cublas_ms", pr.cublas16_ms},
-                             {"m16_gemm_small_pct_copy_bw", 100.0 * gb / (pr.stream16_ms * 1e-3) / bw},
-                             {"m16_cublas_pct_copy_bw", 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw},
-                             {"m16_tuned_ms", pr.tuned16_ms},
-                             {"m16_tuned_pct_copy_bw", 100.0 * gb / (pr.tuned16_ms * 1e-3) / bw}});
+        nlohmann::ordered_json pj = {{"name", pr.name}, {"N", pr.N}, {"K", pr.K}, {"gemv_ms", pr.gemv_ms},
+                                     {"cublas_ms", pr.cublas_ms},
+                                     {"gemv_pct_copy_bw", 100.0 * gb / (pr.gemv_ms * 1e-3) / bw},
+                                     {"cublas_pct_copy_bw", 100.0 * gb / (pr.cublas_ms * 1e-3) / bw}};
+        if (all_modes) {
+          pj["m16_gemm_small_ms"] = pr.stream16_ms;
+          pj["m16_cublas_ms"] = pr.cublas16_ms;
+          pj["m16_gemm_small_pct_copy_bw"] = 100.0 * gb / (pr.stream16_ms * 1e-3) / bw;
+          pj["m16_cublas_pct_copy_bw"] = 100.0 * gb / (pr.cublas16_ms * 1e-3) / bw;
+          pj["m16_tuned_ms"] = pr.tuned16_ms;
+          pj["m16_tuned_pct_copy_bw"] = 100.0 * gb / (pr.tuned16_ms * 1e-3) / bw;
+        }
+        proj_json.push_back(pj);
       }
-      out[s.name] = {{"decode_bytes", dec_bytes}, {"draft_bytes", drf_bytes},
-                     {"matmul_mode", std::string(best_mode)},
-                     {"skinny_ms", {{"decode", fs.decode}, {"verify", fs.verify}, {"draft", fs.draft}, {"cycle", fs.cycle}, {"gemm_only_m1", fs.gemm1}, {"gemm_only_m16", fs.gemm16}}},
-                     {"cublas_ms", {{"decode", fc.decode}, {"verify", fc.verify}, {"draft", fc.draft}, {"cycle", fc.cycle}, {"gemm_only_m1", fc.gemm1}, {"gemm_only_m16", fc.gemm16},
-                                    {"attention_only_m1", fc.attn1}, {"attention_only_m16", fc.attn16}, {"elementwise_only_m1", fc.elem1},
-                                    {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
-                     {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
-                     {"gemv_pdl_decode_only_ms", {{"decode", fpd.decode}, {"verify", fpd.verify}, {"draft", fpd.draft}, {"cycle", fpd.cycle}}},
-                     {"gemv_pdl_attention4_ms", {{"decode", fp4.decode}, {"verify", fp4.verify}, {"draft", fp4.draft}, {"cycle", fp4.cycle}, {"attention_only_m16", fp4.attn16}}},
-                     {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
-                     {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
-                     {"stream_all_ms", {{"decode", fsa.decode}, {"verify", fsa.verify}, {"draft", fsa.draft}, {"cycle", fsa.cycle}, {"gemm_only_m1", fsa.gemm1}, {"gemm_only_m16", fsa.gemm16}}},
-                     {"gemv_lt_off_ms", {{"decode", fgu.decode}, {"verify", fgu.verify}, {"draft", fgu.draft}, {"cycle", fgu.cycle}, {"gemm_only_m16", fgu.gemm16}}},
-                     {"lt_tuning", std::string(kernels::lt_tuning_name(default_tuning))},
-                     {"lt_plans", lt_json},
-                     {"gemv_projections_m1", proj_json},
-                     {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
-                     {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},
-                     {"roofline_pct_fast", {{"decode", pct(dec_floor, f_decode)}, {"verify", pct(dec_floor, f_verify)},
-                                            {"draft", pct(drf_floor, f_draft)}, {"cycle", pct(cyc_floor, f_cycle)}}},
-                     {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
-                     {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}};
+      nlohmann::ordered_json shape_json = {{"decode_bytes", dec_bytes}, {"draft_bytes", drf_bytes},
+                                           {"matmul_mode", std::string(best_mode)}};
+      auto append = [&](const nlohmann::ordered_json& entries) {
+        for (auto it = entries.begin(); it != entries.end(); ++it) shape_json[it.key()] = it.value();
+      };
+      if (all_modes) {
+        const nlohmann::ordered_json per_mode = {{"skinny_ms", {{"decode", fs.decode}, {"verify", fs.verify}, {"draft", fs.draft}, {"cycle", fs.cycle}, {"gemm_only_m1", fs.gemm1}, {"gemm_only_m16", fs.gemm16}}},
+            {"cublas_ms", {{"decode", fc.decode}, {"verify", fc.verify}, {"draft", fc.draft}, {"cycle", fc.cycle}, {"gemm_only_m1", fc.gemm1}, {"gemm_only_m16", fc.gemm16},
+                           {"attention_only_m1", fc.attn1}, {"attention_only_m16", fc.attn16}, {"elementwise_only_m1", fc.elem1},
+                           {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
+            {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
+            {"gemv_pdl_decode_only_ms", {{"decode", fpd.decode}, {"verify", fpd.verify}, {"draft", fpd.draft}, {"cycle", fpd.cycle}}},
+            {"gemv_pdl_attention4_ms", {{"decode", fp4.decode}, {"verify", fp4.verify}, {"draft", fp4.draft}, {"cycle", fp4.cycle}, {"attention_only_m16", fp4.attn16}}},
+            {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
+            {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
+            {"stream_all_ms", {{"decode", fsa.decode}, {"verify", fsa.verify}, {"draft", fsa.draft}, {"cycle", fsa.cycle}, {"gemm_only_m1", fsa.gemm1}, {"gemm_only_m16", fsa.gemm16}}},
+            {"gemv_lt_off_ms", {{"decode", fgu.decode}, {"verify", fgu.verify}, {"draft", fgu.draft}, {"cycle", fgu.cycle}, {"gemm_only_m16", fgu.gemm16}}}};
+        append(per_mode);
+      } else {
+        shape_json["modes"] = "default";
+      }
+      append({{"lt_tuning", std::string(kernels::lt_tuning_name(default_tuning))},
+              {"lt_plans", lt_json},
+              {"gemv_projections_m1", proj_json},
+              {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
+              {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},
+              {"roofline_pct_fast", {{"decode", pct(dec_floor, f_decode)}, {"verify", pct(dec_floor, f_verify)},
+                                     {"draft", pct(drf_floor, f_draft)}, {"cycle", pct(cyc_floor, f_cycle)}}},
+              {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
+              {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
+      out[s.name] = shape_json;
     }
     std::printf("\nJSON %s\n", out.dump().c_str());
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

@@ -6,7 +6,9 @@
 # machine, minutes apart (docs/PERF.md, seventh pass). Logs under $OUT: ab_attention_{A,B}.txt,
 # ab_perf_{A,B}.{log,json}.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
-#      ATTENTION (1: the attention tables; 0: skip them), STEPS (1: the step runs; 0: skip them).
+#      ATTENTION (1: the attention tables; 0: skip them), STEPS (1: the step runs; 0: skip them),
+#      MODES (default: fast_perf --modes default, the engine's default configuration only, on each side whose
+#      fast_perf has the flag; all: every matmul mode), REF_ITERS (fast_perf --ref-iters, default 5).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -25,7 +27,11 @@ fi
 if [ "${STEPS:-1}" = 1 ]; then
   for side in A B; do
     echo "== steps, $side"
-    ${bin[$side]} --shapes "${SHAPES:-4B,8B}" --json "$OUT/ab_perf_$side.json" >"$OUT/ab_perf_$side.log" 2>&1 ||
+    src=$([ "$side" = A ] && echo .ab-base || echo .)
+    modes=()
+    grep -q -- '"--modes"' "$src/bench/fast_perf.cpp" && modes=(--modes "${MODES:-default}")
+    ${bin[$side]} --shapes "${SHAPES:-4B,8B}" --ref-iters "${REF_ITERS:-5}" "${modes[@]}" --json "$OUT/ab_perf_$side.json" \
+      >"$OUT/ab_perf_$side.log" 2>&1 ||
       { echo "fast_perf ($side) failed:"; tail -5 "$OUT/ab_perf_$side.log"; }
     grep -E '^device|^Qwen3-.B \(|^decode \(|^verify|^draft|^DFlash|^ratios' "$OUT/ab_perf_$side.log"
   done
