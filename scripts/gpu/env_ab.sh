@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# env_ab.sh — a same-binary A/B of environment switches on the GPU machine: builds fast_perf and test_gpu once,
+# runs the GPU tests under each non-baseline setting (TESTS=1), then times the steps with
+# `fast_perf --modes default` under every setting, ROUNDS times in alternation (A B C A B C ...), so that an
+# experiment behind an environment variable is measured against its baseline minutes apart in one call. The
+# tenth pass ran this by hand four times (docs/PERF.md). Logs and JSON: $OUT/env_<label>_r<round>.{log,json},
+# $OUT/env_tests_<label>.log.
+# Env: SETTINGS (required): settings separated by ';', each LABEL or LABEL:VAR=VALUE[,VAR=VALUE...]; a label
+#        alone is the baseline (no extra variables); values without spaces, commas or ';'. Example:
+#        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2'
+#      SHAPES (4B,8B), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
+#      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
+#      use existing ones).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+[ -n "${SETTINGS:-}" ] || { echo "env_ab.sh: SETTINGS is empty: expected 'LABEL[:VAR=VALUE,...];...'" >&2; exit 2; }
+fast_perf=${FAST_PERF:-build-gpu/bin/fast_perf}
+test_gpu=${TEST_GPU:-build-gpu/bin/test_gpu}
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  source scripts/gpu/gpu_env.sh
+  gpu_build . build-gpu /tmp/env_ab fast_perf test_gpu || exit 1
+fi
+
+# Parse the settings into labels and their variable lists (VAR=VALUE words).
+labels=()
+declare -A vars
+IFS=';' read -r -a items <<<"$SETTINGS"
+for item in "${items[@]}"; do
+  [ -n "$item" ] || continue
+  label=${item%%:*}
+  assignments=""
+  [ "$item" != "$label" ] && assignments=${item#*:}
+  if ! [[ "$label" =~ ^[A-Za-z0-9_.-]+$ ]]; then
+    echo "env_ab.sh: SETTINGS: label '$label' must be letters, digits, '_', '.' or '-'" >&2
+    exit 2
+  fi
+  words=()
+  if [ -n "$assignments" ]; then
+    IFS=',' read -r -a words <<<"$assignments"
+    for w in "${words[@]}"; do
+      [[ "$w" =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] ||
+        { echo "env_ab.sh: SETTINGS: '$w' in '$item' is not VAR=VALUE" >&2; exit 2; }
+    done
+  fi
+  [ -z "${vars[$label]+set}" ] || { echo "env_ab.sh: SETTINGS: label '$label' appears twice" >&2; exit 2; }
+  labels+=("$label")
+  vars[$label]="${words[*]:-}"
+done
+[ "${#labels[@]}" -ge 1 ] || { echo "env_ab.sh: SETTINGS has no setting" >&2; exit 2; }
+
+status=0
+if [ "${TESTS:-1}" = 1 ]; then
+  for label in "${labels[@]}"; do
+    [ -n "${vars[$label]}" ] || continue
+    # shellcheck disable=SC2086  # the variable list is split into VAR=VALUE words on purpose
+    env ${vars[$label]} "$test_gpu" --gtest_filter="${GTEST_FILTER:-Kernels.*:FastPathGolden.*}" \
+      >"$OUT/env_tests_$label.log" 2>&1
+    rc=$?
+    echo "tests under $label (${vars[$label]}): exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/env_tests_$label.log" | tr '\n' ' ')"
+    [ $rc = 0 ] || status=1
+  done
+fi
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for label in "${labels[@]}"; do
+    log="$OUT/env_${label}_r$round"
+    echo "== $label (${vars[$label]:-baseline}), round $round"
+    # shellcheck disable=SC2086
+    if ! env ${vars[$label]} "$fast_perf" --shapes "${SHAPES:-4B,8B}" --modes default --ref-iters "${REF_ITERS:-1}" \
+      --json "$log.json" >"$log.log" 2>&1; then
+      echo "fast_perf failed under $label:"
+      tail -5 "$log.log"
+      status=1
+      continue
+    fi
+    grep -E '^device|^decode \(|^verify|^draft|^DFlash|^GEMV: M=1' "$log.log" | cut -c1-110
+  done
+done
+exit $status
