@@ -1,6 +1,6 @@
-# gpu_env.sh — sourced, on the GPU machine, by fast_checks.sh, run_checks.sh, ab_compare.sh and env_ab.sh: the one place
-# that points a build at the machine's PyTorch, the carried Debian deps (.gpu-deps) and the shared data
-# (.gpu-shared, unpacked once), and gpu_build, the one configure + build command for a CUDA tree.
+# gpu_env.sh — sourced, on the GPU machine, by fast_checks.sh, run_checks.sh, ab_compare.sh and env_ab.sh:
+# the one place that points a build at the machine's PyTorch, the carried Debian deps (.gpu-deps) and the
+# shared data (.gpu-shared, unpacked once), and gpu_build, the one configure + build command for a CUDA tree.
 # Sets root, deps, shared and torch_prefix; exports LD_LIBRARY_PATH.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared).
 root=$(pwd)
