@@ -242,10 +242,10 @@ template <int ROWS, int EPI, bool NORM> cudaError_t launch(GemvArgs a, cudaStrea
                        stream, a);
 }
 
-// A warp's serial steps with `rows` rows a unit (outs outputs): units a warp x steps a unit, where a step is
-// one round trip of kLoads loads a lane (the last one of a row often partly empty).
-int serial_steps(int rows, int outs, int N, int K, int resident_warps) {
-  const int units = (N + outs - 1) / outs, nvec = K / 8, chunks_per_step = 32 * (kLoads / rows);
+// A plain or residual GEMV's serial steps a warp with `rows` rows (outputs) a unit: units a warp x steps a unit,
+// where a step is one round trip of kLoads loads a lane (the last one of a row often partly empty).
+int serial_steps(int rows, int N, int K, int resident_warps) {
+  const int units = (N + rows - 1) / rows, nvec = K / 8, chunks_per_step = 32 * (kLoads / rows);
   return (units + resident_warps - 1) / resident_warps * ((nvec + chunks_per_step - 1) / chunks_per_step);
 }
 
@@ -267,7 +267,7 @@ template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cud
   } else {
     int rows = a.N >= 4 * W ? 4 : a.N >= 2 * W ? 2 : 1;
     for (int r : {1, 2, 4})
-      if (serial_steps(r, r, a.N, a.K, W) < serial_steps(rows, rows, a.N, a.K, W)) rows = r;
+      if (serial_steps(r, a.N, a.K, W) < serial_steps(rows, a.N, a.K, W)) rows = r;
     if (rows == 4) return launch<4, EPI, NORM>(a, stream);
     if (rows == 2) return launch<2, EPI, NORM>(a, stream);
     return launch<1, EPI, NORM>(a, stream);
