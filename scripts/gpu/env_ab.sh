@@ -10,16 +10,28 @@
 #        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2'
 #      SHAPES (4B,8B), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
 #      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
-#      use existing ones).
+#      use existing ones; BASE_FAST_PERF likewise for BASE), BASE (a label: also build fast_perf from .ab-base/, made here by
+#      scripts/gpu/ab_prepare.sh REV and carried, and time it first in every round under that label, so that one
+#      call compares another revision with this tree's settings; no tests run for it).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 [ -n "${SETTINGS:-}" ] || { echo "env_ab.sh: SETTINGS is empty: expected 'LABEL[:VAR=VALUE,...];...'" >&2; exit 2; }
 fast_perf=${FAST_PERF:-build-gpu/bin/fast_perf}
 test_gpu=${TEST_GPU:-build-gpu/bin/test_gpu}
+base=${BASE:-}
+if [ -n "$base" ]; then
+  [[ "$base" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "env_ab.sh: BASE: label '$base' must be letters, digits, '_', '.' or '-'" >&2; exit 2; }
+  [ -f .ab-base/AB_REVISION ] ||
+    { echo "env_ab.sh: BASE=$base but no .ab-base/AB_REVISION: run scripts/gpu/ab_prepare.sh REV first and carry .ab-base" >&2; exit 2; }
+fi
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   source scripts/gpu/gpu_env.sh
   gpu_build . build-gpu /tmp/env_ab fast_perf test_gpu || exit 1
+  if [ -n "$base" ]; then
+    echo "$base = $(cat .ab-base/AB_REVISION) (.ab-base)"
+    gpu_build .ab-base .ab-base/build-gpu /tmp/env_ab_base fast_perf || exit 1
+  fi
 fi
 
 # Parse the settings into labels and their variable lists (VAR=VALUE words).
@@ -48,11 +60,19 @@ for item in "${items[@]}"; do
   vars[$label]="${words[*]:-}"
 done
 [ "${#labels[@]}" -ge 1 ] || { echo "env_ab.sh: SETTINGS has no setting" >&2; exit 2; }
+declare -A binary
+for label in "${labels[@]}"; do binary[$label]=$fast_perf; done
+if [ -n "$base" ]; then
+  [ -z "${vars[$base]+set}" ] || { echo "env_ab.sh: BASE label '$base' is also in SETTINGS" >&2; exit 2; }
+  labels=("$base" "${labels[@]}")
+  vars[$base]=""
+  binary[$base]=${BASE_FAST_PERF:-.ab-base/build-gpu/bin/fast_perf}
+fi
 
 status=0
 if [ "${TESTS:-1}" = 1 ]; then
   for label in "${labels[@]}"; do
-    [ -n "${vars[$label]}" ] || continue
+    [ -n "${vars[$label]}" ] || continue  # the baseline (and BASE) ran the tests elsewhere
     # shellcheck disable=SC2086  # the variable list is split into VAR=VALUE words on purpose
     env ${vars[$label]} "$test_gpu" --gtest_filter="${GTEST_FILTER:-Kernels.*:FastPathGolden.*}" \
       >"$OUT/env_tests_$label.log" 2>&1
@@ -66,7 +86,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     log="$OUT/env_${label}_r$round"
     echo "== $label (${vars[$label]:-baseline}), round $round"
     # shellcheck disable=SC2086
-    if ! env ${vars[$label]} "$fast_perf" --shapes "${SHAPES:-4B,8B}" --modes default --ref-iters "${REF_ITERS:-1}" \
+    if ! env ${vars[$label]} "${binary[$label]}" --shapes "${SHAPES:-4B,8B}" --modes default --ref-iters "${REF_ITERS:-1}" \
       --json "$log.json" >"$log.log" 2>&1; then
       echo "fast_perf failed under $label:"
       tail -5 "$log.log"
