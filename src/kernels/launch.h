@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace specpress::kernels {
 
@@ -47,6 +48,14 @@ inline bool& pdl_multirow_flag() { return pdl_settings().second; }
 inline bool pdl_in_multirow_steps() { return pdl_multirow_flag(); }
 inline void set_pdl_in_multirow_steps(bool on) { pdl_multirow_flag() = on; }
 
+// While set on this thread, launch_kernel appends each kernel it launches here. The fast engine records its
+// graph captures this way to know which kernel nodes are src/kernels' own (graph_edges.h): every one of them
+// waits (pdl_wait) before it reads an earlier kernel's results or writes anything.
+inline std::vector<const void*>*& launch_recorder() {
+  thread_local std::vector<const void*>* recorder = nullptr;
+  return recorder;
+}
+
 namespace detail {
 
 // The current device's SM count, looked up once (the kernels size one-wave grids and partitions from it).
@@ -66,6 +75,7 @@ inline cudaError_t sm_count(int& sms) {
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           Args&&... args) {
+  if (std::vector<const void*>* recorder = launch_recorder()) recorder->push_back(reinterpret_cast<const void*>(kernel));
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;

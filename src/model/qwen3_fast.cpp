@@ -5,10 +5,14 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/graph_edges.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 
@@ -324,16 +328,24 @@ void FastEngine::capture_graphs() {
     draft_body();
   }
   check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
+  // Experiment (kernels/graph_edges.h): SPECPRESS_LC_EDGES=1 lets each of our kernels launch once every
+  // block of the kernel before it has begun, instead of once it has completed.
+  const char* lc_env = std::getenv("SPECPRESS_LC_EDGES");
+  const bool lc_edges = lc_env != nullptr && std::strcmp(lc_env, "1") == 0;
   // A capture left open would break every later CUDA call of the process: close it on any error.
-  auto capture = [](std::unique_ptr<at::cuda::CUDAGraph>& graph, const at::cuda::CUDAGraph* pool_of, auto&& body) {
-    graph = std::make_unique<at::cuda::CUDAGraph>();
+  auto capture = [lc_edges](std::unique_ptr<at::cuda::CUDAGraph>& graph, const at::cuda::CUDAGraph* pool_of,
+                            const char* name, auto&& body) {
+    graph = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/lc_edges);
     if (pool_of != nullptr)
       graph->capture_begin(const_cast<at::cuda::CUDAGraph*>(pool_of)->pool());
     else
       graph->capture_begin();
+    std::vector<const void*> launched;
+    if (lc_edges) kernels::launch_recorder() = &launched;
     try {
       body();
     } catch (...) {
+      kernels::launch_recorder() = nullptr;
       try {
         graph->capture_end();
       } catch (...) {
@@ -341,16 +353,24 @@ void FastEngine::capture_graphs() {
       graph.reset();
       throw;
     }
+    kernels::launch_recorder() = nullptr;
     graph->capture_end();
+    if (lc_edges) {
+      int relaxed = 0;
+      check_cuda(kernels::relax_edges_into(graph->raw_cuda_graph(), launched, relaxed), "SPECPRESS_LC_EDGES");
+      std::fprintf(stderr, "SPECPRESS_LC_EDGES: %s graph: %d of our kernels launch at the previous kernel's launch "
+                   "completion\n", name, relaxed);
+      graph->instantiate();
+    }
   };
-  capture(decode_graph_, nullptr, [&] { decode_body(); });
+  capture(decode_graph_, nullptr, "decode", [&] { decode_body(); });
   if (draft_ != nullptr) {
     // PDL in the multi-row steps only where set (kernels/launch.h); the process setting is restored after.
     const bool pdl = kernels::pdl_enabled();
     kernels::set_pdl(pdl && kernels::pdl_in_multirow_steps());
     try {
-      capture(verify_graph_, decode_graph_.get(), [&] { verify_body(); });
-      capture(draft_graph_, decode_graph_.get(), [&] { draft_body(); });
+      capture(verify_graph_, decode_graph_.get(), "verify", [&] { verify_body(); });
+      capture(draft_graph_, decode_graph_.get(), "draft", [&] { draft_body(); });
     } catch (...) {
       kernels::set_pdl(pdl);
       throw;

@@ -1,0 +1,25 @@
+// graph_edges.h — launch-completion edges into src/kernels' kernels in a captured CUDA graph (torch-free;
+// an experiment behind SPECPRESS_LC_EDGES, docs/PERF.md eleventh pass).
+//
+// In the verify and draft graphs PDL is off (kernels/launch.h), so each of our small kernels (RMSNorm,
+// SwiGLU, attention, argmax) is launched only once the cuBLASLt product before it has completed. The rewrite
+// lets such a kernel launch as soon as every block of the kernel before it has begun: its blocks take free
+// SM slots and wait in pdl_wait (a programmatic edge makes griddepcontrol.wait wait for that kernel's
+// completion and memory flush), so its launch and block scheduling overlap the product instead of following
+// it. This is safe for src/kernels' kernels only: each waits before reading an earlier kernel's results and
+// before writing (launch.h's contract; the fused attention reads only data no kernel of the same graph
+// replay writes). A chain of such edges cannot starve a kernel: the next one launches only once every block
+// of the previous one is running.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <vector>
+
+namespace specpress::kernels {
+
+// Rewrites every ordinary edge of `graph` from a kernel node to a kernel node running one of `ours` (host
+// function pointers, as launch_recorder() records them) into a programmatic edge from the upstream node's
+// launch-completion port. `rewritten` counts them. The graph must not be instantiated yet.
+cudaError_t relax_edges_into(cudaGraph_t graph, const std::vector<const void*>& ours, int& rewritten);
+
+}  // namespace specpress::kernels
