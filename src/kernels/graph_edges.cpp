@@ -29,6 +29,10 @@ cudaError_t relax_edges_into(cudaGraph_t graph, const std::vector<const void*>& 
     if (!is_default(data[i]) || !is_kernel(from[i]) || !is_kernel(to[i])) continue;
     cudaKernelNodeParams params{};
     e = cudaGraphKernelNodeGetParams(to[i], &params);
+    if (e == cudaErrorInvalidDeviceFunction) {  // a library's kernel (cuBLASLt loads its own): not ours
+      (void)cudaGetLastError();
+      continue;
+    }
     if (e != cudaSuccess) return e;
     if (own.count(params.func) == 0) continue;
     cudaGraphEdgeData relaxed{};
