@@ -35,6 +35,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -366,7 +367,10 @@ int main(int argc, char** argv) {
       }
 
       // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
-      struct FastNumbers { double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16; };
+      struct FastNumbers {
+        double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16;
+        std::array<int, 3> lc_edges;  // launch-completion edges in the decode, verify and draft graphs
+      };
       double dec_bytes = 0, drf_bytes = 0;
       auto measure_fast = [&](kernels::GemmMode mode, bool pdl, int attention_warps = 0, bool pdl_multirow = true) {
         kernels::set_gemm_mode(mode);
@@ -378,6 +382,7 @@ int main(int argc, char** argv) {
         dec_bytes = engine.decode_bytes(context);
         drf_bytes = engine.draft_bytes(context);
         engine.capture_graphs();
+        const std::array<int, 3> lc_edges = engine.launch_completion_edges();
         if (engine.matmul_tuning_ms() > 0)
           std::printf("%s: cuBLASLt tuning of the verify and draft matmuls took %.0f ms (mode %s)\n", s.name.c_str(),
                       engine.matmul_tuning_ms(), kernels::gemm_mode_name(mode));
@@ -387,6 +392,7 @@ int main(int argc, char** argv) {
         c10::cuda::CUDAStreamGuard guard(engine.stream());
         const int inner = static_cast<int>(std::max<int64_t>(iters / 5, 1));
         FastNumbers f{};
+        f.lc_edges = lc_edges;
         engine.set_start(context, context);
         f.decode = time_ms([&] { engine.decode_step(); }, 5, 7, inner);
         engine.set_start(context, context);
@@ -598,6 +604,9 @@ int main(int argc, char** argv) {
                     fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
+      std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d) in the table's graphs: decode %d, "
+                  "verify %d, draft %d\n", kernels::lc_edges_flag() ? 1 : 0, fb->lc_edges[0], fb->lc_edges[1],
+                  fb->lc_edges[2]);
       std::printf("tokens/s: plain %.1f fast vs %.1f reference; DFlash projected at tau %.1f: %.1f fast vs %.1f reference\n",
                   1e3 / f_decode_loop, 1e3 / r_decode, tau, tau * 1e3 / f_cycle, tau * 1e3 / r_cycle);
       nlohmann::ordered_json proj_json = nlohmann::ordered_json::array();
@@ -645,6 +654,7 @@ int main(int argc, char** argv) {
               {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},
               {"roofline_pct_fast", {{"decode", pct(dec_floor, f_decode)}, {"verify", pct(dec_floor, f_verify)},
                                      {"draft", pct(drf_floor, f_draft)}, {"cycle", pct(cyc_floor, f_cycle)}}},
+              {"launch_completion_edges", {{"decode", fb->lc_edges[0]}, {"verify", fb->lc_edges[1]}, {"draft", fb->lc_edges[2]}}},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;

@@ -28,6 +28,8 @@ SPECPRESS_PDL=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*:Kernel
 echo "test_gpu (SPECPRESS_PDL=0, FastPathGolden + Kernels) exit $?"
 SPECPRESS_PDL=1 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
 echo "test_gpu (SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden) exit $?"
+SPECPRESS_LC_EDGES=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
+echo "test_gpu (SPECPRESS_LC_EDGES=0: no launch-completion edges, FastPathGolden) exit $?"
 # ... and without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
 SPECPRESS_LT_TUNE=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
 echo "test_gpu (SPECPRESS_LT_TUNE=0, FastPathGolden) exit $?"

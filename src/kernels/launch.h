@@ -15,7 +15,10 @@
 // in the one-row decode step only: the fast engine captures its verify and draft graphs, whose matmuls are
 // cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs), which measured faster with the tuned cuBLASLt
 // plans (docs/PERF.md, sixth pass). SPECPRESS_PDL=1 (set_pdl_in_multirow_steps(true)) puts it in every
-// step, SPECPRESS_PDL=0 (set_pdl(false)) nowhere.
+// step, SPECPRESS_PDL=0 (set_pdl(false)) nowhere. With PDL on, the engine also rewrites the ordinary edges of
+// its captured graphs into our kernels (after a cuBLAS(Lt) product, say) into launch-completion edges
+// (graph_edges.h, SPECPRESS_LC_EDGES): such a kernel may be resident while the kernel before it still runs,
+// and the same contract (wait before reading earlier results or writing) keeps it correct.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -47,6 +50,22 @@ inline bool& pdl_multirow_flag() { return pdl_settings().second; }
 // Whether the engine's multi-row steps (verify, draft) use PDL when it is on.
 inline bool pdl_in_multirow_steps() { return pdl_multirow_flag(); }
 inline void set_pdl_in_multirow_steps(bool on) { pdl_multirow_flag() = on; }
+
+// SPECPRESS_LC_EDGES (default 1): with PDL on, the fast engine's graphs start each of our kernels once every
+// block of the kernel before it has begun (graph_edges.h), where PDL does not already chain the two: after
+// the cuBLAS(Lt) products of verify and draft, and in cuBLAS matmul mode. 0 turns it off; PDL off turns it off.
+inline bool& lc_edges_flag() {
+  static bool on = [] {
+    const char* env = std::getenv("SPECPRESS_LC_EDGES");
+    if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return true;
+    if (std::strcmp(env, "0") == 0) return false;
+    std::fprintf(stderr, "warning: SPECPRESS_LC_EDGES=%s: expected 1 or 0; using 1\n", env);
+    return true;
+  }();
+  return on;
+}
+inline bool lc_edges_enabled() { return lc_edges_flag() && pdl_enabled(); }
+inline void set_lc_edges(bool on) { lc_edges_flag() = on; }
 
 // While set on this thread, launch_kernel appends each kernel it launches here. The fast engine records its
 // graph captures this way to know which kernel nodes are src/kernels' own (graph_edges.h): every one of them

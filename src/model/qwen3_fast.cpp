@@ -5,9 +5,6 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <set>
 
 #include "core/error.h"
@@ -328,13 +325,14 @@ void FastEngine::capture_graphs() {
     draft_body();
   }
   check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
-  // Experiment (kernels/graph_edges.h): SPECPRESS_LC_EDGES=1 lets each of our kernels launch once every
-  // block of the kernel before it has begun, instead of once it has completed.
-  const char* lc_env = std::getenv("SPECPRESS_LC_EDGES");
-  const bool lc_edges = lc_env != nullptr && std::strcmp(lc_env, "1") == 0;
+  // Each of our kernels that follows a kernel without PDL between them (a cuBLASLt product, in verify and
+  // draft) launches once every block of that kernel has begun, not once it has completed
+  // (kernels/graph_edges.h; SPECPRESS_LC_EDGES, read with the process's PDL setting, before the multi-row
+  // captures change it).
+  const bool lc_edges = kernels::lc_edges_enabled();
   // A capture left open would break every later CUDA call of the process: close it on any error.
   auto capture = [lc_edges](std::unique_ptr<at::cuda::CUDAGraph>& graph, const at::cuda::CUDAGraph* pool_of,
-                            const char* name, auto&& body) {
+                            int& relaxed, auto&& body) {
     graph = std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/lc_edges);
     if (pool_of != nullptr)
       graph->capture_begin(const_cast<at::cuda::CUDAGraph*>(pool_of)->pool());
@@ -355,22 +353,20 @@ void FastEngine::capture_graphs() {
     }
     kernels::launch_recorder() = nullptr;
     graph->capture_end();
+    relaxed = 0;
     if (lc_edges) {
-      int relaxed = 0;
-      check_cuda(kernels::relax_edges_into(graph->raw_cuda_graph(), launched, relaxed), "SPECPRESS_LC_EDGES");
-      std::fprintf(stderr, "SPECPRESS_LC_EDGES: %s graph: %d of our kernels launch at the previous kernel's launch "
-                   "completion\n", name, relaxed);
+      check_cuda(kernels::relax_edges_into(graph->raw_cuda_graph(), launched, relaxed), "launch-completion edges");
       graph->instantiate();
     }
   };
-  capture(decode_graph_, nullptr, "decode", [&] { decode_body(); });
+  capture(decode_graph_, nullptr, lc_edges_[0], [&] { decode_body(); });
   if (draft_ != nullptr) {
     // PDL in the multi-row steps only where set (kernels/launch.h); the process setting is restored after.
     const bool pdl = kernels::pdl_enabled();
     kernels::set_pdl(pdl && kernels::pdl_in_multirow_steps());
     try {
-      capture(verify_graph_, decode_graph_.get(), "verify", [&] { verify_body(); });
-      capture(draft_graph_, decode_graph_.get(), "draft", [&] { draft_body(); });
+      capture(verify_graph_, decode_graph_.get(), lc_edges_[1], [&] { verify_body(); });
+      capture(draft_graph_, decode_graph_.get(), lc_edges_[2], [&] { draft_body(); });
     } catch (...) {
       kernels::set_pdl(pdl);
       throw;

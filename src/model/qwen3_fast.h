@@ -13,6 +13,7 @@
 // the device too (kernels::dflash_accept), so a speculative cycle needs one host synchronisation: the
 // copy of its [block, posterior, a] record.
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,9 @@ class FastEngine {
   // Wall time the last capture_graphs spent tuning matmuls, ms (0 when it tuned nothing new: plans are
   // process-wide, so later engines of the process reuse them).
   double matmul_tuning_ms() const { return matmul_tuning_ms_; }
+  // Edges the last capture_graphs turned into launch-completion edges (kernels/graph_edges.h), in the decode,
+  // verify and draft graphs.
+  std::array<int, 3> launch_completion_edges() const { return lc_edges_; }
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
   // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
   // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; at M = 1 the
@@ -131,6 +135,7 @@ class FastEngine {
   std::unique_ptr<at::cuda::CUDAGraph> decode_graph_, verify_graph_, draft_graph_;
   bool graphs_ready_ = false;
   double matmul_tuning_ms_ = 0;
+  std::array<int, 3> lc_edges_{};  // launch_completion_edges()
   std::vector<int64_t> tap_layers_;
 
   at::Tensor prefill_taps_;                            // prompt rows' taps until the first draft

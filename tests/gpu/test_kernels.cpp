@@ -20,6 +20,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
+#include "kernels/graph_edges.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
@@ -817,6 +818,89 @@ TEST_F(Kernels, ProgrammaticDependentLaunchChainMatchesPlainLaunches) {
     EXPECT_TRUE(at::equal(pdl.kc_fused, pdl.kc) && at::equal(pdl.vc_fused, pdl.vc)) << "fused cache writes differ";
     EXPECT_EQ(pdl.pos.item<int>(), start + 4);
     EXPECT_FALSE(at::isnan(pdl.h).any().item<bool>());
+  }
+  kernels::set_pdl(saved);
+}
+
+// Launch-completion edges (kernels/graph_edges.h): a verify-like chain of 16 rows, where each of our kernels
+// follows a cuBLAS product or an ATen add, captured with the edges into our kernels rewritten (each then starts
+// while the kernel before it runs and waits in pdl_wait, the fused attention after loading old keys and the
+// length), replays bitwise as the same launches run eagerly.
+TEST_F(Kernels, LaunchCompletionEdgesMatchPlainLaunches) {
+  const bool saved = kernels::pdl_enabled();
+  const int64_t T = 16, H = 2560, nq = 32, nkv = 8, hd = 128, inter = 9728, cap = 1024;
+  const int64_t qkv_w = (nq + 2 * nkv) * hd;
+  at::Tensor w_in = 1 + 0.1 * at::randn({H}, bf16()), w_post = 1 + 0.1 * at::randn({H}, bf16());
+  at::Tensor w_qkv = at::randn({qkv_w, H}, bf16()) * 0.02, w_o = at::randn({H, nq * hd}, bf16()) * 0.02;
+  at::Tensor w_gu = at::randn({2 * inter, H}, bf16()) * 0.02, w_down = at::randn({H, inter}, bf16()) * 0.02;
+  at::Tensor qn = 1 + 0.1 * at::randn({hd}, bf16()), kn = 1 + 0.1 * at::randn({hd}, bf16());
+  ops::RopeTable rope = ops::make_rope_table(hd, 1e6, 2048, at::Device(at::kCUDA));
+  at::Tensor x0 = at::randn({T, H}, bf16());
+  at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
+  struct Run {
+    at::Tensor x, h, qkv, attn, o, gu, act, d, kc, vc, pos;
+    kernels::AttentionScratch scratch;
+  };
+  auto make = [&] {
+    Run r;
+    r.x = x0.clone();
+    for (at::Tensor* t : {&r.h, &r.o, &r.d}) *t = at::full({T, H}, NAN, bf16());
+    r.qkv = at::full({T, qkv_w}, NAN, bf16());
+    r.attn = at::full({T, nq * hd}, NAN, bf16());
+    r.gu = at::full({T, 2 * inter}, NAN, bf16());
+    r.act = at::full({T, inter}, NAN, bf16());
+    r.kc = kc0.clone();
+    r.vc = vc0.clone();
+    r.pos = at::full({1}, 0, i32());
+    r.scratch = kernels::make_attention_scratch(T, nq, nkv, hd, kernels::attention_default_splits(cap, T),
+                                                at::Device(at::kCUDA));
+    return r;
+  };
+  auto layer = [&](Run& r) {
+    kernels::rmsnorm_out(r.h, r.x, w_in, 1e-6);
+    at::mm_out(r.qkv, r.h, w_qkv.t());
+    kernels::attention_qkv_out(r.attn, r.qkv, nq, nkv, qn, kn, rope, r.pos, r.kc, r.vc, true, 1e-6, r.scratch);
+    at::mm_out(r.o, r.attn, w_o.t());
+    r.x.add_(r.o);
+    kernels::rmsnorm_out(r.h, r.x, w_post, 1e-6);
+    at::mm_out(r.gu, r.h, w_gu.t());
+    kernels::silu_mul_out(r.act, r.gu);
+    at::mm_out(r.d, r.act, w_down.t());
+    r.x.add_(r.d);
+    kernels::advance_counter(r.pos, static_cast<int>(T));
+  };
+  Run plain = make(), relaxed_run = make();
+  c10::cuda::getCurrentCUDAStream().synchronize();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStreamGuard guard(side);
+  kernels::set_pdl(false);  // as verify runs our kernels: no PDL edges of their own
+  layer(plain);             // warm-up (cuBLAS handles, kernel attributes)
+  layer(relaxed_run);
+  at::cuda::CUDAGraph graph(/*keep_graph=*/true);
+  std::vector<const void*> launched;
+  graph.capture_begin();
+  kernels::launch_recorder() = &launched;
+  for (int i = 0; i < 2; ++i) layer(relaxed_run);
+  kernels::launch_recorder() = nullptr;
+  graph.capture_end();
+  EXPECT_EQ(launched.size(), 2u * 5u) << "our kernels recorded: 2 RMSNorms, attention, SwiGLU, counter a layer";
+  int relaxed = 0;
+  kernels::check_cuda(kernels::relax_edges_into(graph.raw_cuda_graph(), launched, relaxed), "relax_edges_into");
+  // every one of our kernels but the graph's first follows a kernel: 4 + 5
+  EXPECT_EQ(relaxed, 9);
+  graph.instantiate();
+  for (int start : {40, 1, 600}) {
+    plain.pos.fill_(start);
+    relaxed_run.pos.fill_(start);
+    for (int i = 0; i < 2; ++i) layer(plain);
+    graph.replay();
+    side.synchronize();
+    EXPECT_TRUE(at::equal(relaxed_run.x, plain.x)) << "residual stream differs at start " << start;
+    EXPECT_TRUE(at::equal(relaxed_run.attn, plain.attn)) << "attention differs at start " << start;
+    EXPECT_TRUE(at::equal(relaxed_run.kc, plain.kc) && at::equal(relaxed_run.vc, plain.vc))
+        << "caches differ at start " << start;
+    EXPECT_EQ(relaxed_run.pos.item<int>(), start + 2 * T);
+    EXPECT_FALSE(at::isnan(relaxed_run.x).any().item<bool>());
   }
   kernels::set_pdl(saved);
 }
