@@ -25,16 +25,25 @@ cudaError_t relax_edges_into(cudaGraph_t graph, const std::vector<const void*>& 
   e = cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n);
   if (e != cudaSuccess) return e;
   const std::unordered_set<const void*> own(ours.begin(), ours.end());
+  // Whether a kernel node runs one of ours; a library's kernel (cuBLASLt loads its own) is unknown to the runtime.
+  auto is_ours = [&](cudaGraphNode_t node, bool& ours) {
+    cudaKernelNodeParams params{};
+    const cudaError_t err = cudaGraphKernelNodeGetParams(node, &params);
+    ours = false;
+    if (err == cudaErrorInvalidDeviceFunction) {
+      (void)cudaGetLastError();
+      return cudaSuccess;
+    }
+    if (err == cudaSuccess) ours = own.count(params.func) != 0;
+    return err;
+  };
   for (size_t i = 0; i < n; ++i) {
     if (!is_default(data[i]) || !is_kernel(from[i]) || !is_kernel(to[i])) continue;
-    cudaKernelNodeParams params{};
-    e = cudaGraphKernelNodeGetParams(to[i], &params);
-    if (e == cudaErrorInvalidDeviceFunction) {  // a library's kernel (cuBLASLt loads its own): not ours
-      (void)cudaGetLastError();
-      continue;
-    }
+    bool to_ours = false, from_ours = false;
+    e = is_ours(to[i], to_ours);
+    if (e == cudaSuccess && to_ours) e = is_ours(from[i], from_ours);
     if (e != cudaSuccess) return e;
-    if (own.count(params.func) == 0) continue;
+    if (!to_ours || from_ours) continue;
     cudaGraphEdgeData relaxed{};
     relaxed.from_port = cudaGraphKernelNodePortLaunchCompletion;
     relaxed.type = cudaGraphDependencyTypeProgrammatic;

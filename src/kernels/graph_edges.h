@@ -8,9 +8,13 @@
 // SM slots and wait in pdl_wait (a programmatic edge makes griddepcontrol.wait wait for that kernel's
 // completion and memory flush), so its launch and block scheduling overlap the product instead of following
 // it. This is safe for src/kernels' kernels only: each waits before reading an earlier kernel's results and
-// before writing (launch.h's contract; the fused attention reads only data no kernel of the same graph
-// replay writes). A chain of such edges cannot starve a kernel: the next one launches only once every block
-// of the previous one is running.
+// before writing (launch.h's contract). Only edges from a kernel that is not ours are rewritten: an ordinary
+// edge leads into that kernel, so everything before it has completed when it starts, and at most two kernels
+// overlap, as with PDL. That keeps the fused attention's early reads (the length and the older cache rows,
+// which the product just before it does not write) correct. A chain of such edges (tried first) let the draft
+// graph's attention read cache rows that the context injection a few kernels earlier was still writing, in the
+// skinny matmul mode, where every kernel is ours. No kernel is starved: the next one launches only once every
+// block of the previous one is running.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -18,9 +22,10 @@
 
 namespace specpress::kernels {
 
-// Rewrites every ordinary edge of `graph` from a kernel node to a kernel node running one of `ours` (host
-// function pointers, as launch_recorder() records them) into a programmatic edge from the upstream node's
-// launch-completion port. `rewritten` counts them. The graph must not be instantiated yet.
+// Rewrites every ordinary edge of `graph` from a kernel node not running one of `ours` (host function
+// pointers, as launch_recorder() records them) to a kernel node running one of them into a programmatic edge
+// from the upstream node's launch-completion port. `rewritten` counts them. The graph must not be instantiated
+// yet.
 cudaError_t relax_edges_into(cudaGraph_t graph, const std::vector<const void*>& ours, int& rewritten);
 
 }  // namespace specpress::kernels

@@ -16,9 +16,9 @@
 // cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs), which measured faster with the tuned cuBLASLt
 // plans (docs/PERF.md, sixth pass). SPECPRESS_PDL=1 (set_pdl_in_multirow_steps(true)) puts it in every
 // step, SPECPRESS_PDL=0 (set_pdl(false)) nowhere. With PDL on, the engine also rewrites the ordinary edges of
-// its captured graphs into our kernels (after a cuBLAS(Lt) product, say) into launch-completion edges
-// (graph_edges.h, SPECPRESS_LC_EDGES): such a kernel may be resident while the kernel before it still runs,
-// and the same contract (wait before reading earlier results or writing) keeps it correct.
+// its captured graphs from a kernel that is not ours (a cuBLAS(Lt) product, say) into ours into launch-completion
+// edges (graph_edges.h, SPECPRESS_LC_EDGES): such a kernel may be resident while that one still runs, and the
+// same contract (wait before reading earlier results or writing; at most two kernels overlap) keeps it correct.
 #pragma once
 #include <cuda_runtime.h>
 
