@@ -14,7 +14,7 @@
 // the streaming kernel, by cuBLAS (at::mm_out) and by the tuned path (the problem's cuBLASLt plan, or
 // at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
-//                  [--modes all|default] [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8]]
+//                  [--modes all|default] [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8] [--profile-cycles N]]
 //                  [--attention 1]
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
@@ -25,7 +25,8 @@
 // (scripts/gpu/profile_kernels.sh). With --timeline FILE the same region is also recorded by LibTorch's Kineto
 // profiler (CUPTI: each kernel's start and end as the graphs replay them, PDL overlaps included) and saved as a
 // Chrome trace (scripts/gpu/timeline.sh). --profile-attention-warps: that engine's small-T attention blocks (0:
-// the kernel's default). --attention 1: only the attention kernel alone, timed.
+// the kernel's default). --profile-cycles N (0..8): N DFlash cycles as the loop runs them (draft, verify,
+// accept, the record's read with its host sync) after the three steps, to see the gaps between the graphs. --attention 1: only the attention kernel alone, timed.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
@@ -231,7 +232,7 @@ void attention_table() {
 int main(int argc, char** argv) {
   std::string shapes = "4B,8B", json_path, profile_mode, timeline_path;
   bool attention_only = false, all_modes = true;
-  int profile_attention_warps = 0;
+  int profile_attention_warps = 0, profile_cycles = 0;
   int64_t context = 512, iters = 100, ref_iters = 5;
   double tau = 6.5;
   if (argc % 2 == 0) {
@@ -272,6 +273,13 @@ int main(int argc, char** argv) {
       }
       profile_attention_warps = std::stoi(v);
     }
+    else if (f == "--profile-cycles") {
+      if (v.size() != 1 || v[0] < '0' || v[0] > '8') {
+        std::fprintf(stderr, "--profile-cycles: expected 0..8, found '%s'\n", v.c_str());
+        return 2;
+      }
+      profile_cycles = v[0] - '0';
+    }
     else if (f == "--modes") {
       if (v != "all" && v != "default") { std::fprintf(stderr, "--modes: expected all or default, found '%s'\n", v.c_str()); return 2; }
       all_modes = v == "all";
@@ -289,8 +297,8 @@ int main(int argc, char** argv) {
       attention_table();
       return 0;
     }
-    if ((!timeline_path.empty() || profile_attention_warps != 0) && profile_mode.empty())
-      fail("--timeline and --profile-attention-warps go with --profile MODE");
+    if ((!timeline_path.empty() || profile_attention_warps != 0 || profile_cycles != 0) && profile_mode.empty())
+      fail("--timeline, --profile-attention-warps and --profile-cycles go with --profile MODE");
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     nlohmann::ordered_json out;
@@ -356,6 +364,13 @@ int main(int argc, char** argv) {
         engine.sync();
         engine.draft_step();
         engine.sync();
+        // then whole DFlash cycles as the decoding loop runs them: draft, verify, accept, the record's read
+        for (int c = 0; c < profile_cycles; ++c) {
+          engine.draft_step();
+          engine.verify_step();
+          engine.accept();
+          (void)engine.read_record();
+        }
         AT_CUDA_CHECK(cudaProfilerStop());
         if (!timeline_path.empty()) {
           const std::string path = timeline_path + "." + s.name + ".json";  // one trace per shape
