@@ -26,7 +26,8 @@
 // profiler (CUPTI: each kernel's start and end as the graphs replay them, PDL overlaps included) and saved as a
 // Chrome trace (scripts/gpu/timeline.sh). --profile-attention-warps: that engine's small-T attention blocks (0:
 // the kernel's default). --profile-cycles N (0..8): N DFlash cycles as the loop runs them (draft, verify,
-// accept, the record's read with its host sync) after the three steps, to see the gaps between the graphs. --attention 1: only the attention kernel alone, timed.
+// accept, the record's read with its host sync) after the three steps, to see the gaps between the graphs
+// (scripts/gpu/cycle_gaps.py). --attention 1: only the attention kernel alone, timed.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>

@@ -1,6 +1,6 @@
 // graph_edges.h — launch-completion edges into src/kernels' kernels in a captured CUDA graph (torch-free). The
-// fast engine applies it to its graphs when PDL is on (kernels/launch.h: SPECPRESS_LC_EDGES, default 1); it
-// shortened the 4B DFlash cycle by 2.6% and the 8B one by 2% (docs/PERF.md, eleventh pass).
+// fast engine applies it to its graphs when PDL is on (kernels/launch.h: SPECPRESS_LC_EDGES, default 1); in a
+// same-binary A/B it shortened the 4B DFlash cycle by 3.0% and the 8B one by 1.4% (docs/PERF.md, eleventh pass).
 //
 // In the verify and draft graphs PDL is off (kernels/launch.h), so each of our small kernels (RMSNorm,
 // SwiGLU, attention, argmax) is launched only once the cuBLASLt product before it has completed. The rewrite

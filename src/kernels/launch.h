@@ -65,7 +65,6 @@ inline bool& lc_edges_flag() {
   return on;
 }
 inline bool lc_edges_enabled() { return lc_edges_flag() && pdl_enabled(); }
-inline void set_lc_edges(bool on) { lc_edges_flag() = on; }
 
 // While set on this thread, launch_kernel appends each kernel it launches here. The fast engine records its
 // graph captures this way to know which kernel nodes are src/kernels' own (graph_edges.h): every one of them
