@@ -345,7 +345,8 @@ int main(int argc, char** argv) {
       if (!profile_mode.empty()) {
         kernels::set_gemm_mode(kernels::parse_gemm_mode(profile_mode, "--profile"));
         kernels::set_attention_block_warps(profile_attention_warps);  // the engine's attention scratch takes it
-        model::FastEngine engine(target, &draft, context + 4 * B, B);
+        // room for the steps and for every profiled cycle committing a whole block
+        model::FastEngine engine(target, &draft, context + (4 + profile_cycles) * B, B);
         at::Tensor logits = engine.prefill(prompt);
         engine.first_draft(logits.argmax().item<int64_t>());
         engine.set_start(context, context);
@@ -620,7 +621,7 @@ int main(int argc, char** argv) {
                     fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
-      std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d) in the table's graphs: decode %d, "
+      std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d, used with PDL) in the table's graphs: decode %d, "
                   "verify %d, draft %d\n", kernels::lc_edges_flag() ? 1 : 0, fb->lc_edges[0], fb->lc_edges[1],
                   fb->lc_edges[2]);
       std::printf("tokens/s: plain %.1f fast vs %.1f reference; DFlash projected at tau %.1f: %.1f fast vs %.1f reference\n",

@@ -30,6 +30,9 @@ def main():
             segments.append({"items": [], "sync_gap": None if end is None else start - end})
         segments[-1]["items"].append((start, dur, name))
         end = start + dur if end is None else max(end, start + dur)
+    if len(segments) < 4:
+        print(f"note: {len(segments)} segments, expected 3 steps and at least one cycle: a gap of more than "
+              f"{SYNC_GAP_US:.0f} us inside a step, or none between two, would mislabel them")
     labels = ["decode", "verify", "draft"] + [f"cycle {i + 1}" for i in range(len(segments) - 3)]
     for label, seg in zip(labels, segments):
         items = seg["items"]

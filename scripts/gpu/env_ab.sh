@@ -22,7 +22,7 @@ test_gpu=${TEST_GPU:-build-gpu/bin/test_gpu}
 base=${BASE:-}
 if [ -n "$base" ]; then
   [[ "$base" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "env_ab.sh: BASE: label '$base' must be letters, digits, '_', '.' or '-'" >&2; exit 2; }
-  [ -f .ab-base/AB_REVISION ] ||
+  [ -f .ab-base/AB_REVISION ] || [ -n "${BASE_FAST_PERF:-}" ] ||
     { echo "env_ab.sh: BASE=$base but no .ab-base/AB_REVISION: run scripts/gpu/ab_prepare.sh REV first and carry .ab-base" >&2; exit 2; }
 fi
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
@@ -84,9 +84,14 @@ fi
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for label in "${labels[@]}"; do
     log="$OUT/env_${label}_r$round"
-    echo "== $label (${vars[$label]:-baseline}), round $round"
+    note=${vars[$label]:-baseline}
+    [ "$label" = "$base" ] && note=".ab-base, timed first in every round"
+    echo "== $label ($note), round $round"
     # shellcheck disable=SC2086
-    if ! env ${vars[$label]} "${binary[$label]}" --shapes "${SHAPES:-4B,8B}" --modes default --ref-iters "${REF_ITERS:-1}" \
+    modes=(--modes default)  # a BASE revision older than fast_perf's --modes flag runs every mode
+    [ "$label" = "$base" ] && [ -f .ab-base/bench/fast_perf.cpp ] && ! grep -q -- '"--modes"' .ab-base/bench/fast_perf.cpp &&
+      modes=()
+    if ! env ${vars[$label]} "${binary[$label]}" --shapes "${SHAPES:-4B,8B}" "${modes[@]}" --ref-iters "${REF_ITERS:-1}" \
       --json "$log.json" >"$log.log" 2>&1; then
       echo "fast_perf failed under $label:"
       tail -5 "$log.log"

@@ -349,7 +349,8 @@ template <int HD, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attention_kernel(AttentionArgs a) {
   // Fused (a.qkv set): this step's keys come from a.qkv, the previous kernel's output, and the cache rows
   // before them were written by kernels that have completed by the time this one starts (under PDL the
-  // previous kernel only lets this one in after its own wait), so the first two tiles of old keys are
+  // previous kernel only lets this one in after its own wait; after a launch-completion edge, graph_edges.h,
+  // that kernel started only once everything before it had completed), so the first two tiles of old keys are
   // loaded before the wait. Unfused, q and the cache may both come from the previous kernel: wait first.
   const bool fused = a.qkv != nullptr;
   if (!fused) pdl_begin();

@@ -8,7 +8,11 @@ namespace {
 
 bool is_kernel(cudaGraphNode_t node) {
   cudaGraphNodeType type{};
-  return cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel;
+  if (cudaGraphNodeGetType(node, &type) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a node we rewrite; leave no error behind for a later launch check
+    return false;
+  }
+  return type == cudaGraphNodeTypeKernel;
 }
 
 bool is_default(const cudaGraphEdgeData& e) { return e.from_port == 0 && e.to_port == 0 && e.type == 0; }
@@ -25,25 +29,24 @@ cudaError_t relax_edges_into(cudaGraph_t graph, const std::vector<const void*>& 
   e = cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n);
   if (e != cudaSuccess) return e;
   const std::unordered_set<const void*> own(ours.begin(), ours.end());
-  // Whether a kernel node runs one of ours; a library's kernel (cuBLASLt loads its own) is unknown to the runtime.
-  auto is_ours = [&](cudaGraphNode_t node, bool& ours) {
+  // Whether a kernel node runs one of ours. The runtime knows every one of ours; a library's kernel (cuBLASLt
+  // loads its own) makes the query fail, and so does anything else we cannot identify: not ours either way.
+  auto is_ours = [&](cudaGraphNode_t node) {
     cudaKernelNodeParams params{};
-    const cudaError_t err = cudaGraphKernelNodeGetParams(node, &params);
-    ours = false;
-    if (err == cudaErrorInvalidDeviceFunction) {
+    if (cudaGraphKernelNodeGetParams(node, &params) != cudaSuccess) {
       (void)cudaGetLastError();
-      return cudaSuccess;
+      return false;
     }
-    if (err == cudaSuccess) ours = own.count(params.func) != 0;
-    return err;
+    return own.count(params.func) != 0;
   };
+  // The argument for safety (graph_edges.h) needs every edge into the upstream kernel to be ordinary: nodes
+  // with an incoming programmatic edge are never the upstream end of a rewritten one.
+  std::unordered_set<cudaGraphNode_t> early;
+  for (size_t i = 0; i < n; ++i)
+    if (!is_default(data[i])) early.insert(to[i]);
   for (size_t i = 0; i < n; ++i) {
-    if (!is_default(data[i]) || !is_kernel(from[i]) || !is_kernel(to[i])) continue;
-    bool to_ours = false, from_ours = false;
-    e = is_ours(to[i], to_ours);
-    if (e == cudaSuccess && to_ours) e = is_ours(from[i], from_ours);
-    if (e != cudaSuccess) return e;
-    if (!to_ours || from_ours) continue;
+    if (!is_default(data[i]) || early.count(from[i]) != 0 || !is_kernel(from[i]) || !is_kernel(to[i])) continue;
+    if (!is_ours(to[i]) || is_ours(from[i])) continue;
     cudaGraphEdgeData relaxed{};
     relaxed.from_port = cudaGraphKernelNodePortLaunchCompletion;
     relaxed.type = cudaGraphDependencyTypeProgrammatic;

@@ -10,7 +10,7 @@
 // touches constant data (the GEMV loads its first step of weights before it waits), in the SM slots the
 // running kernel leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel
 // let the next one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel launched without PDL
-// (cuBLAS, or any kernel when it is off) serialises as usual. Graphs keep the setting
+// (cuBLAS, or any kernel when it is off) serialises as usual, except for the launch-completion edges below. Graphs keep the setting
 // they were captured with (capture records the launch attribute). By default (SPECPRESS_PDL=decode) it is on
 // in the one-row decode step only: the fast engine captures its verify and draft graphs, whose matmuls are
 // cuBLAS(Lt) kernels, without it (FastEngine::capture_graphs), which measured faster with the tuned cuBLASLt
@@ -68,7 +68,8 @@ inline bool lc_edges_enabled() { return lc_edges_flag() && pdl_enabled(); }
 
 // While set on this thread, launch_kernel appends each kernel it launches here. The fast engine records its
 // graph captures this way to know which kernel nodes are src/kernels' own (graph_edges.h): every one of them
-// waits (pdl_wait) before it reads an earlier kernel's results or writes anything.
+// waits (pdl_wait) before it reads an earlier kernel's results or writes anything (the fused attention's early
+// reads, above, being the one documented exception).
 inline std::vector<const void*>*& launch_recorder() {
   thread_local std::vector<const void*>* recorder = nullptr;
   return recorder;

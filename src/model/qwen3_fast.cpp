@@ -355,8 +355,13 @@ void FastEngine::capture_graphs() {
     graph->capture_end();
     relaxed = 0;
     if (lc_edges) {
-      check_cuda(kernels::relax_edges_into(graph->raw_cuda_graph(), launched, relaxed), "launch-completion edges");
-      graph->instantiate();
+      try {
+        check_cuda(kernels::relax_edges_into(graph->raw_cuda_graph(), launched, relaxed), "launch-completion edges");
+        graph->instantiate();
+      } catch (...) {
+        graph.reset();  // kept but not instantiated: nothing to replay
+        throw;
+      }
     }
   };
   capture(decode_graph_, nullptr, lc_edges_[0], [&] { decode_body(); });

@@ -878,6 +878,9 @@ TEST_F(Kernels, LaunchCompletionEdgesMatchPlainLaunches) {
   layer(relaxed_run);
   at::cuda::CUDAGraph graph(/*keep_graph=*/true);
   std::vector<const void*> launched;
+  struct RecorderReset {  // never leave the recorder pointing at `launched` (a throwing layer, say)
+    ~RecorderReset() { kernels::launch_recorder() = nullptr; }
+  } recorder_reset;
   graph.capture_begin();
   kernels::launch_recorder() = &launched;
   for (int i = 0; i < 2; ++i) layer(relaxed_run);
