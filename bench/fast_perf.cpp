@@ -399,7 +399,6 @@ int main(int argc, char** argv) {
         dec_bytes = engine.decode_bytes(context);
         drf_bytes = engine.draft_bytes(context);
         engine.capture_graphs();
-        const std::array<int, 3> lc_edges = engine.launch_completion_edges();
         if (engine.matmul_tuning_ms() > 0)
           std::printf("%s: cuBLASLt tuning of the verify and draft matmuls took %.0f ms (mode %s)\n", s.name.c_str(),
                       engine.matmul_tuning_ms(), kernels::gemm_mode_name(mode));
@@ -409,7 +408,7 @@ int main(int argc, char** argv) {
         c10::cuda::CUDAStreamGuard guard(engine.stream());
         const int inner = static_cast<int>(std::max<int64_t>(iters / 5, 1));
         FastNumbers f{};
-        f.lc_edges = lc_edges;
+        f.lc_edges = engine.launch_completion_edges();
         engine.set_start(context, context);
         f.decode = time_ms([&] { engine.decode_step(); }, 5, 7, inner);
         engine.set_start(context, context);

@@ -10,9 +10,10 @@
 #        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2'
 #      SHAPES (4B,8B), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
 #      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
-#      use existing ones; BASE_FAST_PERF likewise for BASE), BASE (a label: also build fast_perf from .ab-base/, made here by
+#      use existing ones), BASE (a label: also build fast_perf from .ab-base/, made here by
 #      scripts/gpu/ab_prepare.sh REV and carried, and time it first in every round under that label, so that one
-#      call compares another revision with this tree's settings; no tests run for it).
+#      call compares another revision with this tree's settings; no tests run for it), BASE_FAST_PERF (that
+#      revision's binary, already built: then .ab-base/ is not built).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -28,7 +29,7 @@ fi
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   source scripts/gpu/gpu_env.sh
   gpu_build . build-gpu /tmp/env_ab fast_perf test_gpu || exit 1
-  if [ -n "$base" ]; then
+  if [ -n "$base" ] && [ -z "${BASE_FAST_PERF:-}" ]; then
     echo "$base = $(cat .ab-base/AB_REVISION) (.ab-base)"
     gpu_build .ab-base .ab-base/build-gpu /tmp/env_ab_base fast_perf || exit 1
   fi
