@@ -3,7 +3,10 @@
 // [1, 9, 17, 25, 33]), built in memory; measures copy bandwidth, then for the fast path (CUDA graphs)
 // and the reference path (eager ATen) side by side: plain decode ms/token, verify ms (block 16), draft
 // ms, DFlash cycle ms, each against the bandwidth roofline (bytes that must be read / measured copy
-// bandwidth), and the projected DFlash tokens/s at tau 6.5. The fast path runs once per matmul mode
+// bandwidth), and the projected DFlash tokens/s at tau 6.5. The cycle and the "decode + token read" row are
+// timed as the greedy loops run them (decode/fast_generation.h): pipelined, the next cycle or step queued before
+// the host reads the current one's result; the synchronous loops' times are printed beside them. The fast
+// path runs once per matmul mode
 // (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
 // small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
 // with programmatic dependent launch; the table shows the run with the lowest decode + cycle time. In gemv
@@ -25,8 +28,8 @@
 // (scripts/gpu/profile_kernels.sh). With --timeline FILE the same region is also recorded by LibTorch's Kineto
 // profiler (CUPTI: each kernel's start and end as the graphs replay them, PDL overlaps included) and saved as a
 // Chrome trace (scripts/gpu/timeline.sh). --profile-attention-warps: that engine's small-T attention blocks (0:
-// the kernel's default). --profile-cycles N (0..8): N DFlash cycles as the loop runs them (draft, verify,
-// accept, the record's read with its host sync) after the three steps, to see the gaps between the graphs
+// the kernel's default). --profile-cycles N (0..8): N DFlash cycles as the greedy loop runs them (draft, verify,
+// accept, the record's read; pipelined unless SPECPRESS_PIPELINE=0) after the three steps, to see the gaps between the graphs
 // (scripts/gpu/cycle_gaps.py). --attention 1: only the attention kernel alone, timed.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -51,6 +54,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "decode/fast_generation.h"
 #include "decode/sampler.h"
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
@@ -366,13 +370,18 @@ int main(int argc, char** argv) {
         engine.sync();
         engine.draft_step();
         engine.sync();
-        // then whole DFlash cycles as the decoding loop runs them: draft, verify, accept, the record's read
+        // then whole DFlash cycles as the greedy loop runs them (pipelined, unless SPECPRESS_PIPELINE=0): draft,
+        // verify, accept, the record's copy, and the read of the previous cycle's record (of this one's, synchronous)
+        const bool pipelined = decode::pipelined_loops();
         for (int c = 0; c < profile_cycles; ++c) {
           engine.draft_step();
           engine.verify_step();
           engine.accept();
-          (void)engine.read_record();
+          engine.queue_record_copy(c % 2);
+          if (!pipelined) (void)engine.wait_record(c % 2);
+          else if (c > 0) (void)engine.wait_record((c - 1) % 2);
         }
+        engine.sync();
         AT_CUDA_CHECK(cudaProfilerStop());
         if (!timeline_path.empty()) {
           const std::string path = timeline_path + "." + s.name + ".json";  // one trace per shape
@@ -386,6 +395,7 @@ int main(int argc, char** argv) {
       // ---- fast path, once per matmul mode (skinny tensor-core kernel, cuBLAS, cuBLAS + GEMV at M = 1)
       struct FastNumbers {
         double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16;
+        double decode_loop_sync, cycle_sync;  // the loops without pipelining (SPECPRESS_PIPELINE=0)
         std::array<int, 3> lc_edges;  // launch-completion edges in the decode, verify and draft graphs
       };
       double dec_bytes = 0, drf_bytes = 0;
@@ -414,17 +424,39 @@ int main(int argc, char** argv) {
         engine.set_start(context, context);
         f.verify = time_ms([&] { engine.verify_step(); }, 3, 7, inner);
         f.draft = time_ms([&] { engine.draft_step(); }, 3, 7, inner);
+        // a full cycle as the decoding loop runs it (decode/fast_generation.h): draft + verify + accept + the
+        // record's copy, with cycle k + 1 queued before cycle k's record is read (pipelined, the default)
+        // or after it (synchronous: the one host sync a cycle on the critical path)
+        const int cycle_inner = static_cast<int>(std::max<int64_t>(iters / 10, 1));
+        int64_t queued = 0;
+        auto queue_cycle = [&] {
+          engine.draft_step();
+          engine.verify_step();
+          engine.accept();
+          engine.queue_record_copy(static_cast<int>(queued++ % 2));
+        };
         engine.set_start(context, context);
-        // a full cycle as the decoding loop runs it: draft + verify + accept + the one host sync
         f.cycle = time_ms([&] {
+          queue_cycle();
+          if (queued > 1) (void)engine.wait_record(static_cast<int>((queued - 2) % 2));
+        }, 3, 5, cycle_inner);
+        engine.set_start(context, context);
+        f.cycle_sync = time_ms([&] {
           engine.draft_step();
           engine.verify_step();
           engine.accept();
           (void)engine.read_record();
-        }, 3, 5, static_cast<int>(std::max<int64_t>(iters / 10, 1)));
-        // plain decode as the loop runs it (graph replay + read of the argmax token)
+        }, 3, 5, cycle_inner);
+        // plain decode as the loop runs it: graph replay + read of the argmax token, pipelined or not
+        int64_t steps = 0;
         engine.set_start(context, context);
         f.decode_loop = time_ms([&] {
+          engine.decode_step();
+          engine.queue_token_copy(static_cast<int>(steps++ % 2));
+          if (steps > 1) (void)engine.wait_token(static_cast<int>((steps - 2) % 2));
+        }, 5, 5, inner);
+        engine.set_start(context, context);
+        f.decode_loop_sync = time_ms([&] {
           engine.decode_step();
           (void)engine.read_token();
         }, 5, 5, inner);
@@ -487,7 +519,7 @@ int main(int argc, char** argv) {
       kernels::set_pdl(default_pdl);
       kernels::set_pdl_in_multirow_steps(default_pdl_multirow);
       const double f_decode = fb->decode, f_decode_loop = fb->decode_loop, f_verify = fb->verify, f_draft = fb->draft,
-                   f_cycle = fb->cycle;
+                   f_cycle = fb->cycle, f_decode_loop_sync = fb->decode_loop_sync, f_cycle_sync = fb->cycle_sync;
 
       // ---- each projection alone, against the copy bandwidth: at M = 1 the GEMV kernel vs cuBLAS, at M = 16
       // (verify) the streaming small-M kernel and the tuned path vs cuBLAS
@@ -550,6 +582,9 @@ int main(int argc, char** argv) {
       row("verify (16 tokens)", f_verify, r_verify, dec_floor);
       row("draft step", f_draft, r_draft, drf_floor);
       row("DFlash cycle", f_cycle, r_cycle, cyc_floor);
+      std::printf("loops (decode/fast_generation.h): decode + token read %.3f ms pipelined, %.3f synchronous; DFlash "
+                  "cycle %.3f pipelined, %.3f synchronous (SPECPRESS_PIPELINE=0); verify + draft %.3f\n",
+                  f_decode_loop, f_decode_loop_sync, f_cycle, f_cycle_sync, f_verify + f_draft);
       if (all_modes) {
         std::printf("matmul mode in the table: %s; per mode (skinny | cublas | gemv) ms: decode %.3f | %.3f | %.3f, "
                     "verify %.3f | %.3f | %.3f, draft %.3f | %.3f | %.3f, cycle %.3f | %.3f | %.3f\n",
@@ -666,7 +701,8 @@ int main(int argc, char** argv) {
       append({{"lt_tuning", std::string(kernels::lt_tuning_name(default_tuning))},
               {"lt_plans", lt_json},
               {"gemv_projections_m1", proj_json},
-              {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle}}},
+              {"fast_ms", {{"decode", f_decode}, {"decode_loop", f_decode_loop}, {"verify", f_verify}, {"draft", f_draft}, {"cycle", f_cycle},
+                           {"decode_loop_sync", f_decode_loop_sync}, {"cycle_sync", f_cycle_sync}}},
               {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},
               {"roofline_pct_fast", {{"decode", pct(dec_floor, f_decode)}, {"verify", pct(dec_floor, f_verify)},
                                      {"draft", pct(drf_floor, f_draft)}, {"cycle", pct(cyc_floor, f_cycle)}}},

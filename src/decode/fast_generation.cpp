@@ -3,13 +3,20 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "decode/output.h"
 
 namespace specpress::decode {
 namespace {
+
+// set_pipelined_loops: -1 = not set (SPECPRESS_PIPELINE decides), 0 / 1.
+std::atomic<int> pipelined_override{-1};
 
 // CUDA events around the draft and verify parts of a cycle, read after the cycle's one sync.
 struct CycleTimer {
@@ -30,6 +37,19 @@ struct CycleTimer {
 
 }  // namespace
 
+bool pipelined_loops() {
+  static const bool from_env = [] {
+    const char* v = std::getenv("SPECPRESS_PIPELINE");
+    if (v == nullptr || std::string(v) == "1") return true;
+    if (std::string(v) == "0") return false;
+    fail("SPECPRESS_PIPELINE: expected 0 or 1, found '{}'", v);
+  }();
+  const int o = pipelined_override.load();
+  return o < 0 ? from_env : o == 1;
+}
+
+void set_pipelined_loops(bool on) { pipelined_override.store(on ? 1 : 0); }
+
 GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwen3Model& target,
                                      const std::vector<int64_t>& prompt, const GenerationParams& params,
                                      const TokenCallback& on_tokens) {
@@ -48,6 +68,27 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   result.prefill_ms = elapsed_ms(t0);
 
   auto t1 = std::chrono::steady_clock::now();
+  if (greedy && pipelined_loops()) {
+    // Pipelined: step s + 1 (its input is step s's argmax, already on the device) is queued before step s's
+    // token is read, so the GPU never waits for the host. A step is queued only while the output has room
+    // for two more tokens (as many steps as the synchronous loop runs at most); after a stop token the one
+    // step in flight is discarded.
+    if (output.commit({next})) {
+      engine.set_token(next);
+      engine.decode_step();
+      engine.queue_token_copy(0);
+      for (int64_t s = 0;; ++s) {
+        if (static_cast<int64_t>(result.output_ids.size()) + 1 < params.max_new_tokens) {
+          engine.decode_step();
+          engine.queue_token_copy(static_cast<int>((s + 1) % 2));
+        }
+        if (!output.commit({engine.wait_token(static_cast<int>(s % 2))})) break;
+      }
+    }
+    result.decode_ms = elapsed_ms(t1);  // the output is complete here
+    engine.sync();                      // the step past a stop token, if one was queued
+    return result;
+  }
   bool first = true;
   while (output.commit({next})) {
     if (first || !greedy) engine.set_token(next);  // greedy: the graph's argmax already is the next input
@@ -92,8 +133,43 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   auto decode_start = std::chrono::steady_clock::now();
 
   int64_t start = N;
-  bool first_cycle = true;
   std::vector<int64_t> block(B), posterior(B);
+  if (greedy && pipelined_loops()) {
+    // Pipelined: cycle k + 1 (draft, verify, accept: everything it needs is on the device after cycle k's
+    // accept) is queued before cycle k's record is read, so the GPU never waits for the host's sync, its
+    // read of the record and its next launches. Cycle k commits at most B tokens, so while start + B <
+    // max_length only a stop token can end decoding with it; then cycle k + 1 is queued ahead, and after a
+    // stop it is discarded (it writes cache rows below start + 2B <= the capacity). Near the length limit
+    // the loop queues each cycle after reading the previous one, as the synchronous loop does.
+    std::array<CycleTimer, 2> timers;
+    auto queue_cycle = [&](int64_t k) {
+      CycleTimer& t = timers[k % 2];
+      t.mark(0, stream);
+      if (k > 0) engine.draft_step();  // cycle 0's block was drafted by first_draft
+      t.mark(1, stream);
+      engine.verify_step();
+      engine.accept();
+      t.mark(2, stream);
+      engine.queue_record_copy(static_cast<int>(k % 2));
+    };
+    queue_cycle(0);
+    for (int64_t k = 0;; ++k) {
+      const bool ahead = start + B < max_length;
+      if (ahead) queue_cycle(k + 1);
+      const int64_t* rec = engine.wait_record(static_cast<int>(k % 2));
+      std::copy(rec, rec + B, block.begin());
+      std::copy(rec + B, rec + 2 * B, posterior.begin());
+      const int64_t a = rec[2 * B];
+      result.draft_ms += timers[k % 2].ms(0, 1);
+      result.verify_ms += timers[k % 2].ms(1, 2);
+      if (!finish_verify_step(output, result, params, block, posterior, a, max_length, start, bonus)) break;
+      if (!ahead) queue_cycle(k + 1);
+    }
+    result.decode_ms = elapsed_ms(decode_start);  // the output is complete here
+    engine.sync();                                // the cycle past a stop token, if one was queued
+    return result;
+  }
+  bool first_cycle = true;
   while (start < max_length) {
     timer.mark(0, stream);
     if (!first_cycle) engine.draft_step();

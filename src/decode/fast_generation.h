@@ -2,7 +2,8 @@
 // step for step the reference loops of generation.h (same trimming, stop handling, statistics and
 // sampler stream), with graph replays instead of eager forwards. Greedy decoding keeps the argmax and
 // the DFlash acceptance on the device: one host synchronisation per token (plain) or per speculative
-// cycle (DFlash). At T > 0 the host Sampler draws from the copied logits exactly as the reference does.
+// cycle (DFlash), which the pipelined loops (below) overlap with the next step's work. At T > 0 the host
+// Sampler draws from the copied logits exactly as the reference does.
 // CUDA builds only (SPECPRESS_FAST_PATH).
 #pragma once
 #include "decode/generation.h"
@@ -17,6 +18,15 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
 GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qwen3Model& target,
                                       const model::DFlashDraft& draft, const std::vector<int64_t>& prompt,
                                       const GenerationParams& params, const TokenCallback& on_tokens = {});
+
+// Greedy loops are pipelined by default: the next step (plain) or cycle (DFlash) is queued on the device
+// before the host reads the current one's result, so the GPU does not wait for the host's sync, its
+// bookkeeping and its next launches; the output is the synchronous loop's, token for token (a step or cycle
+// queued past a stop token is discarded). Sampling (T > 0) needs the host's draw before the next step, so
+// it stays synchronous. SPECPRESS_PIPELINE=0 turns pipelining off (another value than 0 or 1 fails, naming
+// the variable); set_pipelined_loops overrides it for the process (tests, benchmarks).
+bool pipelined_loops();
+void set_pipelined_loops(bool on);
 
 // Builds an engine sized for this generation and runs the matching loop (draft may be null).
 GenerationResult generate_fast(const model::Qwen3Model& target, const model::DFlashDraft* draft,

@@ -108,12 +108,21 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     record_ = at::zeros({2 * B_ + 1}, i64);
   }
   auto pinned = at::TensorOptions().dtype(at::kLong).pinned_memory(true);
-  record_host_ = at::zeros({2 * std::max<int64_t>(B_, 1) + 1}, pinned);
-  scalar_host_ = at::zeros({4}, pinned);
+  record_host_ = at::zeros({2, 2 * std::max<int64_t>(B_, 1) + 1}, pinned);
+  scalar_host_ = at::zeros({2}, pinned);
+  for (int i = 0; i < 2; ++i) {
+    check_cuda(cudaEventCreateWithFlags(&token_copied_[i], cudaEventDisableTiming), "engine events");
+    check_cuda(cudaEventCreateWithFlags(&record_copied_[i], cudaEventDisableTiming), "engine events");
+  }
   check_cuda(cudaStreamSynchronize(stream_.stream()), "engine set-up");
 }
 
-FastEngine::~FastEngine() = default;
+FastEngine::~FastEngine() {
+  for (cudaEvent_t e : token_copied_)
+    if (e != nullptr) cudaEventDestroy(e);
+  for (cudaEvent_t e : record_copied_)
+    if (e != nullptr) cudaEventDestroy(e);
+}
 
 FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwen3Config& c, int64_t taps_width,
                                      int splits) const {
@@ -414,12 +423,29 @@ void FastEngine::decode_step() {
 }
 
 int64_t FastEngine::read_token() {
-  int64_t* host = scalar_host_.data_ptr<int64_t>();
+  queue_token_copy(0);
+  return wait_token(0);
+}
+
+namespace {
+int checked_slot(int slot, const char* what) {
+  if (slot != 0 && slot != 1) fail("fast path: {}: slot {} is not 0 or 1", what, slot);
+  return slot;
+}
+}  // namespace
+
+void FastEngine::queue_token_copy(int slot) {
+  checked_slot(slot, "queue_token_copy");
+  int64_t* host = scalar_host_.data_ptr<int64_t>() + slot;
   check_cuda(cudaMemcpyAsync(host, token_in_.data_ptr<int64_t>(), sizeof(int64_t), cudaMemcpyDeviceToHost,
                              stream_.stream()),
              "token copy");
-  check_cuda(cudaStreamSynchronize(stream_.stream()), "token sync");
-  return host[0];
+  check_cuda(cudaEventRecord(token_copied_[slot], stream_.stream()), "token copy event");
+}
+
+int64_t FastEngine::wait_token(int slot) {
+  check_cuda(cudaEventSynchronize(token_copied_[checked_slot(slot, "wait_token")]), "token sync");
+  return scalar_host_.data_ptr<int64_t>()[slot];
 }
 
 at::Tensor FastEngine::decode_logits() {
@@ -467,12 +493,23 @@ void FastEngine::accept(const std::vector<int64_t>* posterior) {
 }
 
 const int64_t* FastEngine::read_record() {
-  int64_t* host = record_host_.data_ptr<int64_t>();
+  queue_record_copy(0);
+  return wait_record(0);
+}
+
+void FastEngine::queue_record_copy(int slot) {
+  checked_slot(slot, "queue_record_copy");
+  if (draft_ == nullptr) fail("fast path: queue_record_copy without a draft model");
+  int64_t* host = record_host_.data_ptr<int64_t>() + slot * record_host_.size(1);
   check_cuda(cudaMemcpyAsync(host, record_.data_ptr<int64_t>(), sizeof(int64_t) * record_.numel(),
                              cudaMemcpyDeviceToHost, stream_.stream()),
              "record copy");
-  check_cuda(cudaStreamSynchronize(stream_.stream()), "record sync");
-  return host;
+  check_cuda(cudaEventRecord(record_copied_[slot], stream_.stream()), "record copy event");
+}
+
+const int64_t* FastEngine::wait_record(int slot) {
+  check_cuda(cudaEventSynchronize(record_copied_[checked_slot(slot, "wait_record")]), "record sync");
+  return record_host_.data_ptr<int64_t>() + slot * record_host_.size(1);
 }
 
 at::Tensor FastEngine::verify_logits() {

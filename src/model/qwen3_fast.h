@@ -65,7 +65,7 @@ class FastEngine {
   void set_token(int64_t token);  // the next decode step's input
   // Decode graph: the token at `start` -> logits -> argmax becomes the next input; start += 1.
   void decode_step();
-  int64_t read_token();           // the decode step's argmax (one host sync)
+  int64_t read_token();           // the decode step's argmax (one host sync): queue_token_copy(0) + wait_token(0)
   at::Tensor decode_logits();     // fp32 [1, V] copy of the last decode step's logits
 
   // ---- DFlash decoding (needs a draft)
@@ -76,7 +76,15 @@ class FastEngine {
   // Acceptance on the device, from the verify argmax or (sampling) from `posterior` given by the host.
   void accept(const std::vector<int64_t>* posterior = nullptr);
   // Host copy of the last accept's record: block (B), posterior (B), a. One host sync.
-  const int64_t* read_record();
+  const int64_t* read_record();   // queue_record_copy(0) + wait_record(0)
+  // Pipelined loops (decode/fast_generation.h): the copy of the last step's result into host slot `slot`
+  // (0 or 1), queued on the engine stream behind the work launched so far, and the wait for that copy alone,
+  // so that the host can queue the next step before it reads this one. A slot's result stays valid until
+  // the next queue_*_copy into the same slot.
+  void queue_token_copy(int slot);   // the last decode step's argmax
+  int64_t wait_token(int slot);
+  void queue_record_copy(int slot);  // the last accept's record
+  const int64_t* wait_record(int slot);
   at::Tensor verify_logits();     // fp32 [B, V] copy of the last verify's logits
   at::Tensor draft_proposals();   // int64 [B] device view of the block ids (bonus + proposals)
 
@@ -129,7 +137,8 @@ class FastEngine {
   at::Tensor start_, ctx_start_;                        // int32 [1]
   at::Tensor token_in_;                                 // int64 [1]
   at::Tensor block_ids_, posterior_, record_;           // int64 [B], [B], [2B+1]
-  at::Tensor record_host_, scalar_host_;                // pinned
+  at::Tensor record_host_, scalar_host_;                // pinned, two slots each: [2, 2B+1], [2]
+  std::array<cudaEvent_t, 2> token_copied_{}, record_copied_{};  // a slot's copy done
   FastBuffers decode_buf_, verify_buf_, draft_buf_;
   at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
   std::unique_ptr<at::cuda::CUDAGraph> decode_graph_, verify_graph_, draft_graph_;

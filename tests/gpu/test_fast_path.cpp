@@ -192,6 +192,58 @@ TEST_F(FastPathGolden, GreedyTokensMatchGoldenOutputsInBf16) {
   EXPECT_EQ(run_index, 8);
 }
 
+// The pipelined greedy loops (a step or cycle queued before the host reads the previous one) give the
+// synchronous loops' results exactly: outputs, acceptance lengths, stop flag and, for DFlash, every cycle's
+// record. The limits are where pipelining decides differently: a length limit inside the first cycle, one
+// token short of a block and just past it, and a stop token inside the output, where a queued cycle or step
+// must be discarded (and the stop token itself committed, as the reference does).
+TEST_F(FastPathGolden, PipelinedLoopsMatchSynchronousLoops) {
+  struct Restore {
+    ~Restore() { decode::set_pipelined_loops(true); }
+  } restore;
+  const int64_t B = draft_->config().block_size;
+  int cases = 0, stopped = 0;
+  for (int r : {0, 3}) {
+    const GoldenRun& run = golden_runs()[r];
+    const int64_t n = static_cast<int64_t>(run.ar_output.size());
+    std::vector<std::pair<int64_t, std::vector<int64_t>>> limits;  // (max_new_tokens, stop_ids)
+    for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, B - 1, B, B + 1, 2 * B + 3, run.max_new_tokens})
+      limits.push_back({m, run.stop_ids});
+    limits.push_back({run.max_new_tokens, {run.ar_output[static_cast<size_t>(std::min<int64_t>(n - 1, 5))]}});
+    limits.push_back({run.max_new_tokens, {run.ar_output[static_cast<size_t>(n / 2)]}});
+    for (const auto& [max_new, stop] : limits) {
+      decode::GenerationParams p;
+      p.max_new_tokens = max_new;
+      p.stop_ids = stop;
+      p.record_steps = true;
+      decode::set_pipelined_loops(false);
+      const decode::GenerationResult plain_sync = decode::generate_fast(*target_, nullptr, run.prompt, p);
+      const decode::GenerationResult spec_sync = decode::generate_fast(*target_, draft_.get(), run.prompt, p);
+      decode::set_pipelined_loops(true);
+      const decode::GenerationResult plain = decode::generate_fast(*target_, nullptr, run.prompt, p);
+      const decode::GenerationResult spec = decode::generate_fast(*target_, draft_.get(), run.prompt, p);
+      const std::string where = "run " + std::to_string(r) + ", max_new_tokens " + std::to_string(max_new);
+      EXPECT_EQ(plain.output_ids, plain_sync.output_ids) << "plain, " << where;
+      EXPECT_EQ(plain.stopped, plain_sync.stopped) << "plain, " << where;
+      EXPECT_EQ(spec.output_ids, spec_sync.output_ids) << "DFlash, " << where;
+      EXPECT_EQ(spec.stopped, spec_sync.stopped) << "DFlash, " << where;
+      EXPECT_EQ(spec.acceptance_lengths, spec_sync.acceptance_lengths) << "DFlash, " << where;
+      ASSERT_EQ(spec.steps.size(), spec_sync.steps.size()) << "DFlash, " << where;
+      for (size_t i = 0; i < spec.steps.size(); ++i) {
+        EXPECT_EQ(spec.steps[i].start, spec_sync.steps[i].start) << "DFlash, " << where << ", cycle " << i;
+        EXPECT_EQ(spec.steps[i].block, spec_sync.steps[i].block) << "DFlash, " << where << ", cycle " << i;
+        EXPECT_EQ(spec.steps[i].posterior, spec_sync.steps[i].posterior) << "DFlash, " << where << ", cycle " << i;
+      }
+      EXPECT_EQ(spec.output_ids, plain.output_ids) << "DFlash vs plain, " << where;
+      EXPECT_LE(static_cast<int64_t>(spec.output_ids.size()), max_new) << where;
+      ++cases;
+      stopped += spec.stopped;
+    }
+  }
+  std::printf("pipelined == synchronous loops in %d cases (%d of them ending at a stop token)\n", cases, stopped);
+  EXPECT_GE(stopped, 2) << "the cases should include stops inside the output";
+}
+
 TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
   decode::GenerationParams p;
   p.max_new_tokens = 40;
@@ -223,15 +275,29 @@ TEST_F(FastPathGolden, NoAllocationInTheSteadyStateLoop) {
   const auto device = static_cast<c10::DeviceIndex>(target_->device().index() < 0 ? 0 : target_->device().index());
   auto before = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   for (int i = 0; i < 20; ++i) cycle();
+  for (int i = 0; i < 20; ++i) {  // the pipelined loop's calls (decode/fast_generation.cpp)
+    engine.verify_step();
+    engine.accept();
+    engine.queue_record_copy(i % 2);
+    if (i > 0) (void)engine.wait_record((i - 1) % 2);
+    engine.draft_step();
+  }
+  engine.sync();
   for (int i = 0; i < 20; ++i) {
     engine.decode_step();
     (void)engine.read_token();
   }
+  for (int i = 0; i < 20; ++i) {
+    engine.decode_step();
+    engine.queue_token_copy(i % 2);
+    if (i > 0) (void)engine.wait_token((i - 1) % 2);
+  }
+  engine.sync();
   auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
   EXPECT_EQ(after.allocation[0].allocated, before.allocation[0].allocated) << "allocations in the steady-state loop";
   EXPECT_EQ(after.segment[0].allocated, before.segment[0].allocated) << "new segments in the steady-state loop";
   EXPECT_EQ(after.num_alloc_retries, before.num_alloc_retries);
-  std::printf("caching allocator: %lld allocations before and %lld after 20 DFlash cycles + 20 decode steps\n",
+  std::printf("caching allocator: %lld allocations before and %lld after 40 DFlash cycles + 40 decode steps\n",
               static_cast<long long>(before.allocation[0].allocated), static_cast<long long>(after.allocation[0].allocated));
 }
 
