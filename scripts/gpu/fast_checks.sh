@@ -5,7 +5,7 @@
 # --reference-path on the golden pair, then the performance record (bench/fast_perf.cpp and the HF
 # transformers baseline). Logs and JSON go to $OUT.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
-#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1.
+#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1. Exits 1 when a test run or the CLI check failed (after the rest).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -15,24 +15,31 @@ t0=$(date +%s)
 gpu_build . build-gpu /tmp/fast_checks specpress test_gpu fast_perf || exit 1
 echo "configure+build: $(( $(date +%s) - t0 )) s"
 
-./build-gpu/bin/test_gpu --gtest_filter="${GTEST_FILTER:-*}" >"$OUT/test_gpu.log" 2>&1
-echo "test_gpu exit $?"
+# Every run's exit status is printed; any failure (a test, a crash, the CLI check) makes the script exit 1 at
+# the end, after the performance record.
+status=0
+run_tests() {  # LABEL FILTER [VAR=VALUE...]: test_gpu under those variables, appended to test_gpu.log
+  local label=$1 filter=$2
+  shift 2
+  env "$@" ./build-gpu/bin/test_gpu --gtest_filter="$filter" >>"$OUT/test_gpu.log" 2>&1
+  local rc=$?
+  echo "test_gpu${label:+ ($label)} exit $rc"
+  [ $rc -eq 0 ] || status=1
+}
+: >"$OUT/test_gpu.log"
+run_tests "" "${GTEST_FILTER:-*}"
 # the golden fast-path suite again with the opt-in batch-invariant matmul kernel
-SPECPRESS_GEMM=skinny ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_GEMM=skinny, FastPathGolden) exit $?"
+run_tests "SPECPRESS_GEMM=skinny, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=skinny
 # ... with cuBLAS at M = 1 too (the default mode uses the GEMV kernel there), and with programmatic
 # dependent launch off (on by default, kernels/launch.h)
-SPECPRESS_GEMM=cublas ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_GEMM=cublas, FastPathGolden) exit $?"
-SPECPRESS_PDL=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*:Kernels.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_PDL=0, FastPathGolden + Kernels) exit $?"
-SPECPRESS_PDL=1 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden) exit $?"
-SPECPRESS_LC_EDGES=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_LC_EDGES=0: no launch-completion edges, FastPathGolden) exit $?"
-# ... and without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
-SPECPRESS_LT_TUNE=0 ./build-gpu/bin/test_gpu --gtest_filter='FastPathGolden.*' >>"$OUT/test_gpu.log" 2>&1
-echo "test_gpu (SPECPRESS_LT_TUNE=0, FastPathGolden) exit $?"
+run_tests "SPECPRESS_GEMM=cublas, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=cublas
+run_tests "SPECPRESS_PDL=0, FastPathGolden + Kernels" 'FastPathGolden.*:Kernels.*' SPECPRESS_PDL=0
+run_tests "SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden" 'FastPathGolden.*' SPECPRESS_PDL=1
+run_tests "SPECPRESS_LC_EDGES=0: no launch-completion edges, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LC_EDGES=0
+# ... without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
+run_tests "SPECPRESS_LT_TUNE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LT_TUNE=0
+# ... and with the synchronous decoding loops (decode/fast_generation.h)
+run_tests "SPECPRESS_PIPELINE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_PIPELINE=0
 if [ -n "${GDB_FILTER:-}" ]; then
   cuda-gdb -batch -ex run -ex bt --args ./build-gpu/bin/test_gpu --gtest_filter="$GDB_FILTER" >"$OUT/gdb.txt" 2>&1
   grep -E '^#[0-9]+ |SIGSEGV|OK \]|FAILED|exited' "$OUT/gdb.txt" | head -30
@@ -56,13 +63,17 @@ f, r = (json.load(open(f"/tmp/cli_{m}.json")) for m in ("fast", "ref"))
 gold = json.load(open(f"{g}/dflash_runs.json"))["runs"][0]["dflash_output"]
 print("CLI bf16 DFlash: fast == reference path:", f["output_ids"] == r["output_ids"], "| fast == golden f32:",
       f["output_ids"] == gold, "| tpot ms fast/ref:", f["timings"].get("predicted_per_token_ms"), r["timings"].get("predicted_per_token_ms"))
+sys.exit(0 if f["output_ids"] == r["output_ids"] == gold else 1)
 PY
+[ $? -eq 0 ] || status=1
 
 if [ "${SKIP_PERF:-0}" != 1 ]; then
   ./build-gpu/bin/fast_perf --shapes "${SHAPES:-4B,8B}" --json "$OUT/perf.json" 2>&1 | tee "$OUT/perf.log" | grep -v '^JSON'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fast_perf failed"; status=1; }
 fi
 if [ "${SKIP_HF:-0}" != 1 ]; then
   for s in $(echo "${HF_SHAPES:-4B}" | tr , ' '); do
     PYTHONUNBUFFERED=1 python3 bench/hf_decode_bench.py --shape "$s" 2>&1 | tail -1 | tee -a "$OUT/hf.jsonl"
   done
 fi
+exit $status

@@ -203,8 +203,9 @@ TEST_F(FastPathGolden, PipelinedLoopsMatchSynchronousLoops) {
   } restore;
   const int64_t B = draft_->config().block_size;
   int cases = 0, stopped = 0;
+  const std::vector<GoldenRun> runs = golden_runs();
   for (int r : {0, 3}) {
-    const GoldenRun& run = golden_runs()[r];
+    const GoldenRun& run = runs[static_cast<size_t>(r)];
     const int64_t n = static_cast<int64_t>(run.ar_output.size());
     std::vector<std::pair<int64_t, std::vector<int64_t>>> limits;  // (max_new_tokens, stop_ids)
     for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{3}, B - 1, B, B + 1, 2 * B + 3, run.max_new_tokens})
