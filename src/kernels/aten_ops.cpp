@@ -91,6 +91,26 @@ void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& wei
   check_cuda(rmsnorm(rmsnorm_args(y, x, weight, eps, residual, sum_out, sum_out2), stream()), "rmsnorm");
 }
 
+void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at::Tensor& tap) {
+  require(x, "row_rms x", at::kBFloat16);
+  require(rs, "row_rms rs", at::kFloat);
+  const int64_t H = x.size(-1), rows = x.numel() / H;
+  if (rs.numel() != rows) fail("row_rms: rs has {} elements for {} rows", rs.numel(), rows);
+  RowRmsArgs a;
+  a.x = bf(x);
+  a.rs = rs.data_ptr<float>();
+  a.rows = static_cast<int>(rows);
+  a.H = static_cast<int>(H);
+  a.eps = static_cast<float>(eps);
+  if (tap.defined()) {
+    require(tap, "row_rms tap", at::kBFloat16, false);
+    a.ld_tap = row_stride(tap, "row_rms tap");
+    if (tap.size(0) != rows || tap.size(1) != H) fail("row_rms: tap shape differs from x");
+    a.tap = bf(tap);
+  }
+  check_cuda(row_rms(a, stream()), "row_rms");
+}
+
 void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
                       const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
                       const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps) {
@@ -456,6 +476,17 @@ void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::
   }
   linear_out(gu, x, gate_up);
   silu_mul_out(act, gu);
+}
+
+void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp) {
+  const int64_t M = x.size(0);
+  if (fused_one_row(M)) {
+    gemv_residual_out(residual, x, weight);
+    return;
+  }
+  if (M >= 2 && linear_uses_lt_plans() && lt_linear_out(residual, x, weight, /*accumulate=*/true)) return;
+  linear_out(tmp, x, weight);
+  at::add_out(const_cast<at::Tensor&>(residual), residual, tmp);
 }
 
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {

@@ -20,6 +20,10 @@ void check_cuda(cudaError_t e, const char* what);
 void rmsnorm_out(const at::Tensor& y, const at::Tensor& x, const at::Tensor& weight, double eps,
                  const at::Tensor& residual = {}, const at::Tensor& sum_out = {}, const at::Tensor& sum_out2 = {});
 
+// rs float [rows] = rsqrt(mean(x[r]^2) + eps), x [rows, H] bf16 (kernels::row_rms); with `tap` (a [rows, H] view
+// with any row stride) defined, x is also copied there.
+void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at::Tensor& tap = {});
+
 // qkv: [T, (nq + 2 nkv) * hd] (row-contiguous; a column slice of a wider buffer is fine). Writes the
 // normed, rotated queries to q_out [T, nq, hd] (if nq > 0) and K/V at positions *pos_base + t into
 // k_cache / v_cache ([nkv, capacity, hd], one layer).
@@ -115,6 +119,11 @@ void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor
 //            (bitwise, the precondition for bf16 DFlash == plain decoding).
 // A shape or layout the custom kernel does not take falls back to cuBLAS.
 void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+// residual [M, N] += x [M, K] @ weight [N, K]^T. One row in gemv or stream mode: gemv_residual_out. Two or more
+// rows with a tuned cuBLASLt plan: the plan with beta = 1, in place (one rounding of the fp32 sum plus the
+// residual). Otherwise linear_out into `tmp` ([M, N] bf16 scratch) and a bf16 add (two roundings, as ATen's
+// `residual + x @ weight^T`).
+void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp);
 enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
 // Whether linear_out runs M >= 2 products by their tuned cuBLASLt plans (kernels/lt_linear.h): in gemv or
 // cublas mode, unless SPECPRESS_LT_TUNE=0 (set_lt_tuning). The engine tunes only then.

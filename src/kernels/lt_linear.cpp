@@ -188,9 +188,10 @@ LtKey key_of(const at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
 }
 
 cublasStatus_t launch(const DeviceLt& d, const LtProblem& p, const cublasLtMatmulAlgo_t& algo, const at::Tensor& out,
-                      const at::Tensor& x, const at::Tensor& w, cudaStream_t stream) {
+                      const at::Tensor& x, const at::Tensor& w, cudaStream_t stream, bool accumulate = false) {
   static const float one = 1.f, zero = 0.f;
-  return cublasLtMatmul(d.handle, p.desc.get(), &one, w.data_ptr(), p.a.get(), x.data_ptr(), p.b.get(), &zero,
+  return cublasLtMatmul(d.handle, p.desc.get(), &one, w.data_ptr(), p.a.get(), x.data_ptr(), p.b.get(),
+                        accumulate ? &one : &zero,
                         out.data_ptr(), p.c.get(), out.data_ptr(), p.c.get(), &algo, d.workspace.data_ptr(),
                         kWorkspaceBytes, stream);
 }
@@ -364,7 +365,7 @@ const char* lt_tuning_name(LtTuning tuning) {
   return "?";
 }
 
-bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
   if (lt_tuning() == LtTuning::kOff) return false;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -375,7 +376,8 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
   if (!e.alignment.allows(alignment_of(out, x, weight))) return false;
   const DeviceLt& d = r.devices.at(static_cast<int>(x.device().index()));
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const cublasStatus_t s = launch(d, *e.problem, e.algo, out, x, weight, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+  const cublasStatus_t s = launch(d, *e.problem, e.algo, out, x, weight,
+                                  at::cuda::getCurrentCUDAStream(x.device().index()).stream(), accumulate);
   if (s != CUBLAS_STATUS_SUCCESS)
     fail("cuBLASLt cublasLtMatmul (plan for M={} N={} K={}: {}): {} ({})", x.size(0), weight.size(0),
          x.size(1), r.records[e.record].algo, cublasLtGetStatusName(s), cublasLtGetStatusString(s));

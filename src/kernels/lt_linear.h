@@ -46,7 +46,8 @@ const char* lt_tuning_name(LtTuning tuning);
 // out [M, N] = x [M, K] · weight [N, K]^T (bf16, unit column strides) by the plan tuned for this problem,
 // on the current CUDA stream; returns false (and does nothing) when tuning is off, there is no plan for
 // the problem, or a pointer is less aligned than the plan was tuned with. No allocation, no host sync.
-bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+// accumulate: out += x · weight^T instead (beta = 1, C = D = out, in place, with the plan's algorithm).
+bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate = false);
 
 // Tunes the problem out = x · w^T for the weights `weights` (one shape and row stride: one projection of
 // every layer) and stores its plan (or that at::mm_out won). Eager, on the current stream (a pool stream

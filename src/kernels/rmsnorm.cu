@@ -51,7 +51,38 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
   rmsnorm_row(a, blockIdx.x, scratch);
 }
 
+constexpr int kRowRmsWarps = 4;
+
+// One row by one warp: the sum of squares in the order of rmsnorm_row's threads is not needed (the factor is
+// an fp32 scalar either way), so each lane sums its 16-byte chunks and the warp reduces.
+__global__ void __launch_bounds__(kRowRmsWarps * 32) row_rms_kernel(RowRmsArgs a) {
+  pdl_begin();
+  const int row = blockIdx.x * kRowRmsWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (row >= a.rows) return;
+  const bf16* x = a.x + static_cast<int64_t>(row) * a.H;
+  float ss = 0.f;
+  for (int c = lane * 8; c < a.H; c += 32 * 8) {
+    const uint4 u = *reinterpret_cast<const uint4*>(x + c);
+    if (a.tap != nullptr) *reinterpret_cast<uint4*>(a.tap + static_cast<int64_t>(row) * a.ld_tap + c) = u;
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 t = __bfloat1622float2(h[i]);
+      ss += t.x * t.x + t.y * t.y;
+    }
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) a.rs[row] = rsqrtf(ss / static_cast<float>(a.H) + a.eps);
+}
+
 }  // namespace
+
+cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0) return cudaSuccess;
+  if (a.H <= 0 || a.H % 8 != 0 || a.x == nullptr || a.rs == nullptr || (a.tap != nullptr && a.ld_tap < a.H))
+    return cudaErrorInvalidValue;
+  return launch_kernel(row_rms_kernel, (a.rows + kRowRmsWarps - 1) / kRowRmsWarps, kRowRmsWarps * 32, 0, stream, a);
+}
 
 cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return cudaSuccess;

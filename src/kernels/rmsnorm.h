@@ -22,4 +22,19 @@ struct RmsNormArgs {
 
 cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream);
 
+// The per-row factor of an RMSNorm whose weight is folded into the next matmul (FastEngine with folded norms):
+// rs[r] = rsqrt(mean(x[r]^2) + eps) in fp32, the factor rmsnorm applies, so that rmsnorm(x) · W^T =
+// rs[r] · (x · (W diag(weight))^T). Optionally copies x to `tap` (the DFlash taps). One warp a row; the engine
+// runs it on a side stream, beside the matmul that reads the same x.
+struct RowRmsArgs {
+  const __nv_bfloat16* x = nullptr;  // [rows, H], row stride H
+  float* rs = nullptr;               // [rows]
+  __nv_bfloat16* tap = nullptr;      // optional [rows, H] copy of x, row stride ld_tap
+  int64_t ld_tap = 0;
+  int rows = 0, H = 0;               // H % 8 == 0
+  float eps = 1e-6f;
+};
+
+cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream);
+
 }  // namespace specpress::kernels

@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <set>
 
 #include "core/error.h"
@@ -67,7 +68,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
       draft_(draft),
       capacity_(capacity),
       device_(target.device()),
-      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())) {
+      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())),
+      side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, target.device().index())) {
   std::string why;
   if (!fast_path_supported(target, draft, &why)) fail("fast path: {}", why);
   const Qwen3Config& c = target.config();
@@ -76,6 +78,9 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   // Weights may still be in flight on another stream (the engine stream does not wait on the default one).
   check_cuda(cudaDeviceSynchronize(), "engine set-up");
   c10::cuda::CUDAStreamGuard guard(stream_);
+  check_cuda(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "engine events");
+  check_cuda(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "engine events");
+  folded_ = std::getenv("SPECPRESS_FOLD_PROBE") != nullptr;
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
   auto i64 = at::TensorOptions().dtype(at::kLong).device(device_);
@@ -122,6 +127,8 @@ FastEngine::~FastEngine() {
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : record_copied_)
     if (e != nullptr) cudaEventDestroy(e);
+  if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
+  if (join_event_ != nullptr) cudaEventDestroy(join_event_);
 }
 
 FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwen3Config& c, int64_t taps_width,
@@ -141,6 +148,7 @@ FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwe
   b.logits = at::zeros({std::max<int64_t>(logit_rows, 1), target_.config().vocab_size}, bf16);
   b.tokens = at::zeros({std::max<int64_t>(logit_rows, 1)}, at::TensorOptions().dtype(at::kLong).device(device_));
   if (taps_width > 0) b.taps = at::zeros({rows, taps_width}, bf16);
+  b.rs = at::zeros({2, rows}, at::TensorOptions().dtype(at::kFloat).device(device_));
   b.attn_scratch = kernels::make_attention_scratch(rows, nq, nkv, hd, splits, device_);
   return b;
 }
@@ -189,6 +197,42 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       kernels::gemv_silu_mul_out(act, x, w.gate_up, w.post_norm, eps);
       kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
     }
+    return;
+  }
+  if (folded_ && &layers == &t_layers_) {
+    // Norm weights folded into qkv and gate_up (folded_): the matmuls read the raw residual x, and the norms'
+    // row factors rs (kernels::row_rms) run on the side stream beside them; the attention and the SwiGLU
+    // apply rs. The residual adds are the o and down products' epilogues (linear_residual_out), so no
+    // kernel runs between two products but the attention and the SwiGLU.
+    const cudaStream_t main_stream = at::cuda::getCurrentCUDAStream().stream();
+    auto side = [&](const at::Tensor& rs, const at::Tensor& tap) {
+      check_cuda(cudaEventRecord(fork_event_, main_stream), "fork to the side stream");
+      check_cuda(cudaStreamWaitEvent(side_stream_.stream(), fork_event_), "fork to the side stream");
+      {
+        c10::cuda::CUDAStreamGuard side_guard(side_stream_);
+        kernels::row_rms_out(rs, x, eps, tap);
+      }
+      check_cuda(cudaEventRecord(join_event_, side_stream_.stream()), "join the side stream");
+    };
+    auto join = [&] { check_cuda(cudaStreamWaitEvent(main_stream, join_event_), "join the side stream"); };
+    at::Tensor rs_attn = b.rs[0].narrow(0, 0, T), rs_mlp = b.rs[1].narrow(0, 0, T);
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const FastLayer& w = layers[l];
+      at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
+      side(rs_attn, l > 0 ? tap_of(l - 1) : at::Tensor());  // + the previous layer's tap
+      kernels::linear_out(qkv, x, w.qkv);
+      join();
+      attend(w, kc, vc);
+      kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
+      side(rs_mlp, at::Tensor());
+      kernels::linear_out(gu, x, w.gate_up);
+      join();
+      kernels::silu_mul_out(act, gu);
+      kernels::linear_residual_out(x, act, w.down, o);  // x += mlp
+    }
+    const at::Tensor last_tap = tap_of(layers.size() - 1);
+    if (last_tap.defined()) kernels::row_rms_out(rs_attn, x, eps, last_tap);
+    kernels::rmsnorm_out(h, x, final_norm, eps);
     return;
   }
   kernels::rmsnorm_out(h, x, layers[0].input_norm, eps);

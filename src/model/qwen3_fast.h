@@ -42,6 +42,7 @@ struct FastBuffers {
   at::Tensor logits;                               // [rows, V] bf16
   at::Tensor tokens;                               // int64 [rows]: argmax of the logits rows
   at::Tensor taps;                                 // [rows, n_taps * H] bf16 (target only)
+  at::Tensor rs;                                   // float [2, rows]: folded norms' row factors (attention, MLP)
   kernels::AttentionScratch attn_scratch;
 };
 
@@ -131,6 +132,11 @@ class FastEngine {
   int64_t capacity_, B_ = 0;
   at::Device device_;
   c10::cuda::CUDAStream stream_;
+  // Folded norms: the row factors run on side_stream_ beside the matmul that reads the same rows (fork / join
+  // by the two events).
+  c10::cuda::CUDAStream side_stream_;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  bool folded_ = false;
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
   ops::RopeTable draft_rope_;
