@@ -38,6 +38,8 @@ run_tests "SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden" 'FastPa
 run_tests "SPECPRESS_LC_EDGES=0: no launch-completion edges, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LC_EDGES=0
 # ... without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
 run_tests "SPECPRESS_LT_TUNE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LT_TUNE=0
+# ... with the RMSNorms unfolded (model/qwen3_fast.h)
+run_tests "SPECPRESS_FOLD_NORMS=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_FOLD_NORMS=0
 # ... and with the synchronous decoding loops (decode/fast_generation.h)
 run_tests "SPECPRESS_PIPELINE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_PIPELINE=0
 if [ -n "${GDB_FILTER:-}" ]; then

@@ -47,6 +47,14 @@ int64_t row_stride(const at::Tensor& t, const char* name) {
 
 __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
 
+// An optional fp32 row factor of `rows` rows (a folded RMSNorm's, row_rms_out); nullptr when undefined.
+const float* row_scale_of(const at::Tensor& row_scale, int64_t rows, const char* what) {
+  if (!row_scale.defined()) return nullptr;
+  require(row_scale, "row_scale", at::kFloat);
+  if (row_scale.numel() != rows) fail("{}: row_scale has {} elements for {} rows", what, row_scale.numel(), rows);
+  return row_scale.data_ptr<float>();
+}
+
 }  // namespace
 
 namespace {
@@ -113,7 +121,8 @@ void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at
 
 void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
                       const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
-                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps) {
+                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps,
+                      const at::Tensor& row_scale) {
   require(qkv, "qk_norm_rope qkv", at::kBFloat16, false);
   const int64_t ld = row_stride(qkv, "qk_norm_rope qkv");
   require(k_norm, "k_norm", at::kBFloat16);
@@ -149,6 +158,7 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
   a.v_cache = bf(v_cache);
   a.cache_capacity = k_cache.size(1);
   a.eps = static_cast<float>(eps);
+  a.row_scale = row_scale_of(row_scale, a.T, "qk_norm_rope");
   check_cuda(qk_norm_rope(a, stream()), "qk_norm_rope");
 }
 
@@ -228,7 +238,7 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
 void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
                        const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
                        const at::Tensor& k_cache, const at::Tensor& v_cache, bool causal, double eps,
-                       AttentionScratch& scratch) {
+                       AttentionScratch& scratch, const at::Tensor& row_scale) {
   require(qkv, "attention qkv", at::kBFloat16, false);
   require(q_norm, "q_norm", at::kBFloat16);
   require(k_norm, "k_norm", at::kBFloat16);
@@ -250,15 +260,18 @@ void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq,
   a.eps = static_cast<float>(eps);
   a.k_cache_out = bf(k_cache);
   a.v_cache_out = bf(v_cache);
+  a.qkv_row_scale = row_scale_of(row_scale, T, "attention_qkv");
   check_cuda(attention(a, stream()), "attention_qkv");
 }
 
-void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up) {
+void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up, const at::Tensor& row_scale) {
   require(out, "silu_mul out", at::kBFloat16);
   require(gate_up, "silu_mul gate_up", at::kBFloat16);
   const int64_t inter = out.size(-1), rows = out.numel() / inter;
   if (gate_up.numel() != 2 * out.numel()) fail("silu_mul: gate_up must be [rows, 2 * inter]");
-  check_cuda(silu_mul(bf(gate_up), bf(out), static_cast<int>(rows), static_cast<int>(inter), stream()), "silu_mul");
+  check_cuda(silu_mul(bf(gate_up), bf(out), static_cast<int>(rows), static_cast<int>(inter), stream(),
+                      row_scale_of(row_scale, rows, "silu_mul")),
+             "silu_mul");
 }
 
 void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids) {
@@ -376,8 +389,14 @@ const char* gemm_mode_name(GemmMode mode) {
 
 namespace {
 // The optional RMSNorm prologue of the GEMV entry points, checked against K.
-GemvNorm gemv_norm_of(const at::Tensor& norm_weight, double eps, int64_t K, const char* what) {
+GemvNorm gemv_norm_of(const at::Tensor& norm_weight, double eps, int64_t K, const char* what, bool folded) {
   GemvNorm norm;
+  if (folded) {
+    if (norm_weight.defined()) fail("{}: a folded norm takes no norm weight (it is in the matmul's weight)", what);
+    norm.folded = true;
+    norm.eps = static_cast<float>(eps);
+    return norm;
+  }
   if (!norm_weight.defined()) return norm;
   require(norm_weight, "gemv norm weight", at::kBFloat16);
   if (norm_weight.numel() != K || K > kGemvNormMaxK || !aligned16(norm_weight))
@@ -406,11 +425,11 @@ void check_one_row(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 }  // namespace
 
 void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& norm_weight,
-              double eps) {
+              double eps, bool folded_norm) {
   check_one_row(out, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv");
   const int64_t N = weight.size(0), K = weight.size(1);
   check_cuda(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(),
-                  gemv_norm_of(norm_weight, eps, K, "gemv")),
+                  gemv_norm_of(norm_weight, eps, K, "gemv", folded_norm)),
              "gemv");
 }
 
@@ -434,12 +453,12 @@ void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor
 }
 
 void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
-                       const at::Tensor& norm_weight, double eps) {
+                       const at::Tensor& norm_weight, double eps, bool folded_norm) {
   if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_silu_mul: gate_up must be [2I, K]");
   const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
   check_one_row(act, x, gate_up, I, "gemv_silu_mul");
   check_cuda(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(),
-                         gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul")),
+                         gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul", folded_norm)),
              "gemv_swiglu");
 }
 

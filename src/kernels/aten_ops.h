@@ -26,10 +26,12 @@ void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at
 
 // qkv: [T, (nq + 2 nkv) * hd] (row-contiguous; a column slice of a wider buffer is fine). Writes the
 // normed, rotated queries to q_out [T, nq, hd] (if nq > 0) and K/V at positions *pos_base + t into
-// k_cache / v_cache ([nkv, capacity, hd], one layer).
+// k_cache / v_cache ([nkv, capacity, hd], one layer). With row_scale (fp32 [T]) the input rows are
+// bf16(qkv[t] * row_scale[t]) (a folded RMSNorm's factor, row_rms_out).
 void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
                       const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
-                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps);
+                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps,
+                      const at::Tensor& row_scale = {});
 
 // Attention scratch for a fixed (T, splits): float workspace and zeroed counters.
 struct AttentionScratch {
@@ -52,14 +54,15 @@ void attention_out(const at::Tensor& out, const at::Tensor& q, const at::Tensor&
 
 // qk_norm_rope_out(qkv, nq, nkv, q_norm, k_norm, rope, pos_base, q, k_cache, v_cache, eps) followed by
 // attention_out(out, q, k_cache, v_cache, pos_base, T, causal, scratch), in one launch and without q, for
-// T <= 16 rows (kernels/attention.h, AttentionArgs::qkv): bitwise the same output and cache contents.
+// T <= 16 rows (kernels/attention.h, AttentionArgs::qkv): bitwise the same output and cache contents, also with
+// row_scale (as qk_norm_rope_out's).
 void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
                        const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
                        const at::Tensor& k_cache, const at::Tensor& v_cache, bool causal, double eps,
-                       AttentionScratch& scratch);
+                       AttentionScratch& scratch, const at::Tensor& row_scale = {});
 
-// out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]
-void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up);
+// out [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; with row_scale (fp32 [T]) on bf16(gate_up[t] * row_scale[t]).
+void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up, const at::Tensor& row_scale = {});
 
 // out [T, H] = table[ids]
 void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids);
@@ -75,15 +78,16 @@ void advance_counter(const at::Tensor& counter, int inc);
 // out [1, N] = x [1, K] @ weight [N, K]^T by the M = 1 GEMV kernel (kernels/gemv.h); x and weight
 // 16-byte aligned with unit column stride (weight contiguous), K % 8 == 0. Also accepts 1-D x / out.
 // With norm_weight [K] defined, x is the raw residual row and the product is rmsnorm(x) @ weight^T, the
-// norm as the GEMV's prologue (kernels::GemvNorm; K <= 16384).
+// norm as the GEMV's prologue (kernels::GemvNorm; K <= 16384). With folded_norm (no norm_weight: it is folded
+// into weight), x is the raw residual row and the product is scaled by rsqrt(mean(x^2) + eps).
 void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& norm_weight = {},
-              double eps = 1e-6);
+              double eps = 1e-6, bool folded_norm = false);
 
 // act [1, I] = silu(x @ gate_up[:I]^T) * (x @ gate_up[I:]^T) by the fused GEMV + SwiGLU kernel
 // (kernels::gemv_swiglu): bitwise gemv_out into a [1, 2I] buffer followed by silu_mul_out. Same layout
 // requirements as gemv_out (and the same optional RMSNorm prologue); gate_up is [2I, K].
 void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
-                       const at::Tensor& norm_weight = {}, double eps = 1e-6);
+                       const at::Tensor& norm_weight = {}, double eps = 1e-6, bool folded_norm = false);
 
 // residual [1, N] += x [1, K] @ weight^T (bf16: the product rounded, then the sum), and tap [1, N] = the
 // new residual when tap is defined, by kernels::gemv_residual: bitwise gemv_out followed by ATen's bf16 add.

@@ -428,16 +428,20 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
       const int64_t pos = new_beg + t;
       if (r < rb)
         q_in[i] = norm_rope_load(a.qkv + static_cast<int64_t>(t) * a.ld_qkv + static_cast<int64_t>(h) * HD,
-                                 a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, lane);
+                                 a.rope_cos + pos * HD, a.rope_sin + pos * HD, HD, lane,
+                                 a.qkv_row_scale != nullptr ? a.qkv_row_scale[t] : 1.f);
       const int key = key_lo + warp + WARPS * i;
       if (key < end) {
         const bf16* src = a.qkv + static_cast<int64_t>(key - new_beg) * a.ld_qkv;
         const int64_t kpos = key;
+        const float f = a.qkv_row_scale != nullptr ? a.qkv_row_scale[key - new_beg] : 1.f;
         k_in[i] = norm_rope_load(src + static_cast<int64_t>(a.nq + kvh) * HD, a.rope_cos + kpos * HD,
-                                 a.rope_sin + kpos * HD, HD, lane);
+                                 a.rope_sin + kpos * HD, HD, lane, f);
         const bf16* vsrc = src + static_cast<int64_t>(a.nq + a.nkv + kvh) * HD + lane;
+        auto scaled = [&](bf16 v) { return a.qkv_row_scale != nullptr ? to_b(to_f(v) * f) : v; };
 #pragma unroll
-        for (int j = 0; j < kPairs; ++j) v_new[i][j] = has_pair(j) ? pack2(vsrc[32 * j], vsrc[32 * j + HD / 2]) : 0u;
+        for (int j = 0; j < kPairs; ++j)
+          v_new[i][j] = has_pair(j) ? pack2(scaled(vsrc[32 * j]), scaled(vsrc[32 * j + HD / 2])) : 0u;
       }
     }
 #pragma unroll

@@ -51,6 +51,9 @@ struct AttentionArgs {
   float eps = 1e-6f;
   __nv_bfloat16* k_cache_out = nullptr;
   __nv_bfloat16* v_cache_out = nullptr;
+  // Fused only, optional fp32 [T]: row t of qkv is taken as bf16(qkv[t] * qkv_row_scale[t]) (a folded RMSNorm's
+  // factor, rmsnorm.h: row_rms), as qk_norm_rope.h's row_scale; read after the PDL wait.
+  const float* qkv_row_scale = nullptr;
 };
 constexpr int kAttentionSmallT = 16;  // T up to this runs the small-T kernel (and may fuse q/k-norm + RoPE)
 

@@ -5,7 +5,8 @@
 // warp sum per row at the end. The grid is at most the number of warps the GPU holds at once. Epilogues: plain (y =
 // the sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and residual (gemv_residual: y[n] +=
 // the sum, in place, by the one lane that owns n). Prologue (NORM): the block normalises x into shared memory first
-// (its weights already on their way into L2), and the loop reads x from there.
+// (its weights already on their way into L2), and the loop reads x from there. A folded norm (GemvNorm::folded) is
+// not a prologue: each warp sums x's squares itself after the wait and scales its output sums.
 #include <algorithm>
 
 #include "kernels/common.cuh"
@@ -148,6 +149,18 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
                      __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c));
     __syncthreads();
   }
+  // Folded norm: x's factor rsqrt(mean(x^2) + eps), summed by this warp alone (x comes through L1).
+  float row_factor = 1.f;
+  if (!NORM && a.norm.folded && u_beg < u_end) {
+    float ss = 0.f;
+    for (int c = lane; c < nvec; c += 32) {
+      const uint4 x8 = __ldg(xv + c);
+      const uint32_t xd[4] = {x8.x, x8.y, x8.z, x8.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
+    }
+    row_factor = rsqrtf(warp_sum(ss) / static_cast<float>(K) + a.norm.eps);
+  }
   for (int unit = u_beg; unit < u_end; ++unit) {
     const int n0 = unit * OUT;
     float acc[ROWS];
@@ -182,7 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
     }
     float sum[ROWS];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) sum[r] = warp_sum(acc[r]);
+    for (int r = 0; r < ROWS; ++r) sum[r] = warp_sum(acc[r]) * row_factor;
 #pragma unroll
     for (int o = 0; o < OUT; ++o) {
       if (lane != o || n0 + o >= N) continue;
@@ -293,7 +306,7 @@ GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K, const Gemv
 bool valid(const bf16* x, const bf16* W, const bf16* y, int K, const GemvNorm& norm) {
   return K > 0 && K % 8 == 0 && x != nullptr && W != nullptr && y != nullptr &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
-         (norm.weight == nullptr || (K <= kGemvNormMaxK && reinterpret_cast<uintptr_t>(norm.weight) % 16 == 0));
+         (norm.weight == nullptr || (!norm.folded && K <= kGemvNormMaxK && reinterpret_cast<uintptr_t>(norm.weight) % 16 == 0));
 }
 
 }  // namespace

@@ -19,9 +19,14 @@ namespace specpress::kernels {
 // rounded to bf16, i.e. the RMSNorm kernel's output for the one row x (rmsnorm.h; x's sum of squares is
 // added in another order, so a normed element can differ from that kernel's in its last bit). Every block
 // computes it into shared memory; K <= kGemvNormMaxK.
+// Folded (weight unset, folded true): the norm weight is already folded into W's columns (W diag(weight), the
+// fast engine's folded norms, model/qwen3_fast.h), so the GEMV reads x itself and scales each output sum by
+// rsqrt(mean(x^2) + eps) before it rounds; each warp computes that factor from x on its own, with no block
+// barrier and no shared memory.
 struct GemvNorm {
   const __nv_bfloat16* weight = nullptr;  // [K]
   float eps = 1e-6f;
+  bool folded = false;
 };
 constexpr int kGemvNormMaxK = 16384;
 

@@ -386,7 +386,7 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 }
 
 void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<at::Tensor>& weights,
-                 const std::string& label) {
+                 const std::string& label, bool accumulates) {
   const LtTuning tuning = lt_tuning();
   if (tuning == LtTuning::kOff) return;
   if (weights.empty()) fail("tune_linear{}: no weights", label_suffix(label));
@@ -406,7 +406,7 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
   {
     std::lock_guard<std::mutex> lock(r.mu);
     const auto it = r.entries.find(key);
-    if (it != r.entries.end() && it->second.alignment.allows(align)) {
+    if (it != r.entries.end() && it->second.alignment.allows(align) && (!accumulates || it->second.problem != nullptr)) {
       add_label(r.records[it->second.record], label);
       return;
     }
@@ -502,7 +502,7 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
                                         : "none: every cuBLASLt candidate was rejected";
   } else {
     rec.algo = describe_algo(best->algo, best->workspace) + " [" + best->origin + "]";
-    rec.plan = tuning == LtTuning::kAlways || rec.lt_us < rec.mm_us * (1.0 - kMinGain);
+    rec.plan = tuning == LtTuning::kAlways || accumulates || rec.lt_us < rec.mm_us * (1.0 - kMinGain);
   }
   LtEntry entry;
   entry.alignment = align;

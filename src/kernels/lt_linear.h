@@ -55,9 +55,12 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 // time: the device's workspace).
 // Overwrites x (with a fixed test pattern) and out. A problem tuned before with pointers at least as
 // aligned is not tuned again (its record gets `label` added). Nothing happens when tuning is off. `label`
-// names the problem in the records ("verify o_proj").
+// names the problem in the records ("verify o_proj"). `accumulates`: the caller also runs the problem as
+// out += x · w^T (lt_linear_out's accumulate, a residual add as the product's epilogue), so a plan is kept
+// whenever a correct candidate exists, even where at::mm_out is faster: without one the add is a kernel of its own
+// (linear_residual_out); a problem tuned before without a plan is tuned again.
 void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<at::Tensor>& weights,
-                 const std::string& label = "");
+                 const std::string& label = "", bool accumulates = false);
 
 // What tuning found for one problem.
 struct LtTuneRecord {

@@ -22,16 +22,17 @@ struct NormRopeIn {
 struct NormRopeWeight {
   float lo[kNormRopeMaxPairsPerLane], hi[kNormRopeMaxPairsPerLane];
 };
+// scale: the row's inputs are bf16(src * scale) (a folded RMSNorm's row factor; 1 leaves them as they are).
 __device__ __forceinline__ NormRopeIn norm_rope_load(const bf16* src, const float* cs, const float* sn, int hd,
-                                                     int lane) {
+                                                     int lane, float scale = 1.f) {
   const int half = hd / 2;
   NormRopeIn in;
 #pragma unroll
   for (int j = 0; j < kNormRopeMaxPairsPerLane; ++j) {
     const int i = lane + 32 * j;
     const bool ok = i < half;
-    in.lo[j] = ok ? to_f(src[i]) : 0.f;
-    in.hi[j] = ok ? to_f(src[i + half]) : 0.f;
+    in.lo[j] = ok ? round_b(to_f(src[i]) * scale) : 0.f;
+    in.hi[j] = ok ? round_b(to_f(src[i + half]) * scale) : 0.f;
     in.c_lo[j] = ok ? cs[i] : 0.f;
     in.c_hi[j] = ok ? cs[i + half] : 0.f;
     in.s_lo[j] = ok ? sn[i] : 0.f;
@@ -79,9 +80,9 @@ __device__ __forceinline__ void norm_rope_finish(const NormRopeIn& in, const Nor
 // dst[0 .. hd) = rope(rmsnorm(src[0 .. hd)) * w) at the position whose table rows are cs / sn: the steps above
 // for one row.
 __device__ __forceinline__ void norm_rope_row(const bf16* src, const bf16* w, const float* cs, const float* sn,
-                                              int hd, float eps, int lane, bf16* dst) {
+                                              int hd, float eps, int lane, bf16* dst, float scale = 1.f) {
   const int half = hd / 2;
-  norm_rope_finish(norm_rope_load(src, cs, sn, hd, lane), norm_rope_weight(w, hd, lane), hd, eps, lane,
+  norm_rope_finish(norm_rope_load(src, cs, sn, hd, lane, scale), norm_rope_weight(w, hd, lane), hd, eps, lane,
                    [&](int j, bf16 lo, bf16 hi) {
                      dst[lane + 32 * j] = lo;
                      dst[lane + 32 * j + half] = hi;

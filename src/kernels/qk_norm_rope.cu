@@ -19,18 +19,19 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_kernel(QkNormRopeArg
   const int hd = a.head_dim;
   const int pos = *a.pos_base + t;
   const bf16* src = a.qkv + static_cast<int64_t>(t) * a.ld + static_cast<int64_t>(head) * hd;
+  const float scale = a.row_scale != nullptr ? a.row_scale[t] : 1.f;
 
   if (head >= a.nq + a.nkv) {  // v head: plain copy into the cache
     const int kvh = head - a.nq - a.nkv;
     bf16* dst = a.v_cache + (static_cast<int64_t>(kvh) * a.cache_capacity + pos) * hd;
-    for (int i = lane; i < hd; i += 32) dst[i] = src[i];
+    for (int i = lane; i < hd; i += 32) dst[i] = to_b(to_f(src[i]) * scale);
     return;
   }
   const bool is_q = head < a.nq;
   bf16* dst = is_q ? a.q_out + (static_cast<int64_t>(t) * a.nq + head) * hd
                    : a.k_cache + (static_cast<int64_t>(head - a.nq) * a.cache_capacity + pos) * hd;
   norm_rope_row(src, is_q ? a.q_norm : a.k_norm, a.cos + static_cast<int64_t>(pos) * hd,
-                a.sin + static_cast<int64_t>(pos) * hd, hd, a.eps, lane, dst);
+                a.sin + static_cast<int64_t>(pos) * hd, hd, a.eps, lane, dst, scale);
 }
 
 }  // namespace

@@ -24,6 +24,9 @@ struct QkNormRopeArgs {
   __nv_bfloat16* v_cache = nullptr;
   int64_t cache_capacity = 0;
   float eps = 1e-6f;
+  // optional fp32 [T]: row t's q, k and v are bf16(qkv[t] * row_scale[t]) (a folded RMSNorm's factor,
+  // rmsnorm.h: row_rms); v is written to the cache scaled
+  const float* row_scale = nullptr;
 };
 
 cudaError_t qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream);

@@ -7,6 +7,9 @@
 
 namespace specpress::kernels {
 
-cudaError_t silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int rows, int inter, cudaStream_t stream);
+// row_scale (optional, fp32 [rows]): gate and up of row t are first scaled by row_scale[t] and rounded to bf16,
+// i.e. the kernel's input is bf16(gate_up * row_scale) (a folded RMSNorm's factor, rmsnorm.h: row_rms).
+cudaError_t silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int rows, int inter, cudaStream_t stream,
+                     const float* row_scale = nullptr);
 
 }  // namespace specpress::kernels

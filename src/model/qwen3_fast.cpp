@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -31,11 +32,20 @@ bool widths_supported(const Qwen3Config& c, const char* who, std::string* why) {
   return true;
 }
 
-FastLayer fuse_layer(const DecoderLayerWeights& w) {
-  return FastLayer{w.input_norm, at::cat({w.q_proj, w.k_proj, w.v_proj}, 0).contiguous(), w.q_norm, w.k_norm,
-                   w.o_proj.contiguous(), w.post_norm, at::cat({w.gate_proj, w.up_proj}, 0).contiguous(),
-                   w.down_proj.contiguous()};
+// The fused QKV and gate/up weights; with `fold`, each with its RMSNorm weight folded into its columns,
+// W diag(norm) computed in fp32 and rounded once to bf16 (FastEngine's folded norms).
+FastLayer fuse_layer(const DecoderLayerWeights& w, bool fold) {
+  at::Tensor qkv = at::cat({w.q_proj, w.k_proj, w.v_proj}, 0), gate_up = at::cat({w.gate_proj, w.up_proj}, 0);
+  if (fold) {
+    qkv = (qkv.to(at::kFloat) * w.input_norm.to(at::kFloat).unsqueeze(0)).to(qkv.scalar_type());
+    gate_up = (gate_up.to(at::kFloat) * w.post_norm.to(at::kFloat).unsqueeze(0)).to(gate_up.scalar_type());
+  }
+  return FastLayer{w.input_norm, qkv.contiguous(), w.q_norm, w.k_norm, w.o_proj.contiguous(), w.post_norm,
+                   gate_up.contiguous(), w.down_proj.contiguous()};
 }
+
+std::atomic<int> g_fold_norms{-1};  // set_fold_norms: -1 = not set (SPECPRESS_FOLD_NORMS decides)
+
 
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
@@ -45,6 +55,19 @@ double layer_bytes(const FastLayer& l) {
 }
 
 }  // namespace
+
+bool fold_norms() {
+  static const bool from_env = [] {
+    const char* v = std::getenv("SPECPRESS_FOLD_NORMS");
+    if (v == nullptr || std::string(v) == "1") return true;
+    if (std::string(v) == "0") return false;
+    fail("SPECPRESS_FOLD_NORMS: expected 0 or 1, found '{}'", v);
+  }();
+  const int o = g_fold_norms.load();
+  return o < 0 ? from_env : o == 1;
+}
+
+void set_fold_norms(bool on) { g_fold_norms.store(on ? 1 : 0); }
 
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
@@ -80,11 +103,11 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   c10::cuda::CUDAStreamGuard guard(stream_);
   check_cuda(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "engine events");
-  folded_ = std::getenv("SPECPRESS_FOLD_PROBE") != nullptr;
+  folded_ = fold_norms();
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
   auto i64 = at::TensorOptions().dtype(at::kLong).device(device_);
-  for (const DecoderLayerWeights& w : target.weights().layers) t_layers_.push_back(fuse_layer(w));
+  for (const DecoderLayerWeights& w : target.weights().layers) t_layers_.push_back(fuse_layer(w, folded_));
   k_cache_ = at::zeros({c.num_layers, c.num_kv_heads, capacity, c.head_dim}, bf16);
   v_cache_ = at::zeros_like(k_cache_);
   start_ = at::zeros({1}, i32);
@@ -100,7 +123,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     tap_layers_ = dc.target_layer_ids;
     const int splits = kernels::attention_default_splits(capacity, static_cast<int>(B_));
     verify_buf_ = make_target_buffers(B_, B_, true, splits);
-    for (const DecoderLayerWeights& w : draft->weights().layers) d_layers_.push_back(fuse_layer(w));
+    // the draft's layers stay unfolded: its context K/V injection projects features its layers' input norms never saw
+    for (const DecoderLayerWeights& w : draft->weights().layers) d_layers_.push_back(fuse_layer(w, false));
     dk_cache_ = at::zeros({a.num_layers, a.num_kv_heads, capacity, a.head_dim}, bf16);
     dv_cache_ = at::zeros_like(dk_cache_);
     draft_rope_ = ops::make_rope_table(a.head_dim, a.rope_theta, a.max_position_embeddings, device_);
@@ -168,13 +192,14 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   at::Tensor attn = b.attn.narrow(0, 0, T), o = b.o.narrow(0, 0, T), gu = b.gate_up.narrow(0, 0, T);
   at::Tensor act = b.act.narrow(0, 0, T);
   // q/k-norm + RoPE, the cache write and the attention of layer l: one launch for T <= 16 rows.
-  auto attend = [&](const FastLayer& w, const at::Tensor& kc, const at::Tensor& vc) {
+  // row_scale: a folded input norm's row factors (undefined: qkv is already the normed rows' projection).
+  auto attend = [&](const FastLayer& w, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& row_scale = {}) {
     if (T <= kernels::kAttentionSmallT) {
       kernels::attention_qkv_out(attn, qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, kc, vc, causal,
-                                 eps, b.attn_scratch);
+                                 eps, b.attn_scratch, row_scale);
       return;
     }
-    kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps);
+    kernels::qk_norm_rope_out(qkv, c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm, rope, pos, q, kc, vc, eps, row_scale);
     kernels::attention_out(attn, q, kc, vc, pos, T, causal, b.attn_scratch);
   };
   // The tap columns of layer l (undefined when l is not tapped).
@@ -184,26 +209,29 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
         return b.taps.narrow(0, 0, T).narrow(1, static_cast<int64_t>(i) * H, H);
     return at::Tensor();
   };
+  const bool folded = folded_ && &layers == &t_layers_;
+  static const at::Tensor none;
   if (kernels::fused_one_row(T)) {
     // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as
-    // the prologues of the qkv and gate/up GEMVs (x is the raw residual), the residual adds as the epilogues
-    // of o and down; h is not written (the head applies the final norm the same way: head_logits).
+    // the prologues of the qkv and gate/up GEMVs (x is the raw residual; folded: their weights are in W, and
+    // each warp scales its sums by x's 1 / rms), the residual adds as the epilogues of o and down; h is not
+    // written (the head applies the final norm the same way: head_logits).
     for (size_t l = 0; l < layers.size(); ++l) {
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
-      kernels::gemv_out(qkv, x, w.qkv, w.input_norm, eps);
+      kernels::gemv_out(qkv, x, w.qkv, folded ? none : w.input_norm, eps, folded);
       attend(w, kc, vc);
       kernels::gemv_residual_out(x, attn, w.o_proj);              // x += attention
-      kernels::gemv_silu_mul_out(act, x, w.gate_up, w.post_norm, eps);
+      kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
       kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
     }
     return;
   }
-  if (folded_ && &layers == &t_layers_) {
-    // Norm weights folded into qkv and gate_up (folded_): the matmuls read the raw residual x, and the norms'
-    // row factors rs (kernels::row_rms) run on the side stream beside them; the attention and the SwiGLU
-    // apply rs. The residual adds are the o and down products' epilogues (linear_residual_out), so no
-    // kernel runs between two products but the attention and the SwiGLU.
+  if (folded) {
+    // Norm weights folded into qkv and gate_up: the matmuls read the raw residual x, and the norms' row
+    // factors rs (kernels::row_rms) run on the side stream beside them; the attention and the SwiGLU apply
+    // rs to their inputs. The residual adds are the o and down products' epilogues (linear_residual_out), so
+    // no kernel runs between two products but the attention and the SwiGLU (docs/PERF.md, twelfth pass).
     const cudaStream_t main_stream = at::cuda::getCurrentCUDAStream().stream();
     auto side = [&](const at::Tensor& rs, const at::Tensor& tap) {
       check_cuda(cudaEventRecord(fork_event_, main_stream), "fork to the side stream");
@@ -222,12 +250,12 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       side(rs_attn, l > 0 ? tap_of(l - 1) : at::Tensor());  // + the previous layer's tap
       kernels::linear_out(qkv, x, w.qkv);
       join();
-      attend(w, kc, vc);
+      attend(w, kc, vc, rs_attn);
       kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       side(rs_mlp, at::Tensor());
       kernels::linear_out(gu, x, w.gate_up);
       join();
-      kernels::silu_mul_out(act, gu);
+      kernels::silu_mul_out(act, gu, rs_mlp);
       kernels::linear_residual_out(x, act, w.down, o);  // x += mlp
     }
     const at::Tensor last_tap = tap_of(layers.size() - 1);
@@ -332,16 +360,17 @@ void FastEngine::tune_matmuls() {
     for (const FastLayer& l : layers) w.push_back(l.*member);
     return w;
   };
-  auto tune_layers = [&](const std::string& who, const std::vector<FastLayer>& layers, FastBuffers& b) {
+  // Folded layers add their residuals in the o and down products (linear_residual_out): those keep a plan.
+  auto tune_layers = [&](const std::string& who, const std::vector<FastLayer>& layers, FastBuffers& b, bool folded) {
     auto rows = [&](const at::Tensor& t) { return t.narrow(0, 0, B_); };
     kernels::tune_linear(rows(b.qkv), rows(b.h), of_layers(layers, &FastLayer::qkv), who + " qkv");
-    kernels::tune_linear(rows(b.o), rows(b.attn), of_layers(layers, &FastLayer::o_proj), who + " o_proj");
+    kernels::tune_linear(rows(b.o), rows(b.attn), of_layers(layers, &FastLayer::o_proj), who + " o_proj", folded);
     kernels::tune_linear(rows(b.gate_up), rows(b.h), of_layers(layers, &FastLayer::gate_up), who + " gate_up");
-    kernels::tune_linear(rows(b.o), rows(b.act), of_layers(layers, &FastLayer::down), who + " down");
+    kernels::tune_linear(rows(b.o), rows(b.act), of_layers(layers, &FastLayer::down), who + " down", folded);
   };
   const at::Tensor& lm_head = target_.weights().lm_head;
   // verify: target_forward of B rows with B logit rows
-  tune_layers("verify", t_layers_, verify_buf_);
+  tune_layers("verify", t_layers_, verify_buf_, folded_);
   kernels::tune_linear(verify_buf_.logits.narrow(0, 0, B_), verify_buf_.h.narrow(0, 0, B_), {lm_head}, "verify lm_head");
   // draft: draft_inject of the verify taps (fc, then each layer's K/V rows of its fused QKV), draft_block
   // (the layers on B rows, the LM head on the last B - 1)
@@ -351,7 +380,7 @@ void FastEngine::tune_matmuls() {
   std::vector<at::Tensor> kv_weights;
   for (const FastLayer& w : d_layers_) kv_weights.push_back(w.qkv.narrow(0, q_rows, kv_rows));
   kernels::tune_linear(draft_kv_, draft_ctx_, kv_weights, "draft kv");
-  tune_layers("draft", d_layers_, draft_buf_);
+  tune_layers("draft", d_layers_, draft_buf_, false);
   if (B_ - 1 >= 2)  // one row is the GEMV's (or at::mm_out's): linear_out uses plans from two rows
     kernels::tune_linear(draft_buf_.logits.narrow(0, 0, B_ - 1), draft_buf_.h.narrow(0, 1, B_ - 1), {lm_head},
                          "draft lm_head");
@@ -593,6 +622,10 @@ double FastEngine::kernel_class_ms(const std::string& kind, int64_t M, int reps)
       } else if (kind == "attention") {  // as the engine runs it: with q/k-norm + RoPE and the cache write
         kernels::attention_qkv_out(rows(b.attn), rows(b.qkv), c.num_heads, c.num_kv_heads, w.q_norm, w.k_norm,
                                    target_.rope(), start_, kc, vc, true, c.rms_norm_eps, b.attn_scratch);
+      } else if (kind == "elementwise" && folded_) {  // the row factors (beside the products in the step) and SwiGLU
+        kernels::row_rms_out(b.rs[0].narrow(0, 0, M), rows(b.x), c.rms_norm_eps);
+        kernels::row_rms_out(b.rs[1].narrow(0, 0, M), rows(b.x), c.rms_norm_eps);
+        kernels::silu_mul_out(rows(b.act), rows(b.gate_up), b.rs[1].narrow(0, 0, M));
       } else if (kind == "elementwise") {
         kernels::rmsnorm_out(rows(b.h), rows(b.o), w.post_norm, c.rms_norm_eps, rows(b.x), rows(b.x));
         kernels::silu_mul_out(rows(b.act), rows(b.gate_up));

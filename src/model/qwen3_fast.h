@@ -28,6 +28,17 @@
 
 namespace specpress::model {
 
+// Folded norms (default on; SPECPRESS_FOLD_NORMS=0 turns them off, another value than 0 or 1 fails naming the
+// variable; set_fold_norms overrides it for the process, for engines built after the call). An engine with
+// folded norms builds the target's fused QKV and gate/up weights as W diag(norm weight) (fp32 product rounded once
+// to bf16), so that neither RMSNorm before them is a kernel of its own: at one row the GEMVs scale their sums by
+// x's 1 / rms; at more rows the norm's row factors (kernels::row_rms) run on a side stream beside the product, the
+// attention and the SwiGLU apply them, and the residual adds are the o and down products' epilogues. The draft's
+// layers are never folded (its context injection projects features without their input norms). Numerically
+// a rounding of W diag(w) instead of one of x's normed rows; tests/gpu hold it to the reference path's bounds.
+bool fold_norms();
+void set_fold_norms(bool on);
+
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
 

@@ -589,6 +589,119 @@ TEST_F(Kernels, GemvNormPrologueAndResidualEpilogue) {
   EXPECT_THROW(kernels::gemv_residual_out(x.narrow(1, 0, 32), x, w.narrow(0, 0, 32)), std::exception);
 }
 
+// Folded norms (model/qwen3_fast.h): the norm weight in W's columns, the row factor applied by the consumer.
+// row_rms against its twin rsqrt(mean(x^2) + eps) (and its tap copy bitwise); the consumers' row_scale forms
+// bitwise against the unscaled kernels on the twin's input bf16(rows * factor) (silu_mul, qk_norm_rope, the
+// fused attention's output and caches); the folded GEMVs against float64 and against the unfolded prologue
+// GEMV; the folded chain rmsnorm(x) · W^T == rs · (x · (W diag(w))^T) at bf16 level.
+TEST_F(Kernels, FoldedNormKernelsMatchTheirTwins) {
+  auto scaled_rows = [](const at::Tensor& t, const at::Tensor& f) {  // bf16(t * f[row]), the consumers' input
+    return (t.to(at::kFloat) * f.unsqueeze(1)).to(at::kBFloat16);
+  };
+  for (int64_t H : {int64_t{2560}, int64_t{4096}, int64_t{136}}) {
+    SCOPED_TRACE(::testing::Message() << "row_rms H=" << H);
+    const int64_t rows = 16;
+    at::Tensor x = at::randn({rows, H}, bf16()) * 3;
+    at::Tensor rs = at::full({rows}, NAN, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+    at::Tensor taps = at::full({rows, 3 * H}, NAN, bf16());
+    kernels::row_rms_out(rs, x, 1e-6, taps.narrow(1, H, H));
+    at::Tensor ref = at::rsqrt(x.to(at::kDouble).pow(2).mean(1) + 1e-6);
+    EXPECT_LT(rel_err(rs, ref), 1e-6);
+    EXPECT_TRUE(at::equal(taps.narrow(1, H, H), x)) << "tap copy";
+    EXPECT_TRUE(at::isnan(taps.narrow(1, 0, H)).all().item<bool>()) << "wrote outside the tap slice";
+  }
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  {  // SwiGLU with row factors
+    const int64_t rows = 16, inter = 9728;
+    at::Tensor gu = at::randn({rows, 2 * inter}, bf16()) * 40, f = at::rand({rows}, f32) * 0.1 + 0.01;
+    at::Tensor out = at::full({rows, inter}, NAN, bf16()), twin = at::full({rows, inter}, NAN, bf16());
+    kernels::silu_mul_out(out, gu, f);
+    kernels::silu_mul_out(twin, scaled_rows(gu, f));
+    EXPECT_TRUE(at::equal(out, twin)) << "silu_mul with row_scale vs silu_mul of bf16(gate_up * factor)";
+    EXPECT_THROW(kernels::silu_mul_out(out, gu, f.narrow(0, 0, rows - 1)), std::exception);
+  }
+  {  // q/k-norm + RoPE (prefill-sized T) and the fused small-T attention with row factors
+    const int64_t nq = 32, nkv = 8, hd = 128, cap = 1024, width = (nq + 2 * nkv) * hd;
+    ops::RopeTable rope = ops::make_rope_table(hd, 1e6, cap, at::Device(at::kCUDA));
+    at::Tensor qn = 1 + 0.1 * at::randn({hd}, bf16()), kn = 1 + 0.1 * at::randn({hd}, bf16());
+    for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{40}}) {
+      SCOPED_TRACE(::testing::Message() << "T=" << T);
+      at::Tensor qkv = at::randn({T, width}, bf16()) * 20, f = at::rand({T}, f32) * 0.1 + 0.01;
+      at::Tensor pos = at::full({1}, 300, i32());
+      at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
+      at::Tensor ka = kc0.clone(), va = vc0.clone(), kb = kc0.clone(), vb = vc0.clone();
+      at::Tensor qa = at::full({T, nq, hd}, NAN, bf16()), qb = at::full({T, nq, hd}, NAN, bf16());
+      kernels::qk_norm_rope_out(qkv, nq, nkv, qn, kn, rope, pos, qa, ka, va, 1e-6, f);
+      kernels::qk_norm_rope_out(scaled_rows(qkv, f), nq, nkv, qn, kn, rope, pos, qb, kb, vb, 1e-6);
+      EXPECT_TRUE(at::equal(qa, qb)) << "qk_norm_rope q with row_scale";
+      EXPECT_TRUE(at::equal(ka, kb) && at::equal(va, vb)) << "qk_norm_rope caches with row_scale";
+      if (T > kernels::kAttentionSmallT) continue;
+      const int splits = kernels::attention_default_splits(cap, static_cast<int>(T));
+      for (int warps : {4, 8}) {
+        kernels::AttentionScratch sa = kernels::make_attention_scratch(T, nq, nkv, hd, splits, at::Device(at::kCUDA));
+        kernels::AttentionScratch sb = kernels::make_attention_scratch(T, nq, nkv, hd, splits, at::Device(at::kCUDA));
+        sa.block_warps = sb.block_warps = warps;
+        at::Tensor kc = kc0.clone(), vc = vc0.clone(), kd = kc0.clone(), vd = vc0.clone();
+        at::Tensor oa = at::full({T, nq * hd}, NAN, bf16()), ob = at::full({T, nq * hd}, NAN, bf16());
+        kernels::attention_qkv_out(oa, qkv, nq, nkv, qn, kn, rope, pos, kc, vc, true, 1e-6, sa, f);
+        kernels::attention_qkv_out(ob, scaled_rows(qkv, f), nq, nkv, qn, kn, rope, pos, kd, vd, true, 1e-6, sb);
+        EXPECT_TRUE(at::equal(oa, ob)) << "fused attention with row_scale, block_warps " << warps;
+        EXPECT_TRUE(at::equal(kc, kd) && at::equal(vc, vd)) << "fused attention caches with row_scale";
+      }
+    }
+  }
+  struct Case { int64_t N, K; };
+  for (Case c : {Case{6144, 2560}, Case{19456, 2560}, Case{6144, 4096}, Case{8, 8}, Case{136, 264}, Case{64, 8192}}) {
+    SCOPED_TRACE(::testing::Message() << "folded GEMV N=" << c.N << " K=" << c.K);
+    at::Tensor x = at::randn({1, c.K}, bf16()) * 3, w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor nw = 1 + 0.1 * at::randn({c.K}, bf16());
+    at::Tensor wf = (w.to(at::kFloat) * nw.to(at::kFloat).unsqueeze(0)).to(at::kBFloat16);  // the engine's fold
+    at::Tensor folded = at::full({1, c.N}, NAN, bf16()), prologue = at::full({1, c.N}, NAN, bf16());
+    kernels::gemv_out(folded, x, wf, {}, 1e-6, /*folded_norm=*/true);
+    kernels::gemv_out(prologue, x, w, nw, 1e-6);
+    at::Tensor x64 = x.to(at::kDouble);
+    at::Tensor ref64 = at::matmul(x64, wf.to(at::kDouble).t()) * at::rsqrt(x64.pow(2).mean() + 1e-6);
+    EXPECT_LT(rel_err(folded, ref64), 5e-3) << "folded GEMV vs float64 on the folded weight";
+    EXPECT_LT(rel_err(folded, prologue), 1e-2) << "folded GEMV vs the norm-prologue GEMV on the unfolded weight";
+    if (c.N % 2 == 0) {
+      at::Tensor act = at::full({1, c.N / 2}, NAN, bf16()), act_p = at::full({1, c.N / 2}, NAN, bf16());
+      kernels::gemv_silu_mul_out(act, x, wf, {}, 1e-6, true);
+      kernels::gemv_silu_mul_out(act_p, x, w, nw, 1e-6);
+      EXPECT_LT(rel_err(act, act_p), 1e-2) << "folded SwiGLU GEMV vs the norm-prologue one";
+    }
+  }
+  at::Tensor x = at::randn({1, 64}, bf16()), w = at::randn({32, 64}, bf16()), y = at::empty({1, 32}, bf16());
+  EXPECT_THROW(kernels::gemv_out(y, x, w, at::ones({64}, bf16()), 1e-6, true), std::exception)
+      << "a folded norm takes no norm weight";
+}
+
+// linear_residual_out: residual += x · W^T in every path (a tuned plan with beta = 1 in place, which rounds once;
+// at::mm_out + a bf16 add; the GEMV epilogue at one row), against float64 to bf16 level; the plan path really ran.
+TEST_F(Kernels, LinearResidualOutMatchesTwin) {
+  LtTestSettings restore;
+  kernels::set_gemm_mode(kernels::GemmMode::kGemv);
+  for (int64_t M : {int64_t{16}, int64_t{1}}) {
+    for (auto tuning : {kernels::LtTuning::kOn, kernels::LtTuning::kOff}) {
+      kernels::set_lt_tuning(tuning);
+      kernels::clear_lt_plans();
+      const int64_t N = 2560, K = 9728;
+      at::Tensor a = at::randn({M, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.02;
+      at::Tensor res0 = at::randn({M, N}, bf16()) * 4, tmp = at::empty({M, N}, bf16());
+      if (tuning == kernels::LtTuning::kOn && M > 1)
+        kernels::tune_linear(tmp, a.clone(), {w}, "test residual", /*accumulates=*/true);
+      at::Tensor res = res0.clone();
+      const int64_t launches = kernels::lt_launch_count();
+      kernels::linear_residual_out(res, a, w, tmp);
+      const bool planned = kernels::lt_launch_count() > launches;
+      EXPECT_EQ(planned, tuning == kernels::LtTuning::kOn && M > 1) << "M=" << M << ": plan path taken or not";
+      const at::Tensor prod = at::matmul(a.to(at::kDouble), w.to(at::kDouble).t()), ref = res0.to(at::kDouble) + prod;
+      // in bf16 units of the operands (the sum may cancel): the product's rounding and the sum's
+      EXPECT_LE(max_ulps_of(res, ref, res0.to(at::kDouble).abs() + prod.abs()), 2.0)
+          << "M=" << M << " tuning " << kernels::lt_tuning_name(tuning);
+    }
+  }
+}
+
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
 // cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
 TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
