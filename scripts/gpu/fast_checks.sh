@@ -5,7 +5,8 @@
 # --reference-path on the golden pair, then the performance record (bench/fast_perf.cpp and the HF
 # transformers baseline). Logs and JSON go to $OUT.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
-#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1. Exits 1 when a test run or the CLI check failed (after the rest).
+#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1. Exits 1 when a test run, the CLI check or fast_perf failed (after the
+#      rest).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -38,6 +39,9 @@ run_tests "SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden" 'FastPa
 run_tests "SPECPRESS_LC_EDGES=0: no launch-completion edges, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LC_EDGES=0
 # ... without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
 run_tests "SPECPRESS_LT_TUNE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LT_TUNE=0
+# ... in the streaming small-M modes (the residual adds' at::mm_out-less fallback; stream_all is batch-invariant)
+run_tests "SPECPRESS_GEMM=stream, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=stream
+run_tests "SPECPRESS_GEMM=stream_all, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=stream_all
 # ... with the RMSNorms unfolded (model/qwen3_fast.h)
 run_tests "SPECPRESS_FOLD_NORMS=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_FOLD_NORMS=0
 # ... and with the synchronous decoding loops (decode/fast_generation.h)

@@ -155,6 +155,10 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
     queue_cycle(0);
     for (int64_t k = 0;; ++k) {
       const bool ahead = start + B < max_length;
+      // cycle k + 1 starts below start + B and writes B rows from there: below max_length + B <= the capacity
+      if (ahead && start + 2 * B > engine.capacity())
+        fail("fast path: internal error: a cycle queued at start {} would pass the cache capacity {}", start + B,
+             engine.capacity());
       if (ahead) queue_cycle(k + 1);
       const int64_t* rec = engine.wait_record(static_cast<int>(k % 2));
       std::copy(rec, rec + B, block.begin());

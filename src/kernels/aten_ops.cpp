@@ -46,6 +46,7 @@ int64_t row_stride(const at::Tensor& t, const char* name) {
 }
 
 __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 // An optional fp32 row factor of `rows` rows (a folded RMSNorm's, row_rms_out); nullptr when undefined.
 const float* row_scale_of(const at::Tensor& row_scale, int64_t rows, const char* what) {
@@ -104,6 +105,7 @@ void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at
   require(rs, "row_rms rs", at::kFloat);
   const int64_t H = x.size(-1), rows = x.numel() / H;
   if (rs.numel() != rows) fail("row_rms: rs has {} elements for {} rows", rs.numel(), rows);
+  if (H % 8 != 0 || !aligned16(x)) fail("row_rms: x needs H % 8 == 0 (H = {}) and 16-byte alignment", H);
   RowRmsArgs a;
   a.x = bf(x);
   a.rs = rs.data_ptr<float>();
@@ -114,6 +116,7 @@ void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at
     require(tap, "row_rms tap", at::kBFloat16, false);
     a.ld_tap = row_stride(tap, "row_rms tap");
     if (tap.size(0) != rows || tap.size(1) != H) fail("row_rms: tap shape differs from x");
+    if (a.ld_tap % 8 != 0 || !aligned16(tap)) fail("row_rms: tap needs a row stride % 8 == 0 and 16-byte alignment");
     a.tap = bf(tap);
   }
   check_cuda(row_rms(a, stream()), "row_rms");
@@ -343,7 +346,6 @@ GemmMode initial_gemm_mode() {
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
 
-bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 // The layouts the GEMV kernel takes (checked again, with errors, by gemv_out).
 bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
@@ -499,7 +501,7 @@ void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::
 
 void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp) {
   const int64_t M = x.size(0);
-  if (fused_one_row(M)) {
+  if (fused_one_row(M) && gemv_fits(residual, x, weight)) {
     gemv_residual_out(residual, x, weight);
     return;
   }

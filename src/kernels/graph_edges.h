@@ -14,7 +14,8 @@
 // which the product just before it does not write) correct. A chain of such edges (tried first) let the draft
 // graph's attention read cache rows that the context injection a few kernels earlier was still writing, in the
 // skinny matmul mode, where every kernel is ours. No kernel is starved: the next one launches only once every
-// block of the previous one is running.
+// block of the previous one is running. With folded norms a consumer (the attention, the SwiGLU) has a second
+// input, the row factors' kernel on the side stream; that edge is ours into ours and stays ordinary.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -18,7 +18,10 @@
 // step, SPECPRESS_PDL=0 (set_pdl(false)) nowhere. With PDL on, the engine also rewrites the ordinary edges of
 // its captured graphs from a kernel that is not ours (a cuBLAS(Lt) product, say) into ours into launch-completion
 // edges (graph_edges.h, SPECPRESS_LC_EDGES): such a kernel may be resident while that one still runs, and the
-// same contract (wait before reading earlier results or writing; at most two kernels overlap) keeps it correct.
+// same contract (wait before reading earlier results or writing; at most two kernels of a chain overlap) keeps it
+// correct. Folded norms (model/qwen3_fast.h) add a second chain beside the products: the row factors' kernel
+// (kernels::row_rms) on a side stream, joined into its consumer by an ordinary edge (ours into ours, never
+// relaxed), so the consumer still starts only after it has completed.
 #pragma once
 #include <cuda_runtime.h>
 

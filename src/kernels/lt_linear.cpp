@@ -1,6 +1,7 @@
 // lt_linear.cpp — see lt_linear.h. In cuBLASLt's column-major terms a problem is D (N x M, ld ldc) =
 // op(A) · B with A = the weight read as K x N (ld lda) and op(A) = A^T, B = x read as K x M (ld ldb), bf16
-// data, fp32 accumulation and scale, C = D, beta = 0 (the layouts of branch lt-probe's cublaslt_probe.cu).
+// data, fp32 accumulation and scale, C = D, beta = 0 (the layouts of branch lt-probe's cublaslt_probe.cu), or
+// beta = 1 in place for an accumulating launch (lt_linear_out's accumulate).
 #include "kernels/lt_linear.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -135,6 +136,8 @@ Alignment alignment_of(const at::Tensor& out, const at::Tensor& x, const at::Ten
 struct LtEntry {
   std::unique_ptr<LtProblem> problem;
   cublasLtMatmulAlgo_t algo{};
+  bool plain = true;         // plain launches use the plan (false: kept for accumulating launches only)
+  bool accumulates = false;  // the plan was also checked with beta = 1 (tune_linear's `accumulates`)
   Alignment alignment;
   size_t record = 0;  // index in Registry::records
 };
@@ -373,6 +376,7 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
   const auto it = r.entries.find(key_of(out, x, weight));
   if (it == r.entries.end() || it->second.problem == nullptr) return false;
   const LtEntry& e = it->second;
+  if (accumulate ? !e.accumulates : !e.plain) return false;  // not checked with beta = 1 / kept for accumulating only
   if (!e.alignment.allows(alignment_of(out, x, weight))) return false;
   const DeviceLt& d = r.devices.at(static_cast<int>(x.device().index()));
   const c10::cuda::CUDAGuard device_guard(x.device());
@@ -406,7 +410,8 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
   {
     std::lock_guard<std::mutex> lock(r.mu);
     const auto it = r.entries.find(key);
-    if (it != r.entries.end() && it->second.alignment.allows(align) && (!accumulates || it->second.problem != nullptr)) {
+    if (it != r.entries.end() && it->second.alignment.allows(align) &&
+        (!accumulates || (it->second.problem != nullptr && it->second.accumulates))) {
       add_label(r.records[it->second.record], label);
       return;
     }
@@ -441,6 +446,13 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
   mm(w0);
   const at::Tensor ref = out.to(at::kFloat);
   const double ref_max = ref.abs().max().item<double>();
+  // the old out of an accumulating check: a fixed pattern of the product's magnitude
+  const at::Tensor residual =
+      (at::cos(at::arange(out.numel(), at::TensorOptions().dtype(at::kFloat).device(out.device())) * 0.11) *
+       (std::isfinite(ref_max) ? ref_max : 1.0))
+          .reshape(out.sizes())
+          .to(out.scalar_type());
+  const double residual_max = residual.to(at::kFloat).abs().max().item<double>();
 
   LtTuneRecord rec;
   rec.label = label;
@@ -483,6 +495,18 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
       ++rec.rejected_inaccurate;
       continue;
     }
+    if (accumulates) {  // out += x · w^T in place (beta = 1, C = D), against the reference plus the old out
+      out.copy_(residual);
+      if (launch(*d, *problem, c.algo, out, x, w0, st, /*accumulate=*/true) != CUBLAS_STATUS_SUCCESS) {
+        ++rec.rejected_launch;
+        continue;
+      }
+      const double acc_diff = (out.to(at::kFloat) - (ref + residual.to(at::kFloat))).abs().max().item<double>();
+      if (!(acc_diff <= kTolerance * (ref_max + residual_max))) {
+        ++rec.rejected_inaccurate;
+        continue;
+      }
+    }
     const double us = graph_us_per_product(
         [&](const at::Tensor& w) { check_lt(launch(*d, *problem, c.algo, out, x, w, st), "cublasLtMatmul (tuning)"); },
         weights, passes, st, ev);
@@ -502,13 +526,17 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
                                         : "none: every cuBLASLt candidate was rejected";
   } else {
     rec.algo = describe_algo(best->algo, best->workspace) + " [" + best->origin + "]";
-    rec.plan = tuning == LtTuning::kAlways || accumulates || rec.lt_us < rec.mm_us * (1.0 - kMinGain);
+    const bool won = tuning == LtTuning::kAlways || rec.lt_us < rec.mm_us * (1.0 - kMinGain);
+    rec.plan = won || accumulates;
+    rec.accumulate_only = !won && accumulates;
   }
   LtEntry entry;
   entry.alignment = align;
   if (rec.plan) {
     entry.problem = std::move(problem);
     entry.algo = best->algo;
+    entry.plain = !rec.accumulate_only;
+    entry.accumulates = accumulates;
   }
   std::lock_guard<std::mutex> lock(r.mu);
   const auto it = r.entries.find(key);
@@ -532,7 +560,9 @@ std::vector<LtTuneRecord> lt_tune_records() {
 
 std::string format_lt_record(const LtTuneRecord& rec) {
   std::string s = fmt::format("{}: M={} N={} K={} (lda {} ldb {} ldc {}, {} weights): {}", rec.label.empty() ? "-" : rec.label,
-                              rec.M, rec.N, rec.K, rec.lda, rec.ldb, rec.ldc, rec.weights, rec.plan ? "cuBLASLt" : "at::mm_out");
+                              rec.M, rec.N, rec.K, rec.lda, rec.ldb, rec.ldc, rec.weights,
+                              !rec.plan ? "at::mm_out" : rec.accumulate_only ? "cuBLASLt for out += only, at::mm_out otherwise"
+                                                                               : "cuBLASLt");
   if (rec.lt_us > 0)
     s += fmt::format("; fastest cuBLASLt {:.2f} us ({:+.1f}% vs at::mm_out {:.2f} us), heuristic's first {:.2f} us: {}",
                      rec.lt_us, 100.0 * (rec.lt_us / rec.mm_us - 1.0), rec.mm_us, rec.heuristic_us, rec.algo);

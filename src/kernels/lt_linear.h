@@ -46,7 +46,8 @@ const char* lt_tuning_name(LtTuning tuning);
 // out [M, N] = x [M, K] · weight [N, K]^T (bf16, unit column strides) by the plan tuned for this problem,
 // on the current CUDA stream; returns false (and does nothing) when tuning is off, there is no plan for
 // the problem, or a pointer is less aligned than the plan was tuned with. No allocation, no host sync.
-// accumulate: out += x · weight^T instead (beta = 1, C = D = out, in place, with the plan's algorithm).
+// accumulate: out += x · weight^T instead (beta = 1, C = D = out, in place, with the plan's algorithm); only
+// for a problem tuned with `accumulates` (false otherwise, as without a plan).
 bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate = false);
 
 // Tunes the problem out = x · w^T for the weights `weights` (one shape and row stride: one projection of
@@ -56,9 +57,11 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 // Overwrites x (with a fixed test pattern) and out. A problem tuned before with pointers at least as
 // aligned is not tuned again (its record gets `label` added). Nothing happens when tuning is off. `label`
 // names the problem in the records ("verify o_proj"). `accumulates`: the caller also runs the problem as
-// out += x · w^T (lt_linear_out's accumulate, a residual add as the product's epilogue), so a plan is kept
-// whenever a correct candidate exists, even where at::mm_out is faster: without one the add is a kernel of its own
-// (linear_residual_out); a problem tuned before without a plan is tuned again.
+// out += x · w^T (lt_linear_out's accumulate, a residual add as the product's epilogue): each candidate is
+// also checked with beta = 1 (against at::mm_out's product plus a fixed old out, same bound), and a plan is
+// kept whenever a correct candidate exists, for the accumulating launches, since without one the add is a kernel
+// of its own (linear_residual_out); plain launches of the problem still use it only where it beat at::mm_out.
+// A problem tuned before without that check is tuned again.
 void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<at::Tensor>& weights,
                  const std::string& label = "", bool accumulates = false);
 
@@ -69,6 +72,7 @@ struct LtTuneRecord {
   int device = 0;
   int64_t weights = 0;                           // weights per timed pass
   bool plan = false;                             // true: cuBLASLt runs it; false: at::mm_out
+  bool accumulate_only = false;                  // the plan runs accumulating launches only (at::mm_out was faster)
   std::string algo;                              // the fastest correct cuBLASLt candidate, or why there is none
   double lt_us = 0, mm_us = 0, heuristic_us = 0; // µs per product: that candidate, at::mm_out, the heuristic's first
   int candidates = 0;                            // cuBLASLt candidates tried

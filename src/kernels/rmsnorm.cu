@@ -79,7 +79,8 @@ __global__ void __launch_bounds__(kRowRmsWarps * 32) row_rms_kernel(RowRmsArgs a
 
 cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return cudaSuccess;
-  if (a.H <= 0 || a.H % 8 != 0 || a.x == nullptr || a.rs == nullptr || (a.tap != nullptr && a.ld_tap < a.H))
+  if (a.H <= 0 || a.H % 8 != 0 || a.x == nullptr || a.rs == nullptr || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 ||
+      (a.tap != nullptr && (a.ld_tap < a.H || a.ld_tap % 8 != 0 || reinterpret_cast<uintptr_t>(a.tap) % 16 != 0)))
     return cudaErrorInvalidValue;
   return launch_kernel(row_rms_kernel, (a.rows + kRowRmsWarps - 1) / kRowRmsWarps, kRowRmsWarps * 32, 0, stream, a);
 }

@@ -29,9 +29,9 @@ cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream);
 struct RowRmsArgs {
   const __nv_bfloat16* x = nullptr;  // [rows, H], row stride H
   float* rs = nullptr;               // [rows]
-  __nv_bfloat16* tap = nullptr;      // optional [rows, H] copy of x, row stride ld_tap
+  __nv_bfloat16* tap = nullptr;      // optional [rows, H] copy of x, row stride ld_tap (% 8 == 0)
   int64_t ld_tap = 0;
-  int rows = 0, H = 0;               // H % 8 == 0
+  int rows = 0, H = 0;               // H % 8 == 0; x and tap 16-byte aligned
   float eps = 1e-6f;
 };
 

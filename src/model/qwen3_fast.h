@@ -42,6 +42,9 @@ void set_fold_norms(bool on);
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
 
+// A layer's weights as the fast path reads them: QKV and gate/up fused at load time. In a target layer of an
+// engine with folded norms (fold_norms()), qkv and gate_up hold W diag(input_norm) and W diag(post_norm) and take
+// the raw residual rows; input_norm and post_norm are then not read.
 struct FastLayer {
   at::Tensor input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
 };
@@ -130,8 +133,9 @@ class FastEngine {
   std::array<int, 3> launch_completion_edges() const { return lc_edges_; }
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
   // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
-  // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; at M = 1 the
-  // engine runs them inside the GEMVs), "head" (embedding + argmax). Writes scratch buffers and the caches.
+  // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; with folded norms the
+  // 2 row-factor kernels, which the step runs beside the products, and the scaled SwiGLU; at M = 1 the engine
+  // runs them inside the GEMVs), "head" (embedding + argmax). Writes scratch buffers and the caches.
   double kernel_class_ms(const std::string& kind, int64_t M, int reps);
   // Waits for the engine stream. Methods returning tensors (prefill, *_logits, draft_proposals) do it;
   // callers reading the buffers directly after a step must call it (the stream is non-blocking).
