@@ -662,12 +662,18 @@ TEST_F(Kernels, FoldedNormKernelsMatchTheirTwins) {
     at::Tensor x64 = x.to(at::kDouble);
     at::Tensor ref64 = at::matmul(x64, wf.to(at::kDouble).t()) * at::rsqrt(x64.pow(2).mean() + 1e-6);
     EXPECT_LT(rel_err(folded, ref64), 5e-3) << "folded GEMV vs float64 on the folded weight";
-    EXPECT_LT(rel_err(folded, prologue), 1e-2) << "folded GEMV vs the norm-prologue GEMV on the unfolded weight";
+    // Against the unfolded model (two bf16 computations with different roundings): at the layer widths only,
+    // where the sums are long enough for bf16-level agreement to be a 1e-2 bound (at K = 8 one rounding can move
+    // an output by more).
+    const bool wide = c.K >= 256;
+    if (wide) EXPECT_LT(rel_err(folded, prologue), 1e-2) << "folded GEMV vs the norm-prologue GEMV on the unfolded weight";
     if (c.N % 2 == 0) {
       at::Tensor act = at::full({1, c.N / 2}, NAN, bf16()), act_p = at::full({1, c.N / 2}, NAN, bf16());
       kernels::gemv_silu_mul_out(act, x, wf, {}, 1e-6, true);
       kernels::gemv_silu_mul_out(act_p, x, w, nw, 1e-6);
-      EXPECT_LT(rel_err(act, act_p), 1e-2) << "folded SwiGLU GEMV vs the norm-prologue one";
+      const at::Tensor g64 = ref64.narrow(1, 0, c.N / 2), u64 = ref64.narrow(1, c.N / 2, c.N / 2);
+      EXPECT_LT(rel_err(act, g64 / (1 + at::exp(-g64)) * u64), 1e-2) << "folded SwiGLU GEMV vs float64";
+      if (wide) EXPECT_LT(rel_err(act, act_p), 1e-2) << "folded SwiGLU GEMV vs the norm-prologue one";
     }
   }
   at::Tensor x = at::randn({1, 64}, bf16()), w = at::randn({32, 64}, bf16()), y = at::empty({1, 32}, bf16());
