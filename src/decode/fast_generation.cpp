@@ -4,19 +4,19 @@
 #include <cuda_runtime.h>
 
 #include <array>
-#include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <string>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "decode/output.h"
 
 namespace specpress::decode {
 namespace {
 
-// set_pipelined_loops: -1 = not set (SPECPRESS_PIPELINE decides), 0 / 1.
-std::atomic<int> pipelined_override{-1};
+EnvSwitch& pipeline_switch() {
+  static EnvSwitch s("SPECPRESS_PIPELINE", true);
+  return s;
+}
 
 // CUDA events around the draft and verify parts of a cycle, read after the cycle's one sync.
 struct CycleTimer {
@@ -37,18 +37,9 @@ struct CycleTimer {
 
 }  // namespace
 
-bool pipelined_loops() {
-  static const bool from_env = [] {
-    const char* v = std::getenv("SPECPRESS_PIPELINE");
-    if (v == nullptr || std::string(v) == "1") return true;
-    if (std::string(v) == "0") return false;
-    fail("SPECPRESS_PIPELINE: expected 0 or 1, found '{}'", v);
-  }();
-  const int o = pipelined_override.load();
-  return o < 0 ? from_env : o == 1;
-}
+bool pipelined_loops() { return pipeline_switch().on(); }
 
-void set_pipelined_loops(bool on) { pipelined_override.store(on ? 1 : 0); }
+void set_pipelined_loops(bool on) { pipeline_switch().set(on); }
 
 GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwen3Model& target,
                                      const std::vector<int64_t>& prompt, const GenerationParams& params,

@@ -4,11 +4,10 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <set>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/graph_edges.h"
@@ -44,7 +43,10 @@ FastLayer fuse_layer(const DecoderLayerWeights& w, bool fold) {
                    gate_up.contiguous(), w.down_proj.contiguous()};
 }
 
-std::atomic<int> g_fold_norms{-1};  // set_fold_norms: -1 = not set (SPECPRESS_FOLD_NORMS decides)
+EnvSwitch& fold_switch() {
+  static EnvSwitch s("SPECPRESS_FOLD_NORMS", true);
+  return s;
+}
 
 
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
@@ -56,18 +58,9 @@ double layer_bytes(const FastLayer& l) {
 
 }  // namespace
 
-bool fold_norms() {
-  static const bool from_env = [] {
-    const char* v = std::getenv("SPECPRESS_FOLD_NORMS");
-    if (v == nullptr || std::string(v) == "1") return true;
-    if (std::string(v) == "0") return false;
-    fail("SPECPRESS_FOLD_NORMS: expected 0 or 1, found '{}'", v);
-  }();
-  const int o = g_fold_norms.load();
-  return o < 0 ? from_env : o == 1;
-}
+bool fold_norms() { return fold_switch().on(); }
 
-void set_fold_norms(bool on) { g_fold_norms.store(on ? 1 : 0); }
+void set_fold_norms(bool on) { fold_switch().set(on); }
 
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
