@@ -346,7 +346,6 @@ GemmMode initial_gemm_mode() {
 }
 GemmMode g_gemm_mode = initial_gemm_mode();
 
-
 // The layouts the GEMV kernel takes (checked again, with errors, by gemv_out).
 bool gemv_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
   return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) == 1 && out.size(0) == 1 &&

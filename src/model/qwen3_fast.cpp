@@ -48,7 +48,6 @@ EnvSwitch& fold_switch() {
   return s;
 }
 
-
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
 double layer_bytes(const FastLayer& l) {
