@@ -1,4 +1,4 @@
-// rmsnorm.cu — see rmsnorm.h. One block per row.
+// rmsnorm.cu — see rmsnorm.h. rmsnorm: one block per row; row_rms: one warp per row.
 #include "kernels/common.cuh"
 #include "kernels/rmsnorm.h"
 

@@ -1,5 +1,6 @@
 // rmsnorm.h — fused residual add + RMSNorm (bf16, torch-free). Reference twin: ops::rms_norm, with the
-// residual add as ATen's bf16 `x + residual`.
+// residual add as ATen's bf16 `x + residual`. Also row_rms, the row factor of an RMSNorm whose weight is folded
+// into the next matmul (twin: rsqrt(mean(x^2) + eps) in float64, tests/gpu).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
