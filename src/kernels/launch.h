@@ -25,25 +25,32 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace specpress::kernels {
 
-// SPECPRESS_PDL as (on, in the multi-row steps too); an unknown value warns and keeps the default, decode.
+// A fast-path environment variable set to none of its values: fails naming it (std::invalid_argument, which the
+// CLI prints as an error and exits 1 on), as SPECPRESS_GEMM and the switches of core/env_switch.h do. This header
+// is torch- and fmt-free (the .cu files include it), hence not specpress::fail.
+[[noreturn]] inline void bad_env_value(const char* name, const char* value, const char* expected) {
+  throw std::invalid_argument(std::string(name) + ": expected " + expected + ", found '" + value + "'");
+}
+
+// SPECPRESS_PDL as (on, in the multi-row steps too); unset or empty: decode; an unknown value fails, naming it.
 inline std::pair<bool, bool> pdl_from_env() {
   const char* env = std::getenv("SPECPRESS_PDL");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "decode") == 0) return {true, false};
   if (std::strcmp(env, "1") == 0) return {true, true};
   if (std::strcmp(env, "0") == 0) return {false, false};
-  std::fprintf(stderr, "warning: SPECPRESS_PDL=%s: expected decode, 1 or 0; using decode\n", env);
-  return {true, false};
+  bad_env_value("SPECPRESS_PDL", env, "decode, 1 or 0");
 }
 inline std::pair<bool, bool>& pdl_settings() {
-  static std::pair<bool, bool> settings = pdl_from_env();  // read (and warned about) once
+  static std::pair<bool, bool> settings = pdl_from_env();  // read once
   return settings;
 }
 inline bool& pdl_flag() { return pdl_settings().first; }
@@ -56,14 +63,14 @@ inline void set_pdl_in_multirow_steps(bool on) { pdl_multirow_flag() = on; }
 
 // SPECPRESS_LC_EDGES (default 1): with PDL on, the fast engine's graphs start each of our kernels once every
 // block of the kernel before it has begun (graph_edges.h), where PDL does not already chain the two: after
-// the cuBLAS(Lt) products of verify and draft, and in cuBLAS matmul mode. 0 turns it off; PDL off turns it off.
+// the cuBLAS(Lt) products of verify and draft, and in cuBLAS matmul mode. 0 turns it off; PDL off turns it off;
+// another value fails, naming the variable.
 inline bool& lc_edges_flag() {
   static bool on = [] {
     const char* env = std::getenv("SPECPRESS_LC_EDGES");
     if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return true;
     if (std::strcmp(env, "0") == 0) return false;
-    std::fprintf(stderr, "warning: SPECPRESS_LC_EDGES=%s: expected 1 or 0; using 1\n", env);
-    return true;
+    bad_env_value("SPECPRESS_LC_EDGES", env, "1 or 0");
   }();
   return on;
 }
