@@ -666,14 +666,18 @@ TEST_F(Kernels, FoldedNormKernelsMatchTheirTwins) {
     // the Qwen3 layer shapes only, where thousands of outputs make bf16-level agreement a 1e-2 bound (in 25 seeded
     // runs it was exceeded at N = K = 8 by 1.4e-2 and at N = 64, K = 8192 by 1.04e-2).
     const bool wide = c.K >= 2560 && c.N >= 2560;
-    if (wide) EXPECT_LT(rel_err(folded, prologue), 1e-2) << "folded GEMV vs the norm-prologue GEMV on the unfolded weight";
+    if (wide) {
+      EXPECT_LT(rel_err(folded, prologue), 1e-2) << "folded GEMV vs the norm-prologue GEMV on the unfolded weight";
+    }
     if (c.N % 2 == 0) {
       at::Tensor act = at::full({1, c.N / 2}, NAN, bf16()), act_p = at::full({1, c.N / 2}, NAN, bf16());
       kernels::gemv_silu_mul_out(act, x, wf, {}, 1e-6, true);
       kernels::gemv_silu_mul_out(act_p, x, w, nw, 1e-6);
       const at::Tensor g64 = ref64.narrow(1, 0, c.N / 2), u64 = ref64.narrow(1, c.N / 2, c.N / 2);
       EXPECT_LT(rel_err(act, g64 / (1 + at::exp(-g64)) * u64), 1e-2) << "folded SwiGLU GEMV vs float64";
-      if (wide) EXPECT_LT(rel_err(act, act_p), 1e-2) << "folded SwiGLU GEMV vs the norm-prologue one";
+      if (wide) {
+        EXPECT_LT(rel_err(act, act_p), 1e-2) << "folded SwiGLU GEMV vs the norm-prologue one";
+      }
     }
   }
   at::Tensor x = at::randn({1, 64}, bf16()), w = at::randn({32, 64}, bf16()), y = at::empty({1, 32}, bf16());
