@@ -288,13 +288,18 @@ void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Ten
              "embedding");
 }
 
+EnvSwitch& argmax_split_switch() {
+  static EnvSwitch s("SPECPRESS_ARGMAX_SPLIT", true);
+  return s;
+}
+
 void argmax_out(const at::Tensor& out, const at::Tensor& logits) {
   require(out, "argmax out", at::kLong);
   require(logits, "argmax logits", at::kBFloat16, false);
   const int64_t ld = row_stride(logits, "argmax logits");
   if (out.numel() != logits.size(0)) fail("argmax: out must have one entry per row");
   check_cuda(argmax_rows(bf(logits), ld, static_cast<int>(logits.size(0)), static_cast<int>(logits.size(1)),
-                         out.data_ptr<int64_t>(), stream()),
+                         out.data_ptr<int64_t>(), argmax_split_switch().on(), stream()),
              "argmax");
 }
 

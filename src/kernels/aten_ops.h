@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "core/env_switch.h"
 #include "ops/rope.h"
 
 namespace specpress::kernels {
@@ -67,8 +68,10 @@ void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up, const at::Te
 // out [T, H] = table[ids]
 void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids);
 
-// out int64 [rows] = argmax over the last dim of logits [rows, V] (bf16, unit column stride).
+// out int64 [rows] = argmax over the last dim of logits [rows, V] (bf16, unit column stride), by a cluster of
+// blocks a row; SPECPRESS_ARGMAX_SPLIT=0 (or argmax_split_switch().set(false)): one block a row, the same indices.
 void argmax_out(const at::Tensor& out, const at::Tensor& logits);
+EnvSwitch& argmax_split_switch();
 
 // See kernels/decode_step.h. block_ids, posterior, record: int64; start, ctx_start: int32 [1].
 void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int64_t mask_id, const at::Tensor& start,

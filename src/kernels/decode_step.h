@@ -14,8 +14,11 @@ cudaError_t embedding_gather(const __nv_bfloat16* table, const int64_t* ids, __n
                              cudaStream_t stream);
 
 // out[r] = argmax_v logits[r * ld + v] over v < V, ties to the lowest index (as at::argmax / the
-// reference sampler). Reference twin: logits.argmax(-1).
-cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V, int64_t* out, cudaStream_t stream);
+// reference sampler; NaN is never a maximum, and an all-NaN row gives 0). Reference twin: logits.argmax(-1).
+// split: a cluster of 8 blocks a row, each scanning a slice (the default, SPECPRESS_ARGMAX_SPLIT); otherwise
+// one block a row. Both give the same index.
+cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V, int64_t* out, bool split,
+                        cudaStream_t stream);
 
 // DFlash acceptance (dflash-spec.md §3.5), one thread. With block = block_ids[0..B) (bonus + drafts) and
 // posterior[0..B) the target's tokens: a = longest prefix with block[i+1] == posterior[i];

@@ -247,28 +247,68 @@ TEST_F(Kernels, SiluMulMatchesReference) {
   EXPECT_LE(max_ulps(out, ref), 2.0);
 }
 
-TEST_F(Kernels, EmbeddingAndArgmax) {
-  const int64_t V = 151936, H = 2560, rows = 4;
+TEST_F(Kernels, EmbeddingMatchesTwin) {
+  const int64_t H = 2560, rows = 4;
   at::Tensor table = at::randn({1000, H}, bf16());
   at::Tensor ids = at::randint(0, 1000, {rows}, i64());
   at::Tensor emb = at::full({rows, H}, NAN, bf16());
   kernels::embedding_out(emb, table, ids);
   EXPECT_TRUE(at::equal(emb, at::embedding(table, ids)));
+}
 
+// argmax_out, both kernels (a cluster of slices a row, the default; one block a row) against logits.argmax(-1)
+// with NaN read as -inf (NaN is never a maximum; an all-NaN row gives 0): the verify step's 16 rows of the Qwen3
+// vocabulary with ties across slices, inside one 8-logit chunk and at a slice boundary, the last index,
+// all-negative, NaN and all -inf rows; the draft's row view; and narrowed rows (row stride > V) with V a multiple
+// of 8 (16-byte loads) and odd V (element loads).
+TEST_F(Kernels, ArgmaxBothKernelsMatchTwin) {
+  struct SplitReset {
+    bool on = kernels::argmax_split_switch().on();
+    ~SplitReset() { kernels::argmax_split_switch().set(on); }
+  } reset;
+  auto twin = [](const at::Tensor& l) {
+    return at::nan_to_num(l.to(at::kFloat), -INFINITY, INFINITY, -INFINITY).argmax(-1);
+  };
+  const int64_t V = 151936, rows = 16, slice = (V + 7) / 8;  // 18992: whole chunks already
   at::Tensor logits = at::randn({rows, V}, bf16());
-  logits[1][100000] = 50.0;  // a tie: the lowest index must win
+  logits[1][100000] = 50.0;  // a tie across slices: the lowest index must win
   logits[1][77] = 50.0;
   logits[2][V - 1] = 60.0;
-  at::Tensor out = at::full({rows}, -1, i64());
-  kernels::argmax_out(out, logits);
-  at::Tensor ref = logits.to(at::kFloat).argmax(-1);
-  EXPECT_TRUE(at::equal(out, ref)) << out << ref;
-  EXPECT_EQ(out[1].item<int64_t>(), 77);
-  EXPECT_EQ(out[2].item<int64_t>(), V - 1);
-  // a strided row view: argmax of rows 1..2 only
-  at::Tensor sub = at::full({2}, -1, i64());
-  kernels::argmax_out(sub, logits.narrow(0, 1, 2));
-  EXPECT_TRUE(at::equal(sub, ref.narrow(0, 1, 2)));
+  logits[3][9] = 40.0;  // a tie inside one chunk
+  logits[3][8] = 40.0;
+  logits[4][slice] = 40.0;  // a tie at a slice boundary
+  logits[4][slice - 1] = 40.0;
+  logits[5] = -logits[5].abs() - 1;
+  logits[6][5] = NAN;
+  logits[6][6] = 70.0;
+  logits[7].fill_(NAN);
+  logits[8].fill_(-INFINITY);
+  at::Tensor wide = at::randn({3, 1024}, bf16());
+  for (bool split : {true, false}) {
+    SCOPED_TRACE(split ? "cluster of slices a row" : "one block a row");
+    kernels::argmax_split_switch().set(split);
+    at::Tensor out = at::full({rows}, -1, i64());
+    kernels::argmax_out(out, logits);
+    const at::Tensor ref = twin(logits);
+    EXPECT_TRUE(at::equal(out, ref)) << out << ref;
+    EXPECT_EQ(out[1].item<int64_t>(), 77);
+    EXPECT_EQ(out[2].item<int64_t>(), V - 1);
+    EXPECT_EQ(out[3].item<int64_t>(), 8);
+    EXPECT_EQ(out[4].item<int64_t>(), slice - 1);
+    EXPECT_EQ(out[6].item<int64_t>(), 6);
+    EXPECT_EQ(out[7].item<int64_t>(), 0);
+    EXPECT_EQ(out[8].item<int64_t>(), 0);
+    at::Tensor sub = at::full({rows - 1}, -1, i64());  // the draft's rows 1..B-1
+    kernels::argmax_out(sub, logits.narrow(0, 1, rows - 1));
+    EXPECT_TRUE(at::equal(sub, ref.narrow(0, 1, rows - 1)));
+    for (int64_t cols : {1000, 1001, 5}) {
+      SCOPED_TRACE(::testing::Message() << "row stride 1024, V = " << cols);
+      const at::Tensor view = wide.narrow(1, 0, cols);
+      at::Tensor o = at::full({3}, -1, i64());
+      kernels::argmax_out(o, view);
+      EXPECT_TRUE(at::equal(o, twin(view))) << o << twin(view);
+    }
+  }
 }
 
 TEST_F(Kernels, DFlashAcceptRule) {
