@@ -44,6 +44,10 @@ run_tests "SPECPRESS_GEMM=stream, FastPathGolden" 'FastPathGolden.*' SPECPRESS_G
 run_tests "SPECPRESS_GEMM=stream_all, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=stream_all
 # ... with the RMSNorms unfolded (model/qwen3_fast.h)
 run_tests "SPECPRESS_FOLD_NORMS=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_FOLD_NORMS=0
+# ... with one block a row in the argmax kernel (kernels/decode_step.h) and the draft's K/V injection a product a
+# layer (model/qwen3_fast.h)
+run_tests "SPECPRESS_ARGMAX_SPLIT=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_ARGMAX_SPLIT=0
+run_tests "SPECPRESS_DRAFT_KV_BATCH=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_DRAFT_KV_BATCH=0
 # ... and with the synchronous decoding loops (decode/fast_generation.h)
 run_tests "SPECPRESS_PIPELINE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_PIPELINE=0
 if [ -n "${GDB_FILTER:-}" ]; then

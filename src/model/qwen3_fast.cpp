@@ -61,6 +61,17 @@ bool fold_norms() { return fold_switch().on(); }
 
 void set_fold_norms(bool on) { fold_switch().set(on); }
 
+namespace {
+EnvSwitch& draft_kv_batch_switch() {
+  static EnvSwitch s("SPECPRESS_DRAFT_KV_BATCH", true);
+  return s;
+}
+}  // namespace
+
+bool draft_kv_batch() { return draft_kv_batch_switch().on(); }
+
+void set_draft_kv_batch(bool on) { draft_kv_batch_switch().set(on); }
+
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
     if (why != nullptr) *why = reason;
@@ -123,7 +134,13 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     draft_buf_ = make_buffers(B_, B_ - 1, a, 0, splits);
     draft_ctx_raw_ = at::zeros({B_, a.hidden_size}, bf16);
     draft_ctx_ = at::zeros({B_, a.hidden_size}, bf16);
-    draft_kv_ = at::zeros({B_, 2 * a.num_kv_heads * a.head_dim}, bf16);
+    const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
+    if (draft_kv_batch()) {
+      std::vector<at::Tensor> kv;
+      for (const FastLayer& l : d_layers_) kv.push_back(l.qkv.narrow(0, q_rows, kv_rows));
+      draft_kv_weight_ = at::cat(kv, 0).contiguous();
+    }
+    draft_kv_ = at::zeros({B_, kv_rows * (draft_kv_weight_.defined() ? a.num_layers : 1)}, bf16);
     block_ids_ = at::full({B_}, dc.mask_token_id, i64);
     posterior_ = at::zeros({B_}, i64);
     record_ = at::zeros({2 * B_ + 1}, i64);
@@ -297,10 +314,13 @@ void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw,
   kernels::rmsnorm_out(ctx, raw, dw.hidden_norm, a.rms_norm_eps);
   const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
   static const at::Tensor none;
+  const bool batched = draft_kv_weight_.defined();
+  if (batched) kernels::linear_out(kv, ctx, draft_kv_weight_);  // every layer's K/V rows in one product
   for (size_t l = 0; l < d_layers_.size(); ++l) {
     const FastLayer& w = d_layers_[l];
-    kernels::linear_out(kv, ctx, w.qkv.narrow(0, q_rows, kv_rows));
-    kernels::qk_norm_rope_out(kv, 0, a.num_kv_heads, none, w.k_norm, draft_rope_, ctx_start_,
+    const at::Tensor kv_l = batched ? kv.narrow(1, static_cast<int64_t>(l) * kv_rows, kv_rows) : kv;
+    if (!batched) kernels::linear_out(kv, ctx, w.qkv.narrow(0, q_rows, kv_rows));
+    kernels::qk_norm_rope_out(kv_l, 0, a.num_kv_heads, none, w.k_norm, draft_rope_, ctx_start_,
                               none, dk_cache_.select(0, static_cast<int64_t>(l)),
                               dv_cache_.select(0, static_cast<int64_t>(l)), a.rms_norm_eps);
   }
@@ -370,7 +390,9 @@ void FastEngine::tune_matmuls() {
   kernels::tune_linear(draft_ctx_raw_, verify_buf_.taps, {draft_->weights().fc}, "draft fc");
   const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
   std::vector<at::Tensor> kv_weights;
-  for (const FastLayer& w : d_layers_) kv_weights.push_back(w.qkv.narrow(0, q_rows, kv_rows));
+  if (draft_kv_weight_.defined()) kv_weights.push_back(draft_kv_weight_);
+  else
+    for (const FastLayer& w : d_layers_) kv_weights.push_back(w.qkv.narrow(0, q_rows, kv_rows));
   kernels::tune_linear(draft_kv_, draft_ctx_, kv_weights, "draft kv");
   tune_layers("draft", d_layers_, draft_buf_, false);
   if (B_ - 1 >= 2)  // one row is the GEMV's (or at::mm_out's): linear_out uses plans from two rows
@@ -530,7 +552,7 @@ void FastEngine::first_draft(int64_t bonus) {
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   ctx_start_.fill_(0);
   draft_inject(prefill_taps_, at::empty({N, a.hidden_size}, bf16), at::empty({N, a.hidden_size}, bf16),
-               at::empty({N, 2 * a.num_kv_heads * a.head_dim}, bf16));
+               at::empty({N, draft_kv_.size(1)}, bf16));
   prefill_taps_ = at::Tensor();
   std::vector<int64_t> block(B_, draft_->config().mask_token_id);
   block[0] = bonus;

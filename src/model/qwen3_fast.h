@@ -39,6 +39,13 @@ namespace specpress::model {
 bool fold_norms();
 void set_fold_norms(bool on);
 
+// The draft's context injection as one product (default on; SPECPRESS_DRAFT_KV_BATCH=0 turns it off, with the
+// same rules as SPECPRESS_FOLD_NORMS). Every draft layer projects the same context rows to its K/V rows, so an
+// engine with it keeps a copy of all the draft layers' K/V weight rows side by side ([L * 2 * kv_heads * head_dim,
+// H]: 52 MB for the Qwen3-4B draft, 84 MB for the 8B one) and runs one product instead of one a layer.
+bool draft_kv_batch();
+void set_draft_kv_batch(bool on);
+
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
 
@@ -162,6 +169,7 @@ class FastEngine {
   std::array<cudaEvent_t, 2> token_copied_{}, record_copied_{};  // a slot's copy done
   FastBuffers decode_buf_, verify_buf_, draft_buf_;
   at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
+  at::Tensor draft_kv_weight_;  // draft_kv_batch(): the draft layers' K/V weight rows, one after another
   std::unique_ptr<at::cuda::CUDAGraph> decode_graph_, verify_graph_, draft_graph_;
   bool graphs_ready_ = false;
   double matmul_tuning_ms_ = 0;

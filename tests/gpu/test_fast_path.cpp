@@ -135,7 +135,8 @@ TEST_F(FastPathGolden, ForwardsMatchReferencePath) {
 // Under SPECPRESS_LT_TUNE=always every matmul of more than one row in the verify and draft graphs gets a
 // cuBLASLt plan, so capture_graphs (an eager warm-up, then the captures) launches each of them through
 // lt_linear_out twice: per target layer qkv, o, gate/up and down plus the LM head for verify; fc, per draft
-// layer its K/V projection and the four, plus the LM head for the draft. That count shows that the engine
+// layers' K/V projection (one product for all layers; one a layer with SPECPRESS_DRAFT_KV_BATCH=0) and each
+// layer's four, plus the LM head for the draft. That count shows that the engine
 // tunes the very problems (shapes, strides, alignments) its bodies run. The forwards then still match the
 // reference path with every one of those matmuls on a plan.
 TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
@@ -150,7 +151,8 @@ TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
     const int64_t before = kernels::lt_launch_count();
     engine.capture_graphs();
     const int64_t L = target_->config().num_layers, Ld = draft_->config().arch.num_layers;
-    const int64_t per_pass = (4 * L + 1) + (1 + 5 * Ld + 1);
+    // verify: 4 a layer + LM head; draft: fc, the K/V injection (one product, or one a layer), 4 a layer, LM head
+    const int64_t per_pass = (4 * L + 1) + (1 + (model::draft_kv_batch() ? 1 : Ld) + 4 * Ld + 1);
     EXPECT_EQ(kernels::lt_launch_count() - before, 2 * per_pass) << "plan launches in the warm-up and the captures";
     const std::vector<kernels::LtTuneRecord> records = kernels::lt_tune_records();
     EXPECT_FALSE(records.empty());
