@@ -655,7 +655,9 @@ int main(int argc, char** argv) {
                     fc.attn1, fc.attn16, fc.elem1, fc.elem16, fc.head1);
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
-      std::printf("folded norms (SPECPRESS_FOLD_NORMS, model/qwen3_fast.h): %s\n", model::fold_norms() ? "on" : "off");
+      std::printf("folded norms (SPECPRESS_FOLD_NORMS, model/qwen3_fast.h): %s; the draft's K/V injection in one "
+                  "product (SPECPRESS_DRAFT_KV_BATCH): %s\n",
+                  model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off");
       std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d, used with PDL) in the table's graphs: decode %d, "
                   "verify %d, draft %d\n", kernels::lc_edges_flag() ? 1 : 0, fb->lc_edges[0], fb->lc_edges[1],
                   fb->lc_edges[2]);
@@ -709,6 +711,7 @@ int main(int argc, char** argv) {
                                      {"draft", pct(drf_floor, f_draft)}, {"cycle", pct(cyc_floor, f_cycle)}}},
               {"launch_completion_edges", {{"decode", fb->lc_edges[0]}, {"verify", fb->lc_edges[1]}, {"draft", fb->lc_edges[2]}}},
               {"fold_norms", model::fold_norms()},
+              {"draft_kv_batch", model::draft_kv_batch()},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;

@@ -165,6 +165,45 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
   check_cuda(qk_norm_rope(a, stream()), "qk_norm_rope");
 }
 
+void context_kv_layers_out(const at::Tensor& kv, int64_t nkv, const at::Tensor& k_norms, const ops::RopeTable& rope,
+                           const at::Tensor& pos_base, const at::Tensor& k_caches, const at::Tensor& v_caches,
+                           double eps) {
+  require(kv, "context kv", at::kBFloat16, false);
+  const int64_t ld = row_stride(kv, "context kv");
+  require(k_norms, "k_norms", at::kBFloat16);
+  require(pos_base, "pos_base", at::kInt);
+  require(k_caches, "k_caches", at::kBFloat16);
+  require(v_caches, "v_caches", at::kBFloat16);
+  require(rope.cos, "rope cos", at::kFloat);
+  require(rope.sin, "rope sin", at::kFloat);
+  if (k_norms.dim() != 2) fail("context_kv_layers: k_norms must be [layers, head_dim]");
+  const int64_t L = k_norms.size(0), hd = k_norms.size(1);
+  if (kv.size(1) != L * 2 * nkv * hd) fail("context_kv_layers: kv width {} != layers * 2 nkv * hd", kv.size(1));
+  if (k_caches.dim() != 4 || k_caches.size(0) != L || k_caches.size(1) != nkv || k_caches.size(3) != hd ||
+      !k_caches.sizes().equals(v_caches.sizes()))
+    fail("context_kv_layers: caches must be [layers, nkv, capacity, head_dim]");
+  if (rope.cos.size(1) != hd) fail("context_kv_layers: RoPE table width {} != head_dim {}", rope.cos.size(1), hd);
+  QkNormRopeArgs a;
+  a.qkv = bf(kv);
+  a.ld = ld;
+  a.T = static_cast<int>(kv.size(0));
+  a.nkv = static_cast<int>(nkv);
+  a.head_dim = static_cast<int>(hd);
+  a.k_norm = bf(k_norms);
+  a.cos = rope.cos.data_ptr<float>();
+  a.sin = rope.sin.data_ptr<float>();
+  a.pos_base = pos_base.data_ptr<int>();
+  a.k_cache = bf(k_caches);
+  a.v_cache = bf(v_caches);
+  a.cache_capacity = k_caches.size(2);
+  a.eps = static_cast<float>(eps);
+  a.layers = static_cast<int>(L);
+  a.qkv_layer_stride = 2 * nkv * hd;
+  a.k_norm_layer_stride = hd;
+  a.cache_layer_stride = k_caches.stride(0);
+  check_cuda(qk_norm_rope(a, stream()), "context_kv_layers");
+}
+
 namespace {
 int g_attention_block_warps = 0;
 }  // namespace

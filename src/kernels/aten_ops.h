@@ -34,6 +34,13 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
                       const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps,
                       const at::Tensor& row_scale = {});
 
+// The context K/V of L layers in one launch (the draft's injection): kv [T, L * 2 * nkv * hd] holds layer i's k
+// heads, then its v heads, at columns i * 2 * nkv * hd; k_norms [L, hd]; caches [L, nkv, capacity, hd]. The same
+// per-element arithmetic as L qk_norm_rope_out calls with nq = 0 on kv's column slices.
+void context_kv_layers_out(const at::Tensor& kv, int64_t nkv, const at::Tensor& k_norms, const ops::RopeTable& rope,
+                           const at::Tensor& pos_base, const at::Tensor& k_caches, const at::Tensor& v_caches,
+                           double eps);
+
 // Attention scratch for a fixed (T, splits): float workspace and zeroed counters.
 struct AttentionScratch {
   at::Tensor workspace;  // uint8

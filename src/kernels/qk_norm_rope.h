@@ -27,6 +27,11 @@ struct QkNormRopeArgs {
   // optional fp32 [T]: row t's q, k and v are bf16(qkv[t] * row_scale[t]) (a folded RMSNorm's factor,
   // rmsnorm.h: row_rms); v is written to the cache scaled
   const float* row_scale = nullptr;
+  // Several layers in one launch (the draft's context K/V of all its layers: nq == 0): layer i reads its heads at
+  // column qkv + i * qkv_layer_stride, its k_norm at k_norm + i * k_norm_layer_stride, and writes the caches at
+  // + i * cache_layer_stride elements.
+  int layers = 1;
+  int64_t qkv_layer_stride = 0, k_norm_layer_stride = 0, cache_layer_stride = 0;
 };
 
 cudaError_t qk_norm_rope(const QkNormRopeArgs& a, cudaStream_t stream);

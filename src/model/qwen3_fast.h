@@ -42,7 +42,8 @@ void set_fold_norms(bool on);
 // The draft's context injection as one product (default on; SPECPRESS_DRAFT_KV_BATCH=0 turns it off, with the
 // same rules as SPECPRESS_FOLD_NORMS). Every draft layer projects the same context rows to its K/V rows, so an
 // engine with it keeps a copy of all the draft layers' K/V weight rows side by side ([L * 2 * kv_heads * head_dim,
-// H]: 52 MB for the Qwen3-4B draft, 84 MB for the 8B one) and runs one product instead of one a layer.
+// H]: 52 MB for the Qwen3-4B draft, 84 MB for the 8B one) and runs one product instead of one a layer, then one
+// k-norm + RoPE + cache write launch for all layers (kernels::context_kv_layers_out).
 bool draft_kv_batch();
 void set_draft_kv_batch(bool on);
 
@@ -170,6 +171,7 @@ class FastEngine {
   FastBuffers decode_buf_, verify_buf_, draft_buf_;
   at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
   at::Tensor draft_kv_weight_;  // draft_kv_batch(): the draft layers' K/V weight rows, one after another
+  at::Tensor draft_k_norms_;    // draft_kv_batch(): their k-norm weights [L, head_dim]
   std::unique_ptr<at::cuda::CUDAGraph> decode_graph_, verify_graph_, draft_graph_;
   bool graphs_ready_ = false;
   double matmul_tuning_ms_ = 0;

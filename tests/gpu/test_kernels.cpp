@@ -143,6 +143,30 @@ TEST_F(Kernels, QkNormRopeMatchesReference) {
   }
 }
 
+// context_kv_layers_out (the draft's context K/V of all layers in one launch) against one qk_norm_rope_out a
+// layer (nq = 0) on the column slices: bitwise the same caches, nothing written outside the block's positions.
+TEST_F(Kernels, ContextKvLayersMatchesOneLaunchALayer) {
+  for (int64_t L : {1, 5}) {
+    const int64_t T = 16, nkv = 8, hd = 128, cap = 600, pos0 = 37, width = 2 * nkv * hd;
+    SCOPED_TRACE(::testing::Message() << "layers " << L);
+    ops::RopeTable rope = ops::make_rope_table(hd, 1e6, 2048, at::Device(at::kCUDA));
+    at::Tensor kv = at::randn({T, L * width}, bf16());
+    at::Tensor k_norms = 1 + 0.1 * at::randn({L, hd}, bf16());
+    at::Tensor kc = at::full({L, nkv, cap, hd}, 7.0, bf16()), vc = at::full({L, nkv, cap, hd}, 7.0, bf16());
+    at::Tensor kc_ref = kc.clone(), vc_ref = vc.clone();
+    at::Tensor pos = at::full({1}, pos0, i32());
+    kernels::context_kv_layers_out(kv, nkv, k_norms, rope, pos, kc, vc, 1e-6);
+    static const at::Tensor none;
+    for (int64_t l = 0; l < L; ++l)
+      kernels::qk_norm_rope_out(kv.narrow(1, l * width, width), 0, nkv, none, k_norms[l], rope, pos, none,
+                                kc_ref.select(0, l), vc_ref.select(0, l), 1e-6);
+    EXPECT_TRUE(at::equal(kc, kc_ref));
+    EXPECT_TRUE(at::equal(vc, vc_ref));
+    EXPECT_TRUE((kc.narrow(2, 0, pos0) == 7.0).all().item<bool>()) << "wrote before the position";
+    EXPECT_TRUE((vc.narrow(2, pos0 + T, cap - pos0 - T) == 7.0).all().item<bool>()) << "wrote after the block";
+  }
+}
+
 namespace {
 
 struct AttnCase {
