@@ -1,6 +1,7 @@
 // env_switch.h — a process-wide on/off switch read once from an environment variable ("0" or "1"; unset or
 // empty = the default; anything else fails naming the variable), which tests and benchmarks may override for
-// the process. Used by the fast path's SPECPRESS_PIPELINE and SPECPRESS_FOLD_NORMS.
+// the process. Used by the fast path's SPECPRESS_PIPELINE, SPECPRESS_FOLD_NORMS, SPECPRESS_DRAFT_KV_BATCH and
+// SPECPRESS_ARGMAX_SPLIT.
 #pragma once
 #include <atomic>
 #include <cstdlib>

@@ -75,8 +75,10 @@ void silu_mul_out(const at::Tensor& out, const at::Tensor& gate_up, const at::Te
 // out [T, H] = table[ids]
 void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& ids);
 
-// out int64 [rows] = argmax over the last dim of logits [rows, V] (bf16, unit column stride), by a cluster of
-// blocks a row; SPECPRESS_ARGMAX_SPLIT=0 (or argmax_split_switch().set(false)): one block a row, the same indices.
+// out int64 [rows] = argmax over the last dim of logits [rows, V] (bf16, unit column stride; decode_step.h:
+// argmax_rows has the rule), by a cluster of blocks a row; SPECPRESS_ARGMAX_SPLIT=0 (or
+// argmax_split_switch().set(false), for launches after the call: a captured graph keeps its kernel): one block a
+// row, the same indices.
 void argmax_out(const at::Tensor& out, const at::Tensor& logits);
 EnvSwitch& argmax_split_switch();
 

@@ -33,6 +33,13 @@ __device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
   }
 }
 
+// No index yet: the row's values seen so far were all NaN (or there were none).
+constexpr int kNoIndex = 0x7fffffff;
+
+// Whether logit f at a later index than the current best (bv, bi) replaces it: a greater value, or the first value
+// that is not NaN (so that -inf can be a maximum). NaN never is.
+__device__ __forceinline__ bool replaces(float f, float bv, int bi) { return f > bv || (bi == kNoIndex && f == f); }
+
 // Combines one (value, index) per thread of the block into every thread of warp 0 (the block's first maximum).
 __device__ __forceinline__ void block_argmax(float& bv, int& bi) {
   __shared__ float best_v[32];
@@ -47,7 +54,7 @@ __device__ __forceinline__ void block_argmax(float& bv, int& bi) {
   if (warp == 0) {
     const bool present = lane < static_cast<int>(blockDim.x >> 5);
     bv = present ? best_v[lane] : -INFINITY;
-    bi = present ? best_i[lane] : 0x7fffffff;
+    bi = present ? best_i[lane] : kNoIndex;
     warp_argmax(bv, bi);
   }
 }
@@ -58,16 +65,16 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const bf16* logi
   pdl_begin();
   const bf16* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
   float bv = -INFINITY;
-  int bi = 0x7fffffff;
+  int bi = kNoIndex;
   for (int v = threadIdx.x; v < V; v += kArgmaxThreads) {
     const float x = to_f(row[v]);
-    if (x > bv) {  // strided ascending scan: the first maximum of this thread's subset
+    if (replaces(x, bv, bi)) {  // strided ascending scan: the first maximum of this thread's subset
       bv = x;
       bi = v;
     }
   }
   block_argmax(bv, bi);
-  if (threadIdx.x == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;  // all-NaN row: 0, as no valid max exists
+  if (threadIdx.x == 0) out[blockIdx.x] = bi == kNoIndex ? 0 : bi;  // all-NaN row: 0, as no valid max exists
 }
 
 // A cluster of kArgmaxSplits blocks a row, each scanning one contiguous slice of it (16-byte loads where the row
@@ -83,7 +90,7 @@ __global__ void __cluster_dims__(kArgmaxSplits, 1, 1) __launch_bounds__(kArgmaxS
   const int slice = ((V + kArgmaxSplits - 1) / kArgmaxSplits + 7) / 8 * 8;  // whole 8-logit chunks
   const int begin = min(V, static_cast<int>(blockIdx.x) * slice), end = min(V, begin + slice);
   float bv = -INFINITY;
-  int bi = 0x7fffffff;
+  int bi = kNoIndex;
   if (vectors) {  // V % 8 == 0 and 16-byte aligned rows: every slice is whole chunks
     const uint4* chunks = reinterpret_cast<const uint4*>(row);
     for (int c = begin / 8 + static_cast<int>(threadIdx.x); c < end / 8; c += kArgmaxSplitThreads) {
@@ -92,7 +99,7 @@ __global__ void __cluster_dims__(kArgmaxSplits, 1, 1) __launch_bounds__(kArgmaxS
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float f = to_f(x[j]);
-        if (f > bv) {  // ascending within the chunk and over this thread's chunks
+        if (replaces(f, bv, bi)) {  // ascending within the chunk and over this thread's chunks
           bv = f;
           bi = c * 8 + j;
         }
@@ -101,7 +108,7 @@ __global__ void __cluster_dims__(kArgmaxSplits, 1, 1) __launch_bounds__(kArgmaxS
   } else {
     for (int v = begin + static_cast<int>(threadIdx.x); v < end; v += kArgmaxSplitThreads) {
       const float f = to_f(row[v]);
-      if (f > bv) {
+      if (replaces(f, bv, bi)) {
         bv = f;
         bi = v;
       }
@@ -119,13 +126,13 @@ __global__ void __cluster_dims__(kArgmaxSplits, 1, 1) __launch_bounds__(kArgmaxS
   if (cluster.block_rank() == 0 && threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
     float v = -INFINITY;
-    int i = 0x7fffffff;
+    int i = kNoIndex;
     if (lane < kArgmaxSplits) {
       v = *cluster.map_shared_rank(&slice_v, lane);
       i = *cluster.map_shared_rank(&slice_i, lane);
     }
     warp_argmax(v, i);
-    if (lane == 0) out[blockIdx.y] = i == 0x7fffffff ? 0 : i;
+    if (lane == 0) out[blockIdx.y] = i == kNoIndex ? 0 : i;
   }
   cluster.sync();  // the other blocks' shared memory stays until rank 0 has read it
 }
@@ -166,7 +173,8 @@ cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V
                         cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (V <= 0) return cudaErrorInvalidValue;
-  if (!split) return launch_kernel(argmax_kernel, rows, kArgmaxThreads, 0, stream, logits, ld, V, out);
+  // the split kernel's rows are its grid's y dimension (at most 65535); the one-block kernel's are x
+  if (!split || rows > 65535) return launch_kernel(argmax_kernel, rows, kArgmaxThreads, 0, stream, logits, ld, V, out);
   const bool vectors = V % 8 == 0 && ld % 8 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
   return launch_kernel(argmax_split_kernel, dim3(kArgmaxSplits, static_cast<unsigned>(rows)), kArgmaxSplitThreads, 0,
                        stream, logits, ld, V, out, vectors);

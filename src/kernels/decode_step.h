@@ -13,10 +13,12 @@ namespace specpress::kernels {
 cudaError_t embedding_gather(const __nv_bfloat16* table, const int64_t* ids, __nv_bfloat16* out, int rows, int H,
                              cudaStream_t stream);
 
-// out[r] = argmax_v logits[r * ld + v] over v < V, ties to the lowest index (as at::argmax / the
-// reference sampler; NaN is never a maximum, and an all-NaN row gives 0). Reference twin: logits.argmax(-1).
-// split: a cluster of 8 blocks a row, each scanning a slice (the default, SPECPRESS_ARGMAX_SPLIT); otherwise
-// one block a row. Both give the same index.
+// out[r] = argmax_v logits[r * ld + v] over v < V, ties to the lowest index, as at::argmax and the reference
+// sampler take it, except that NaN is never a maximum here (they take NaN as the largest value): the maximum
+// of the other values (-inf included), and 0 for a row of NaN only. Reference twin: argmax(-1) of the logits in
+// float64 with NaN as -inf and -inf as the lowest finite value. split: a cluster of 8 blocks a row, each scanning
+// a slice (the default, SPECPRESS_ARGMAX_SPLIT; more than 65535 rows take the other kernel); otherwise one block
+// a row. Both give the same index.
 cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V, int64_t* out, bool split,
                         cudaStream_t stream);
 

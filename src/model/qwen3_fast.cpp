@@ -321,15 +321,21 @@ void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw,
   kernels::rmsnorm_out(ctx, raw, dw.hidden_norm, a.rms_norm_eps);
   const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
   static const at::Tensor none;
-  if (draft_kv_weight_.defined()) {  // every layer's K/V rows in one product, their k-norm + RoPE + cache write in one launch
+  const bool copy = draft_kv_weight_.defined();
+  if (copy && kv.size(1) == draft_kv_weight_.size(0)) {
+    // every layer's K/V rows in one product, their k-norm + RoPE + cache write in one launch
     kernels::linear_out(kv, ctx, draft_kv_weight_);
     kernels::context_kv_layers_out(kv, a.num_kv_heads, draft_k_norms_, draft_rope_, ctx_start_, dk_cache_, dv_cache_,
                                    a.rms_norm_eps);
     return;
   }
+  // A layer at a time (kv: [T, kv_rows]): without the copy, and for the prompt's rows in first_draft, whose
+  // all-layer scratch would take L times the memory.
   for (size_t l = 0; l < d_layers_.size(); ++l) {
     const FastLayer& w = d_layers_[l];
-    kernels::linear_out(kv, ctx, w.qkv.narrow(0, q_rows, kv_rows));
+    kernels::linear_out(kv, ctx,
+                        copy ? draft_kv_weight_.narrow(0, static_cast<int64_t>(l) * kv_rows, kv_rows)
+                             : w.qkv.narrow(0, q_rows, kv_rows));
     kernels::qk_norm_rope_out(kv, 0, a.num_kv_heads, none, w.k_norm, draft_rope_, ctx_start_,
                               none, dk_cache_.select(0, static_cast<int64_t>(l)),
                               dv_cache_.select(0, static_cast<int64_t>(l)), a.rms_norm_eps);
@@ -394,8 +400,8 @@ void FastEngine::tune_matmuls() {
   // verify: target_forward of B rows with B logit rows
   tune_layers("verify", t_layers_, verify_buf_, folded_);
   kernels::tune_linear(verify_buf_.logits.narrow(0, 0, B_), verify_buf_.h.narrow(0, 0, B_), {lm_head}, "verify lm_head");
-  // draft: draft_inject of the verify taps (fc, then each layer's K/V rows of its fused QKV), draft_block
-  // (the layers on B rows, the LM head on the last B - 1)
+  // draft: draft_inject of the verify taps (fc, then the layers' K/V rows: one product over their copy, or each
+  // layer's rows of its fused QKV), draft_block (the layers on B rows, the LM head on the last B - 1)
   const Qwen3Config& a = draft_->config().arch;
   kernels::tune_linear(draft_ctx_raw_, verify_buf_.taps, {draft_->weights().fc}, "draft fc");
   const int64_t q_rows = a.num_heads * a.head_dim, kv_rows = 2 * a.num_kv_heads * a.head_dim;
@@ -562,7 +568,7 @@ void FastEngine::first_draft(int64_t bonus) {
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   ctx_start_.fill_(0);
   draft_inject(prefill_taps_, at::empty({N, a.hidden_size}, bf16), at::empty({N, a.hidden_size}, bf16),
-               at::empty({N, draft_kv_.size(1)}, bf16));
+               at::empty({N, 2 * a.num_kv_heads * a.head_dim}, bf16));  // a layer at a time
   prefill_taps_ = at::Tensor();
   std::vector<int64_t> block(B_, draft_->config().mask_token_id);
   block[0] = bonus;

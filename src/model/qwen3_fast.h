@@ -186,6 +186,9 @@ class FastEngine {
   // logits [rows, V] = LM head of the last `rows` of a T-row forward by run_layers: from the final-normed
   // h, or, for a fused one-row forward, from x with the final norm as the GEMV's prologue.
   void head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm, double eps);
+  // The draft's context injection of features' rows at *ctx_start_: fc into raw, its norm into ctx, then every draft
+  // layer's K/V rows into kv and its caches. kv [T, L * kv_rows]: one product and one launch (draft_kv_weight_);
+  // kv [T, kv_rows]: a layer at a time.
   void draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx, const at::Tensor& kv);
   // kernels::tune_linear for every matmul of more than one row in the verify and draft bodies.
   void tune_matmuls();

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernels/aten_ops.h"
@@ -162,8 +164,10 @@ TEST_F(Kernels, ContextKvLayersMatchesOneLaunchALayer) {
                                 kc_ref.select(0, l), vc_ref.select(0, l), 1e-6);
     EXPECT_TRUE(at::equal(kc, kc_ref));
     EXPECT_TRUE(at::equal(vc, vc_ref));
-    EXPECT_TRUE((kc.narrow(2, 0, pos0) == 7.0).all().item<bool>()) << "wrote before the position";
-    EXPECT_TRUE((vc.narrow(2, pos0 + T, cap - pos0 - T) == 7.0).all().item<bool>()) << "wrote after the block";
+    for (const at::Tensor* c : {&kc, &vc}) {
+      EXPECT_TRUE((c->narrow(2, 0, pos0) == 7.0).all().item<bool>()) << "wrote before the position";
+      EXPECT_TRUE((c->narrow(2, pos0 + T, cap - pos0 - T) == 7.0).all().item<bool>()) << "wrote after the block";
+    }
   }
 }
 
@@ -215,7 +219,9 @@ void check_attention(const AttnCase& c) {
   EXPECT_LT(e64, 5e-3) << "vs float64 reference";
   EXPECT_LE(e64, ref_e + 1e-3) << "less accurate than the bf16 ATen reference";
   EXPECT_LT(e16, ref_e + e64 + 1e-3) << "vs the bf16 ATen reference (whose own error vs float64 is " << ref_e << ")";
-  if (c.splits > 1) EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "split counters must be left zeroed";
+  if (c.splits > 1) {
+    EXPECT_EQ(scratch.counters.sum().item<int64_t>(), 0) << "split counters must be left zeroed";
+  }
   at::Tensor again = at::full({c.T, c.nq * c.hd}, NAN, bf16());
   kernels::attention_out(again, q, kc, vc, base, c.T, c.causal, scratch);
   EXPECT_TRUE(at::equal(out, again)) << "not deterministic: a race?";
@@ -290,8 +296,8 @@ TEST_F(Kernels, ArgmaxBothKernelsMatchTwin) {
     bool on = kernels::argmax_split_switch().on();
     ~SplitReset() { kernels::argmax_split_switch().set(on); }
   } reset;
-  auto twin = [](const at::Tensor& l) {
-    return at::nan_to_num(l.to(at::kFloat), -INFINITY, INFINITY, -INFINITY).argmax(-1);
+  auto twin = [](const at::Tensor& l) {  // NaN below -inf, -inf below every finite value
+    return at::nan_to_num(l.to(at::kDouble), -INFINITY, INFINITY, -std::numeric_limits<double>::max()).argmax(-1);
   };
   const int64_t V = 151936, rows = 16, slice = (V + 7) / 8;  // 18992: whole chunks already
   at::Tensor logits = at::randn({rows, V}, bf16());
@@ -307,6 +313,9 @@ TEST_F(Kernels, ArgmaxBothKernelsMatchTwin) {
   logits[6][6] = 70.0;
   logits[7].fill_(NAN);
   logits[8].fill_(-INFINITY);
+  logits[9].fill_(-INFINITY);  // NaN first, then -inf: -inf is the maximum
+  logits[9][0] = NAN;
+  logits[9][slice + 3] = NAN;
   at::Tensor wide = at::randn({3, 1024}, bf16());
   for (bool split : {true, false}) {
     SCOPED_TRACE(split ? "cluster of slices a row" : "one block a row");
@@ -322,12 +331,14 @@ TEST_F(Kernels, ArgmaxBothKernelsMatchTwin) {
     EXPECT_EQ(out[6].item<int64_t>(), 6);
     EXPECT_EQ(out[7].item<int64_t>(), 0);
     EXPECT_EQ(out[8].item<int64_t>(), 0);
-    at::Tensor sub = at::full({rows - 1}, -1, i64());  // the draft's rows 1..B-1
+    EXPECT_EQ(out[9].item<int64_t>(), 1);
+    at::Tensor sub = at::full({rows - 1}, -1, i64());  // B - 1 rows of a view, as the draft's argmax (into block_ids[1..])
     kernels::argmax_out(sub, logits.narrow(0, 1, rows - 1));
     EXPECT_TRUE(at::equal(sub, ref.narrow(0, 1, rows - 1)));
-    for (int64_t cols : {1000, 1001, 5}) {
-      SCOPED_TRACE(::testing::Message() << "row stride 1024, V = " << cols);
-      const at::Tensor view = wide.narrow(1, 0, cols);
+    // narrowed rows: V % 8 == 0 (16-byte loads), odd V, and a 2-byte offset start (element loads)
+    for (auto [first, cols] : {std::pair<int64_t, int64_t>{0, 1000}, {0, 1001}, {0, 5}, {1, 1000}}) {
+      SCOPED_TRACE(::testing::Message() << "row stride 1024, columns from " << first << ", V = " << cols);
+      const at::Tensor view = wide.narrow(1, first, cols);
       at::Tensor o = at::full({3}, -1, i64());
       kernels::argmax_out(o, view);
       EXPECT_TRUE(at::equal(o, twin(view))) << o << twin(view);
