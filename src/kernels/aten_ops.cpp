@@ -122,10 +122,13 @@ void row_rms_out(const at::Tensor& rs, const at::Tensor& x, double eps, const at
   check_cuda(row_rms(a, stream()), "row_rms");
 }
 
-void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
-                      const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
-                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps,
-                      const at::Tensor& row_scale) {
+namespace {
+
+// The arguments qk_norm_rope_out and context_kv_layers_out share, checked: qkv [T, ld] rows, k_norm (its last dim
+// is head_dim), the RoPE table, the position, the caches (head_dim their last dim, capacity the one before it).
+QkNormRopeArgs qk_norm_rope_args(const char* who, const at::Tensor& qkv, int64_t nkv, const at::Tensor& k_norm,
+                                 const ops::RopeTable& rope, const at::Tensor& pos_base, const at::Tensor& k_cache,
+                                 const at::Tensor& v_cache, double eps) {
   require(qkv, "qk_norm_rope qkv", at::kBFloat16, false);
   const int64_t ld = row_stride(qkv, "qk_norm_rope qkv");
   require(k_norm, "k_norm", at::kBFloat16);
@@ -134,18 +137,39 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
   require(v_cache, "v_cache", at::kBFloat16);
   require(rope.cos, "rope cos", at::kFloat);
   require(rope.sin, "rope sin", at::kFloat);
-  const int64_t hd = k_norm.numel();
-  if (qkv.size(1) != (nq + 2 * nkv) * hd) fail("qk_norm_rope: qkv width {} != (nq + 2 nkv) * hd", qkv.size(1));
-  if (k_cache.dim() != 3 || k_cache.size(0) != nkv || k_cache.size(2) != hd || !k_cache.sizes().equals(v_cache.sizes()))
-    fail("qk_norm_rope: caches must be [nkv, capacity, head_dim]");
-  if (rope.cos.size(1) != hd) fail("qk_norm_rope: RoPE table width {} != head_dim {}", rope.cos.size(1), hd);
+  const int64_t hd = k_norm.size(-1);
+  if (!k_cache.sizes().equals(v_cache.sizes())) fail("{}: the K and V caches differ in shape", who);
+  if (rope.cos.size(1) != hd) fail("{}: RoPE table width {} != head_dim {}", who, rope.cos.size(1), hd);
   QkNormRopeArgs a;
   a.qkv = bf(qkv);
   a.ld = ld;
   a.T = static_cast<int>(qkv.size(0));
-  a.nq = static_cast<int>(nq);
   a.nkv = static_cast<int>(nkv);
   a.head_dim = static_cast<int>(hd);
+  a.k_norm = bf(k_norm);
+  a.cos = rope.cos.data_ptr<float>();
+  a.sin = rope.sin.data_ptr<float>();
+  a.pos_base = pos_base.data_ptr<int>();
+  a.k_cache = bf(k_cache);
+  a.v_cache = bf(v_cache);
+  a.cache_capacity = k_cache.size(-2);
+  a.eps = static_cast<float>(eps);
+  return a;
+}
+
+}  // namespace
+
+void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::Tensor& q_norm,
+                      const at::Tensor& k_norm, const ops::RopeTable& rope, const at::Tensor& pos_base,
+                      const at::Tensor& q_out, const at::Tensor& k_cache, const at::Tensor& v_cache, double eps,
+                      const at::Tensor& row_scale) {
+  QkNormRopeArgs a = qk_norm_rope_args("qk_norm_rope", qkv, nkv, k_norm, rope, pos_base, k_cache, v_cache, eps);
+  const int64_t hd = a.head_dim;
+  if (k_norm.dim() != 1) fail("qk_norm_rope: k_norm must be [head_dim]");
+  if (qkv.size(1) != (nq + 2 * nkv) * hd) fail("qk_norm_rope: qkv width {} != (nq + 2 nkv) * hd", qkv.size(1));
+  if (k_cache.dim() != 3 || k_cache.size(0) != nkv || k_cache.size(2) != hd)
+    fail("qk_norm_rope: caches must be [nkv, capacity, head_dim]");
+  a.nq = static_cast<int>(nq);
   if (nq > 0) {
     require(q_norm, "q_norm", at::kBFloat16);
     require(q_out, "q_out", at::kBFloat16);
@@ -153,14 +177,6 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
     a.q_norm = bf(q_norm);
     a.q_out = bf(q_out);
   }
-  a.k_norm = bf(k_norm);
-  a.cos = rope.cos.data_ptr<float>();
-  a.sin = rope.sin.data_ptr<float>();
-  a.pos_base = pos_base.data_ptr<int>();
-  a.k_cache = bf(k_cache);
-  a.v_cache = bf(v_cache);
-  a.cache_capacity = k_cache.size(1);
-  a.eps = static_cast<float>(eps);
   a.row_scale = row_scale_of(row_scale, a.T, "qk_norm_rope");
   check_cuda(qk_norm_rope(a, stream()), "qk_norm_rope");
 }
@@ -168,35 +184,13 @@ void qk_norm_rope_out(const at::Tensor& qkv, int64_t nq, int64_t nkv, const at::
 void context_kv_layers_out(const at::Tensor& kv, int64_t nkv, const at::Tensor& k_norms, const ops::RopeTable& rope,
                            const at::Tensor& pos_base, const at::Tensor& k_caches, const at::Tensor& v_caches,
                            double eps) {
-  require(kv, "context kv", at::kBFloat16, false);
-  const int64_t ld = row_stride(kv, "context kv");
-  require(k_norms, "k_norms", at::kBFloat16);
-  require(pos_base, "pos_base", at::kInt);
-  require(k_caches, "k_caches", at::kBFloat16);
-  require(v_caches, "v_caches", at::kBFloat16);
-  require(rope.cos, "rope cos", at::kFloat);
-  require(rope.sin, "rope sin", at::kFloat);
+  QkNormRopeArgs a =
+      qk_norm_rope_args("context_kv_layers", kv, nkv, k_norms, rope, pos_base, k_caches, v_caches, eps);
   if (k_norms.dim() != 2) fail("context_kv_layers: k_norms must be [layers, head_dim]");
-  const int64_t L = k_norms.size(0), hd = k_norms.size(1);
+  const int64_t L = k_norms.size(0), hd = a.head_dim;
   if (kv.size(1) != L * 2 * nkv * hd) fail("context_kv_layers: kv width {} != layers * 2 nkv * hd", kv.size(1));
-  if (k_caches.dim() != 4 || k_caches.size(0) != L || k_caches.size(1) != nkv || k_caches.size(3) != hd ||
-      !k_caches.sizes().equals(v_caches.sizes()))
+  if (k_caches.dim() != 4 || k_caches.size(0) != L || k_caches.size(1) != nkv || k_caches.size(3) != hd)
     fail("context_kv_layers: caches must be [layers, nkv, capacity, head_dim]");
-  if (rope.cos.size(1) != hd) fail("context_kv_layers: RoPE table width {} != head_dim {}", rope.cos.size(1), hd);
-  QkNormRopeArgs a;
-  a.qkv = bf(kv);
-  a.ld = ld;
-  a.T = static_cast<int>(kv.size(0));
-  a.nkv = static_cast<int>(nkv);
-  a.head_dim = static_cast<int>(hd);
-  a.k_norm = bf(k_norms);
-  a.cos = rope.cos.data_ptr<float>();
-  a.sin = rope.sin.data_ptr<float>();
-  a.pos_base = pos_base.data_ptr<int>();
-  a.k_cache = bf(k_caches);
-  a.v_cache = bf(v_caches);
-  a.cache_capacity = k_caches.size(2);
-  a.eps = static_cast<float>(eps);
   a.layers = static_cast<int>(L);
   a.qkv_layer_stride = 2 * nkv * hd;
   a.k_norm_layer_stride = hd;
