@@ -48,6 +48,11 @@ EnvSwitch& fold_switch() {
   return s;
 }
 
+EnvSwitch& draft_kv_batch_switch() {
+  static EnvSwitch s("SPECPRESS_DRAFT_KV_BATCH", true);
+  return s;
+}
+
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
 double layer_bytes(const FastLayer& l) {
@@ -60,13 +65,6 @@ double layer_bytes(const FastLayer& l) {
 bool fold_norms() { return fold_switch().on(); }
 
 void set_fold_norms(bool on) { fold_switch().set(on); }
-
-namespace {
-EnvSwitch& draft_kv_batch_switch() {
-  static EnvSwitch s("SPECPRESS_DRAFT_KV_BATCH", true);
-  return s;
-}
-}  // namespace
 
 bool draft_kv_batch() { return draft_kv_batch_switch().on(); }
 
