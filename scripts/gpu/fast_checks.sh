@@ -3,10 +3,11 @@
 # run tests/gpu (each kernel vs its ATen twin, fast path vs reference path in bf16, golden greedy tokens,
 # allocator stats), check `specpress generate --device cuda --dtype bf16` (fast path) against
 # --reference-path on the golden pair, then the performance record (bench/fast_perf.cpp and the HF
-# transformers baseline). Logs and JSON go to $OUT.
+# transformers baselines: decode, a 16-token forward, and the DFlash reference loop's cycle in eager). Logs and JSON
+# go to $OUT.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
-#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1. Exits 1 when a test run, the CLI check or fast_perf failed (after the
-#      rest).
+#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1, HF_SHAPES (4B). Exits 1 when a test run, the CLI check, fast_perf or
+#      the cycle comparison with the eager reference loop failed (after the rest).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -84,6 +85,13 @@ fi
 if [ "${SKIP_HF:-0}" != 1 ]; then
   for s in $(echo "${HF_SHAPES:-4B}" | tr , ' '); do
     PYTHONUNBUFFERED=1 python3 bench/hf_decode_bench.py --shape "$s" 2>&1 | tail -1 | tee -a "$OUT/hf.jsonl"
+    PYTHONUNBUFFERED=1 python3 bench/hf_dflash_cycle_bench.py --shape "$s" 2>&1 | tail -1 |
+      tee -a "$OUT/hf_dflash.jsonl"
   done
+  # the fast cycle against the eager reference loop's, same call (a failed baseline run shows here and fails the script)
+  if [ "${SKIP_PERF:-0}" != 1 ]; then
+    python3 scripts/gpu/cycle_speedup.py "$OUT/perf.json" "$OUT/hf_dflash.jsonl" 2>&1 | tee "$OUT/cycle_speedup.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
 fi
 exit $status
