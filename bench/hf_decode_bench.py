@@ -46,9 +46,9 @@ def crop_to(cache, length):
 
 def add_cudnn_sdpa_flag(ap):
     """--cudnn-sdpa off|on (off by default): torch's cuDNN attention backend, which sdpa prefers on an H200 with
-    torch 2.11. In the DFlash reference loop, whose key length changes every cycle, it spent about 2.8 ms of host
-    time per attention call (docs/PERF.md, fourteenth pass); off, sdpa takes the flash or memory-efficient kernels.
-    Call apply_cudnn_sdpa(args) after parsing."""
+    torch 2.11. In the DFlash reference loop it spent about 2.8 ms of host time per attention call and made the cycle
+    2-3x longer (docs/PERF.md, fourteenth pass); off, sdpa takes the flash or memory-efficient kernels. Call
+    apply_cudnn_sdpa(args) after parsing."""
     ap.add_argument("--cudnn-sdpa", choices=["off", "on"], default="off",
                     help="torch's cuDNN attention backend for sdpa (default off; see docs/PERF.md, fourteenth pass)")
 

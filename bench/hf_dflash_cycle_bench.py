@@ -14,11 +14,10 @@ same library calls per cycle as the reference does:
   - verify: the target's 16-token forward with output_hidden_states=True, argmax, the accepted length through
     cumprod(...).sum().item() (a host sync, as in the reference), the stop-token check, the target cache cropped,
     the committed rows' features concatenated for the next draft call.
-torch's cuDNN attention backend is off by default (--cudnn-sdpa): with torch 2.11 on an H200, sdpa picks it, and in
-this loop, where the key length grows every cycle, it spent 2.77 ms of host time per attention call (41 a cycle) in
-the torch profiler's aten::_cudnn_attention_forward, while the target's 16-token forward repeated at one length took
-34.6 ms with it and 33.8 ms without: most likely a new plan for every new length (docs/PERF.md, fourteenth
-pass). Off, sdpa takes the flash or memory-efficient kernels, and the baseline is the faster one.
+torch's cuDNN attention backend is off by default (--cudnn-sdpa): with torch 2.11 on an H200 sdpa picks it, and in
+this loop it spent 2.77 ms of host time per attention call (41 a cycle; the torch profiler's
+aten::_cudnn_attention_forward) and made the cycle 2-3x longer, for reasons not established (docs/PERF.md,
+fourteenth pass). Off, sdpa takes the flash or memory-efficient kernels, and the baseline is the faster one.
 With random weights almost nothing is accepted, so each cycle commits one token and feeds one context row to the
 draft (a trained pair feeds about tau rows); the cycle's kernel count and host work do not depend on that.
 
@@ -27,7 +26,8 @@ cycle's start to its end with a device sync at both ends; then the median phases
 a sync between phases (draft, the target's verify forward, the rest), and the target's 16-token forward alone with and
 without output_hidden_states.
 
-Usage: python3 bench/hf_dflash_cycle_bench.py --shape 4B [--context 512] [--cycles 20] [--warmup 3]
+Usage: python3 bench/hf_dflash_cycle_bench.py --shape 4B [--context 512] [--cycles 20] [--warmup 3] [--phase-cycles 10]
+       [--cudnn-sdpa off|on]
 """
 import argparse
 import json
@@ -128,12 +128,10 @@ def main():
     ap.add_argument("--phase-cycles", type=int, default=10)
     add_cudnn_sdpa_flag(ap)
     args = ap.parse_args()
-    for flag in ("context", "cycles"):
-        if getattr(args, flag) < 1:
-            ap.error(f"--{flag} must be at least 1")
-    for flag in ("warmup", "phase_cycles"):
-        if getattr(args, flag) < 0:
-            ap.error(f"--{flag.replace('_', '-')} must be at least 0")
+    # at least one warm-up cycle: the first draft call projects the whole prompt's context rows
+    for flag, least in (("context", 1), ("cycles", 1), ("warmup", 1), ("phase_cycles", 0)):
+        if getattr(args, flag) < least:
+            ap.error(f"--{flag.replace('_', '-')} must be at least {least}")
     apply_cudnn_sdpa(args)
     cfg = qwen3_config(args.shape)
     dcfg = qwen3_config(args.shape, num_hidden_layers=DRAFT_LAYERS)
@@ -212,7 +210,7 @@ def main():
                    past_key_values=tcache, use_cache=True, output_hidden_states=hidden)
             crop_to(tcache, start)
         forward16_ms = {k: median_ms(lambda: forward16(v), 10) for k, v in (("hidden", True), ("plain", False))}
-    print(json.dumps({"shape": args.shape, "context": args.context, "cycles": len(times),
+    print(json.dumps({"shape": args.shape, "context": args.context, "cycles": len(times), "warmup": args.warmup,
                       "ref_cycle_ms": statistics.median(times), "ref_cycle_mean_ms": statistics.fmean(times),
                       "ref_cycle_min_ms": min(times), "ref_cycle_max_ms": max(times),
                       "tokens_per_cycle": statistics.fmean(accepted),

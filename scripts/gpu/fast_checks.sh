@@ -6,8 +6,8 @@
 # transformers baselines: decode, a 16-token forward, and the DFlash reference loop's cycle in eager). Logs and JSON
 # go to $OUT.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
-#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1, HF_SHAPES (4B). Exits 1 when a test run, the CLI check, fast_perf or
-#      the cycle comparison with the eager reference loop failed (after the rest).
+#      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1, HF_SHAPES (4B). Exits 1 when a test run, the CLI check, fast_perf, an
+#      HF baseline or the cycle comparison with the eager reference loop failed (after the rest).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -83,12 +83,28 @@ if [ "${SKIP_PERF:-0}" != 1 ]; then
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fast_perf failed"; status=1; }
 fi
 if [ "${SKIP_HF:-0}" != 1 ]; then
+  # Each bench's whole output goes to its own log; its one JSON line to the shape's jsonl (emptied first, so a reused
+  # $OUT compares only this run). A bench that prints no JSON line shows its log's tail and fails the script.
+  : >"$OUT/hf.jsonl"
+  : >"$OUT/hf_dflash.jsonl"
+  hf_bench() {  # SCRIPT SHAPE JSONL
+    local log="$OUT/$(basename "$1" .py)_$2.log"
+    PYTHONUNBUFFERED=1 python3 "$1" --shape "$2" >"$log" 2>&1
+    local rc=$? line
+    line=$(grep '^{' "$log" | tail -1)
+    if [ $rc -ne 0 ] || [ -z "$line" ]; then
+      echo "$1 --shape $2 failed (exit $rc):"
+      tail -5 "$log"
+      status=1
+      return
+    fi
+    echo "$line" | tee -a "$3"
+  }
   for s in $(echo "${HF_SHAPES:-4B}" | tr , ' '); do
-    PYTHONUNBUFFERED=1 python3 bench/hf_decode_bench.py --shape "$s" 2>&1 | tail -1 | tee -a "$OUT/hf.jsonl"
-    PYTHONUNBUFFERED=1 python3 bench/hf_dflash_cycle_bench.py --shape "$s" 2>&1 | tail -1 |
-      tee -a "$OUT/hf_dflash.jsonl"
+    hf_bench bench/hf_decode_bench.py "$s" "$OUT/hf.jsonl"
+    hf_bench bench/hf_dflash_cycle_bench.py "$s" "$OUT/hf_dflash.jsonl"
   done
-  # the fast cycle against the eager reference loop's, same call (a failed baseline run shows here and fails the script)
+  # the fast cycle against the eager reference loop's, same call
   if [ "${SKIP_PERF:-0}" != 1 ]; then
     python3 scripts/gpu/cycle_speedup.py "$OUT/perf.json" "$OUT/hf_dflash.jsonl" 2>&1 | tee "$OUT/cycle_speedup.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
