@@ -172,6 +172,7 @@ def main():
                 if timed_phases:
                     torch.cuda.synchronize()
                     marks.append(time.perf_counter())
+
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             block = output_ids[:, start:start + BLOCK].clone()  # [bonus, MASK x 15]
@@ -209,6 +210,7 @@ def main():
             target(output_ids[:, start:start + BLOCK], position_ids=position_ids[:, start:start + BLOCK],
                    past_key_values=tcache, use_cache=True, output_hidden_states=hidden)
             crop_to(tcache, start)
+
         forward16_ms = {k: median_ms(lambda: forward16(v), 10) for k, v in (("hidden", True), ("plain", False))}
     print(json.dumps({"shape": args.shape, "context": args.context, "cycles": len(times), "warmup": args.warmup,
                       "ref_cycle_ms": statistics.median(times), "ref_cycle_mean_ms": statistics.fmean(times),
