@@ -30,27 +30,22 @@ run_tests() {  # LABEL FILTER [VAR=VALUE...]: test_gpu under those variables, ap
 }
 : >"$OUT/test_gpu.log"
 run_tests "" "${GTEST_FILTER:-*}"
-# the golden fast-path suite again with the opt-in batch-invariant matmul kernel
-run_tests "SPECPRESS_GEMM=skinny, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=skinny
-# ... with cuBLAS at M = 1 too (the default mode uses the GEMV kernel there), and with programmatic
-# dependent launch off (on by default, kernels/launch.h)
-run_tests "SPECPRESS_GEMM=cublas, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=cublas
+# The golden fast-path suite again under one setting: golden VAR=VALUE [NOTE] (the label is the setting).
+golden() { run_tests "$1${2:+: $2}, FastPathGolden" 'FastPathGolden.*' "$1"; }
+golden SPECPRESS_GEMM=skinny "the opt-in batch-invariant matmul kernel"
+golden SPECPRESS_GEMM=cublas "cuBLAS at M = 1 too (the default mode uses the GEMV kernel there)"
+# programmatic dependent launch off (on by default in decode, kernels/launch.h), with the kernels' tests too
 run_tests "SPECPRESS_PDL=0, FastPathGolden + Kernels" 'FastPathGolden.*:Kernels.*' SPECPRESS_PDL=0
-run_tests "SPECPRESS_PDL=1: PDL in verify and draft too, FastPathGolden" 'FastPathGolden.*' SPECPRESS_PDL=1
-run_tests "SPECPRESS_LC_EDGES=0: no launch-completion edges, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LC_EDGES=0
-# ... without the tuned cuBLASLt plans (at::mm_out for every multi-row product, src/kernels/lt_linear.h)
-run_tests "SPECPRESS_LT_TUNE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_LT_TUNE=0
-# ... in the streaming small-M modes (the residual adds' at::mm_out-less fallback; stream_all is batch-invariant)
-run_tests "SPECPRESS_GEMM=stream, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=stream
-run_tests "SPECPRESS_GEMM=stream_all, FastPathGolden" 'FastPathGolden.*' SPECPRESS_GEMM=stream_all
-# ... with the RMSNorms unfolded (model/qwen3_fast.h)
-run_tests "SPECPRESS_FOLD_NORMS=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_FOLD_NORMS=0
-# ... with one block a row in the argmax kernel (kernels/decode_step.h) and the draft's K/V injection a product a
-# layer (model/qwen3_fast.h)
-run_tests "SPECPRESS_ARGMAX_SPLIT=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_ARGMAX_SPLIT=0
-run_tests "SPECPRESS_DRAFT_KV_BATCH=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_DRAFT_KV_BATCH=0
-# ... and with the synchronous decoding loops (decode/fast_generation.h)
-run_tests "SPECPRESS_PIPELINE=0, FastPathGolden" 'FastPathGolden.*' SPECPRESS_PIPELINE=0
+golden SPECPRESS_PDL=1 "PDL in verify and draft too"
+golden SPECPRESS_LC_EDGES=0 "no launch-completion edges"
+golden SPECPRESS_LT_TUNE=0 "at::mm_out for every multi-row product (src/kernels/lt_linear.h)"
+# the streaming small-M modes (the residual adds' at::mm_out-less fallback; stream_all is batch-invariant)
+golden SPECPRESS_GEMM=stream
+golden SPECPRESS_GEMM=stream_all
+golden SPECPRESS_FOLD_NORMS=0 "the RMSNorms unfolded (model/qwen3_fast.h)"
+golden SPECPRESS_ARGMAX_SPLIT=0 "one block a row in the argmax kernel (kernels/decode_step.h)"
+golden SPECPRESS_DRAFT_KV_BATCH=0 "the draft's K/V injection a product a layer (model/qwen3_fast.h)"
+golden SPECPRESS_PIPELINE=0 "the synchronous decoding loops (decode/fast_generation.h)"
 if [ -n "${GDB_FILTER:-}" ]; then
   cuda-gdb -batch -ex run -ex bt --args ./build-gpu/bin/test_gpu --gtest_filter="$GDB_FILTER" >"$OUT/gdb.txt" 2>&1
   grep -E '^#[0-9]+ |SIGSEGV|OK \]|FAILED|exited' "$OUT/gdb.txt" | head -30
