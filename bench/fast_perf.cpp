@@ -376,8 +376,7 @@ int main(int argc, char** argv) {
         for (int c = 0; c < profile_cycles; ++c) {
           engine.draft_step();
           engine.verify_step();
-          engine.accept();
-          engine.queue_record_copy(c % 2);
+          engine.accept_into(c % 2);
           if (!pipelined) (void)engine.wait_record(c % 2);
           else if (c > 0) (void)engine.wait_record((c - 1) % 2);
         }
@@ -406,6 +405,9 @@ int main(int argc, char** argv) {
         kernels::set_attention_block_warps(attention_warps);  // the engine's attention scratch takes it
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
+        if (model::record_mapped() && !engine.records_mapped())
+          std::printf("note: pinned host memory is not mapped into the device's address space here: the cycle copies "
+                      "its record (SPECPRESS_RECORD_MAPPED has no effect)\n");
         dec_bytes = engine.decode_bytes(context);
         drf_bytes = engine.draft_bytes(context);
         engine.capture_graphs();
@@ -424,16 +426,15 @@ int main(int argc, char** argv) {
         engine.set_start(context, context);
         f.verify = time_ms([&] { engine.verify_step(); }, 3, 7, inner);
         f.draft = time_ms([&] { engine.draft_step(); }, 3, 7, inner);
-        // a full cycle as the decoding loop runs it (decode/fast_generation.h): draft + verify + accept + the
-        // record's copy, with cycle k + 1 queued before cycle k's record is read (pipelined, the default)
-        // or after it (synchronous: the one host sync a cycle on the critical path)
+        // a full cycle as the decoding loop runs it (decode/fast_generation.h): draft + verify + accept with its
+        // record into a host slot (accept_into), with cycle k + 1 queued before cycle k's record is read
+        // (pipelined, the default) or after it (synchronous: the one host sync a cycle on the critical path)
         const int cycle_inner = static_cast<int>(std::max<int64_t>(iters / 10, 1));
         int64_t queued = 0;
         auto queue_cycle = [&] {
           engine.draft_step();
           engine.verify_step();
-          engine.accept();
-          engine.queue_record_copy(static_cast<int>(queued++ % 2));
+          engine.accept_into(static_cast<int>(queued++ % 2));
         };
         engine.set_start(context, context);
         f.cycle = time_ms([&] {
@@ -656,8 +657,13 @@ int main(int argc, char** argv) {
       std::printf("ratios (fast): verify/decode %.2f (target <= 1.1), draft/decode %.2f (<= 0.3), cycle/decode %.2f (<= 1.4)\n",
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
       std::printf("folded norms (SPECPRESS_FOLD_NORMS, model/qwen3_fast.h): %s; the draft's K/V injection in one "
-                  "product (SPECPRESS_DRAFT_KV_BATCH): %s\n",
-                  model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off");
+                  "product (SPECPRESS_DRAFT_KV_BATCH): %s; inside the verify step (SPECPRESS_INJECT_IN_VERIFY): %s; "
+                  "records written into host memory by the accept kernel (SPECPRESS_RECORD_MAPPED): %s\n",
+                  model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
+                  model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off");
+      if (model::inject_in_verify())
+        std::printf("note: the \"draft step\" row is the draft graph, the block forward; its context injection runs inside "
+                    "the verify step, so the verify row includes it (beside the verify's last layers) and the cycle both\n");
       std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d, used with PDL) in the table's graphs: decode %d, "
                   "verify %d, draft %d\n", kernels::lc_edges_flag() ? 1 : 0, fb->lc_edges[0], fb->lc_edges[1],
                   fb->lc_edges[2]);
@@ -712,6 +718,8 @@ int main(int argc, char** argv) {
               {"launch_completion_edges", {{"decode", fb->lc_edges[0]}, {"verify", fb->lc_edges[1]}, {"draft", fb->lc_edges[2]}}},
               {"fold_norms", model::fold_norms()},
               {"draft_kv_batch", model::draft_kv_batch()},
+              {"inject_in_verify", model::inject_in_verify()},
+              {"record_mapped", model::record_mapped()},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;

@@ -139,9 +139,8 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
       if (k > 0) engine.draft_step();  // cycle 0's block was drafted by first_draft
       t.mark(1, stream);
       engine.verify_step();
-      engine.accept();
+      engine.accept_into(static_cast<int>(k % 2));  // + the record's copy, where accept_into makes one
       t.mark(2, stream);
-      engine.queue_record_copy(static_cast<int>(k % 2));
     };
     queue_cycle(0);
     for (int64_t k = 0;; ++k) {

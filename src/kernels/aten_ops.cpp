@@ -337,7 +337,7 @@ void argmax_out(const at::Tensor& out, const at::Tensor& logits) {
 }
 
 void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int64_t mask_id, const at::Tensor& start,
-                   const at::Tensor& ctx_start, const at::Tensor& record) {
+                   const at::Tensor& ctx_start, const at::Tensor& record, int64_t* host_record) {
   require(block_ids, "accept block_ids", at::kLong);
   require(posterior, "accept posterior", at::kLong);
   require(record, "accept record", at::kLong);
@@ -347,7 +347,7 @@ void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int
   if (posterior.numel() != B || record.numel() < 2 * B + 1) fail("dflash_accept: buffer sizes disagree with B={}", B);
   check_cuda(kernels::dflash_accept(block_ids.data_ptr<int64_t>(), posterior.data_ptr<int64_t>(), static_cast<int>(B),
                                     mask_id, start.data_ptr<int>(), ctx_start.data_ptr<int>(),
-                                    record.data_ptr<int64_t>(), stream()),
+                                    record.data_ptr<int64_t>(), stream(), host_record),
              "dflash_accept");
 }
 

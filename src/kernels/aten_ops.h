@@ -82,9 +82,10 @@ void embedding_out(const at::Tensor& out, const at::Tensor& table, const at::Ten
 void argmax_out(const at::Tensor& out, const at::Tensor& logits);
 EnvSwitch& argmax_split_switch();
 
-// See kernels/decode_step.h. block_ids, posterior, record: int64; start, ctx_start: int32 [1].
+// See kernels/decode_step.h. block_ids, posterior, record: int64; start, ctx_start: int32 [1]. host_record: null,
+// or the device pointer of 2B + 1 int64 of mapped pinned host memory.
 void dflash_accept(const at::Tensor& block_ids, const at::Tensor& posterior, int64_t mask_id, const at::Tensor& start,
-                   const at::Tensor& ctx_start, const at::Tensor& record);
+                   const at::Tensor& ctx_start, const at::Tensor& record, int64_t* host_record = nullptr);
 void advance_counter(const at::Tensor& counter, int inc);
 
 // out [1, N] = x [1, K] @ weight [N, K]^T by the M = 1 GEMV kernel (kernels/gemv.h); x and weight

@@ -138,7 +138,7 @@ __global__ void __cluster_dims__(kArgmaxSplits, 1, 1) __launch_bounds__(kArgmaxS
 }
 
 __global__ void accept_kernel(int64_t* block_ids, const int64_t* posterior, int B, int64_t mask_id, int* start,
-                              int* ctx_start, int64_t* record) {
+                              int* ctx_start, int64_t* record, int64_t* host_record) {
   pdl_begin();
   int a = 0;
   while (a < B - 1 && block_ids[a + 1] == posterior[a]) ++a;
@@ -147,6 +147,10 @@ __global__ void accept_kernel(int64_t* block_ids, const int64_t* posterior, int 
     record[B + i] = posterior[i];
   }
   record[2 * B] = a;
+  if (host_record != nullptr) {
+    for (int i = 0; i < 2 * B + 1; ++i) host_record[i] = record[i];
+    __threadfence_system();
+  }
   const int s = *start;
   *ctx_start = s;
   *start = s + a + 1;
@@ -181,9 +185,10 @@ cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V
 }
 
 cudaError_t dflash_accept(int64_t* block_ids, const int64_t* posterior, int B, int64_t mask_id, int* start,
-                          int* ctx_start, int64_t* record, cudaStream_t stream) {
+                          int* ctx_start, int64_t* record, cudaStream_t stream, int64_t* host_record) {
   if (B < 2) return cudaErrorInvalidValue;
-  return launch_kernel(accept_kernel, 1, 1, 0, stream, block_ids, posterior, B, mask_id, start, ctx_start, record);
+  return launch_kernel(accept_kernel, 1, 1, 0, stream, block_ids, posterior, B, mask_id, start, ctx_start, record,
+                       host_record);
 }
 
 cudaError_t advance_counter(int* counter, int inc, cudaStream_t stream) {

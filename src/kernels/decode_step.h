@@ -25,9 +25,11 @@ cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V
 // DFlash acceptance (dflash-spec.md §3.5), one thread. With block = block_ids[0..B) (bonus + drafts) and
 // posterior[0..B) the target's tokens: a = longest prefix with block[i+1] == posterior[i];
 // record = [block (B), posterior (B), a] for the host; *ctx_start = *start; *start += a + 1;
-// block_ids = [posterior[a], mask_id x (B-1)] ready for the next draft.
+// block_ids = [posterior[a], mask_id x (B-1)] ready for the next draft. host_record (optional): a device
+// pointer to mapped pinned host memory that gets the record as well, so that the host can read it after an
+// event behind this launch without a copy on the stream.
 cudaError_t dflash_accept(int64_t* block_ids, const int64_t* posterior, int B, int64_t mask_id, int* start,
-                          int* ctx_start, int64_t* record, cudaStream_t stream);
+                          int* ctx_start, int64_t* record, cudaStream_t stream, int64_t* host_record = nullptr);
 
 // *counter += inc (the decode step's position advance inside its graph).
 cudaError_t advance_counter(int* counter, int inc, cudaStream_t stream);

@@ -144,7 +144,9 @@ struct LtEntry {
 
 struct DeviceLt {
   cublasLtHandle_t handle = nullptr;
-  at::Tensor workspace;  // kWorkspaceBytes, uint8
+  // kWorkspaceBytes, uint8, one per stream that has run a plan: products on two streams at once (the fast
+  // engine's draft injection beside the verify forward) must not share one
+  std::map<cudaStream_t, at::Tensor> workspaces;
 };
 
 struct Registry {
@@ -161,7 +163,7 @@ Registry& registry() {
   return *r;
 }
 
-// The device's handle and workspace, made on first use (on the current stream). Call with r.mu held.
+// The device's handle, made on first use. Call with r.mu held.
 DeviceLt& device_state(Registry& r, const at::Device& device) {
   DeviceLt& d = r.devices[device.index()];
   if (d.handle == nullptr) {
@@ -169,9 +171,21 @@ DeviceLt& device_state(Registry& r, const at::Device& device) {
     check_lt(cublasLtCreate(&h), "cublasLtCreate");
     d.handle = h;
   }
-  if (!d.workspace.defined())
-    d.workspace = at::empty({static_cast<int64_t>(kWorkspaceBytes)}, at::TensorOptions().dtype(at::kByte).device(device));
   return d;
+}
+
+// The workspace of `stream` (the current stream of `device`), allocated by its first planned product, which must
+// not be inside a graph capture (the engine's warm-up runs every body before capturing it). Call with r.mu held.
+void* workspace_of(DeviceLt& d, cudaStream_t stream, const at::Device& device) {
+  const auto it = d.workspaces.find(stream);
+  if (it != d.workspaces.end()) return it->second.data_ptr();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
+  if (capturing != cudaStreamCaptureStatusNone)
+    fail("cuBLASLt plans: the first planned matmul on a stream is inside a graph capture; run the captured work "
+         "once before capturing it, which allocates the stream's workspace");
+  at::Tensor w = at::empty({static_cast<int64_t>(kWorkspaceBytes)}, at::TensorOptions().dtype(at::kByte).device(device));
+  return d.workspaces.emplace(stream, std::move(w)).first->second.data_ptr();
 }
 
 // 2-D bf16 CUDA tensors on one device, unit column strides, row strides that cuBLASLt layouts take.
@@ -190,13 +204,13 @@ LtKey key_of(const at::Tensor& out, const at::Tensor& x, const at::Tensor& w) {
   return {x.size(0), w.size(0), x.size(1), w.stride(0), x.stride(0), out.stride(0), static_cast<int>(x.device().index())};
 }
 
-cublasStatus_t launch(const DeviceLt& d, const LtProblem& p, const cublasLtMatmulAlgo_t& algo, const at::Tensor& out,
-                      const at::Tensor& x, const at::Tensor& w, cudaStream_t stream, bool accumulate = false) {
+cublasStatus_t launch(cublasLtHandle_t handle, void* workspace, const LtProblem& p, const cublasLtMatmulAlgo_t& algo,
+                      const at::Tensor& out, const at::Tensor& x, const at::Tensor& w, cudaStream_t stream,
+                      bool accumulate = false) {
   static const float one = 1.f, zero = 0.f;
-  return cublasLtMatmul(d.handle, p.desc.get(), &one, w.data_ptr(), p.a.get(), x.data_ptr(), p.b.get(),
-                        accumulate ? &one : &zero,
-                        out.data_ptr(), p.c.get(), out.data_ptr(), p.c.get(), &algo, d.workspace.data_ptr(),
-                        kWorkspaceBytes, stream);
+  return cublasLtMatmul(handle, p.desc.get(), &one, w.data_ptr(), p.a.get(), x.data_ptr(), p.b.get(),
+                        accumulate ? &one : &zero, out.data_ptr(), p.c.get(), out.data_ptr(), p.c.get(), &algo,
+                        workspace, kWorkspaceBytes, stream);
 }
 
 // ---- algorithm descriptions
@@ -242,7 +256,7 @@ struct Candidate {
 
 // The heuristic's results within the workspace (never the in-place reduction) and split-K variants of its
 // first kSplitKBases, each accepted by cublasLtMatmulAlgoCheck, without duplicates.
-std::vector<Candidate> candidates_of(const DeviceLt& d, const LtProblem& p, const Alignment& align) {
+std::vector<Candidate> candidates_of(cublasLtHandle_t handle, const LtProblem& p, const Alignment& align) {
   cublasLtMatmulPreference_t raw = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate");
   PreferencePtr pref(raw);
@@ -260,7 +274,7 @@ std::vector<Candidate> candidates_of(const DeviceLt& d, const LtProblem& p, cons
              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
   cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(d.handle, p.desc.get(), p.a.get(), p.b.get(), p.c.get(),
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc.get(), p.a.get(), p.b.get(), p.c.get(),
                                                           p.c.get(), raw, kHeuristicResults, results, &found);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;  // no cuBLASLt algorithm for this problem: at::mm_out only
   else check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
@@ -287,7 +301,7 @@ std::vector<Candidate> candidates_of(const DeviceLt& d, const LtProblem& p, cons
                 CUBLAS_STATUS_SUCCESS ||
             cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) !=
                 CUBLAS_STATUS_SUCCESS ||
-            cublasLtMatmulAlgoCheck(d.handle, p.desc.get(), p.a.get(), p.b.get(), p.c.get(), p.c.get(), &algo, &check) !=
+            cublasLtMatmulAlgoCheck(handle, p.desc.get(), p.a.get(), p.b.get(), p.c.get(), p.c.get(), &algo, &check) !=
                 CUBLAS_STATUS_SUCCESS)
           continue;
         add(algo, check.workspaceSize, fmt::format("heuristic #{}, split-K {} / {}", i, splits, reduction_name(scheme)));
@@ -378,10 +392,11 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
   const LtEntry& e = it->second;
   if (accumulate ? !e.accumulates : !e.plain) return false;  // not checked with beta = 1 / kept for accumulating only
   if (!e.alignment.allows(alignment_of(out, x, weight))) return false;
-  const DeviceLt& d = r.devices.at(static_cast<int>(x.device().index()));
+  DeviceLt& d = r.devices.at(static_cast<int>(x.device().index()));
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const cublasStatus_t s = launch(d, *e.problem, e.algo, out, x, weight,
-                                  at::cuda::getCurrentCUDAStream(x.device().index()).stream(), accumulate);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const cublasStatus_t s =
+      launch(d.handle, workspace_of(d, stream, x.device()), *e.problem, e.algo, out, x, weight, stream, accumulate);
   if (s != CUBLAS_STATUS_SUCCESS)
     fail("cuBLASLt cublasLtMatmul (plan for M={} N={} K={}: {}): {} ({})", x.size(0), weight.size(0),
          x.size(1), r.records[e.record].algo, cublasLtGetStatusName(s), cublasLtGetStatusString(s));
@@ -430,10 +445,13 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
   check_cuda(cudaStreamIsCapturing(stream.stream(), &capturing), "cudaStreamIsCapturing");
   if (capturing != cudaStreamCaptureStatusNone)
     fail("tune_linear{}: called while the stream is capturing a CUDA graph (tune before the capture)", label_suffix(label));
-  DeviceLt* d = nullptr;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    d = &device_state(r, x.device());  // std::map: the element stays where it is
+    DeviceLt& d = device_state(r, x.device());  // std::map: the element and its workspaces stay where they are
+    handle = d.handle;
+    workspace = workspace_of(d, stream.stream(), x.device());
   }
   auto problem = std::make_unique<LtProblem>(key);
 
@@ -469,20 +487,20 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
   // at::mm_out timed first and last (clock drift over the candidates), its best time counts
   rec.mm_us = graph_us_per_product(mm, weights, passes, st, ev);
 
-  const std::vector<Candidate> candidates = std::isfinite(ref_max) ? candidates_of(*d, *problem, align) : std::vector<Candidate>();
+  const std::vector<Candidate> candidates = std::isfinite(ref_max) ? candidates_of(handle, *problem, align) : std::vector<Candidate>();
   rec.candidates = static_cast<int>(candidates.size());
   const Candidate* best = nullptr;
   rec.lt_us = std::numeric_limits<double>::infinity();
   for (const Candidate& c : candidates) {
     // correct first: two runs on the first weight, poisoned output before each, bitwise equal and close to at::mm_out
     out.fill_(NAN);
-    if (launch(*d, *problem, c.algo, out, x, w0, st) != CUBLAS_STATUS_SUCCESS) {
+    if (launch(handle, workspace, *problem, c.algo, out, x, w0, st) != CUBLAS_STATUS_SUCCESS) {
       ++rec.rejected_launch;
       continue;
     }
     const at::Tensor first = out.clone();
     out.fill_(NAN);
-    if (launch(*d, *problem, c.algo, out, x, w0, st) != CUBLAS_STATUS_SUCCESS) {
+    if (launch(handle, workspace, *problem, c.algo, out, x, w0, st) != CUBLAS_STATUS_SUCCESS) {
       ++rec.rejected_launch;
       continue;
     }
@@ -497,7 +515,7 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
     }
     if (accumulates) {  // out += x · w^T in place (beta = 1, C = D), against the reference plus the old out
       out.copy_(residual);
-      if (launch(*d, *problem, c.algo, out, x, w0, st, /*accumulate=*/true) != CUBLAS_STATUS_SUCCESS) {
+      if (launch(handle, workspace, *problem, c.algo, out, x, w0, st, /*accumulate=*/true) != CUBLAS_STATUS_SUCCESS) {
         ++rec.rejected_launch;
         continue;
       }
@@ -508,7 +526,7 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
       }
     }
     const double us = graph_us_per_product(
-        [&](const at::Tensor& w) { check_lt(launch(*d, *problem, c.algo, out, x, w, st), "cublasLtMatmul (tuning)"); },
+        [&](const at::Tensor& w) { check_lt(launch(handle, workspace, *problem, c.algo, out, x, w, st), "cublasLtMatmul (tuning)"); },
         weights, passes, st, ev);
     if (c.origin == "heuristic #0") rec.heuristic_us = us;
     if (us < rec.lt_us) {

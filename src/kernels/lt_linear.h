@@ -20,11 +20,11 @@
 //
 // Plans are process-wide, keyed by (M, N, K, lda = weight row stride, ldb = x row stride, ldc = out row
 // stride, device); a plan also records the pointer alignments (bytes, up to 256) it was tuned with, and a
-// launch whose pointers are less aligned falls back to at::mm_out. One cuBLASLt handle and one 32 MiB
-// workspace (an at::Tensor from the caching allocator, allocated at the first tuning) per device: a plan's
-// launch allocates nothing and does not synchronise, so it can be captured in a CUDA graph. All plans of
-// a device share the workspace: do not run planned matmuls on two streams at once (the fast path runs
-// each engine on one stream).
+// launch whose pointers are less aligned falls back to at::mm_out. One cuBLASLt handle per device, and one
+// 32 MiB workspace per stream that runs plans (an at::Tensor from the caching allocator, allocated by the
+// stream's first tuning or planned product, which must not be inside a graph capture), so that products on
+// two streams may run at once (the fast engine's draft injection beside the verify forward). Later launches
+// allocate nothing and do not synchronise, so they can be captured in a CUDA graph.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -45,7 +45,8 @@ const char* lt_tuning_name(LtTuning tuning);
 
 // out [M, N] = x [M, K] · weight [N, K]^T (bf16, unit column strides) by the plan tuned for this problem,
 // on the current CUDA stream; returns false (and does nothing) when tuning is off, there is no plan for
-// the problem, or a pointer is less aligned than the plan was tuned with. No allocation, no host sync.
+// the problem, or a pointer is less aligned than the plan was tuned with. No host sync; no allocation but the
+// stream's workspace, by its first planned product (which fails inside a graph capture).
 // accumulate: out += x · weight^T instead (beta = 1, C = D = out, in place, with the plan's algorithm); only
 // for a problem tuned with `accumulates` (false otherwise, as without a plan).
 bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate = false);
@@ -53,7 +54,7 @@ bool lt_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor&
 // Tunes the problem out = x · w^T for the weights `weights` (one shape and row stride: one projection of
 // every layer) and stores its plan (or that at::mm_out won). Eager, on the current stream (a pool stream
 // if that is the default stream; fails if it is capturing a graph), synchronising; allocates (the first
-// time: the device's workspace).
+// time on a stream: its workspace).
 // Overwrites x (with a fixed test pattern) and out. A problem tuned before with pointers at least as
 // aligned is not tuned again (its record gets `label` added). Nothing happens when tuning is off. `label`
 // names the problem in the records ("verify o_proj"). `accumulates`: the caller also runs the problem as

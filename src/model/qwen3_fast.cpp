@@ -53,6 +53,16 @@ EnvSwitch& draft_kv_batch_switch() {
   return s;
 }
 
+EnvSwitch& inject_in_verify_switch() {
+  static EnvSwitch s("SPECPRESS_INJECT_IN_VERIFY", true);
+  return s;
+}
+
+EnvSwitch& record_mapped_switch() {
+  static EnvSwitch s("SPECPRESS_RECORD_MAPPED", true);
+  return s;
+}
+
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
 double layer_bytes(const FastLayer& l) {
@@ -69,6 +79,14 @@ void set_fold_norms(bool on) { fold_switch().set(on); }
 bool draft_kv_batch() { return draft_kv_batch_switch().on(); }
 
 void set_draft_kv_batch(bool on) { draft_kv_batch_switch().set(on); }
+
+bool inject_in_verify() { return inject_in_verify_switch().on(); }
+
+void set_inject_in_verify(bool on) { inject_in_verify_switch().set(on); }
+
+bool record_mapped() { return record_mapped_switch().on(); }
+
+void set_record_mapped(bool on) { record_mapped_switch().set(on); }
 
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
@@ -93,7 +111,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
       capacity_(capacity),
       device_(target.device()),
       stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())),
-      side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, target.device().index())) {
+      side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, target.device().index())),
+      inject_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())) {
   std::string why;
   if (!fast_path_supported(target, draft, &why)) fail("fast path: {}", why);
   const Qwen3Config& c = target.config();
@@ -104,6 +123,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   c10::cuda::CUDAStreamGuard guard(stream_);
   check_cuda(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "engine events");
+  check_cuda(cudaEventCreateWithFlags(&taps_event_, cudaEventDisableTiming), "engine events");
+  check_cuda(cudaEventCreateWithFlags(&inject_event_, cudaEventDisableTiming), "engine events");
   folded_ = fold_norms();
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
@@ -149,10 +170,20 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     block_ids_ = at::full({B_}, dc.mask_token_id, i64);
     posterior_ = at::zeros({B_}, i64);
     record_ = at::zeros({2 * B_ + 1}, i64);
+    inject_in_verify_ = inject_in_verify();
   }
   auto pinned = at::TensorOptions().dtype(at::kLong).pinned_memory(true);
   record_host_ = at::zeros({2, 2 * std::max<int64_t>(B_, 1) + 1}, pinned);
   scalar_host_ = at::zeros({2}, pinned);
+  if (draft != nullptr && record_mapped()) {
+    // Pinned memory is mapped into the device's address space where the device has unified addressing (every
+    // 64-bit Linux system CUDA supports); where it is not, accept_into keeps the copy.
+    void* mapped = nullptr;
+    if (cudaHostGetDevicePointer(&mapped, record_host_.data_ptr(), 0) == cudaSuccess)
+      record_host_device_ = static_cast<int64_t*>(mapped);
+    else
+      (void)cudaGetLastError();  // clear the error; the copy path is used
+  }
   for (int i = 0; i < 2; ++i) {
     check_cuda(cudaEventCreateWithFlags(&token_copied_[i], cudaEventDisableTiming), "engine events");
     check_cuda(cudaEventCreateWithFlags(&record_copied_[i], cudaEventDisableTiming), "engine events");
@@ -165,8 +196,8 @@ FastEngine::~FastEngine() {
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : record_copied_)
     if (e != nullptr) cudaEventDestroy(e);
-  if (fork_event_ != nullptr) cudaEventDestroy(fork_event_);
-  if (join_event_ != nullptr) cudaEventDestroy(join_event_);
+  for (cudaEvent_t e : {fork_event_, join_event_, taps_event_, inject_event_})
+    if (e != nullptr) cudaEventDestroy(e);
 }
 
 FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwen3Config& c, int64_t taps_width,
@@ -199,7 +230,7 @@ FastBuffers FastEngine::make_target_buffers(int64_t rows, int64_t logit_rows, bo
 void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Config& c, const ops::RopeTable& rope,
                             const at::Tensor& k_cache, const at::Tensor& v_cache, FastBuffers& b, int64_t T,
                             const at::Tensor& pos, bool causal, const at::Tensor& final_norm,
-                            const std::vector<int64_t>& taps) {
+                            const std::vector<int64_t>& taps, const TapsReady* taps_ready) {
   const double eps = c.rms_norm_eps;
   const int64_t H = c.hidden_size;
   at::Tensor x = b.x.narrow(0, 0, T), h = b.h.narrow(0, 0, T), qkv = b.qkv.narrow(0, 0, T), q = b.q.narrow(0, 0, T);
@@ -225,6 +256,17 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   };
   const bool folded = folded_ && &layers == &t_layers_;
   static const at::Tensor none;
+  // taps_ready: called once, right after the last tap's write is queued, with an event behind it.
+  const int64_t last_tap = taps.empty() ? -1 : *std::max_element(taps.begin(), taps.end());
+  const cudaStream_t main_stream = at::cuda::getCurrentCUDAStream().stream();
+  auto announce_taps = [&](int64_t l, cudaEvent_t written = nullptr) {
+    if (taps_ready == nullptr || l != last_tap) return;
+    if (written == nullptr) {
+      check_cuda(cudaEventRecord(taps_event_, main_stream), "taps written");
+      written = taps_event_;
+    }
+    (*taps_ready)(written);
+  };
   if (kernels::fused_one_row(T)) {
     // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as
     // the prologues of the qkv and gate/up GEMVs (x is the raw residual; folded: their weights are in W, and
@@ -238,6 +280,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       kernels::gemv_residual_out(x, attn, w.o_proj);              // x += attention
       kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
       kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
+      announce_taps(static_cast<int64_t>(l));
     }
     return;
   }
@@ -246,7 +289,6 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     // factors rs (kernels::row_rms) run on the side stream beside them; the attention and the SwiGLU apply
     // rs to their inputs. The residual adds are the o and down products' epilogues (linear_residual_out), so
     // no kernel runs between two products but the attention and the SwiGLU (docs/PERF.md, twelfth pass).
-    const cudaStream_t main_stream = at::cuda::getCurrentCUDAStream().stream();
     auto side = [&](const at::Tensor& rs, const at::Tensor& tap) {
       check_cuda(cudaEventRecord(fork_event_, main_stream), "fork to the side stream");
       check_cuda(cudaStreamWaitEvent(side_stream_.stream(), fork_event_), "fork to the side stream");
@@ -262,6 +304,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
       side(rs_attn, l > 0 ? tap_of(l - 1) : at::Tensor());  // + the previous layer's tap
+      if (l > 0) announce_taps(static_cast<int64_t>(l) - 1, join_event_);  // the side stream wrote it
       kernels::linear_out(qkv, x, w.qkv);
       join();
       attend(w, kc, vc, rs_attn);
@@ -272,8 +315,9 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       kernels::silu_mul_out(act, gu, rs_mlp);
       kernels::linear_residual_out(x, act, w.down, o);  // x += mlp
     }
-    const at::Tensor last_tap = tap_of(layers.size() - 1);
-    if (last_tap.defined()) kernels::row_rms_out(rs_attn, x, eps, last_tap);
+    const at::Tensor tap_of_last = tap_of(layers.size() - 1);
+    if (tap_of_last.defined()) kernels::row_rms_out(rs_attn, x, eps, tap_of_last);
+    announce_taps(static_cast<int64_t>(layers.size()) - 1);
     kernels::rmsnorm_out(h, x, final_norm, eps);
     return;
   }
@@ -289,6 +333,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     kernels::linear_out(o, act, w.down);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
     kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap_of(l));  // x += mlp (tapped); h = next layer's norm
+    announce_taps(static_cast<int64_t>(l));
   }
 }
 
@@ -301,18 +346,19 @@ void FastEngine::head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T
     kernels::linear_out(logits, b.h.narrow(0, T - rows, rows), target_.weights().lm_head);
 }
 
-void FastEngine::target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps) {
+void FastEngine::target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps,
+                                const TapsReady* taps_ready) {
   const int64_t T = ids.numel();
   if (T > b.rows || logit_rows > b.logits.size(0) || logit_rows > T) fail("fast path: forward of {} rows exceeds its buffers", T);
   kernels::embedding_out(b.x.narrow(0, 0, T), target_.weights().embed_tokens, ids);
   static const std::vector<int64_t> no_taps;
   run_layers(t_layers_, target_.config(), target_.rope(), k_cache_, v_cache_, b, T, start_, /*causal=*/true,
-             target_.weights().final_norm, taps ? tap_layers_ : no_taps);
+             target_.weights().final_norm, taps ? tap_layers_ : no_taps, taps ? taps_ready : nullptr);
   head_logits(b.logits.narrow(0, 0, logit_rows), b, T, target_.weights().final_norm, target_.config().rms_norm_eps);
 }
 
 void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx,
-                              const at::Tensor& kv) {
+                              const at::Tensor& kv, const at::Tensor& pos) {
   const Qwen3Config& a = draft_->config().arch;
   const DFlashWeights& dw = draft_->weights();
   kernels::linear_out(raw, features, dw.fc);
@@ -323,7 +369,7 @@ void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw,
   if (copy && kv.size(1) == draft_kv_weight_.size(0)) {
     // every layer's K/V rows in one product, their k-norm + RoPE + cache write in one launch
     kernels::linear_out(kv, ctx, draft_kv_weight_);
-    kernels::context_kv_layers_out(kv, a.num_kv_heads, draft_k_norms_, draft_rope_, ctx_start_, dk_cache_, dv_cache_,
+    kernels::context_kv_layers_out(kv, a.num_kv_heads, draft_k_norms_, draft_rope_, pos, dk_cache_, dv_cache_,
                                    a.rms_norm_eps);
     return;
   }
@@ -334,7 +380,7 @@ void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw,
     kernels::linear_out(kv, ctx,
                         copy ? draft_kv_weight_.narrow(0, static_cast<int64_t>(l) * kv_rows, kv_rows)
                              : w.qkv.narrow(0, q_rows, kv_rows));
-    kernels::qk_norm_rope_out(kv, 0, a.num_kv_heads, none, w.k_norm, draft_rope_, ctx_start_,
+    kernels::qk_norm_rope_out(kv, 0, a.num_kv_heads, none, w.k_norm, draft_rope_, pos,
                               none, dk_cache_.select(0, static_cast<int64_t>(l)),
                               dv_cache_.select(0, static_cast<int64_t>(l)), a.rms_norm_eps);
   }
@@ -359,12 +405,35 @@ void FastEngine::decode_body() {
 }
 
 void FastEngine::verify_body() {
-  target_forward(block_ids_, verify_buf_, B_, true);
+  if (!inject_in_verify_) {
+    target_forward(block_ids_, verify_buf_, B_, true);
+    kernels::argmax_out(posterior_, verify_buf_.logits.narrow(0, 0, B_));
+    return;
+  }
+  // The next draft's context injection of the B tapped rows, at the block's positions (start_, which the accept
+  // after this step advances), on inject_stream_ from the moment the last tap is written, beside the forward's
+  // last layers and LM head; joined before the step ends. It writes the draft's caches and scratch only, which
+  // nothing in this step reads. Rows past the accepted length are rewritten by the next draft's block, as
+  // when the draft step injects them.
+  const cudaStream_t main_stream = at::cuda::getCurrentCUDAStream().stream();
+  bool injected = false;
+  const TapsReady inject = [&](cudaEvent_t taps_written) {
+    injected = true;
+    check_cuda(cudaStreamWaitEvent(inject_stream_.stream(), taps_written), "fork to the injection stream");
+    {
+      c10::cuda::CUDAStreamGuard inject_guard(inject_stream_);
+      draft_inject(verify_buf_.taps, draft_ctx_raw_, draft_ctx_, draft_kv_, start_);
+    }
+    check_cuda(cudaEventRecord(inject_event_, inject_stream_.stream()), "join the injection stream");
+  };
+  target_forward(block_ids_, verify_buf_, B_, true, &inject);
+  if (!injected) fail("fast path: internal error: the verify forward wrote no tapped layer, so nothing was injected");
   kernels::argmax_out(posterior_, verify_buf_.logits.narrow(0, 0, B_));
+  check_cuda(cudaStreamWaitEvent(main_stream, inject_event_), "join the injection stream");
 }
 
 void FastEngine::draft_body() {
-  draft_inject(verify_buf_.taps, draft_ctx_raw_, draft_ctx_, draft_kv_);
+  if (!inject_in_verify_) draft_inject(verify_buf_.taps, draft_ctx_raw_, draft_ctx_, draft_kv_, ctx_start_);
   draft_block();
 }
 
@@ -566,7 +635,7 @@ void FastEngine::first_draft(int64_t bonus) {
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   ctx_start_.fill_(0);
   draft_inject(prefill_taps_, at::empty({N, a.hidden_size}, bf16), at::empty({N, a.hidden_size}, bf16),
-               at::empty({N, 2 * a.num_kv_heads * a.head_dim}, bf16));  // a layer at a time
+               at::empty({N, 2 * a.num_kv_heads * a.head_dim}, bf16), ctx_start_);  // a layer at a time
   prefill_taps_ = at::Tensor();
   std::vector<int64_t> block(B_, draft_->config().mask_token_id);
   block[0] = bonus;
@@ -591,6 +660,20 @@ void FastEngine::accept(const std::vector<int64_t>* posterior) {
   c10::cuda::CUDAStreamGuard guard(stream_);
   if (posterior != nullptr) posterior_.copy_(at::tensor(*posterior, at::kLong));
   kernels::dflash_accept(block_ids_, posterior_, draft_->config().mask_token_id, start_, ctx_start_, record_);
+}
+
+void FastEngine::accept_into(int slot) {
+  checked_slot(slot, "accept_into");
+  if (draft_ == nullptr) fail("fast path: accept_into without a draft model");
+  if (record_host_device_ == nullptr) {
+    accept();
+    queue_record_copy(slot);
+    return;
+  }
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  kernels::dflash_accept(block_ids_, posterior_, draft_->config().mask_token_id, start_, ctx_start_, record_,
+                         record_host_device_ + slot * record_host_.size(1));
+  check_cuda(cudaEventRecord(record_copied_[slot], stream_.stream()), "record event");
 }
 
 const int64_t* FastEngine::read_record() {

@@ -5,15 +5,18 @@
 // turns the tuning off) on weights fused at load time (QKV,
 // gate/up), static buffers, device-side positions, and CUDA graphs for the three steady-state steps:
 // target decode (1 token), target verify (block B) and the draft step (context K/V injection of the B
-// rows the last verify tapped + the block forward + argmax proposals). The engine owns its own KV
+// rows the last verify tapped + the block forward + argmax proposals; by default the injection runs inside
+// the verify graph instead, beside its last layers: inject_in_verify()). The engine owns its own KV
 // caches; the reference models (model/qwen3.h, model/dflash_draft.h) supply weights and configs.
 //
 // Device state: `start` (int32, committed target positions = position of the next input token) and
-// `ctx_start` (int32, draft context positions already injected). The verify step's acceptance runs on
-// the device too (kernels::dflash_accept), so a speculative cycle needs one host synchronisation: the
-// copy of its [block, posterior, a] record.
+// `ctx_start` (int32, the position the draft step injects at: the last verified block's). The verify step's
+// acceptance runs on the device too (kernels::dflash_accept), so a speculative cycle needs one host
+// synchronisation: the read of its [block, posterior, a] record (written into mapped host memory by the
+// accept kernel in the pipelined loops: accept_into).
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +49,20 @@ void set_fold_norms(bool on);
 // k-norm + RoPE + cache write launch for all layers (kernels::context_kv_layers_out).
 bool draft_kv_batch();
 void set_draft_kv_batch(bool on);
+
+// The draft's context injection inside the verify step (default on; SPECPRESS_INJECT_IN_VERIFY=0 keeps it in the
+// draft step, with the same rules as SPECPRESS_FOLD_NORMS). The injection reads only the verify's taps, so an engine
+// with it runs it in the verify graph, on a stream of its own from the moment the last tapped layer is done, beside
+// the forward's last layers and LM head, instead of at the head of the next draft step. The writes are the same.
+bool inject_in_verify();
+void set_inject_in_verify(bool on);
+
+// The pipelined loops' records written into the host slot by the accept kernel itself (default on;
+// SPECPRESS_RECORD_MAPPED=0 copies them on the stream after it, as before; same rules). The slots are pinned host
+// memory mapped into the device's address space, so the cycle's end needs no copy-engine operation between
+// the accept and the next cycle's draft.
+bool record_mapped();
+void set_record_mapped(bool on);
 
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
@@ -94,8 +111,10 @@ class FastEngine {
   // ---- DFlash decoding (needs a draft)
   // First draft call after prefill: injects all N prompt rows, sets block = [bonus, MASK...], drafts.
   void first_draft(int64_t bonus);
-  void draft_step();              // draft graph: inject the last verify's B tapped rows, draft the block
+  // draft graph: inject the last verify's B tapped rows (unless the verify did: inject_in_verify()), draft the block
+  void draft_step();
   void verify_step();             // verify graph: target forward of the block, argmax posterior, taps
+  bool injects_in_verify() const { return inject_in_verify_; }
   // Acceptance on the device, from the verify argmax or (sampling) from `posterior` given by the host.
   void accept(const std::vector<int64_t>* posterior = nullptr);
   // Host copy of the last accept's record: block (B), posterior (B), a. One host sync.
@@ -108,6 +127,10 @@ class FastEngine {
   int64_t wait_token(int slot);
   void queue_record_copy(int slot);  // the last accept's record
   const int64_t* wait_record(int slot);
+  // accept() (greedy) with its record bound for host slot `slot`, for wait_record(slot): the accept kernel writes
+  // the slot (record_mapped()), or queue_record_copy(slot) follows it.
+  void accept_into(int slot);
+  bool records_mapped() const { return record_host_device_ != nullptr; }  // accept_into writes the slots itself
   at::Tensor verify_logits();     // fp32 [B, V] copy of the last verify's logits
   at::Tensor draft_proposals();   // int64 [B] device view of the block ids (bonus + proposals)
 
@@ -118,7 +141,11 @@ class FastEngine {
 
   // Direct forwards for tests and benchmarks (eager, on the engine stream):
   // target forward of ids [T] at device position *start; logits of the last `logit_rows` rows.
-  void target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps);
+  // taps_ready (with taps): called on the engine stream's capture or launch order right after the write of the last
+  // tapped layer's rows is queued, with an event recorded behind that write.
+  using TapsReady = std::function<void(cudaEvent_t)>;
+  void target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps,
+                      const TapsReady* taps_ready = nullptr);
   FastBuffers make_target_buffers(int64_t rows, int64_t logit_rows, bool taps, int splits) const;
   FastBuffers& verify_buffers() { return verify_buf_; }
   FastBuffers& decode_buffers() { return decode_buf_; }
@@ -159,6 +186,11 @@ class FastEngine {
   // by the two events).
   c10::cuda::CUDAStream side_stream_;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  // inject_in_verify(): the draft's context injection runs on inject_stream_ inside the verify step, from taps_event_
+  // (or the side stream's join_event_) to inject_event_.
+  bool inject_in_verify_ = false;
+  c10::cuda::CUDAStream inject_stream_;
+  cudaEvent_t taps_event_ = nullptr, inject_event_ = nullptr;
   bool folded_ = false;
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
@@ -167,6 +199,7 @@ class FastEngine {
   at::Tensor token_in_;                                 // int64 [1]
   at::Tensor block_ids_, posterior_, record_;           // int64 [B], [B], [2B+1]
   at::Tensor record_host_, scalar_host_;                // pinned, two slots each: [2, 2B+1], [2]
+  int64_t* record_host_device_ = nullptr;               // record_host_ in the device's address space (record_mapped())
   std::array<cudaEvent_t, 2> token_copied_{}, record_copied_{};  // a slot's copy done
   FastBuffers decode_buf_, verify_buf_, draft_buf_;
   at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
@@ -182,14 +215,16 @@ class FastEngine {
   FastBuffers make_buffers(int64_t rows, int64_t logit_rows, const Qwen3Config& c, int64_t taps_width, int splits) const;
   void run_layers(const std::vector<FastLayer>& layers, const Qwen3Config& c, const ops::RopeTable& rope,
                   const at::Tensor& k_cache, const at::Tensor& v_cache, FastBuffers& b, int64_t T,
-                  const at::Tensor& pos, bool causal, const at::Tensor& final_norm, const std::vector<int64_t>& taps);
+                  const at::Tensor& pos, bool causal, const at::Tensor& final_norm, const std::vector<int64_t>& taps,
+                  const TapsReady* taps_ready = nullptr);
   // logits [rows, V] = LM head of the last `rows` of a T-row forward by run_layers: from the final-normed
   // h, or, for a fused one-row forward, from x with the final norm as the GEMV's prologue.
   void head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm, double eps);
-  // The draft's context injection of features' rows at *ctx_start_: fc into raw, its norm into ctx, then every draft
+  // The draft's context injection of features' rows at positions *pos..: fc into raw, its norm into ctx, then every draft
   // layer's K/V rows into kv and its caches. kv [T, L * kv_rows]: one product and one launch (draft_kv_weight_);
   // kv [T, kv_rows]: a layer at a time.
-  void draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx, const at::Tensor& kv);
+  void draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx, const at::Tensor& kv,
+                    const at::Tensor& pos);
   // kernels::tune_linear for every matmul of more than one row in the verify and draft bodies.
   void tune_matmuls();
   void draft_block();

@@ -248,6 +248,66 @@ TEST_F(FastPathGolden, PipelinedLoopsMatchSynchronousLoops) {
   EXPECT_GE(stopped, 2) << "the cases should include stops inside the output";
 }
 
+// The draft's context injection inside the verify step (SPECPRESS_INJECT_IN_VERIFY) makes the same cache writes as
+// in the draft step, and a record the accept kernel writes into mapped host memory (SPECPRESS_RECORD_MAPPED) is the
+// copied one: two engines, one with both and one with neither, run the same cycles (the pipelined loop's calls and
+// the synchronous ones) from the same prompt; their records, proposals and draft caches must be bitwise equal.
+TEST_F(FastPathGolden, InjectionInVerifyAndMappedRecordsMatchTheDraftStepAndCopies) {
+  struct Restore {
+    bool inject = model::inject_in_verify(), mapped = model::record_mapped();
+    ~Restore() {
+      model::set_inject_in_verify(inject);
+      model::set_record_mapped(mapped);
+    }
+  } restore;
+  const int64_t B = draft_->config().block_size;
+  for (int r : {0, 2}) {
+    const std::vector<int64_t> prompt = golden_runs()[static_cast<size_t>(r)].prompt;
+    const int64_t N = static_cast<int64_t>(prompt.size()), cycles = 12;
+    auto build = [&](bool on) {
+      model::set_inject_in_verify(on);
+      model::set_record_mapped(on);
+      return std::make_unique<model::FastEngine>(*target_, draft_.get(), N + (cycles + 2) * B, B);
+    };
+    std::unique_ptr<model::FastEngine> on = build(true), off = build(false);
+    ASSERT_TRUE(on->injects_in_verify());
+    ASSERT_FALSE(off->injects_in_verify());
+    ASSERT_TRUE(on->records_mapped()) << "pinned memory is not mapped into the device's address space";
+    ASSERT_FALSE(off->records_mapped());
+    std::vector<std::vector<int64_t>> records[2];
+    at::Tensor proposals[2];
+    for (int e = 0; e < 2; ++e) {
+      model::FastEngine& engine = e == 0 ? *on : *off;
+      engine.first_draft(argmax1(engine.prefill(prompt)));
+      for (int64_t k = 0; k < cycles; ++k) {
+        engine.verify_step();
+        const int64_t* rec = nullptr;
+        if (k % 3 == 2) {  // the synchronous loop's calls
+          engine.accept();
+          rec = engine.read_record();
+        } else {
+          engine.accept_into(static_cast<int>(k % 2));
+          rec = engine.wait_record(static_cast<int>(k % 2));
+        }
+        records[e].emplace_back(rec, rec + 2 * B + 1);
+        engine.draft_step();
+      }
+      proposals[e] = engine.draft_proposals().cpu();
+      engine.sync();
+    }
+    const std::string where = "golden run " + std::to_string(r);
+    EXPECT_EQ(records[0], records[1]) << where;
+    EXPECT_TRUE(at::equal(proposals[0], proposals[1])) << where << ": " << proposals[0] << " vs " << proposals[1];
+    EXPECT_TRUE(at::equal(on->draft_k_cache(), off->draft_k_cache())) << where << ": draft K cache";
+    EXPECT_TRUE(at::equal(on->draft_v_cache(), off->draft_v_cache())) << where << ": draft V cache";
+    EXPECT_TRUE(at::equal(on->target_k_cache(), off->target_k_cache())) << where << ": target K cache";
+    int64_t committed = 0;
+    for (const auto& rec : records[0]) committed += rec[static_cast<size_t>(2 * B)] + 1;
+    std::printf("%s: %lld cycles, %lld tokens committed, records, proposals and caches bitwise equal\n", where.c_str(),
+                static_cast<long long>(cycles), static_cast<long long>(committed));
+  }
+}
+
 TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
   decode::GenerationParams p;
   p.max_new_tokens = 40;
@@ -281,8 +341,7 @@ TEST_F(FastPathGolden, NoAllocationInTheSteadyStateLoop) {
   for (int i = 0; i < 20; ++i) cycle();
   for (int i = 0; i < 20; ++i) {  // the pipelined loop's calls (decode/fast_generation.cpp)
     engine.verify_step();
-    engine.accept();
-    engine.queue_record_copy(i % 2);
+    engine.accept_into(i % 2);
     if (i > 0) (void)engine.wait_record((i - 1) % 2);
     engine.draft_step();
   }
