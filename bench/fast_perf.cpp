@@ -658,9 +658,11 @@ int main(int argc, char** argv) {
                   f_verify / f_decode, f_draft / f_decode, f_cycle / f_decode);
       std::printf("folded norms (SPECPRESS_FOLD_NORMS, model/qwen3_fast.h): %s; the draft's K/V injection in one "
                   "product (SPECPRESS_DRAFT_KV_BATCH): %s; inside the verify step (SPECPRESS_INJECT_IN_VERIFY): %s; "
-                  "records written into host memory by the accept kernel (SPECPRESS_RECORD_MAPPED): %s\n",
+                  "records written into host memory by the accept kernel (SPECPRESS_RECORD_MAPPED): %s; W_o prefetched "
+                  "into the L2 beside the multi-row attention (SPECPRESS_L2_PREFETCH): %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
-                  model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off");
+                  model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
+                  model::l2_prefetch_o() ? "on" : "off");
       if (model::inject_in_verify())
         std::printf("note: the \"draft step\" row is the draft graph, the block forward; its context injection runs inside "
                     "the verify step, so the verify row includes it (beside the verify's last layers) and the cycle both\n");
@@ -720,6 +722,7 @@ int main(int argc, char** argv) {
               {"draft_kv_batch", model::draft_kv_batch()},
               {"inject_in_verify", model::inject_in_verify()},
               {"record_mapped", model::record_mapped()},
+              {"l2_prefetch_o", model::l2_prefetch_o()},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;

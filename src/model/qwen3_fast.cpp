@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/graph_edges.h"
+#include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 
@@ -63,6 +64,11 @@ EnvSwitch& record_mapped_switch() {
   return s;
 }
 
+EnvSwitch& l2_prefetch_switch() {
+  static EnvSwitch s("SPECPRESS_L2_PREFETCH", true);
+  return s;
+}
+
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
 double layer_bytes(const FastLayer& l) {
@@ -88,6 +94,10 @@ bool record_mapped() { return record_mapped_switch().on(); }
 
 void set_record_mapped(bool on) { record_mapped_switch().set(on); }
 
+bool l2_prefetch_o() { return l2_prefetch_switch().on(); }
+
+void set_l2_prefetch_o(bool on) { l2_prefetch_switch().set(on); }
+
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
     if (why != nullptr) *why = reason;
@@ -112,7 +122,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
       device_(target.device()),
       stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())),
       side_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, target.device().index())),
-      inject_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())) {
+      inject_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())),
+      prefetch_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, target.device().index())) {
   std::string why;
   if (!fast_path_supported(target, draft, &why)) fail("fast path: {}", why);
   const Qwen3Config& c = target.config();
@@ -125,6 +136,9 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   check_cuda(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&taps_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&inject_event_, cudaEventDisableTiming), "engine events");
+  check_cuda(cudaEventCreateWithFlags(&prefetch_fork_event_, cudaEventDisableTiming), "engine events");
+  check_cuda(cudaEventCreateWithFlags(&prefetch_join_event_, cudaEventDisableTiming), "engine events");
+  prefetch_o_ = l2_prefetch_o();
   folded_ = fold_norms();
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
@@ -196,7 +210,7 @@ FastEngine::~FastEngine() {
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : record_copied_)
     if (e != nullptr) cudaEventDestroy(e);
-  for (cudaEvent_t e : {fork_event_, join_event_, taps_event_, inject_event_})
+  for (cudaEvent_t e : {fork_event_, join_event_, taps_event_, inject_event_, prefetch_fork_event_, prefetch_join_event_})
     if (e != nullptr) cudaEventDestroy(e);
 }
 
@@ -267,6 +281,25 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     }
     (*taps_ready)(written);
   };
+  // l2_prefetch_o(): in the multi-row steps, all of W_o into the L2 while the attention runs, on prefetch_stream_
+  // once the kernels queued so far (up to the qkv product) have completed; joined into the main stream when the
+  // layers end.
+  const bool prefetch_o = prefetch_o_ && !kernels::fused_one_row(T) && T <= kernels::kAttentionSmallT;
+  bool prefetched = false;
+  auto prefetch_during_attention = [&](const FastLayer& w) {
+    if (!prefetch_o) return;
+    const int64_t row = w.o_proj.size(1) * w.o_proj.element_size();
+    check_cuda(cudaEventRecord(prefetch_fork_event_, main_stream), "fork to the prefetch stream");
+    check_cuda(cudaStreamWaitEvent(prefetch_stream_.stream(), prefetch_fork_event_), "fork to the prefetch stream");
+    check_cuda(kernels::l2_prefetch_rows(w.o_proj.data_ptr(), w.o_proj.size(0), row, 0, row, prefetch_stream_.stream()),
+               "l2_prefetch_rows");
+    prefetched = true;
+  };
+  auto join_prefetches = [&] {
+    if (!prefetched) return;
+    check_cuda(cudaEventRecord(prefetch_join_event_, prefetch_stream_.stream()), "join the prefetch stream");
+    check_cuda(cudaStreamWaitEvent(main_stream, prefetch_join_event_), "join the prefetch stream");
+  };
   if (kernels::fused_one_row(T)) {
     // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as
     // the prologues of the qkv and gate/up GEMVs (x is the raw residual; folded: their weights are in W, and
@@ -306,6 +339,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       side(rs_attn, l > 0 ? tap_of(l - 1) : at::Tensor());  // + the previous layer's tap
       if (l > 0) announce_taps(static_cast<int64_t>(l) - 1, join_event_);  // the side stream wrote it
       kernels::linear_out(qkv, x, w.qkv);
+      prefetch_during_attention(w);
       join();
       attend(w, kc, vc, rs_attn);
       kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
@@ -318,6 +352,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     const at::Tensor tap_of_last = tap_of(layers.size() - 1);
     if (tap_of_last.defined()) kernels::row_rms_out(rs_attn, x, eps, tap_of_last);
     announce_taps(static_cast<int64_t>(layers.size()) - 1);
+    join_prefetches();
     kernels::rmsnorm_out(h, x, final_norm, eps);
     return;
   }
@@ -326,6 +361,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     const FastLayer& w = layers[l];
     at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
     kernels::linear_out(qkv, h, w.qkv);
+    prefetch_during_attention(w);
     attend(w, kc, vc);
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
@@ -335,6 +371,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap_of(l));  // x += mlp (tapped); h = next layer's norm
     announce_taps(static_cast<int64_t>(l));
   }
+  join_prefetches();
 }
 
 void FastEngine::head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm,

@@ -64,6 +64,14 @@ void set_inject_in_verify(bool on);
 bool record_mapped();
 void set_record_mapped(bool on);
 
+// W_o fetched into the L2 while the attention runs, in the multi-row steps (verify, draft; default on;
+// SPECPRESS_L2_PREFETCH=0 turns it off, same rules). Their o product is a cuBLASLt kernel, which starts only once
+// the attention has completed; a side branch (kernels::l2_prefetch_rows) brings its weight into the L2 while the
+// attention leaves the DRAM idle. Not in the one-row decode step, where the o GEMV already loads half its weight
+// before its PDL wait and the prefetch measured no gain (docs/PERF.md, fifteenth pass).
+bool l2_prefetch_o();
+void set_l2_prefetch_o(bool on);
+
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
 
@@ -191,6 +199,10 @@ class FastEngine {
   bool inject_in_verify_ = false;
   c10::cuda::CUDAStream inject_stream_;
   cudaEvent_t taps_event_ = nullptr, inject_event_ = nullptr;
+  // l2_prefetch_o(): the prefetches run on prefetch_stream_
+  bool prefetch_o_ = false;
+  c10::cuda::CUDAStream prefetch_stream_;
+  cudaEvent_t prefetch_fork_event_ = nullptr, prefetch_join_event_ = nullptr;
   bool folded_ = false;
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]

@@ -23,6 +23,7 @@
 #include "kernels/gemm_small.h"
 #include "kernels/gemv.h"
 #include "kernels/graph_edges.h"
+#include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
@@ -284,6 +285,39 @@ TEST_F(Kernels, EmbeddingMatchesTwin) {
   at::Tensor emb = at::full({rows, H}, NAN, bf16());
   kernels::embedding_out(emb, table, ids);
   EXPECT_TRUE(at::equal(emb, at::embedding(table, ids)));
+}
+
+// l2_prefetch_rows has no output to compare with a twin: its contract is that it writes nothing, runs inside a
+// graph capture on any stream, and refuses misaligned slices. A weight-shaped buffer (the Qwen3-4B o projection:
+// 2560 rows of 8 KB) is prefetched whole, as row halves and in pieces over 1 MB (one row of 2 MB), eagerly and
+// from a replayed graph, and must stay bitwise what it was.
+TEST_F(Kernels, L2PrefetchWritesNothingAndRefusesMisalignedSlices) {
+  at::Tensor w = at::randn({2560, 4096}, bf16()), copy = w.clone();
+  at::Tensor wide = at::randn({1, 1 << 20}, bf16()), wide_copy = wide.clone();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const int64_t row = 4096 * 2;
+  ASSERT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 2560, row, 0, row, stream), cudaSuccess);
+  ASSERT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 2560, row, row / 2, row / 2, stream), cudaSuccess);
+  ASSERT_EQ(kernels::l2_prefetch_rows(wide.data_ptr(), 1, 2 << 20, 0, 2 << 20, stream), cudaSuccess);
+  ASSERT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 0, row, 0, row, stream), cudaSuccess);  // nothing to do
+  {
+    at::cuda::CUDAGraph graph;
+    c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+    graph.capture_begin();
+    ASSERT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 2560, row, 0, row, at::cuda::getCurrentCUDAStream().stream()),
+              cudaSuccess);
+    graph.capture_end();
+    graph.replay();
+    graph.replay();
+    at::cuda::getCurrentCUDAStream().synchronize();
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(at::equal(w, copy));
+  EXPECT_TRUE(at::equal(wide, wide_copy));
+  EXPECT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 2560, row, 8, row - 16, stream), cudaErrorInvalidValue);  // offset
+  EXPECT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 2560, row + 8, 0, 16, stream), cudaErrorInvalidValue);   // stride
+  EXPECT_EQ(kernels::l2_prefetch_rows(w.data_ptr(), 2560, row, 0, 24, stream), cudaErrorInvalidValue);       // bytes
+  EXPECT_EQ(kernels::l2_prefetch_rows(nullptr, 1, 16, 0, 16, stream), cudaErrorInvalidValue);
 }
 
 // argmax_out, both kernels (a cluster of slices a row, the default; one block a row) against logits.argmax(-1)
