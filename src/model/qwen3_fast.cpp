@@ -817,6 +817,15 @@ double FastEngine::decode_bytes(int64_t context) const {
   return bytes;
 }
 
+double FastEngine::inject_bytes(bool kv_rows) const {
+  if (draft_ == nullptr) return 0;
+  const Qwen3Config& a = draft_->config().arch;
+  const DFlashWeights& dw = draft_->weights();
+  double bytes = tensor_bytes(dw.fc) + tensor_bytes(dw.hidden_norm);
+  if (kv_rows) bytes += static_cast<double>(a.num_layers) * 2 * a.num_kv_heads * a.head_dim * a.hidden_size * 2;  // bf16
+  return bytes;
+}
+
 double FastEngine::draft_bytes(int64_t context) const {
   if (draft_ == nullptr) return 0;
   const Qwen3Config& a = draft_->config().arch;

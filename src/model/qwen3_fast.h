@@ -146,6 +146,11 @@ class FastEngine {
   // `context`), for rooflines.
   double decode_bytes(int64_t context) const;
   double draft_bytes(int64_t context) const;
+  // Bytes the draft's context injection must read: fc and its norm, with kv_rows also every draft layer's K/V
+  // weight rows (which the draft's block forward reads too, inside its fused QKV). draft_bytes counts fc and
+  // the norm; an engine that injects in the verify step (injects_in_verify()) moves them, and reads the K/V rows
+  // once more there.
+  double inject_bytes(bool kv_rows) const;
 
   // Direct forwards for tests and benchmarks (eager, on the engine stream):
   // target forward of ids [T] at device position *start; logits of the last `logit_rows` rows.
