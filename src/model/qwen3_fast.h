@@ -130,7 +130,7 @@ class FastEngine {
   // Pipelined loops (decode/fast_generation.h): the copy of the last step's result into host slot `slot`
   // (0 or 1), queued on the engine stream behind the work launched so far, and the wait for that copy alone,
   // so that the host can queue the next step before it reads this one. A slot's result stays valid until
-  // the next queue_*_copy into the same slot.
+  // the next queue_*_copy or accept_into into the same slot.
   void queue_token_copy(int slot);   // the last decode step's argmax
   int64_t wait_token(int slot);
   void queue_record_copy(int slot);  // the last accept's record
