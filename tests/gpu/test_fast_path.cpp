@@ -2,7 +2,8 @@
 // reference path, in bf16 on the GPU machine: logits of prefill, decode (graph), verify (graph) and the
 // draft step (graph) within 1e-2 relative error; greedy tokens identical to the golden fixtures'
 // outputs; no caching-allocator allocation in the steady-state loop; the same at head_dim 128 with
-// 4 query heads per KV head (the Qwen3-4B/8B layout). These run with the default SPECPRESS_LT_TUNE (the
+// 4 query heads per KV head (the Qwen3-4B/8B layout); the draft's injection inside the verify step and the records
+// the accept kernel writes into host memory, bitwise against the draft-step injection and the copies. These run with the default SPECPRESS_LT_TUNE (the
 // engine tunes cuBLASLt plans for its verify and draft matmuls and keeps those faster than at::mm_out;
 // ForwardsMatchReferencePath prints which); CublasLtPlansCoverEveryMultiRowMatmul forces a plan on every
 // one of them.
@@ -426,13 +427,9 @@ RandomPair random_pair(const model::Qwen3Config& c, int64_t draft_layers, std::v
   return p;
 }
 
-}  // namespace
-
-// Not yet run on the GPU machine in this form (the earlier file-based version crashed, see above).
-TEST(FastPathShapes, HeadDim128GroupOf4MatchesReference) {
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  c10::InferenceMode mode;
-  at::manual_seed(5);
+// The Qwen3-4B/8B layout in miniature: head_dim 128, 4 query heads per KV head, a tied head. Taps {1, 3}: the last
+// layer tapped too (the folded engine copies that tap after its layer loop).
+RandomPair head_dim_128_pair() {
   model::Qwen3Config c;
   c.vocab_size = 512;
   c.hidden_size = 256;
@@ -443,10 +440,59 @@ TEST(FastPathShapes, HeadDim128GroupOf4MatchesReference) {
   c.head_dim = 128;
   c.max_position_embeddings = 512;
   c.tie_word_embeddings = true;
-  // taps {1, 3}: the last layer tapped too (the folded engine copies that tap after its layer loop)
-  RandomPair p = random_pair(c, /*draft_layers=*/2, {1, 3}, /*block=*/16, /*mask=*/500);
+  return random_pair(c, /*draft_layers=*/2, {1, 3}, /*block=*/16, /*mask=*/500);
+}
+
+std::vector<int64_t> head_dim_128_prompt() {
   std::vector<int64_t> prompt;
   for (int i = 0; i < 70; ++i) prompt.push_back((i * 37 + 11) % 500);
+  return prompt;
+}
+
+}  // namespace
+
+TEST(FastPathShapes, HeadDim128GroupOf4MatchesReference) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode mode;
+  at::manual_seed(5);
+  RandomPair p = head_dim_128_pair();
   // random weights: judged against float32, next to the bf16 reference path's own error
-  compare_with_reference(*p.target, *p.draft, prompt, 16, p.target32.get(), p.draft32.get());
+  compare_with_reference(*p.target, *p.draft, head_dim_128_prompt(), 16, p.target32.get(), p.draft32.get());
+}
+
+// SPECPRESS_INJECT_IN_VERIFY with the last target layer tapped: the injection then starts after the layer loop (the
+// golden pair's last tap is not its last layer). Six cycles with it on and off: bitwise equal records and caches.
+TEST(FastPathShapes, InjectionInVerifyWithTheLastLayerTappedMatchesTheDraftStep) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode mode;
+  at::manual_seed(6);
+  struct Restore {
+    bool was = model::inject_in_verify();
+    ~Restore() { model::set_inject_in_verify(was); }
+  } restore;
+  RandomPair p = head_dim_128_pair();
+  const std::vector<int64_t> prompt = head_dim_128_prompt();
+  const int64_t B = 16, cycles = 6;
+  std::vector<std::vector<int64_t>> records[2];
+  std::unique_ptr<model::FastEngine> engines[2];
+  for (int e = 0; e < 2; ++e) {
+    model::set_inject_in_verify(e == 0);
+    engines[e] = std::make_unique<model::FastEngine>(*p.target, p.draft.get(),
+                                                     static_cast<int64_t>(prompt.size()) + (cycles + 2) * B, B);
+    model::FastEngine& engine = *engines[e];
+    ASSERT_EQ(engine.injects_in_verify(), e == 0);
+    engine.first_draft(argmax1(engine.prefill(prompt)));
+    for (int64_t k = 0; k < cycles; ++k) {
+      engine.verify_step();
+      engine.accept();
+      const int64_t* rec = engine.read_record();
+      records[e].emplace_back(rec, rec + 2 * B + 1);
+      engine.draft_step();
+    }
+    engine.sync();
+  }
+  EXPECT_EQ(records[0], records[1]);
+  EXPECT_TRUE(at::equal(engines[0]->draft_k_cache(), engines[1]->draft_k_cache())) << "draft K cache";
+  EXPECT_TRUE(at::equal(engines[0]->draft_v_cache(), engines[1]->draft_v_cache())) << "draft V cache";
+  EXPECT_TRUE(at::equal(engines[0]->draft_proposals().cpu(), engines[1]->draft_proposals().cpu())) << "proposals";
 }
