@@ -30,9 +30,12 @@ cudaError_t l2_prefetch_rows(const void* base, int64_t rows, int64_t stride, int
   if (base == nullptr || offset < 0 || start % 16 != 0 || stride % 16 != 0 || bytes % 16 != 0)
     return cudaErrorInvalidValue;
   const int64_t blocks = (rows + kThreads - 1) / kThreads;
-  l2_prefetch_kernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0, stream>>>(
-      static_cast<const char*>(base), rows, stride, offset, bytes);
-  return cudaGetLastError();
+  const char* p = static_cast<const char*>(base);
+  void* args[] = {&p, &rows, &stride, &offset, &bytes};
+  // a plain launch (no attributes: no PDL), whose status is this launch's alone
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&l2_prefetch_kernel),
+                          dim3(static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks)), dim3(kThreads), args, 0,
+                          stream);
 }
 
 }  // namespace specpress::kernels

@@ -5,7 +5,10 @@
 //
 // Launched without PDL and without being recorded as one of src/kernels' kernels (launch.h, graph_edges.h): it
 // starts only once everything before it on its stream has completed, and no launch-completion edge makes it start
-// early, beside the product it would slow down.
+// early, beside the product it would slow down. The edge out of it where the engine joins its stream back (into the
+// kernel after the layers; in the verify graph the final RMSNorm, one of ours) may be rewritten into a
+// launch-completion edge: that kernel then waits in pdl_wait for the prefetch to complete too. Harmless, as the
+// prefetch writes nothing; it may add one to a graph's count of such edges.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -22,9 +22,13 @@
 // stride, device); a plan also records the pointer alignments (bytes, up to 256) it was tuned with, and a
 // launch whose pointers are less aligned falls back to at::mm_out. One cuBLASLt handle per device, and one
 // 32 MiB workspace per stream that runs plans (an at::Tensor from the caching allocator, allocated by the
-// stream's first tuning or planned product, which must not be inside a graph capture), so that products on
-// two streams may run at once (the fast engine's draft injection beside the verify forward). Later launches
-// allocate nothing and do not synchronise, so they can be captured in a CUDA graph.
+// stream's first tuning or planned product, which must not be inside a graph capture, and kept until the process
+// ends: at most one for each of the device's streams, the pool streams included). Products on two different
+// streams may run at once (the fast engine's draft injection beside the verify forward). A captured graph keeps
+// the workspace of the stream it was captured on, so graphs replayed at the same time must have been captured on
+// different streams: an engine's streams differ from each other, while two engines' may coincide (pool streams are
+// handed out in rotation), as one engine's graphs are never replayed beside another's. Later launches allocate
+// nothing and do not synchronise, so they can be captured in a CUDA graph.
 #pragma once
 #include <ATen/ATen.h>
 

@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -111,6 +112,11 @@ bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std
     if (!widths_supported(dc.arch, "draft", why)) return false;
     std::set<int64_t> unique(dc.target_layer_ids.begin(), dc.target_layer_ids.end());
     if (unique.size() != dc.target_layer_ids.size()) return no("draft: repeated target_layer_ids");
+    if (unique.empty()) return no("draft: no target_layer_ids (the layers whose hidden states it reads)");
+    for (int64_t id : unique)
+      if (id < 0 || id >= target.config().num_layers)
+        return no(fmt::format("draft: target_layer_ids has {}, outside the target's layers 0..{}", id,
+                              target.config().num_layers - 1));
   }
   return true;
 }
@@ -288,10 +294,10 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
   bool prefetched = false;
   auto prefetch_during_attention = [&](const FastLayer& w) {
     if (!prefetch_o) return;
-    const int64_t row = w.o_proj.size(1) * w.o_proj.element_size();
+    const int64_t row = w.o_proj.size(1) * w.o_proj.element_size(), stride = w.o_proj.stride(0) * w.o_proj.element_size();
     check_cuda(cudaEventRecord(prefetch_fork_event_, main_stream), "fork to the prefetch stream");
     check_cuda(cudaStreamWaitEvent(prefetch_stream_.stream(), prefetch_fork_event_), "fork to the prefetch stream");
-    check_cuda(kernels::l2_prefetch_rows(w.o_proj.data_ptr(), w.o_proj.size(0), row, 0, row, prefetch_stream_.stream()),
+    check_cuda(kernels::l2_prefetch_rows(w.o_proj.data_ptr(), w.o_proj.size(0), stride, 0, row, prefetch_stream_.stream()),
                "l2_prefetch_rows");
     prefetched = true;
   };
@@ -819,10 +825,10 @@ double FastEngine::decode_bytes(int64_t context) const {
 
 double FastEngine::inject_bytes(bool kv_rows) const {
   if (draft_ == nullptr) return 0;
-  const Qwen3Config& a = draft_->config().arch;
   const DFlashWeights& dw = draft_->weights();
   double bytes = tensor_bytes(dw.fc) + tensor_bytes(dw.hidden_norm);
-  if (kv_rows) bytes += static_cast<double>(a.num_layers) * 2 * a.num_kv_heads * a.head_dim * a.hidden_size * 2;  // bf16
+  if (kv_rows)
+    for (const DecoderLayerWeights& w : dw.layers) bytes += tensor_bytes(w.k_proj) + tensor_bytes(w.v_proj);
   return bytes;
 }
 

@@ -10,7 +10,8 @@
 // caches; the reference models (model/qwen3.h, model/dflash_draft.h) supply weights and configs.
 //
 // Device state: `start` (int32, committed target positions = position of the next input token) and
-// `ctx_start` (int32, the position the draft step injects at: the last verified block's). The verify step's
+// `ctx_start` (int32, the last verified block's position, where a draft step that injects writes: with
+// inject_in_verify() off; with it on the verify step injects at `start`, which is the same position). The verify step's
 // acceptance runs on the device too (kernels::dflash_accept), so a speculative cycle needs one host
 // synchronisation: the read of its [block, posterior, a] record (written into mapped host memory by the
 // accept kernel in the pipelined loops: accept_into).
@@ -217,7 +218,7 @@ class FastEngine {
   at::Tensor block_ids_, posterior_, record_;           // int64 [B], [B], [2B+1]
   at::Tensor record_host_, scalar_host_;                // pinned, two slots each: [2, 2B+1], [2]
   int64_t* record_host_device_ = nullptr;               // record_host_ in the device's address space (record_mapped())
-  std::array<cudaEvent_t, 2> token_copied_{}, record_copied_{};  // a slot's copy done
+  std::array<cudaEvent_t, 2> token_copied_{}, record_copied_{};  // a slot's copy (or mapped accept) done
   FastBuffers decode_buf_, verify_buf_, draft_buf_;
   at::Tensor draft_ctx_raw_, draft_ctx_, draft_kv_;     // draft injection scratch [B, ...]
   at::Tensor draft_kv_weight_;  // draft_kv_batch(): the draft layers' K/V weight rows, one after another

@@ -135,9 +135,10 @@ TEST_F(FastPathGolden, ForwardsMatchReferencePath) {
 
 // Under SPECPRESS_LT_TUNE=always every matmul of more than one row in the verify and draft graphs gets a
 // cuBLASLt plan, so capture_graphs (an eager warm-up, then the captures) launches each of them through
-// lt_linear_out twice: per target layer qkv, o, gate/up and down plus the LM head for verify; fc, per draft
-// layers' K/V projection (one product for all layers; one a layer with SPECPRESS_DRAFT_KV_BATCH=0) and each
-// layer's four, plus the LM head for the draft. That count shows that the engine
+// lt_linear_out twice: per target layer qkv, o, gate/up and down plus the LM head for verify; the draft's context
+// injection (fc and the layers' K/V projection: one product for all layers, one a layer with
+// SPECPRESS_DRAFT_KV_BATCH=0), in the verify graph by default (SPECPRESS_INJECT_IN_VERIFY) or in the draft graph;
+// each draft layer's four, plus the LM head for the draft. That count shows that the engine
 // tunes the very problems (shapes, strides, alignments) its bodies run. The forwards then still match the
 // reference path with every one of those matmuls on a plan.
 TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
@@ -152,7 +153,8 @@ TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
     const int64_t before = kernels::lt_launch_count();
     engine.capture_graphs();
     const int64_t L = target_->config().num_layers, Ld = draft_->config().arch.num_layers;
-    // verify: 4 a layer + LM head; draft: fc, the K/V injection (one product, or one a layer), 4 a layer, LM head
+    // verify: 4 a layer + LM head; the injection (in either graph): fc and the K/V rows (one product, or one a
+    // layer); draft: 4 a layer, LM head
     const int64_t per_pass = (4 * L + 1) + (1 + (model::draft_kv_batch() ? 1 : Ld) + 4 * Ld + 1);
     EXPECT_EQ(kernels::lt_launch_count() - before, 2 * per_pass) << "plan launches in the warm-up and the captures";
     const std::vector<kernels::LtTuneRecord> records = kernels::lt_tune_records();
@@ -302,6 +304,7 @@ TEST_F(FastPathGolden, InjectionInVerifyAndMappedRecordsMatchTheDraftStepAndCopi
     EXPECT_TRUE(at::equal(on->draft_k_cache(), off->draft_k_cache())) << where << ": draft K cache";
     EXPECT_TRUE(at::equal(on->draft_v_cache(), off->draft_v_cache())) << where << ": draft V cache";
     EXPECT_TRUE(at::equal(on->target_k_cache(), off->target_k_cache())) << where << ": target K cache";
+    EXPECT_TRUE(at::equal(on->target_v_cache(), off->target_v_cache())) << where << ": target V cache";
     int64_t committed = 0;
     for (const auto& rec : records[0]) committed += rec[static_cast<size_t>(2 * B)] + 1;
     std::printf("%s: %lld cycles, %lld tokens committed, records, proposals and caches bitwise equal\n", where.c_str(),
@@ -429,7 +432,7 @@ RandomPair random_pair(const model::Qwen3Config& c, int64_t draft_layers, std::v
 
 // The Qwen3-4B/8B layout in miniature: head_dim 128, 4 query heads per KV head, a tied head. Taps {1, 3}: the last
 // layer tapped too (the folded engine copies that tap after its layer loop).
-RandomPair head_dim_128_pair() {
+model::Qwen3Config head_dim_128_config() {
   model::Qwen3Config c;
   c.vocab_size = 512;
   c.hidden_size = 256;
@@ -440,7 +443,11 @@ RandomPair head_dim_128_pair() {
   c.head_dim = 128;
   c.max_position_embeddings = 512;
   c.tie_word_embeddings = true;
-  return random_pair(c, /*draft_layers=*/2, {1, 3}, /*block=*/16, /*mask=*/500);
+  return c;
+}
+
+RandomPair head_dim_128_pair() {
+  return random_pair(head_dim_128_config(), /*draft_layers=*/2, {1, 3}, /*block=*/16, /*mask=*/500);
 }
 
 std::vector<int64_t> head_dim_128_prompt() {
@@ -462,37 +469,59 @@ TEST(FastPathShapes, HeadDim128GroupOf4MatchesReference) {
 
 // SPECPRESS_INJECT_IN_VERIFY with the last target layer tapped: the injection then starts after the layer loop (the
 // golden pair's last tap is not its last layer). Six cycles with it on and off: bitwise equal records and caches.
+// A draft whose target_layer_ids name a layer the target does not have (or none) is refused by name, before any
+// engine is built (a draft loaded from disk is checked by DFlashDraft::load; one built in memory only here).
+TEST(FastPathShapes, DraftTapsOutsideTheTargetAreRefused) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  c10::InferenceMode mode;
+  at::manual_seed(7);
+  RandomPair p = random_pair(head_dim_128_config(), /*draft_layers=*/1, {1, 4}, /*block=*/16, /*mask=*/500);
+  std::string why;
+  EXPECT_FALSE(model::fast_path_supported(*p.target, p.draft.get(), &why));
+  EXPECT_NE(why.find("target_layer_ids has 4, outside the target's layers 0..3"), std::string::npos) << why;
+  EXPECT_THROW(model::FastEngine(*p.target, p.draft.get(), 128, 16), std::exception);
+}
+
+// With folded norms the last tap is announced after the loop's row factors, unfolded after the last layer's RMSNorm:
+// both engines of a comparison share the setting.
 TEST(FastPathShapes, InjectionInVerifyWithTheLastLayerTappedMatchesTheDraftStep) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   c10::InferenceMode mode;
   at::manual_seed(6);
   struct Restore {
-    bool was = model::inject_in_verify();
-    ~Restore() { model::set_inject_in_verify(was); }
+    bool inject = model::inject_in_verify(), fold = model::fold_norms();
+    ~Restore() {
+      model::set_inject_in_verify(inject);
+      model::set_fold_norms(fold);
+    }
   } restore;
   RandomPair p = head_dim_128_pair();
   const std::vector<int64_t> prompt = head_dim_128_prompt();
   const int64_t B = 16, cycles = 6;
-  std::vector<std::vector<int64_t>> records[2];
-  std::unique_ptr<model::FastEngine> engines[2];
-  for (int e = 0; e < 2; ++e) {
-    model::set_inject_in_verify(e == 0);
-    engines[e] = std::make_unique<model::FastEngine>(*p.target, p.draft.get(),
-                                                     static_cast<int64_t>(prompt.size()) + (cycles + 2) * B, B);
-    model::FastEngine& engine = *engines[e];
-    ASSERT_EQ(engine.injects_in_verify(), e == 0);
-    engine.first_draft(argmax1(engine.prefill(prompt)));
-    for (int64_t k = 0; k < cycles; ++k) {
-      engine.verify_step();
-      engine.accept();
-      const int64_t* rec = engine.read_record();
-      records[e].emplace_back(rec, rec + 2 * B + 1);
-      engine.draft_step();
+  for (bool fold : {true, false}) {
+    model::set_fold_norms(fold);
+    std::vector<std::vector<int64_t>> records[2];
+    std::unique_ptr<model::FastEngine> engines[2];
+    for (int e = 0; e < 2; ++e) {
+      model::set_inject_in_verify(e == 0);
+      engines[e] = std::make_unique<model::FastEngine>(*p.target, p.draft.get(),
+                                                       static_cast<int64_t>(prompt.size()) + (cycles + 2) * B, B);
+      model::FastEngine& engine = *engines[e];
+      ASSERT_EQ(engine.injects_in_verify(), e == 0);
+      engine.first_draft(argmax1(engine.prefill(prompt)));
+      for (int64_t k = 0; k < cycles; ++k) {
+        engine.verify_step();
+        engine.accept();
+        const int64_t* rec = engine.read_record();
+        records[e].emplace_back(rec, rec + 2 * B + 1);
+        engine.draft_step();
+      }
+      engine.sync();
     }
-    engine.sync();
+    const std::string where = fold ? "folded norms" : "unfolded norms";
+    EXPECT_EQ(records[0], records[1]) << where;
+    EXPECT_TRUE(at::equal(engines[0]->draft_k_cache(), engines[1]->draft_k_cache())) << where << ": draft K cache";
+    EXPECT_TRUE(at::equal(engines[0]->draft_v_cache(), engines[1]->draft_v_cache())) << where << ": draft V cache";
+    EXPECT_TRUE(at::equal(engines[0]->draft_proposals().cpu(), engines[1]->draft_proposals().cpu())) << where;
   }
-  EXPECT_EQ(records[0], records[1]);
-  EXPECT_TRUE(at::equal(engines[0]->draft_k_cache(), engines[1]->draft_k_cache())) << "draft K cache";
-  EXPECT_TRUE(at::equal(engines[0]->draft_v_cache(), engines[1]->draft_v_cache())) << "draft V cache";
-  EXPECT_TRUE(at::equal(engines[0]->draft_proposals().cpu(), engines[1]->draft_proposals().cpu())) << "proposals";
 }
