@@ -702,7 +702,12 @@ void FastEngine::verify_step() {
 void FastEngine::accept(const std::vector<int64_t>* posterior) {
   c10::cuda::CUDAStreamGuard guard(stream_);
   if (posterior != nullptr) posterior_.copy_(at::tensor(*posterior, at::kLong));
-  kernels::dflash_accept(block_ids_, posterior_, draft_->config().mask_token_id, start_, ctx_start_, record_);
+  launch_accept(nullptr);
+}
+
+void FastEngine::launch_accept(int64_t* host_record) {
+  kernels::dflash_accept(block_ids_, posterior_, draft_->config().mask_token_id, start_, ctx_start_, record_,
+                         host_record);
 }
 
 void FastEngine::accept_into(int slot) {
@@ -714,8 +719,7 @@ void FastEngine::accept_into(int slot) {
     return;
   }
   c10::cuda::CUDAStreamGuard guard(stream_);
-  kernels::dflash_accept(block_ids_, posterior_, draft_->config().mask_token_id, start_, ctx_start_, record_,
-                         record_host_device_ + slot * record_host_.size(1));
+  launch_accept(record_host_device_ + slot * record_host_.size(1));
   check_cuda(cudaEventRecord(record_copied_[slot], stream_.stream()), "record event");
 }
 

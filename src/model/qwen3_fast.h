@@ -245,6 +245,8 @@ class FastEngine {
                     const at::Tensor& pos);
   // kernels::tune_linear for every matmul of more than one row in the verify and draft bodies.
   void tune_matmuls();
+  // The accept kernel on the current stream, from posterior_; host_record: also into that mapped host slot.
+  void launch_accept(int64_t* host_record);
   void draft_block();
   void decode_body();
   void verify_body();
