@@ -6,8 +6,11 @@
 // the sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and residual (gemv_residual: y[n] +=
 // the sum, in place, by the one lane that owns n). Prologue (NORM): the block normalises x into shared memory first
 // (its weights already on their way into L2), and the loop reads x from there. A folded norm (GemvNorm::folded) is
-// not a prologue: each warp sums x's squares itself after the wait and scales its output sums.
+// not a prologue: each warp sums x's squares itself after the wait and scales its output sums. Below it, the TMA
+// GEMV (gemv.h, SPECPRESS_GEMV_TMA): the same products, bitwise, with W copied into shared memory by the TMA engine.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
@@ -43,6 +46,44 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc)
   acc = fmaf(lo_f(w.w), x[6], acc);
   acc = fmaf(hi_f(w.w), x[7], acc);
   return acc;
+}
+
+// x's sum of squares over one 16-byte chunk, in the order every x-norm here adds it (a pair's squares, then the sum).
+__device__ __forceinline__ float sumsq8(const uint4& x8, float ss) {
+  const uint32_t xd[4] = {x8.x, x8.y, x8.z, x8.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
+  return ss;
+}
+
+// w * bf16(x * rs), as the RMSNorm kernel rounds, for one chunk of x and of the norm weight.
+__device__ __forceinline__ uint4 normed8(const uint4& xv8, const uint4& wv8, float rs) {
+  const uint32_t xd[4] = {xv8.x, xv8.y, xv8.z, xv8.w}, wd[4] = {wv8.x, wv8.y, wv8.z, wv8.w};
+  float o[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    o[2 * j] = lo_f(wd[j]) * round_b(lo_f(xd[j]) * rs);
+    o[2 * j + 1] = hi_f(wd[j]) * round_b(hi_f(xd[j]) * rs);
+  }
+  uint4 u;
+  store8(reinterpret_cast<bf16*>(&u), o);
+  return u;
+}
+
+// Output n from its row's sum (kSwiglu: the gate row's, and `up`, the up row's), rounded as the unfused ops round.
+template <int EPI> __device__ __forceinline__ void store_output(const GemvArgs& a, int n, float sum, float up) {
+  if constexpr (EPI == kSwiglu) {
+    // as gemv + silu_mul: both products rounded to bf16, silu rounded, the product rounded on store
+    const float g = round_b(sum), u = round_b(up);
+    a.y[n] = to_b(round_b(g / (1.f + expf(-g))) * u);
+  } else if constexpr (EPI == kResidual) {
+    // as gemv + ATen's bf16 add: the product rounded, then the sum
+    const bf16 v = to_b(to_f(a.y[n]) + round_b(sum));
+    a.y[n] = v;
+    if (a.tap != nullptr) a.tap[n] = v;
+  } else {
+    a.y[n] = to_b(sum);
+  }
 }
 
 // ROWS rows of W per unit. Plain / residual: output n is row n. kSwiglu (the fused gate/up projection,
@@ -113,13 +154,8 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
     }
     float ss = 0.f;
 #pragma unroll
-    for (int i = 0; i < kHeld; ++i) {
-      if (threadIdx.x + i * kThreads < nvec) {
-        const uint32_t xd[4] = {xr[i].x, xr[i].y, xr[i].z, xr[i].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
-      }
-    }
+    for (int i = 0; i < kHeld; ++i)
+      if (threadIdx.x + i * kThreads < nvec) ss = sumsq8(xr[i], ss);
     for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads) {
       float v[8];
       load8(a.x + static_cast<int64_t>(c) * 8, v);
@@ -127,38 +163,21 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
       for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
     }
     const float rs = rsqrtf(block_sum(ss, scratch) / static_cast<float>(K) + a.norm.eps);
-    auto normed = [&](const uint4& xv8, const uint4& wv8) {  // w * bf16(x * rs), as the RMSNorm kernel rounds
-      const uint32_t xd[4] = {xv8.x, xv8.y, xv8.z, xv8.w}, wd[4] = {wv8.x, wv8.y, wv8.z, wv8.w};
-      float o[8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        o[2 * j] = lo_f(wd[j]) * round_b(lo_f(xd[j]) * rs);
-        o[2 * j + 1] = hi_f(wd[j]) * round_b(hi_f(xd[j]) * rs);
-      }
-      uint4 u;
-      store8(reinterpret_cast<bf16*>(&u), o);
-      return u;
-    };
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
       const int c = threadIdx.x + i * kThreads;
-      if (c < nvec) xs[c] = normed(xr[i], wr[i]);
+      if (c < nvec) xs[c] = normed8(xr[i], wr[i], rs);
     }
     for (int c = threadIdx.x + kHeld * kThreads; c < nvec; c += kThreads)
-      xs[c] = normed(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8),
-                     __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c));
+      xs[c] = normed8(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8),
+                      __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c), rs);
     __syncthreads();
   }
   // Folded norm: x's factor rsqrt(mean(x^2) + eps), summed by this warp alone (x comes through L1).
   float row_factor = 1.f;
   if (!NORM && a.norm.folded && u_beg < u_end) {
     float ss = 0.f;
-    for (int c = lane; c < nvec; c += 32) {
-      const uint4 x8 = __ldg(xv + c);
-      const uint32_t xd[4] = {x8.x, x8.y, x8.z, x8.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
-    }
+    for (int c = lane; c < nvec; c += 32) ss = sumsq8(__ldg(xv + c), ss);
     row_factor = rsqrtf(warp_sum(ss) / static_cast<float>(K) + a.norm.eps);
   }
   for (int unit = u_beg; unit < u_end; ++unit) {
@@ -197,23 +216,191 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) sum[r] = warp_sum(acc[r]) * row_factor;
 #pragma unroll
-    for (int o = 0; o < OUT; ++o) {
-      if (lane != o || n0 + o >= N) continue;
+    for (int o = 0; o < OUT; ++o)
+      if (lane == o && n0 + o < N) store_output<EPI>(a, n0 + o, sum[o], EPI == kSwiglu ? sum[(o + OUT) % ROWS] : 0.f);
+  }
+  // Every weight of this warp has been read: the next kernel may take the SM slots this block frees.
+  pdl_trigger();
+}
+
+// ---- The TMA GEMV (gemv_tma(), gemv.h): the same products, W streamed by the TMA engine into shared memory.
+// A block: C consumer warps and one producer warp (C = 4 by default: two blocks an SM; 8: one; 2: more). A block owns
+// whole groups of C rows (blocks take groups in turn), a group's K in segments of kc columns: a tile is a group's rows
+// x one segment. The producer copies tiles into a ring of `stages` shared-memory stages, one cp.async.bulk a row,
+// completed on the stage's `full` mbarrier, and refills a stage once its `empty` mbarrier has every consumer's
+// arrival. Consumer warp w takes tile row w (kSwiglu: rows 0..C/2-1 are gate rows n0.., the others the up rows
+// I + n0..), and its lanes walk the row's chunks in the register GEMV's order: lane l adds chunks l, l + 32, .. of the
+// whole row, so each row's sum, its warp reduction and its epilogue are bitwise the register GEMV's (the NORM
+// prologue too: its sum of squares is split over 128 (virtual) threads as that kernel's 4-warp block splits it). The
+// producer issues its first stages before the PDL wait (weights never depend on an earlier kernel); the consumers
+// wait before they read x.
+// gemv_tma() == kAuto takes the TMA GEMV for products of at least kTmaAutoRowsPerSm rows of W an SM and segments of
+// at least kTmaAutoMinKc columns (narrower row copies measured slower). At the Qwen3 shapes that is the LM head
+// alone: the layers' projections, though up to 6% faster alone at 8B, made the decode step slower (docs/PERF.md,
+// sixteenth pass). A block this large becomes resident only once the GEMV before it has nearly drained its SM, so
+// it loses the PDL overlap the register GEMV's 4-warp blocks get.
+constexpr int kTmaAutoRowsPerSm = 512, kTmaAutoMinKc = 512;
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+// The C consumer warps' barrier (named barrier 1; the producer never joins it).
+template <int C> __device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C) : "memory");
+}
+
+struct TmaLayout {
+  int warps = 0;           // consumer warps C (rows a tile)
+  int kc = 0, stages = 0;  // segment width (columns), ring stages
+  size_t smem = 0;         // dynamic shared memory
+};
+// Shared memory: the stages [stages][C][kc] bf16, x [K] bf16 (normed for NORM), 64 floats of scratch, then
+// 2 * stages mbarriers.
+__host__ __device__ inline size_t tma_x_offset(int C, int kc, int stages) {
+  return sizeof(bf16) * static_cast<size_t>(stages) * C * kc;
+}
+__host__ __device__ inline size_t tma_scratch_offset(int C, int K, int kc, int stages) {
+  return tma_x_offset(C, kc, stages) + sizeof(bf16) * static_cast<size_t>(K);
+}
+__host__ __device__ inline size_t tma_bar_offset(int C, int K, int kc, int stages) {
+  return tma_scratch_offset(C, K, kc, stages) + 64 * sizeof(float);
+}
+
+template <int EPI, bool NORM, int C>
+__global__ void __launch_bounds__(32 * (C + 1), 8 / C) gemv_tma_kernel(GemvArgs a, int kc, int stages) {
+  static_assert(C == 2 || C == 4 || C == 8, "2, 4 or 8 consumer warps");
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int OUT = EPI == kSwiglu ? C / 2 : C;
+  const int N = a.N, K = a.K, nvec = K / 8, cps = kc / 8, segs = K / kc;
+  const size_t stage_elems = static_cast<size_t>(C) * kc;
+  bf16* ring = reinterpret_cast<bf16*>(smem);
+  uint4* xs = reinterpret_cast<uint4*>(smem + tma_x_offset(C, kc, stages));
+  float* scratch = reinterpret_cast<float*>(smem + tma_scratch_offset(C, K, kc, stages));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + tma_bar_offset(C, K, kc, stages));
+  uint64_t* empty = full + stages;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int groups = (N + OUT - 1) / OUT;
+  const int my_groups = static_cast<int>(blockIdx.x) < groups ? (groups - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+  const int tiles = my_groups * segs;
+  // Tile row r of group g: its output, whether it exists, and its row of W.
+  auto output_of = [&](int g, int r) { return g * OUT + (EPI == kSwiglu ? r % OUT : r); };
+  auto w_row = [&](int g, int r) {
+    return a.W + (static_cast<int64_t>(output_of(g, r)) + (EPI == kSwiglu && r >= OUT ? N : 0)) * K;
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], C);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == C) {  // the producer
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % stages, round = t / stages;
+      if (round > 0) mbar_wait(&empty[s], (round - 1) & 1);
+      const int g = static_cast<int>(blockIdx.x) + (t / segs) * static_cast<int>(gridDim.x), seg = t % segs;
+      const bool mine = lane < C && output_of(g, lane) < N;
+      const unsigned rows = __popc(__ballot_sync(0xffffffffu, mine));
+      if (lane == 0) mbar_expect_tx(&full[s], rows * static_cast<unsigned>(kc * sizeof(bf16)));
+      __syncwarp();
+      if (mine)
+        bulk_copy(ring + s * stage_elems + static_cast<size_t>(lane) * kc, w_row(g, lane) + static_cast<int64_t>(seg) * kc,
+                  static_cast<unsigned>(kc * sizeof(bf16)), &full[s]);
+    }
+    return;
+  }
+  pdl_wait();
+  const int ctid = threadIdx.x;  // 0 .. 32 * C - 1
+  if constexpr (NORM) {
+    // as the register GEMV's 4-warp block: (virtual) threads 0..127 sum x's squares over chunks tid, tid + 128, ..,
+    // here thread ctid for virtual threads ctid, ctid + 32 C, ..; the sum of the four warps' sums is the same
+    // lane-butterfly (with 8 consumer warps, warps 4..7 add exact zeros)
+    constexpr int kVirtual = C < 4 ? 4 / C : 1;
+#pragma unroll
+    for (int j = 0; j < kVirtual; ++j) {
+      const int vt = ctid + 32 * C * j;
+      float ss = 0.f;
+      if (vt < 128)
+        for (int c = vt; c < nvec; c += 128) ss = sumsq8(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8), ss);
+      ss = warp_sum(ss);
+      if (lane == 0) scratch[warp + C * j] = ss;
+    }
+    consumers_sync<C>();
+    constexpr int kWarpSums = C < 4 ? 4 : C;
+    const float rs = rsqrtf(warp_sum(lane < kWarpSums ? scratch[lane] : 0.f) / static_cast<float>(K) + a.norm.eps);
+    for (int c = ctid; c < nvec; c += 32 * C)
+      xs[c] = normed8(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8),
+                      __ldg(reinterpret_cast<const uint4*>(a.norm.weight) + c), rs);
+  } else {
+    for (int c = ctid; c < nvec; c += 32 * C) xs[c] = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8);
+  }
+  consumers_sync<C>();
+  // Folded norm: x's factor, summed by this warp alone as in the register GEMV.
+  float row_factor = 1.f;
+  if (!NORM && a.norm.folded) {
+    float ss = 0.f;
+    for (int c = lane; c < nvec; c += 32) ss = sumsq8(xs[c], ss);
+    row_factor = rsqrtf(warp_sum(ss) / static_cast<float>(K) + a.norm.eps);
+  }
+  float* sums = scratch + 32;  // kSwiglu: [2][C], a group's row sums, by group parity
+  float acc = 0.f;
+  for (int t = 0; t < tiles; ++t) {
+    const int s = t % stages, round = t / stages;
+    const int g = static_cast<int>(blockIdx.x) + (t / segs) * static_cast<int>(gridDim.x), seg = t % segs;
+    const bool live = output_of(g, warp) < N;
+    mbar_wait(&full[s], round & 1);
+    if (live) {
+      const uint4* wseg = reinterpret_cast<const uint4*>(ring + s * stage_elems + static_cast<size_t>(warp) * kc);
+      const uint4* xseg = xs + static_cast<size_t>(seg) * cps;
+      // this lane's chunks of the row are l, l + 32, ..: the first one in this segment
+      for (int c = (lane - seg * cps % 32 + 32) % 32; c < cps; c += 32) {
+        const uint4 x8 = xseg[c];
+        const float xf[8] = {lo_f(x8.x), hi_f(x8.x), lo_f(x8.y), hi_f(x8.y), lo_f(x8.z), hi_f(x8.z), lo_f(x8.w), hi_f(x8.w)};
+        acc = dot8(wseg[c], xf, acc);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (seg == segs - 1) {
+      const float sum = warp_sum(acc) * row_factor;
+      acc = 0.f;
+      const int n = output_of(g, warp);
       if constexpr (EPI == kSwiglu) {
-        // as gemv + silu_mul: both products rounded to bf16, silu rounded, the product rounded on store
-        const float g = round_b(sum[o]), u = round_b(sum[o + OUT]);
-        a.y[n0 + o] = to_b(round_b(g / (1.f + expf(-g))) * u);
-      } else if constexpr (EPI == kResidual) {
-        // as gemv + ATen's bf16 add: the product rounded, then the sum
-        const bf16 v = to_b(to_f(a.y[n0 + o]) + round_b(sum[o]));
-        a.y[n0 + o] = v;
-        if (a.tap != nullptr) a.tap[n0 + o] = v;
+        float* slot = sums + ((t / segs) & 1) * C;
+        if (lane == 0) slot[warp] = sum;
+        consumers_sync<C>();
+        if (lane == 0 && warp < OUT && n < N) store_output<EPI>(a, n, slot[warp], slot[warp + OUT]);
       } else {
-        a.y[n0 + o] = to_b(sum[o]);
+        if (lane == 0 && n < N) store_output<EPI>(a, n, sum, 0.f);
       }
     }
   }
-  // Every weight of this warp has been read: the next kernel may take the SM slots this block frees.
+  // Every weight of this block has been read: the next kernel may take the SM slots it frees.
   pdl_trigger();
 }
 
@@ -287,7 +474,117 @@ template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cud
   }
 }
 
+// The TMA GEMV's layout for K: C consumer warps (SPECPRESS_GEMV_TMA_WARPS: 2, 4, the default, or 8), kc the widest
+// segment of at most kTmaMaxKc columns that divides K (a multiple of 8, for 16-byte row copies), as many stages as
+// fit the block's share of kTmaRingBytes an SM (C / 8 of it; at least 2, at most 16; SPECPRESS_GEMV_TMA_STAGES
+// overrides), fewer where the device's shared memory a block is smaller. kc == 0: no layout fits.
+constexpr int kTmaMaxKc = 1280;
+constexpr size_t kTmaRingBytes = 160 << 10;
+int tma_env(const char* name, int lo, int hi, int fallback, const char* expected) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < lo || v > hi) bad_env_value(name, env, expected);
+  return static_cast<int>(v);
+}
+int tma_stages_setting() {
+  static const int stages = tma_env("SPECPRESS_GEMV_TMA_STAGES", 2, 16, 0, "2 .. 16");
+  return stages;
+}
+int tma_warps_setting() {
+  static const int warps = [] {
+    const int w = tma_env("SPECPRESS_GEMV_TMA_WARPS", 2, 8, 4, "2, 4 or 8");
+    if (w != 2 && w != 4 && w != 8) bad_env_value("SPECPRESS_GEMV_TMA_WARPS", std::getenv("SPECPRESS_GEMV_TMA_WARPS"), "2, 4 or 8");
+    return w;
+  }();
+  return warps;
+}
+// kAuto: the TMA GEMV for products of at least this many rows of W an SM (SPECPRESS_GEMV_TMA_MIN_ROWS overrides).
+int tma_min_rows_setting() {
+  static const int rows = tma_env("SPECPRESS_GEMV_TMA_MIN_ROWS", 1, 1 << 20, kTmaAutoRowsPerSm, "1 .. 1048576");
+  return rows;
+}
+cudaError_t tma_layout(int K, TmaLayout& L) {
+  static int smem_max = 0;
+  if (smem_max == 0) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e != cudaSuccess) return e;
+  }
+  const int C = tma_warps_setting();
+  L = TmaLayout{};
+  for (int kc = std::min(K, kTmaMaxKc) / 8 * 8; kc >= 8; kc -= 8) {
+    if (K % kc != 0) continue;
+    const size_t stage_bytes = sizeof(bf16) * C * static_cast<size_t>(kc);
+    int stages = tma_stages_setting();
+    if (stages == 0) stages = static_cast<int>(std::clamp<size_t>(kTmaRingBytes * C / 8 / stage_bytes, 2, 16));
+    for (; stages >= 2; --stages) {
+      const size_t smem = tma_bar_offset(C, K, kc, stages) + 2 * sizeof(uint64_t) * stages;
+      if (smem <= static_cast<size_t>(smem_max)) {
+        L = TmaLayout{C, kc, stages, smem};
+        return cudaSuccess;
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+// Whether gemv_tma() sends this product (rows: W's rows) to the TMA GEMV, and with which layout.
+cudaError_t tma_applies(const GemvArgs& a, int rows, TmaLayout& L, bool& yes) {
+  yes = false;
+  const GemvTma mode = gemv_tma();
+  if (mode == GemvTma::kOff) return cudaSuccess;
+  cudaError_t e = tma_layout(a.K, L);
+  if (e != cudaSuccess || L.kc == 0) return e;
+  if (mode == GemvTma::kAlways) {
+    yes = true;
+    return cudaSuccess;
+  }
+  int sms = 0;
+  e = sm_count(sms);
+  if (e != cudaSuccess) return e;
+  yes = L.kc >= kTmaAutoMinKc && static_cast<int64_t>(rows) >= static_cast<int64_t>(tma_min_rows_setting()) * sms;
+  return cudaSuccess;
+}
+
+template <int EPI, bool NORM, int C> cudaError_t launch_tma_c(const GemvArgs& a, const TmaLayout& L, cudaStream_t stream) {
+  static int blocks_per_sm = 0;  // at the largest shared memory a layout takes
+  static size_t smem_seen = 0;
+  if (blocks_per_sm == 0 || L.smem > smem_seen) {
+    int dev = 0, smem_max = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(gemv_tma_kernel<EPI, NORM, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, gemv_tma_kernel<EPI, NORM, C>, 32 * (C + 1), L.smem);
+    if (e != cudaSuccess) return e;
+    blocks_per_sm = std::max(1, blocks_per_sm);
+    smem_seen = L.smem;
+  }
+  int sms = 0;
+  cudaError_t e = sm_count(sms);
+  if (e != cudaSuccess) return e;
+  constexpr int OUT = EPI == kSwiglu ? C / 2 : C;
+  const int groups = (a.N + OUT - 1) / OUT;
+  return launch_kernel(gemv_tma_kernel<EPI, NORM, C>, std::min(sms * blocks_per_sm, groups), 32 * (C + 1), L.smem,
+                       stream, a, L.kc, L.stages);
+}
+
+template <int EPI, bool NORM> cudaError_t launch_tma(const GemvArgs& a, const TmaLayout& L, cudaStream_t stream) {
+  if (L.warps == 2) return launch_tma_c<EPI, NORM, 2>(a, L, stream);
+  if (L.warps == 4) return launch_tma_c<EPI, NORM, 4>(a, L, stream);
+  return launch_tma_c<EPI, NORM, 8>(a, L, stream);
+}
+
 template <int EPI> cudaError_t launch_with_norm(const GemvArgs& a, cudaStream_t stream) {
+  TmaLayout L;
+  bool tma = false;
+  cudaError_t e = tma_applies(a, EPI == kSwiglu ? 2 * a.N : a.N, L, tma);
+  if (e != cudaSuccess) return e;
+  if (tma) return a.norm.weight == nullptr ? launch_tma<EPI, false>(a, L, stream) : launch_tma<EPI, true>(a, L, stream);
   if (a.norm.weight == nullptr) return launch_any_rows<EPI, false>(a, stream);
   return launch_any_rows<EPI, true>(a, stream);
 }
@@ -311,6 +608,33 @@ bool valid(const bf16* x, const bf16* W, const bf16* y, int K, const GemvNorm& n
 
 }  // namespace
 
+namespace {
+GemvTma gemv_tma_from_env() {
+  const char* env = std::getenv("SPECPRESS_GEMV_TMA");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "1") == 0) return GemvTma::kAuto;
+  if (std::strcmp(env, "0") == 0) return GemvTma::kOff;
+  if (std::strcmp(env, "always") == 0) return GemvTma::kAlways;
+  bad_env_value("SPECPRESS_GEMV_TMA", env, "0, 1 or always");
+}
+GemvTma& gemv_tma_setting() {
+  static GemvTma mode = gemv_tma_from_env();  // read once
+  return mode;
+}
+}  // namespace
+
+GemvTma gemv_tma() { return gemv_tma_setting(); }
+void set_gemv_tma(GemvTma mode) { gemv_tma_setting() = mode; }
+
+bool gemv_tma_takes(int rows, int K) {
+  if (rows <= 0 || K <= 0 || K % 8 != 0) return false;
+  GemvArgs a;
+  a.N = rows;
+  a.K = K;
+  TmaLayout L;
+  bool yes = false;
+  return tma_applies(a, rows, L, yes) == cudaSuccess && yes;
+}
+
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream,
                  const GemvNorm& norm) {
   if (N <= 0) return cudaSuccess;
@@ -331,7 +655,7 @@ cudaError_t gemv_residual(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_b
   if (!valid(x, W, residual, K, GemvNorm{})) return cudaErrorInvalidValue;
   GemvArgs a = args_of(x, W, residual, N, K, GemvNorm{});
   a.tap = tap;
-  return launch_any_rows<kResidual, false>(a, stream);
+  return launch_with_norm<kResidual>(a, stream);
 }
 
 }  // namespace specpress::kernels

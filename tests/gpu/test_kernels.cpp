@@ -823,6 +823,90 @@ TEST_F(Kernels, LinearResidualOutMatchesTwin) {
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
 // cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
+// The TMA GEMV (kernels::gemv_tma(), SPECPRESS_GEMV_TMA) against the register GEMV, bitwise, in every variant: plain,
+// folded norm, the RMSNorm prologue (also with K past the prologue's held chunks), SwiGLU (with each norm), and the
+// residual epilogue with its tap; at the Qwen3-4B/8B shapes and odd ones (a last group of rows part-full, narrow
+// segments, one row). The register GEMV's own tests hold it to the ATen twins.
+TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
+  struct Restore {
+    kernels::GemvTma mode = kernels::gemv_tma();
+    ~Restore() { kernels::set_gemv_tma(mode); }
+  } restore;
+  enum Kind { kPlain, kFolded, kNorm, kSwiglu, kSwigluFolded, kSwigluNorm, kResidual };
+  struct Case { Kind kind; int64_t N, K; };  // N: outputs (I for SwiGLU)
+  const std::vector<Case> cases = {
+      {kFolded, 6144, 2560},  {kResidual, 2560, 4096}, {kSwigluFolded, 9728, 2560}, {kResidual, 2560, 9728},
+      {kNorm, 151936, 2560},  {kFolded, 6144, 4096},   {kResidual, 4096, 4096},     {kSwigluFolded, 12288, 4096},
+      {kResidual, 4096, 12288}, {kNorm, 151936, 4096}, {kPlain, 6144, 2560},         {kSwiglu, 9728, 2560},
+      {kSwigluNorm, 9728, 2560}, {kNorm, 6144, 4096},  {kNorm, 64, 8192},            {kPlain, 1, 64},
+      {kPlain, 7, 8},          {kPlain, 13, 2568},     {kFolded, 1001, 1000},        {kSwiglu, 1001, 264},
+      {kSwigluNorm, 7, 520},   {kResidual, 1000, 1000}, {kPlain, 100003, 136}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "kind " << c.kind << " N=" << c.N << " K=" << c.K);
+    const bool swiglu = c.kind == kSwiglu || c.kind == kSwigluFolded || c.kind == kSwigluNorm;
+    const bool folded = c.kind == kFolded || c.kind == kSwigluFolded;
+    const bool norm = c.kind == kNorm || c.kind == kSwigluNorm;
+    at::Tensor x = at::randn({1, c.K}, bf16()) * 2, w = at::randn({(swiglu ? 2 : 1) * c.N, c.K}, bf16()) * 0.05;
+    at::Tensor nw = norm ? 1 + 0.1 * at::randn({c.K}, bf16()) : at::Tensor();
+    at::Tensor res0 = at::randn({1, c.N}, bf16()) * 4;
+    at::Tensor out[2], tap[2];
+    for (int tma = 0; tma < 2; ++tma) {
+      kernels::set_gemv_tma(tma == 1 ? kernels::GemvTma::kAlways : kernels::GemvTma::kOff);
+      const int rows = static_cast<int>((swiglu ? 2 : 1) * c.N), K = static_cast<int>(c.K);
+      ASSERT_EQ(kernels::gemv_tma_takes(rows, K), tma == 1) << "the path under test";
+      // NaN borders: neither path may write outside its output
+      at::Tensor wide = at::full({1, c.N + 16}, NAN, bf16());
+      out[tma] = wide.narrow(1, 8, c.N);
+      if (c.kind == kResidual) {
+        out[tma].copy_(res0);
+        tap[tma] = at::full({1, c.N}, NAN, bf16());
+        kernels::gemv_residual_out(out[tma], x, w, tap[tma]);
+      } else if (swiglu) {
+        kernels::gemv_silu_mul_out(out[tma], x, w, nw, 1e-6, folded);
+      } else {
+        kernels::gemv_out(out[tma], x, w, nw, 1e-6, folded);
+      }
+      EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "tma " << tma << ": wrote before the output";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, c.N + 8, 8)).all().item<bool>()) << "tma " << tma << ": wrote after it";
+      EXPECT_FALSE(at::isnan(out[tma]).any().item<bool>()) << "tma " << tma << ": an output was not written";
+    }
+    EXPECT_TRUE(at::equal(out[1], out[0])) << "TMA GEMV vs register GEMV: max " << max_ulps(out[1], out[0])
+                                           << " bf16 units";
+    if (c.kind == kResidual) EXPECT_TRUE(at::equal(tap[1], out[1])) << "tap copy";
+  }
+  // kAuto at the Qwen3-4B / 8B shapes (132 SMs on the H200; the rule is rows an SM): the LM heads alone.
+  kernels::set_gemv_tma(kernels::GemvTma::kAuto);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (sms <= 148) {
+    for (int K : {2560, 4096}) EXPECT_TRUE(kernels::gemv_tma_takes(151936, K)) << "LM head, K " << K;
+    for (auto [rows, K] : {std::pair{6144, 2560}, {2560, 4096}, {19456, 2560}, {2560, 9728}, {6144, 4096}, {4096, 4096},
+                           {24576, 4096}, {4096, 12288}})
+      EXPECT_FALSE(kernels::gemv_tma_takes(rows, K)) << rows << " x " << K;
+  }
+  // A graph captures the TMA kernel as one of ours.
+  kernels::set_gemv_tma(kernels::GemvTma::kAlways);
+  at::Tensor x = at::randn({1, 2560}, bf16()), w = at::randn({19456, 2560}, bf16()) * 0.05;
+  at::Tensor act = at::empty({1, 9728}, bf16()), act_graph = at::empty({1, 9728}, bf16());
+  kernels::gemv_silu_mul_out(act, x, w, {}, 1e-6, true);
+  std::vector<const void*> launched;
+  kernels::launch_recorder() = &launched;
+  {
+    at::cuda::CUDAGraph graph;
+    c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+    c10::cuda::CUDAStreamGuard guard(stream);
+    graph.capture_begin();
+    kernels::gemv_silu_mul_out(act_graph, x, w, {}, 1e-6, true);
+    graph.capture_end();
+    kernels::launch_recorder() = nullptr;
+    graph.replay();
+    stream.synchronize();
+  }
+  kernels::launch_recorder() = nullptr;
+  EXPECT_EQ(launched.size(), 1u);
+  EXPECT_TRUE(at::equal(act_graph, act)) << "graph replay";
+}
+
 TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
   const kernels::GemmMode saved = kernels::gemm_mode();
   const int64_t N = 2560, K = 4096;
