@@ -49,6 +49,8 @@ golden SPECPRESS_PIPELINE=0 "the synchronous decoding loops (decode/fast_generat
 golden SPECPRESS_INJECT_IN_VERIFY=0 "the draft's context injection in the draft step (model/qwen3_fast.h)"
 golden SPECPRESS_RECORD_MAPPED=0 "the cycle's record copied after the accept kernel (model/qwen3_fast.h)"
 golden SPECPRESS_L2_PREFETCH=0 "no L2 prefetch of W_o beside the multi-row attention (model/qwen3_fast.h)"
+golden SPECPRESS_GEMV_TMA=0 "the register GEMV for the LM heads too (kernels/gemv.h)"
+golden SPECPRESS_GEMV_TMA=always "the TMA GEMV for every one-row product (kernels/gemv.h)"
 if [ -n "${GDB_FILTER:-}" ]; then
   cuda-gdb -batch -ex run -ex bt --args ./build-gpu/bin/test_gpu --gtest_filter="$GDB_FILTER" >"$OUT/gdb.txt" 2>&1
   grep -E '^#[0-9]+ |SIGSEGV|OK \]|FAILED|exited' "$OUT/gdb.txt" | head -30
