@@ -21,6 +21,7 @@ using namespace detail;
 constexpr int kLoads = 8, kResidentWarps = 32;  // per SM: <= 64 registers a thread
 enum Epilogue { kPlain = 0, kSwiglu = 1, kResidual = 2 };
 constexpr int kWarps = 4;  // a block
+constexpr int kNormHeld = 4;  // NORM prologue: x chunks a thread holds in registers (the first kNormHeld * 128)
 
 struct GemvArgs {
   const bf16* x = nullptr;
@@ -48,7 +49,8 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc)
   return acc;
 }
 
-// x's sum of squares over one 16-byte chunk, in the order every x-norm here adds it (a pair's squares, then the sum).
+// x's sum of squares over one 16-byte chunk (a pair's squares, then their sum into ss): the folded norm's order, and
+// the NORM prologue's for its first kNormHeld * 128 chunks (past them it adds one square at a time).
 __device__ __forceinline__ float sumsq8(const uint4& x8, float ss) {
   const uint32_t xd[4] = {x8.x, x8.y, x8.z, x8.w};
 #pragma unroll
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
     // One round trip: each thread loads its chunks of x and of the norm weight together (up to kHeld of
     // each in registers, K <= kHeld * 8 * threads; a longer row reloads the rest), then the block's sum of
     // squares, then the normed chunks into shared memory.
-    constexpr int kHeld = 4, kThreads = kWarps * 32;
+    constexpr int kHeld = kNormHeld, kThreads = kWarps * 32;
     __shared__ float scratch[32];
     uint4 xr[kHeld], wr[kHeld];
 #pragma unroll
@@ -241,6 +243,8 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
 // it loses the PDL overlap the register GEMV's 4-warp blocks get.
 constexpr int kTmaAutoRowsPerSm = 512, kTmaAutoMinKc = 512;
 
+// (The TMA helpers below compile for sm_90 and up only, as the kernel that calls them.)
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
@@ -272,6 +276,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 template <int C> __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(32 * C) : "memory");
 }
+#endif
 
 struct TmaLayout {
   int warps = 0;           // consumer warps C (rows a tile)
@@ -293,6 +298,9 @@ __host__ __device__ inline size_t tma_bar_offset(int C, int K, int kc, int stage
 template <int EPI, bool NORM, int C>
 __global__ void __launch_bounds__(32 * (C + 1), 8 / C) gemv_tma_kernel(GemvArgs a, int kc, int stages) {
   static_assert(C == 2 || C == 4 || C == 8, "2, 4 or 8 consumer warps");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // TMA and mbarrier transactions need sm_90; the host never launches this there (tma_layout)
+#else
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int OUT = EPI == kSwiglu ? C / 2 : C;
   const int N = a.N, K = a.K, nvec = K / 8, cps = kc / 8, segs = K / kc;
@@ -306,7 +314,7 @@ __global__ void __launch_bounds__(32 * (C + 1), 8 / C) gemv_tma_kernel(GemvArgs 
   const int groups = (N + OUT - 1) / OUT;
   const int my_groups = static_cast<int>(blockIdx.x) < groups ? (groups - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
   const int tiles = my_groups * segs;
-  // Tile row r of group g: its output, whether it exists, and its row of W.
+  // Tile row r of group g: its output (past N: no row) and its row of W.
   auto output_of = [&](int g, int r) { return g * OUT + (EPI == kSwiglu ? r % OUT : r); };
   auto w_row = [&](int g, int r) {
     return a.W + (static_cast<int64_t>(output_of(g, r)) + (EPI == kSwiglu && r >= OUT ? N : 0)) * K;
@@ -346,7 +354,16 @@ __global__ void __launch_bounds__(32 * (C + 1), 8 / C) gemv_tma_kernel(GemvArgs 
       const int vt = ctid + 32 * C * j;
       float ss = 0.f;
       if (vt < 128)
-        for (int c = vt; c < nvec; c += 128) ss = sumsq8(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8), ss);
+        for (int c = vt; c < nvec; c += 128) {
+          if (c < kNormHeld * 128) {  // the register GEMV's held chunks
+            ss = sumsq8(*reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(c) * 8), ss);
+          } else {  // and its tail loop's order
+            float v[8];
+            load8(a.x + static_cast<int64_t>(c) * 8, v);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+          }
+        }
       ss = warp_sum(ss);
       if (lane == 0) scratch[warp + C * j] = ss;
     }
@@ -400,8 +417,10 @@ __global__ void __launch_bounds__(32 * (C + 1), 8 / C) gemv_tma_kernel(GemvArgs 
       }
     }
   }
-  // Every weight of this block has been read: the next kernel may take the SM slots it frees.
+  // Every weight this warp reads has been read (the block triggers with its first warp to get here): the next kernel
+  // may take the SM slots the block frees.
   pdl_trigger();
+#endif
 }
 
 struct Plan {
@@ -485,7 +504,7 @@ int tma_env(const char* name, int lo, int hi, int fallback, const char* expected
   if (env == nullptr || *env == '\0') return fallback;
   char* end = nullptr;
   const long v = std::strtol(env, &end, 10);
-  if (*end != '\0' || v < lo || v > hi) bad_env_value(name, env, expected);
+  if (*env < '0' || *env > '9' || *end != '\0' || v < lo || v > hi) bad_env_value(name, env, expected);
   return static_cast<int>(v);
 }
 int tma_stages_setting() {
@@ -506,15 +525,17 @@ int tma_min_rows_setting() {
   return rows;
 }
 cudaError_t tma_layout(int K, TmaLayout& L) {
-  static int smem_max = 0;
+  static int smem_max = 0, cc_major = 0;
   if (smem_max == 0) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev);
     if (e != cudaSuccess) return e;
   }
-  const int C = tma_warps_setting();
   L = TmaLayout{};
+  if (cc_major < 9) return cudaSuccess;  // no TMA bulk copies
+  const int C = tma_warps_setting();
   for (int kc = std::min(K, kTmaMaxKc) / 8 * 8; kc >= 8; kc -= 8) {
     if (K % kc != 0) continue;
     const size_t stage_bytes = sizeof(bf16) * C * static_cast<size_t>(kc);
@@ -536,16 +557,15 @@ cudaError_t tma_applies(const GemvArgs& a, int rows, TmaLayout& L, bool& yes) {
   yes = false;
   const GemvTma mode = gemv_tma();
   if (mode == GemvTma::kOff) return cudaSuccess;
+  if (mode == GemvTma::kAuto) {  // the cheap test first: most products are too small
+    int sms = 0;
+    cudaError_t e = sm_count(sms);
+    if (e != cudaSuccess) return e;
+    if (static_cast<int64_t>(rows) < static_cast<int64_t>(tma_min_rows_setting()) * sms) return cudaSuccess;
+  }
   cudaError_t e = tma_layout(a.K, L);
   if (e != cudaSuccess || L.kc == 0) return e;
-  if (mode == GemvTma::kAlways) {
-    yes = true;
-    return cudaSuccess;
-  }
-  int sms = 0;
-  e = sm_count(sms);
-  if (e != cudaSuccess) return e;
-  yes = L.kc >= kTmaAutoMinKc && static_cast<int64_t>(rows) >= static_cast<int64_t>(tma_min_rows_setting()) * sms;
+  yes = mode == GemvTma::kAlways || L.kc >= kTmaAutoMinKc;
   return cudaSuccess;
 }
 
@@ -617,7 +637,13 @@ GemvTma gemv_tma_from_env() {
   bad_env_value("SPECPRESS_GEMV_TMA", env, "0, 1 or always");
 }
 GemvTma& gemv_tma_setting() {
-  static GemvTma mode = gemv_tma_from_env();  // read once
+  static GemvTma mode = [] {  // read once, with the TMA GEMV's tuning variables, so that a bad one fails at once
+    const GemvTma m = gemv_tma_from_env();
+    (void)tma_stages_setting();
+    (void)tma_warps_setting();
+    (void)tma_min_rows_setting();
+    return m;
+  }();
   return mode;
 }
 }  // namespace

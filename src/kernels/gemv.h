@@ -15,6 +15,27 @@
 
 namespace specpress::kernels {
 
+// How the GEMVs stream W (SPECPRESS_GEMV_TMA, read once; set_gemv_tma overrides it for the process; graphs keep
+// what they were captured with). kAuto ("1", the default): a TMA GEMV for the products with at least 512 rows of W
+// an SM (SPECPRESS_GEMV_TMA_MIN_ROWS overrides) and K divisible into segments of 512 to 1280 columns, which at the
+// Qwen3 shapes is the LM head alone, and the register GEMV above for the rest; kOff ("0"): the register GEMV
+// everywhere; kAlways ("always"): the TMA GEMV wherever K has a segment width (tests). Devices below compute
+// capability 9.0 always take the register GEMV. The TMA GEMV: blocks of C consumer warps
+// (SPECPRESS_GEMV_TMA_WARPS: 2, 4 by default, or 8) and a producer warp that copies tiles of C rows x one segment of
+// W (up to 1280 columns) into a ring of shared-memory stages by cp.async.bulk (SPECPRESS_GEMV_TMA_STAGES, 2..16, sets
+// the count, lowered where the block's shared memory would not fit); the same prologues and epilogues, each output
+// bitwise the register GEMV's (each row's chunks are summed in the same order, and so is x's sum of squares). The
+// variables are checked at the first GEMV, a bad value failing naming it. Alone the TMA GEMV reads the LM heads 5-7%
+// faster than the register GEMV, and the 8B layer projections up to 6% faster, but in the decode step those were
+// slower (blocks this large start only once the GEMV before them has nearly drained, so they lose the PDL overlap):
+// docs/PERF.md, sixteenth pass; bench/gemv_tma_probe.cu is the standalone probe.
+enum class GemvTma { kOff, kAuto, kAlways };
+GemvTma gemv_tma();
+void set_gemv_tma(GemvTma mode);
+// Whether a GEMV reading `rows` rows of W (2I for the SwiGLU one) of K columns takes the TMA GEMV now. False also
+// where a CUDA query fails (the launch would then report it).
+bool gemv_tma_takes(int rows, int K);
+
 // Optional RMSNorm prologue: with weight set, the GEMV's input is weight * bf16(x * rsqrt(mean(x^2) + eps))
 // rounded to bf16, i.e. the RMSNorm kernel's output for the one row x (rmsnorm.h; x's sum of squares is
 // added in another order, so a normed element can differ from that kernel's in its last bit). Every block
@@ -23,24 +44,6 @@ namespace specpress::kernels {
 // fast engine's folded norms, model/qwen3_fast.h), so the GEMV reads x itself and scales each output sum by
 // rsqrt(mean(x^2) + eps) before it rounds; each warp computes that factor from x on its own, with no block
 // barrier and no shared memory.
-// How the GEMVs stream W (SPECPRESS_GEMV_TMA, read once; set_gemv_tma overrides it for the process; graphs keep
-// what they were captured with). kAuto ("1", the default): a TMA GEMV for the products with at least 512 rows of W
-// an SM (SPECPRESS_GEMV_TMA_MIN_ROWS overrides), which at the Qwen3 shapes is the LM head alone, and the register
-// GEMV above for the rest; kOff ("0"): the register GEMV everywhere; kAlways ("always"): the TMA GEMV wherever K has
-// a segment width (tests). The TMA GEMV: blocks of C consumer warps (SPECPRESS_GEMV_TMA_WARPS: 2, 4 by default, or
-// 8) and a producer warp that copies tiles of C rows x one segment of W (up to 1280 columns) into a ring of
-// shared-memory stages by cp.async.bulk (SPECPRESS_GEMV_TMA_STAGES, 2..16, overrides the count); the same prologues
-// and epilogues, each output bitwise the register GEMV's (each row's chunks are summed in the same order). Alone it
-// reads the LM heads 5-7% faster than the register GEMV, and the 8B layer projections up to 6% faster, but in the
-// decode step those were slower (blocks this large start only once the GEMV before them has nearly drained, so
-// they lose the PDL overlap): docs/PERF.md, sixteenth pass; bench/gemv_tma_probe.cu is the standalone probe.
-enum class GemvTma { kOff, kAuto, kAlways };
-GemvTma gemv_tma();
-void set_gemv_tma(GemvTma mode);
-// Whether a GEMV reading `rows` rows of W (2I for the SwiGLU one) of K columns takes the TMA GEMV now. False also
-// where a CUDA query fails (the launch would then report it).
-bool gemv_tma_takes(int rows, int K);
-
 struct GemvNorm {
   const __nv_bfloat16* weight = nullptr;  // [K]
   float eps = 1e-6f;

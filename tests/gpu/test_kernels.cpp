@@ -821,12 +821,12 @@ TEST_F(Kernels, LinearResidualOutMatchesTwin) {
   }
 }
 
-// linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
-// cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
 // The TMA GEMV (kernels::gemv_tma(), SPECPRESS_GEMV_TMA) against the register GEMV, bitwise, in every variant: plain,
 // folded norm, the RMSNorm prologue (also with K past the prologue's held chunks), SwiGLU (with each norm), and the
 // residual epilogue with its tap; at the Qwen3-4B/8B shapes and odd ones (a last group of rows part-full, narrow
-// segments, one row). The register GEMV's own tests hold it to the ATen twins.
+// segments, one row). The register GEMV's own tests hold it to the ATen twins. Each run records the kernel it
+// launched, so the two paths are known to differ. The TMA GEMV's tuning (warps, stages) is read once a process:
+// scripts/gpu/fast_checks.sh runs this test under the other settings too.
 TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
   struct Restore {
     kernels::GemvTma mode = kernels::gemv_tma();
@@ -850,6 +850,7 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
     at::Tensor nw = norm ? 1 + 0.1 * at::randn({c.K}, bf16()) : at::Tensor();
     at::Tensor res0 = at::randn({1, c.N}, bf16()) * 4;
     at::Tensor out[2], tap[2];
+    std::vector<const void*> launched[2];
     for (int tma = 0; tma < 2; ++tma) {
       kernels::set_gemv_tma(tma == 1 ? kernels::GemvTma::kAlways : kernels::GemvTma::kOff);
       const int rows = static_cast<int>((swiglu ? 2 : 1) * c.N), K = static_cast<int>(c.K);
@@ -860,16 +861,21 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
       if (c.kind == kResidual) {
         out[tma].copy_(res0);
         tap[tma] = at::full({1, c.N}, NAN, bf16());
-        kernels::gemv_residual_out(out[tma], x, w, tap[tma]);
-      } else if (swiglu) {
-        kernels::gemv_silu_mul_out(out[tma], x, w, nw, 1e-6, folded);
-      } else {
-        kernels::gemv_out(out[tma], x, w, nw, 1e-6, folded);
       }
+      kernels::launch_recorder() = &launched[tma];
+      if (c.kind == kResidual)
+        kernels::gemv_residual_out(out[tma], x, w, tap[tma]);
+      else if (swiglu)
+        kernels::gemv_silu_mul_out(out[tma], x, w, nw, 1e-6, folded);
+      else
+        kernels::gemv_out(out[tma], x, w, nw, 1e-6, folded);
+      kernels::launch_recorder() = nullptr;
+      ASSERT_EQ(launched[tma].size(), 1u) << "tma " << tma << ": one launch";
       EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "tma " << tma << ": wrote before the output";
       EXPECT_TRUE(at::isnan(wide.narrow(1, c.N + 8, 8)).all().item<bool>()) << "tma " << tma << ": wrote after it";
       EXPECT_FALSE(at::isnan(out[tma]).any().item<bool>()) << "tma " << tma << ": an output was not written";
     }
+    EXPECT_NE(launched[1][0], launched[0][0]) << "both runs launched the same kernel";
     EXPECT_TRUE(at::equal(out[1], out[0])) << "TMA GEMV vs register GEMV: max " << max_ulps(out[1], out[0])
                                            << " bf16 units";
     if (c.kind == kResidual) EXPECT_TRUE(at::equal(tap[1], out[1])) << "tap copy";
@@ -907,6 +913,8 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
   EXPECT_TRUE(at::equal(act_graph, act)) << "graph replay";
 }
 
+// linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
+// cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
 TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
   const kernels::GemmMode saved = kernels::gemm_mode();
   const int64_t N = 2560, K = 4096;
