@@ -20,20 +20,14 @@
 #include <vector>
 
 #include "kernels/gemv.h"
+#include "probe_check.h"
 
-[[noreturn]] static void die(const char* file, int line, const char* call, const char* error) {
-  std::fprintf(stderr, "%s:%d %s: %s\n", file, line, call, error);
-  std::exit(1);
-}
-#define CK(x)                                                              \
-  do {                                                                     \
-    cudaError_t e_ = (x);                                                  \
-    if (e_ != cudaSuccess) die(__FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-  } while (0)
+// A failed cuBLAS call ends the probe too.
+
 #define CB(x)                                                              \
   do {                                                                     \
     cublasStatus_t s_ = (x);                                               \
-    if (s_ != CUBLAS_STATUS_SUCCESS) die(__FILE__, __LINE__, #x, "cuBLAS error"); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) probe_die(__FILE__, __LINE__, #x, "cuBLAS error"); \
   } while (0)
 
 namespace {

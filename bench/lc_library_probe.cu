@@ -32,20 +32,13 @@
 #include <string>
 #include <vector>
 
-// A failed CUDA or cuBLASLt call ends the probe, naming the call and the error.
-[[noreturn]] static void die(const char* file, int line, const char* call, const char* error) {
-  std::fprintf(stderr, "%s:%d %s: %s\n", file, line, call, error);
-  std::exit(1);
-}
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) die(__FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-  } while (0)
+#include "probe_check.h"
+
+// A failed cuBLASLt call ends the probe too.
 #define CL(x)                                                                                  \
   do {                                                                                         \
     cublasStatus_t s_ = (x);                                                                   \
-    if (s_ != CUBLAS_STATUS_SUCCESS) die(__FILE__, __LINE__, #x, cublasLtGetStatusName(s_)); \
+    if (s_ != CUBLAS_STATUS_SUCCESS) probe_die(__FILE__, __LINE__, #x, cublasLtGetStatusName(s_)); \
   } while (0)
 
 namespace {
