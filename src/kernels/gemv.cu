@@ -495,8 +495,9 @@ template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cud
 
 // The TMA GEMV's layout for K: C consumer warps (SPECPRESS_GEMV_TMA_WARPS: 2, 4, the default, or 8), kc the widest
 // segment of at most kTmaMaxKc columns that divides K (a multiple of 8, for 16-byte row copies), as many stages as
-// fit the block's share of kTmaRingBytes an SM (C / 8 of it; at least 2, at most 16; SPECPRESS_GEMV_TMA_STAGES
-// overrides), fewer where the device's shared memory a block is smaller. kc == 0: no layout fits.
+// fit the block's share of kTmaRingBytes an SM (C / 8 of it; at least 2, at most 16; SPECPRESS_GEMV_TMA_STAGES sets
+// the count instead), fewer where the device's shared memory a block is smaller. kc == 0: no layout fits (or the
+// device has no TMA: compute capability below 9.0).
 constexpr int kTmaMaxKc = 1280;
 constexpr size_t kTmaRingBytes = 160 << 10;
 int tma_env(const char* name, int lo, int hi, int fallback, const char* expected) {
