@@ -895,6 +895,7 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
   at::Tensor x = at::randn({1, 2560}, bf16()), w = at::randn({19456, 2560}, bf16()) * 0.05;
   at::Tensor act = at::empty({1, 9728}, bf16()), act_graph = at::empty({1, 9728}, bf16());
   kernels::gemv_silu_mul_out(act, x, w, {}, 1e-6, true);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // x and w are ready before the pool stream's replay reads them
   std::vector<const void*> launched;
   kernels::launch_recorder() = &launched;
   {
