@@ -571,14 +571,11 @@ cudaError_t tma_applies(const GemvArgs& a, int rows, TmaLayout& L, bool& yes) {
 }
 
 template <int EPI, bool NORM, int C> cudaError_t launch_tma_c(const GemvArgs& a, const TmaLayout& L, cudaStream_t stream) {
-  static int blocks_per_sm = 0;  // at the largest shared memory a layout takes
+  static int blocks_per_sm = 0;  // at the largest shared memory a layout takes (tma_layout keeps it within the device's)
   static size_t smem_seen = 0;
   if (blocks_per_sm == 0 || L.smem > smem_seen) {
-    int dev = 0, smem_max = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(gemv_tma_kernel<EPI, NORM, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    cudaError_t e = cudaFuncSetAttribute(gemv_tma_kernel<EPI, NORM, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(L.smem));
     if (e == cudaSuccess)
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, gemv_tma_kernel<EPI, NORM, C>, 32 * (C + 1), L.smem);
     if (e != cudaSuccess) return e;
