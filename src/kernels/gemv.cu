@@ -500,21 +500,13 @@ template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cud
 // device has no TMA: compute capability below 9.0).
 constexpr int kTmaMaxKc = 1280;
 constexpr size_t kTmaRingBytes = 160 << 10;
-int tma_env(const char* name, int lo, int hi, int fallback, const char* expected) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  if (*env < '0' || *env > '9' || *end != '\0' || v < lo || v > hi) bad_env_value(name, env, expected);
-  return static_cast<int>(v);
-}
 int tma_stages_setting() {
-  static const int stages = tma_env("SPECPRESS_GEMV_TMA_STAGES", 2, 16, 0, "2 .. 16");
+  static const int stages = env_int("SPECPRESS_GEMV_TMA_STAGES", 2, 16, 0, "2 .. 16");
   return stages;
 }
 int tma_warps_setting() {
   static const int warps = [] {
-    const int w = tma_env("SPECPRESS_GEMV_TMA_WARPS", 2, 8, 4, "2, 4 or 8");
+    const int w = env_int("SPECPRESS_GEMV_TMA_WARPS", 2, 8, 4, "2, 4 or 8");
     if (w != 2 && w != 4 && w != 8) bad_env_value("SPECPRESS_GEMV_TMA_WARPS", std::getenv("SPECPRESS_GEMV_TMA_WARPS"), "2, 4 or 8");
     return w;
   }();
@@ -522,7 +514,7 @@ int tma_warps_setting() {
 }
 // kAuto: the TMA GEMV for products of at least this many rows of W an SM (SPECPRESS_GEMV_TMA_MIN_ROWS overrides).
 int tma_min_rows_setting() {
-  static const int rows = tma_env("SPECPRESS_GEMV_TMA_MIN_ROWS", 1, 1 << 20, kTmaAutoRowsPerSm, "1 .. 1048576");
+  static const int rows = env_int("SPECPRESS_GEMV_TMA_MIN_ROWS", 1, 1 << 20, kTmaAutoRowsPerSm, "1 .. 1048576");
   return rows;
 }
 cudaError_t tma_layout(int K, TmaLayout& L) {

@@ -41,6 +41,17 @@ namespace specpress::kernels {
   throw std::invalid_argument(std::string(name) + ": expected " + expected + ", found '" + value + "'");
 }
 
+// A fast-path environment variable holding a decimal integer in lo .. hi: `fallback` when unset or empty, and
+// bad_env_value (naming it and `expected`) for anything else.
+inline int env_int(const char* name, int lo, int hi, int fallback, const char* expected) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*env < '0' || *env > '9' || *end != '\0' || v < lo || v > hi) bad_env_value(name, env, expected);
+  return static_cast<int>(v);
+}
+
 // SPECPRESS_PDL as (on, in the multi-row steps too); unset or empty: decode; an unknown value fails, naming it.
 inline std::pair<bool, bool> pdl_from_env() {
   const char* env = std::getenv("SPECPRESS_PDL");

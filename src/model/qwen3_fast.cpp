@@ -70,6 +70,24 @@ EnvSwitch& l2_prefetch_switch() {
   return s;
 }
 
+// The decode step's attention (one query row), for tuning: SPECPRESS_DECODE_SPLIT_KEYS, the fewest keys a split
+// takes (AttentionArgs::min_split_keys; unset: the kernel's 128), and SPECPRESS_DECODE_ATTN_WARPS, warps a block
+// (4 or 8; unset: the kernel's 8, or what kernels::set_attention_block_warps set). Read once; a bad value fails
+// naming the variable.
+int decode_split_keys() {
+  static const int keys = kernels::env_int("SPECPRESS_DECODE_SPLIT_KEYS", 8, 4096, 0, "8 .. 4096");
+  return keys;
+}
+int decode_attention_warps() {
+  static const int warps = [] {
+    const int w = kernels::env_int("SPECPRESS_DECODE_ATTN_WARPS", 4, 8, 0, "4 or 8");
+    if (w != 0 && w != 4 && w != 8)
+      kernels::bad_env_value("SPECPRESS_DECODE_ATTN_WARPS", std::getenv("SPECPRESS_DECODE_ATTN_WARPS"), "4 or 8");
+    return w;
+  }();
+  return warps;
+}
+
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
 double layer_bytes(const FastLayer& l) {
@@ -239,6 +257,10 @@ FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwe
   if (taps_width > 0) b.taps = at::zeros({rows, taps_width}, bf16);
   b.rs = at::zeros({2, rows}, at::TensorOptions().dtype(at::kFloat).device(device_));
   b.attn_scratch = kernels::make_attention_scratch(rows, nq, nkv, hd, splits, device_);
+  if (rows == 1) {
+    b.attn_scratch.min_split_keys = decode_split_keys();
+    if (b.attn_scratch.block_warps == 0) b.attn_scratch.block_warps = decode_attention_warps();
+  }
   return b;
 }
 

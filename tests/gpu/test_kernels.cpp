@@ -179,6 +179,7 @@ struct AttnCase {
   bool causal;
   int splits;
   int block_warps = 0;  // small-T kernel: 0 = its default, else 4 or 8
+  int min_split_keys = 0;  // small-T kernel: 0 = its default (128), else the fewest keys a split takes
 };
 
 // Each small-T case once per block size of the small-T kernel (4 and 8 warps), other cases once.
@@ -200,7 +201,7 @@ std::vector<AttnCase> with_both_block_sizes(const std::vector<AttnCase>& cases) 
 void check_attention(const AttnCase& c) {
   SCOPED_TRACE(::testing::Message() << "T=" << c.T << " nq=" << c.nq << " nkv=" << c.nkv << " hd=" << c.hd
                                     << " S=" << c.base + c.T << " causal=" << c.causal << " splits=" << c.splits
-                                    << " block_warps=" << c.block_warps);
+                                    << " block_warps=" << c.block_warps << " min_split_keys=" << c.min_split_keys);
   const int64_t cap = c.base + c.T + 37, S = c.base + c.T;
   at::Tensor q = at::randn({c.T, c.nq, c.hd}, bf16()) * 2;
   at::Tensor kc = at::randn({c.nkv, cap, c.hd}, bf16()) * 2, vc = at::randn({c.nkv, cap, c.hd}, bf16());
@@ -210,6 +211,7 @@ void check_attention(const AttnCase& c) {
   at::Tensor base = at::full({1}, static_cast<int>(c.base), i32());
   kernels::AttentionScratch scratch = kernels::make_attention_scratch(c.T, c.nq, c.nkv, c.hd, c.splits, at::Device(at::kCUDA));
   scratch.block_warps = c.block_warps;
+  scratch.min_split_keys = c.min_split_keys;
   kernels::attention_out(out, q, kc, vc, base, c.T, c.causal, scratch);
   const auto mask = c.causal ? ops::AttentionMask::kCausalBottomRight : ops::AttentionMask::kNone;
   at::Tensor qt = q.transpose(0, 1), ks = kc.narrow(1, 0, S), vs = vc.narrow(1, 0, S);
@@ -238,7 +240,11 @@ TEST_F(Kernels, AttentionMatchesReference) {
                      AttnCase{100, 4, 2, 32, 0, true, 1},       // prefill, several query tiles
                      AttnCase{8, 4, 2, 32, 45, false, 3}, AttnCase{1, 4, 2, 32, 45, true, 2},
                      AttnCase{5, 8, 8, 64, 33, true, 2},        // no GQA
-                     AttnCase{3, 32, 8, 128, 4000, true, 16}}))  // long context, split-K
+                     AttnCase{3, 32, 8, 128, 4000, true, 16},   // long context, split-K
+                     // smaller splits (SPECPRESS_DECODE_SPLIT_KEYS): 9 and 17 splits of a 64-key tile or less, past
+                     // the combine's 8 splits a round trip; partial tiles at 24 keys
+                     AttnCase{1, 32, 8, 128, 512, true, 32, 0, 64}, AttnCase{1, 32, 8, 128, 512, true, 32, 0, 32},
+                     AttnCase{1, 32, 8, 128, 100, true, 32, 0, 24}, AttnCase{16, 32, 8, 128, 511, true, 16, 0, 64}}))
     check_attention(c);
 }
 
