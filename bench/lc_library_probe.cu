@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "probe_check.h"
+#include "probe_common.cuh"
 
 // A failed cuBLASLt call ends the probe too.
 #define CL(x)                                                                                  \
@@ -44,16 +44,6 @@
 namespace {
 
 constexpr size_t kWorkspace = 32u << 20;
-
-__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16(scale * ((h & 0xffff) / 32768.f - 1.f));
-  }
-}
 
 // Spins `spin_ns`, then copies src → dst (both x and the residual, back to back).
 __global__ void slow_writer(const __nv_bfloat16* xs, __nv_bfloat16* x, size_t nx, const __nv_bfloat16* cs,

@@ -32,7 +32,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
-#include "probe_check.h"
+#include "probe_common.cuh"
 
 #define CB(x)                                                                            \
   do {                                                                                   \
@@ -43,17 +43,6 @@
 namespace {
 using namespace specpress::kernels::detail;
 constexpr int kTok = 16;
-
-__global__ void fill_kernel(bf16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16_rn(scale * ((h & 0xffff) / 32768.f - 1.f));
-  }
-}
 
 __global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -187,34 +176,6 @@ struct Config {
   int NW, a, S;
 };
 
-template <typename F> double time_graph(cudaStream_t stream, int count, int rounds, F launch) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < count; ++i) launch(i);
-  CK(cudaStreamEndCapture(stream, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaGraphLaunch(exec, stream));  // warm-up
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    CK(cudaEventRecord(e0, stream));
-    CK(cudaGraphLaunch(exec, stream));
-    CK(cudaEventRecord(e1, stream));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    best = std::min(best, 1e3 * ms / count);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
-  return best;
-}
-
 template <int NW> cudaError_t launch(const Args& p, cudaStream_t stream) {
   const size_t smem = sizeof(bf16) * kTok * (p.b * 128 + 8) + sizeof(float) * NW * 32 * 8;
   static size_t configured = 0;
@@ -230,14 +191,7 @@ template <int NW> cudaError_t launch(const Args& p, cudaStream_t stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 5;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: %s [--rounds N]\n", argv[0]);
-      return 2;
-    }
-  }
+  const int rounds = parse_rounds(argc, argv);
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasHandle_t handle;
