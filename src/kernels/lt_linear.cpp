@@ -45,7 +45,8 @@ double min_gain() {
     if (env == nullptr || *env == '\0') return 0.03;
     char* end = nullptr;
     const double v = std::strtod(env, &end);
-    if (end == env || *end != '\0' || !(v >= 0 && v <= 100)) fail("SPECPRESS_LT_MIN_GAIN: expected a percentage 0 .. 100, found '{}'", env);
+    if (end == env || *end != '\0' || !(v >= 0 && v <= 100))
+      fail("SPECPRESS_LT_MIN_GAIN: expected a percentage 0 .. 100, found '{}'", env);
     return v / 100.0;
   }();
   return gain;
