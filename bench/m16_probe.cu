@@ -19,8 +19,8 @@
 // tile) adds the S partials in split order and writes Y, so the result is deterministic.
 // Timed as CUDA-graph replays over enough copies of W that they do not stay in the L2 (best of N rounds), against
 // cublasGemmEx (the engine's at::mm_out); the result is checked against cuBLAS's within 2e-2 of max |Y| (exit 3 if
-// not). Result on the H200 (docs/PERF.md, seventeenth pass): the best configuration is 4-23% slower than cuBLAS on every
-// verify projection but 4B gate/up (-1.7% and +9.2% in two calls), so X in shared memory does not close the gap.
+// not). Result on the H200 (docs/PERF.md, seventeenth pass): the best configuration is 3.6-22% slower than cuBLAS on
+// every verify projection but 4B gate/up (-1.7% and +9.2% in two calls), so X in shared memory does not close the gap.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -154,6 +154,7 @@ __global__ void __launch_bounds__(NW * 32, 1024 / (NW * 32)) m16_kernel(Args p) 
   *reinterpret_cast<float4*>(mine) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   *reinterpret_cast<float4*>(mine + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
   __threadfence();
+  __syncwarp();  // every lane's partial and fence before lane 0's count
   unsigned prev = 0;
   if (lane == 0) prev = atomicAdd(p.cnt + tile, 1u);
   prev = __shfl_sync(0xffffffffu, prev, 0);
@@ -290,7 +291,9 @@ int main(int argc, char** argv) {
             CK(NW == 8 ? launch<8>(q, stream) : launch<16>(q, stream));
           };
           const double us = time_graph(stream, 4 * copies, rounds, run);
-          run(copies - 1);  // the copy packed from the reference's W
+          // the copy packed from the reference's W, into a Y of NaN (0xFFFF), so that an unwritten output fails
+          CK(cudaMemsetAsync(Y, 0xFF, sizeof(bf16) * kTok * sh.N, stream));
+          run(copies - 1);
           CK(cudaMemcpyAsync(got.data(), Y, sizeof(bf16) * got.size(), cudaMemcpyDeviceToHost, stream));
           CK(cudaStreamSynchronize(stream));
           double max_ref = 0, max_diff = 0;

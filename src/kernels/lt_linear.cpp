@@ -422,6 +422,7 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
                  const std::string& label, bool accumulates) {
   const LtTuning tuning = lt_tuning();
   if (tuning == LtTuning::kOff) return;
+  (void)min_gain();  // a bad SPECPRESS_LT_MIN_GAIN fails here, at the first tuning, whatever the candidates
   if (weights.empty()) fail("tune_linear{}: no weights", label_suffix(label));
   const at::Tensor& w0 = weights[0];
   for (size_t i = 1; i < weights.size(); ++i) {

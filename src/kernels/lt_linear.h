@@ -17,8 +17,8 @@
 // passes over all the given weights (every layer's, so that they are not L2-resident), best of three
 // replays after a warm-up one. A plan is kept only when the fastest candidate beats at::mm_out alone by more
 // than 3% (SPECPRESS_LT_MIN_GAIN, in percent; smaller gains alone did not carry into the verify step: docs/PERF.md,
-// seventeenth pass), or always under SPECPRESS_LT_TUNE=always. A problem that accumulates keeps its plan regardless
-// (tune_linear below).
+// seventeenth pass), or always under SPECPRESS_LT_TUNE=always. A problem that accumulates keeps its plan for its
+// accumulating launches regardless, and uses it for plain ones only where it won (tune_linear below).
 //
 // Plans are process-wide, keyed by (M, N, K, lda = weight row stride, ldb = x row stride, ldc = out row
 // stride, device); a plan also records the pointer alignments (bytes, up to 256) it was tuned with, and a

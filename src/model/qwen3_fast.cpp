@@ -72,8 +72,9 @@ EnvSwitch& l2_prefetch_switch() {
 
 // The decode step's attention (one query row), for tuning: SPECPRESS_DECODE_SPLIT_KEYS, the fewest keys a split
 // takes (AttentionArgs::min_split_keys; unset: the kernel's 128), and SPECPRESS_DECODE_ATTN_WARPS, warps a block
-// (4 or 8; unset: the kernel's 8, or what kernels::set_attention_block_warps set). Read once; a bad value fails
-// naming the variable.
+// (4 or 8; unset: the kernel's 8). A process-wide kernels::set_attention_block_warps (fast_perf's comparisons) takes
+// precedence over the variable. Read once; a bad value fails naming the variable. Only the decode step's buffers
+// take them (the FastEngine constructor), not a one-token prefill's.
 int decode_split_keys() {
   static const int keys = kernels::env_int("SPECPRESS_DECODE_SPLIT_KEYS", 8, 4096, 0, "8 .. 4096");
   return keys;
@@ -174,6 +175,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   ctx_start_ = at::zeros({1}, i32);
   token_in_ = at::zeros({1}, i64);
   decode_buf_ = make_target_buffers(1, 1, false, kernels::attention_default_splits(capacity, 1));
+  decode_buf_.attn_scratch.min_split_keys = decode_split_keys();
+  if (decode_buf_.attn_scratch.block_warps == 0) decode_buf_.attn_scratch.block_warps = decode_attention_warps();
   if (draft != nullptr) {
     const DFlashConfig& dc = draft->config();
     const Qwen3Config& a = dc.arch;
@@ -257,10 +260,6 @@ FastBuffers FastEngine::make_buffers(int64_t rows, int64_t logit_rows, const Qwe
   if (taps_width > 0) b.taps = at::zeros({rows, taps_width}, bf16);
   b.rs = at::zeros({2, rows}, at::TensorOptions().dtype(at::kFloat).device(device_));
   b.attn_scratch = kernels::make_attention_scratch(rows, nq, nkv, hd, splits, device_);
-  if (rows == 1) {
-    b.attn_scratch.min_split_keys = decode_split_keys();
-    if (b.attn_scratch.block_warps == 0) b.attn_scratch.block_warps = decode_attention_warps();
-  }
   return b;
 }
 

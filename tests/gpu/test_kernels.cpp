@@ -241,8 +241,10 @@ TEST_F(Kernels, AttentionMatchesReference) {
                      AttnCase{8, 4, 2, 32, 45, false, 3}, AttnCase{1, 4, 2, 32, 45, true, 2},
                      AttnCase{5, 8, 8, 64, 33, true, 2},        // no GQA
                      AttnCase{3, 32, 8, 128, 4000, true, 16},   // long context, split-K
-                     // smaller splits (SPECPRESS_DECODE_SPLIT_KEYS): 9 and 17 splits of a 64-key tile or less, past
-                     // the combine's 8 splits a round trip; partial tiles at 24 keys
+                     // smaller splits (SPECPRESS_DECODE_SPLIT_KEYS): one row over 513 keys in 9 and 17 splits of a
+                     // 64-key tile or less, past the combine's 8 splits a round trip; over 101 keys in 5 splits of 21
+                     // (partial tiles); 16 rows at 64 keys (as many splits as the device's resident blocks allow: with
+                     // 8-warp blocks on an H200 the grid's 8 round the chunks up to 128 keys)
                      AttnCase{1, 32, 8, 128, 512, true, 32, 0, 64}, AttnCase{1, 32, 8, 128, 512, true, 32, 0, 32},
                      AttnCase{1, 32, 8, 128, 100, true, 32, 0, 24}, AttnCase{16, 32, 8, 128, 511, true, 16, 0, 64}}))
     check_attention(c);
