@@ -505,11 +505,7 @@ int tma_stages_setting() {
   return stages;
 }
 int tma_warps_setting() {
-  static const int warps = [] {
-    const int w = env_int("SPECPRESS_GEMV_TMA_WARPS", 2, 8, 4, "2, 4 or 8");
-    if (w != 2 && w != 4 && w != 8) bad_env_value("SPECPRESS_GEMV_TMA_WARPS", std::getenv("SPECPRESS_GEMV_TMA_WARPS"), "2, 4 or 8");
-    return w;
-  }();
+  static const int warps = env_int_of("SPECPRESS_GEMV_TMA_WARPS", {2, 4, 8}, 4, "2, 4 or 8");
   return warps;
 }
 // kAuto: the TMA GEMV for products of at least this many rows of W an SM (SPECPRESS_GEMV_TMA_MIN_ROWS overrides).

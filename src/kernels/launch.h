@@ -25,8 +25,10 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -50,6 +52,13 @@ inline int env_int(const char* name, int lo, int hi, int fallback, const char* e
   const long v = std::strtol(env, &end, 10);
   if (*env < '0' || *env > '9' || *end != '\0' || v < lo || v > hi) bad_env_value(name, env, expected);
   return static_cast<int>(v);
+}
+// The same for a variable that takes one of a few values (`allowed`, ascending).
+inline int env_int_of(const char* name, std::initializer_list<int> allowed, int fallback, const char* expected) {
+  const int v = env_int(name, *allowed.begin(), *(allowed.end() - 1), fallback, expected);
+  if (v != fallback && std::find(allowed.begin(), allowed.end(), v) == allowed.end())
+    bad_env_value(name, std::getenv(name), expected);
+  return v;
 }
 
 // SPECPRESS_PDL as (on, in the multi-row steps too); unset or empty: decode; an unknown value fails, naming it.

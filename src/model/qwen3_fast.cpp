@@ -80,12 +80,7 @@ int decode_split_keys() {
   return keys;
 }
 int decode_attention_warps() {
-  static const int warps = [] {
-    const int w = kernels::env_int("SPECPRESS_DECODE_ATTN_WARPS", 4, 8, 0, "4 or 8");
-    if (w != 0 && w != 4 && w != 8)
-      kernels::bad_env_value("SPECPRESS_DECODE_ATTN_WARPS", std::getenv("SPECPRESS_DECODE_ATTN_WARPS"), "4 or 8");
-    return w;
-  }();
+  static const int warps = kernels::env_int_of("SPECPRESS_DECODE_ATTN_WARPS", {4, 8}, 0, "4 or 8");
   return warps;
 }
 
