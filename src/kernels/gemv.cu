@@ -244,7 +244,6 @@ __global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_ker
 // it loses the PDL overlap the register GEMV's 4-warp blocks get.
 constexpr int kTmaAutoRowsPerSm = 512, kTmaAutoMinKc = 512;
 
-
 struct TmaLayout {
   int warps = 0;           // consumer warps C (rows a tile)
   int kc = 0, stages = 0;  // segment width (columns), ring stages
