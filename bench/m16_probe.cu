@@ -187,14 +187,16 @@ __global__ void __launch_bounds__(NW * 32, 1024 / (NW * 32)) m16_kernel(Args p) 
     split_combine(p.part, p.cnt, p.Y, p.N, p.tiles, p.S, z, tile, lane, acc);
 }
 
-// ---- The TMA-fed variant. W (the same packed layout) streams into a shared-memory ring by cp.async.bulk: one
-// producer warp, C consumer warps, `stages` stages of C slots of kcs steps (kcs x 4 KB) each. X of the block's K split
-// is resident in shared memory (rows padded by 16 bytes, so that ldmatrix's 8 rows fall on distinct banks). Block
-// (z, g) of S x G: K split z (sb steps) of tiles [g tiles / G, (g + 1) tiles / G). Its work is nt tiles x nch chunks of
-// kcs steps, tile-major, dealt to the consumer warps in contiguous runs of equal length (+-1): a stage holds each
-// warp's next chunk. A warp adds its tile sums into a shared fp32 tile buffer when it leaves a tile; with nt >= C a
-// tile spans at most two warps, so the two adds are exact in either order (0 + a + b) and the result is
-// deterministic. Registers hold no weights, so the bytes in flight an SM are the ring's, not 64 registers a thread's.
+// ---- The TMA-fed variant. W (the same packed layout) streams into shared memory by cp.async.bulk, in slots of kcs
+// steps (kcs x 4 KB), C consumer warps a block: either one producer warp fills a ring of `stages` lockstep stages of C
+// slots, or (self_fed) each consumer warp has a private ring of `stages` slots that its lane 0 refills. X of the
+// block's K split is resident in shared memory (rows padded by 16 bytes, so that ldmatrix's 8 rows fall on distinct
+// banks). Block (z, g) of S x G: K split z (sb steps) of tiles [g tiles / G, (g + 1) tiles / G). Its work is nt tiles
+// x nch chunks of kcs steps, tile-major, dealt to the consumer warps in contiguous runs of equal length (+-1); a warp
+// takes its run's chunks in order. A warp adds its tile sums into a shared fp32 tile buffer when it leaves a tile;
+// with nt >= C a tile spans at most two warps, so the two adds are exact in either order (0 + a + b) and the result
+// is deterministic. Registers hold no weights, so the bytes in flight an SM are the rings', not 64 registers a
+// thread's.
 struct TArgs {
   const uint4* P;
   const bf16* X;
@@ -207,14 +209,15 @@ struct TArgs {
 };
 constexpr size_t kTmaBarrierBytes = 2048;  // room for 16 x 8 + 1 mbarriers
 
-__host__ __device__ inline size_t tma_xs_offset(const TArgs& p) { return kTmaBarrierBytes + static_cast<size_t>(p.nt_max) * 1024; }
+__host__ __device__ inline size_t tma_xs_offset(const TArgs& p) {
+  return kTmaBarrierBytes + static_cast<size_t>(p.nt_max) * 1024;  // after the barriers and the tile sums
+}
 __host__ __device__ inline int tma_x_stride(const TArgs& p) { return p.sb * 128 + 8; }  // bf16 elements a token row
 __host__ __device__ inline size_t tma_ring_offset(const TArgs& p) {
   return (tma_xs_offset(p) + sizeof(bf16) * kTok * tma_x_stride(p) + 127) / 128 * 128;
 }
-template <int C> size_t tma_smem(const TArgs& p) {
-  return tma_ring_offset(p) + static_cast<size_t>(p.stages) * C * p.kcs * 4096;
-}
+// Shared memory of a block of C consumer warps: barriers, tile sums, X, then the ring (stages x C slots of kcs steps).
+size_t tma_smem(int C, const TArgs& p) { return tma_ring_offset(p) + static_cast<size_t>(p.stages) * C * p.kcs * 4096; }
 
 template <int C>
 __global__ void __launch_bounds__(32 * (C + 1)) m16_tma_kernel(TArgs p) {
@@ -267,7 +270,8 @@ __global__ void __launch_bounds__(32 * (C + 1)) m16_tma_kernel(TArgs p) {
       for (int o = 16; o > 0; o >>= 1) bytes += __shfl_xor_sync(0xffffffffu, bytes, o);
       if (lane == 0) mbar_expect_tx(&full[st], static_cast<unsigned>(bytes));
       __syncwarp();
-      if (live) bulk_copy(ring + (static_cast<size_t>(st) * C + lane) * slot_bytes, chunk_src(u), chunk_bytes(u), &full[st]);
+      if (live)
+        bulk_copy(ring + (static_cast<size_t>(st) * C + lane) * slot_bytes, chunk_src(u), chunk_bytes(u), &full[st]);
     }
     return;
   }
@@ -347,23 +351,12 @@ __global__ void __launch_bounds__(32 * (C + 1)) m16_tma_kernel(TArgs p) {
   }
 }
 
-template <int C> cudaError_t launch_tma(const TArgs& p, cudaStream_t stream) {
-  const size_t smem = tma_smem<C>(p);
-  static size_t configured = 0;
-  if (smem > configured) {
-    cudaError_t e = cudaFuncSetAttribute(m16_tma_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    configured = smem;
-  }
-  m16_tma_kernel<C><<<p.S * p.G, 32 * (C + 1), smem, stream>>>(p);
-  return cudaGetLastError();
-}
-
+// The kernel of C = 4, 8 or 16 consumer warps (main raises each one's shared-memory limit to the device's once).
 using TmaKernel = void (*)(TArgs);
 TmaKernel tma_kernel_of(int C) { return C == 4 ? m16_tma_kernel<4> : C == 8 ? m16_tma_kernel<8> : m16_tma_kernel<16>; }
-size_t tma_smem_any(int C, const TArgs& p) { return C == 4 ? tma_smem<4>(p) : C == 8 ? tma_smem<8>(p) : tma_smem<16>(p); }
-cudaError_t launch_tma_any(int C, const TArgs& p, cudaStream_t stream) {
-  return C == 4 ? launch_tma<4>(p, stream) : C == 8 ? launch_tma<8>(p, stream) : launch_tma<16>(p, stream);
+cudaError_t launch_tma(int C, const TArgs& p, cudaStream_t stream) {
+  tma_kernel_of(C)<<<p.S * p.G, 32 * (C + 1), tma_smem(C, p), stream>>>(p);
+  return cudaGetLastError();
 }
 
 struct Shape {
@@ -463,12 +456,14 @@ int main(int argc, char** argv) {
       char what[96];
       double us;
       double err;
+      int cfg;  // the TMA kinds: index into tma_cfgs
     };
     std::vector<Result> reg_results, ring_results, self_results;
     // Times `run` (launch i reads copy i % copies of W), then checks it on the reference's copy, into a Y of NaN
     // (0xFFFF), so that an unwritten output fails.
-    auto measure = [&](std::vector<Result>& into, auto run, const char* fmt, auto... args) {
+    auto measure = [&](std::vector<Result>& into, int cfg, auto run, const char* fmt, auto... args) {
       Result r{};
+      r.cfg = cfg;
       std::snprintf(r.what, sizeof(r.what), fmt, args...);
       if (std::strlen(r.what) + 1 >= sizeof(r.what)) probe_die(__FILE__, __LINE__, "measure", "label too long");
       r.us = time_graph(stream, 4 * copies, rounds, run);
@@ -502,7 +497,7 @@ int main(int argc, char** argv) {
             q.P = P + static_cast<size_t>(i % copies) * packed_u4;
             CK(NW == 8 ? launch<8>(q, stream) : launch<16>(q, stream));
           };
-          measure(reg_results, run, "NW %2d a %2d S %2d (b %3d steps, %5d blocks)", NW, a, S, b, blocks);
+          measure(reg_results, -1, run, "NW %2d a %2d S %2d (b %3d steps, %5d blocks)", NW, a, S, b, blocks);
         }
       }
     }
@@ -510,7 +505,8 @@ int main(int argc, char** argv) {
     // consumers' math skipped (a diagnostic: the weight stream alone; its output is not checked)
     int smem_max = 0;
     CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    for (int C : {4, 8, 16}) CK(cudaFuncSetAttribute(tma_kernel_of(C), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+    for (int C : {4, 8, 16})
+      CK(cudaFuncSetAttribute(tma_kernel_of(C), cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
     std::vector<TArgs> tma_cfgs;
     std::vector<int> tma_c;
     for (int self_fed : {0, 1}) {
@@ -526,7 +522,7 @@ int main(int argc, char** argv) {
               for (int stages : {2, 3, 4, 6, 8}) {
                 TArgs p{nullptr, X, Y, part, cnt, sh.N, sh.K, tiles, steps, S, sb, G, kcs, stages, (tiles + G - 1) / G, 0,
                         self_fed};
-                const size_t smem = tma_smem_any(C, p);
+                const size_t smem = tma_smem(C, p);
                 if (smem > static_cast<size_t>(smem_max)) continue;
                 int resident = 0;  // blocks an SM at this shared memory
                 CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, tma_kernel_of(C), 32 * (C + 1), smem));
@@ -534,10 +530,11 @@ int main(int argc, char** argv) {
                 auto run = [&, p, C](int i) {
                   TArgs q = p;
                   q.P = P + static_cast<size_t>(i % copies) * packed_u4;
-                  CK(launch_tma_any(C, q, stream));
+                  CK(launch_tma(C, q, stream));
                 };
-                measure(self_fed ? self_results : ring_results, run, "tma %s C %2d S %2d (%2d st) kcs %d x%d, %3d blk #%zu", self_fed ? "self" : "ring",
-                        C, S, sb, kcs, stages, G * S, tma_cfgs.size());
+                measure(self_fed ? self_results : ring_results, static_cast<int>(tma_cfgs.size()), run,
+                        "tma %s C %2d S %2d (%2d st) kcs %d x%d, %3d blk #%zu", self_fed ? "self" : "ring", C, S, sb,
+                        kcs, stages, G * S, tma_cfgs.size());
                 tma_cfgs.push_back(p);
                 tma_c.push_back(C);
               }
@@ -557,14 +554,14 @@ int main(int argc, char** argv) {
         if (r.err > 2e-2) std::printf("    m16 %-50s: WRONG (err %.1e)\n", r.what, r.err);
       if (rs == &reg_results || rs->empty()) continue;
       // the best configuration again, its math skipped: the weight stream alone
-      const size_t best = static_cast<size_t>(std::atoi(std::strrchr((*rs)[0].what, '#') + 1));
+      const size_t best = static_cast<size_t>((*rs)[0].cfg);
       TArgs p = tma_cfgs[best];
       p.skip_math = 1;
       const int C = tma_c[best];
       const double us = time_graph(stream, 4 * copies, rounds, [&](int i) {
         TArgs q = p;
         q.P = P + static_cast<size_t>(i % copies) * packed_u4;
-        CK(launch_tma_any(C, q, stream));
+        CK(launch_tma(C, q, stream));
       });
       std::printf("    m16 #%zu without its math (the stream alone)%*s: %7.2f us %5.1f%%\n", best, 12, "", us, pct(us));
     }
