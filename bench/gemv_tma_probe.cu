@@ -7,7 +7,6 @@
 // printed as us a product and GB/s of W read; the TMA GEMV's output is checked bitwise against the register GEMV's.
 // Alone, the TMA GEMV read the large weights faster (docs/PERF.md, sixteenth pass), but inside the decode step only
 // the LM head kept a gain, so gemv_tma()'s default (kAuto) takes it for the LM heads alone.
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -20,33 +19,18 @@
 #include <vector>
 
 #include "kernels/gemv.h"
-#include "probe_common.cuh"
-
-// A failed cuBLAS call ends the probe too.
-
-#define CB(x)                                                              \
-  do {                                                                     \
-    cublasStatus_t s_ = (x);                                               \
-    if (s_ != CUBLAS_STATUS_SUCCESS) probe_die(__FILE__, __LINE__, #x, "cuBLAS error"); \
-  } while (0)
+#include "probe_cublas.cuh"
 
 namespace {
 using bf16 = __nv_bfloat16;
-
-struct Shape {
-  const char* name;
-  int N, K;
-};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int rounds = parse_rounds(argc, argv);
-  cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t handle;
-  CB(cublasCreate(&handle));
-  CB(cublasSetStream(handle, stream));
+  const CublasStream cs = open_cublas_stream();
+  const cudaStream_t stream = cs.stream;
+  const cublasHandle_t handle = cs.handle;
   const std::vector<Shape> shapes = {
       {"4B qkv", 6144, 2560},      {"4B o", 2560, 4096},        {"4B gate/up", 19456, 2560}, {"4B down", 2560, 9728},
       {"4B lm_head", 151936, 2560}, {"8B qkv", 6144, 4096},      {"8B o", 4096, 4096},        {"8B gate/up", 24576, 4096},

@@ -26,9 +26,9 @@
 // that the bytes in flight are not bounded by 64 registers a thread; X of the block's K split resident in shared
 // memory (copied by bulk copies too); two ways to feed the consumer warps: a ring of lockstep stages filled by one
 // producer warp ("ring"), or a private ring a warp refilled by its own lane 0 ("self"); each also timed with the math
-// skipped, the weight stream alone. Result (docs/PERF.md, eighteenth pass): every configuration 16-75% slower than
-// cuBLAS, and even the stream alone no faster than cuBLAS's whole product, so this is not the way past cuBLAS either.
-#include <cublas_v2.h>
+// skipped, the weight stream alone. Result (docs/PERF.md, eighteenth pass): the best configurations 16-75% slower
+// than cuBLAS, and even their stream alone no faster than cuBLAS's whole product, so this is not the way past cuBLAS
+// either.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -42,13 +42,7 @@
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/tma.cuh"
-#include "probe_common.cuh"
-
-#define CB(x)                                                                            \
-  do {                                                                                   \
-    cublasStatus_t s_ = (x);                                                             \
-    if (s_ != CUBLAS_STATUS_SUCCESS) probe_die(__FILE__, __LINE__, #x, "cuBLAS error"); \
-  } while (0)
+#include "probe_cublas.cuh"
 
 namespace {
 using namespace specpress::kernels::detail;
@@ -359,10 +353,6 @@ cudaError_t launch_tma(int C, const TArgs& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-struct Shape {
-  const char* name;
-  int N, K;
-};
 
 template <int NW> cudaError_t launch(const Args& p, cudaStream_t stream) {
   const size_t smem = sizeof(bf16) * kTok * (p.b * 128 + 8) + sizeof(float) * NW * 32 * 8;
@@ -380,11 +370,9 @@ template <int NW> cudaError_t launch(const Args& p, cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   const int rounds = parse_rounds(argc, argv);
-  cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cublasHandle_t handle;
-  CB(cublasCreate(&handle));
-  CB(cublasSetStream(handle, stream));
+  const CublasStream cs = open_cublas_stream();
+  const cudaStream_t stream = cs.stream;
+  const cublasHandle_t handle = cs.handle;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   // copy bandwidth (bytes read + written) of a 1 GiB device-to-device copy by a kernel (copy-engine memcpy nodes in

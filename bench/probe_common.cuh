@@ -1,6 +1,7 @@
 // probe_common.cuh — what the standalone CUDA probes in bench/ share (lc_library_probe.cu, gemv_tma_probe.cu,
 // m16_probe.cu; each built by hand with nvcc, without the project's libraries): error handling (a failed call ends the
 // probe, naming the call and the error), a deterministic bf16 fill, and timing a launch sequence as CUDA-graph replays.
+// The two that time against cuBLAS add probe_cublas.cuh.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
