@@ -14,6 +14,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
+#include "kernels/gemv_math.cuh"
 #include "kernels/tma.cuh"
 
 namespace specpress::kernels {
@@ -33,31 +34,6 @@ struct GemvArgs {
   GemvNorm norm;               // NORM: the prologue's weight and eps
   bf16* tap = nullptr;         // kResidual: optional copy of the new residual
 };
-
-// bf16 pair in a 32-bit word -> two floats (bf16 is the top half of an fp32).
-__device__ __forceinline__ float lo_f(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_f(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-
-__device__ __forceinline__ float dot8(const uint4& w, const float* x, float acc) {
-  acc = fmaf(lo_f(w.x), x[0], acc);
-  acc = fmaf(hi_f(w.x), x[1], acc);
-  acc = fmaf(lo_f(w.y), x[2], acc);
-  acc = fmaf(hi_f(w.y), x[3], acc);
-  acc = fmaf(lo_f(w.z), x[4], acc);
-  acc = fmaf(hi_f(w.z), x[5], acc);
-  acc = fmaf(lo_f(w.w), x[6], acc);
-  acc = fmaf(hi_f(w.w), x[7], acc);
-  return acc;
-}
-
-// x's sum of squares over one 16-byte chunk (a pair's squares, then their sum into ss): the folded norm's order, and
-// the NORM prologue's for its first kNormHeld * 128 chunks (past them it adds one square at a time).
-__device__ __forceinline__ float sumsq8(const uint4& x8, float ss) {
-  const uint32_t xd[4] = {x8.x, x8.y, x8.z, x8.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
-  return ss;
-}
 
 // w * bf16(x * rs), as the RMSNorm kernel rounds, for one chunk of x and of the norm weight.
 __device__ __forceinline__ uint4 normed8(const uint4& xv8, const uint4& wv8, float rs) {
