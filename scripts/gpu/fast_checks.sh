@@ -51,6 +51,7 @@ golden SPECPRESS_RECORD_MAPPED=0 "the cycle's record copied after the accept ker
 golden SPECPRESS_L2_PREFETCH=0 "no L2 prefetch of W_o beside the multi-row attention (model/qwen3_fast.h)"
 golden SPECPRESS_GEMV_TMA=0 "the register GEMV for the LM heads too (kernels/gemv.h)"
 golden SPECPRESS_GEMV_TMA=always "the TMA GEMV for every one-row product (kernels/gemv.h)"
+golden SPECPRESS_DECODE_PERSISTENT=1 "the decode step's layers as one persistent kernel (kernels/decode_layers.h)"
 # the TMA GEMV's other layouts (read once a process), bitwise against the register GEMV
 run_tests "SPECPRESS_GEMV_TMA_WARPS=2" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=2
 run_tests "SPECPRESS_GEMV_TMA_WARPS=8" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=8

@@ -11,6 +11,7 @@
 #include "core/env_switch.h"
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "kernels/decode_layers.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
@@ -65,6 +66,11 @@ EnvSwitch& record_mapped_switch() {
   return s;
 }
 
+EnvSwitch& decode_persistent_switch() {
+  static EnvSwitch s("SPECPRESS_DECODE_PERSISTENT", false);
+  return s;
+}
+
 EnvSwitch& l2_prefetch_switch() {
   static EnvSwitch s("SPECPRESS_L2_PREFETCH", true);
   return s;
@@ -112,6 +118,10 @@ void set_record_mapped(bool on) { record_mapped_switch().set(on); }
 bool l2_prefetch_o() { return l2_prefetch_switch().on(); }
 
 void set_l2_prefetch_o(bool on) { l2_prefetch_switch().set(on); }
+
+bool decode_persistent() { return decode_persistent_switch().on(); }
+
+void set_decode_persistent(bool on) { decode_persistent_switch().set(on); }
 
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
@@ -172,6 +182,36 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   decode_buf_ = make_target_buffers(1, 1, false, kernels::attention_default_splits(capacity, 1));
   decode_buf_.attn_scratch.min_split_keys = decode_split_keys();
   if (decode_buf_.attn_scratch.block_warps == 0) decode_buf_.attn_scratch.block_warps = decode_attention_warps();
+  auto contiguous = [&] {
+    for (const FastLayer& w : t_layers_)
+      for (const at::Tensor* t : {&w.qkv, &w.o_proj, &w.gate_up, &w.down, &w.q_norm, &w.k_norm})
+        if (!t->is_contiguous()) return false;
+    return true;
+  };
+  if (decode_persistent() && folded_ && contiguous() &&
+      kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
+                                       static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                       static_cast<int>(c.head_dim))) {
+    std::vector<kernels::DecodeLayer> table;
+    auto bf = [](const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); };
+    for (size_t l = 0; l < t_layers_.size(); ++l) {
+      const FastLayer& w = t_layers_[l];
+      const auto li = static_cast<int64_t>(l);
+      table.push_back({bf(w.qkv), bf(w.o_proj), bf(w.gate_up), bf(w.down), bf(w.q_norm), bf(w.k_norm),
+                       bf(k_cache_.select(0, li)), bf(v_cache_.select(0, li))});
+    }
+    const auto bytes = static_cast<int64_t>(table.size() * sizeof(kernels::DecodeLayer));
+    persistent_layers_ = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
+    check_cuda(
+        cudaMemcpy(persistent_layers_.data_ptr(), table.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
+        "persistent decode: layer table");
+    persistent_workspace_ = at::zeros({static_cast<int64_t>(kernels::decode_layers_workspace_floats(
+                                          static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                          static_cast<int>(c.head_dim)))},
+                                      at::TensorOptions().dtype(at::kFloat).device(device_));
+    persistent_counters_ = at::zeros({kernels::decode_layers_counter_count(static_cast<int>(c.num_kv_heads))}, i32);
+    persistent_ = true;
+  }
   if (draft != nullptr) {
     const DFlashConfig& dc = draft->config();
     const Qwen3Config& a = dc.arch;
@@ -322,6 +362,31 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     check_cuda(cudaEventRecord(prefetch_join_event_, prefetch_stream_.stream()), "join the prefetch stream");
     check_cuda(cudaStreamWaitEvent(main_stream, prefetch_join_event_), "join the prefetch stream");
   };
+  if (persistent_ && &b == &decode_buf_ && folded && taps.empty() && &layers == &t_layers_) {
+    // The decode step: every layer in one persistent kernel (kernels/decode_layers.h), x the residual row in place.
+    kernels::DecodeLayersArgs a;
+    a.layers = reinterpret_cast<const kernels::DecodeLayer*>(persistent_layers_.data_ptr());
+    a.n_layers = static_cast<int>(layers.size());
+    a.H = static_cast<int>(H);
+    a.I = static_cast<int>(c.intermediate_size);
+    a.nq = static_cast<int>(c.num_heads);
+    a.nkv = static_cast<int>(c.num_kv_heads);
+    a.hd = static_cast<int>(c.head_dim);
+    a.cache_capacity = k_cache.size(2);
+    a.eps = static_cast<float>(eps);
+    a.rope_cos = rope.cos.data_ptr<float>();
+    a.rope_sin = rope.sin.data_ptr<float>();
+    a.pos = pos.data_ptr<int>();
+    auto bf = [](const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); };
+    a.x = bf(x);
+    a.qkv_out = bf(qkv);
+    a.attn_out = bf(attn);
+    a.act = bf(act);
+    a.workspace = persistent_workspace_.data_ptr<float>();
+    a.counters = reinterpret_cast<unsigned*>(persistent_counters_.data_ptr<int>());
+    check_cuda(kernels::decode_layers(a, main_stream), "kernels::decode_layers");
+    return;
+  }
   if (kernels::fused_one_row(T)) {
     // One row: four GEMV launches and the attention (with q/k-norm + RoPE) per layer. The RMSNorms run as
     // the prologues of the qkv and gate/up GEMVs (x is the raw residual; folded: their weights are in W, and

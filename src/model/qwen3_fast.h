@@ -73,6 +73,14 @@ void set_record_mapped(bool on);
 bool l2_prefetch_o();
 void set_l2_prefetch_o(bool on);
 
+// The one-row decode step's target layers as one persistent kernel (kernels/decode_layers.h: a TMA weight stream
+// that runs on through the op boundaries and the attention) instead of five launches a layer (default off: measured
+// slower, docs/PERF.md, nineteenth pass; SPECPRESS_DECODE_PERSISTENT=1 turns it on, same rules as
+// SPECPRESS_FOLD_NORMS). It needs folded norms and shapes the kernel takes (kernels::decode_layers_supported);
+// elsewhere the launches run. Read when an engine is built.
+bool decode_persistent();
+void set_decode_persistent(bool on);
+
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
 
@@ -124,6 +132,7 @@ class FastEngine {
   void draft_step();
   void verify_step();             // verify graph: target forward of the block, argmax posterior, taps
   bool injects_in_verify() const { return inject_in_verify_; }
+  bool decodes_persistent() const { return persistent_; }  // the decode step runs kernels::decode_layers
   // Acceptance on the device, from the verify argmax or (sampling) from `posterior` given by the host.
   void accept(const std::vector<int64_t>* posterior = nullptr);
   // Host copy of the last accept's record: block (B), posterior (B), a. One host sync.
@@ -210,6 +219,9 @@ class FastEngine {
   c10::cuda::CUDAStream prefetch_stream_;
   cudaEvent_t prefetch_fork_event_ = nullptr, prefetch_join_event_ = nullptr;
   bool folded_ = false;
+  // decode_persistent(): the kernel's layer table (kernels::DecodeLayer [L], bytes), attention workspace and counters
+  bool persistent_ = false;
+  at::Tensor persistent_layers_, persistent_workspace_, persistent_counters_;
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
   ops::RopeTable draft_rope_;

@@ -1,0 +1,71 @@
+// decode_layers.h — every target layer of a one-row decode step in one persistent kernel (torch-free; Hopper).
+//
+// Why: at batch 1 a layer is five dependent kernels (qkv GEMV, attention, o, gate/up, down). Each launch restarts
+// its weight stream, so the DRAM idles at every boundary and during the attention (docs/PERF.md, issue 6: the 4B
+// GEMVs alone reach 84% of the roofline, the step 73.5%). Here one resident block an SM runs the whole layer
+// stack. In each block a producer warp copies the block's share of every projection's weights, in program order,
+// into a ring of shared-memory stages with the TMA engine (cp.async.bulk), and never waits on an activation: only on
+// a free stage. The consumer warps wait on a grid-wide counter for an op's input, then reduce the tiles already on
+// chip. So the weight stream runs on through the op boundaries and the attention.
+//
+// Ops a layer, each ending in a grid-wide arrival: qkv (folded input norm) -> attention (q/k-norm + RoPE, the new
+// K/V written into the cache, split over key chunks, merged by the last chunk of each KV head) -> o (+ residual) ->
+// gate/up (folded post norm, SwiGLU) -> down (+ residual). The GEMV ops are bitwise the one-op GEMVs (gemv.h: the
+// same lane order, reduction and epilogue roundings). The attention agrees with kernels::attention to bf16
+// precision (fp32 softmax; probabilities not rounded), as both agree with the ATen reference.
+// Reference twin: the one-op kernels in sequence (gemv_out, attention_qkv_out, gemv_residual_out,
+// gemv_silu_mul_out), which tests/gpu compares it with over decode steps; the engine uses it with
+// SPECPRESS_DECODE_PERSISTENT (model/qwen3_fast.h).
+//
+// Status (docs/PERF.md, nineteenth pass): correct, and slower than the launches it replaces (Qwen3-4B decode 3.01
+// against 2.60 ms, 8B 4.82 against 4.26), so it is opt-in. Its weight stream with the grid-wide waits alone reaches
+// 86% (4B) and 93% (8B) of the roofline; the arithmetic and the attention each add 0.36-0.43 ms that the ring does
+// not hide (SPECPRESS_DECODE_PERSISTENT_ABLATE measures them).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specpress::kernels {
+
+// One target layer as the kernel reads it (device pointers). qkv and gate_up hold the folded weights
+// (W diag(norm weight)); the kernel scales their sums by x's 1 / rms, as gemv() with GemvNorm::folded does.
+struct DecodeLayer {
+  const __nv_bfloat16* qkv = nullptr;      // [(nq + 2 nkv) hd, H]
+  const __nv_bfloat16* o = nullptr;        // [H, nq hd]
+  const __nv_bfloat16* gate_up = nullptr;  // [2 I, H]: gate rows, then up rows
+  const __nv_bfloat16* down = nullptr;     // [H, I]
+  const __nv_bfloat16* q_norm = nullptr;   // [hd]
+  const __nv_bfloat16* k_norm = nullptr;   // [hd]
+  __nv_bfloat16* k_cache = nullptr;        // [nkv, cache_capacity, hd]
+  __nv_bfloat16* v_cache = nullptr;
+};
+
+struct DecodeLayersArgs {
+  const DecodeLayer* layers = nullptr;  // device array [n_layers]
+  int n_layers = 0;
+  int H = 0, I = 0, nq = 0, nkv = 0, hd = 0;
+  int64_t cache_capacity = 0;
+  float eps = 1e-6f;                    // the folded norms' and the q/k norms'
+  const float* rope_cos = nullptr;      // [max_positions, hd] fp32
+  const float* rope_sin = nullptr;
+  const int* pos = nullptr;             // device: the new token's position (keys before it)
+  __nv_bfloat16* x = nullptr;           // [H]: the residual row, in (embedding) and out (after the last layer)
+  __nv_bfloat16* qkv_out = nullptr;     // [(nq + 2 nkv) hd] scratch
+  __nv_bfloat16* attn_out = nullptr;    // [nq hd] scratch
+  __nv_bfloat16* act = nullptr;         // [I] scratch
+  float* workspace = nullptr;           // decode_layers_workspace_floats(nq, nkv, hd) floats
+  unsigned* counters = nullptr;         // decode_layers_counter_count(nkv) zeroed uints; left zeroed
+};
+
+// Whether the kernel takes these shapes on the current device: sm_90 or newer, hd in {32, 64, 128}, nq / nkv in
+// {1, 2, 4, 8}, H and I multiples of 8 that fit its shared memory, and one resident block an SM.
+bool decode_layers_supported(int H, int I, int nq, int nkv, int hd);
+size_t decode_layers_workspace_floats(int nq, int nkv, int hd);
+int decode_layers_counter_count(int nkv);
+
+cudaError_t decode_layers(const DecodeLayersArgs& a, cudaStream_t stream);
+
+}  // namespace specpress::kernels
