@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>
+#include <mutex>
+#include <vector>
 #include <type_traits>
 
 #include "kernels/common.cuh"
@@ -586,12 +588,18 @@ cudaError_t layout_of(int H, int I, int nq, int nkv, int hd, Layout& out) {
 
 bool decode_layers_supported(int H, int I, int nq, int nkv, int hd) {
   Layout L;
-  return layout_of(H, I, nq, nkv, hd, L) == cudaSuccess && L.stages > 0;
+  if (layout_of(H, I, nq, nkv, hd, L) != cudaSuccess) {
+    (void)cudaGetLastError();  // a failed probe (say, no kernel image for this device) is an answer, not an error
+    return false;
+  }
+  return L.stages > 0;
 }
 
 size_t decode_layers_workspace_floats(int nq, int nkv, int hd) {
-  int sms = 0;
-  if (nkv <= 0 || sm_count(sms) != cudaSuccess) return 0;
+  int dev = 0, sms = 0;  // the grid: one block an SM of the current device (decode_layers)
+  if (nkv <= 0 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
   const int nch_max = std::max(1, sms / nkv);
   return static_cast<size_t>(nkv) * nch_max * (nq / nkv) * (hd + 2);
 }
@@ -607,23 +615,49 @@ cudaError_t decode_layers(const DecodeLayersArgs& a, cudaStream_t stream) {
   for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.qkv_out),
                         static_cast<const void*>(a.attn_out), static_cast<const void*>(a.act)})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return cudaErrorInvalidValue;
-  static Layout cached;
-  static int cached_key[5] = {0, 0, 0, 0, 0};
-  const int key[5] = {a.H, a.I, a.nq, a.nkv, a.hd};
-  if (!std::equal(key, key + 5, cached_key)) {
-    cudaError_t e = layout_of(a.H, a.I, a.nq, a.nkv, a.hd, cached);
-    if (e != cudaSuccess) return e;
-    std::copy(key, key + 5, cached_key);
-  }
-  if (cached.stages == 0) return cudaErrorInvalidValue;
-  int sms = 0;
-  cudaError_t e = sm_count(sms);
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  // one block an SM (the occupancy check above): every block is resident at once, as the grid-wide counter needs
-#define SPECPRESS_DL_LAUNCH(DPL, G)                                                                            \
-  if (a.hd == 32 * (DPL) && a.nq / a.nkv == (G))                                                               \
-    return launch_kernel(decode_layers_kernel<DPL, G>, sms, kThreads, cached.smem, stream, a, cached.stages, \
-                         cached.region, ablate_setting());
+  Layout L;
+  {  // the layout of the last (device, shapes), computed again when they change; committed only once computed
+    static std::mutex mutex;
+    static int cached_key[6] = {-1, 0, 0, 0, 0, 0};
+    static Layout cached;
+    const int key[6] = {dev, a.H, a.I, a.nq, a.nkv, a.hd};
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!std::equal(key, key + 6, cached_key)) {
+      Layout fresh;
+      e = layout_of(a.H, a.I, a.nq, a.nkv, a.hd, fresh);
+      if (e != cudaSuccess) return e;
+      cached = fresh;
+      std::copy(key, key + 6, cached_key);
+    }
+    L = cached;
+  }
+  if (L.stages == 0) return cudaErrorInvalidValue;  // decode_layers_supported() is false for these shapes
+  int sms = 0;
+  e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess) return e;
+  // One block an SM (layout_of checked that one fits), launched cooperatively: the grid-wide counter needs every block
+  // resident at once, and a cooperative launch fails (cudaErrorCooperativeLaunchTooLarge) where the GPU cannot hold
+  // them, rather than hang. Without PDL: the kernel starts once the one before it has completed.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(sms));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = L.smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int ablate = ablate_setting();
+#define SPECPRESS_DL_LAUNCH(DPL, G)                                                                          \
+  if (a.hd == 32 * (DPL) && a.nq / a.nkv == (G)) {                                                           \
+    if (std::vector<const void*>* recorder = launch_recorder())                                              \
+      recorder->push_back(reinterpret_cast<const void*>(decode_layers_kernel<DPL, G>));                     \
+    return cudaLaunchKernelEx(&cfg, decode_layers_kernel<DPL, G>, a, L.stages, L.region, ablate);            \
+  }
   SPECPRESS_DL_LAUNCH(1, 1) SPECPRESS_DL_LAUNCH(1, 2) SPECPRESS_DL_LAUNCH(1, 4) SPECPRESS_DL_LAUNCH(1, 8)
   SPECPRESS_DL_LAUNCH(2, 1) SPECPRESS_DL_LAUNCH(2, 2) SPECPRESS_DL_LAUNCH(2, 4) SPECPRESS_DL_LAUNCH(2, 8)
   SPECPRESS_DL_LAUNCH(4, 1) SPECPRESS_DL_LAUNCH(4, 2) SPECPRESS_DL_LAUNCH(4, 4) SPECPRESS_DL_LAUNCH(4, 8)

@@ -61,7 +61,10 @@ struct DecodeLayersArgs {
 };
 
 // Whether the kernel takes these shapes on the current device: sm_90 or newer, hd in {32, 64, 128}, nq / nkv in
-// {1, 2, 4, 8}, H and I multiples of 8 that fit its shared memory, and one resident block an SM.
+// {1, 2, 4, 8}, H and I multiples of 8 that fit its shared memory, and one resident block an SM. decode_layers()
+// launches one block an SM cooperatively, so where the GPU cannot hold them all at once (another kernel running
+// beside it, an MPS limit) the launch fails (cudaErrorCooperativeLaunchTooLarge) instead of hanging; it returns
+// cudaErrorInvalidValue for arguments or shapes it does not take.
 bool decode_layers_supported(int H, int I, int nq, int nkv, int hd);
 size_t decode_layers_workspace_floats(int nq, int nkv, int hd);
 int decode_layers_counter_count(int nkv);

@@ -202,9 +202,12 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     }
     const auto bytes = static_cast<int64_t>(table.size() * sizeof(kernels::DecodeLayer));
     persistent_layers_ = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
-    check_cuda(
-        cudaMemcpy(persistent_layers_.data_ptr(), table.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
-        "persistent decode: layer table");
+    // on the engine stream, where the table was allocated (the legacy stream of a plain cudaMemcpy does not wait
+    // for it), and waited for before `table` goes
+    check_cuda(cudaMemcpyAsync(persistent_layers_.data_ptr(), table.data(), static_cast<size_t>(bytes),
+                               cudaMemcpyHostToDevice, stream_.stream()),
+               "persistent decode: layer table");
+    check_cuda(cudaStreamSynchronize(stream_.stream()), "persistent decode: layer table");
     persistent_workspace_ = at::zeros({static_cast<int64_t>(kernels::decode_layers_workspace_floats(
                                           static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
                                           static_cast<int>(c.head_dim)))},

@@ -529,11 +529,11 @@ TEST(FastPathShapes, InjectionInVerifyWithTheLastLayerTappedMatchesTheDraftStep)
 
 // The persistent decode kernel (kernels/decode_layers.h, SPECPRESS_DECODE_PERSISTENT) against the launches it replaces,
 // on the Qwen3-4B/8B layout in miniature (head_dim 128, 4 query heads per KV head), from three prompt lengths: one
-// attention chunk a head (5 tokens), several (70) and many (300). Both engines take the same input tokens for 24
+// attention chunk a head (5 tokens), several (70) and many (300); and on a second shape (below) from two. Both engines take the same input tokens for 24
 // decode steps (the launches' argmax); each step's logits agree within 1e-2 (its GEMVs are bitwise the launches', its
 // attention agrees to bf16 precision). The K/V rows both wrote agree within 3e-2 (max |diff| / max |row|: the rows
 // of later layers are k-normed values of inputs that drifted by bf16 roundings; 1.4e-2 measured), the prompt's
-// rows are untouched, and at most 3 of the 72 argmax differ.
+// rows are untouched, and at most 1 in 20 argmax differ.
 TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   c10::InferenceMode mode;
@@ -542,53 +542,73 @@ TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
     bool persistent = model::decode_persistent();
     ~Restore() { model::set_decode_persistent(persistent); }
   } restore;
-  RandomPair p = head_dim_128_pair();
-  const model::Qwen3Config& c = p.target->config();
-  if (!kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
-                                        static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
-                                        static_cast<int>(c.head_dim)))
-    GTEST_SKIP() << "the persistent decode kernel needs sm_90 (TMA)";
+  // Second shape: head_dim 64, 2 query heads a KV head, and H = 2568, I = 2056 (weight rows of 3 and 2 segments of the
+  // kernel's tiles, the last narrower).
+  model::Qwen3Config wide = head_dim_128_config();
+  wide.hidden_size = 2568;
+  wide.intermediate_size = 2056;
+  wide.num_layers = 2;
+  wide.num_heads = 8;
+  wide.num_kv_heads = 4;
+  wide.head_dim = 64;
+  struct Case {
+    RandomPair pair;
+    std::vector<int64_t> prompt_lengths;
+  };
+  Case cases[2] = {{head_dim_128_pair(), {5, 70, 300}},
+                   {random_pair(wide, /*draft_layers=*/1, {0, 1}, /*block=*/16, /*mask=*/500), {5, 70}}};
   const int64_t steps = 24;
-  double worst_logits = 0, worst_cache = 0;
-  int64_t argmax_differs = 0;
-  for (int64_t n : {5, 70, 300}) {
-    std::vector<int64_t> prompt;
-    for (int64_t i = 0; i < n; ++i) prompt.push_back((i * 37 + 11) % 500);
-    std::unique_ptr<model::FastEngine> engines[2];
-    for (int e = 0; e < 2; ++e) {
-      model::set_decode_persistent(e == 1);
-      engines[e] = std::make_unique<model::FastEngine>(*p.target, nullptr, n + steps + 1);
-      ASSERT_EQ(engines[e]->decodes_persistent(), e == 1);
-    }
-    int64_t token = argmax1(engines[0]->prefill(prompt));
-    (void)engines[1]->prefill(prompt);
-    for (int64_t s = 0; s < steps; ++s) {
-      at::Tensor logits[2];
-      int64_t next[2];
+  for (Case& k : cases) {
+    const model::Qwen3Config& c = k.pair.target->config();
+    if (!kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
+                                          static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                          static_cast<int>(c.head_dim)))
+      GTEST_SKIP() << "the persistent decode kernel needs sm_90 (TMA)";
+    double worst_logits = 0, worst_cache = 0;
+    int64_t argmax_differs = 0, compared = 0;
+    for (int64_t n : k.prompt_lengths) {
+      std::vector<int64_t> prompt;
+      for (int64_t i = 0; i < n; ++i) prompt.push_back((i * 37 + 11) % 500);
+      std::unique_ptr<model::FastEngine> engines[2];
       for (int e = 0; e < 2; ++e) {
-        engines[e]->set_token(token);
-        engines[e]->decode_step();
-        next[e] = engines[e]->read_token();
-        logits[e] = engines[e]->decode_logits();
-        EXPECT_EQ(next[e], argmax1(logits[e])) << "engine " << e << ", prompt " << n << ", step " << s;
+        model::set_decode_persistent(e == 1);
+        engines[e] = std::make_unique<model::FastEngine>(*k.pair.target, nullptr, n + steps + 1);
+        ASSERT_EQ(engines[e]->decodes_persistent(), e == 1);
       }
-      const double err = rel_err(logits[1], logits[0]);
-      worst_logits = std::max(worst_logits, err);
-      EXPECT_LT(err, 1e-2) << "prompt " << n << ", step " << s;
-      argmax_differs += next[0] != next[1];
-      token = next[0];
+      int64_t token = argmax1(engines[0]->prefill(prompt));
+      (void)engines[1]->prefill(prompt);
+      for (int64_t s = 0; s < steps; ++s) {
+        at::Tensor logits[2];
+        int64_t next[2];
+        for (int e = 0; e < 2; ++e) {
+          engines[e]->set_token(token);
+          engines[e]->decode_step();
+          next[e] = engines[e]->read_token();
+          logits[e] = engines[e]->decode_logits();
+          EXPECT_EQ(next[e], argmax1(logits[e])) << "engine " << e << ", prompt " << n << ", step " << s;
+        }
+        const double err = rel_err(logits[1], logits[0]);
+        worst_logits = std::max(worst_logits, err);
+        EXPECT_LT(err, 1e-2) << "hidden " << c.hidden_size << ", prompt " << n << ", step " << s;
+        argmax_differs += next[0] != next[1];
+        ++compared;
+        token = next[0];
+      }
+      for (auto cache : {&model::FastEngine::target_k_cache, &model::FastEngine::target_v_cache}) {
+        at::Tensor launched = (engines[0].get()->*cache)().narrow(2, n, steps);
+        at::Tensor persistent = (engines[1].get()->*cache)().narrow(2, n, steps);
+        const double err = rel_err(persistent, launched);
+        worst_cache = std::max(worst_cache, err);
+        EXPECT_LT(err, 3e-2) << "hidden " << c.hidden_size << ", prompt " << n << ": the K/V rows of the decode steps";
+        EXPECT_TRUE(
+            at::equal((engines[1].get()->*cache)().narrow(2, 0, n), (engines[0].get()->*cache)().narrow(2, 0, n)))
+            << "hidden " << c.hidden_size << ", prompt " << n << ": the prompt's K/V rows";
+      }
     }
-    for (auto cache : {&model::FastEngine::target_k_cache, &model::FastEngine::target_v_cache}) {
-      at::Tensor launched = (engines[0].get()->*cache)().narrow(2, n, steps);
-      at::Tensor persistent = (engines[1].get()->*cache)().narrow(2, n, steps);
-      const double err = rel_err(persistent, launched);
-      worst_cache = std::max(worst_cache, err);
-      EXPECT_LT(err, 3e-2) << "prompt " << n << ": the K/V rows of the decode steps";
-      EXPECT_TRUE(at::equal((engines[1].get()->*cache)().narrow(2, 0, n), (engines[0].get()->*cache)().narrow(2, 0, n)))
-          << "prompt " << n << ": the prompt's K/V rows";
-    }
+    std::printf("persistent decode vs launches (hidden %lld, head_dim %lld): logits %.2e, K/V rows %.2e (worst); "
+                "%lld of %lld argmax differ\n",
+                static_cast<long long>(c.hidden_size), static_cast<long long>(c.head_dim), worst_logits, worst_cache,
+                static_cast<long long>(argmax_differs), static_cast<long long>(compared));
+    EXPECT_LE(argmax_differs, compared / 20);
   }
-  std::printf("persistent decode vs launches: logits %.2e, K/V rows %.2e (worst); %lld of %lld argmax differ\n",
-              worst_logits, worst_cache, static_cast<long long>(argmax_differs), static_cast<long long>(3 * steps));
-  EXPECT_LE(argmax_differs, 3);
 }
