@@ -519,7 +519,7 @@ struct Layout {
   size_t region = 0, smem = 0;
 };
 
-// The widest segment count a K may take and still leave its last segment columns.
+// Whether K splits into segments of at most kMaxKc columns (multiples of 8) with a non-empty last one.
 bool segments_ok(int K) {
   int segs = 0, kc = 0;
   segment(K, segs, kc);
