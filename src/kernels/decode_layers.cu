@@ -651,18 +651,14 @@ cudaError_t decode_layers(const DecodeLayersArgs& a, cudaStream_t stream) {
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const int ablate = ablate_setting();
-#define SPECPRESS_DL_LAUNCH(DPL, G)                                                                          \
-  if (a.hd == 32 * (DPL) && a.nq / a.nkv == (G)) {                                                           \
-    if (std::vector<const void*>* recorder = launch_recorder())                                              \
-      recorder->push_back(reinterpret_cast<const void*>(decode_layers_kernel<DPL, G>));                     \
-    return cudaLaunchKernelEx(&cfg, decode_layers_kernel<DPL, G>, a, L.stages, L.region, ablate);            \
-  }
-  SPECPRESS_DL_LAUNCH(1, 1) SPECPRESS_DL_LAUNCH(1, 2) SPECPRESS_DL_LAUNCH(1, 4) SPECPRESS_DL_LAUNCH(1, 8)
-  SPECPRESS_DL_LAUNCH(2, 1) SPECPRESS_DL_LAUNCH(2, 2) SPECPRESS_DL_LAUNCH(2, 4) SPECPRESS_DL_LAUNCH(2, 8)
-  SPECPRESS_DL_LAUNCH(4, 1) SPECPRESS_DL_LAUNCH(4, 2) SPECPRESS_DL_LAUNCH(4, 4) SPECPRESS_DL_LAUNCH(4, 8)
-#undef SPECPRESS_DL_LAUNCH
-  return cudaErrorInvalidValue;
+  // the instance kernel_for() picked when layout_of() found this layout (L.stages > 0: it exists)
+  const void* kernel = kernel_for(a.hd, a.nq / a.nkv);
+  if (std::vector<const void*>* recorder = launch_recorder()) recorder->push_back(kernel);
+  DecodeLayersArgs args = a;
+  int stages = L.stages, ablate = ablate_setting();
+  size_t region = L.region;
+  void* params[] = {&args, &stages, &region, &ablate};
+  return cudaLaunchKernelExC(&cfg, kernel, params);
 }
 
 }  // namespace specpress::kernels
