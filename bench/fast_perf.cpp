@@ -18,7 +18,7 @@
 // at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 //                  [--modes all|default] [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8] [--profile-cycles N]]
-//                  [--attention 1]
+//                  [--attention 1] [--persistent-trace FILE]
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
 // it skips the seven other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
@@ -30,7 +30,10 @@
 // Chrome trace (scripts/gpu/timeline.sh). --profile-attention-warps: that engine's small-T attention blocks (0:
 // the kernel's default). --profile-cycles N (0..8): N DFlash cycles as the greedy loop runs them (draft, verify,
 // accept, the record's read; pipelined unless SPECPRESS_PIPELINE=0) after the three steps, to see the gaps between the graphs
-// (scripts/gpu/cycle_gaps.py). --attention 1: only the attention kernel alone, timed.
+// (scripts/gpu/cycle_gaps.py). --attention 1: only the attention kernel alone, timed. --persistent-trace FILE (with
+// --modes default): the decode step as the persistent kernel (SPECPRESS_DECODE_PERSISTENT) stamping its timeline
+// (kernels::DecodeLayersArgs::trace); the last timed step's is written to FILE.<shape>.csv, a row a (block, op)
+// with the eight fields in ns or clock64 cycles (scripts/gpu/persistent_trace.py summarises it).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
@@ -237,10 +240,33 @@ void attention_table() {
   }
 }
 
+// The persistent decode kernel's timeline (FastEngine::persistent_trace, [blocks][ops + 1][fields]) as CSV: block,
+// op, layer, kind, then the fields in kernels::DecodeLayersArgs::trace's order; kind "clock" is a block's last row.
+void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) fail("--persistent-trace: cannot write {}", path);
+  const int64_t blocks = trace.size(0), rows = trace.size(1), fields = trace.size(2);
+  const int64_t* v = trace.data_ptr<int64_t>();
+  static const char* kinds[] = {"qkv", "attention", "o", "gate_up", "down"};
+  f << "block,op,layer,kind,begin_ns,ready_ns,prologue_ns,end_ns,starve_cycles,first_copy_ns,blocked_cycles,"
+       "last_copy_ns\n";
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const bool last = r == rows - 1;
+      f << b << ',' << r << ',' << (last ? -1 : r / 5) << ',' << (last ? "clock" : kinds[r % 5]);
+      for (int64_t k = 0; k < fields; ++k) f << ',' << static_cast<uint64_t>(v[(b * rows + r) * fields + k]);
+      f << '\n';
+    }
+  f.close();
+  if (!f) fail("--persistent-trace: writing {} failed", path);
+  std::printf("persistent decode timeline written to %s (%lld blocks x %lld ops)\n", path.c_str(),
+              static_cast<long long>(blocks), static_cast<long long>(rows - 1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shapes = "4B,8B", json_path, profile_mode, timeline_path;
+  std::string shapes = "4B,8B", json_path, profile_mode, timeline_path, persistent_trace_path;
   bool attention_only = false, all_modes = true;
   int profile_attention_warps = 0, profile_cycles = 0;
   int64_t context = 512, iters = 100, ref_iters = 5;
@@ -276,6 +302,7 @@ int main(int argc, char** argv) {
     else if (f == "--json") json_path = v;
     else if (f == "--profile") profile_mode = v;
     else if (f == "--timeline") timeline_path = v;
+    else if (f == "--persistent-trace") persistent_trace_path = v;
     else if (f == "--profile-attention-warps") {
       if (v != "0" && v != "4" && v != "8") {
         std::fprintf(stderr, "--profile-attention-warps: expected 0, 4 or 8, found '%s'\n", v.c_str());
@@ -309,6 +336,11 @@ int main(int argc, char** argv) {
     }
     if ((!timeline_path.empty() || profile_attention_warps != 0 || profile_cycles != 0) && profile_mode.empty())
       fail("--timeline, --profile-attention-warps and --profile-cycles go with --profile MODE");
+    if (!persistent_trace_path.empty()) {
+      if (all_modes || !profile_mode.empty()) fail("--persistent-trace goes with --modes default and no --profile");
+      model::set_decode_persistent(true);
+      model::set_decode_persistent_trace(true);
+    }
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     nlohmann::ordered_json out;
@@ -433,6 +465,11 @@ int main(int argc, char** argv) {
         f.lc_edges = engine.launch_completion_edges();
         engine.set_start(context, context);
         f.decode = time_ms([&] { engine.decode_step(); }, 5, 7, inner);
+        if (!persistent_trace_path.empty()) {
+          if (!engine.decodes_persistent()) fail("--persistent-trace: the {} engine does not take the persistent "
+                                                 "decode kernel (kernels::decode_layers_supported)", s.name);
+          write_persistent_trace(engine.persistent_trace(), persistent_trace_path + "." + s.name + ".csv");
+        }
         engine.set_start(context, context);
         f.verify = time_ms([&] { engine.verify_step(); }, 3, 7, inner);
         f.draft = time_ms([&] { engine.draft_step(); }, 3, 7, inner);

@@ -85,6 +85,20 @@ struct Ring {
   int count = 0;
 };
 
+// The diagnostic timeline (DecodeLayersArgs::trace): a block's row of op `op`, or null when off.
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned long long* trace_row(const DecodeLayersArgs& a, int op) {
+  if (a.trace == nullptr) return nullptr;
+  return a.trace + (static_cast<size_t>(blockIdx.x) * (5 * a.n_layers + 1) + op) * kDecodeTraceFields;
+}
+enum TraceField { kTrBegin = 0, kTrReady, kTrPrologue, kTrEnd, kTrStarve, kTrFirstCopy, kTrBlocked, kTrLastCopy };
+// The op index of projection p of layer l (the attention is op 1 of a layer).
+__device__ __forceinline__ int op_index(int l, int p) { return 5 * l + (p == kQkv ? 0 : p + 1); }
+
 // The producer warp: every tile of this block, in the consumers' order, as soon as a stage is free.
 __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
   const int lane = threadIdx.x & 31, nb = static_cast<int>(gridDim.x);
@@ -93,12 +107,21 @@ __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
     const DecodeLayer L = a.layers[l];
     for (int p = kQkv; p <= kDown; ++p) {
       const Gemv g = gemv_of(a, L, p);
+      unsigned long long* tr = lane == 0 ? trace_row(a, op_index(l, p)) : nullptr;
+      long long blocked = 0;
+      bool first = true;
       for (int grp = first_group(rot); grp < g.groups; grp += nb) {
         const bool mine = lane < kC && output_of(g, grp, lane) < g.N;
         const unsigned rows = __popc(__ballot_sync(0xffffffffu, mine));
         for (int s = 0; s < g.segs; ++s, ++t) {
           const int slot = t % ring.count, round = t / ring.count;
-          if (round > 0) mbar_wait(&ring.empty[slot], (round - 1) & 1);
+          if (round > 0) {
+            const long long c0 = tr != nullptr ? clock64() : 0;
+            mbar_wait(&ring.empty[slot], (round - 1) & 1);
+            if (tr != nullptr) blocked += clock64() - c0;
+          }
+          if (tr != nullptr && first) tr[kTrFirstCopy] = now_ns();
+          first = false;
           const int col = s * g.kc, width = min(g.kc, g.K - col);
           if (lane == 0) mbar_expect_tx(&ring.full[slot], rows * static_cast<unsigned>(width * sizeof(bf16)));
           __syncwarp();
@@ -106,6 +129,11 @@ __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
             bulk_copy(ring.stages + (static_cast<size_t>(slot) * kC + lane) * kMaxKc, w_row(g, grp, lane) + col,
                       static_cast<unsigned>(width * sizeof(bf16)), &ring.full[slot]);
         }
+      }
+      if (tr != nullptr) {
+        tr[kTrBlocked] = static_cast<unsigned long long>(blocked);
+        tr[kTrLastCopy] = first ? 0ull : now_ns();  // 0: no tile of the op in this block
+        if (first) tr[kTrFirstCopy] = 0ull;
       }
       rot = (rot + g.groups) % nb;
     }
@@ -139,7 +167,7 @@ __device__ __forceinline__ void grid_arrive(unsigned* counter, unsigned total) {
 // tile by tile. Lane l adds chunks l, l + 32, .. of its warp's row, as the one-op GEMVs do, so every output is
 // bitwise theirs (gemv.cu).
 __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded, float eps, const Ring& ring, int& t,
-                             int rot, uint4* xs, float* sums, bool math) {
+                             int rot, uint4* xs, float* sums, bool math, unsigned long long* tr) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = static_cast<int>(gridDim.x), nvec = g.K / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   for (int c = static_cast<int>(threadIdx.x); c < nvec; c += 32 * kC) xs[c] = __ldcg(xv + c);
@@ -150,6 +178,9 @@ __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded,
     for (int c = lane; c < nvec; c += 32) ss = sumsq8(xs[c], ss);
     row_factor = rsqrtf(warp_sum(ss) / static_cast<float>(g.K) + eps);
   }
+  if (tr != nullptr && threadIdx.x == 0) tr[kTrPrologue] = now_ns();
+  const bool timed = tr != nullptr && threadIdx.x == 0;
+  long long starve = 0;
   int parity = 0;
   for (int grp = first_group(rot); grp < g.groups; grp += nb, parity ^= 1) {
     const int n = output_of(g, grp, warp);
@@ -159,7 +190,9 @@ __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded,
     float acc = 0.f;
     for (int s = 0; s < g.segs; ++s, ++t) {
       const int slot = t % ring.count;
+      const long long w0 = timed ? clock64() : 0;
       mbar_wait(&ring.full[slot], (t / ring.count) & 1);
+      if (timed) starve += clock64() - w0;
       const int c0 = s * g.kc / 8, cps = min(g.kc, g.K - s * g.kc) / 8, first = (lane - c0 % 32 + 32) % 32;
       uint4 wr[kLaneChunks], xr[kLaneChunks];
       if (live && math) {
@@ -203,6 +236,7 @@ __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded,
       y[n] = g.epi == kResidual ? to_b(old + round_b(sum)) : to_b(sum);
     }
   }
+  if (timed) tr[kTrStarve] = static_cast<unsigned long long>(starve);
 }
 
 // DPL of a lane's head dimensions, loaded raw (issued before any is used) and converted.
@@ -266,7 +300,7 @@ __device__ __forceinline__ void attention_prefetch(const DecodeLayersArgs& a, co
 // to finish (a counter a head) merges the chunks' partial results from the workspace.
 template <int DPL, int G>
 __device__ void consume_attention(const DecodeLayersArgs& a, const DecodeLayer& L, int pos, float* sm, int* flag,
-                                  const AttentionPrefetch<DPL, G>& pre) {
+                                  const AttentionPrefetch<DPL, G>& pre, unsigned long long* tr) {
   constexpr int HD = 32 * DPL;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ctid = static_cast<int>(threadIdx.x);
   const int nb = static_cast<int>(gridDim.x);
@@ -310,6 +344,7 @@ __device__ void consume_attention(const DecodeLayersArgs& a, const DecodeLayer& 
     }
     __threadfence_block();
     consumers_sync<kC>();
+    if (tr != nullptr && ctid == 0 && item == static_cast<int>(blockIdx.x)) tr[kTrPrologue] = now_ns();
     float q[G][DPL], m[G], l[G], o[G][DPL];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -475,28 +510,51 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned* counter = a.counters;
   unsigned op = 0;
   int t = 0, rot = 0;
+  // the diagnostic timeline: thread 0 stamps each op (trace_row)
+  const bool stamp = a.trace != nullptr && threadIdx.x == 0;
+  if (stamp) {
+    unsigned long long* tr = trace_row(a, 5 * a.n_layers);
+    tr[0] = now_ns();
+    tr[1] = static_cast<unsigned long long>(clock64());
+  }
   for (int l = 0; l < a.n_layers; ++l) {
     const DecodeLayer L = a.layers[l];
     for (int p = kQkv; p <= kDown; ++p) {
+      unsigned long long* tr = trace_row(a, static_cast<int>(op));
+      if (stamp) tr[kTrBegin] = now_ns();
       if (op > 0 && !(ablate & kAblateWaits)) grid_wait(counter, op * nb);
+      if (stamp) tr[kTrReady] = now_ns();
       const Gemv g = gemv_of(a, L, p);
       const bf16* x = p == kO ? a.attn_out : p == kDown ? a.act : a.x;
       bf16* y = p == kQkv ? a.qkv_out : p == kGateUp ? a.act : a.x;
       consume_gemv(g, x, y, p == kQkv || p == kGateUp, a.eps, ring, t, rot, reinterpret_cast<uint4*>(region_ptr), sums,
-                   !(ablate & kAblateMath));
+                   !(ablate & kAblateMath), tr);
       rot = (rot + g.groups) % static_cast<int>(nb);
+      if (stamp) tr[kTrEnd] = now_ns();
       grid_arrive(counter, total);
       ++op;
       if (p == kQkv) {
+        unsigned long long* tra = trace_row(a, static_cast<int>(op));
+        if (stamp) tra[kTrBegin] = now_ns();
         AttentionPrefetch<DPL, G> pre;
         if (!(ablate & kAblateAttention)) attention_prefetch<DPL, G>(a, L, pos, pre);
         if (!(ablate & kAblateWaits)) grid_wait(counter, op * nb);
+        if (stamp) tra[kTrReady] = tra[kTrPrologue] = now_ns();  // the prologue stamp is the first item's, if any
         if (!(ablate & kAblateAttention))
-          consume_attention<DPL, G>(a, L, pos, reinterpret_cast<float*>(region_ptr), flag, pre);
+          consume_attention<DPL, G>(a, L, pos, reinterpret_cast<float*>(region_ptr), flag, pre, tra);
+        if (stamp) {
+          tra[kTrEnd] = now_ns();
+          tra[kTrStarve] = tra[kTrFirstCopy] = tra[kTrBlocked] = tra[kTrLastCopy] = 0ull;
+        }
         grid_arrive(counter, total);
         ++op;
       }
     }
+  }
+  if (stamp) {
+    unsigned long long* tr = trace_row(a, 5 * a.n_layers);
+    tr[2] = now_ns();
+    tr[3] = static_cast<unsigned long long>(clock64());
   }
 #endif
 }

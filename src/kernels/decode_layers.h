@@ -58,7 +58,16 @@ struct DecodeLayersArgs {
   __nv_bfloat16* act = nullptr;         // [I] scratch
   float* workspace = nullptr;           // decode_layers_workspace_floats(nq, nkv, hd) floats
   unsigned* counters = nullptr;         // decode_layers_counter_count(nkv) zeroed uints; left zeroed
+  // Diagnostic timeline (null: off; fast_perf --persistent-trace): [blocks][5 n_layers + 1][kDecodeTraceFields]
+  // uint64, each launch overwriting it. Row op of a block (ops in layer order: qkv, attention, o, gate/up, down),
+  // %globaltimer ns unless named cycles: consumer thread 0 before its grid-wide wait, after it, after the op's
+  // prologue (x loaded and its norm factor; attention: q/k rows staged and transformed), before its arrival, and
+  // the clock64 cycles warp 0 spent waiting for full stages in the op; the producer's first copy of the op's tiles,
+  // the clock64 cycles it spent waiting for free stages to issue them, its last copy. The last row: %globaltimer and
+  // clock64 at the block's start and end (fields 0-3), to convert cycles into ns.
+  unsigned long long* trace = nullptr;
 };
+constexpr int kDecodeTraceFields = 8;
 
 // Whether the kernel takes these shapes on the current device: sm_90 or newer, hd in {32, 64, 128}, nq / nkv in
 // {1, 2, 4, 8}, H and I multiples of 8 that fit its shared memory, and one resident block an SM. decode_layers()

@@ -123,6 +123,17 @@ bool decode_persistent() { return decode_persistent_switch().on(); }
 
 void set_decode_persistent(bool on) { decode_persistent_switch().set(on); }
 
+namespace {
+bool& persistent_trace_flag() {
+  static bool on = false;
+  return on;
+}
+}  // namespace
+
+bool decode_persistent_trace() { return persistent_trace_flag(); }
+
+void set_decode_persistent_trace(bool on) { persistent_trace_flag() = on; }
+
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why) {
   auto no = [&](const std::string& reason) {
     if (why != nullptr) *why = reason;
@@ -213,6 +224,13 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
                                           static_cast<int>(c.head_dim)))},
                                       at::TensorOptions().dtype(at::kFloat).device(device_));
     persistent_counters_ = at::zeros({kernels::decode_layers_counter_count(static_cast<int>(c.num_kv_heads))}, i32);
+    if (decode_persistent_trace()) {
+      int dev = 0, sms = 0;
+      check_cuda(cudaGetDevice(&dev), "persistent decode: trace");
+      check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "persistent decode: trace");
+      persistent_trace_ = at::zeros({sms, 5 * static_cast<int64_t>(t_layers_.size()) + 1, kernels::kDecodeTraceFields},
+                                    at::TensorOptions().dtype(at::kLong).device(device_));
+    }
     persistent_ = true;
   }
   if (draft != nullptr) {
@@ -387,6 +405,8 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     a.act = bf(act);
     a.workspace = persistent_workspace_.data_ptr<float>();
     a.counters = reinterpret_cast<unsigned*>(persistent_counters_.data_ptr<int>());
+    if (persistent_trace_.defined())
+      a.trace = reinterpret_cast<unsigned long long*>(persistent_trace_.data_ptr<int64_t>());
     check_cuda(kernels::decode_layers(a, main_stream), "kernels::decode_layers");
     return;
   }
@@ -749,6 +769,13 @@ at::Tensor FastEngine::decode_logits() {
   c10::cuda::CUDAStreamGuard guard(stream_);
   at::Tensor out = decode_buf_.logits.narrow(0, 0, 1).to(at::kFloat);
   sync();
+  return out;
+}
+
+at::Tensor FastEngine::persistent_trace() const {
+  if (!persistent_trace_.defined()) return {};
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  at::Tensor out = persistent_trace_.to(at::kCPU);  // on the engine stream, after its last step
   return out;
 }
 

@@ -80,6 +80,11 @@ void set_l2_prefetch_o(bool on);
 // elsewhere the launches run. Read when an engine is built.
 bool decode_persistent();
 void set_decode_persistent(bool on);
+// A diagnostic of that kernel (fast_perf --persistent-trace): engines built while it is on have the kernel stamp its
+// timeline (kernels::DecodeLayersArgs::trace) into a buffer at each decode step, read by persistent_trace(). Off by
+// default; set only through this call.
+bool decode_persistent_trace();
+void set_decode_persistent_trace(bool on);
 
 // Whether the fast path can run `target` (+ `draft`): CUDA, bf16, supported widths. `why` gets the reason.
 bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std::string* why);
@@ -133,6 +138,9 @@ class FastEngine {
   void verify_step();             // verify graph: target forward of the block, argmax posterior, taps
   bool injects_in_verify() const { return inject_in_verify_; }
   bool decodes_persistent() const { return persistent_; }  // the decode step runs kernels::decode_layers
+  // The last persistent decode step's timeline (uint64 as int64 on the host, [SMs][5 L + 1][kDecodeTraceFields]);
+  // undefined unless the engine was built with decode_persistent_trace() and decodes_persistent(). One host sync.
+  at::Tensor persistent_trace() const;
   // Acceptance on the device, from the verify argmax or (sampling) from `posterior` given by the host.
   void accept(const std::vector<int64_t>* posterior = nullptr);
   // Host copy of the last accept's record: block (B), posterior (B), a. One host sync.
@@ -222,6 +230,7 @@ class FastEngine {
   // decode_persistent(): the kernel's layer table (kernels::DecodeLayer [L], bytes), attention workspace and counters
   bool persistent_ = false;
   at::Tensor persistent_layers_, persistent_workspace_, persistent_counters_;
+  at::Tensor persistent_trace_;  // decode_persistent_trace(): the kernel's timeline, int64 on the device
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
   ops::RopeTable draft_rope_;
