@@ -15,6 +15,7 @@
 #include "kernels/common.cuh"
 #include "kernels/decode_layers.h"
 #include "kernels/gemv_math.cuh"
+#include "kernels/mma.cuh"
 #include "kernels/norm_rope_row.cuh"
 #include "kernels/tma.cuh"
 
@@ -25,10 +26,14 @@ using namespace detail;
 constexpr int kC = 8;                    // consumer warps a block = rows a tile
 constexpr int kThreads = 32 * (kC + 1);  // + the producer warp
 constexpr int kMaxKc = 1280;             // columns a tile at most (2.5 KB row copies; 1.25 KB ones measured slower)
-constexpr size_t kStageBytes = sizeof(bf16) * kC * kMaxKc;
-constexpr int kLaneChunks = (kMaxKc / 8 + 31) / 32;  // 16-byte chunks of a tile row a lane takes at most
+constexpr int kPitch = kMaxKc + 8;       // a stage row's elements: 16 bytes of padding, so ldmatrix rows miss no bank
+constexpr size_t kStageBytes = sizeof(bf16) * kC * kPitch;
+constexpr int kPairsPerWarp = (kMaxKc / 32 + kC - 1) / kC;  // k-step pairs of a tile a consumer warp takes at most
+constexpr int kPartGroups = 4;           // row groups whose partial sums wait in shared memory for their epilogues
+static_assert(kPartGroups <= kC, "a batch's epilogues take one warp a group");
 constexpr int kMaxStages = 16;
 constexpr int kMinChunkKeys = 16;  // fewest keys an attention item takes
+constexpr int kMergeBatch = 16;    // chunks of a head whose partial results the merge loads at once
 template <int G> constexpr int kKeyBatch = G >= 4 ? 4 : 8;  // keys a warp loads before it reduces them
 enum Epi { kPlain = 0, kSwiglu = 1, kResidual = 2 };
 enum Proj { kQkv = 0, kO = 1, kGateUp = 2, kDown = 3 };
@@ -44,9 +49,10 @@ struct Gemv {
   int groups = 0, segs = 0, kc = 0;  // row groups; K in segs segments of kc columns (the last may be narrower)
 };
 
+// K in segs segments of kc columns, kc a multiple of 16 (an MMA k-step), the last one narrower.
 __host__ __device__ inline void segment(int K, int& segs, int& kc) {
   segs = (K + kMaxKc - 1) / kMaxKc;
-  kc = ((K + segs - 1) / segs + 7) / 8 * 8;
+  kc = ((K + segs - 1) / segs + 15) / 16 * 16;
 }
 
 __device__ __forceinline__ Gemv gemv_of(const DecodeLayersArgs& a, const DecodeLayer& L, int p) {
@@ -126,7 +132,7 @@ __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
           if (lane == 0) mbar_expect_tx(&ring.full[slot], rows * static_cast<unsigned>(width * sizeof(bf16)));
           __syncwarp();
           if (mine)
-            bulk_copy(ring.stages + (static_cast<size_t>(slot) * kC + lane) * kMaxKc, w_row(g, grp, lane) + col,
+            bulk_copy(ring.stages + (static_cast<size_t>(slot) * kC + lane) * kPitch, w_row(g, grp, lane) + col,
                       static_cast<unsigned>(width * sizeof(bf16)), &ring.full[slot]);
         }
       }
@@ -163,79 +169,120 @@ __device__ __forceinline__ void grid_arrive(unsigned* counter, unsigned total) {
   }
 }
 
-// One projection by the consumer warps: x (K) into shared memory, the folded norm's factor, then this block's groups
-// tile by tile. Lane l adds chunks l, l + 32, .. of its warp's row, as the one-op GEMVs do, so every output is
-// bitwise theirs (gemv.cu).
+// One projection by the consumer warps. x goes into shared memory in MMA fragment order (k-step j, lane c: x[16j + 2c,
+// +1] and x[16j + 2c + 8, +9]), with the folded norm's sum of squares reduced over the block on the way. Every warp
+// then reduces its share of each tile on the tensor cores, as all warps walk the tiles in order (so none runs a ring
+// round ahead of another): warp w takes the tile's k-step pairs w, w + kC, .. (ldmatrix.x4 of two k-steps), computing
+// D = A B with A row 0 = x (A's other rows are whatever the lanes hold; only D's row 0 is read) and B = the tile's 8
+// rows. At a group's last tile a warp leaves its 8 row sums (lanes 0-3: rows 2c, 2c + 1) in `part`; after every
+// kPartGroups groups the block syncs and warp w finishes group w of the batch (lane r: row r of the group).
 __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded, float eps, const Ring& ring, int& t,
-                             int rot, uint4* xs, float* sums, bool math, unsigned long long* tr) {
+                             int rot, uint32_t* xs, float* part, bool math, unsigned long long* tr) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = static_cast<int>(gridDim.x), nvec = g.K / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  for (int c = static_cast<int>(threadIdx.x); c < nvec; c += 32 * kC) xs[c] = __ldcg(xv + c);
+  float* red = part;  // the sum of squares' warp totals, read before the first group's sums are written
+  float ss = 0.f;
+  for (int q = static_cast<int>(threadIdx.x); q < nvec; q += 32 * kC) {
+    const uint4 v = __ldcg(xv + q);
+    if (folded) ss = sumsq8(v, ss);
+    // chunk q holds x[8q .. 8q + 7]: k-step q / 2, columns 0-7 (even q) or 8-15 (odd q) of it; its word c is the
+    // pair (2c, 2c + 1) of those, fragment word (c, q % 2) of lane c
+    uint32_t* dst = xs + (q / 2) * 8 + (q % 2);
+    dst[0] = v.x, dst[2] = v.y, dst[4] = v.z, dst[6] = v.w;
+  }
+  if (folded) {
+    ss = warp_sum(ss);
+    if (lane == 0) red[warp] = ss;
+  }
+  const int fg = first_group(rot);
+  const int mine = fg < g.groups ? (g.groups - fg + nb - 1) / nb : 0;  // this block's groups of the projection
+  // the residual's old value of row `lane` of this warp's group in the first batch (written by an earlier op): its
+  // load overlaps the tiles
+  auto old_of = [&](int i) {
+    if (g.epi != kResidual || !math || warp >= kPartGroups || lane >= kC || i >= mine) return 0.f;
+    const int n = output_of(g, fg + i * nb, lane);
+    return n < g.N ? to_f(__ldcg(y + n)) : 0.f;
+  };
+  float old = old_of(warp);
   consumers_sync<kC>();
   float row_factor = 1.f;
   if (folded) {
-    float ss = 0.f;
-    for (int c = lane; c < nvec; c += 32) ss = sumsq8(xs[c], ss);
-    row_factor = rsqrtf(warp_sum(ss) / static_cast<float>(g.K) + eps);
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kC; ++w) total += red[w];
+    row_factor = rsqrtf(total / static_cast<float>(g.K) + eps);
   }
+  consumers_sync<kC>();  // red is read: part may be written
   if (tr != nullptr && threadIdx.x == 0) tr[kTrPrologue] = now_ns();
   const bool timed = tr != nullptr && threadIdx.x == 0;
   long long starve = 0;
-  int parity = 0;
-  for (int grp = first_group(rot); grp < g.groups; grp += nb, parity ^= 1) {
-    const int n = output_of(g, grp, warp);
-    const bool live = n < g.N;
-    // the residual's old value, written by an earlier op: its load overlaps the group's tiles
-    const float old = g.epi == kResidual && math && lane == 0 && live ? to_f(__ldcg(y + n)) : 0.f;
-    float acc = 0.f;
-    for (int s = 0; s < g.segs; ++s, ++t) {
-      const int slot = t % ring.count;
+  const uint2* xf = reinterpret_cast<const uint2*>(xs) + (lane & 3);
+  // ldmatrix.x4 of a k-step pair: lane l gives row l % 8 of 8-column block l / 8
+  const int ld_off = (lane & 7) * kPitch + (lane >> 3) * 8;
+  int slot = t % ring.count, phase = (t / ring.count) & 1;
+  for (int i = 0; i < mine; ++i) {
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // even and odd k-steps
+    for (int s = 0; s < g.segs; ++s) {
       const long long w0 = timed ? clock64() : 0;
-      mbar_wait(&ring.full[slot], (t / ring.count) & 1);
+      mbar_wait(&ring.full[slot], phase);
       if (timed) starve += clock64() - w0;
-      const int c0 = s * g.kc / 8, cps = min(g.kc, g.K - s * g.kc) / 8, first = (lane - c0 % 32 + 32) % 32;
-      uint4 wr[kLaneChunks], xr[kLaneChunks];
-      if (live && math) {
-        const uint4* wseg =
-            reinterpret_cast<const uint4*>(ring.stages + (static_cast<size_t>(slot) * kC + warp) * kMaxKc);
-        const uint4* xseg = xs + c0;
+      if (math) {
+        const int j0 = s * g.kc / 16, steps = min(g.kc, g.K - s * g.kc) / 16;
+        const bf16* stage = ring.stages + static_cast<size_t>(slot) * kC * kPitch + ld_off;
 #pragma unroll
-        for (int i = 0; i < kLaneChunks; ++i)
-          if (first + 32 * i < cps) {
-            wr[i] = wseg[first + 32 * i];
-            xr[i] = xseg[first + 32 * i];
+        for (int u = 0; u < kPairsPerWarp; ++u) {
+          const int j = 2 * (warp + kC * u);  // this pair's first k-step in the segment
+          if (j >= steps) break;
+          uint32_t b[4];
+          // a segment's odd last k-step is a pair's first alone: the load's second half (the next 16 columns of
+          // the row, inside the padded pitch, the next row or past the last stage the region) is not used
+          ldmatrix_x4(b, stage + j * 16);
+          const uint2 xa = xf[(j0 + j) * 4];
+          mma_bf16(acc[0], xa.x, xa.x, xa.y, xa.y, b[0], b[1]);
+          if (j + 1 < steps) {
+            const uint2 xb = xf[(j0 + j + 1) * 4];
+            mma_bf16(acc[1], xb.x, xb.x, xb.y, xb.y, b[2], b[3]);
           }
+        }
       }
-      // The stage is released as soon as its chunks are in registers (the arrive orders the warp's loads before
-      // the producer's next copy into it): the ring's round trip, not the arithmetic, bounds the stream.
+      // the warp's ldmatrix reads are done (mma.sync consumed them): its arrival on the stage
       __syncwarp();
       if (lane == 0) mbar_arrive(&ring.empty[slot]);
-      if (live && math) {
-#pragma unroll
-        for (int i = 0; i < kLaneChunks; ++i)
-          if (first + 32 * i < cps) {
-            const uint4 x8 = xr[i];
-            const float xf[8] = {lo_f(x8.x), hi_f(x8.x), lo_f(x8.y), hi_f(x8.y),
-                                 lo_f(x8.z), hi_f(x8.z), lo_f(x8.w), hi_f(x8.w)};
-            acc = dot8(wr[i], xf, acc);
-          }
-      }
+      if (++slot == ring.count) slot = 0, phase ^= 1;
     }
     if (!math) continue;
-    const float sum = warp_sum(acc) * row_factor;
-    if (g.epi == kSwiglu) {  // as gemv + silu_mul: both products rounded, silu rounded, the product rounded on store
-      float* pair = sums + parity * kC;
-      if (lane == 0) pair[warp] = sum;
-      consumers_sync<kC>();
-      if (lane == 0 && warp < g.out && n < g.N) {
-        const float gate = round_b(pair[warp]), up = round_b(pair[warp + g.out]);
-        y[n] = to_b(round_b(gate / (1.f + expf(-gate))) * up);
-      }
-    } else if (lane == 0 && live) {
-      // residual: as gemv + ATen's bf16 add (the product rounded, then the sum); plain: the sum rounded
-      y[n] = g.epi == kResidual ? to_b(old + round_b(sum)) : to_b(sum);
+    const int b = i % kPartGroups;
+    if (lane < 4) {  // D row 0: rows 2c, 2c + 1 of the group
+      float* dst = part + (b * kC + warp) * kC + 2 * lane;
+      dst[0] = acc[0][0] + acc[1][0];
+      dst[1] = acc[0][1] + acc[1][1];
     }
+    if (b != kPartGroups - 1 && i != mine - 1) continue;
+    // the batch's epilogues: warp w finishes group (i - b) + w, lane r its row r
+    consumers_sync<kC>();
+    const int gi = i - b + warp;
+    if (warp <= b && lane < kC) {
+      const int grp = fg + gi * nb;
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kC; ++w) sum += part[(warp * kC + w) * kC + lane];
+      sum *= row_factor;
+      const int n = output_of(g, grp, lane);
+      if (g.epi == kSwiglu) {  // gate rows 0-3 (lanes 0-3), up rows 4-7: rounded as gemv + silu_mul
+        const float up = __shfl_down_sync(0xffu, sum, 4);
+        if (lane < kC / 2 && n < g.N) {
+          const float gate = round_b(sum), u = round_b(up);
+          y[n] = to_b(round_b(gate / (1.f + expf(-gate))) * u);
+        }
+      } else if (n < g.N) {
+        // residual: as gemv + ATen's bf16 add (the product rounded, then the sum); plain: the sum rounded
+        y[n] = g.epi == kResidual ? to_b(old + round_b(sum)) : to_b(sum);
+      }
+    }
+    old = old_of(i + 1 + warp);  // the next batch's
+    consumers_sync<kC>();       // part is read: the next batch may write it
   }
+  t += mine * g.segs;
   if (timed) tr[kTrStarve] = static_cast<unsigned long long>(starve);
 }
 
@@ -453,16 +500,34 @@ __device__ void consume_attention(const DecodeLayersArgs& a, const DecodeLayer& 
       consumers_sync<kC>();
       if (*flag) {  // the head's last chunk: merge them all
         __threadfence();
+        // kMergeBatch chunks' (m, l, o[d]) loaded together, then folded in with a running maximum: one L2 round trip
+        // a batch (nch <= 16 at the Qwen3 shapes on 132 SMs: one)
         for (int e = ctid; e < G * HD; e += 32 * kC) {
           const int g = e / HD, d = e % HD;
-          float M = -INFINITY;
-          for (int c = 0; c < nch; ++c) M = fmaxf(M, __ldcg(part_base + (static_cast<size_t>(c) * G + g) * (HD + 2)));
-          float sum = 0.f, acc = 0.f;
-          for (int c = 0; c < nch; ++c) {
-            const float* part = part_base + (static_cast<size_t>(c) * G + g) * (HD + 2);
-            const float f = __expf(__ldcg(part) - M);
-            sum += __ldcg(part + 1) * f;
-            acc += __ldcg(part + 2 + d) * f;
+          float M = -INFINITY, sum = 0.f, acc = 0.f;
+          for (int c0 = 0; c0 < nch; c0 += kMergeBatch) {
+            float pm[kMergeBatch], pl[kMergeBatch], po[kMergeBatch];
+#pragma unroll
+            for (int u = 0; u < kMergeBatch; ++u) {
+              const float* part = part_base + (static_cast<size_t>(c0 + u) * G + g) * (HD + 2);
+              const bool ok = c0 + u < nch;  // a chunk's maximum is finite: it has at least one key
+              pm[u] = ok ? __ldcg(part) : -INFINITY;
+              pl[u] = ok ? __ldcg(part + 1) : 0.f;
+              po[u] = ok ? __ldcg(part + 2 + d) : 0.f;
+            }
+            float mb = M;
+#pragma unroll
+            for (int u = 0; u < kMergeBatch; ++u) mb = fmaxf(mb, pm[u]);
+            const float rescale = __expf(M - mb);  // the first batch: exp(-inf) = 0
+            sum *= rescale;
+            acc *= rescale;
+#pragma unroll
+            for (int u = 0; u < kMergeBatch; ++u) {
+              const float f = __expf(pm[u] - mb);
+              sum = fmaf(pl[u], f, sum);
+              acc = fmaf(po[u], f, acc);
+            }
+            M = mb;
           }
           a.attn_out[static_cast<int64_t>(h * G + g) * HD + d] = to_b(acc / sum);
         }
@@ -473,9 +538,9 @@ __device__ void consume_attention(const DecodeLayersArgs& a, const DecodeLayer& 
   }
 }
 
-// Shared memory: the ring [stages][kC][kMaxKc] bf16, a region (x for a projection, or the attention's), the
-// SwiGLU pair sums [2][kC] floats and a flag, then 2 * stages mbarriers.
-constexpr size_t kMiscBytes = 128;
+// Shared memory: the ring [stages][kC][kPitch] bf16, a region (x for a projection, or the attention's), a flag (128
+// bytes), the row groups' partial sums [kPartGroups][kC][kC] floats, then 2 * stages mbarriers.
+constexpr size_t kMiscBytes = 128 + sizeof(float) * kPartGroups * kC * kC;
 
 template <int DPL, int G>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -488,14 +553,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   ring.stages = reinterpret_cast<bf16*>(smem);
   ring.count = stages;
   unsigned char* region_ptr = smem + static_cast<size_t>(stages) * kStageBytes;
-  float* sums = reinterpret_cast<float*>(region_ptr + region);
-  int* flag = reinterpret_cast<int*>(sums + 2 * kC);
+  int* flag = reinterpret_cast<int*>(region_ptr + region);
+  float* part = reinterpret_cast<float*>(region_ptr + region + 128);  // [kPartGroups][kC warps][kC rows]
   ring.full = reinterpret_cast<uint64_t*>(region_ptr + region + kMiscBytes);
   ring.empty = ring.full + stages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       mbar_init(&ring.full[s], 1);
-      mbar_init(&ring.empty[s], kC);
+      mbar_init(&ring.empty[s], kC);  // every consumer warp takes a share of every tile
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -527,7 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Gemv g = gemv_of(a, L, p);
       const bf16* x = p == kO ? a.attn_out : p == kDown ? a.act : a.x;
       bf16* y = p == kQkv ? a.qkv_out : p == kGateUp ? a.act : a.x;
-      consume_gemv(g, x, y, p == kQkv || p == kGateUp, a.eps, ring, t, rot, reinterpret_cast<uint4*>(region_ptr), sums,
+      consume_gemv(g, x, y, p == kQkv || p == kGateUp, a.eps, ring, t, rot, reinterpret_cast<uint32_t*>(region_ptr), part,
                    !(ablate & kAblateMath), tr);
       rot = (rot + g.groups) % static_cast<int>(nb);
       if (stamp) tr[kTrEnd] = now_ns();
@@ -577,11 +642,12 @@ struct Layout {
   size_t region = 0, smem = 0;
 };
 
-// Whether K splits into segments of at most kMaxKc columns (multiples of 8) with a non-empty last one.
+// Whether K splits into segments of at most kMaxKc columns (multiples of 16, whole MMA k-steps) with a non-empty last
+// one.
 bool segments_ok(int K) {
   int segs = 0, kc = 0;
   segment(K, segs, kc);
-  return K > 0 && K % 8 == 0 && kc <= kMaxKc && K - (segs - 1) * kc > 0;
+  return K > 0 && K % 16 == 0 && kc <= kMaxKc && K - (segs - 1) * kc > 0;
 }
 
 template <int DPL, int G> void* kernel_of() { return reinterpret_cast<void*>(decode_layers_kernel<DPL, G>); }
