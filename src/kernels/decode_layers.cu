@@ -4,7 +4,9 @@
 // most kMaxKc columns; a tile is a group's rows x one segment, one cp.async.bulk a row into a ring stage. Groups are
 // dealt to blocks round-robin, starting each projection where the last one stopped, so every block streams nearly
 // the same bytes over the step. The grid-wide order is one counter: each block adds 1 after each op (release), and
-// waits for op k's input until it reads k * blocks (acquire); the last arrival of the step resets it to 0.
+// waits for op k's input until it reads k * blocks (acquire); the last arrival of the step resets it to 0. Every
+// consumer warp takes a share of every tile (consume_gemv: MMA k-step pairs), so all of them walk the ring in order
+// and none can wait on a stage a round ahead of another, which a parity wait could not tell apart.
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>

@@ -10,17 +10,19 @@
 //
 // Ops a layer, each ending in a grid-wide arrival: qkv (folded input norm) -> attention (q/k-norm + RoPE, the new
 // K/V written into the cache, split over key chunks, merged by the last chunk of each KV head) -> o (+ residual) ->
-// gate/up (folded post norm, SwiGLU) -> down (+ residual). The GEMV ops are bitwise the one-op GEMVs (gemv.h: the
-// same lane order, reduction and epilogue roundings). The attention agrees with kernels::attention to bf16
-// precision (fp32 softmax; probabilities not rounded), as both agree with the ATen reference.
+// gate/up (folded post norm, SwiGLU) -> down (+ residual). The GEMV ops reduce their tiles on the tensor cores (bf16
+// products, fp32 sums in another order than the one-op GEMVs', gemv.h, whose epilogue roundings they keep), so they
+// agree with those to fp32 rounding, not bitwise. The attention agrees with kernels::attention to bf16 precision
+// (fp32 softmax; probabilities not rounded), as both agree with the ATen reference.
 // Reference twin: the one-op kernels in sequence (gemv_out, attention_qkv_out, gemv_residual_out,
 // gemv_silu_mul_out), which tests/gpu compares it with over decode steps; the engine uses it with
 // SPECPRESS_DECODE_PERSISTENT (model/qwen3_fast.h).
 //
-// Status (docs/PERF.md, nineteenth pass): correct, and slower than the launches it replaces (Qwen3-4B decode 3.01
-// against 2.60 ms, 8B 4.82 against 4.26), so it is opt-in. Its weight stream with the grid-wide waits alone reaches
-// 86% (4B) and 93% (8B) of the roofline; the arithmetic and the attention each add 0.36-0.43 ms that the ring does
-// not hide (SPECPRESS_DECODE_PERSISTENT_ABLATE measures them).
+// Status (docs/PERF.md, nineteenth and twentieth passes): correct, and slower than the launches it replaces (Qwen3-4B
+// decode 2.72 against 2.60 ms, 8B 4.44 against 4.26), so it is opt-in. Its weight stream with the grid-wide waits
+// alone reaches 86% (4B) and 93% (8B) of the roofline. The tensor-core consumers reduce tiles faster than the stream
+// delivers them, so what is left is the time the ring is full while the consumers wait at an op boundary or run the
+// attention (trace: fast_perf --persistent-trace; SPECPRESS_DECODE_PERSISTENT_ABLATE leaves parts out).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -1,6 +1,6 @@
 // gemv_math.cuh — the GEMV's per-chunk arithmetic (bf16 pairs to floats, the 8-element dot product, the sum of
-// squares of a folded norm), shared by the one-op GEMVs (gemv.cu) and the persistent decode kernel
-// (decode_layers.cu), so that both accumulate a row in the same order and round it bitwise alike.
+// squares of a folded norm), used by the one-op GEMVs (gemv.cu); the persistent decode kernel (decode_layers.cu)
+// takes the sum of squares from here for its folded norms.
 #pragma once
 #include <cstdint>
 

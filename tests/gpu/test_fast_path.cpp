@@ -544,7 +544,7 @@ TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
   } restore;
   // Second shape: head_dim 64, 2 query heads a KV head, and H = 2576, I = 4128: weight rows of 3 and 4 segments of the
   // kernel's tiles, the last narrower, segments of odd numbers of MMA k-steps (54 and 53; 65 and 63), and 7-8 row
-  // groups a block in the gate/up and down ops on 132 SMs (two batches of the kernel's epilogues).
+  // groups a block in the gate/up op on 132 SMs (two batches of the kernel's epilogues).
   model::Qwen3Config wide = head_dim_128_config();
   wide.hidden_size = 2576;
   wide.intermediate_size = 4128;
