@@ -347,6 +347,8 @@ int main(int argc, char** argv) {
     out["device"] = prop.name;
     out["context"] = context;
     out["tau"] = tau;
+    out["decode_persistent"] = model::decode_persistent();  // SPECPRESS_DECODE_PERSISTENT or --persistent-trace
+    out["persistent_trace"] = !persistent_trace_path.empty();
     const double bw = copy_bandwidth_gbs();
     out["copy_bandwidth_GBps"] = bw;
     std::printf("device %s, copy bandwidth %.0f GB/s (read + write), context %lld, block 16\n", prop.name, bw,

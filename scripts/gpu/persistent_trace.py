@@ -10,7 +10,9 @@ Reads FILE.<shape>.csv (a row a (block, op), kernels::DecodeLayersArgs::trace's 
   starve    consumer warp 0 waiting for a full stage (the weight stream behind the arithmetic)
   blocked   the producer waiting for a free stage to issue this op's tiles (the ring full: the stream stopped)
   lead      how long before the op's release the producer issued its first tile of the op
-Cycles are converted to ns with each block's own clock64 / %globaltimer ratio (its last row). Standard library only.
+Cycles are converted to ns with each block's own clock64 / %globaltimer ratio (its last row). The attention's wait
+includes the issue of its prefetched K/V loads (stamped before them). The "all" row's wait and lead are plain sums.
+Check the printed stamp resolution before trusting sub-microsecond numbers. Standard library only.
 Usage: persistent_trace.py FILE.csv [--json OUT]
 """
 import csv
@@ -88,7 +90,8 @@ def main():
         leads = [v["ready_ns"] - v["first_copy_ns"] for v in vals if v["first_copy_ns"] > 0]
         acc["lead"] += med(leads)
     print(f"{path}: {len(blocks)} blocks, {n_ops} ops, kernel span {(t1 - t0) / 1e3:.1f} us, "
-          f"stamp resolution <= {res} ns, {statistics.mean(ns_per_cycle.values()):.4f} ns a cycle")
+          f"stamp resolution <= {res if res < 10**9 else 'n/a'} ns, "
+          f"{statistics.mean(ns_per_cycle.values()):.4f} ns a cycle")
     print("us summed over layers (median over blocks); per layer in brackets")
     cols = ["wall", "wait", "prologue", "body", "starve", "blocked", "lead"]
     print(f"{'op':<10}" + "".join(f"{c:>18}" for c in cols))

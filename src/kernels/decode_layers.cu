@@ -30,6 +30,7 @@ constexpr int kThreads = 32 * (kC + 1);  // + the producer warp
 constexpr int kMaxKc = 1280;             // columns a tile at most (2.5 KB row copies; 1.25 KB ones measured slower)
 constexpr int kPitch = kMaxKc + 8;       // a stage row's elements: 16 bytes of padding, so ldmatrix rows miss no bank
 constexpr size_t kStageBytes = sizeof(bf16) * kC * kPitch;
+static_assert(kMaxKc % 32 == 0, "a tile row is whole k-step pairs, so an x4 load never leaves its row");
 constexpr int kPairsPerWarp = (kMaxKc / 32 + kC - 1) / kC;  // k-step pairs of a tile a consumer warp takes at most
 constexpr int kPartGroups = 4;           // row groups whose partial sums wait in shared memory for their epilogues
 static_assert(kPartGroups <= kC, "a batch's epilogues take one warp a group");
@@ -175,7 +176,8 @@ __device__ __forceinline__ void grid_arrive(unsigned* counter, unsigned total) {
 // +1] and x[16j + 2c + 8, +9]), with the folded norm's sum of squares reduced over the block on the way. Every warp
 // then reduces its share of each tile on the tensor cores, as all warps walk the tiles in order (so none runs a ring
 // round ahead of another): warp w takes the tile's k-step pairs w, w + kC, .. (ldmatrix.x4 of two k-steps), computing
-// D = A B with A row 0 = x (A's other rows are whatever the lanes hold; only D's row 0 is read) and B = the tile's 8
+// D = A B with every row of A = x (each lane passes its row-0 fragment words for rows g and g + 8 alike; only D's row 0
+// is read) and B = the tile's 8
 // rows. At a group's last tile a warp leaves its 8 row sums (lanes 0-3: rows 2c, 2c + 1) in `part`; after every
 // kPartGroups groups the block syncs and warp w finishes group w of the batch (lane r: row r of the group).
 __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded, float eps, const Ring& ring, int& t,
@@ -236,8 +238,8 @@ __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded,
           const int j = 2 * (warp + kC * u);  // this pair's first k-step in the segment
           if (j >= steps) break;
           uint32_t b[4];
-          // a segment's odd last k-step is a pair's first alone: the load's second half (the next 16 columns of
-          // the row, inside the padded pitch, the next row or past the last stage the region) is not used
+          // a segment's odd last k-step is a pair's first alone: the load's second half, the next 16 columns of the
+          // same row (j <= 78, so columns <= kMaxKc - 1: stale weights), is not used
           ldmatrix_x4(b, stage + j * 16);
           const uint2 xa = xf[(j0 + j) * 4];
           mma_bf16(acc[0], xa.x, xa.x, xa.y, xa.y, b[0], b[1]);

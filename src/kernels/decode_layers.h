@@ -11,8 +11,8 @@
 // Ops a layer, each ending in a grid-wide arrival: qkv (folded input norm) -> attention (q/k-norm + RoPE, the new
 // K/V written into the cache, split over key chunks, merged by the last chunk of each KV head) -> o (+ residual) ->
 // gate/up (folded post norm, SwiGLU) -> down (+ residual). The GEMV ops reduce their tiles on the tensor cores (bf16
-// products, fp32 sums in another order than the one-op GEMVs', gemv.h, whose epilogue roundings they keep), so they
-// agree with those to fp32 rounding, not bitwise. The attention agrees with kernels::attention to bf16 precision
+// products, fp32 sums in another order than the one-op GEMVs', gemv.h, the folded norm's sum of squares too; the same
+// epilogue roundings), so an output can differ from theirs by a bf16 unit, not more in practice; not bitwise. The attention agrees with kernels::attention to bf16 precision
 // (fp32 softmax; probabilities not rounded), as both agree with the ATen reference.
 // Reference twin: the one-op kernels in sequence (gemv_out, attention_qkv_out, gemv_residual_out,
 // gemv_silu_mul_out), which tests/gpu compares it with over decode steps; the engine uses it with
@@ -72,7 +72,8 @@ struct DecodeLayersArgs {
 constexpr int kDecodeTraceFields = 8;
 
 // Whether the kernel takes these shapes on the current device: sm_90 or newer, hd in {32, 64, 128}, nq / nkv in
-// {1, 2, 4, 8}, H and I multiples of 8 that fit its shared memory, and one resident block an SM. decode_layers()
+// {1, 2, 4, 8}, H, I and nq hd multiples of 16 (whole MMA k-steps; the engine's fast path takes multiples of 8, and
+// runs the launches where this is false) that fit its shared memory, and one resident block an SM. decode_layers()
 // launches one block an SM cooperatively, so where the GPU cannot hold them all at once (another kernel running
 // beside it, an MPS limit) the launch fails (cudaErrorCooperativeLaunchTooLarge) instead of hanging; it returns
 // cudaErrorInvalidValue for arguments or shapes it does not take.

@@ -543,7 +543,7 @@ TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
     ~Restore() { model::set_decode_persistent(persistent); }
   } restore;
   // Second shape: head_dim 64, 2 query heads a KV head, and H = 2576, I = 4128: weight rows of 3 and 4 segments of the
-  // kernel's tiles, the last narrower, segments of odd numbers of MMA k-steps (54 and 53; 65 and 63), and 7-8 row
+  // kernel's tiles, the last narrower, segments of 54 and 53 MMA k-steps (H) and 65 and 63 (I), odd counts, and 7-8 row
   // groups a block in the gate/up op on 132 SMs (two batches of the kernel's epilogues).
   model::Qwen3Config wide = head_dim_128_config();
   wide.hidden_size = 2576;
@@ -561,7 +561,8 @@ TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
   const int64_t steps = 24;
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  if (major < 9) GTEST_SKIP() << "the persistent decode kernel needs sm_90 (TMA)";
+  // built for sm_90a (CMakeLists.txt): elsewhere the kernel is not supported; on sm_90 an unsupported shape fails
+  if (major != 9) GTEST_SKIP() << "the persistent decode kernel is built for sm_90 (TMA)";
   for (Case& k : cases) {
     const model::Qwen3Config& c = k.pair.target->config();
     ASSERT_TRUE(kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
