@@ -177,9 +177,9 @@ __device__ __forceinline__ void grid_arrive(unsigned* counter, unsigned total) {
 // then reduces its share of each tile on the tensor cores, as all warps walk the tiles in order (so none runs a ring
 // round ahead of another): warp w takes the tile's k-step pairs w, w + kC, .. (ldmatrix.x4 of two k-steps), computing
 // D = A B with every row of A = x (each lane passes its row-0 fragment words for rows g and g + 8 alike; only D's row 0
-// is read) and B = the tile's 8
-// rows. At a group's last tile a warp leaves its 8 row sums (lanes 0-3: rows 2c, 2c + 1) in `part`; after every
-// kPartGroups groups the block syncs and warp w finishes group w of the batch (lane r: row r of the group).
+// is read) and B = the tile's 8 rows. At a group's last tile a warp leaves its 8 row sums (lanes 0-3: rows 2c,
+// 2c + 1) in `part`; after every kPartGroups groups the block syncs and warp w finishes group w of the batch (lane r:
+// row r of the group).
 __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded, float eps, const Ring& ring, int& t,
                              int rot, uint32_t* xs, float* part, bool math, unsigned long long* tr) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nb = static_cast<int>(gridDim.x), nvec = g.K / 8;
@@ -596,8 +596,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Gemv g = gemv_of(a, L, p);
       const bf16* x = p == kO ? a.attn_out : p == kDown ? a.act : a.x;
       bf16* y = p == kQkv ? a.qkv_out : p == kGateUp ? a.act : a.x;
-      consume_gemv(g, x, y, p == kQkv || p == kGateUp, a.eps, ring, t, rot, reinterpret_cast<uint32_t*>(region_ptr), part,
-                   !(ablate & kAblateMath), tr);
+      consume_gemv(g, x, y, p == kQkv || p == kGateUp, a.eps, ring, t, rot, reinterpret_cast<uint32_t*>(region_ptr),
+                   part, !(ablate & kAblateMath), tr);
       rot = (rot + g.groups) % static_cast<int>(nb);
       if (stamp) tr[kTrEnd] = now_ns();
       grid_arrive(counter, total);

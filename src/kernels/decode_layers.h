@@ -10,10 +10,11 @@
 //
 // Ops a layer, each ending in a grid-wide arrival: qkv (folded input norm) -> attention (q/k-norm + RoPE, the new
 // K/V written into the cache, split over key chunks, merged by the last chunk of each KV head) -> o (+ residual) ->
-// gate/up (folded post norm, SwiGLU) -> down (+ residual). The GEMV ops reduce their tiles on the tensor cores (bf16
-// products, fp32 sums in another order than the one-op GEMVs', gemv.h, the folded norm's sum of squares too; the same
-// epilogue roundings), so an output can differ from theirs by a bf16 unit, not more in practice; not bitwise. The attention agrees with kernels::attention to bf16 precision
-// (fp32 softmax; probabilities not rounded), as both agree with the ATen reference.
+// gate/up (folded post norm, SwiGLU) -> down (+ residual). The GEMV ops reduce their tiles on the tensor cores: bf16
+// products and fp32 sums, in another order than the one-op GEMVs' (gemv.h; the folded norm's sum of squares too), with
+// the same epilogue roundings, so an output can differ from theirs in its last bf16 bit: not bitwise. The attention
+// agrees with kernels::attention to bf16 precision (fp32 softmax; probabilities not rounded), as both agree with the
+// ATen reference.
 // Reference twin: the one-op kernels in sequence (gemv_out, attention_qkv_out, gemv_residual_out,
 // gemv_silu_mul_out), which tests/gpu compares it with over decode steps; the engine uses it with
 // SPECPRESS_DECODE_PERSISTENT (model/qwen3_fast.h).
