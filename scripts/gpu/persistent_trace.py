@@ -23,19 +23,40 @@ import sys
 KINDS = ["qkv", "attention", "o", "gate_up", "down"]
 
 
+COLUMNS = ["block", "op", "layer", "kind", "begin_ns", "ready_ns", "prologue_ns", "end_ns", "starve_cycles",
+           "first_copy_ns", "blocked_cycles", "last_copy_ns"]
+
+
 def load(path):
     rows = {}
     clocks = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            b, op = int(r["block"]), int(r["op"])
-            vals = {k: int(v) for k, v in r.items() if k.endswith("_ns") or k.endswith("_cycles")}
-            if r["kind"] == "clock":
-                clocks[b] = vals
-            else:
-                rows[(b, op)] = (r["kind"], int(r["layer"]), vals)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != COLUMNS:
+                sys.exit(f"{path}: header {reader.fieldnames}, expected fast_perf --persistent-trace's {COLUMNS}")
+            for line, r in enumerate(reader, start=2):
+                try:
+                    b, op = int(r["block"]), int(r["op"])
+                    vals = {k: int(r[k]) for k in COLUMNS[4:]}
+                    layer = int(r["layer"])
+                except (TypeError, ValueError):
+                    sys.exit(f"{path}:{line}: expected integers in every field but kind, found {list(r.values())}")
+                if r["kind"] == "clock":
+                    clocks[b] = vals
+                elif r["kind"] in KINDS:
+                    rows[(b, op)] = (r["kind"], layer, vals)
+                else:
+                    sys.exit(f"{path}:{line}: kind '{r['kind']}', expected one of {KINDS + ['clock']}")
+    except OSError as e:
+        sys.exit(f"{path}: cannot read it ({e.strerror})")
     if not rows or not clocks:
         sys.exit(f"{path}: no trace rows (expected fast_perf --persistent-trace output)")
+    n_ops = 1 + max(op for _, op in rows)
+    missing = [(b, op) for b in clocks for op in range(n_ops) if (b, op) not in rows]
+    if missing or set(b for b, _ in rows) != set(clocks):
+        sys.exit(f"{path}: incomplete: expected every block to have ops 0..{n_ops - 1} and a clock row "
+                 f"(first gap: block, op = {missing[0] if missing else 'a block without its clock row'})")
     return rows, clocks
 
 
