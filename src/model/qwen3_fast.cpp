@@ -90,6 +90,9 @@ int decode_attention_warps() {
   return warps;
 }
 
+// A bf16 tensor's data as the torch-free kernels take it (kernels::DecodeLayer, DecodeLayersArgs).
+__nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
+
 double tensor_bytes(const at::Tensor& t) { return static_cast<double>(t.numel()) * t.element_size(); }
 
 double layer_bytes(const FastLayer& l) {
@@ -204,7 +207,6 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
                                        static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
                                        static_cast<int>(c.head_dim))) {
     std::vector<kernels::DecodeLayer> table;
-    auto bf = [](const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); };
     for (size_t l = 0; l < t_layers_.size(); ++l) {
       const FastLayer& w = t_layers_[l];
       const auto li = static_cast<int64_t>(l);
@@ -398,7 +400,6 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     a.rope_cos = rope.cos.data_ptr<float>();
     a.rope_sin = rope.sin.data_ptr<float>();
     a.pos = pos.data_ptr<int>();
-    auto bf = [](const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); };
     a.x = bf(x);
     a.qkv_out = bf(qkv);
     a.attn_out = bf(attn);

@@ -451,9 +451,10 @@ RandomPair head_dim_128_pair() {
   return random_pair(head_dim_128_config(), /*draft_layers=*/2, {1, 3}, /*block=*/16, /*mask=*/500);
 }
 
-std::vector<int64_t> head_dim_128_prompt() {
+// A prompt of n tokens below the pairs' mask id 500.
+std::vector<int64_t> head_dim_128_prompt(int64_t n = 70) {
   std::vector<int64_t> prompt;
-  for (int i = 0; i < 70; ++i) prompt.push_back((i * 37 + 11) % 500);
+  for (int64_t i = 0; i < n; ++i) prompt.push_back((i * 37 + 11) % 500);
   return prompt;
 }
 
@@ -549,8 +550,7 @@ TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
   wide.hidden_size = 2576;
   wide.intermediate_size = 4128;
   wide.num_layers = 2;
-  wide.num_heads = 8;
-  wide.num_kv_heads = 4;
+  wide.num_kv_heads = 4;  // 8 query heads, as the base
   wide.head_dim = 64;
   struct Case {
     RandomPair pair;
@@ -572,8 +572,7 @@ TEST(FastPathShapes, PersistentDecodeMatchesTheLaunches) {
     double worst_logits = 0, worst_cache = 0;
     int64_t argmax_differs = 0, compared = 0;
     for (int64_t n : k.prompt_lengths) {
-      std::vector<int64_t> prompt;
-      for (int64_t i = 0; i < n; ++i) prompt.push_back((i * 37 + 11) % 500);
+      const std::vector<int64_t> prompt = head_dim_128_prompt(n);
       std::unique_ptr<model::FastEngine> engines[2];
       for (int e = 0; e < 2; ++e) {
         model::set_decode_persistent(e == 1);
