@@ -724,9 +724,9 @@ int main(int argc, char** argv) {
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
                     "the fast verify step (beside its last layers), so those two rows' speedups compare different splits "
                     "of the same work; the cycle's compares the same work\n");
-      std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d, used with PDL) in the table's graphs: decode %d, "
-                  "verify %d, draft %d\n", kernels::lc_edges_flag() ? 1 : 0, fb->lc_edges[0], fb->lc_edges[1],
-                  fb->lc_edges[2]);
+      std::printf("launch-completion edges into our kernels (SPECPRESS_LC_EDGES=%d, used with PDL; SPECPRESS_LC_SKIP=%s) in the "
+                  "table's graphs: decode %d, verify %d, draft %d\n", kernels::lc_edges_flag() ? 1 : 0,
+                  kernels::lc_skip_names(kernels::lc_skip_mask()).c_str(), fb->lc_edges[0], fb->lc_edges[1], fb->lc_edges[2]);
       std::printf("tokens/s: plain %.1f fast vs %.1f reference; DFlash projected at tau %.1f: %.1f fast vs %.1f reference\n",
                   1e3 / f_decode_loop, 1e3 / r_decode, tau, tau * 1e3 / f_cycle, tau * 1e3 / r_cycle);
       nlohmann::ordered_json proj_json = nlohmann::ordered_json::array();
@@ -775,7 +775,8 @@ int main(int argc, char** argv) {
               {"reference_ms", {{"decode", r_decode}, {"verify", r_verify}, {"draft", r_draft}, {"cycle", r_cycle}}},
               {"roofline_pct_fast", {{"decode", pct(dec_floor, f_decode)}, {"verify", pct(f_ver_floor, f_verify)},
                                      {"draft", pct(f_drf_floor, f_draft)}, {"cycle", pct(cyc_floor, f_cycle)}}},
-              {"launch_completion_edges", {{"decode", fb->lc_edges[0]}, {"verify", fb->lc_edges[1]}, {"draft", fb->lc_edges[2]}}},
+              {"launch_completion_edges", {{"decode", fb->lc_edges[0]}, {"verify", fb->lc_edges[1]}, {"draft", fb->lc_edges[2]},
+                                           {"skipped", kernels::lc_skip_names(kernels::lc_skip_mask())}}},
               {"fold_norms", model::fold_norms()},
               {"draft_kv_batch", model::draft_kv_batch()},
               {"inject_in_verify", model::inject_in_verify()},

@@ -38,6 +38,7 @@ golden SPECPRESS_GEMM=cublas "cuBLAS at M = 1 too (the default mode uses the GEM
 run_tests "SPECPRESS_PDL=0, FastPathGolden + Kernels" 'FastPathGolden.*:Kernels.*' SPECPRESS_PDL=0
 golden SPECPRESS_PDL=1 "PDL in verify and draft too"
 golden SPECPRESS_LC_EDGES=0 "no launch-completion edges"
+golden SPECPRESS_LC_SKIP=none "launch-completion edges into the SwiGLU too (kernels/launch.h)"
 golden SPECPRESS_LT_TUNE=0 "at::mm_out for every multi-row product (src/kernels/lt_linear.h)"
 # the streaming small-M modes (the residual adds' at::mm_out-less fallback; stream_all is batch-invariant)
 golden SPECPRESS_GEMM=stream

@@ -293,6 +293,7 @@ template <int HD> cudaError_t launch(const AttentionArgs& a, cudaStream_t stream
   }
   const int G = a.nq / a.nkv, QT = kRows / G;
   dim3 grid(a.nkv, a.splits, (a.T + QT - 1) / QT);
+  const LcSkipScope lc(kLcAttention);
   return launch_kernel(attention_kernel<HD>, grid, kThreads, bytes, stream, a);
 }
 
@@ -769,6 +770,7 @@ template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, c
   // doubling the step; with fewer splits each block streams more keys through its cp.async pipeline.
   const int splits = std::max(1, std::min(a.splits, resident / groups));
   dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, splits);
+  const LcSkipScope lc(kLcAttention);
   return launch_kernel(kernel, grid, 32 * WARPS, bytes, stream, a);
 }
 

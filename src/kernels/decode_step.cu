@@ -177,6 +177,7 @@ cudaError_t argmax_rows(const __nv_bfloat16* logits, int64_t ld, int rows, int V
                         cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (V <= 0) return cudaErrorInvalidValue;
+  const LcSkipScope lc(kLcArgmax);
   // the split kernel's rows are its grid's y dimension (at most 65535); the one-block kernel's are x
   if (!split || rows > 65535) return launch_kernel(argmax_kernel, rows, kArgmaxThreads, 0, stream, logits, ld, V, out);
   const bool vectors = V % 8 == 0 && ld % 8 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;

@@ -96,6 +96,49 @@ inline bool& lc_edges_flag() {
 }
 inline bool lc_edges_enabled() { return lc_edges_flag() && pdl_enabled(); }
 
+// SPECPRESS_LC_SKIP: our kernels kept out of that rewrite, so that the edges into them stay ordinary (the kernel
+// launches once the product before it has completed). A comma-separated list of silu_mul, rmsnorm, row_rms, argmax
+// and attention, or none; unset or empty: silu_mul. The SwiGLU has nothing to do before its wait, and woke from it
+// about 1 us later than an ordinary launch started it: skipping it took 4B verify 3.092-3.100 -> 3.067-3.069 ms and
+// 8B 4.691-4.693 -> 4.651, while skipping the attention, which loads the older cache rows before its wait, made
+// them 50-75 us slower, and argmax and rmsnorm were within noise (docs/PERF.md, twenty-second pass).
+enum LcKernel : unsigned { kLcSiluMul = 1, kLcRmsnorm = 2, kLcRowRms = 4, kLcArgmax = 8, kLcAttention = 16 };
+constexpr unsigned kLcSkipDefault = kLcSiluMul;
+constexpr std::pair<const char*, unsigned> kLcKernelNames[] = {{"silu_mul", kLcSiluMul}, {"rmsnorm", kLcRmsnorm},
+                                                               {"row_rms", kLcRowRms}, {"argmax", kLcArgmax},
+                                                               {"attention", kLcAttention}};
+// The names of a mask's kernels, comma-separated ("none" for none), as SPECPRESS_LC_SKIP takes them.
+inline std::string lc_skip_names(unsigned mask) {
+  std::string names;
+  for (const auto& [n, b] : kLcKernelNames)
+    if ((mask & b) != 0) names += (names.empty() ? "" : ",") + std::string(n);
+  return names.empty() ? "none" : names;
+}
+// SPECPRESS_LC_SKIP as a mask of LcKernel bits; a name not in the list fails, naming the variable.
+inline unsigned lc_skip_from_env() {
+  const char* env = std::getenv("SPECPRESS_LC_SKIP");
+  if (env == nullptr || *env == '\0') return kLcSkipDefault;
+  if (std::strcmp(env, "none") == 0) return 0;
+  constexpr const char* kExpected = "a comma-separated list of silu_mul, rmsnorm, row_rms, argmax and attention, or none";
+  unsigned mask = 0;
+  const std::string list(env);
+  for (size_t begin = 0; begin <= list.size();) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    const std::string name = list.substr(begin, end - begin);
+    unsigned bit = 0;
+    for (const auto& [n, b] : kLcKernelNames)
+      if (name == n) bit = b;
+    if (bit == 0) bad_env_value("SPECPRESS_LC_SKIP", env, kExpected);
+    mask |= bit;
+    begin = end + 1;
+  }
+  return mask;
+}
+inline unsigned lc_skip_mask() {
+  static const unsigned mask = lc_skip_from_env();  // read once
+  return mask;
+}
+
 // While set on this thread, launch_kernel appends each kernel it launches here. The fast engine records its
 // graph captures this way to know which kernel nodes are src/kernels' own (graph_edges.h): every one of them
 // waits (pdl_wait) before it reads an earlier kernel's results or writes anything (the fused attention's early
@@ -104,6 +147,22 @@ inline std::vector<const void*>*& launch_recorder() {
   thread_local std::vector<const void*>* recorder = nullptr;
   return recorder;
 }
+
+// While alive, the launches of kernel `k` are not recorded (launch_recorder) if SPECPRESS_LC_SKIP names it, so the
+// engine does not rewrite the edges into them. Every launch of a kernel goes through one such scope: the rewrite
+// goes by the kernel's function, so one recorded launch would relax the edges into all its nodes.
+class LcSkipScope {
+ public:
+  explicit LcSkipScope(LcKernel k) : saved_(launch_recorder()) {
+    if ((lc_skip_mask() & k) != 0) launch_recorder() = nullptr;
+  }
+  ~LcSkipScope() { launch_recorder() = saved_; }
+  LcSkipScope(const LcSkipScope&) = delete;
+  LcSkipScope& operator=(const LcSkipScope&) = delete;
+
+ private:
+  std::vector<const void*>* saved_;
+};
 
 namespace detail {
 

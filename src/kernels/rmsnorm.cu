@@ -82,6 +82,7 @@ cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream) {
   if (a.H <= 0 || a.H % 8 != 0 || a.x == nullptr || a.rs == nullptr || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 ||
       (a.tap != nullptr && (a.ld_tap < a.H || a.ld_tap % 8 != 0 || reinterpret_cast<uintptr_t>(a.tap) % 16 != 0)))
     return cudaErrorInvalidValue;
+  const LcSkipScope lc(kLcRowRms);
   return launch_kernel(row_rms_kernel, (a.rows + kRowRmsWarps - 1) / kRowRmsWarps, kRowRmsWarps * 32, 0, stream, a);
 }
 
@@ -90,6 +91,7 @@ cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.H <= 0 || a.H % 8 != 0 || a.H > kThreads * kMaxVec * 8 || a.x == nullptr || a.weight == nullptr ||
       a.y == nullptr || (a.sum_out2 != nullptr && a.residual == nullptr))
     return cudaErrorInvalidValue;
+  const LcSkipScope lc(kLcRmsnorm);
   return launch_kernel(rmsnorm_kernel, a.rows, kThreads, 0, stream, a);
 }
 

@@ -37,6 +37,7 @@ cudaError_t silu_mul(const __nv_bfloat16* gate_up, __nv_bfloat16* out, int rows,
   if (inter <= 0 || inter % 8 != 0 || gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
   const int64_t n = static_cast<int64_t>(rows) * (inter / 8);
   const int threads = 256;
+  const LcSkipScope lc(kLcSiluMul);
   return launch_kernel(silu_mul_kernel, static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream, gate_up,
                        out, rows, inter, row_scale);
 }

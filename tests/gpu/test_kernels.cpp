@@ -13,8 +13,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -1219,12 +1222,19 @@ TEST_F(Kernels, LaunchCompletionEdgesMatchPlainLaunches) {
   for (int i = 0; i < 2; ++i) layer(relaxed_run);
   kernels::launch_recorder() = nullptr;
   graph.capture_end();
-  EXPECT_EQ(launched.size(), 2u * 5u) << "our kernels recorded: 2 RMSNorms, attention, SwiGLU, counter a layer";
+  // SPECPRESS_LC_SKIP's kernels (default: the SwiGLU) are not recorded, so the edges into them stay ordinary
+  const unsigned skip = kernels::lc_skip_mask();
+  const int rms = (skip & kernels::kLcRmsnorm) ? 0 : 1, attn = (skip & kernels::kLcAttention) ? 0 : 1,
+            silu = (skip & kernels::kLcSiluMul) ? 0 : 1;
+  EXPECT_EQ(launched.size(), static_cast<size_t>(2 * (2 * rms + attn + silu + 1)))
+      << "our kernels recorded: 2 RMSNorms, attention, SwiGLU, counter a layer, less SPECPRESS_LC_SKIP's ("
+      << kernels::lc_skip_names(skip) << ")";
   int relaxed = 0;
   kernels::check_cuda(kernels::relax_edges_into(graph.raw_cuda_graph(), launched, relaxed), "relax_edges_into");
-  // the edges from a cuBLAS product or an ATen add into ours, 4 a layer; not the counter -> RMSNorm edge
-  // between two of ours, nor the graph's first kernel
-  EXPECT_EQ(relaxed, 8);
+  // the edges from a cuBLAS product or an ATen add into ours, 4 a layer (into the attention, the post-attention
+  // RMSNorm, the SwiGLU and the counter) less the skipped ones; not the counter -> RMSNorm edge between two of
+  // ours, nor the graph's first kernel
+  EXPECT_EQ(relaxed, 2 * (attn + rms + silu + 1));
   graph.instantiate();
   for (int start : {40, 1, 600}) {
     plain.pos.fill_(start);
@@ -1240,6 +1250,46 @@ TEST_F(Kernels, LaunchCompletionEdgesMatchPlainLaunches) {
     EXPECT_FALSE(at::isnan(relaxed_run.x).any().item<bool>());
   }
   kernels::set_pdl(saved);
+}
+
+// SPECPRESS_LC_SKIP's parsing: the default, none, lists in any order, and an unknown name failing with the variable.
+TEST_F(Kernels, LcSkipParsesItsList) {
+  const char* saved = std::getenv("SPECPRESS_LC_SKIP");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  struct Restore {
+    bool had;
+    std::string value;
+    ~Restore() {
+      if (had)
+        setenv("SPECPRESS_LC_SKIP", value.c_str(), 1);
+      else
+        unsetenv("SPECPRESS_LC_SKIP");
+    }
+  } restore{saved != nullptr, saved_value};
+  unsetenv("SPECPRESS_LC_SKIP");
+  EXPECT_EQ(kernels::lc_skip_from_env(), kernels::kLcSkipDefault);
+  EXPECT_EQ(kernels::kLcSkipDefault, static_cast<unsigned>(kernels::kLcSiluMul));
+  setenv("SPECPRESS_LC_SKIP", "", 1);
+  EXPECT_EQ(kernels::lc_skip_from_env(), kernels::kLcSkipDefault);
+  setenv("SPECPRESS_LC_SKIP", "none", 1);
+  EXPECT_EQ(kernels::lc_skip_from_env(), 0u);
+  EXPECT_EQ(kernels::lc_skip_names(0), "none");
+  setenv("SPECPRESS_LC_SKIP", "argmax,silu_mul,attention", 1);
+  const unsigned three = kernels::kLcArgmax | kernels::kLcSiluMul | kernels::kLcAttention;
+  EXPECT_EQ(kernels::lc_skip_from_env(), three);
+  EXPECT_EQ(kernels::lc_skip_names(three), "silu_mul,argmax,attention");
+  setenv("SPECPRESS_LC_SKIP", "rmsnorm,row_rms", 1);
+  EXPECT_EQ(kernels::lc_skip_from_env(), static_cast<unsigned>(kernels::kLcRmsnorm | kernels::kLcRowRms));
+  for (const char* bad : {"silu", "silu_mul,", ",argmax", "silu_mul,,argmax", "none,argmax", "SILU_MUL"}) {
+    setenv("SPECPRESS_LC_SKIP", bad, 1);
+    try {
+      (void)kernels::lc_skip_from_env();
+      ADD_FAILURE() << "SPECPRESS_LC_SKIP='" << bad << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("SPECPRESS_LC_SKIP"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- tuned cuBLASLt plans (kernels/lt_linear.h)
