@@ -101,7 +101,7 @@ inline bool lc_edges_enabled() { return lc_edges_flag() && pdl_enabled(); }
 // and attention, or none; unset or empty: silu_mul. The SwiGLU has nothing to do before its wait, and woke from it
 // about 1 us later than an ordinary launch started it: skipping it took 4B verify 3.092-3.100 -> 3.067-3.069 ms and
 // 8B 4.691-4.693 -> 4.651, while skipping the attention, which loads the older cache rows before its wait, made
-// them 50-75 us slower, and argmax and rmsnorm were within noise (docs/PERF.md, twenty-second pass).
+// verify 77-115 us slower, and argmax and rmsnorm were within noise (docs/PERF.md, twenty-second pass).
 enum LcKernel : unsigned { kLcSiluMul = 1, kLcRmsnorm = 2, kLcRowRms = 4, kLcArgmax = 8, kLcAttention = 16 };
 constexpr unsigned kLcSkipDefault = kLcSiluMul;
 constexpr std::pair<const char*, unsigned> kLcKernelNames[] = {{"silu_mul", kLcSiluMul}, {"rmsnorm", kLcRmsnorm},
