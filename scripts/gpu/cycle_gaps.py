@@ -4,7 +4,8 @@
 the loop runs them). The GPU work is split where the host synchronised (a gap of more than 50 us). Per segment:
 its span (first start to last end), the kernels' and copies' summed busy time (overlaps merged), and the gaps
 between the end of everything before and the next start; for each cycle, the largest gaps with their
-neighbours, and the host-sync gap before it."""
+neighbours, where in the segment they fall (µs from its start, the next event's index, the three events started
+just before), and the host-sync gap before it."""
 import json
 import sys
 
@@ -37,9 +38,11 @@ def main():
     for label, seg in zip(labels, segments):
         items = seg["items"]
         first, last_end, busy, gaps, cover_end, prev = items[0][0], 0.0, 0.0, [], None, None
-        for start, dur, name in items:
+        for i, (start, dur, name) in enumerate(items):
             if cover_end is not None and start > cover_end:
-                gaps.append((start - cover_end, prev, name))
+                # where: the gap's start from the segment's, the next event's index, and the 3 events started before
+                before = " < ".join(short(n)[:40] for _, _, n in items[max(0, i - 3):i])
+                gaps.append((start - cover_end, prev, name, cover_end - first, i, before))
             s = start if cover_end is None else max(start, cover_end)
             if start + dur > s:
                 busy += start + dur - s
@@ -49,10 +52,11 @@ def main():
         span = last_end - first
         sync = "" if seg["sync_gap"] is None else f", {seg['sync_gap']:.1f} us after the previous segment"
         print(f"{label}: span {span:.1f} us, busy {busy:.1f} us, {len(items)} events, idle gaps "
-              f"{sum(g for g, _, _ in gaps):.1f} us in {len(gaps)}{sync}")
+              f"{sum(g[0] for g in gaps):.1f} us in {len(gaps)}{sync}")
         if label.startswith("cycle"):
-            for g, a, b in sorted(gaps, reverse=True)[:8]:
-                print(f"    gap {g:6.1f} us: {short(a)} -> {short(b)}")
+            for g, a, b, at, i, before in sorted(gaps, reverse=True)[:8]:
+                print(f"    gap {g:6.1f} us: {short(a)} -> {short(b)}  (at +{at:.1f} us, before event #{i}; "
+                      f"started before it: {before})")
 
 
 if __name__ == "__main__":
