@@ -2,7 +2,7 @@
 # split_product_probe.py — a screening probe (GPU machine, PyTorch): does a 16-row residual product with few
 # output tiles (Qwen3's o and down projections: N = hidden size, so cuBLAS(Lt) runs about N / 64 thread blocks)
 # finish sooner as two or three products over K slices on side streams, running at once, plus one add? The
-# verify step's o and down products measured 57-69% of the copy bandwidth alone (docs/PERF.md); this tells
+# verify step's o and down products measured 48-70% of the copy bandwidth alone at 4B (docs/PERF.md); this tells
 # whether spreading the same bytes over more SMs pays for the extra add before it is built into the engine.
 #
 # Each variant is one CUDA graph over L distinct weight matrices (the step's layers, so the weights come from
