@@ -6,8 +6,9 @@
 # tenth pass ran this by hand four times (docs/PERF.md). Logs and JSON: $OUT/env_<label>_r<round>.{log,json},
 # $OUT/env_tests_<label>.log.
 # Env: SETTINGS (required): settings separated by ';', each LABEL or LABEL:VAR=VALUE[,VAR=VALUE...]; a label
-#        alone is the baseline (no extra variables); values without spaces, commas or ';'. Example:
-#        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2'
+#        alone is the baseline (no extra variables); values without spaces or ';', and a comma that is not
+#        followed by VAR= stays in the value. Example:
+#        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2;sa:SPECPRESS_LC_SKIP=silu_mul,argmax'
 #      SHAPES (4B,8B), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
 #      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
 #      use existing ones), BASE (a label: also build fast_perf from .ab-base/, made here by
@@ -50,7 +51,14 @@ for item in "${items[@]}"; do
   fi
   words=()
   if [ -n "$assignments" ]; then
-    IFS=',' read -r -a words <<<"$assignments"
+    IFS=',' read -r -a parts <<<"$assignments"
+    for p in "${parts[@]}"; do  # a comma not followed by VAR= is part of the value (SPECPRESS_LC_SKIP=silu_mul,argmax)
+      if [ "${#words[@]}" -eq 0 ] || [[ "$p" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+        words+=("$p")
+      else
+        words[-1]+=",$p"
+      fi
+    done
     for w in "${words[@]}"; do
       [[ "$w" =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] ||
         { echo "env_ab.sh: SETTINGS: '$w' in '$item' is not VAR=VALUE" >&2; exit 2; }
