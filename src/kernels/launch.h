@@ -119,7 +119,9 @@ inline unsigned lc_skip_from_env() {
   const char* env = std::getenv("SPECPRESS_LC_SKIP");
   if (env == nullptr || *env == '\0') return kLcSkipDefault;
   if (std::strcmp(env, "none") == 0) return 0;
-  constexpr const char* kExpected = "a comma-separated list of silu_mul, rmsnorm, row_rms, argmax and attention, or none";
+  std::string expected = "a comma-separated list of";  // the names of kLcKernelNames, or none
+  for (const auto& [n, b] : kLcKernelNames) expected += std::string(b == kLcSiluMul ? " " : ", ") + n;
+  expected += ", or none";
   unsigned mask = 0;
   const std::string list(env);
   for (size_t begin = 0; begin <= list.size();) {
@@ -128,7 +130,7 @@ inline unsigned lc_skip_from_env() {
     unsigned bit = 0;
     for (const auto& [n, b] : kLcKernelNames)
       if (name == n) bit = b;
-    if (bit == 0) bad_env_value("SPECPRESS_LC_SKIP", env, kExpected);
+    if (bit == 0) bad_env_value("SPECPRESS_LC_SKIP", env, expected.c_str());
     mask |= bit;
     begin = end + 1;
   }
