@@ -122,6 +122,16 @@ bool l2_prefetch_o() { return l2_prefetch_switch().on(); }
 
 void set_l2_prefetch_o(bool on) { l2_prefetch_switch().set(on); }
 
+int l2_prefetch_gate_up_percent() {
+  static const int percent = kernels::env_int("SPECPRESS_L2_PREFETCH_GATE_UP", 0, 100, 3, "a percentage, 0 .. 100");
+  return percent;
+}
+
+int l2_prefetch_down_percent() {
+  static const int percent = kernels::env_int("SPECPRESS_L2_PREFETCH_DOWN", 0, 100, 10, "a percentage, 0 .. 100");
+  return percent;
+}
+
 bool decode_persistent() { return decode_persistent_switch().on(); }
 
 void set_decode_persistent(bool on) { decode_persistent_switch().set(on); }
@@ -183,6 +193,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   check_cuda(cudaEventCreateWithFlags(&prefetch_fork_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&prefetch_join_event_, cudaEventDisableTiming), "engine events");
   prefetch_o_ = l2_prefetch_o();
+  prefetch_gate_up_percent_ = prefetch_o_ ? l2_prefetch_gate_up_percent() : 0;
+  prefetch_down_percent_ = prefetch_o_ ? l2_prefetch_down_percent() : 0;
   folded_ = fold_norms();
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
@@ -367,19 +379,23 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     (*taps_ready)(written);
   };
   // l2_prefetch_o(): in the multi-row steps, all of W_o into the L2 while the attention runs, on prefetch_stream_
-  // once the kernels queued so far (up to the qkv product) have completed; joined into the main stream when the
-  // layers end.
+  // once the kernels queued so far (up to the qkv product) have completed; in the folded layers also the heads of
+  // the gate/up and down rows (l2_prefetch_gate_up_percent, l2_prefetch_down_percent). The prefetch stream runs
+  // them in order and is joined into the main stream when the layers end.
   const bool prefetch_o = prefetch_o_ && !kernels::fused_one_row(T) && T <= kernels::kAttentionSmallT;
   bool prefetched = false;
-  auto prefetch_during_attention = [&](const FastLayer& w) {
-    if (!prefetch_o) return;
-    const int64_t row = w.o_proj.size(1) * w.o_proj.element_size(), stride = w.o_proj.stride(0) * w.o_proj.element_size();
+  // The first `percent`% of each row of W (all of it at 100) from the kernels queued so far on: a fork, one launch.
+  auto prefetch_rows = [&](const at::Tensor& W, int percent) {
+    if (!prefetch_o || percent <= 0) return;
+    const int64_t row = W.size(1) * W.element_size(), stride = W.stride(0) * W.element_size();
+    const int64_t bytes = std::min(row, (row * percent / 100 + 15) / 16 * 16);
     check_cuda(cudaEventRecord(prefetch_fork_event_, main_stream), "fork to the prefetch stream");
     check_cuda(cudaStreamWaitEvent(prefetch_stream_.stream(), prefetch_fork_event_), "fork to the prefetch stream");
-    check_cuda(kernels::l2_prefetch_rows(w.o_proj.data_ptr(), w.o_proj.size(0), stride, 0, row, prefetch_stream_.stream()),
+    check_cuda(kernels::l2_prefetch_rows(W.data_ptr(), W.size(0), stride, 0, bytes, prefetch_stream_.stream()),
                "l2_prefetch_rows");
     prefetched = true;
   };
+  auto prefetch_during_attention = [&](const FastLayer& w) { prefetch_rows(w.o_proj, 100); };
   auto join_prefetches = [&] {
     if (!prefetched) return;
     check_cuda(cudaEventRecord(prefetch_join_event_, prefetch_stream_.stream()), "join the prefetch stream");
@@ -453,10 +469,12 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       prefetch_during_attention(w);
       join();
       attend(w, kc, vc, rs_attn);
+      prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       side(rs_mlp, at::Tensor());
       kernels::linear_out(gu, x, w.gate_up);
       join();
+      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU and down's start
       kernels::silu_mul_out(act, gu, rs_mlp);
       kernels::linear_residual_out(x, act, w.down, o);  // x += mlp
     }

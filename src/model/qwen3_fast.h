@@ -72,6 +72,12 @@ void set_record_mapped(bool on);
 // before its PDL wait and the prefetch measured no gain (docs/PERF.md, fifteenth pass).
 bool l2_prefetch_o();
 void set_l2_prefetch_o(bool on);
+// With it, in the target's verify layers (folded norms), the head of each weight row, the first `percent`% of its
+// bytes, which every CTA of the product reads first: of gate/up beside the o product (SPECPRESS_L2_PREFETCH_GATE_UP,
+// default 3) and of down beside the SwiGLU (SPECPRESS_L2_PREFETCH_DOWN, default 10); 0 turns one off; read once,
+// 0 .. 100, a bad value fails naming the variable (docs/PERF.md, twenty-third pass).
+int l2_prefetch_gate_up_percent();
+int l2_prefetch_down_percent();
 
 // The one-row decode step's target layers as one persistent kernel (kernels/decode_layers.h: a TMA weight stream
 // that runs on through the op boundaries and the attention) instead of five launches a layer (default off: measured
@@ -224,6 +230,7 @@ class FastEngine {
   cudaEvent_t taps_event_ = nullptr, inject_event_ = nullptr;
   // l2_prefetch_o(): the prefetches run on prefetch_stream_
   bool prefetch_o_ = false;
+  int prefetch_gate_up_percent_ = 0, prefetch_down_percent_ = 0;
   c10::cuda::CUDAStream prefetch_stream_;
   cudaEvent_t prefetch_fork_event_ = nullptr, prefetch_join_event_ = nullptr;
   bool folded_ = false;
