@@ -715,7 +715,7 @@ int main(int argc, char** argv) {
       std::printf("folded norms (SPECPRESS_FOLD_NORMS, model/qwen3_fast.h): %s; the draft's K/V injection in one "
                   "product (SPECPRESS_DRAFT_KV_BATCH): %s; inside the verify step (SPECPRESS_INJECT_IN_VERIFY): %s; "
                   "records written into host memory by the accept kernel (SPECPRESS_RECORD_MAPPED): %s; W_o prefetched "
-                  "into the L2 beside the multi-row attention (SPECPRESS_L2_PREFETCH): %s, with the verify layers' gate/up and "
+                  "into the L2 beside the multi-row attention (SPECPRESS_L2_PREFETCH): %s, with the multi-row layers' gate/up and "
                   "down row heads (SPECPRESS_L2_PREFETCH_GATE_UP / _DOWN): %d%% / %d%%; GEMVs streaming W by TMA "
                   "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",

@@ -379,9 +379,9 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     (*taps_ready)(written);
   };
   // l2_prefetch_o(): in the multi-row steps, all of W_o into the L2 while the attention runs, on prefetch_stream_
-  // once the kernels queued so far (up to the qkv product) have completed; in the folded layers also the heads of
-  // the gate/up and down rows (l2_prefetch_gate_up_percent, l2_prefetch_down_percent). The prefetch stream runs
-  // them in order and is joined into the main stream when the layers end.
+  // once the kernels queued so far (up to the qkv product) have completed; also the heads of the gate/up rows beside
+  // the o product and of the down rows beside the SwiGLU (l2_prefetch_gate_up_percent, l2_prefetch_down_percent). The
+  // prefetch stream runs them in order and is joined into the main stream when the layers end.
   const bool prefetch_o = prefetch_o_ && !kernels::fused_one_row(T) && T <= kernels::kAttentionSmallT;
   bool prefetched = false;
   // The first `percent`% of each row of W (all of it at 100) from the kernels queued so far on: a fork, one launch.
@@ -492,9 +492,16 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     kernels::linear_out(qkv, h, w.qkv);
     prefetch_during_attention(w);
     attend(w, kc, vc);
+    prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
-    kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
+    if (prefetch_o && prefetch_down_percent_ > 0) {
+      kernels::linear_out(gu, h, w.gate_up);  // linear_silu_mul_out's multi-row form, split for the prefetch
+      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU
+      kernels::silu_mul_out(act, gu);
+    } else {
+      kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
+    }
     kernels::linear_out(o, act, w.down);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
     kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap_of(l));  // x += mlp (tapped); h = next layer's norm
