@@ -720,8 +720,8 @@ int main(int argc, char** argv) {
                   "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
-                  model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_o() ? model::l2_prefetch_gate_up_percent() : 0,
-                  model::l2_prefetch_o() ? model::l2_prefetch_down_percent() : 0, gemv_tma_name(kernels::gemv_tma()));
+                  model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
+                  model::l2_prefetch_down_percent(), gemv_tma_name(kernels::gemv_tma()));
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
                     "the fast verify step (beside its last layers), so those two rows' speedups compare different splits "
@@ -784,8 +784,8 @@ int main(int argc, char** argv) {
               {"inject_in_verify", model::inject_in_verify()},
               {"record_mapped", model::record_mapped()},
               {"l2_prefetch_o", model::l2_prefetch_o()},
-              {"l2_prefetch_gate_up_percent", model::l2_prefetch_o() ? model::l2_prefetch_gate_up_percent() : 0},
-              {"l2_prefetch_down_percent", model::l2_prefetch_o() ? model::l2_prefetch_down_percent() : 0},
+              {"l2_prefetch_gate_up_percent", model::l2_prefetch_gate_up_percent()},
+              {"l2_prefetch_down_percent", model::l2_prefetch_down_percent()},
               {"gemv_tma", gemv_tma_name(kernels::gemv_tma())},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});

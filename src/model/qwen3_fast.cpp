@@ -124,12 +124,12 @@ void set_l2_prefetch_o(bool on) { l2_prefetch_switch().set(on); }
 
 int l2_prefetch_gate_up_percent() {
   static const int percent = kernels::env_int("SPECPRESS_L2_PREFETCH_GATE_UP", 0, 100, 3, "a percentage, 0 .. 100");
-  return percent;
+  return l2_prefetch_o() ? percent : 0;
 }
 
 int l2_prefetch_down_percent() {
   static const int percent = kernels::env_int("SPECPRESS_L2_PREFETCH_DOWN", 0, 100, 10, "a percentage, 0 .. 100");
-  return percent;
+  return l2_prefetch_o() ? percent : 0;
 }
 
 bool decode_persistent() { return decode_persistent_switch().on(); }
@@ -193,8 +193,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   check_cuda(cudaEventCreateWithFlags(&prefetch_fork_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&prefetch_join_event_, cudaEventDisableTiming), "engine events");
   prefetch_o_ = l2_prefetch_o();
-  prefetch_gate_up_percent_ = prefetch_o_ ? l2_prefetch_gate_up_percent() : 0;
-  prefetch_down_percent_ = prefetch_o_ ? l2_prefetch_down_percent() : 0;
+  prefetch_gate_up_percent_ = l2_prefetch_gate_up_percent();
+  prefetch_down_percent_ = l2_prefetch_down_percent();
   folded_ = fold_norms();
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
@@ -495,13 +495,10 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
-    if (prefetch_o && prefetch_down_percent_ > 0) {
-      kernels::linear_out(gu, h, w.gate_up);  // linear_silu_mul_out's multi-row form, split for the prefetch
-      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU
-      kernels::silu_mul_out(act, gu);
-    } else {
-      kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
-    }
+    // linear_silu_mul_out's form here (no fused one-row GEMV past the branch above), split for the prefetch
+    kernels::linear_out(gu, h, w.gate_up);
+    prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU
+    kernels::silu_mul_out(act, gu);
     kernels::linear_out(o, act, w.down);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
     kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap_of(l));  // x += mlp (tapped); h = next layer's norm

@@ -75,7 +75,7 @@ void set_l2_prefetch_o(bool on);
 // With it, in the multi-row steps' layers (verify and draft), the head of each weight row, the first `percent`% of its
 // bytes, which every CTA of the product reads first: of gate/up beside the o product (SPECPRESS_L2_PREFETCH_GATE_UP,
 // default 3) and of down beside the SwiGLU (SPECPRESS_L2_PREFETCH_DOWN, default 10); 0 turns one off; read once,
-// 0 .. 100, a bad value fails naming the variable (docs/PERF.md, twenty-third pass).
+// 0 .. 100, a bad value fails naming the variable; 0 while l2_prefetch_o() is off (docs/PERF.md, twenty-third pass).
 int l2_prefetch_gate_up_percent();
 int l2_prefetch_down_percent();
 
