@@ -9,7 +9,7 @@
 #        alone is the baseline (no extra variables); values without spaces or ';', and a comma that is not
 #        followed by VAR= stays in the value. Example:
 #        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2;sa:SPECPRESS_LC_SKIP=silu_mul,argmax'
-#      SHAPES (4B,8B), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
+#      SHAPES (4B,8B), CONTEXT (fast_perf's --context; unset: its 512), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
 #      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
 #      use existing ones), BASE (a label: also build fast_perf from .ab-base/, made here by
 #      scripts/gpu/ab_prepare.sh REV and carried, and time it first in every round under that label, so that one
@@ -101,7 +101,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     [ "$label" = "$base" ] && [ -f .ab-base/bench/fast_perf.cpp ] && ! grep -q -- '"--modes"' .ab-base/bench/fast_perf.cpp &&
       modes=()
     if ! env ${vars[$label]} "${binary[$label]}" --shapes "${SHAPES:-4B,8B}" "${modes[@]}" --ref-iters "${REF_ITERS:-1}" \
-      --json "$log.json" >"$log.log" 2>&1; then
+      ${CONTEXT:+--context "$CONTEXT"} --json "$log.json" >"$log.log" 2>&1; then
       echo "fast_perf failed under $label:"
       tail -5 "$log.log"
       status=1
