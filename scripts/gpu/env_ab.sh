@@ -9,7 +9,8 @@
 #        alone is the baseline (no extra variables); values without spaces or ';', and a comma that is not
 #        followed by VAR= stays in the value. Example:
 #        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2;sa:SPECPRESS_LC_SKIP=silu_mul,argmax'
-#      SHAPES (4B,8B), CONTEXT (fast_perf's --context; unset: its 512), ROUNDS (2), REF_ITERS (1), TESTS (1: run test_gpu under each setting with variables),
+#      SHAPES (4B,8B), CONTEXT (fast_perf's --context; unset: its 512), ROUNDS (2), REF_ITERS (1),
+#      TESTS (1: run test_gpu under each setting with variables),
 #      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
 #      use existing ones), BASE (a label: also build fast_perf from .ab-base/, made here by
 #      scripts/gpu/ab_prepare.sh REV and carried, and time it first in every round under that label, so that one
