@@ -9,13 +9,16 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_step.h"
 #include "kernels/gemm_small.h"
+#include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
+#include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
@@ -536,10 +539,99 @@ void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::
   silu_mul_out(act, gu);
 }
 
+EnvSwitch& wg16_switch() {
+  static EnvSwitch s("SPECPRESS_WG16", false);
+  return s;
+}
+
+bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kWg16MaxT &&
+         out.size(0) == x.size(0) && out.size(1) == weight.size(0) && x.size(1) == weight.size(1) &&
+         weight.size(0) <= kWg16MaxRows && x.stride(1) == 1 && out.stride(1) == 1 && weight.stride(1) == 1 &&
+         x.stride(0) % 8 == 0 && weight.stride(0) % 8 == 0 && x.size(1) % 8 == 0 &&
+         x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
+         out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
+         x.size(1) <= std::numeric_limits<int>::max();
+}
+
+namespace {
+// gemm_wg16's split-K partials and tile counters, one set for each device, allocated at the first product that
+// splits K (the fast engine's warm-up runs every step before it captures any) and kept for the process. wg16_plan
+// splits only where tiles x splits <= the SM count, so one partial a block and one counter a block cover every
+// plan. The products of a device run on one stream at a time (the fast engine's), which sharing them assumes.
+struct Wg16Scratch {
+  float* workspace = nullptr;
+  unsigned* counters = nullptr;
+};
+Wg16Scratch wg16_scratch(int sms) {
+  static std::mutex mutex;
+  static Wg16Scratch per_device[64];
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "wg16 scratch");
+  if (dev < 0 || dev >= 64) fail("wg16: device {} past the 64 the scratch table holds", dev);
+  std::lock_guard<std::mutex> lock(mutex);
+  Wg16Scratch& s = per_device[dev];
+  if (s.workspace != nullptr) return s;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream(), &capturing), "wg16 scratch");
+  if (capturing != cudaStreamCaptureStatusNone)
+    fail("wg16: its split-K scratch is allocated at the first product outside a graph capture (run the step once first)");
+  check_cuda(cudaMalloc(&s.workspace, sizeof(float) * static_cast<size_t>(sms) * kWg16Rows * kWg16MaxT), "wg16 scratch");
+  check_cuda(cudaMalloc(&s.counters, sizeof(unsigned) * static_cast<size_t>(sms)), "wg16 scratch");
+  check_cuda(cudaMemset(s.counters, 0, sizeof(unsigned) * static_cast<size_t>(sms)), "wg16 scratch");
+  return s;
+}
+}  // namespace
+
+void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
+  require(x, "wg16 x", at::kBFloat16, false);
+  require(out, "wg16 out", at::kBFloat16, false);
+  require(weight, "wg16 weight", at::kBFloat16, false);
+  if (!wg16_fits(out, x, weight))
+    fail("wg16: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and weight "
+         "16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}, {}], weight [{}, {}], out [{}, {}]",
+         kWg16MaxT, kWg16MaxRows, x.size(0), x.size(1), weight.size(0), weight.size(1), out.size(0), out.size(1));
+  int sms = 0;
+  check_cuda(detail::sm_count(sms), "wg16");
+  Wg16Args a;
+  a.W = bf(weight);
+  a.ldw = weight.stride(0);
+  a.X = bf(x);
+  a.ldx = x.stride(0);
+  a.Y = bf(out);
+  a.ldy = out.stride(0);
+  if (accumulate) {
+    a.R = a.Y;
+    a.ldr = a.ldy;
+  }
+  a.T = static_cast<int>(x.size(0));
+  a.N = static_cast<int>(weight.size(0));
+  a.K = static_cast<int>(x.size(1));
+  a.plan = wg16_plan(a.N, a.K, sms);
+  if (a.plan.splits > 1) {
+    const Wg16Scratch s = wg16_scratch(sms);
+    a.workspace = s.workspace;
+    a.counters = s.counters;
+  }
+  a.pdl = pdl_enabled();
+  check_cuda(gemm_wg16(a, stream()), "gemm_wg16");
+}
+
+namespace {
+// Whether linear_out / linear_residual_out give this product to the wgmma kernel.
+bool wg16_takes(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return x.size(0) >= 2 && wg16_switch().on() && wg16_fits(out, x, weight);
+}
+}  // namespace
+
 void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp) {
   const int64_t M = x.size(0);
   if (fused_one_row(M) && gemv_fits(residual, x, weight)) {
     gemv_residual_out(residual, x, weight);
+    return;
+  }
+  if (wg16_takes(residual, x, weight)) {
+    wg16_linear_out(residual, x, weight, /*accumulate=*/true);
     return;
   }
   if (M >= 2 && linear_uses_lt_plans() && lt_linear_out(residual, x, weight, /*accumulate=*/true)) return;
@@ -568,6 +660,10 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
     check_cuda(skinny_gemm(bf(x), x.stride(0), bf(weight), bf(out), out.stride(0), static_cast<int>(M),
                            static_cast<int>(N), static_cast<int>(K), stream()),
                "skinny_gemm");
+    return;
+  }
+  if (wg16_takes(out, x, weight)) {
+    wg16_linear_out(out, x, weight, /*accumulate=*/false);
     return;
   }
   if (M >= 2 && linear_uses_lt_plans() && lt_linear_out(out, x, weight)) return;

@@ -141,6 +141,16 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
 // residual). Otherwise linear_out into `tmp` ([M, N] bf16 scratch) and a bf16 add (two roundings, as ATen's
 // `residual + x @ weight^T`).
 void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp);
+// SPECPRESS_WG16 (default 0): linear_out and linear_residual_out run their 2..16-row products (verify, draft) by the
+// wgmma kernel (kernels/gemm_wg16.h) instead of cuBLAS(Lt), where it takes the layout (wg16_fits) and the weight has
+// at most kWg16MaxRows rows (the LM heads stay on cuBLAS); its launches take PDL when it is on (launch.h), and the
+// fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches.
+EnvSwitch& wg16_switch();
+constexpr int64_t kWg16MaxRows = 32768;
+bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
+// out [M, N] = x [M, K] @ weight [N, K]^T, or residual-accumulating (out += ..., one rounding of the fp32 sum plus
+// out's old value), 1 <= M <= 16, by gemm_wg16 with wg16_plan's plan; fails naming what does not fit.
+void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate);
 enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
 // Whether linear_out runs M >= 2 products by their tuned cuBLASLt plans (kernels/lt_linear.h): in gemv or
 // cublas mode, unless SPECPRESS_LT_TUNE=0 (set_lt_tuning). The engine tunes only then.

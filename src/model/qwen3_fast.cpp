@@ -715,9 +715,11 @@ void FastEngine::capture_graphs() {
   };
   capture(decode_graph_, nullptr, lc_edges_[0], [&] { decode_body(); });
   if (draft_ != nullptr) {
-    // PDL in the multi-row steps only where set (kernels/launch.h); the process setting is restored after.
+    // PDL in the multi-row steps only where set (kernels/launch.h), or where their products are the wgmma
+    // kernel's (kernels::wg16_switch), which fills its weight ring before it waits; the process setting is
+    // restored after.
     const bool pdl = kernels::pdl_enabled();
-    kernels::set_pdl(pdl && kernels::pdl_in_multirow_steps());
+    kernels::set_pdl(pdl && (kernels::pdl_in_multirow_steps() || kernels::wg16_switch().on()));
     try {
       capture(verify_graph_, decode_graph_.get(), lc_edges_[1], [&] { verify_body(); });
       capture(draft_graph_, decode_graph_.get(), lc_edges_[2], [&] { draft_body(); });

@@ -24,6 +24,7 @@
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
 #include "kernels/gemm_small.h"
+#include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
@@ -1014,6 +1015,148 @@ TEST_F(Kernels, GemmSmallMatchesReferenceAndIsBatchInvariant) {
   EXPECT_EQ(kernels::gemm_small(raw(x), 24, raw(w), raw(y), 5, 17, 5, 24, st), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::gemm_small(raw(x), 12, raw(w), raw(y), 5, 2, 5, 8, st), cudaErrorInvalidValue);
   EXPECT_TRUE(at::isnan(y).all().item<bool>());
+}
+
+// The wgmma 16-row product (kernels/gemm_wg16.h) against its reference twin at::linear (and float64): at every
+// Qwen3-4B/8B projection shape and the 4B draft's fc (K split in 3: the partials and the last block's sum), plain
+// and residual-accumulating in place, for M = 2, 5, 15 and 16 rows, X a row slice of a wider buffer that is NaN past
+// K and past M rows (the TMA must not read them), the output between NaN guard columns and above a NaN guard row;
+// then odd N and K (a last tile and a last chunk partly out of bounds), every chunks-a-stage and split count a
+// small shape allows, with and without a stage's wgmma in flight, each run twice (bitwise equal: the split sum
+// does not depend on which block came last); and the layouts it refuses.
+namespace {
+
+void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr,
+                bool overlap = false) {
+  at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05, r = at::randn({16, N}, bf16());
+  at::Tensor xbuf = at::full({17, K + 8}, NAN, bf16());
+  at::Tensor w64 = w.to(at::kDouble).t();
+  for (int64_t M : Ms) {
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << " accumulate=" << accumulate
+                                        << (forced ? " forced plan" : "") << (overlap ? " overlap" : ""));
+      xbuf.fill_(NAN);
+      xbuf.narrow(0, 0, M).narrow(1, 0, K).copy_(x.narrow(0, 0, M));
+      at::Tensor xm = xbuf.narrow(0, 0, M).narrow(1, 0, K);  // row stride K + 8, NaN beyond
+      at::Tensor wide = at::full({M + 1, N + 16}, NAN, bf16());
+      at::Tensor out = wide.narrow(0, 0, M).narrow(1, 8, N);
+      if (accumulate) out.copy_(r.narrow(0, 0, M));
+      auto run = [&] {
+        if (forced == nullptr) {
+          kernels::wg16_linear_out(out, xm, w, accumulate);
+          return;
+        }
+        static float* workspace = nullptr;
+        static unsigned* counters = nullptr;
+        if (workspace == nullptr) {  // the largest forced plan's (tiles x splits <= 64 x 16)
+          ASSERT_EQ(cudaMalloc(&workspace, sizeof(float) * 64 * 16 * 1024), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&counters, sizeof(unsigned) * 64), cudaSuccess);
+          ASSERT_EQ(cudaMemset(counters, 0, sizeof(unsigned) * 64), cudaSuccess);
+        }
+        ASSERT_LE(static_cast<size_t>(kernels::wg16_tiles(static_cast<int>(N))) * forced->splits, size_t{64 * 16});
+        kernels::Wg16Args a;
+        a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
+        a.ldw = K;
+        a.X = reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr());
+        a.ldx = xm.stride(0);
+        a.Y = reinterpret_cast<__nv_bfloat16*>(out.data_ptr());
+        a.ldy = out.stride(0);
+        if (accumulate) {
+          a.R = a.Y;
+          a.ldr = a.ldy;
+        }
+        a.T = static_cast<int>(M);
+        a.N = static_cast<int>(N);
+        a.K = static_cast<int>(K);
+        a.workspace = workspace;
+        a.counters = counters;
+        a.plan = *forced;
+        a.overlap = overlap;
+        ASSERT_EQ(kernels::gemm_wg16(a, at::cuda::getCurrentCUDAStream().stream()), cudaSuccess);
+      };
+      run();
+      at::Tensor ref64 = at::matmul(x.narrow(0, 0, M).to(at::kDouble), w64);
+      at::Tensor ref = at::linear(x.narrow(0, 0, M), w);
+      if (accumulate) {
+        ref64 = ref64 + r.narrow(0, 0, M).to(at::kDouble);
+        ref = ref + r.narrow(0, 0, M);
+      }
+      EXPECT_LT(rel_err(out, ref64), 5e-3) << "vs float64";
+      EXPECT_LT(rel_err(out, ref), 1e-2) << "vs at::linear";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before y";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, N + 8, 8)).all().item<bool>()) << "wrote after y";
+      EXPECT_TRUE(at::isnan(wide.narrow(0, M, 1)).all().item<bool>()) << "wrote a row past M";
+      if (!accumulate) {  // again: the same bits
+        at::Tensor first = out.clone();
+        out.fill_(NAN);
+        run();
+        EXPECT_TRUE(at::equal(out, first)) << "a second run differs";
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_F(Kernels, Wg16MatchesReference) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  struct Case { int64_t N, K; };
+  // Qwen3-4B: qkv, o, gate_up, down; Qwen3-8B: qkv, o, gate_up, down; the 4B draft's fc (5 taps).
+  for (Case c : {Case{6144, 2560}, Case{2560, 4096}, Case{19456, 2560}, Case{2560, 9728}, Case{6144, 4096},
+                 Case{4096, 4096}, Case{24576, 4096}, Case{4096, 12288}, Case{2560, 12800}})
+    check_wg16(c.N, c.K, {2, 5, 15, 16});
+  EXPECT_EQ(kernels::wg16_plan(2560, 9728, 132).splits, 3) << "the 4B down shape no longer covers the split sum";
+  EXPECT_EQ(kernels::wg16_plan(2560, 4096, 132).splits, 3) << "the 4B o plan is not the one measured";
+  for (Case c : {Case{1, 8}, Case{7, 72}, Case{100, 136}, Case{1001, 1000}, Case{130, 2568}})
+    check_wg16(c.N, c.K, {1, 9, 16});
+  // forced plans on one shape of 44 chunks: every chunks-a-stage, 2 and 5 stages, 1 to 11 splits, with and
+  // without a stage's wgmma kept in flight
+  for (int kb : {1, 2, 4})
+    for (int stages : {2, 5})
+      for (int splits : {1, 2, 3, 11})
+        for (bool overlap : {false, true}) {
+          const kernels::Wg16Plan p{splits, stages, kb};
+          check_wg16(200, 64 * 44, {16}, &p, overlap);
+        }
+  // Layouts it does not take are refused and write nothing: 17 rows, K % 8 != 0, a misaligned row stride,
+  // a chunks-a-stage count that does not divide K's chunks, splits without scratch.
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  at::Tensor x = at::randn({17, 64 * 3}, bf16()), w = at::randn({5, 64 * 3}, bf16()), y = at::full({17, 8}, NAN, bf16());
+  auto args = [&](int T, int K, int64_t ldx, kernels::Wg16Plan p) {
+    kernels::Wg16Args a;
+    a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
+    a.ldw = 64 * 3;
+    a.X = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr());
+    a.ldx = ldx;
+    a.Y = reinterpret_cast<__nv_bfloat16*>(y.data_ptr());
+    a.ldy = 8;
+    a.T = T;
+    a.N = 5;
+    a.K = K;
+    a.plan = p;
+    return a;
+  };
+  EXPECT_EQ(kernels::gemm_wg16(args(17, 192, 192, {}), st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 190, 192, {}), st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 196, {}), st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {1, 4, 2}), st), cudaErrorInvalidValue);  // 3 chunks, 2 a stage
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {2, 4, 1}), st), cudaErrorInvalidValue);  // no workspace
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {1, 4, 1}), st), cudaSuccess);
+  at::Tensor ref = at::linear(x.narrow(0, 0, 16), w);
+  EXPECT_LT(rel_err(y.narrow(0, 0, 16).narrow(1, 0, 5), ref), 1e-2);
+  EXPECT_TRUE(at::isnan(y.narrow(1, 5, 3)).all().item<bool>()) << "wrote past N (ldy 8)";
+  EXPECT_TRUE(at::isnan(y.narrow(0, 16, 1)).all().item<bool>()) << "a refused launch or row 17 was written";
+  // linear_out and linear_residual_out take it under the switch, and only then
+  at::Tensor xs = at::randn({16, 4096}, bf16()), ws = at::randn({2560, 4096}, bf16()) * 0.05;
+  at::Tensor direct = at::full({16, 2560}, NAN, bf16()), routed = at::full({16, 2560}, NAN, bf16());
+  kernels::wg16_linear_out(direct, xs, ws, false);
+  const bool was_on = kernels::wg16_switch().on();
+  kernels::wg16_switch().set(true);
+  kernels::linear_out(routed, xs, ws);
+  kernels::wg16_switch().set(was_on);
+  EXPECT_TRUE(at::equal(direct, routed)) << "linear_out under SPECPRESS_WG16 is not the wgmma kernel";
 }
 
 // linear_out in the stream modes: kStream keeps one-row products (and the fused gate/up and o/down

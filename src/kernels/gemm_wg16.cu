@@ -1,0 +1,305 @@
+// gemm_wg16.cu — see gemm_wg16.h. A block is one consumer warpgroup (warps 0-3) and a producer warp (warp 4).
+// Stage s of the ring holds kb W boxes (64 rows x 64 k, 8 KB each) and then kb X boxes (16 rows x 64 k, 2 KB),
+// all in the TMA's 128-byte swizzle, which is the K-major layout a wgmma descriptor with 128-byte swizzling names:
+// 8-row groups of 1024 bytes (the stride byte offset), a k16 slice 32 bytes further into each 128-byte row.
+// full[s] completes when a stage's bytes have landed (the producer's expect_tx), empty[s] when the 4 consumer warps
+// have finished the wgmma that read it (one arrival a warp).
+#include <cuda.h>  // CUtensorMap and its enums (the encoder is reached through the runtime: no libcuda link)
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/gemm_wg16.h"
+#include "kernels/tma.cuh"
+
+namespace specpress::kernels {
+namespace {
+using namespace detail;
+
+constexpr int kWBox = kWg16Rows * kWg16Chunk * 2;   // 8 KB
+constexpr int kXBox = kWg16MaxT * kWg16Chunk * 2;   // 2 KB
+constexpr int kThreads = 160;                       // 4 consumer warps + the producer
+constexpr int kTileFloats = kWg16Rows * kWg16MaxT;  // one tile's partial (1024 floats)
+
+struct KernelArgs {
+  __nv_bfloat16* Y;
+  const __nv_bfloat16* R;
+  int64_t ldy, ldr;
+  int T, N, tiles, chunks, splits, stages;
+  float* workspace;
+  unsigned* counters;
+  int trigger, prefill, overlap;
+};
+
+// wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
+// kernel that traps, which the host side never launches (gemm_wg16 checks the device).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPECPRESS_WGMMA 1
+#endif
+#if !defined(__CUDA_ARCH__) || defined(SPECPRESS_WGMMA)
+// A wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(const void* p) {
+  const uint64_t addr = smem_u32(p);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+// d (64 x 16 fp32, this thread's 8) += A (64 x 16, descriptor a) · B (16 x 16, descriptor b); scale_d 0: d = A · B.
+__device__ __forceinline__ void wgmma_m64n16k16(float* d, uint64_t a, uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+// One 2D box of `map` at (column c0, row c1) into shared memory, counted on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+#endif
+
+template <int KB>
+__global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ CUtensorMap w_map,
+                                                        const __grid_constant__ CUtensorMap x_map, KernelArgs a) {
+#if defined(SPECPRESS_WGMMA)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  constexpr int stage_bytes = KB * (kWBox + kXBox);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + a.stages * stage_bytes);
+  uint64_t* empty = full + a.stages;
+  __shared__ int last_block;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int tile = static_cast<int>(blockIdx.x) % a.tiles, split = static_cast<int>(blockIdx.x) / a.tiles;
+  // this split's chunk steps: steps [s0, s1) of KB chunks each (the host checks that KB divides the chunks)
+  const int steps = a.chunks / KB;
+  const int s0 = static_cast<int>(static_cast<int64_t>(steps) * split / a.splits);
+  const int s1 = static_cast<int>(static_cast<int64_t>(steps) * (split + 1) / a.splits);
+  const int n = s1 - s0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < a.stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == 4) {  // the producer: lane 0 issues every copy
+    if (lane == 0) {
+      const int row0 = tile * kWg16Rows;
+      auto load_w = [&](int i) {
+        const int s = i % a.stages;
+        mbar_expect_tx(&full[s], static_cast<unsigned>(stage_bytes));
+        for (int b = 0; b < KB; ++b)
+          tma_load_2d(smem + s * stage_bytes + b * kWBox, &w_map, ((s0 + i) * KB + b) * kWg16Chunk, row0, &full[s]);
+      };
+      auto load_x = [&](int i) {
+        const int s = i % a.stages;
+        for (int b = 0; b < KB; ++b)
+          tma_load_2d(smem + s * stage_bytes + KB * kWBox + b * kXBox, &x_map, ((s0 + i) * KB + b) * kWg16Chunk, 0,
+                      &full[s]);
+      };
+      // W is constant: the whole ring before the wait on the previous kernel (prefill), X after it.
+      const int first = min(n, a.stages), ahead = min(first, a.prefill);
+      for (int i = 0; i < ahead; ++i) load_w(i);
+      pdl_wait();
+      for (int i = ahead; i < first; ++i) load_w(i);
+      for (int i = 0; i < first; ++i) load_x(i);
+      for (int i = first; i < n; ++i) {
+        mbar_wait(&empty[i % a.stages], ((i / a.stages) - 1) & 1);
+        load_w(i);
+        load_x(i);
+      }
+      if (a.trigger) pdl_trigger();
+    }
+    return;
+  }
+  pdl_wait();  // before the residual's read and any write
+  // d[4 j + e]: output row 16 warp + g (+8 for e >= 2), token 8 j + 2 c + (e & 1) (g = lane / 4, c = lane % 4)
+  const int g = lane >> 2, c = lane & 3;
+  auto row_of = [&](int e) { return tile * kWg16Rows + 16 * warp + g + ((e & 2) ? 8 : 0); };
+  auto tok_of = [&](int e) { return 8 * (e >> 2) + 2 * c + (e & 1); };
+  float res[8];  // the residual's values, loaded now so that the epilogue does not wait for them
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int row = row_of(e), tok = tok_of(e);
+    res[e] = a.R != nullptr && row < a.N && tok < a.T ? to_f(a.R[tok * a.ldr + row]) : 0.f;
+  }
+  float d[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) d[j] = 0.f;
+  for (int i = 0; i < n; ++i) {
+    const int s = i % a.stages;
+    mbar_wait(&full[s], (i / a.stages) & 1);
+    const uint8_t* st = smem + s * stage_bytes;
+    wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < KB; ++b) {
+      const uint64_t wd = smem_desc(st + b * kWBox), xd = smem_desc(st + KB * kWBox + b * kXBox);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16(d, wd + 2 * kk, xd + 2 * kk, 1);  // +32 bytes a k16 slice
+    }
+    wgmma_commit();
+    if (a.overlap) {
+      // one group left in flight: the previous stage's wgmma have read their operands, so that stage is free
+      wgmma_wait_1();
+      __syncwarp();
+      if (lane == 0 && i > 0) mbar_arrive(&empty[(i - 1) % a.stages]);
+    } else {
+      wgmma_wait_all();
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+  }
+  wgmma_wait_all();
+  const int tid = threadIdx.x;  // 0..127
+  if (a.splits > 1) {
+    float4* part = reinterpret_cast<float4*>(a.workspace + (static_cast<size_t>(tile) * a.splits + split) * kTileFloats);
+    part[2 * tid] = make_float4(d[0], d[1], d[2], d[3]);
+    part[2 * tid + 1] = make_float4(d[4], d[5], d[6], d[7]);
+    __threadfence();
+    consumers_sync<4>();
+    if (tid == 0) {
+      const unsigned prev = atomicAdd(&a.counters[tile], 1u);
+      last_block = prev == static_cast<unsigned>(a.splits) - 1;
+      if (last_block) a.counters[tile] = 0;  // every block of this tile has arrived: ready for the next launch
+    }
+    consumers_sync<4>();
+    if (!last_block) return;
+    __threadfence();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) d[j] = 0.f;
+    for (int s = 0; s < a.splits; ++s) {  // split order: the sum does not depend on which block came last
+      const float4* p = reinterpret_cast<const float4*>(a.workspace + (static_cast<size_t>(tile) * a.splits + s) * kTileFloats);
+      const float4 u = __ldcg(p + 2 * tid), v = __ldcg(p + 2 * tid + 1);
+      d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w, d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int row = row_of(e), tok = tok_of(e);
+    if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(d[e] + res[e]);
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// cuTensorMapEncodeTiled, through the runtime's driver entry point (looked up once).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encoder() {
+  static EncodeTiled fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<EncodeTiled>(p);
+  });
+  return fn;
+}
+
+// A [rows, cols] bf16 matrix (row stride ld elements) as boxes of box_rows x 64 columns, 128-byte swizzled.
+bool encode(CUtensorMap& map, const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows,
+            CUtensorMapL2promotion promote) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {kWg16Chunk, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[2] = {1, 1};
+  return encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promote,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+size_t wg16_smem_bytes(const Wg16Plan& plan) {
+  return static_cast<size_t>(plan.stages) * plan.kb * (kWBox + kXBox) + 2 * sizeof(uint64_t) * plan.stages + 1024;
+}
+
+Wg16Plan wg16_plan(int N, int K, int sms) {
+  const int chunks = (K + kWg16Chunk - 1) / kWg16Chunk, tiles = wg16_tiles(N);
+  Wg16Plan p;
+  p.kb = chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
+  p.splits = std::max(1, std::min(sms / tiles, chunks / (5 * p.kb)));
+  const int per_sm = (tiles * p.splits + sms - 1) / sms;
+  constexpr int kRingBudget = 200 * 1024;
+  for (;;) {
+    const int stage = p.kb * (kWBox + kXBox);
+    p.stages = std::min(4, kRingBudget / per_sm / stage);
+    if (p.stages >= 3 || p.kb == 1 || chunks % (p.kb / 2) != 0) break;
+    p.kb /= 2;
+  }
+  p.stages = std::max(2, p.stages);
+  return p;
+}
+
+cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
+  const Wg16Plan& p = a.plan;
+  const int chunks = (a.K + kWg16Chunk - 1) / kWg16Chunk;
+  if (a.T < 1 || a.T > kWg16MaxT || a.N < 1 || a.K < 1 || a.K % 8 != 0) return cudaErrorInvalidValue;
+  if (a.ldw % 8 != 0 || a.ldx % 8 != 0 || a.ldw < a.K || a.ldx < a.K || a.ldy < a.N) return cudaErrorInvalidValue;
+  if (!aligned16(a.W) || !aligned16(a.X) || a.Y == nullptr) return cudaErrorInvalidValue;
+  if (a.R != nullptr && a.ldr < a.N) return cudaErrorInvalidValue;
+  if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
+  if (chunks % p.kb != 0 || p.splits < 1 || p.splits > chunks / p.kb) return cudaErrorInvalidValue;
+  if (p.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)) return cudaErrorInvalidValue;
+  int dev = 0, major = 0, smem_max = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) return e;
+  if (major < 9 || encoder() == nullptr) return cudaErrorNotSupported;
+  const size_t smem = wg16_smem_bytes(p);
+  void (*kernel)(const CUtensorMap, const CUtensorMap, KernelArgs) =
+      p.kb == 1 ? wg16_kernel<1> : p.kb == 2 ? wg16_kernel<2> : wg16_kernel<4>;
+  static std::once_flag attr_once;
+  static cudaError_t attr_error = cudaSuccess;
+  std::call_once(attr_once, [&] {  // each kernel may take the device's dynamic shared memory, less its static
+    for (auto* f : {wg16_kernel<1>, wg16_kernel<2>, wg16_kernel<4>}) {
+      cudaFuncAttributes fa{};
+      if (attr_error == cudaSuccess) attr_error = cudaFuncGetAttributes(&fa, f);
+      if (attr_error == cudaSuccess)
+        attr_error = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          smem_max - static_cast<int>(fa.sharedSizeBytes));
+    }
+  });
+  if (attr_error != cudaSuccess) return attr_error;
+  if (smem + 64 > static_cast<size_t>(smem_max)) return cudaErrorInvalidValue;  // 64: the kernel's static memory
+  if (std::vector<const void*>* recorder = launch_recorder())  // ours, for the graph-edge rewrite (launch.h)
+    recorder->push_back(reinterpret_cast<const void*>(kernel));
+  CUtensorMap w_map, x_map;
+  if (!encode(w_map, a.W, a.N, a.K, a.ldw, kWg16Rows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B) ||
+      !encode(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
+    return cudaErrorInvalidValue;
+  KernelArgs k{a.Y, a.R, a.ldy, a.R != nullptr ? a.ldr : 0, a.T, a.N, wg16_tiles(a.N), chunks, p.splits, p.stages,
+               a.workspace, a.counters, a.trigger ? 1 : 0, a.prefill, a.overlap ? 1 : 0};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(k.tiles * p.splits));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = a.pdl ? attr : nullptr;
+  cfg.numAttrs = a.pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, w_map, x_map, k);
+}
+
+}  // namespace specpress::kernels

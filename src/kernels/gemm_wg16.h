@@ -1,0 +1,78 @@
+// gemm_wg16.h — Y[T, N] = X[T, K] · W[N, K]^T (+ R) for 1 <= T <= 16 rows on Hopper's asynchronous warpgroup MMA
+// (wgmma), torch-free: the verify and draft products (T = 16 tokens), bound by reading W once.
+//
+// Why another 16-row kernel: every earlier one (gemm_small.h, the probes in bench/) issued mma.sync from warps
+// that also waited on their own loads, so the math's latency sat in the stream; and cuBLAS(Lt), which reads these
+// weights at 50-90% of the copy bandwidth, cannot take part in programmatic dependent launch (docs/PERF.md,
+// thirteenth pass), so each product starts its stream only after the previous kernel has ended. Here a producer
+// warp streams W (and X) with the TMA engine into a ring of shared-memory stages in the 128-byte swizzled layout
+// wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
+// outputs), X^T the B operand (16 tokens). Under PDL the producer fills the whole ring with W before it waits on
+// the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready.
+//
+// Work split: W in tiles of 64 rows; K in chunks of 64 columns (one TMA box, 128 bytes a row); a stage is `kb`
+// chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
+// splits balanced). With splits > 1, each block writes its 64 x 16 fp32 partial to `workspace`, and the last block
+// of a tile to finish (a counter a tile, reset by that block) adds the partials in split order, so the result does
+// not depend on which block finished last. Rows of X past T are zero (the TMA fills out-of-bounds rows with zeros)
+// and outputs past T or N are not written.
+// Reference twin: at::linear (+ the residual), kernels::gemm_wg16_out in aten_ops.h; tests/gpu compares them.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specpress::kernels {
+
+constexpr int kWg16Rows = 64;   // outputs a tile (the wgmma's M)
+constexpr int kWg16Chunk = 64;  // K columns a TMA box
+constexpr int kWg16MaxT = 16;
+
+struct Wg16Plan {
+  int splits = 1;  // K splits (1: no partials)
+  int stages = 4;  // ring stages
+  int kb = 2;      // chunks a stage (1, 2 or 4)
+};
+
+struct Wg16Args {
+  const __nv_bfloat16* W = nullptr;  // [N, K], row stride ldw
+  int64_t ldw = 0;
+  const __nv_bfloat16* X = nullptr;  // [T, K], row stride ldx
+  int64_t ldx = 0;
+  __nv_bfloat16* Y = nullptr;  // [T, N], row stride ldy
+  int64_t ldy = 0;
+  const __nv_bfloat16* R = nullptr;  // optional residual [T, N] (row stride ldr), may be Y itself: Y = R + X W^T
+  int64_t ldr = 0;
+  int T = 0, N = 0, K = 0;
+  float* workspace = nullptr;    // splits > 1: wg16_workspace_floats(N, splits) floats
+  unsigned* counters = nullptr;  // splits > 1: wg16_tiles(N) counters, zero before the first launch (left zero)
+  Wg16Plan plan;
+  bool trigger = true;  // under PDL: let the next kernel be scheduled once this block's loads are issued
+  bool pdl = false;     // launch with the programmatic-serialisation attribute
+  bool overlap = false;   // keep one stage's wgmma in flight while the next is issued (else wait for each)
+  int prefill = 1 << 30;  // under PDL: ring stages filled with W before waiting on the previous kernel (all by default)
+};
+
+inline int wg16_tiles(int N) { return (N + kWg16Rows - 1) / kWg16Rows; }
+inline size_t wg16_workspace_floats(int N, int splits) {
+  return splits > 1 ? static_cast<size_t>(wg16_tiles(N)) * splits * kWg16Rows * kWg16MaxT : 0;
+}
+// Shared memory a block of this plan takes (bytes).
+size_t wg16_smem_bytes(const Wg16Plan& plan);
+// The plan for an N x K weight on `sms` SMs (docs/PERF.md, twenty-fifth pass): 4 chunks a stage where they divide
+// K's chunks; K split where the tiles fill less than half the SMs (at least 5 steps a split, at most one block an
+// SM in all: the Qwen3-4B o and down products take 3 splits, 120 blocks, which measured faster in the verify step
+// than 40 blocks without partials); ring stages so that the blocks an SM holds take at most about 200 KB together,
+// at least 3 (chunks a stage halved until they fit).
+Wg16Plan wg16_plan(int N, int K, int sms);
+
+// cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, W's or X's row stride not a multiple of 8
+// elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a time), kb not
+// 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits
+// > 1 without workspace and counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on
+// a device older than sm_90 or without the driver's tensor-map entry point.
+cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);
+
+}  // namespace specpress::kernels
