@@ -1,8 +1,8 @@
 // wg16_probe.cu — is the wgmma 16-row product (src/kernels/gemm_wg16.h) faster than cuBLAS at the Qwen3-4B / -8B
 // verify shapes, alone and behind a latency-bound kernel as in the verify step? A standalone probe (CUDA runtime,
 // cuBLAS; no torch), run by hand on the GPU machine:
-//   nvcc -std=c++20 -O3 -arch=sm_90a -Isrc bench/wg16_probe.cu src/kernels/gemm_wg16.cu -lcublas -o /tmp/wg16_probe
-//   /tmp/wg16_probe [--rounds N]
+//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -Isrc bench/wg16_probe.cu src/kernels/gemm_wg16.cu \
+//     -lcublas -o /tmp/wg16_probe && /tmp/wg16_probe [--rounds N]
 //
 // For each projection: cuBLAS (cublasGemmEx, the engine's at::mm_out) and every plan of the wgmma kernel (K splits,
 // ring stages, chunks a stage), as CUDA-graph replays over enough copies of W that they do not stay in the L2 (best
@@ -11,6 +11,9 @@
 // attention (a 32-block kernel that spins 8 µs and lets the next kernel in at its start, as attention.cu does):
 // spin + cuBLAS against spin + wgmma under PDL, µs a pair. Last, the residual form (Y = R + X W^T, Y == R) and a
 // 15-row X are checked at each shape's best plan.
+// Result on the H200 (docs/PERF.md, twenty-fifth pass; docs/results/wg16_probe_h200_2026-12-01_pass25_call8.log):
+// every plan correct; the best plan 7.3% faster than cuBLAS on the 4B gate/up shape and 2.7% on the 8B o, 1-6%
+// slower on the other six; behind the spin it adds 0.5 (8B gate/up) to 4.8 us (4B gate/up) less than cuBLAS.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

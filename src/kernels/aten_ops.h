@@ -144,7 +144,9 @@ void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const 
 // SPECPRESS_WG16 (default 0): linear_out and linear_residual_out run their 2..16-row products (verify, draft) by the
 // wgmma kernel (kernels/gemm_wg16.h) instead of cuBLAS(Lt), where it takes the layout (wg16_fits) and the weight has
 // at most kWg16MaxRows rows (the LM heads stay on cuBLAS); its launches take PDL when it is on (launch.h), and the
-// fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches.
+// fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches. Off by
+// default: on the H200 it made the verify step 1.3-2.0% slower than the tuned cuBLASLt plans (docs/PERF.md,
+// twenty-fifth pass).
 EnvSwitch& wg16_switch();
 constexpr int64_t kWg16MaxRows = 32768;
 bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);

@@ -9,6 +9,11 @@
 // wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
 // outputs), X^T the B operand (16 tokens). Under PDL the producer fills the whole ring with W before it waits on
 // the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready.
+// Measured on the H200 (docs/PERF.md, twenty-fifth pass; bench/wg16_probe.cu): alone, 7% faster than cuBLAS on the
+// 4B gate/up shape and 3% on the 8B o, 1-6% slower on the other six Qwen3 shapes; behind a latency-bound kernel
+// under PDL it adds 0.5 to 4.8 us less than cuBLAS on all eight. In the steps, against the tuned cuBLASLt plans: 4B
+// verify 1.3-2.0% slower, draft 2-4% faster, cycle 0-0.3% faster; 8B verify 1.9% and cycle 1.3% slower. So it is an
+// opt-in (kernels::wg16_switch, SPECPRESS_WG16=1), not the default.
 //
 // Work split: W in tiles of 64 rows; K in chunks of 64 columns (one TMA box, 128 bytes a row); a stage is `kb`
 // chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
@@ -16,7 +21,8 @@
 // of a tile to finish (a counter a tile, reset by that block) adds the partials in split order, so the result does
 // not depend on which block finished last. Rows of X past T are zero (the TMA fills out-of-bounds rows with zeros)
 // and outputs past T or N are not written.
-// Reference twin: at::linear (+ the residual), kernels::gemm_wg16_out in aten_ops.h; tests/gpu compares them.
+// Reference twin: at::linear (+ the residual); kernels::wg16_linear_out (aten_ops.h) is the ATen entry point, and
+// tests/gpu (Kernels.Wg16MatchesReference) compares the two.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -63,9 +69,9 @@ inline size_t wg16_workspace_floats(int N, int splits) {
 size_t wg16_smem_bytes(const Wg16Plan& plan);
 // The plan for an N x K weight on `sms` SMs (docs/PERF.md, twenty-fifth pass): 4 chunks a stage where they divide
 // K's chunks; K split where the tiles fill less than half the SMs (at least 5 steps a split, at most one block an
-// SM in all: the Qwen3-4B o and down products take 3 splits, 120 blocks, which measured faster in the verify step
-// than 40 blocks without partials); ring stages so that the blocks an SM holds take at most about 200 KB together,
-// at least 3 (chunks a stage halved until they fit).
+// SM in all: the Qwen3-4B o and down products take 3 splits, 120 blocks; 3 splits for o measured 60 us faster than
+// 1 in one call's verify step and were not faster in the next); ring stages so that the blocks an SM holds take at
+// most about 200 KB together, at least 3 (chunks a stage halved until they fit).
 Wg16Plan wg16_plan(int N, int K, int sms);
 
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, W's or X's row stride not a multiple of 8
