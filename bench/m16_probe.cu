@@ -48,12 +48,6 @@ namespace {
 using namespace specpress::kernels::detail;
 constexpr int kTok = 16;
 
-__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
-}
-
 // W [N, K] row-major -> P: uint4 (tile * steps + step) * 256 + kk * 32 + lane (K % 128 == 0; rows past N zero).
 __global__ void pack_kernel(const bf16* W, uint4* P, int N, int K) {
   const int tiles = (N + 15) / 16, steps = K / 128;
@@ -375,26 +369,9 @@ int main(int argc, char** argv) {
   const cublasHandle_t handle = cs.handle;
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  // copy bandwidth (bytes read + written) of a 1 GiB device-to-device copy by a kernel (copy-engine memcpy nodes in
-  // a graph measured far slower here)
-  double copy_gbps = 0;
-  {
-    const size_t bytes = size_t(1) << 30;
-    uint4 *s = nullptr, *d = nullptr;
-    CK(cudaMalloc(&s, bytes));
-    CK(cudaMalloc(&d, bytes));
-    const double us = time_graph(stream, 4, rounds, [&](int) {
-      copy_kernel<<<sms * 8, 256, 0, stream>>>(s, d, bytes / sizeof(uint4));
-      CK(cudaGetLastError());
-    });
-    copy_gbps = 2.0 * bytes / (us * 1e-6) / 1e9;
-    CK(cudaFree(s));
-    CK(cudaFree(d));
-  }
+  const double copy_gbps = probe_copy_gbps(stream, sms, rounds);
   std::printf("copy bandwidth %.0f GB/s (read + write), %d SMs\n", copy_gbps, sms);
-  const std::vector<Shape> shapes = {{"4B qkv", 6144, 2560}, {"4B o", 2560, 4096},   {"4B gate/up", 19456, 2560},
-                                     {"4B down", 2560, 9728}, {"8B qkv", 6144, 4096}, {"8B o", 4096, 4096},
-                                     {"8B gate/up", 24576, 4096}, {"8B down", 4096, 12288}};
+  const std::vector<Shape> shapes = qwen3_verify_shapes();
   int status = 0;
   for (const Shape& sh : shapes) {
     const size_t w_elems = static_cast<size_t>(sh.N) * sh.K, w_bytes = w_elems * sizeof(bf16);

@@ -1,6 +1,7 @@
 // probe_common.cuh — what the standalone CUDA probes in bench/ share (lc_library_probe.cu, gemv_tma_probe.cu,
-// m16_probe.cu; each built by hand with nvcc, without the project's libraries): error handling (a failed call ends the
-// probe, naming the call and the error), a deterministic bf16 fill, and timing a launch sequence as CUDA-graph replays.
+// m16_probe.cu, wg16_probe.cu; each built by hand with nvcc, without the project's libraries): error handling (a
+// failed call ends the probe, naming the call and the error), a deterministic bf16 fill, timing a launch sequence as
+// CUDA-graph replays, and the copy bandwidth.
 // The two that time against cuBLAS add probe_cublas.cuh.
 #pragma once
 #include <cuda_bf16.h>
@@ -61,6 +62,27 @@ template <typename F> double time_graph(cudaStream_t stream, int count, int roun
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   return best;
+}
+
+// The device's copy bandwidth (bytes read + written, GB/s): a kernel copying 1 GiB, `sms` x 8 blocks, best of
+// `rounds` graph replays of 4 copies (copy-engine memcpy nodes in a graph measured far slower here).
+__global__ void probe_copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+inline double probe_copy_gbps(cudaStream_t stream, int sms, int rounds) {
+  const size_t bytes = size_t(1) << 30;
+  uint4 *s = nullptr, *d = nullptr;
+  CK(cudaMalloc(&s, bytes));
+  CK(cudaMalloc(&d, bytes));
+  const double us = time_graph(stream, 4, rounds, [&](int) {
+    probe_copy_kernel<<<sms * 8, 256, 0, stream>>>(s, d, bytes / sizeof(uint4));
+    CK(cudaGetLastError());
+  });
+  CK(cudaFree(s));
+  CK(cudaFree(d));
+  return 2.0 * bytes / (us * 1e-6) / 1e9;
 }
 
 // The probes' one flag, --rounds N (replays timed a measurement, best kept; default 5): exits 2 with the usage line on

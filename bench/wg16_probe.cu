@@ -33,12 +33,6 @@ using specpress::kernels::detail::bf16;
 namespace sk = specpress::kernels;
 constexpr int kTok = 16;
 
-__global__ void copy_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dst[i] = src[i];
-}
-
 // The verify attention's stand-in: waits for the previous kernel, lets the next one in, spins `ns`.
 __global__ void spin_kernel(unsigned ns) {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -72,24 +66,9 @@ int main(int argc, char** argv) {
   int sms = 0, smem_max = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-  double copy_gbps = 0;
-  {
-    const size_t bytes = size_t(1) << 30;
-    uint4 *s = nullptr, *d = nullptr;
-    CK(cudaMalloc(&s, bytes));
-    CK(cudaMalloc(&d, bytes));
-    const double us = time_graph(stream, 4, rounds, [&](int) {
-      copy_kernel<<<sms * 8, 256, 0, stream>>>(s, d, bytes / sizeof(uint4));
-      CK(cudaGetLastError());
-    });
-    copy_gbps = 2.0 * bytes / (us * 1e-6) / 1e9;
-    CK(cudaFree(s));
-    CK(cudaFree(d));
-  }
+  const double copy_gbps = probe_copy_gbps(stream, sms, rounds);
   std::printf("copy bandwidth %.0f GB/s (read + write), %d SMs\n", copy_gbps, sms);
-  const std::vector<Shape> shapes = {{"4B qkv", 6144, 2560}, {"4B o", 2560, 4096},   {"4B gate/up", 19456, 2560},
-                                     {"4B down", 2560, 9728}, {"8B qkv", 6144, 4096}, {"8B o", 4096, 4096},
-                                     {"8B gate/up", 24576, 4096}, {"8B down", 4096, 12288}};
+  const std::vector<Shape> shapes = qwen3_verify_shapes();
   int status = 0;
   const float one = 1.f, zero = 0.f;
   for (const Shape& sh : shapes) {
