@@ -614,7 +614,10 @@ void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tenso
     a.counters = s.counters;
   }
   a.pdl = pdl_enabled();
-  check_cuda(gemm_wg16(a, stream()), "gemm_wg16");
+  const cudaError_t e = gemm_wg16(a, stream());
+  if (e == cudaErrorNotSupported)
+    fail("SPECPRESS_WG16: the wgmma kernel needs an sm_90 (Hopper) GPU and a driver with tensor maps; unset it here");
+  check_cuda(e, "gemm_wg16");
 }
 
 namespace {
