@@ -43,17 +43,14 @@ __global__ void spin_kernel(unsigned ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
 }
+// Launches with or without PDL: the kernels' launch helper (kernels/launch.h) reads the process setting.
 void launch_spin(cudaStream_t stream, bool pdl) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(32);
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, spin_kernel, 8000u));
+  sk::set_pdl(pdl);
+  CK(sk::detail::launch_kernel(spin_kernel, dim3(32), dim3(256), 0, stream, 8000u));
+}
+cudaError_t launch_wg16(const sk::Wg16Args& a, cudaStream_t stream, bool pdl) {
+  sk::set_pdl(pdl);
+  return sk::gemm_wg16(a, stream);
 }
 
 }  // namespace
@@ -97,15 +94,15 @@ int main(int argc, char** argv) {
     CK(cudaMemcpyAsync(res.data(), Rres, sizeof(bf16) * res.size(), cudaMemcpyDeviceToHost, stream));
     CK(cudaStreamSynchronize(stream));
     auto cublas = [&](int i) {
-      CB(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, kTok, sh.K, &one, W + static_cast<size_t>(i % copies) * w_elems,
-                      CUDA_R_16BF, sh.K, X, CUDA_R_16BF, sh.K, &zero, Y, CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F,
-                      CUBLAS_GEMM_DEFAULT));
+      CB(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, sh.N, kTok, sh.K, &one,
+                      W + static_cast<size_t>(i % copies) * w_elems, CUDA_R_16BF, sh.K, X, CUDA_R_16BF, sh.K, &zero, Y,
+                      CUDA_R_16BF, sh.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
     const double cublas_us = time_graph(stream, 4 * copies, rounds, cublas);
     auto pct = [&](double us) { return 100.0 * static_cast<double>(w_bytes) / (us * 1e-6) / (copy_gbps * 1e9); };
-    std::printf("%-10s N %6d K %5d (%5.1f MB): cuBLAS %7.2f us %5.1f%%\n", sh.name, sh.N, sh.K, w_bytes / 1e6, cublas_us,
-                pct(cublas_us));
-    auto args_of = [&](const sk::Wg16Plan& p, int i, bool pdl) {
+    std::printf("%-10s N %6d K %5d (%5.1f MB): cuBLAS %7.2f us %5.1f%%\n", sh.name, sh.N, sh.K, w_bytes / 1e6,
+                cublas_us, pct(cublas_us));
+    auto args_of = [&](const sk::Wg16Plan& p, int i) {
       sk::Wg16Args a;
       a.W = W + static_cast<size_t>(i % copies) * w_elems;
       a.ldw = sh.K;
@@ -119,7 +116,6 @@ int main(int argc, char** argv) {
       a.workspace = ws;
       a.counters = cnt;
       a.plan = p;
-      a.pdl = pdl;
       return a;
     };
     // max |got - want| / max |want| over the first `rows` rows; rows past them must hold the NaN fill (0xFFFF)
@@ -149,12 +145,13 @@ int main(int argc, char** argv) {
       for (int stages : {2, 3, 4, 6, 8})
         for (int splits : {1, 2, 3, 4, 6, 8, 12, 16}) {
           const sk::Wg16Plan p{splits, stages, kb};
-          if (sk::wg16_smem_bytes(p) + 64 > static_cast<size_t>(smem_max) || chunks % kb != 0 || splits > chunks / kb) continue;
+          if (sk::wg16_smem_bytes(p) + 64 > static_cast<size_t>(smem_max) || chunks % kb != 0 || splits > chunks / kb)
+            continue;
           if (tiles * splits > 16 * sms || tiles * splits < sms / 4) continue;
           Result r{p, 0, 0};
-          r.us = time_graph(stream, 4 * copies, rounds, [&](int i) { CK(sk::gemm_wg16(args_of(p, i, false), stream)); });
+          r.us = time_graph(stream, 4 * copies, rounds, [&](int i) { CK(launch_wg16(args_of(p, i), stream, false)); });
           CK(cudaMemsetAsync(Y, 0xFF, sizeof(bf16) * kTok * sh.N, stream));
-          CK(sk::gemm_wg16(args_of(p, copies - 1, false), stream));
+          CK(launch_wg16(args_of(p, copies - 1), stream, false));
           r.err = check(ref, kTok);
           if (r.err > 2e-2) {
             status = 3;
@@ -165,11 +162,13 @@ int main(int argc, char** argv) {
     std::sort(results.begin(), results.end(), [](const Result& x, const Result& y) { return x.us < y.us; });
     for (size_t i = 0; i < results.size() && i < 4; ++i) {
       const Result& r = results[i];
-      const double pdl_us = time_graph(stream, 4 * copies, rounds, [&](int j) { CK(sk::gemm_wg16(args_of(r.p, j, true), stream)); });
-      std::printf("    wg16 splits %2d stages %d kb %d (%4d blocks): %7.2f us %5.1f%% (%+5.1f%% vs cuBLAS), chained "
-                  "under PDL %7.2f us %5.1f%%; err %.1e\n",
-                  r.p.splits, r.p.stages, r.p.kb, tiles * r.p.splits, r.us, pct(r.us), 100.0 * (r.us / cublas_us - 1.0),
-                  pdl_us, pct(pdl_us), r.err);
+      const double pdl_us =
+          time_graph(stream, 4 * copies, rounds, [&](int j) { CK(launch_wg16(args_of(r.p, j), stream, true)); });
+      std::printf(
+          "    wg16 splits %2d stages %d kb %d (%4d blocks): %7.2f us %5.1f%% (%+5.1f%% vs cuBLAS), chained "
+          "under PDL %7.2f us %5.1f%%; err %.1e\n",
+          r.p.splits, r.p.stages, r.p.kb, tiles * r.p.splits, r.us, pct(r.us), 100.0 * (r.us / cublas_us - 1.0), pdl_us,
+          pct(pdl_us), r.err);
     }
     if (results.empty()) continue;
     // behind the attention's stand-in: spin + product pairs
@@ -181,26 +180,27 @@ int main(int argc, char** argv) {
     });
     const double pair_wg = time_graph(stream, 4 * copies, rounds, [&](int i) {
       launch_spin(stream, true);
-      CK(sk::gemm_wg16(args_of(best, i, true), stream));
+      CK(launch_wg16(args_of(best, i), stream, true));
     });
-    std::printf("    behind an 8 us spin (alone %.2f us): + cuBLAS %7.2f us (adds %.2f), + wg16 under PDL %7.2f us (adds "
-                "%.2f)\n",
-                spin_us, pair_cublas, pair_cublas - spin_us, pair_wg, pair_wg - spin_us);
+    std::printf(
+        "    behind an 8 us spin (alone %.2f us): + cuBLAS %7.2f us (adds %.2f), + wg16 under PDL %7.2f us (adds "
+        "%.2f)\n",
+        spin_us, pair_cublas, pair_cublas - spin_us, pair_wg, pair_wg - spin_us);
     // the residual form in place (Y = Y + X W^T, Y holding R) and a 15-row X, at the best plan
     {
       std::vector<bf16> want(ref.size());
       for (size_t i = 0; i < want.size(); ++i)
         want[i] = __float2bfloat16_rn(__bfloat162float(res[i]) + __bfloat162float(ref[i]));
       CK(cudaMemcpyAsync(Y, Rres, sizeof(bf16) * kTok * sh.N, cudaMemcpyDeviceToDevice, stream));
-      sk::Wg16Args a = args_of(best, copies - 1, false);
+      sk::Wg16Args a = args_of(best, copies - 1);
       a.R = Y;
       a.ldr = sh.N;
-      CK(sk::gemm_wg16(a, stream));
+      CK(launch_wg16(a, stream, false));
       const double err_res = check(want, kTok);
       CK(cudaMemsetAsync(Y, 0xFF, sizeof(bf16) * kTok * sh.N, stream));
-      a = args_of(best, copies - 1, false);
+      a = args_of(best, copies - 1);
       a.T = 15;
-      CK(sk::gemm_wg16(a, stream));
+      CK(launch_wg16(a, stream, false));
       const double err_15 = check(ref, 15);
       std::printf("    residual in place: err %.1e; 15 rows: err %.1e%s\n", err_res, err_15,
                   err_res > 2e-2 || err_15 > 2e-2 ? " WRONG" : "");

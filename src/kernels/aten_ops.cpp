@@ -613,7 +613,6 @@ void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tenso
     a.workspace = s.workspace;
     a.counters = s.counters;
   }
-  a.pdl = pdl_enabled();
   const cudaError_t e = gemm_wg16(a, stream());
   if (e == cudaErrorNotSupported)
     fail("SPECPRESS_WG16: the wgmma kernel needs an sm_90 (Hopper) GPU and a driver with tensor maps; unset it here");

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <vector>
 
 #include "kernels/common.cuh"
 #include "kernels/gemm_wg16.h"
@@ -164,7 +163,8 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   wgmma_wait_all();
   const int tid = threadIdx.x;  // 0..127
   if (a.splits > 1) {
-    float4* part = reinterpret_cast<float4*>(a.workspace + (static_cast<size_t>(tile) * a.splits + split) * kTileFloats);
+    float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its splits' partials
+    float4* part = reinterpret_cast<float4*>(tile_parts + static_cast<size_t>(split) * kTileFloats);
     part[2 * tid] = make_float4(d[0], d[1], d[2], d[3]);
     part[2 * tid + 1] = make_float4(d[4], d[5], d[6], d[7]);
     __threadfence();
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
 #pragma unroll
     for (int j = 0; j < 8; ++j) d[j] = 0.f;
     for (int s = 0; s < a.splits; ++s) {  // split order: the sum does not depend on which block came last
-      const float4* p = reinterpret_cast<const float4*>(a.workspace + (static_cast<size_t>(tile) * a.splits + s) * kTileFloats);
+      const float4* p = reinterpret_cast<const float4*>(tile_parts + static_cast<size_t>(s) * kTileFloats);
       const float4 u = __ldcg(p + 2 * tid), v = __ldcg(p + 2 * tid + 1);
       d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w, d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
     }
@@ -270,6 +270,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
       p.kb == 1 ? wg16_kernel<1> : p.kb == 2 ? wg16_kernel<2> : wg16_kernel<4>;
   static std::once_flag attr_once;
   static cudaError_t attr_error = cudaSuccess;
+  static size_t static_bytes = 0;  // the most static shared memory of the three kernels
   std::call_once(attr_once, [&] {  // each kernel may take the device's dynamic shared memory, less its static
     for (auto* f : {wg16_kernel<1>, wg16_kernel<2>, wg16_kernel<4>}) {
       cudaFuncAttributes fa{};
@@ -277,29 +278,20 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
       if (attr_error == cudaSuccess)
         attr_error = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           smem_max - static_cast<int>(fa.sharedSizeBytes));
+      static_bytes = std::max(static_bytes, fa.sharedSizeBytes);
     }
   });
   if (attr_error != cudaSuccess) return attr_error;
-  if (smem + 64 > static_cast<size_t>(smem_max)) return cudaErrorInvalidValue;  // 64: the kernel's static memory
-  if (std::vector<const void*>* recorder = launch_recorder())  // ours, for the graph-edge rewrite (launch.h)
-    recorder->push_back(reinterpret_cast<const void*>(kernel));
+  if (smem + static_bytes > static_cast<size_t>(smem_max)) return cudaErrorInvalidValue;
   CUtensorMap w_map, x_map;
   if (!encode(w_map, a.W, a.N, a.K, a.ldw, kWg16Rows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B) ||
       !encode(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
     return cudaErrorInvalidValue;
   KernelArgs k{a.Y, a.R, a.ldy, a.R != nullptr ? a.ldr : 0, a.T, a.N, wg16_tiles(a.N), chunks, p.splits, p.stages,
                a.workspace, a.counters, a.trigger ? 1 : 0, a.prefill, a.overlap ? 1 : 0};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(k.tiles * p.splits));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = a.pdl ? attr : nullptr;
-  cfg.numAttrs = a.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, w_map, x_map, k);
+  // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite
+  return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(k.tiles * p.splits)), dim3(kThreads), smem, stream,
+                               w_map, x_map, k);
 }
 
 }  // namespace specpress::kernels

@@ -56,7 +56,6 @@ struct Wg16Args {
   unsigned* counters = nullptr;  // splits > 1: wg16_tiles(N) counters, zero before the first launch (left zero)
   Wg16Plan plan;
   bool trigger = true;  // under PDL: let the next kernel be scheduled once this block's loads are issued
-  bool pdl = false;     // launch with the programmatic-serialisation attribute
   bool overlap = false;   // keep one stage's wgmma in flight while the next is issued (else wait for each)
   int prefill = 1 << 30;  // under PDL: ring stages filled with W before waiting on the previous kernel (all by default)
 };
@@ -78,7 +77,8 @@ Wg16Plan wg16_plan(int N, int K, int sms);
 // elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a time), kb not
 // 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits
 // > 1 without workspace and counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on
-// a device older than sm_90 or without the driver's tensor-map entry point.
+// a device older than sm_90 or without the driver's tensor-map entry point. Launched with PDL when it is on
+// (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
 cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);
 
 }  // namespace specpress::kernels
