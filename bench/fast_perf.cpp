@@ -717,11 +717,13 @@ int main(int argc, char** argv) {
                   "records written into host memory by the accept kernel (SPECPRESS_RECORD_MAPPED): %s; W_o prefetched "
                   "into the L2 beside the multi-row attention (SPECPRESS_L2_PREFETCH): %s, with the multi-row layers' gate/up and "
                   "down row heads (SPECPRESS_L2_PREFETCH_GATE_UP / _DOWN): %d%% / %d%%; GEMVs streaming W by TMA "
-                  "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s\n",
+                  "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s; multi-row products by the wgmma kernel (SPECPRESS_WG16, "
+                  "kernels/gemm_wg16.h): %s, its gate/up + SwiGLU form (SPECPRESS_WG16_SWIGLU): %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
                   model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
-                  model::l2_prefetch_down_percent(), gemv_tma_name(kernels::gemv_tma()));
+                  model::l2_prefetch_down_percent(), gemv_tma_name(kernels::gemv_tma()),
+                  kernels::wg16_switch().on() ? "on" : "off", kernels::wg16_swiglu_switch().on() ? "on" : "off");
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
                     "the fast verify step (beside its last layers), so those two rows' speedups compare different splits "
@@ -787,6 +789,8 @@ int main(int argc, char** argv) {
               {"l2_prefetch_gate_up_percent", model::l2_prefetch_gate_up_percent()},
               {"l2_prefetch_down_percent", model::l2_prefetch_down_percent()},
               {"gemv_tma", gemv_tma_name(kernels::gemv_tma())},
+              {"wg16", kernels::wg16_switch().on()},
+              {"wg16_swiglu", kernels::wg16_swiglu_switch().on()},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include <fmt/ranges.h>
+
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_step.h"
@@ -528,15 +530,20 @@ bool linear_uses_lt_plans() {
   return (g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kCublas) && lt_tuning() != LtTuning::kOff;
 }
 
-void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up) {
-  if (gemv_at_one_row() && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 && act.size(0) == 1 &&
-      act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
+void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up,
+                         const at::Tensor& row_scale) {
+  if (!row_scale.defined() && gemv_at_one_row() && x.dim() == 2 && x.size(0) == 1 && act.dim() == 2 &&
+      act.size(0) == 1 && act.stride(1) == 1 && gate_up.dim() == 2 && gate_up.size(0) == 2 * act.size(1) &&
       gemv_fits(gu, x, gate_up)) {
     gemv_silu_mul_out(act, x, gate_up);
     return;
   }
+  if (wg16_swiglu_takes(act, x, gate_up)) {
+    wg16_silu_mul_out(act, x, gate_up, row_scale);
+    return;
+  }
   linear_out(gu, x, gate_up);
-  silu_mul_out(act, gu);
+  silu_mul_out(act, gu, row_scale);
 }
 
 EnvSwitch& wg16_switch() {
@@ -544,14 +551,28 @@ EnvSwitch& wg16_switch() {
   return s;
 }
 
-bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
-  return x.dim() == 2 && out.dim() == 2 && weight.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kWg16MaxT &&
-         out.size(0) == x.size(0) && out.size(1) == weight.size(0) && x.size(1) == weight.size(1) &&
-         weight.size(0) <= kWg16MaxRows && x.stride(1) == 1 && out.stride(1) == 1 && weight.stride(1) == 1 &&
-         x.stride(0) % 8 == 0 && weight.stride(0) % 8 == 0 && x.size(1) % 8 == 0 &&
-         x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 &&
-         out.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
+namespace {
+// x [M <= 16, K] and weight [N, K] as the wgmma kernel's tensor maps take them (the TMA's layout rules).
+bool wg16_operands_fit(const at::Tensor& x, const at::Tensor& weight) {
+  return x.dim() == 2 && weight.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kWg16MaxT && x.size(1) == weight.size(1) &&
+         weight.size(0) <= kWg16MaxRows && x.stride(1) == 1 && weight.stride(1) == 1 && x.stride(0) % 8 == 0 &&
+         weight.stride(0) % 8 == 0 && x.size(1) % 8 == 0 && x.scalar_type() == at::kBFloat16 &&
+         weight.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
          x.size(1) <= std::numeric_limits<int>::max();
+}
+// out [M, n] with unit column stride, bf16.
+bool wg16_output_fits(const at::Tensor& out, const at::Tensor& x, int64_t n) {
+  return out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == n && out.stride(1) == 1 &&
+         out.scalar_type() == at::kBFloat16;
+}
+}  // namespace
+
+bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return wg16_operands_fit(x, weight) && wg16_output_fits(out, x, weight.size(0));
+}
+
+bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
+  return wg16_operands_fit(x, gate_up) && gate_up.size(0) % 16 == 0 && wg16_output_fits(act, x, gate_up.size(0) / 2);
 }
 
 namespace {
@@ -583,27 +604,16 @@ Wg16Scratch wg16_scratch(int sms) {
 }
 }  // namespace
 
-void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
-  require(x, "wg16 x", at::kBFloat16, false);
-  require(out, "wg16 out", at::kBFloat16, false);
-  require(weight, "wg16 weight", at::kBFloat16, false);
-  if (!wg16_fits(out, x, weight))
-    fail("wg16: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and weight "
-         "16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}, {}], weight [{}, {}], out [{}, {}]",
-         kWg16MaxT, kWg16MaxRows, x.size(0), x.size(1), weight.size(0), weight.size(1), out.size(0), out.size(1));
+namespace {
+// Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
+// switch that chose it, for the error on a GPU without wgmma.
+void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what) {
   int sms = 0;
   check_cuda(detail::sm_count(sms), "wg16");
-  Wg16Args a;
   a.W = bf(weight);
   a.ldw = weight.stride(0);
   a.X = bf(x);
   a.ldx = x.stride(0);
-  a.Y = bf(out);
-  a.ldy = out.stride(0);
-  if (accumulate) {
-    a.R = a.Y;
-    a.ldr = a.ldy;
-  }
   a.T = static_cast<int>(x.size(0));
   a.N = static_cast<int>(weight.size(0));
   a.K = static_cast<int>(x.size(1));
@@ -615,8 +625,54 @@ void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tenso
   }
   const cudaError_t e = gemm_wg16(a, stream());
   if (e == cudaErrorNotSupported)
-    fail("SPECPRESS_WG16: the wgmma kernel needs an sm_90 (Hopper) GPU and a driver with tensor maps; unset it here");
+    fail("{}: the wgmma kernel needs an sm_90 (Hopper) GPU and a driver with tensor maps; unset it here", what);
   check_cuda(e, "gemm_wg16");
+}
+}  // namespace
+
+void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
+  require(x, "wg16 x", at::kBFloat16, false);
+  require(out, "wg16 out", at::kBFloat16, false);
+  require(weight, "wg16 weight", at::kBFloat16, false);
+  if (!wg16_fits(out, x, weight))
+    fail("wg16: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and weight "
+         "16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}, {}], weight [{}, {}], out [{}, {}]",
+         kWg16MaxT, kWg16MaxRows, x.size(0), x.size(1), weight.size(0), weight.size(1), out.size(0), out.size(1));
+  Wg16Args a;
+  a.Y = bf(out);
+  a.ldy = out.stride(0);
+  if (accumulate) {
+    a.R = a.Y;
+    a.ldr = a.ldy;
+  }
+  run_wg16(a, x, weight, "SPECPRESS_WG16");
+}
+
+void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& row_scale) {
+  require(x, "wg16_silu_mul x", at::kBFloat16, false);
+  require(act, "wg16_silu_mul act", at::kBFloat16, false);
+  require(gate_up, "wg16_silu_mul gate_up", at::kBFloat16, false);
+  if (!wg16_silu_mul_fits(act, x, gate_up))
+    fail("wg16_silu_mul: expected x [M <= {}, K], gate_up [2I <= {}, K] with I % 8 == 0, act [M, I], bf16, unit "
+         "column strides, x and gate_up 16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}], gate_up "
+         "[{}], act [{}]",
+         kWg16MaxT, kWg16MaxRows, fmt::join(x.sizes().vec(), ", "), fmt::join(gate_up.sizes().vec(), ", "),
+         fmt::join(act.sizes().vec(), ", "));
+  Wg16Args a;
+  a.Y = bf(act);
+  a.ldy = act.stride(0);
+  a.silu_mul = true;
+  a.row_scale = row_scale_of(row_scale, x.size(0), "wg16_silu_mul");
+  run_wg16(a, x, gate_up, "SPECPRESS_WG16_SWIGLU");
+}
+
+EnvSwitch& wg16_swiglu_switch() {
+  static EnvSwitch s("SPECPRESS_WG16_SWIGLU", false);
+  return s;
+}
+
+bool wg16_swiglu_takes(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
+  return x.dim() == 2 && x.size(0) >= 2 && wg16_swiglu_switch().on() && wg16_silu_mul_fits(act, x, gate_up);
 }
 
 namespace {

@@ -114,7 +114,11 @@ bool fused_one_row(int64_t rows);
 // The MLP's gate/up projection and SwiGLU, act [M, I] = silu_mul(x @ gate_up^T), with `gu` [M, 2I] as the
 // intermediate: in gemv or stream mode a one-row x in the GEMV's layout takes gemv_silu_mul_out (gu
 // untouched, one launch); otherwise linear_out into gu, then silu_mul_out.
-void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up);
+// With 2..16 rows and SPECPRESS_WG16_SWIGLU on (wg16_swiglu_switch), where the wgmma kernel takes the layout, the
+// product and the SwiGLU are one launch (wg16_silu_mul_out; gu untouched). row_scale (float [M], optional): a
+// folded RMSNorm's row factors, applied as silu_mul_out applies them (not with the one-row GEMV, which takes none).
+void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up,
+                         const at::Tensor& row_scale = {});
 
 // out [M, N] = x [M, K] @ weight [N, K]^T for 1 <= M <= 16 by the streaming small-M tensor-core kernel
 // (kernels/gemm_small.h); x with unit column stride, row stride % 8 == 0, 16-byte aligned; weight
@@ -153,6 +157,17 @@ bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& wei
 // out [M, N] = x [M, K] @ weight [N, K]^T, or residual-accumulating (out += ..., one rounding of the fp32 sum plus
 // out's old value), 1 <= M <= 16, by gemm_wg16 with wg16_plan's plan; fails naming what does not fit.
 void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate);
+// act [M, I] = silu_mul(x [M, K] @ gate_up [2I, K]^T) with silu_mul_out's optional row factors, 1 <= M <= 16, in one
+// launch of the wgmma kernel's SwiGLU form (gemm_wg16.h): bitwise wg16_linear_out into a gate_up buffer followed by
+// silu_mul_out. Fails naming what does not fit (wg16_fits's layout, I % 8 == 0, act [M, I] with unit column stride).
+void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
+                       const at::Tensor& row_scale = {});
+bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
+// SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up
+// product and the SwiGLU in one launch) instead of the product into gu and silu_mul_out. Read once; set() overrides.
+EnvSwitch& wg16_swiglu_switch();
+// Whether linear_silu_mul_out runs this product and SwiGLU as one launch (2..16 rows, the switch on, the layout fits).
+bool wg16_swiglu_takes(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
 // Whether linear_out runs M >= 2 products by their tuned cuBLASLt plans (kernels/lt_linear.h): in gemv or
 // cublas mode, unless SPECPRESS_LT_TUNE=0 (set_lt_tuning). The engine tunes only then.

@@ -30,6 +30,8 @@ struct KernelArgs {
   float* workspace;
   unsigned* counters;
   int trigger, prefill, overlap;
+  const float* row_scale;  // SwiGLU form: the tokens' factors on gate and up (nullptr: none)
+  int silu_mul;            // SwiGLU form: N is the number of features (W has 2N rows), tiles of 32 features
 };
 
 // wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
@@ -58,6 +60,15 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+// One 4D box of `map` at (c0, c1, c2, c3) into shared memory, counted on `bar` (the SwiGLU form's W).
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
 // One 2D box of `map` at (column c0, row c1) into shared memory, counted on `bar`.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
   asm volatile(
@@ -99,8 +110,13 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       auto load_w = [&](int i) {
         const int s = i % a.stages;
         mbar_expect_tx(&full[s], static_cast<unsigned>(stage_bytes));
-        for (int b = 0; b < KB; ++b)
-          tma_load_2d(smem + s * stage_bytes + b * kWBox, &w_map, ((s0 + i) * KB + b) * kWg16Chunk, row0, &full[s]);
+        for (int b = 0; b < KB; ++b) {
+          const int col = ((s0 + i) * KB + b) * kWg16Chunk;
+          if (a.silu_mul)  // groups 4 tile .. 4 tile + 3 of 8 features, gate then up: 64 rows, as one box
+            tma_load_4d(smem + s * stage_bytes + b * kWBox, &w_map, col, 0, 0, 4 * tile, &full[s]);
+          else
+            tma_load_2d(smem + s * stage_bytes + b * kWBox, &w_map, col, row0, &full[s]);
+        }
       };
       auto load_x = [&](int i) {
         const int s = i % a.stages;
@@ -128,11 +144,15 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   const int g = lane >> 2, c = lane & 3;
   auto row_of = [&](int e) { return tile * kWg16Rows + 16 * warp + g + ((e & 2) ? 8 : 0); };
   auto tok_of = [&](int e) { return 8 * (e >> 2) + 2 * c + (e & 1); };
-  float res[8];  // the residual's values, loaded now so that the epilogue does not wait for them
+  // the residual's values (SwiGLU form: the tokens' row factors), loaded now so that the epilogue does not wait
+  float res[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     const int row = row_of(e), tok = tok_of(e);
-    res[e] = a.R != nullptr && row < a.N && tok < a.T ? to_f(a.R[tok * a.ldr + row]) : 0.f;
+    if (a.silu_mul)
+      res[e] = a.row_scale != nullptr && tok < a.T ? a.row_scale[tok] : 1.f;
+    else
+      res[e] = a.R != nullptr && row < a.N && tok < a.T ? to_f(a.R[tok * a.ldr + row]) : 0.f;
   }
   float d[8];
 #pragma unroll
@@ -185,6 +205,23 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w, d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
     }
   }
+  if (a.silu_mul) {
+    // the tile's rows 16 warp + g and 16 warp + g + 8 are feature j's gate and up rows: silu_mul's arithmetic
+    // (swiglu.cu) on the bf16 products, so the result is bitwise that of this product into gate_up + silu_mul
+    const int j = tile * (kWg16Rows / 2) + 8 * warp + g;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int e = (q & 1) + 4 * (q >> 1), tok = tok_of(e);  // e = 0, 1, 4, 5: gate d[e], up d[e + 2]
+      if (j >= a.N || tok >= a.T) continue;
+      float gv = round_b(d[e]), uv = round_b(d[e + 2]);
+      if (a.row_scale != nullptr) {
+        gv = round_b(gv * res[e]);
+        uv = round_b(uv * res[e]);
+      }
+      a.Y[tok * a.ldy + j] = to_b(round_b(gv / (1.f + expf(-gv))) * uv);
+    }
+    return;
+  }
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     const int row = row_of(e), tok = tok_of(e);
@@ -224,6 +261,20 @@ bool encode(CUtensorMap& map, const void* base, int64_t rows, int64_t cols, int6
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The SwiGLU form's W, gate rows [0, I) then up rows [I, 2I) of row stride ld, as a 4D tensor (k, i, half, group)
+// with feature 8 group + i: a box of 4 groups puts each group's 8 gate rows and then its 8 up rows together, 64
+// rows of 128 bytes in the same 128-byte swizzle as the plain form's box.
+bool encode_silu_mul(CUtensorMap& map, const void* base, int64_t inter, int64_t cols, int64_t ld) {
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(cols), 8, 2, static_cast<cuuint64_t>(inter / 8)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(ld) * 2, static_cast<cuuint64_t>(inter * ld) * 2,
+                                 static_cast<cuuint64_t>(8 * ld) * 2};
+  const cuuint32_t box[4] = {kWg16Chunk, 8, 2, kWg16Rows / 16};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  return encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, elem,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
@@ -253,9 +304,11 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   const Wg16Plan& p = a.plan;
   const int chunks = (a.K + kWg16Chunk - 1) / kWg16Chunk;
   if (a.T < 1 || a.T > kWg16MaxT || a.N < 1 || a.K < 1 || a.K % 8 != 0) return cudaErrorInvalidValue;
-  if (a.ldw % 8 != 0 || a.ldx % 8 != 0 || a.ldw < a.K || a.ldx < a.K || a.ldy < a.N) return cudaErrorInvalidValue;
+  const int out_n = a.silu_mul ? a.N / 2 : a.N;  // Y's columns
+  if (a.ldw % 8 != 0 || a.ldx % 8 != 0 || a.ldw < a.K || a.ldx < a.K || a.ldy < out_n) return cudaErrorInvalidValue;
   if (!aligned16(a.W) || !aligned16(a.X) || a.Y == nullptr) return cudaErrorInvalidValue;
   if (a.R != nullptr && a.ldr < a.N) return cudaErrorInvalidValue;
+  if (a.silu_mul && (a.N % 16 != 0 || a.R != nullptr)) return cudaErrorInvalidValue;
   if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
   if (chunks % p.kb != 0 || p.splits < 1 || p.splits > chunks / p.kb) return cudaErrorInvalidValue;
   if (p.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)) return cudaErrorInvalidValue;
@@ -284,12 +337,30 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (attr_error != cudaSuccess) return attr_error;
   if (smem + static_bytes > static_cast<size_t>(smem_max)) return cudaErrorInvalidValue;
   CUtensorMap w_map, x_map;
-  if (!encode(w_map, a.W, a.N, a.K, a.ldw, kWg16Rows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B) ||
-      !encode(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
+  const bool w_ok = a.silu_mul ? encode_silu_mul(w_map, a.W, a.N / 2, a.K, a.ldw)
+                               : encode(w_map, a.W, a.N, a.K, a.ldw, kWg16Rows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  if (!w_ok || !encode(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
     return cudaErrorInvalidValue;
-  KernelArgs k{a.Y, a.R, a.ldy, a.R != nullptr ? a.ldr : 0, a.T, a.N, wg16_tiles(a.N), chunks, p.splits, p.stages,
-               a.workspace, a.counters, a.trigger ? 1 : 0, a.prefill, a.overlap ? 1 : 0};
-  // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite
+  KernelArgs k{};
+  k.Y = a.Y;
+  k.R = a.R;
+  k.ldy = a.ldy;
+  k.ldr = a.R != nullptr ? a.ldr : 0;
+  k.T = a.T;
+  k.N = out_n;
+  k.tiles = wg16_tiles(a.N);
+  k.chunks = chunks;
+  k.splits = p.splits;
+  k.stages = p.stages;
+  k.workspace = a.workspace;
+  k.counters = a.counters;
+  k.trigger = a.trigger ? 1 : 0;
+  k.prefill = a.prefill;
+  k.overlap = a.overlap ? 1 : 0;
+  k.row_scale = a.silu_mul ? a.row_scale : nullptr;
+  k.silu_mul = a.silu_mul ? 1 : 0;
+  // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
+  const LcSkipScope lc(kLcWg16);
   return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(k.tiles * p.splits)), dim3(kThreads), smem, stream,
                                w_map, x_map, k);
 }

@@ -58,6 +58,14 @@ struct Wg16Args {
   bool trigger = true;  // under PDL: let the next kernel be scheduled once this block's loads are issued
   bool overlap = false;   // keep one stage's wgmma in flight while the next is issued (else wait for each)
   int prefill = 1 << 30;  // under PDL: ring stages filled with W before waiting on the previous kernel (all by default)
+  // The SwiGLU form (the MLP's gate/up product and its activation in one launch): W is gate_up [N = 2I, K], gate
+  // rows then up rows; Y [T, I] = silu(g) * u with g, u the bf16 products, each first scaled by the token's
+  // row_scale (a folded RMSNorm's factors, float [T]; nullptr: none) and rounded to bf16, as kernels::silu_mul does
+  // on a gate_up buffer, so the result is bitwise that of this product followed by silu_mul. A tile is 32 features:
+  // a 4D tensor map puts each 8 features' gate rows and then their up rows into one 64-row box, so a thread's two
+  // accumulator rows (g and g + 8) are one feature's gate and up. Needs N % 16 == 0 and no residual.
+  bool silu_mul = false;
+  const float* row_scale = nullptr;
 };
 
 inline int wg16_tiles(int N) { return (N + kWg16Rows - 1) / kWg16Rows; }
@@ -73,12 +81,13 @@ size_t wg16_smem_bytes(const Wg16Plan& plan);
 // most about 200 KB together, at least 3 (chunks a stage halved until they fit).
 Wg16Plan wg16_plan(int N, int K, int sms);
 
-// cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, W's or X's row stride not a multiple of 8
-// elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a time), kb not
-// 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits
-// > 1 without workspace and counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on
-// a device older than sm_90 or without the driver's tensor-map entry point. Launched with PDL when it is on
-// (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
+// cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row
+// stride not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an
+// element at a time), the SwiGLU form with N % 16 != 0 or a residual, kb not 1, 2 or 4 or not dividing K's
+// 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits > 1 without workspace and
+// counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on a device older than sm_90
+// or without the driver's tensor-map entry point. Launched with PDL when it is on (kernels::pdl_enabled, launch.h),
+// as the other kernels of src/kernels.
 cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);
 
 }  // namespace specpress::kernels

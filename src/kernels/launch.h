@@ -97,16 +97,24 @@ inline bool& lc_edges_flag() {
 inline bool lc_edges_enabled() { return lc_edges_flag() && pdl_enabled(); }
 
 // SPECPRESS_LC_SKIP: our kernels kept out of that rewrite, so that the edges into them stay ordinary (the kernel
-// launches once the product before it has completed). A comma-separated list of silu_mul, rmsnorm, row_rms, argmax
-// and attention, or none; unset or empty: silu_mul. The SwiGLU has nothing to do before its wait, and woke from it
+// launches once the product before it has completed). A comma-separated list of silu_mul, rmsnorm, row_rms, argmax,
+// attention and wg16, or none; unset or empty: silu_mul. The SwiGLU has nothing to do before its wait, and woke from it
 // about 1 us later than an ordinary launch started it: skipping it took 4B verify 3.092-3.100 -> 3.067-3.069 ms and
 // 8B 4.691-4.693 -> 4.651, while skipping the attention, which loads the older cache rows before its wait, made
 // verify 77-115 us slower, and argmax and rmsnorm were within noise (docs/PERF.md, twenty-second pass).
-enum LcKernel : unsigned { kLcSiluMul = 1, kLcRmsnorm = 2, kLcRowRms = 4, kLcArgmax = 8, kLcAttention = 16 };
+// wg16 names the wgmma product kernel (gemm_wg16.h), whose SwiGLU form follows a cuBLASLt product in verify.
+enum LcKernel : unsigned {
+  kLcSiluMul = 1,
+  kLcRmsnorm = 2,
+  kLcRowRms = 4,
+  kLcArgmax = 8,
+  kLcAttention = 16,
+  kLcWg16 = 32
+};
 constexpr unsigned kLcSkipDefault = kLcSiluMul;
 constexpr std::pair<const char*, unsigned> kLcKernelNames[] = {{"silu_mul", kLcSiluMul}, {"rmsnorm", kLcRmsnorm},
-                                                               {"row_rms", kLcRowRms}, {"argmax", kLcArgmax},
-                                                               {"attention", kLcAttention}};
+                                                               {"row_rms", kLcRowRms},   {"argmax", kLcArgmax},
+                                                               {"attention", kLcAttention}, {"wg16", kLcWg16}};
 // The names of a mask's kernels, comma-separated ("none" for none), as SPECPRESS_LC_SKIP takes them.
 inline std::string lc_skip_names(unsigned mask) {
   std::string names;

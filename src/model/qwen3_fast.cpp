@@ -472,10 +472,16 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       side(rs_mlp, at::Tensor());
-      kernels::linear_out(gu, x, w.gate_up);
-      join();
-      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU and down's start
-      kernels::silu_mul_out(act, gu, rs_mlp);
+      if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {  // the product and the SwiGLU in one launch, after rs_mlp
+        join();
+        prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the fused gate/up and down's start
+        kernels::linear_silu_mul_out(act, gu, x, w.gate_up, rs_mlp);
+      } else {
+        kernels::linear_out(gu, x, w.gate_up);
+        join();
+        prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU and down's start
+        kernels::silu_mul_out(act, gu, rs_mlp);
+      }
       kernels::linear_residual_out(x, act, w.down, o);  // x += mlp
     }
     const at::Tensor tap_of_last = tap_of(layers.size() - 1);
@@ -495,10 +501,15 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
-    // linear_silu_mul_out's form here (no fused one-row GEMV past the branch above), split for the prefetch
-    kernels::linear_out(gu, h, w.gate_up);
-    prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU
-    kernels::silu_mul_out(act, gu);
+    if (kernels::wg16_swiglu_takes(act, h, w.gate_up)) {  // the product and the SwiGLU in one launch
+      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside it
+      kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
+    } else {
+      // linear_silu_mul_out's form here (no fused one-row GEMV past the branch above), split for the prefetch
+      kernels::linear_out(gu, h, w.gate_up);
+      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU
+      kernels::silu_mul_out(act, gu);
+    }
     kernels::linear_out(o, act, w.down);
     const at::Tensor& next_norm = l + 1 < layers.size() ? layers[l + 1].input_norm : final_norm;
     kernels::rmsnorm_out(h, o, next_norm, eps, x, x, tap_of(l));  // x += mlp (tapped); h = next layer's norm

@@ -146,7 +146,8 @@ TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
   LtTestSettings restore;
   kernels::set_gemm_mode(kernels::GemmMode::kGemv);
   kernels::set_lt_tuning(kernels::LtTuning::kAlways);
-  kernels::wg16_switch().set(false);  // the plans' coverage, whatever SPECPRESS_WG16 says
+  kernels::wg16_switch().set(false);  // the plans' coverage, whatever SPECPRESS_WG16 and _SWIGLU say
+  kernels::wg16_swiglu_switch().set(false);
   kernels::clear_lt_plans();
   const std::vector<int64_t> prompt = golden_runs()[0].prompt;
   const int64_t B = 8, N = static_cast<int64_t>(prompt.size());

@@ -1159,6 +1159,130 @@ TEST_F(Kernels, Wg16MatchesReference) {
   EXPECT_TRUE(at::equal(direct, routed)) << "linear_out under SPECPRESS_WG16 is not the wgmma kernel";
 }
 
+// The wgmma kernel's SwiGLU form (gate/up product + silu_mul in one launch) against its twin, the same kernel's plain
+// product into a gate_up buffer followed by silu_mul_out: bitwise equal, with and without a folded norm's row factors,
+// at the Qwen3-4B and 8B gate/up shapes (the drafts' too) and odd ones (a last tile of 32 features partly past I),
+// M = 1, 2, 5 and 16 rows, act between NaN guard columns and above a NaN guard row; and against float64 math. Then
+// forced plans with K splits (the last block's sum, then the SwiGLU), linear_silu_mul_out's routing under
+// SPECPRESS_WG16_SWIGLU, and the layouts it refuses.
+namespace {
+
+void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr) {
+  at::Tensor x = at::randn({16, K}, bf16()), gate_up = at::randn({2 * I, K}, bf16()) * 0.05;
+  at::Tensor scale = at::rand({16}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat)) * 1.5 + 0.5;
+  for (int64_t M : Ms) {
+    for (bool scaled : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " I=" << I << " K=" << K << " row_scale=" << scaled
+                                        << (forced ? " forced plan" : ""));
+      at::Tensor xm = x.narrow(0, 0, M), rs = scaled ? scale.narrow(0, 0, M) : at::Tensor();
+      at::Tensor wide = at::full({M + 1, I + 16}, NAN, bf16());
+      at::Tensor act = wide.narrow(0, 0, M).narrow(1, 8, I);
+      at::Tensor gu = at::empty({M, 2 * I}, bf16()), want = at::empty({M, I}, bf16());
+      if (forced == nullptr) {
+        kernels::wg16_silu_mul_out(act, xm, gate_up, rs);
+        kernels::wg16_linear_out(gu, xm, gate_up, false);
+      } else {
+        static float* workspace = nullptr;
+        static unsigned* counters = nullptr;
+        if (workspace == nullptr) {  // the largest forced plan's (tiles x splits <= 64 x 16)
+          ASSERT_EQ(cudaMalloc(&workspace, sizeof(float) * 64 * 16 * 1024), cudaSuccess);
+          ASSERT_EQ(cudaMalloc(&counters, sizeof(unsigned) * 64), cudaSuccess);
+          ASSERT_EQ(cudaMemset(counters, 0, sizeof(unsigned) * 64), cudaSuccess);
+        }
+        ASSERT_LE(static_cast<size_t>(kernels::wg16_tiles(static_cast<int>(2 * I))) * forced->splits, size_t{64 * 16});
+        for (bool fused : {true, false}) {
+          kernels::Wg16Args a;
+          a.W = reinterpret_cast<const __nv_bfloat16*>(gate_up.data_ptr());
+          a.ldw = K;
+          a.X = reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr());
+          a.ldx = K;
+          a.Y = reinterpret_cast<__nv_bfloat16*>(fused ? act.data_ptr() : gu.data_ptr());
+          a.ldy = fused ? act.stride(0) : 2 * I;
+          a.T = static_cast<int>(M);
+          a.N = static_cast<int>(2 * I);
+          a.K = static_cast<int>(K);
+          a.workspace = workspace;
+          a.counters = counters;
+          a.plan = *forced;
+          a.silu_mul = fused;
+          a.row_scale = fused && scaled ? rs.data_ptr<float>() : nullptr;
+          ASSERT_EQ(kernels::gemm_wg16(a, at::cuda::getCurrentCUDAStream().stream()), cudaSuccess);
+        }
+      }
+      kernels::silu_mul_out(want, gu, rs);
+      EXPECT_TRUE(at::equal(act, want)) << "not bitwise the plain product + silu_mul_out";
+      at::Tensor p64 = at::matmul(xm.to(at::kDouble), gate_up.to(at::kDouble).t());
+      if (scaled) p64 = p64 * rs.to(at::kDouble).unsqueeze(1);
+      at::Tensor g64 = p64.narrow(1, 0, I), u64 = p64.narrow(1, I, I);
+      EXPECT_LT(rel_err(act, g64 * at::sigmoid(g64) * u64), 2e-2) << "vs float64";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before act";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, I + 8, 8)).all().item<bool>()) << "wrote after act";
+      EXPECT_TRUE(at::isnan(wide.narrow(0, M, 1)).all().item<bool>()) << "wrote a row past M";
+    }
+  }
+}
+
+}  // namespace
+
+TEST_F(Kernels, Wg16SiluMulMatchesReference) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  check_wg16_silu_mul(9728, 2560, {1, 2, 5, 16});   // Qwen3-4B (and its draft)
+  check_wg16_silu_mul(12288, 4096, {2, 16});        // Qwen3-8B (and its draft)
+  for (int64_t I : {8, 40, 1000}) check_wg16_silu_mul(I, 136, {1, 9, 16});
+  for (int splits : {2, 3, 7}) {
+    const kernels::Wg16Plan p{splits, 3, 1};
+    check_wg16_silu_mul(200, 64 * 7, {16}, &p);
+  }
+  // refused: I % 8 != 0 (2I % 16 != 0), a residual, an output narrower than I
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  at::Tensor x = at::randn({4, 64}, bf16()), w = at::randn({24, 64}, bf16()), y = at::full({4, 12}, NAN, bf16());
+  auto args = [&](int N, int64_t ldy, bool residual) {
+    kernels::Wg16Args a;
+    a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
+    a.ldw = 64;
+    a.X = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr());
+    a.ldx = 64;
+    a.Y = reinterpret_cast<__nv_bfloat16*>(y.data_ptr());
+    a.ldy = ldy;
+    if (residual) {
+      a.R = a.Y;
+      a.ldr = ldy;
+    }
+    a.T = 4;
+    a.N = N;
+    a.K = 64;
+    a.plan = {1, 2, 1};
+    a.silu_mul = true;
+    return a;
+  };
+  EXPECT_EQ(kernels::gemm_wg16(args(24, 12, false), st), cudaErrorInvalidValue);  // I = 12
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 12, true), st), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 7, false), st), cudaErrorInvalidValue);
+  EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "a refused launch wrote";
+  EXPECT_THROW(kernels::wg16_silu_mul_out(y, x, w), std::exception);  // the ATen entry names the layout
+  // linear_silu_mul_out takes it under the switch only, with 2..16 rows
+  at::Tensor xs = at::randn({16, 2560}, bf16()), gate_up = at::randn({2 * 9728, 2560}, bf16()) * 0.05;
+  at::Tensor rs = at::rand({16}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat)) + 0.5;
+  at::Tensor direct = at::full({16, 9728}, NAN, bf16()), routed = at::full({16, 9728}, NAN, bf16());
+  at::Tensor gu = at::full({16, 2 * 9728}, NAN, bf16());
+  kernels::wg16_silu_mul_out(direct, xs, gate_up, rs);
+  const bool was_on = kernels::wg16_swiglu_switch().on();
+  kernels::wg16_swiglu_switch().set(true);
+  EXPECT_TRUE(kernels::wg16_swiglu_takes(routed, xs, gate_up));
+  EXPECT_FALSE(kernels::wg16_swiglu_takes(routed.narrow(0, 0, 1), xs.narrow(0, 0, 1), gate_up)) << "one row";
+  kernels::linear_silu_mul_out(routed, gu, xs, gate_up, rs);
+  EXPECT_TRUE(at::equal(direct, routed)) << "linear_silu_mul_out under SPECPRESS_WG16_SWIGLU is not the fused kernel";
+  EXPECT_TRUE(at::isnan(gu).all().item<bool>()) << "the fused form wrote the gate_up buffer";
+  kernels::wg16_swiglu_switch().set(false);
+  EXPECT_FALSE(kernels::wg16_swiglu_takes(routed, xs, gate_up));
+  kernels::linear_silu_mul_out(routed, gu, xs, gate_up, rs);  // the product into gu, then silu_mul_out
+  EXPECT_FALSE(at::isnan(gu).any().item<bool>());
+  kernels::wg16_swiglu_switch().set(was_on);
+  EXPECT_LT(rel_err(routed, direct), 2e-2) << "cuBLAS + silu_mul_out against the fused kernel";
+}
+
 // linear_out in the stream modes: kStream keeps one-row products (and the fused gate/up and o/down
 // epilogues) on the GEMV and gives 2..16 rows to gemm_small (bitwise gemm_small_out), more to cuBLAS;
 // kStreamAll gives 1..16 rows to gemm_small, so a row's result does not depend on the row count, and the
