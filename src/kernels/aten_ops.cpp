@@ -618,6 +618,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.N = static_cast<int>(weight.size(0));
   a.K = static_cast<int>(x.size(1));
   a.plan = wg16_plan(a.N, a.K, sms);
+  if (a.row_norm) a.plan.splits = 1;  // each block sums its rows' squares over all of K
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;
@@ -648,7 +649,8 @@ void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tenso
   run_wg16(a, x, weight, "SPECPRESS_WG16");
 }
 
-void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& row_scale) {
+namespace {
+void check_wg16_silu_mul(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
   require(x, "wg16_silu_mul x", at::kBFloat16, false);
   require(act, "wg16_silu_mul act", at::kBFloat16, false);
   require(gate_up, "wg16_silu_mul gate_up", at::kBFloat16, false);
@@ -658,11 +660,28 @@ void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
          "[{}], act [{}]",
          kWg16MaxT, kWg16MaxRows, fmt::join(x.sizes().vec(), ", "), fmt::join(gate_up.sizes().vec(), ", "),
          fmt::join(act.sizes().vec(), ", "));
+}
+}  // namespace
+
+void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& row_scale) {
+  check_wg16_silu_mul(act, x, gate_up);
   Wg16Args a;
   a.Y = bf(act);
   a.ldy = act.stride(0);
   a.silu_mul = true;
   a.row_scale = row_scale_of(row_scale, x.size(0), "wg16_silu_mul");
+  run_wg16(a, x, gate_up, "SPECPRESS_WG16_SWIGLU");
+}
+
+void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps) {
+  check_wg16_silu_mul(act, x, gate_up);
+  if (!(eps >= 0)) fail("wg16_silu_mul: eps must be >= 0, found {}", eps);
+  Wg16Args a;
+  a.Y = bf(act);
+  a.ldy = act.stride(0);
+  a.silu_mul = true;
+  a.row_norm = true;
+  a.eps = static_cast<float>(eps);
   run_wg16(a, x, gate_up, "SPECPRESS_WG16_SWIGLU");
 }
 

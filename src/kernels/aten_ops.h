@@ -162,6 +162,9 @@ void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tenso
 // silu_mul_out. Fails naming what does not fit (wg16_fits's layout, I % 8 == 0, act [M, I] with unit column stride).
 void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
                        const at::Tensor& row_scale = {});
+// The same with an RMSNorm folded into gate_up: x is the raw residual and the kernel computes each row's factor
+// rsqrt(mean(x^2) + eps) itself, bitwise as row_rms_out does, so nothing has to run before it but x's producer.
+void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps);
 bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 // SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up
 // product and the SwiGLU in one launch) instead of the product into gu and silu_mul_out. Read once; set() overrides.

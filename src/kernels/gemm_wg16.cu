@@ -32,6 +32,9 @@ struct KernelArgs {
   int trigger, prefill, overlap;
   const float* row_scale;  // SwiGLU form: the tokens' factors on gate and up (nullptr: none)
   int silu_mul;            // SwiGLU form: N is the number of features (W has 2N rows), tiles of 32 features
+  int row_norm;            // SwiGLU form: the factors are rsqrt(mean(x^2) + eps) of X's rows, summed here
+  float eps;
+  int K;
 };
 
 // wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
@@ -157,6 +160,12 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   float d[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) d[j] = 0.f;
+  // row_norm: X row tid / 8's sum of squares, in the order of row_rms_kernel (rmsnorm.cu), whose lane l sums the
+  // 8-column chunks l, l + 32, ... of the row: chunk j of box b (j = 8 b + q) is lane 8 (b % 4) + q's, so this
+  // thread (q = tid % 8) keeps lanes q, q + 8, q + 16, q + 24 as ssq[0..3], and reduces them as warp_sum would.
+  float ssq[4] = {0.f, 0.f, 0.f, 0.f};
+  const int x_row = threadIdx.x >> 3, x_chunk = threadIdx.x & 7;
+  const int x_offset = x_row * 128 + ((x_chunk ^ (x_row & 7)) << 4);  // the chunk under the 128-byte swizzle
   for (int i = 0; i < n; ++i) {
     const int s = i % a.stages;
     mbar_wait(&full[s], (i / a.stages) & 1);
@@ -169,6 +178,23 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16(d, wd + 2 * kk, xd + 2 * kk, 1);  // +32 bytes a k16 slice
     }
     wgmma_commit();
+    if (a.row_norm) {  // while the wgmma run (both only read the stage)
+#pragma unroll
+      for (int b = 0; b < KB; ++b) {
+        const uint4 u = *reinterpret_cast<const uint4*>(st + KB * kWBox + b * kXBox + x_offset);
+        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+        const int v = ((s0 + i) * KB + b) & 3;  // selected, not indexed: ssq stays in registers
+        float acc = v == 0 ? ssq[0] : v == 1 ? ssq[1] : v == 2 ? ssq[2] : ssq[3];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 t = __bfloat1622float2(h[e]);
+          acc += t.x * t.x + t.y * t.y;
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          if (w == v) ssq[w] = acc;
+      }
+    }
     if (a.overlap) {
       // one group left in flight: the previous stage's wgmma have read their operands, so that stage is free
       wgmma_wait_1();
@@ -205,6 +231,16 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w, d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
     }
   }
+  if (a.row_norm) {  // warp_sum's levels 16 and 8 inside the thread, then 4, 2, 1 across the row's 8 lanes
+    __shared__ float row_factor[kWg16MaxT];
+    float v = (ssq[0] + ssq[2]) + (ssq[1] + ssq[3]);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (x_chunk == 0) row_factor[x_row] = rsqrtf(v / static_cast<float>(a.K) + a.eps);
+    consumers_sync<4>();
+#pragma unroll
+    for (int e = 0; e < 8; ++e) res[e] = row_factor[tok_of(e)];
+  }
   if (a.silu_mul) {
     // the tile's rows 16 warp + g and 16 warp + g + 8 are feature j's gate and up rows: silu_mul's arithmetic
     // (swiglu.cu) on the bf16 products, so the result is bitwise that of this product into gate_up + silu_mul
@@ -214,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       const int e = (q & 1) + 4 * (q >> 1), tok = tok_of(e);  // e = 0, 1, 4, 5: gate d[e], up d[e + 2]
       if (j >= a.N || tok >= a.T) continue;
       float gv = round_b(d[e]), uv = round_b(d[e + 2]);
-      if (a.row_scale != nullptr) {
+      if (a.row_scale != nullptr || a.row_norm) {
         gv = round_b(gv * res[e]);
         uv = round_b(uv * res[e]);
       }
@@ -309,6 +345,8 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (!aligned16(a.W) || !aligned16(a.X) || a.Y == nullptr) return cudaErrorInvalidValue;
   if (a.R != nullptr && a.ldr < a.N) return cudaErrorInvalidValue;
   if (a.silu_mul && (a.N % 16 != 0 || a.R != nullptr)) return cudaErrorInvalidValue;
+  if (a.row_norm && (!a.silu_mul || a.row_scale != nullptr || p.splits != 1 || !(a.eps >= 0.f)))
+    return cudaErrorInvalidValue;
   if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
   if (chunks % p.kb != 0 || p.splits < 1 || p.splits > chunks / p.kb) return cudaErrorInvalidValue;
   if (p.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)) return cudaErrorInvalidValue;
@@ -359,6 +397,9 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.overlap = a.overlap ? 1 : 0;
   k.row_scale = a.silu_mul ? a.row_scale : nullptr;
   k.silu_mul = a.silu_mul ? 1 : 0;
+  k.row_norm = a.row_norm ? 1 : 0;
+  k.eps = a.eps;
+  k.K = a.K;
   // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
   const LcSkipScope lc(kLcWg16);
   return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(k.tiles * p.splits)), dim3(kThreads), smem, stream,

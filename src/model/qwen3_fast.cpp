@@ -471,12 +471,13 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       attend(w, kc, vc, rs_attn);
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
-      side(rs_mlp, at::Tensor());
-      if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {  // the product and the SwiGLU in one launch, after rs_mlp
-        join();
-        prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the fused gate/up and down's start
-        kernels::linear_silu_mul_out(act, gu, x, w.gate_up, rs_mlp);
+      if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {
+        // the product, the norm's factors and the SwiGLU in one launch: no row_rms, so nothing but the o product
+        // comes before it (its ring fills while o runs, under PDL or a launch-completion edge)
+        prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside it and down's start
+        kernels::wg16_silu_mul_norm_out(act, x, w.gate_up, eps);
       } else {
+        side(rs_mlp, at::Tensor());
         kernels::linear_out(gu, x, w.gate_up);
         join();
         prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside the SwiGLU and down's start

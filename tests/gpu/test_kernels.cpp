@@ -1160,26 +1160,40 @@ TEST_F(Kernels, Wg16MatchesReference) {
 }
 
 // The wgmma kernel's SwiGLU form (gate/up product + silu_mul in one launch) against its twin, the same kernel's plain
-// product into a gate_up buffer followed by silu_mul_out: bitwise equal, with and without a folded norm's row factors,
-// at the Qwen3-4B and 8B gate/up shapes (the drafts' too) and odd ones (a last tile of 32 features partly past I),
-// M = 1, 2, 5 and 16 rows, act between NaN guard columns and above a NaN guard row; and against float64 math. Then
-// forced plans with K splits (the last block's sum, then the SwiGLU), linear_silu_mul_out's routing under
-// SPECPRESS_WG16_SWIGLU, and the layouts it refuses.
+// product into a gate_up buffer followed by silu_mul_out: bitwise equal without row factors, with given ones, and with
+// a folded norm's factors computed in the kernel (twin: row_rms_out first), at the Qwen3-4B and 8B gate/up shapes (the
+// drafts' too) and odd ones (a last tile of 32 features partly past I, K not a multiple of 64), M = 1, 2, 5 and 16
+// rows, act between NaN guard columns and above a NaN guard row; and against float64 math. Then forced plans (K splits:
+// the last block's sum, then the SwiGLU), linear_silu_mul_out's routing under SPECPRESS_WG16_SWIGLU, and the layouts
+// and arguments it refuses.
 namespace {
 
+enum class RowFactors { kNone, kGiven, kInKernel };
+
 void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr) {
-  at::Tensor x = at::randn({16, K}, bf16()), gate_up = at::randn({2 * I, K}, bf16()) * 0.05;
-  at::Tensor scale = at::rand({16}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat)) * 1.5 + 0.5;
+  const double eps = 1e-6;
+  at::Tensor x = at::randn({16, K}, bf16()) * 3, gate_up = at::randn({2 * I, K}, bf16()) * 0.02;
+  at::Tensor scale = at::rand({16}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat)) * 0.5 + 0.1;
+  at::Tensor rs_buf = at::empty({16}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
   for (int64_t M : Ms) {
-    for (bool scaled : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "M=" << M << " I=" << I << " K=" << K << " row_scale=" << scaled
-                                        << (forced ? " forced plan" : ""));
-      at::Tensor xm = x.narrow(0, 0, M), rs = scaled ? scale.narrow(0, 0, M) : at::Tensor();
+    for (RowFactors factors : {RowFactors::kNone, RowFactors::kGiven, RowFactors::kInKernel}) {
+      if (factors == RowFactors::kInKernel && forced != nullptr && forced->splits != 1) continue;  // refused below
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " I=" << I << " K=" << K << " factors="
+                                        << static_cast<int>(factors) << (forced ? " forced plan" : ""));
+      at::Tensor xm = x.narrow(0, 0, M), rs;
+      if (factors == RowFactors::kGiven) rs = scale.narrow(0, 0, M);
+      if (factors == RowFactors::kInKernel) {
+        rs = rs_buf.narrow(0, 0, M);
+        kernels::row_rms_out(rs, xm, eps);
+      }
       at::Tensor wide = at::full({M + 1, I + 16}, NAN, bf16());
       at::Tensor act = wide.narrow(0, 0, M).narrow(1, 8, I);
       at::Tensor gu = at::empty({M, 2 * I}, bf16()), want = at::empty({M, I}, bf16());
       if (forced == nullptr) {
-        kernels::wg16_silu_mul_out(act, xm, gate_up, rs);
+        if (factors == RowFactors::kInKernel)
+          kernels::wg16_silu_mul_norm_out(act, xm, gate_up, eps);
+        else
+          kernels::wg16_silu_mul_out(act, xm, gate_up, rs);
         kernels::wg16_linear_out(gu, xm, gate_up, false);
       } else {
         static float* workspace = nullptr;
@@ -1205,14 +1219,19 @@ void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms
           a.counters = counters;
           a.plan = *forced;
           a.silu_mul = fused;
-          a.row_scale = fused && scaled ? rs.data_ptr<float>() : nullptr;
+          a.row_scale = fused && factors == RowFactors::kGiven ? rs.data_ptr<float>() : nullptr;
+          a.row_norm = fused && factors == RowFactors::kInKernel;
+          a.eps = static_cast<float>(eps);
           ASSERT_EQ(kernels::gemm_wg16(a, at::cuda::getCurrentCUDAStream().stream()), cudaSuccess);
         }
       }
       kernels::silu_mul_out(want, gu, rs);
-      EXPECT_TRUE(at::equal(act, want)) << "not bitwise the plain product + silu_mul_out";
+      EXPECT_TRUE(at::equal(act, want)) << "not bitwise the plain product + silu_mul_out: max "
+                                        << (act.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<float>();
       at::Tensor p64 = at::matmul(xm.to(at::kDouble), gate_up.to(at::kDouble).t());
-      if (scaled) p64 = p64 * rs.to(at::kDouble).unsqueeze(1);
+      if (factors == RowFactors::kGiven) p64 = p64 * rs.to(at::kDouble).unsqueeze(1);
+      if (factors == RowFactors::kInKernel)
+        p64 = p64 * at::rsqrt(xm.to(at::kDouble).pow(2).mean(1, true) + eps);
       at::Tensor g64 = p64.narrow(1, 0, I), u64 = p64.narrow(1, I, I);
       EXPECT_LT(rel_err(act, g64 * at::sigmoid(g64) * u64), 2e-2) << "vs float64";
       EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before act";
@@ -1231,9 +1250,13 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   check_wg16_silu_mul(9728, 2560, {1, 2, 5, 16});   // Qwen3-4B (and its draft)
   check_wg16_silu_mul(12288, 4096, {2, 16});        // Qwen3-8B (and its draft)
   for (int64_t I : {8, 40, 1000}) check_wg16_silu_mul(I, 136, {1, 9, 16});
-  for (int splits : {2, 3, 7}) {
+  for (int splits : {1, 2, 3, 7}) {
     const kernels::Wg16Plan p{splits, 3, 1};
     check_wg16_silu_mul(200, 64 * 7, {16}, &p);
+  }
+  for (int kb : {2, 4}) {  // the in-kernel factors' lanes across a stage's chunks
+    const kernels::Wg16Plan p{1, 2, kb};
+    check_wg16_silu_mul(96, 64 * 12, {16}, &p);
   }
   // refused: I % 8 != 0 (2I % 16 != 0), a residual, an output narrower than I
   const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
@@ -1260,6 +1283,30 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   EXPECT_EQ(kernels::gemm_wg16(args(24, 12, false), st), cudaErrorInvalidValue);  // I = 12
   EXPECT_EQ(kernels::gemm_wg16(args(16, 12, true), st), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::gemm_wg16(args(16, 7, false), st), cudaErrorInvalidValue);
+  kernels::Wg16Args norm = args(16, 12, false);  // in-kernel factors: not with given ones, K splits or eps < 0
+  norm.row_norm = true;
+  float* some = reinterpret_cast<float*>(y.data_ptr());
+  kernels::Wg16Args given = norm;
+  given.row_scale = some;
+  EXPECT_EQ(kernels::gemm_wg16(given, st), cudaErrorInvalidValue);
+  kernels::Wg16Args split = norm;
+  split.plan = {2, 2, 1};
+  float* ws = nullptr;
+  unsigned* cnt = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, sizeof(float) * 2 * 1024), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&cnt, sizeof(unsigned)), cudaSuccess);
+  split.workspace = ws;
+  split.counters = cnt;
+  EXPECT_EQ(kernels::gemm_wg16(split, st), cudaErrorInvalidValue);
+  kernels::Wg16Args negative = norm;
+  negative.eps = -1.f;
+  EXPECT_EQ(kernels::gemm_wg16(negative, st), cudaErrorInvalidValue);
+  kernels::Wg16Args plain_norm = norm;
+  plain_norm.silu_mul = false;
+  plain_norm.N = 8;
+  EXPECT_EQ(kernels::gemm_wg16(plain_norm, st), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFree(ws), cudaSuccess);
+  ASSERT_EQ(cudaFree(cnt), cudaSuccess);
   EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "a refused launch wrote";
   EXPECT_THROW(kernels::wg16_silu_mul_out(y, x, w), std::exception);  // the ATen entry names the layout
   // linear_silu_mul_out takes it under the switch only, with 2..16 rows
