@@ -473,8 +473,8 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {
         // the product, the norm's factors and the SwiGLU in one launch: no row_rms, so nothing but the o product
-        // comes before it (its ring fills while o runs, under PDL or a launch-completion edge)
-        prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside it and down's start
+        // comes before it (its ring fills while o runs, under PDL or a launch-completion edge). No down-row
+        // prefetch beside it: that made verify 30-35 us slower at 4B and 130 at 8B (docs/PERF.md, 26th pass).
         kernels::wg16_silu_mul_norm_out(act, x, w.gate_up, eps);
       } else {
         side(rs_mlp, at::Tensor());
@@ -502,8 +502,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     kernels::linear_out(o, attn, w.o_proj);
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
-    if (kernels::wg16_swiglu_takes(act, h, w.gate_up)) {  // the product and the SwiGLU in one launch
-      prefetch_rows(w.down, prefetch_down_percent_);  // row heads, beside it
+    if (kernels::wg16_swiglu_takes(act, h, w.gate_up)) {  // the product and the SwiGLU in one launch (no prefetch)
       kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
     } else {
       // linear_silu_mul_out's form here (no fused one-row GEMV past the branch above), split for the prefetch
