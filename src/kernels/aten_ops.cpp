@@ -605,6 +605,21 @@ Wg16Scratch wg16_scratch(int sms) {
 }  // namespace
 
 namespace {
+// SPECPRESS_WG16_TILES_PER_BLOCK (unset or empty: wg16_plan's rule): the tiles a block takes in the plans without a
+// K split, so that one binary can time plans against each other (docs/PERF.md, twenty-sixth pass); an integer >= 1.
+int wg16_tiles_per_block_override() {
+  static const int value = [] {
+    const char* env = std::getenv("SPECPRESS_WG16_TILES_PER_BLOCK");
+    if (env == nullptr || *env == '\0') return 0;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end != '\0' || v < 1 || v > 1024)
+      fail("SPECPRESS_WG16_TILES_PER_BLOCK: expected an integer from 1 to 1024, found '{}'", env);
+    return static_cast<int>(v);
+  }();
+  return value;
+}
+
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
 // switch that chose it, for the error on a GPU without wgmma.
 void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what) {
@@ -619,6 +634,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.K = static_cast<int>(x.size(1));
   a.plan = wg16_plan(a.N, a.K, sms);
   if (a.row_norm) a.plan.splits = 1;  // each block sums its rows' squares over all of K
+  if (a.plan.splits == 1 && wg16_tiles_per_block_override() > 0) a.plan.tiles_per_block = wg16_tiles_per_block_override();
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;

@@ -26,7 +26,7 @@ struct KernelArgs {
   __nv_bfloat16* Y;
   const __nv_bfloat16* R;
   int64_t ldy, ldr;
-  int T, N, tiles, chunks, splits, stages;
+  int T, N, tiles, chunks, splits, stages, tiles_per_block;
   float* workspace;
   unsigned* counters;
   int trigger, prefill, overlap;
@@ -92,13 +92,19 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + a.stages * stage_bytes);
   uint64_t* empty = full + a.stages;
   __shared__ int last_block;
+  __shared__ float row_factor[kWg16MaxT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int tile = static_cast<int>(blockIdx.x) % a.tiles, split = static_cast<int>(blockIdx.x) / a.tiles;
+  // this block's tiles: [tile0, tile0 + nt) one after the other (tiles_per_block > 1, no K split), or tile0 alone
+  // for K split `split`
+  const int tpb = a.tiles_per_block;
+  const int tile0 = tpb > 1 ? static_cast<int>(blockIdx.x) * tpb : static_cast<int>(blockIdx.x) % a.tiles;
+  const int nt = tpb > 1 ? min(tpb, a.tiles - tile0) : 1;
+  const int split = tpb > 1 ? 0 : static_cast<int>(blockIdx.x) / a.tiles;
   // this split's chunk steps: steps [s0, s1) of KB chunks each (the host checks that KB divides the chunks)
   const int steps = a.chunks / KB;
   const int s0 = static_cast<int>(static_cast<int64_t>(steps) * split / a.splits);
   const int s1 = static_cast<int>(static_cast<int64_t>(steps) * (split + 1) / a.splits);
-  const int n = s1 - s0;
+  const int n = s1 - s0, total = nt * n;  // steps a tile, steps in all (step g: tile g / n, chunk step g % n)
   if (threadIdx.x == 0) {
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(&full[s], 1);
@@ -109,34 +115,33 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   __syncthreads();
   if (warp == 4) {  // the producer: lane 0 issues every copy
     if (lane == 0) {
-      const int row0 = tile * kWg16Rows;
-      auto load_w = [&](int i) {
-        const int s = i % a.stages;
+      auto load_w = [&](int g) {
+        const int s = g % a.stages, tile = tile0 + g / n, i = g % n;
         mbar_expect_tx(&full[s], static_cast<unsigned>(stage_bytes));
         for (int b = 0; b < KB; ++b) {
           const int col = ((s0 + i) * KB + b) * kWg16Chunk;
           if (a.silu_mul)  // groups 4 tile .. 4 tile + 3 of 8 features, gate then up: 64 rows, as one box
             tma_load_4d(smem + s * stage_bytes + b * kWBox, &w_map, col, 0, 0, 4 * tile, &full[s]);
           else
-            tma_load_2d(smem + s * stage_bytes + b * kWBox, &w_map, col, row0, &full[s]);
+            tma_load_2d(smem + s * stage_bytes + b * kWBox, &w_map, col, tile * kWg16Rows, &full[s]);
         }
       };
-      auto load_x = [&](int i) {
-        const int s = i % a.stages;
+      auto load_x = [&](int g) {
+        const int s = g % a.stages, i = g % n;
         for (int b = 0; b < KB; ++b)
           tma_load_2d(smem + s * stage_bytes + KB * kWBox + b * kXBox, &x_map, ((s0 + i) * KB + b) * kWg16Chunk, 0,
                       &full[s]);
       };
       // W is constant: the whole ring before the wait on the previous kernel (prefill), X after it.
-      const int first = min(n, a.stages), ahead = min(first, a.prefill);
-      for (int i = 0; i < ahead; ++i) load_w(i);
+      const int first = min(total, a.stages), ahead = min(first, a.prefill);
+      for (int g = 0; g < ahead; ++g) load_w(g);
       pdl_wait();
-      for (int i = ahead; i < first; ++i) load_w(i);
-      for (int i = 0; i < first; ++i) load_x(i);
-      for (int i = first; i < n; ++i) {
-        mbar_wait(&empty[i % a.stages], ((i / a.stages) - 1) & 1);
-        load_w(i);
-        load_x(i);
+      for (int g = ahead; g < first; ++g) load_w(g);
+      for (int g = 0; g < first; ++g) load_x(g);
+      for (int g = first; g < total; ++g) {
+        mbar_wait(&empty[g % a.stages], ((g / a.stages) - 1) & 1);
+        load_w(g);
+        load_x(g);
       }
       if (a.trigger) pdl_trigger();
     }
@@ -145,123 +150,129 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   pdl_wait();  // before the residual's read and any write
   // d[4 j + e]: output row 16 warp + g (+8 for e >= 2), token 8 j + 2 c + (e & 1) (g = lane / 4, c = lane % 4)
   const int g = lane >> 2, c = lane & 3;
-  auto row_of = [&](int e) { return tile * kWg16Rows + 16 * warp + g + ((e & 2) ? 8 : 0); };
   auto tok_of = [&](int e) { return 8 * (e >> 2) + 2 * c + (e & 1); };
-  // the residual's values (SwiGLU form: the tokens' row factors), loaded now so that the epilogue does not wait
-  float res[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const int row = row_of(e), tok = tok_of(e);
-    if (a.silu_mul)
-      res[e] = a.row_scale != nullptr && tok < a.T ? a.row_scale[tok] : 1.f;
-    else
-      res[e] = a.R != nullptr && row < a.N && tok < a.T ? to_f(a.R[tok * a.ldr + row]) : 0.f;
-  }
-  float d[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) d[j] = 0.f;
   // row_norm: X row tid / 8's sum of squares, in the order of row_rms_kernel (rmsnorm.cu), whose lane l sums the
   // 8-column chunks l, l + 32, ... of the row: chunk j of box b (j = 8 b + q) is lane 8 (b % 4) + q's, so this
   // thread (q = tid % 8) keeps lanes q, q + 8, q + 16, q + 24 as ssq[0..3], and reduces them as warp_sum would.
+  // X is the same for every tile: summed during the first.
   float ssq[4] = {0.f, 0.f, 0.f, 0.f};
   const int x_row = threadIdx.x >> 3, x_chunk = threadIdx.x & 7;
   const int x_offset = x_row * 128 + ((x_chunk ^ (x_row & 7)) << 4);  // the chunk under the 128-byte swizzle
-  for (int i = 0; i < n; ++i) {
-    const int s = i % a.stages;
-    mbar_wait(&full[s], (i / a.stages) & 1);
-    const uint8_t* st = smem + s * stage_bytes;
-    wgmma_fence();
-#pragma unroll
-    for (int b = 0; b < KB; ++b) {
-      const uint64_t wd = smem_desc(st + b * kWBox), xd = smem_desc(st + KB * kWBox + b * kXBox);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16(d, wd + 2 * kk, xd + 2 * kk, 1);  // +32 bytes a k16 slice
-    }
-    wgmma_commit();
-    if (a.row_norm) {  // while the wgmma run (both only read the stage)
-#pragma unroll
-      for (int b = 0; b < KB; ++b) {
-        const uint4 u = *reinterpret_cast<const uint4*>(st + KB * kWBox + b * kXBox + x_offset);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-        const int v = ((s0 + i) * KB + b) & 3;  // selected, not indexed: ssq stays in registers
-        float acc = v == 0 ? ssq[0] : v == 1 ? ssq[1] : v == 2 ? ssq[2] : ssq[3];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 t = __bfloat1622float2(h[e]);
-          acc += t.x * t.x + t.y * t.y;
-        }
-#pragma unroll
-        for (int w = 0; w < 4; ++w)
-          if (w == v) ssq[w] = acc;
-      }
-    }
-    if (a.overlap) {
-      // one group left in flight: the previous stage's wgmma have read their operands, so that stage is free
-      wgmma_wait_1();
-      __syncwarp();
-      if (lane == 0 && i > 0) mbar_arrive(&empty[(i - 1) % a.stages]);
-    } else {
-      wgmma_wait_all();
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);
-    }
-  }
-  wgmma_wait_all();
   const int tid = threadIdx.x;  // 0..127
-  if (a.splits > 1) {
-    float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its splits' partials
-    float4* part = reinterpret_cast<float4*>(tile_parts + static_cast<size_t>(split) * kTileFloats);
-    part[2 * tid] = make_float4(d[0], d[1], d[2], d[3]);
-    part[2 * tid + 1] = make_float4(d[4], d[5], d[6], d[7]);
-    __threadfence();
-    consumers_sync<4>();
-    if (tid == 0) {
-      const unsigned prev = atomicAdd(&a.counters[tile], 1u);
-      last_block = prev == static_cast<unsigned>(a.splits) - 1;
-      if (last_block) a.counters[tile] = 0;  // every block of this tile has arrived: ready for the next launch
+  for (int t = 0; t < nt; ++t) {
+    const int tile = tile0 + t;
+    auto row_of = [&](int e) { return tile * kWg16Rows + 16 * warp + g + ((e & 2) ? 8 : 0); };
+    // the residual's values (SwiGLU form: the tokens' row factors), loaded now so that the epilogue does not wait
+    float res[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int row = row_of(e), tok = tok_of(e);
+      if (a.silu_mul)
+        res[e] = a.row_scale != nullptr && tok < a.T ? a.row_scale[tok] : 1.f;
+      else
+        res[e] = a.R != nullptr && row < a.N && tok < a.T ? to_f(a.R[tok * a.ldr + row]) : 0.f;
     }
-    consumers_sync<4>();
-    if (!last_block) return;
-    __threadfence();
+    float d[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) d[j] = 0.f;
-    for (int s = 0; s < a.splits; ++s) {  // split order: the sum does not depend on which block came last
-      const float4* p = reinterpret_cast<const float4*>(tile_parts + static_cast<size_t>(s) * kTileFloats);
-      const float4 u = __ldcg(p + 2 * tid), v = __ldcg(p + 2 * tid + 1);
-      d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w, d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
-    }
-  }
-  if (a.row_norm) {  // warp_sum's levels 16 and 8 inside the thread, then 4, 2, 1 across the row's 8 lanes
-    __shared__ float row_factor[kWg16MaxT];
-    float v = (ssq[0] + ssq[2]) + (ssq[1] + ssq[3]);
+    for (int i = 0; i < n; ++i) {
+      const int gs = t * n + i, s = gs % a.stages;
+      mbar_wait(&full[s], (gs / a.stages) & 1);
+      const uint8_t* st = smem + s * stage_bytes;
+      wgmma_fence();
 #pragma unroll
-    for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (x_chunk == 0) row_factor[x_row] = rsqrtf(v / static_cast<float>(a.K) + a.eps);
-    consumers_sync<4>();
+      for (int b = 0; b < KB; ++b) {
+        const uint64_t wd = smem_desc(st + b * kWBox), xd = smem_desc(st + KB * kWBox + b * kXBox);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) res[e] = row_factor[tok_of(e)];
-  }
-  if (a.silu_mul) {
-    // the tile's rows 16 warp + g and 16 warp + g + 8 are feature j's gate and up rows: silu_mul's arithmetic
-    // (swiglu.cu) on the bf16 products, so the result is bitwise that of this product into gate_up + silu_mul
-    const int j = tile * (kWg16Rows / 2) + 8 * warp + g;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int e = (q & 1) + 4 * (q >> 1), tok = tok_of(e);  // e = 0, 1, 4, 5: gate d[e], up d[e + 2]
-      if (j >= a.N || tok >= a.T) continue;
-      float gv = round_b(d[e]), uv = round_b(d[e + 2]);
-      if (a.row_scale != nullptr || a.row_norm) {
-        gv = round_b(gv * res[e]);
-        uv = round_b(uv * res[e]);
+        for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16(d, wd + 2 * kk, xd + 2 * kk, 1);  // +32 bytes a k16 slice
       }
-      a.Y[tok * a.ldy + j] = to_b(round_b(gv / (1.f + expf(-gv))) * uv);
-    }
-    return;
-  }
+      wgmma_commit();
+      if (a.row_norm && t == 0) {  // while the wgmma run (both only read the stage)
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const int row = row_of(e), tok = tok_of(e);
-    if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(d[e] + res[e]);
+        for (int b = 0; b < KB; ++b) {
+          const uint4 u = *reinterpret_cast<const uint4*>(st + KB * kWBox + b * kXBox + x_offset);
+          const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+          const int v = ((s0 + i) * KB + b) & 3;  // selected, not indexed: ssq stays in registers
+          float acc = v == 0 ? ssq[0] : v == 1 ? ssq[1] : v == 2 ? ssq[2] : ssq[3];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = __bfloat1622float2(h[e]);
+            acc += f.x * f.x + f.y * f.y;
+          }
+#pragma unroll
+          for (int w = 0; w < 4; ++w)
+            if (w == v) ssq[w] = acc;
+        }
+      }
+      if (a.overlap) {
+        // one group left in flight: the previous stage's wgmma have read their operands, so that stage is free
+        // (one tile a block: the host refuses overlap with tiles_per_block > 1)
+        wgmma_wait_1();
+        __syncwarp();
+        if (lane == 0 && i > 0) mbar_arrive(&empty[(i - 1) % a.stages]);
+      } else {
+        wgmma_wait_all();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+      }
+    }
+    wgmma_wait_all();
+    if (a.splits > 1) {
+      float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its partials
+      float4* part = reinterpret_cast<float4*>(tile_parts + static_cast<size_t>(split) * kTileFloats);
+      part[2 * tid] = make_float4(d[0], d[1], d[2], d[3]);
+      part[2 * tid + 1] = make_float4(d[4], d[5], d[6], d[7]);
+      __threadfence();
+      consumers_sync<4>();
+      if (tid == 0) {
+        const unsigned prev = atomicAdd(&a.counters[tile], 1u);
+        last_block = prev == static_cast<unsigned>(a.splits) - 1;
+        if (last_block) a.counters[tile] = 0;  // every block of this tile has arrived: ready for the next launch
+      }
+      consumers_sync<4>();
+      if (!last_block) return;
+      __threadfence();
+#pragma unroll
+      for (int j = 0; j < 8; ++j) d[j] = 0.f;
+      for (int sp = 0; sp < a.splits; ++sp) {  // split order: the sum does not depend on which block came last
+        const float4* p = reinterpret_cast<const float4*>(tile_parts + static_cast<size_t>(sp) * kTileFloats);
+        const float4 u = __ldcg(p + 2 * tid), v = __ldcg(p + 2 * tid + 1);
+        d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w, d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
+      }
+    }
+    if (a.row_norm) {
+      if (t == 0) {  // warp_sum's levels 16 and 8 inside the thread, then 4, 2, 1 across the row's 8 lanes
+        float v = (ssq[0] + ssq[2]) + (ssq[1] + ssq[3]);
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (x_chunk == 0) row_factor[x_row] = rsqrtf(v / static_cast<float>(a.K) + a.eps);
+        consumers_sync<4>();
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) res[e] = row_factor[tok_of(e)];
+    }
+    if (a.silu_mul) {
+      // the tile's rows 16 warp + g and 16 warp + g + 8 are feature j's gate and up rows: silu_mul's arithmetic
+      // (swiglu.cu) on the bf16 products, so the result is bitwise that of this product into gate_up + silu_mul
+      const int j = tile * (kWg16Rows / 2) + 8 * warp + g;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int e = (q & 1) + 4 * (q >> 1), tok = tok_of(e);  // e = 0, 1, 4, 5: gate d[e], up d[e + 2]
+        if (j >= a.N || tok >= a.T) continue;
+        float gv = round_b(d[e]), uv = round_b(d[e + 2]);
+        if (a.row_scale != nullptr || a.row_norm) {
+          gv = round_b(gv * res[e]);
+          uv = round_b(uv * res[e]);
+        }
+        a.Y[tok * a.ldy + j] = to_b(round_b(gv / (1.f + expf(-gv))) * uv);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int row = row_of(e), tok = tok_of(e);
+        if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(d[e] + res[e]);
+      }
+    }
   }
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -324,7 +335,11 @@ Wg16Plan wg16_plan(int N, int K, int sms) {
   Wg16Plan p;
   p.kb = chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
   p.splits = std::max(1, std::min(sms / tiles, chunks / (5 * p.kb)));
-  const int per_sm = (tiles * p.splits + sms - 1) / sms;
+  // more tiles than SMs: consecutive tiles a block, so that the blocks fit in one wave (cuBLASLt's plans for the
+  // gate/up shapes run one wave of 116-128 blocks)
+  if (p.splits == 1 && tiles > sms) p.tiles_per_block = (tiles + sms - 1) / sms;
+  const int blocks = (tiles + p.tiles_per_block - 1) / p.tiles_per_block * p.splits;
+  const int per_sm = (blocks + sms - 1) / sms;
   constexpr int kRingBudget = 200 * 1024;
   for (;;) {
     const int stage = p.kb * (kWBox + kXBox);
@@ -348,6 +363,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (a.row_norm && (!a.silu_mul || a.row_scale != nullptr || p.splits != 1 || !(a.eps >= 0.f)))
     return cudaErrorInvalidValue;
   if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
+  if (p.tiles_per_block < 1 || (p.tiles_per_block > 1 && (p.splits != 1 || a.overlap))) return cudaErrorInvalidValue;
   if (chunks % p.kb != 0 || p.splits < 1 || p.splits > chunks / p.kb) return cudaErrorInvalidValue;
   if (p.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)) return cudaErrorInvalidValue;
   int dev = 0, major = 0, smem_max = 0;
@@ -390,6 +406,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.chunks = chunks;
   k.splits = p.splits;
   k.stages = p.stages;
+  k.tiles_per_block = p.tiles_per_block;
   k.workspace = a.workspace;
   k.counters = a.counters;
   k.trigger = a.trigger ? 1 : 0;
@@ -402,7 +419,8 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.K = a.K;
   // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
   const LcSkipScope lc(kLcWg16);
-  return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(k.tiles * p.splits)), dim3(kThreads), smem, stream,
+  const int blocks = p.tiles_per_block > 1 ? (k.tiles + p.tiles_per_block - 1) / p.tiles_per_block : k.tiles * p.splits;
+  return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
                                w_map, x_map, k);
 }
 

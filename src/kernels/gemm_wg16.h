@@ -19,8 +19,9 @@
 // chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
 // splits balanced). With splits > 1, each block writes its 64 x 16 fp32 partial to `workspace`, and the last block
 // of a tile to finish (a counter a tile, reset by that block) adds the partials in split order, so the result does
-// not depend on which block finished last. Rows of X past T are zero (the TMA fills out-of-bounds rows with zeros)
-// and outputs past T or N are not written.
+// not depend on which block finished last. With more tiles than SMs (the gate/up shapes) and no K split, block b
+// takes tiles_per_block consecutive tiles in turn through one ring, so that the blocks fit in one wave. Rows of X
+// past T are zero (the TMA fills out-of-bounds rows with zeros) and outputs past T or N are not written.
 // Reference twin: at::linear (+ the residual); kernels::wg16_linear_out (aten_ops.h) is the ATen entry point, and
 // tests/gpu (Kernels.Wg16MatchesReference) compares the two.
 #pragma once
@@ -40,6 +41,7 @@ struct Wg16Plan {
   int splits = 1;  // K splits (1: no partials)
   int stages = 4;  // ring stages
   int kb = 2;      // chunks a stage (1, 2 or 4)
+  int tiles_per_block = 1;  // > 1: block b takes tiles b * tiles_per_block ... in turn, one ring (needs splits 1)
 };
 
 struct Wg16Args {
@@ -82,8 +84,9 @@ size_t wg16_smem_bytes(const Wg16Plan& plan);
 // The plan for an N x K weight on `sms` SMs (docs/PERF.md, twenty-fifth pass): 4 chunks a stage where they divide
 // K's chunks; K split where the tiles fill less than half the SMs (at least 5 steps a split, at most one block an
 // SM in all: the Qwen3-4B o and down products take 3 splits, 120 blocks; 3 splits for o measured 60 us faster than
-// 1 in one call's verify step and were not faster in the next); ring stages so that the blocks an SM holds take at
-// most about 200 KB together, at least 3 (chunks a stage halved until they fit).
+// 1 in one call's verify step and were not faster in the next); more tiles than SMs: ceil(tiles / SMs) tiles a block
+// (4B gate/up: 3, 102 blocks; 8B: 3, 128); ring stages so that the blocks an SM holds take at most about 200 KB
+// together, at least 3 (chunks a stage halved until they fit).
 Wg16Plan wg16_plan(int N, int K, int sms);
 
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row

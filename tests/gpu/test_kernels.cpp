@@ -1120,6 +1120,13 @@ TEST_F(Kernels, Wg16MatchesReference) {
           const kernels::Wg16Plan p{splits, stages, kb};
           check_wg16(200, 64 * 44, {16}, &p, overlap);
         }
+  // several tiles a block (200 rows: 4 tiles; 3 a block leaves the second block one), one ring across them
+  for (int tpb : {2, 3, 4}) {
+    const kernels::Wg16Plan p{1, 3, 2, tpb};
+    check_wg16(200, 64 * 44, {5, 16}, &p);
+  }
+  EXPECT_EQ(kernels::wg16_plan(19456, 2560, 132).tiles_per_block, 3) << "the 4B gate/up plan is not the one measured";
+  EXPECT_EQ(kernels::wg16_plan(6144, 2560, 132).tiles_per_block, 1);
   // Layouts it does not take are refused and write nothing: 17 rows, K % 8 != 0, a misaligned row stride,
   // a chunks-a-stage count that does not divide K's chunks, splits without scratch.
   const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
@@ -1143,6 +1150,10 @@ TEST_F(Kernels, Wg16MatchesReference) {
   EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 196, {}), st), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {1, 4, 2}), st), cudaErrorInvalidValue);  // 3 chunks, 2 a stage
   EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {2, 4, 1}), st), cudaErrorInvalidValue);  // no workspace
+  EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {1, 4, 1, 0}), st), cudaErrorInvalidValue);  // 0 tiles a block
+  kernels::Wg16Args tiles_and_overlap = args(16, 192, 192, {1, 4, 1, 2});
+  tiles_and_overlap.overlap = true;
+  EXPECT_EQ(kernels::gemm_wg16(tiles_and_overlap, st), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::gemm_wg16(args(16, 192, 192, {1, 4, 1}), st), cudaSuccess);
   at::Tensor ref = at::linear(x.narrow(0, 0, 16), w);
   EXPECT_LT(rel_err(y.narrow(0, 0, 16).narrow(1, 0, 5), ref), 1e-2);
@@ -1257,6 +1268,10 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   for (int kb : {2, 4}) {  // the in-kernel factors' lanes across a stage's chunks
     const kernels::Wg16Plan p{1, 2, kb};
     check_wg16_silu_mul(96, 64 * 12, {16}, &p);
+  }
+  for (int tpb : {2, 3}) {  // several tiles a block (7 tiles): the factors summed in the first, used by all
+    const kernels::Wg16Plan p{1, 3, 1, tpb};
+    check_wg16_silu_mul(200, 64 * 7, {9, 16}, &p);
   }
   // refused: I % 8 != 0 (2I % 16 != 0), a residual, an output narrower than I
   const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
