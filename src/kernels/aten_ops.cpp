@@ -632,9 +632,8 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.T = static_cast<int>(x.size(0));
   a.N = static_cast<int>(weight.size(0));
   a.K = static_cast<int>(x.size(1));
-  a.plan = wg16_plan(a.N, a.K, sms);
-  if (a.row_norm) a.plan.splits = 1;  // each block sums its rows' squares over all of K
-  if (a.plan.splits == 1 && wg16_tiles_per_block_override() > 0) a.plan.tiles_per_block = wg16_tiles_per_block_override();
+  // row_norm: each block sums its rows' squares over all of K
+  a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override());
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;
