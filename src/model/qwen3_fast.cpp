@@ -474,7 +474,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {
         // the product, the norm's factors and the SwiGLU in one launch: no row_rms, so nothing but the o product
         // comes before it (its ring fills while o runs, under PDL or a launch-completion edge). No down-row
-        // prefetch beside it: that made verify 30-35 us slower at 4B and 130 at 8B (docs/PERF.md, 26th pass).
+        // prefetch beside it: that made verify 19-41 us slower at 4B and 45-132 at 8B (docs/PERF.md, 26th pass).
         kernels::wg16_silu_mul_norm_out(act, x, w.gate_up, eps);
       } else {
         side(rs_mlp, at::Tensor());
