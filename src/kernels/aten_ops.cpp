@@ -678,7 +678,8 @@ void check_wg16_silu_mul(const at::Tensor& act, const at::Tensor& x, const at::T
 }
 }  // namespace
 
-void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& row_scale) {
+void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up,
+                       const at::Tensor& row_scale) {
   check_wg16_silu_mul(act, x, gate_up);
   Wg16Args a;
   a.Y = bf(act);

@@ -165,6 +165,7 @@ void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 // The same with an RMSNorm folded into gate_up: x is the raw residual and the kernel computes each row's factor
 // rsqrt(mean(x^2) + eps) itself, bitwise as row_rms_out does, so nothing has to run before it but x's producer.
 void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps);
+// Whether the two above take these tensors (their layout rules; the switch aside).
 bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 // SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up
 // product and the SwiGLU in one launch) instead of the product into gu and silu_mul_out. Read once; set() overrides.

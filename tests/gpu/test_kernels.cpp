@@ -1181,7 +1181,8 @@ namespace {
 
 enum class RowFactors { kNone, kGiven, kInKernel };
 
-void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr) {
+void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms,
+                         const kernels::Wg16Plan* forced = nullptr) {
   const double eps = 1e-6;
   at::Tensor x = at::randn({16, K}, bf16()) * 3, gate_up = at::randn({2 * I, K}, bf16()) * 0.02;
   at::Tensor scale = at::rand({16}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat)) * 0.5 + 0.1;
