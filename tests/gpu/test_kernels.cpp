@@ -1026,6 +1026,23 @@ TEST_F(Kernels, GemmSmallMatchesReferenceAndIsBatchInvariant) {
 // does not depend on which block came last); and the layouts it refuses.
 namespace {
 
+// K-split scratch for the tests' forced plans (tiles x splits <= 64 x 16), allocated once for the process.
+struct Wg16TestScratch {
+  float* workspace = nullptr;
+  unsigned* counters = nullptr;
+};
+const Wg16TestScratch& wg16_test_scratch() {
+  static const Wg16TestScratch scratch = [] {
+    Wg16TestScratch t;
+    if (cudaMalloc(&t.workspace, sizeof(float) * 64 * 16 * 1024) != cudaSuccess ||
+        cudaMalloc(&t.counters, sizeof(unsigned) * 64) != cudaSuccess ||
+        cudaMemset(t.counters, 0, sizeof(unsigned) * 64) != cudaSuccess)
+      throw std::runtime_error("the wgmma tests' K-split scratch: cudaMalloc or cudaMemset failed");
+    return t;
+  }();
+  return scratch;
+}
+
 void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr,
                 bool overlap = false) {
   at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05, r = at::randn({16, N}, bf16());
@@ -1046,13 +1063,7 @@ void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const k
           kernels::wg16_linear_out(out, xm, w, accumulate);
           return;
         }
-        static float* workspace = nullptr;
-        static unsigned* counters = nullptr;
-        if (workspace == nullptr) {  // the largest forced plan's (tiles x splits <= 64 x 16)
-          ASSERT_EQ(cudaMalloc(&workspace, sizeof(float) * 64 * 16 * 1024), cudaSuccess);
-          ASSERT_EQ(cudaMalloc(&counters, sizeof(unsigned) * 64), cudaSuccess);
-          ASSERT_EQ(cudaMemset(counters, 0, sizeof(unsigned) * 64), cudaSuccess);
-        }
+        const Wg16TestScratch& scratch = wg16_test_scratch();
         ASSERT_LE(static_cast<size_t>(kernels::wg16_tiles(static_cast<int>(N))) * forced->splits, size_t{64 * 16});
         kernels::Wg16Args a;
         a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
@@ -1068,8 +1079,8 @@ void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const k
         a.T = static_cast<int>(M);
         a.N = static_cast<int>(N);
         a.K = static_cast<int>(K);
-        a.workspace = workspace;
-        a.counters = counters;
+        a.workspace = scratch.workspace;
+        a.counters = scratch.counters;
         a.plan = *forced;
         a.overlap = overlap;
         ASSERT_EQ(kernels::gemm_wg16(a, at::cuda::getCurrentCUDAStream().stream()), cudaSuccess);
@@ -1208,13 +1219,7 @@ void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms
           kernels::wg16_silu_mul_out(act, xm, gate_up, rs);
         kernels::wg16_linear_out(gu, xm, gate_up, false);
       } else {
-        static float* workspace = nullptr;
-        static unsigned* counters = nullptr;
-        if (workspace == nullptr) {  // the largest forced plan's (tiles x splits <= 64 x 16)
-          ASSERT_EQ(cudaMalloc(&workspace, sizeof(float) * 64 * 16 * 1024), cudaSuccess);
-          ASSERT_EQ(cudaMalloc(&counters, sizeof(unsigned) * 64), cudaSuccess);
-          ASSERT_EQ(cudaMemset(counters, 0, sizeof(unsigned) * 64), cudaSuccess);
-        }
+        const Wg16TestScratch& scratch = wg16_test_scratch();
         ASSERT_LE(static_cast<size_t>(kernels::wg16_tiles(static_cast<int>(2 * I))) * forced->splits, size_t{64 * 16});
         for (bool fused : {true, false}) {
           kernels::Wg16Args a;
@@ -1227,8 +1232,8 @@ void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms
           a.T = static_cast<int>(M);
           a.N = static_cast<int>(2 * I);
           a.K = static_cast<int>(K);
-          a.workspace = workspace;
-          a.counters = counters;
+          a.workspace = scratch.workspace;
+          a.counters = scratch.counters;
           a.plan = *forced;
           a.silu_mul = fused;
           a.row_scale = fused && factors == RowFactors::kGiven ? rs.data_ptr<float>() : nullptr;
