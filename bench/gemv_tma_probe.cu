@@ -28,9 +28,7 @@ using bf16 = __nv_bfloat16;
 
 int main(int argc, char** argv) {
   const int rounds = parse_rounds(argc, argv);
-  const CublasStream cs = open_cublas_stream();
-  const cudaStream_t stream = cs.stream;
-  const cublasHandle_t handle = cs.handle;
+  const auto [stream, handle] = open_cublas_stream();
   const std::vector<Shape> shapes = {
       {"4B qkv", 6144, 2560},      {"4B o", 2560, 4096},        {"4B gate/up", 19456, 2560}, {"4B down", 2560, 9728},
       {"4B lm_head", 151936, 2560}, {"8B qkv", 6144, 4096},      {"8B o", 4096, 4096},        {"8B gate/up", 24576, 4096},
@@ -69,9 +67,7 @@ int main(int argc, char** argv) {
                 " | cuBLAS %7.2f us %5.0f GB/s\n",
                 sh.name, sh.N, sh.K, w_bytes / 1e6, us[0], gbps(us[0]), us[1], gbps(us[1]), 100.0 * (us[1] / us[0] - 1.0),
                 same ? "" : " NOT BITWISE", cublas_us, gbps(cublas_us));
-    CK(cudaFree(W));
-    CK(cudaFree(x));
-    CK(cudaFree(y));
+    probe_free({W, x, y});
   }
   CB(cublasDestroy(handle));
   return status;

@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
                     names.c_str());
       }
     }
-    for (void* q : {(void*)w, (void*)x, (void*)xs, (void*)c, (void*)cs}) CK(cudaFree(q));
+    probe_free({w, x, xs, c, cs});
   }
   std::printf("race test: %d waited, %d raced, %d not tested (the product's first node is not a kernel)\n", waits,
               races, untested);
@@ -331,8 +331,8 @@ int main(int argc, char** argv) {
                 size ? "8B" : "4B", ms[0][3], relaxed_edges, ms[1][3], ms[1][3] / ms[0][3],
                 res[0] == res[1] ? "bitwise equal" : "DIFFER", res[0] == again ? "equal" : "differ");
     for (int l = 0; l < layers; ++l)
-      for (void* q : {(void*)wq[l], (void*)wo[l], (void*)wg[l], (void*)wd[l]}) CK(cudaFree(q));
-    for (void* q : {(void*)xa, (void*)yq, (void*)yg}) CK(cudaFree(q));
+      probe_free({wq[l], wo[l], wg[l], wd[l]});
+    probe_free({xa, yq, yg});
   }
   return races == 0 ? 0 : 3;
 }

@@ -364,9 +364,7 @@ template <int NW> cudaError_t launch(const Args& p, cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   const int rounds = parse_rounds(argc, argv);
-  const CublasStream cs = open_cublas_stream();
-  const cudaStream_t stream = cs.stream;
-  const cublasHandle_t handle = cs.handle;
+  const auto [stream, handle] = open_cublas_stream();
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy_gbps = probe_copy_gbps(stream, sms, rounds);
@@ -530,13 +528,7 @@ int main(int argc, char** argv) {
       });
       std::printf("    m16 #%zu without its math (the stream alone)%*s: %7.2f us %5.1f%%\n", best, 12, "", us, pct(us));
     }
-    CK(cudaFree(W));
-    CK(cudaFree(P));
-    CK(cudaFree(X));
-    CK(cudaFree(Y));
-    CK(cudaFree(Yref));
-    CK(cudaFree(part));
-    CK(cudaFree(cnt));
+    probe_free({W, P, X, Y, Yref, part, cnt});
   }
   CB(cublasDestroy(handle));
   return status;

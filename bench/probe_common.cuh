@@ -1,6 +1,6 @@
 // probe_common.cuh — what the standalone CUDA probes in bench/ share (lc_library_probe.cu, gemv_tma_probe.cu,
 // m16_probe.cu, wg16_probe.cu; each built by hand with nvcc, without the project's libraries): error handling (a
-// failed call ends the probe, naming the call and the error), a deterministic bf16 fill, timing a launch sequence as
+// failed call ends the probe, naming the call and the error), freeing buffers, a deterministic bf16 fill, timing a launch sequence as
 // CUDA-graph replays, and the copy bandwidth.
 // The two that time against cuBLAS add probe_cublas.cuh.
 #pragma once
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 [[noreturn]] inline void probe_die(const char* file, int line, const char* call, const char* error) {
   std::fprintf(stderr, "%s:%d %s: %s\n", file, line, call, error);
@@ -22,6 +23,11 @@
     cudaError_t e_ = (x);                                                             \
     if (e_ != cudaSuccess) probe_die(__FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
   } while (0)
+
+// Frees a probe's device buffers (cudaFree(nullptr) is a no-op), ending the probe on an error.
+inline void probe_free(std::initializer_list<void*> buffers) {
+  for (void* p : buffers) CK(cudaFree(p));
+}
 
 // p[i] = scale * a hash of (i, seed) in [-1, 1), as bf16 (one definition per probe: each is one translation unit).
 __global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {

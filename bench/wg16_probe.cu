@@ -57,9 +57,7 @@ cudaError_t launch_wg16(const sk::Wg16Args& a, cudaStream_t stream, bool pdl) {
 
 int main(int argc, char** argv) {
   const int rounds = parse_rounds(argc, argv);
-  const CublasStream cs = open_cublas_stream();
-  const cudaStream_t stream = cs.stream;
-  const cublasHandle_t handle = cs.handle;
+  const auto [stream, handle] = open_cublas_stream();
   int sms = 0, smem_max = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CK(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
@@ -206,13 +204,7 @@ int main(int argc, char** argv) {
                   err_res > 2e-2 || err_15 > 2e-2 ? " WRONG" : "");
       if (err_res > 2e-2 || err_15 > 2e-2) status = 3;
     }
-    CK(cudaFree(W));
-    CK(cudaFree(X));
-    CK(cudaFree(Y));
-    CK(cudaFree(Yref));
-    CK(cudaFree(Rres));
-    CK(cudaFree(ws));
-    CK(cudaFree(cnt));
+    probe_free({W, X, Y, Yref, Rres, ws, cnt});
   }
   CB(cublasDestroy(handle));
   return status;
