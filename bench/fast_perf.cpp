@@ -455,6 +455,11 @@ int main(int argc, char** argv) {
         inject_moved = engine.injects_in_verify() ? engine.inject_bytes(false) : 0;
         inject_added = engine.injects_in_verify() ? engine.inject_bytes(true) : 0;
         engine.capture_graphs();
+        if (model::multirow_auto())
+          std::printf("%s: multi-row products chosen at capture (SPECPRESS_WG16_AUTO): verify + draft replay %.3f ms "
+                      "with cuBLASLt, %.3f ms with the wgmma kernel (positions 0..): kept %s\n",
+                      s.name.c_str(), engine.multirow_ms()[0], engine.multirow_ms()[1],
+                      engine.multirow_wgmma() ? "the wgmma kernel" : "cuBLASLt");
         if (engine.matmul_tuning_ms() > 0)
           std::printf("%s: cuBLASLt tuning of the verify and draft matmuls took %.0f ms (mode %s)\n", s.name.c_str(),
                       engine.matmul_tuning_ms(), kernels::gemm_mode_name(mode));

@@ -112,6 +112,15 @@ void set_draft_kv_batch(bool on) { draft_kv_batch_switch().set(on); }
 
 bool inject_in_verify() { return inject_in_verify_switch().on(); }
 
+namespace {
+EnvSwitch& multirow_auto_switch() {
+  static EnvSwitch s("SPECPRESS_WG16_AUTO", false);
+  return s;
+}
+}  // namespace
+bool multirow_auto() { return multirow_auto_switch().on(); }
+void set_multirow_auto(bool on) { multirow_auto_switch().set(on); }
+
 void set_inject_in_verify(bool on) { inject_in_verify_switch().set(on); }
 
 bool record_mapped() { return record_mapped_switch().on(); }
@@ -729,22 +738,89 @@ void FastEngine::capture_graphs() {
     // PDL in the multi-row steps only where set (kernels/launch.h), or where their products are the wgmma
     // kernel's (kernels::wg16_switch), which fills its weight ring before it waits; the process setting is
     // restored after.
-    const bool pdl = kernels::pdl_enabled();
-    kernels::set_pdl(pdl && (kernels::pdl_in_multirow_steps() || kernels::wg16_switch().on()));
-    try {
-      capture(verify_graph_, decode_graph_.get(), lc_edges_[1], [&] { verify_body(); });
-      capture(draft_graph_, decode_graph_.get(), lc_edges_[2], [&] { draft_body(); });
-    } catch (...) {
+    auto capture_multirow = [&](std::unique_ptr<at::cuda::CUDAGraph>& verify, std::unique_ptr<at::cuda::CUDAGraph>& draft,
+                                int& verify_relaxed, int& draft_relaxed) {
+      const bool pdl = kernels::pdl_enabled();
+      kernels::set_pdl(pdl && (kernels::pdl_in_multirow_steps() || kernels::wg16_switch().on()));
+      try {
+        capture(verify, decode_graph_.get(), verify_relaxed, [&] { verify_body(); });
+        capture(draft, decode_graph_.get(), draft_relaxed, [&] { draft_body(); });
+      } catch (...) {
+        kernels::set_pdl(pdl);
+        throw;
+      }
       kernels::set_pdl(pdl);
-      throw;
+    };
+    if (multirow_auto()) {
+      // Both configurations of the multi-row products, cuBLASLt (+ the SwiGLU kernel) and the wgmma kernel with its
+      // SwiGLU form, captured and timed as verify + draft replays; the faster one's graphs are kept and its
+      // switches left set (docs/PERF.md, twenty-sixth pass: which one wins depends on the shapes and the GPU).
+      std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2> verify, draft;
+      std::array<std::array<int, 2>, 2> relaxed{};
+      for (int wg = 0; wg < 2; ++wg) {
+        kernels::wg16_switch().set(wg == 1);
+        kernels::wg16_swiglu_switch().set(wg == 1);
+        // warm this configuration's kernels outside the capture (cuBLAS workspaces, the wgmma kernel's attributes
+        // and K-split scratch), as the warm-up above did for the process's settings
+        set_start(0, 0);
+        verify_body();
+        set_start(0, 0);
+        draft_body();
+        check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
+        capture_multirow(verify[wg], draft[wg], relaxed[wg][0], relaxed[wg][1]);
+      }
+      multirow_ms_ = time_multirow(verify, draft);
+      const int pick = multirow_ms_[1] < multirow_ms_[0] ? 1 : 0;
+      kernels::wg16_switch().set(pick == 1);
+      kernels::wg16_swiglu_switch().set(pick == 1);
+      verify_graph_ = std::move(verify[pick]);
+      draft_graph_ = std::move(draft[pick]);
+      lc_edges_[1] = relaxed[pick][0];
+      lc_edges_[2] = relaxed[pick][1];
+      multirow_wgmma_ = pick == 1;
+    } else {
+      capture_multirow(verify_graph_, draft_graph_, lc_edges_[1], lc_edges_[2]);
     }
-    kernels::set_pdl(pdl);
     block_ids_.fill_(draft_->config().mask_token_id);
   }
   set_start(0, 0);
   token_in_.zero_();
   check_cuda(cudaStreamSynchronize(stream_.stream()), "graph capture");
   graphs_ready_ = true;
+}
+
+std::array<double, 2> FastEngine::time_multirow(const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& verify,
+                                                const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& draft) {
+  // ms per verify + draft replay, the best of 5 alternating batches of 10 (positions 0..: the products and the
+  // launches decide; the attention is short and the same kernel in both)
+  constexpr int kBatches = 5, kReplays = 10;
+  std::array<double, 2> best{1e30, 1e30};
+  cudaEvent_t begin = nullptr, end = nullptr;
+  check_cuda(cudaEventCreate(&begin), "multi-row timing");
+  check_cuda(cudaEventCreate(&end), "multi-row timing");
+  try {
+    for (int batch = 0; batch < kBatches; ++batch)
+      for (int c = 0; c < 2; ++c) {
+        set_start(0, 0);
+        check_cuda(cudaEventRecord(begin, stream_.stream()), "multi-row timing");
+        for (int r = 0; r < kReplays; ++r) {
+          verify[c]->replay();
+          draft[c]->replay();
+        }
+        check_cuda(cudaEventRecord(end, stream_.stream()), "multi-row timing");
+        check_cuda(cudaEventSynchronize(end), "multi-row timing");
+        float ms = 0;
+        check_cuda(cudaEventElapsedTime(&ms, begin, end), "multi-row timing");
+        best[c] = std::min(best[c], static_cast<double>(ms) / kReplays);
+      }
+  } catch (...) {
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    throw;
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return best;
 }
 
 at::Tensor FastEngine::prefill(const std::vector<int64_t>& prompt) {

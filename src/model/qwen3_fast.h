@@ -58,6 +58,14 @@ void set_draft_kv_batch(bool on);
 bool inject_in_verify();
 void set_inject_in_verify(bool on);
 
+// The verify and draft products chosen at capture by timing (default off; SPECPRESS_WG16_AUTO=1, same rules): the
+// engine captures the multi-row graphs twice, with the cuBLASLt plans (+ the SwiGLU kernel) and with the wgmma
+// kernel and its SwiGLU form (kernels::wg16_switch, wg16_swiglu_switch), times verify + draft replays of each, keeps
+// the faster and leaves those two switches set to it. On the H200 the wgmma configuration was 1.6-2.1% faster a
+// Qwen3-4B cycle and 0.2-1.0% slower an 8B one (docs/PERF.md, twenty-sixth pass).
+bool multirow_auto();
+void set_multirow_auto(bool on);
+
 // The pipelined loops' records written into the host slot by the accept kernel itself (default on;
 // SPECPRESS_RECORD_MAPPED=0 copies them on the stream after it, as before; same rules). The slots are pinned host
 // memory mapped into the device's address space, so the cycle's end needs no copy-engine operation between
@@ -203,6 +211,10 @@ class FastEngine {
   // Edges the last capture_graphs turned into launch-completion edges (kernels/graph_edges.h), in the decode,
   // verify and draft graphs.
   std::array<int, 3> launch_completion_edges() const { return lc_edges_; }
+  // With multirow_auto() (SPECPRESS_WG16_AUTO=1): ms per verify + draft replay that capture_graphs measured for the
+  // cuBLASLt products [0] and the wgmma kernel's [1] (0, 0 without), and whether it kept the wgmma kernel's graphs.
+  std::array<double, 2> multirow_ms() const { return multirow_ms_; }
+  bool multirow_wgmma() const { return multirow_wgmma_; }
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
   // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
   // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; with folded norms the
@@ -255,6 +267,10 @@ class FastEngine {
   bool graphs_ready_ = false;
   double matmul_tuning_ms_ = 0;
   std::array<int, 3> lc_edges_{};  // launch_completion_edges()
+  std::array<double, 2> multirow_ms_{};  // multirow_ms()
+  bool multirow_wgmma_ = false;
+  std::array<double, 2> time_multirow(const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& verify,
+                                      const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& draft);
   std::vector<int64_t> tap_layers_;
 
   at::Tensor prefill_taps_;                            // prompt rows' taps until the first draft

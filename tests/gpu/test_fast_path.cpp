@@ -170,6 +170,35 @@ TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
   compare_with_reference(*target_, *draft_, prompt, B);
 }
 
+// SPECPRESS_WG16_AUTO: capture_graphs captures the multi-row graphs with the cuBLASLt products and with the wgmma
+// kernel's, times verify + draft replays of both, keeps the faster and leaves the two wgmma switches set to it; the
+// forwards match the reference path whichever it keeps. The switches are restored after.
+TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  LtTestSettings restore;
+  struct RestoreAuto {
+    bool on = model::multirow_auto();
+    ~RestoreAuto() { model::set_multirow_auto(on); }
+  } restore_auto;
+  model::set_multirow_auto(true);
+  const std::vector<int64_t> prompt = golden_runs()[0].prompt;
+  const int64_t B = 8, N = static_cast<int64_t>(prompt.size());
+  {
+    model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
+    engine.capture_graphs();
+    const std::array<double, 2> ms = engine.multirow_ms();
+    EXPECT_GT(ms[0], 0.0);
+    EXPECT_GT(ms[1], 0.0);
+    EXPECT_EQ(engine.multirow_wgmma(), ms[1] < ms[0]);
+    EXPECT_EQ(kernels::wg16_switch().on(), engine.multirow_wgmma());
+    EXPECT_EQ(kernels::wg16_swiglu_switch().on(), engine.multirow_wgmma());
+    std::printf("  verify + draft replay: cuBLASLt %.3f ms, wgmma %.3f ms\n", ms[0], ms[1]);
+  }
+  compare_with_reference(*target_, *draft_, prompt, B);
+}
+
 TEST_F(FastPathGolden, GreedyTokensMatchGoldenOutputsInBf16) {
   int run_index = 0, plain_equal = 0, dflash_equal = 0, ref_plain_equal = 0;
   for (const auto& run : golden_runs()) {
