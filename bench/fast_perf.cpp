@@ -435,6 +435,8 @@ int main(int argc, char** argv) {
         double decode, decode_loop, verify, draft, cycle, gemm1, gemm16, attn1, elem1, head1, attn16, elem16;
         double decode_loop_sync, cycle_sync;  // the loops without pipelining (SPECPRESS_PIPELINE=0)
         std::array<int, 3> lc_edges;  // launch-completion edges in the decode, verify and draft graphs
+        std::array<double, 2> multirow_ms;  // FastEngine::multirow_ms: the capture-time choice's timings ({0, 0}: none)
+        bool multirow_wgmma;  // the verify and draft graphs run the wgmma kernel and its SwiGLU form
       };
       double dec_bytes = 0, drf_bytes = 0;
       // the fast engine's injection inside its verify step (model::inject_in_verify): bytes it moves from the draft
@@ -455,7 +457,7 @@ int main(int argc, char** argv) {
         inject_moved = engine.injects_in_verify() ? engine.inject_bytes(false) : 0;
         inject_added = engine.injects_in_verify() ? engine.inject_bytes(true) : 0;
         engine.capture_graphs();
-        if (model::multirow_auto())
+        if (engine.multirow_ms()[0] > 0)
           std::printf("%s: multi-row products chosen at capture (SPECPRESS_WG16_AUTO): verify + draft replay %.3f ms "
                       "with cuBLASLt, %.3f ms with the wgmma kernel (positions 0..): kept %s\n",
                       s.name.c_str(), engine.multirow_ms()[0], engine.multirow_ms()[1],
@@ -470,6 +472,8 @@ int main(int argc, char** argv) {
         const int inner = static_cast<int>(std::max<int64_t>(iters / 5, 1));
         FastNumbers f{};
         f.lc_edges = engine.launch_completion_edges();
+        f.multirow_ms = engine.multirow_ms();
+        f.multirow_wgmma = engine.multirow_wgmma();
         engine.set_start(context, context);
         f.decode = time_ms([&] { engine.decode_step(); }, 5, 7, inner);
         if (!persistent_trace_path.empty()) {
@@ -723,12 +727,15 @@ int main(int argc, char** argv) {
                   "into the L2 beside the multi-row attention (SPECPRESS_L2_PREFETCH): %s, with the multi-row layers' gate/up and "
                   "down row heads (SPECPRESS_L2_PREFETCH_GATE_UP / _DOWN): %d%% / %d%%; GEMVs streaming W by TMA "
                   "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s; multi-row products by the wgmma kernel (SPECPRESS_WG16, "
-                  "kernels/gemm_wg16.h): %s, its gate/up + SwiGLU form (SPECPRESS_WG16_SWIGLU): %s\n",
+                  "kernels/gemm_wg16.h): %s, its gate/up + SwiGLU form (SPECPRESS_WG16_SWIGLU): %s, the two chosen at "
+                  "capture by timing (SPECPRESS_WG16_AUTO): %s; the table's verify and draft graphs: %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
                   model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
                   model::l2_prefetch_down_percent(), gemv_tma_name(kernels::gemv_tma()),
-                  kernels::wg16_switch().on() ? "on" : "off", kernels::wg16_swiglu_switch().on() ? "on" : "off");
+                  kernels::wg16_switch().on() ? "on" : "off", kernels::wg16_swiglu_switch().on() ? "on" : "off",
+                  fb->multirow_ms[0] > 0 ? "yes" : model::multirow_auto() ? "no (a switch is set, or no sm_90)" : "off",
+                  fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
                     "the fast verify step (beside its last layers), so those two rows' speedups compare different splits "
@@ -796,6 +803,8 @@ int main(int argc, char** argv) {
               {"gemv_tma", gemv_tma_name(kernels::gemv_tma())},
               {"wg16", kernels::wg16_switch().on()},
               {"wg16_swiglu", kernels::wg16_swiglu_switch().on()},
+              {"multirow_auto", {{"chose", fb->multirow_ms[0] > 0}, {"cublaslt_ms", fb->multirow_ms[0]},
+                                 {"wgmma_ms", fb->multirow_ms[1]}, {"wgmma", fb->multirow_wgmma}}},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;

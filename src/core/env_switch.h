@@ -22,6 +22,15 @@ class EnvSwitch {
     return from_env_;
   }
   void set(bool on) { override_.store(on ? 1 : 0); }
+  // Whether a value was chosen, by set() or in the environment, rather than left to the default.
+  bool chosen() const {
+    if (override_.load() >= 0) return true;
+    const char* v = std::getenv(name_);
+    return v != nullptr && *v != '\0';
+  }
+  // set()'s state (-1: never set, else 0 or 1), to be put back later with restore() (tests, temporary choices).
+  int saved() const { return override_.load(); }
+  void restore(int state) { override_.store(state < 0 ? -1 : state != 0 ? 1 : 0); }
 
  private:
   bool parse() const {

@@ -352,6 +352,13 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block) {
   return p;
 }
 
+bool gemm_wg16_available() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && encoder() != nullptr;
+}
+
 cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   const Wg16Plan& p = a.plan;
   const int chunks = (a.K + kWg16Chunk - 1) / kWg16Chunk;
@@ -372,7 +379,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (e != cudaSuccess) return e;
-  if (major < 9 || encoder() == nullptr) return cudaErrorNotSupported;
+  if (major != 9 || encoder() == nullptr) return cudaErrorNotSupported;
   const size_t smem = wg16_smem_bytes(p);
   void (*kernel)(const CUtensorMap, const CUtensorMap, KernelArgs) =
       p.kb == 1 ? wg16_kernel<1> : p.kb == 2 ? wg16_kernel<2> : wg16_kernel<4>;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/decode_layers.h"
+#include "kernels/gemm_wg16.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
@@ -114,12 +115,16 @@ bool inject_in_verify() { return inject_in_verify_switch().on(); }
 
 namespace {
 EnvSwitch& multirow_auto_switch() {
-  static EnvSwitch s("SPECPRESS_WG16_AUTO", false);
+  static EnvSwitch s("SPECPRESS_WG16_AUTO", true);
   return s;
 }
 }  // namespace
 bool multirow_auto() { return multirow_auto_switch().on(); }
 void set_multirow_auto(bool on) { multirow_auto_switch().set(on); }
+bool multirow_chooses() {
+  return multirow_auto() && !kernels::wg16_switch().chosen() && !kernels::wg16_swiglu_switch().chosen() &&
+         kernels::gemm_wg16_available();
+}
 
 void set_inject_in_verify(bool on) { inject_in_verify_switch().set(on); }
 
@@ -751,28 +756,42 @@ void FastEngine::capture_graphs() {
       }
       kernels::set_pdl(pdl);
     };
-    if (multirow_auto()) {
+    multirow_ms_ = {0, 0};
+    multirow_wgmma_ = kernels::wg16_switch().on() && kernels::wg16_swiglu_switch().on();
+    if (multirow_chooses()) {
       // Both configurations of the multi-row products, cuBLASLt (+ the SwiGLU kernel) and the wgmma kernel with its
-      // SwiGLU form, captured and timed as verify + draft replays; the faster one's graphs are kept and its
-      // switches left set (docs/PERF.md, twenty-sixth pass: which one wins depends on the shapes and the GPU).
+      // SwiGLU form, captured and timed as verify + draft replays; the faster one's graphs are kept (docs/PERF.md,
+      // twenty-sixth and twenty-seventh passes: which one wins depends on the shapes and the GPU). The two switches
+      // are set only for the captures and put back after, so each engine chooses for itself.
+      EnvSwitch& wg16 = kernels::wg16_switch();
+      EnvSwitch& swiglu = kernels::wg16_swiglu_switch();
+      const int wg16_saved = wg16.saved(), swiglu_saved = swiglu.saved();
+      auto put_back = [&] {
+        wg16.restore(wg16_saved);
+        swiglu.restore(swiglu_saved);
+      };
       std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2> verify, draft;
       std::array<std::array<int, 2>, 2> relaxed{};
-      for (int wg = 0; wg < 2; ++wg) {
-        kernels::wg16_switch().set(wg == 1);
-        kernels::wg16_swiglu_switch().set(wg == 1);
-        // warm this configuration's kernels outside the capture (cuBLAS workspaces, the wgmma kernel's attributes
-        // and K-split scratch), as the warm-up above did for the process's settings
-        set_start(0, 0);
-        verify_body();
-        set_start(0, 0);
-        draft_body();
-        check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
-        capture_multirow(verify[wg], draft[wg], relaxed[wg][0], relaxed[wg][1]);
+      try {
+        for (int wg = 0; wg < 2; ++wg) {
+          wg16.set(wg == 1);
+          swiglu.set(wg == 1);
+          // warm this configuration's kernels outside the capture (cuBLAS workspaces, the wgmma kernel's attributes
+          // and K-split scratch), as the warm-up above did for the process's settings
+          set_start(0, 0);
+          verify_body();
+          set_start(0, 0);
+          draft_body();
+          check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
+          capture_multirow(verify[wg], draft[wg], relaxed[wg][0], relaxed[wg][1]);
+        }
+        multirow_ms_ = time_multirow(verify, draft);
+      } catch (...) {
+        put_back();
+        throw;
       }
-      multirow_ms_ = time_multirow(verify, draft);
-      const int pick = multirow_ms_[1] < multirow_ms_[0] ? 1 : 0;
-      kernels::wg16_switch().set(pick == 1);
-      kernels::wg16_swiglu_switch().set(pick == 1);
+      put_back();
+      const int pick = multirow_ms_[1] < multirow_ms_[0] * (1.0 - kMultirowWgmmaMargin) ? 1 : 0;
       verify_graph_ = std::move(verify[pick]);
       draft_graph_ = std::move(draft[pick]);
       lc_edges_[1] = relaxed[pick][0];

@@ -58,13 +58,19 @@ void set_draft_kv_batch(bool on);
 bool inject_in_verify();
 void set_inject_in_verify(bool on);
 
-// The verify and draft products chosen at capture by timing (default off; SPECPRESS_WG16_AUTO=1, same rules): the
-// engine captures the multi-row graphs twice, with the cuBLASLt plans (+ the SwiGLU kernel) and with the wgmma
-// kernel and its SwiGLU form (kernels::wg16_switch, wg16_swiglu_switch), times verify + draft replays of each, keeps
-// the faster and leaves those two switches set to it. On the H200 the wgmma configuration was 1.6-2.1% faster a
-// Qwen3-4B cycle and 0.2-1.0% slower an 8B one (docs/PERF.md, twenty-sixth pass).
+// The verify and draft products chosen at capture by timing (default on; SPECPRESS_WG16_AUTO=0 turns it off, same
+// rules). Where neither SPECPRESS_WG16 nor SPECPRESS_WG16_SWIGLU was chosen (in the environment or by set()) and the
+// GPU runs the wgmma kernel (kernels::gemm_wg16_available), capture_graphs captures the multi-row graphs twice, with
+// the cuBLASLt plans (+ the SwiGLU kernel) and with the wgmma kernel and its SwiGLU form, times verify + draft
+// replays of each and keeps the wgmma kernel's graphs where they are at least kMultirowWgmmaMargin faster (so that
+// near-equal shapes keep one choice from run to run); the two switches are put back after. On the H200 the wgmma
+// configuration was 1.6-2.1% faster a Qwen3-4B cycle and between 0.3% faster and 1.0% slower an 8B one (docs/PERF.md,
+// twenty-sixth and twenty-seventh passes). Set either switch to pin the products (and their rounding) instead.
 bool multirow_auto();
 void set_multirow_auto(bool on);
+// Whether capture_graphs will time the two configurations: multirow_auto() and the conditions above.
+bool multirow_chooses();
+inline constexpr double kMultirowWgmmaMargin = 0.005;
 
 // The pipelined loops' records written into the host slot by the accept kernel itself (default on;
 // SPECPRESS_RECORD_MAPPED=0 copies them on the stream after it, as before; same rules). The slots are pinned host
@@ -211,8 +217,9 @@ class FastEngine {
   // Edges the last capture_graphs turned into launch-completion edges (kernels/graph_edges.h), in the decode,
   // verify and draft graphs.
   std::array<int, 3> launch_completion_edges() const { return lc_edges_; }
-  // With multirow_auto() (SPECPRESS_WG16_AUTO=1): ms per verify + draft replay that capture_graphs measured for the
-  // cuBLASLt products [0] and the wgmma kernel's [1] (0, 0 without), and whether it kept the wgmma kernel's graphs.
+  // Where the last capture_graphs chose (multirow_chooses()): ms per verify + draft replay it measured with the
+  // cuBLASLt products [0] and the wgmma kernel's [1]; {0, 0} where it did not. multirow_wgmma(): whether the
+  // captured verify and draft graphs run the wgmma kernel and its SwiGLU form (chosen, or both switches on).
   std::array<double, 2> multirow_ms() const { return multirow_ms_; }
   bool multirow_wgmma() const { return multirow_wgmma_; }
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows

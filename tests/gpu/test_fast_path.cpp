@@ -14,10 +14,12 @@
 
 #include <cmath>
 
+#include "core/env_switch.h"
 #include "decode/fast_generation.h"
 #include "decode/generation.h"
 #include "kernels/aten_ops.h"
 #include "kernels/decode_layers.h"
+#include "kernels/gemm_wg16.h"
 #include "kernels/lt_linear.h"
 #include "lt_test_settings.h"
 #include "test_util.h"
@@ -170,33 +172,50 @@ TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
   compare_with_reference(*target_, *draft_, prompt, B);
 }
 
-// SPECPRESS_WG16_AUTO: capture_graphs captures the multi-row graphs with the cuBLASLt products and with the wgmma
-// kernel's, times verify + draft replays of both, keeps the faster and leaves the two wgmma switches set to it; the
-// forwards match the reference path whichever it keeps. The switches are restored after.
+// SPECPRESS_WG16_AUTO (on by default): where neither wgmma switch is chosen, capture_graphs captures the multi-row
+// graphs with the cuBLASLt products and with the wgmma kernel's, times verify + draft replays of both, keeps the
+// wgmma kernel's where it is kMultirowWgmmaMargin faster and puts the switches back; with a switch chosen it captures
+// once, as set. The forwards match the reference path with either configuration pinned and with the choice.
 TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
-  int major = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  if (!kernels::gemm_wg16_available()) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
   LtTestSettings restore;
-  struct RestoreAuto {
-    bool on = model::multirow_auto();
-    ~RestoreAuto() { model::set_multirow_auto(on); }
-  } restore_auto;
   model::set_multirow_auto(true);
+  EnvSwitch& wg16 = kernels::wg16_switch();
+  EnvSwitch& swiglu = kernels::wg16_swiglu_switch();
+  wg16.restore(-1);  // as the environment leaves them
+  swiglu.restore(-1);
   const std::vector<int64_t> prompt = golden_runs()[0].prompt;
   const int64_t B = 8, N = static_cast<int64_t>(prompt.size());
-  {
-    model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
-    engine.capture_graphs();
-    const std::array<double, 2> ms = engine.multirow_ms();
-    EXPECT_GT(ms[0], 0.0);
-    EXPECT_GT(ms[1], 0.0);
-    EXPECT_EQ(engine.multirow_wgmma(), ms[1] < ms[0]);
-    EXPECT_EQ(kernels::wg16_switch().on(), engine.multirow_wgmma());
-    EXPECT_EQ(kernels::wg16_swiglu_switch().on(), engine.multirow_wgmma());
-    std::printf("  verify + draft replay: cuBLASLt %.3f ms, wgmma %.3f ms\n", ms[0], ms[1]);
+  if (!wg16.chosen() && !swiglu.chosen()) {
+    ASSERT_TRUE(model::multirow_chooses());
+    {
+      model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
+      engine.capture_graphs();
+      const std::array<double, 2> ms = engine.multirow_ms();
+      EXPECT_GT(ms[0], 0.0);
+      EXPECT_GT(ms[1], 0.0);
+      EXPECT_EQ(engine.multirow_wgmma(), ms[1] < ms[0] * (1 - model::kMultirowWgmmaMargin));
+      EXPECT_EQ(wg16.saved(), -1) << "the switches are put back after the captures";
+      EXPECT_EQ(swiglu.saved(), -1);
+      std::printf("  verify + draft replay: cuBLASLt %.3f ms, wgmma %.3f ms: kept %s\n", ms[0], ms[1],
+                  engine.multirow_wgmma() ? "wgmma" : "cuBLASLt");
+    }
+    compare_with_reference(*target_, *draft_, prompt, B);
+  } else {
+    std::printf("  SPECPRESS_WG16 or SPECPRESS_WG16_SWIGLU is set: only the pinned configurations run\n");
   }
-  compare_with_reference(*target_, *draft_, prompt, B);
+  for (const bool pinned : {false, true}) {
+    wg16.set(pinned);
+    swiglu.set(pinned);
+    EXPECT_FALSE(model::multirow_chooses());
+    {
+      model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
+      engine.capture_graphs();
+      EXPECT_EQ(engine.multirow_ms()[0], 0.0) << "no timing with the switches chosen";
+      EXPECT_EQ(engine.multirow_wgmma(), pinned);
+    }
+    compare_with_reference(*target_, *draft_, prompt, B);
+  }
 }
 
 TEST_F(FastPathGolden, GreedyTokensMatchGoldenOutputsInBf16) {

@@ -1174,10 +1174,10 @@ TEST_F(Kernels, Wg16MatchesReference) {
   at::Tensor xs = at::randn({16, 4096}, bf16()), ws = at::randn({2560, 4096}, bf16()) * 0.05;
   at::Tensor direct = at::full({16, 2560}, NAN, bf16()), routed = at::full({16, 2560}, NAN, bf16());
   kernels::wg16_linear_out(direct, xs, ws, false);
-  const bool was_on = kernels::wg16_switch().on();
+  const int saved = kernels::wg16_switch().saved();
   kernels::wg16_switch().set(true);
   kernels::linear_out(routed, xs, ws);
-  kernels::wg16_switch().set(was_on);
+  kernels::wg16_switch().restore(saved);
   EXPECT_TRUE(at::equal(direct, routed)) << "linear_out under SPECPRESS_WG16 is not the wgmma kernel";
 }
 
@@ -1336,7 +1336,7 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   at::Tensor direct = at::full({16, 9728}, NAN, bf16()), routed = at::full({16, 9728}, NAN, bf16());
   at::Tensor gu = at::full({16, 2 * 9728}, NAN, bf16());
   kernels::wg16_silu_mul_out(direct, xs, gate_up, rs);
-  const bool was_on = kernels::wg16_swiglu_switch().on();
+  const int saved = kernels::wg16_swiglu_switch().saved();
   kernels::wg16_swiglu_switch().set(true);
   EXPECT_TRUE(kernels::wg16_swiglu_takes(routed, xs, gate_up));
   EXPECT_FALSE(kernels::wg16_swiglu_takes(routed.narrow(0, 0, 1), xs.narrow(0, 0, 1), gate_up)) << "one row";
@@ -1347,7 +1347,7 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   EXPECT_FALSE(kernels::wg16_swiglu_takes(routed, xs, gate_up));
   kernels::linear_silu_mul_out(routed, gu, xs, gate_up, rs);  // the product into gu, then silu_mul_out
   EXPECT_FALSE(at::isnan(gu).any().item<bool>());
-  kernels::wg16_swiglu_switch().set(was_on);
+  kernels::wg16_swiglu_switch().restore(saved);
   EXPECT_LT(rel_err(routed, direct), 2e-2) << "cuBLAS + silu_mul_out against the fused kernel";
 }
 
