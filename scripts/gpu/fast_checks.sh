@@ -53,6 +53,11 @@ golden SPECPRESS_L2_PREFETCH=0 "no L2 prefetches in the multi-row steps: W_o, th
 golden SPECPRESS_GEMV_TMA=0 "the register GEMV for the LM heads too (kernels/gemv.h)"
 golden SPECPRESS_GEMV_TMA=always "the TMA GEMV for every one-row product (kernels/gemv.h)"
 golden SPECPRESS_DECODE_PERSISTENT=1 "the decode step's layers as one persistent kernel (kernels/decode_layers.h)"
+# the multi-row products as the capture-time choice (model/qwen3_fast.h) would not pick them: cuBLASLt, and the wgmma
+# kernel with its SwiGLU form pinned (with its own tests)
+golden SPECPRESS_WG16_AUTO=0 "the verify and draft products by cuBLASLt, not chosen at capture (model/qwen3_fast.h)"
+run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1: the wgmma products pinned, FastPathGolden + Kernels.Wg16*" \
+  'FastPathGolden.*:Kernels.Wg16*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1
 # the TMA GEMV's other layouts (read once a process), bitwise against the register GEMV
 run_tests "SPECPRESS_GEMV_TMA_WARPS=2" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=2
 run_tests "SPECPRESS_GEMV_TMA_WARPS=8" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=8

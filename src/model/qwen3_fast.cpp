@@ -122,8 +122,11 @@ EnvSwitch& multirow_auto_switch() {
 bool multirow_auto() { return multirow_auto_switch().on(); }
 void set_multirow_auto(bool on) { multirow_auto_switch().set(on); }
 bool multirow_chooses() {
-  return multirow_auto() && !kernels::wg16_switch().chosen() && !kernels::wg16_swiglu_switch().chosen() &&
-         kernels::gemm_wg16_available();
+  // only where the multi-row products go to cuBLAS(Lt) otherwise: the skinny and streaming modes keep their own
+  // kernels (skinny: batch-invariant products, which the wgmma kernel's SwiGLU form would not be)
+  const kernels::GemmMode mode = kernels::gemm_mode();
+  return multirow_auto() && (mode == kernels::GemmMode::kGemv || mode == kernels::GemmMode::kCublas) &&
+         !kernels::wg16_switch().chosen() && !kernels::wg16_swiglu_switch().chosen() && kernels::gemm_wg16_available();
 }
 
 void set_inject_in_verify(bool on) { inject_in_verify_switch().set(on); }
