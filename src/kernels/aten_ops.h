@@ -150,7 +150,8 @@ void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const 
 // at most kWg16MaxRows rows (the LM heads stay on cuBLAS); its launches take PDL when it is on (launch.h), and the
 // fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches. Off by
 // default: on the H200 it made the verify step 1.3-2.0% slower than the tuned cuBLASLt plans (docs/PERF.md,
-// twenty-fifth pass).
+// twenty-fifth pass); the fast engine turns it and wg16_swiglu_switch on for its captures where they time faster
+// (model::multirow_auto), unless either was chosen (EnvSwitch::chosen).
 EnvSwitch& wg16_switch();
 constexpr int64_t kWg16MaxRows = 32768;
 bool wg16_fits(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);

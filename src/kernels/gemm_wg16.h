@@ -15,7 +15,9 @@
 // verify 1.3-2.0% slower, draft 2-4% faster, cycle 0-0.3% faster; 8B verify 1.9% and cycle 1.3% slower. So it is an
 // opt-in (kernels::wg16_switch, SPECPRESS_WG16=1), not the default. With its SwiGLU form for the gate/up products
 // (below; SPECPRESS_WG16_SWIGLU=1) and one-wave gate/up plans, the 4B cycle was 1.6-2.1% faster than the defaults on
-// two hosts and the 8B cycle 0.2-1.0% slower (twenty-sixth pass): still opt-in.
+// two hosts and the 8B cycle 0.2-1.0% slower (twenty-sixth pass). So the fast engine chooses at capture by timing
+// both configurations (model::multirow_auto, SPECPRESS_WG16_AUTO, on by default; twenty-seventh pass): on the H200 it
+// keeps this kernel for Qwen3-4B and cuBLASLt for 8B.
 //
 // Work split: W in tiles of 64 rows; K in chunks of 64 columns (one TMA box, 128 bytes a row); a stage is `kb`
 // chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
