@@ -734,7 +734,10 @@ int main(int argc, char** argv) {
                   model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
                   model::l2_prefetch_down_percent(), gemv_tma_name(kernels::gemv_tma()),
                   kernels::wg16_switch().on() ? "on" : "off", kernels::wg16_swiglu_switch().on() ? "on" : "off",
-                  fb->multirow_ms[0] > 0 ? "yes" : model::multirow_auto() ? "no (a switch is set, or no sm_90)" : "off",
+                  fb->multirow_ms[0] > 0 ? "yes"
+                  : model::multirow_auto()
+                      ? "no (a wgmma switch is set, the matmul mode is not gemv or cublas, or no sm_90)"
+                      : "off",
                   fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "

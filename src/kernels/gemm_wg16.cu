@@ -354,8 +354,8 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block) {
 
 bool gemm_wg16_available() {
   int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
   return major == 9 && encoder() != nullptr;
 }
 

@@ -101,8 +101,8 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_blo
 // row_scale, with splits > 1 or a negative eps, kb not 1, 2 or 4 or not dividing K's
 // 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits > 1 without workspace and
 // counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on a device other than sm_90
-// (gemm_wg16_available) or without the driver's tensor-map entry point. Launched with PDL when it is on (kernels::pdl_enabled, launch.h),
-// as the other kernels of src/kernels.
+// (gemm_wg16_available) or without the driver's tensor-map entry point. Launched with PDL when it is on
+// (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
 cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);
 
 // Whether gemm_wg16 can run on the current device: compute capability 9.x (its wgmma code is built for sm_90a only,

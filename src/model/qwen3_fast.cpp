@@ -746,8 +746,8 @@ void FastEngine::capture_graphs() {
     // PDL in the multi-row steps only where set (kernels/launch.h), or where their products are the wgmma
     // kernel's (kernels::wg16_switch), which fills its weight ring before it waits; the process setting is
     // restored after.
-    auto capture_multirow = [&](std::unique_ptr<at::cuda::CUDAGraph>& verify, std::unique_ptr<at::cuda::CUDAGraph>& draft,
-                                int& verify_relaxed, int& draft_relaxed) {
+    auto capture_multirow = [&](std::unique_ptr<at::cuda::CUDAGraph>& verify,
+                                std::unique_ptr<at::cuda::CUDAGraph>& draft, int& verify_relaxed, int& draft_relaxed) {
       const bool pdl = kernels::pdl_enabled();
       kernels::set_pdl(pdl && (kernels::pdl_in_multirow_steps() || kernels::wg16_switch().on()));
       try {
