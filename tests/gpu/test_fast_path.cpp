@@ -175,7 +175,8 @@ TEST_F(FastPathGolden, CublasLtPlansCoverEveryMultiRowMatmul) {
 // SPECPRESS_WG16_AUTO (on by default): where neither wgmma switch is chosen and the matmul mode is gemv or cublas,
 // capture_graphs captures the multi-row graphs with the cuBLASLt products and with the wgmma kernel's, times verify +
 // draft replays of both, keeps the wgmma kernel's where it is kMultirowWgmmaMargin faster and puts the switches back;
-// with a switch chosen it captures once, as set. The forwards match the reference path with either configuration pinned and with the choice.
+// with a switch chosen it captures once, as set. The forwards match the reference path with either configuration
+// pinned and with the choice.
 TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
   if (!kernels::gemm_wg16_available()) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
   LtTestSettings restore;
