@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "kernels/aten_ops.h"
+#include "kernels/timing_events.h"
 
 namespace specpress::kernels {
 namespace {
@@ -325,26 +326,12 @@ std::vector<Candidate> candidates_of(cublasLtHandle_t handle, const LtProblem& p
   return out;
 }
 
-struct Events {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  Events() {
-    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-  }
-  ~Events() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-};
-
 // µs per product of one(w) (one launch of out = x · w^T), as replays of a CUDA graph of `passes` passes over
 // all `weights` on the current stream: a warm-up replay, then the best of kTimedReplays. A graph, as the
 // engine runs them, so that host launch costs (at::mm_out's dispatch) do not count.
 template <typename One>
 double graph_us_per_product(One&& one, const std::vector<at::Tensor>& weights, int passes, cudaStream_t stream,
-                            Events& ev) {
+                            TimingEvents& ev) {
   at::cuda::CUDAGraph graph;
   graph.capture_begin();
   try {
@@ -364,10 +351,7 @@ double graph_us_per_product(One&& one, const std::vector<at::Tensor>& weights, i
     check_cuda(cudaEventRecord(ev.start, stream), "cudaEventRecord");
     graph.replay();
     check_cuda(cudaEventRecord(ev.stop, stream), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(ev.stop), "cudaEventSynchronize");
-    float ms = 0.f;
-    check_cuda(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime");
-    best = std::min(best, static_cast<double>(ms));
+    best = std::min(best, static_cast<double>(ev.elapsed_ms()));
   }
   return best * 1e3 / (static_cast<double>(passes) * static_cast<double>(weights.size()));
 }
@@ -497,7 +481,7 @@ void tune_linear(const at::Tensor& out, const at::Tensor& x, const std::vector<a
   const double n = static_cast<double>(weights.size());
   int passes = 1;
   while (passes * n < kMinLaunchesPerReplay && passes * n * weight_bytes < kMinBytesPerReplay) ++passes;
-  Events ev;
+  TimingEvents ev;
   const cudaStream_t st = stream.stream();
   // at::mm_out timed first and last (clock drift over the candidates), its best time counts
   rec.mm_us = graph_us_per_product(mm, weights, passes, st, ev);

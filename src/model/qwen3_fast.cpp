@@ -17,6 +17,7 @@
 #include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
+#include "kernels/timing_events.h"
 
 namespace specpress::model {
 namespace {
@@ -817,31 +818,18 @@ std::array<double, 2> FastEngine::time_multirow(const std::array<std::unique_ptr
   // launches decide; the attention is short and the same kernel in both)
   constexpr int kBatches = 5, kReplays = 10;
   std::array<double, 2> best{1e30, 1e30};
-  cudaEvent_t begin = nullptr, end = nullptr;
-  check_cuda(cudaEventCreate(&begin), "multi-row timing");
-  check_cuda(cudaEventCreate(&end), "multi-row timing");
-  try {
-    for (int batch = 0; batch < kBatches; ++batch)
-      for (int c = 0; c < 2; ++c) {
-        set_start(0, 0);
-        check_cuda(cudaEventRecord(begin, stream_.stream()), "multi-row timing");
-        for (int r = 0; r < kReplays; ++r) {
-          verify[c]->replay();
-          draft[c]->replay();
-        }
-        check_cuda(cudaEventRecord(end, stream_.stream()), "multi-row timing");
-        check_cuda(cudaEventSynchronize(end), "multi-row timing");
-        float ms = 0;
-        check_cuda(cudaEventElapsedTime(&ms, begin, end), "multi-row timing");
-        best[c] = std::min(best[c], static_cast<double>(ms) / kReplays);
+  kernels::TimingEvents ev;
+  for (int batch = 0; batch < kBatches; ++batch)
+    for (int c = 0; c < 2; ++c) {
+      set_start(0, 0);
+      check_cuda(cudaEventRecord(ev.start, stream_.stream()), "multi-row timing");
+      for (int r = 0; r < kReplays; ++r) {
+        verify[c]->replay();
+        draft[c]->replay();
       }
-  } catch (...) {
-    cudaEventDestroy(begin);
-    cudaEventDestroy(end);
-    throw;
-  }
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
+      check_cuda(cudaEventRecord(ev.stop, stream_.stream()), "multi-row timing");
+      best[c] = std::min(best[c], static_cast<double>(ev.elapsed_ms()) / kReplays);
+    }
   return best;
 }
 
@@ -1048,18 +1036,11 @@ double FastEngine::kernel_class_ms(const std::string& kind, int64_t M, int reps)
   graph.capture_end();
   graph.replay();
   sync();
-  cudaEvent_t e0, e1;
-  check_cuda(cudaEventCreate(&e0), "event");
-  check_cuda(cudaEventCreate(&e1), "event");
-  check_cuda(cudaEventRecord(e0, stream_.stream()), "event");
+  kernels::TimingEvents ev;
+  check_cuda(cudaEventRecord(ev.start, stream_.stream()), "event");
   for (int i = 0; i < reps; ++i) graph.replay();
-  check_cuda(cudaEventRecord(e1, stream_.stream()), "event");
-  sync();
-  float ms = 0.f;
-  check_cuda(cudaEventElapsedTime(&ms, e0, e1), "event");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return ms / reps;
+  check_cuda(cudaEventRecord(ev.stop, stream_.stream()), "event");
+  return ev.elapsed_ms() / reps;
 }
 
 void FastEngine::sync() { check_cuda(cudaStreamSynchronize(stream_.stream()), "stream sync"); }
