@@ -608,15 +608,8 @@ namespace {
 // SPECPRESS_WG16_TILES_PER_BLOCK (unset or empty: wg16_plan's rule): the tiles a block takes in the plans without a
 // K split, so that one binary can time plans against each other (docs/PERF.md, twenty-sixth pass); an integer >= 1.
 int wg16_tiles_per_block_override() {
-  static const int value = [] {
-    const char* env = std::getenv("SPECPRESS_WG16_TILES_PER_BLOCK");
-    if (env == nullptr || *env == '\0') return 0;
-    char* end = nullptr;
-    const long v = std::strtol(env, &end, 10);
-    if (*end != '\0' || v < 1 || v > 1024)
-      fail("SPECPRESS_WG16_TILES_PER_BLOCK: expected an integer from 1 to 1024, found '{}'", env);
-    return static_cast<int>(v);
-  }();
+  static const int value =
+      env_int("SPECPRESS_WG16_TILES_PER_BLOCK", 1, 1024, 0, "an integer from 1 to 1024 (unset: the plan's rule)");
   return value;
 }
 
