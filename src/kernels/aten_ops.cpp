@@ -526,9 +526,9 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }
 
-bool linear_uses_lt_plans() {
-  return (g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kCublas) && lt_tuning() != LtTuning::kOff;
-}
+bool multirow_by_cublas() { return g_gemm_mode == GemmMode::kGemv || g_gemm_mode == GemmMode::kCublas; }
+
+bool linear_uses_lt_plans() { return multirow_by_cublas() && lt_tuning() != LtTuning::kOff; }
 
 void linear_silu_mul_out(const at::Tensor& act, const at::Tensor& gu, const at::Tensor& x, const at::Tensor& gate_up,
                          const at::Tensor& row_scale) {
@@ -700,13 +700,14 @@ EnvSwitch& wg16_swiglu_switch() {
 }
 
 bool wg16_swiglu_takes(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up) {
-  return x.dim() == 2 && x.size(0) >= 2 && wg16_swiglu_switch().on() && wg16_silu_mul_fits(act, x, gate_up);
+  return x.dim() == 2 && x.size(0) >= 2 && multirow_by_cublas() && wg16_swiglu_switch().on() &&
+         wg16_silu_mul_fits(act, x, gate_up);
 }
 
 namespace {
 // Whether linear_out / linear_residual_out give this product to the wgmma kernel.
 bool wg16_takes(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
-  return x.size(0) >= 2 && wg16_switch().on() && wg16_fits(out, x, weight);
+  return x.size(0) >= 2 && multirow_by_cublas() && wg16_switch().on() && wg16_fits(out, x, weight);
 }
 }  // namespace
 

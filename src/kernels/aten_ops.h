@@ -146,7 +146,8 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
 // `residual + x @ weight^T`).
 void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp);
 // SPECPRESS_WG16 (default 0): linear_out and linear_residual_out run their 2..16-row products (verify, draft) by the
-// wgmma kernel (kernels/gemm_wg16.h) instead of cuBLAS(Lt), where it takes the layout (wg16_fits) and the weight has
+// wgmma kernel (kernels/gemm_wg16.h) instead of cuBLAS(Lt), in the gemv and cublas modes (multirow_by_cublas; the
+// others keep their own kernels), where it takes the layout (wg16_fits) and the weight has
 // at most kWg16MaxRows rows (the LM heads stay on cuBLAS); its launches take PDL when it is on (launch.h), and the
 // fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches. Off by
 // default: on the H200 it made the verify step 1.3-2.0% slower than the tuned cuBLASLt plans (docs/PERF.md,
@@ -169,11 +170,17 @@ void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at
 // Whether the two above take these tensors (their layout rules; the switch aside).
 bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 // SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up
-// product and the SwiGLU in one launch) instead of the product into gu and silu_mul_out. Read once; set() overrides.
+// product and the SwiGLU in one launch) instead of the product into gu and silu_mul_out, in the gemv and cublas
+// modes (multirow_by_cublas), as SPECPRESS_WG16 does. Read once; set() overrides.
 EnvSwitch& wg16_swiglu_switch();
-// Whether linear_silu_mul_out runs this product and SwiGLU as one launch (2..16 rows, the switch on, the layout fits).
+// Whether linear_silu_mul_out runs this product and SwiGLU as one launch (2..16 rows, multirow_by_cublas, the
+// switch on, the layout fits).
 bool wg16_swiglu_takes(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 enum class GemmMode { kSkinny, kCublas, kGemv, kStream, kStreamAll };
+// Whether the matmul mode gives M >= 2 products to cuBLAS(Lt) (gemv or cublas mode), or to the wgmma kernel where
+// its switches say so; the skinny and streaming modes keep their own kernels for them (skinny's rows are
+// batch-invariant, which neither cuBLAS nor the wgmma kernel is).
+bool multirow_by_cublas();
 // Whether linear_out runs M >= 2 products by their tuned cuBLASLt plans (kernels/lt_linear.h): in gemv or
 // cublas mode, unless SPECPRESS_LT_TUNE=0 (set_lt_tuning). The engine tunes only then.
 bool linear_uses_lt_plans();

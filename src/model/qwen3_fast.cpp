@@ -123,11 +123,9 @@ EnvSwitch& multirow_auto_switch() {
 bool multirow_auto() { return multirow_auto_switch().on(); }
 void set_multirow_auto(bool on) { multirow_auto_switch().set(on); }
 bool multirow_chooses() {
-  // only where the multi-row products go to cuBLAS(Lt) otherwise: the skinny and streaming modes keep their own
-  // kernels (skinny: batch-invariant products, which the wgmma kernel's SwiGLU form would not be)
-  const kernels::GemmMode mode = kernels::gemm_mode();
-  return multirow_auto() && (mode == kernels::GemmMode::kGemv || mode == kernels::GemmMode::kCublas) &&
-         !kernels::wg16_switch().chosen() && !kernels::wg16_swiglu_switch().chosen() && kernels::gemm_wg16_available();
+  // in the skinny and streaming modes the wgmma switches change nothing (kernels::multirow_by_cublas)
+  return multirow_auto() && kernels::multirow_by_cublas() && !kernels::wg16_switch().chosen() &&
+         !kernels::wg16_swiglu_switch().chosen() && kernels::gemm_wg16_available();
 }
 
 void set_inject_in_verify(bool on) { inject_in_verify_switch().set(on); }
@@ -761,7 +759,8 @@ void FastEngine::capture_graphs() {
       kernels::set_pdl(pdl);
     };
     multirow_ms_ = {0, 0};
-    multirow_wgmma_ = kernels::wg16_switch().on() && kernels::wg16_swiglu_switch().on();
+    multirow_wgmma_ =
+        kernels::multirow_by_cublas() && kernels::wg16_switch().on() && kernels::wg16_swiglu_switch().on();
     if (multirow_chooses()) {
       // Both configurations of the multi-row products, cuBLASLt (+ the SwiGLU kernel) and the wgmma kernel with its
       // SwiGLU form, captured and timed as verify + draft replays; the faster one's graphs are kept (docs/PERF.md,

@@ -60,8 +60,8 @@ void set_inject_in_verify(bool on);
 
 // The verify and draft products chosen at capture by timing (default on; SPECPRESS_WG16_AUTO=0 turns it off, same
 // rules). Where neither SPECPRESS_WG16 nor SPECPRESS_WG16_SWIGLU was chosen (in the environment or by set()), the
-// matmul mode is gemv or cublas (kernels::gemm_mode: the others keep their own multi-row kernels) and the GPU runs
-// the wgmma kernel (kernels::gemm_wg16_available), capture_graphs captures the multi-row graphs twice, with
+// matmul mode is gemv or cublas (kernels::multirow_by_cublas: the others keep their own multi-row kernels) and the
+// GPU runs the wgmma kernel (kernels::gemm_wg16_available), capture_graphs captures the multi-row graphs twice, with
 // the cuBLASLt plans (+ the SwiGLU kernel) and with the wgmma kernel and its SwiGLU form, times verify + draft
 // replays of each and keeps the wgmma kernel's graphs where they are at least kMultirowWgmmaMargin faster (so that
 // near-equal shapes keep one choice from run to run); the two switches are put back after. On the H200 the wgmma

@@ -187,9 +187,7 @@ TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
   swiglu.restore(-1);
   const std::vector<int64_t> prompt = golden_runs()[0].prompt;
   const int64_t B = 8, N = static_cast<int64_t>(prompt.size());
-  const kernels::GemmMode mode = kernels::gemm_mode();
-  const bool lt_mode = mode == kernels::GemmMode::kGemv || mode == kernels::GemmMode::kCublas;
-  if (!wg16.chosen() && !swiglu.chosen() && lt_mode) {
+  if (!wg16.chosen() && !swiglu.chosen() && kernels::multirow_by_cublas()) {
     ASSERT_TRUE(model::multirow_chooses());
     {
       model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
@@ -207,7 +205,7 @@ TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
   } else {
     EXPECT_FALSE(model::multirow_chooses());
     std::printf("  SPECPRESS_WG16 or SPECPRESS_WG16_SWIGLU is set, or the matmul mode is %s: no choice; only the pinned "
-                "configurations run\n", kernels::gemm_mode_name(mode));
+                "configurations run\n", kernels::gemm_mode_name(kernels::gemm_mode()));
   }
   for (const bool pinned : {false, true}) {
     wg16.set(pinned);
@@ -217,7 +215,7 @@ TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
       model::FastEngine engine(*target_, draft_.get(), N + 4 * B, B);
       engine.capture_graphs();
       EXPECT_EQ(engine.multirow_ms()[0], 0.0) << "no timing with the switches chosen";
-      EXPECT_EQ(engine.multirow_wgmma(), pinned);
+      EXPECT_EQ(engine.multirow_wgmma(), pinned && kernels::multirow_by_cublas());
     }
     compare_with_reference(*target_, *draft_, prompt, B);
   }
