@@ -890,7 +890,9 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
     EXPECT_NE(launched[1][0], launched[0][0]) << "both runs launched the same kernel";
     EXPECT_TRUE(at::equal(out[1], out[0])) << "TMA GEMV vs register GEMV: max " << max_ulps(out[1], out[0])
                                            << " bf16 units";
-    if (c.kind == kResidual) EXPECT_TRUE(at::equal(tap[1], out[1])) << "tap copy";
+    if (c.kind == kResidual) {
+      EXPECT_TRUE(at::equal(tap[1], out[1])) << "tap copy";
+    }
   }
   // kAuto at the Qwen3-4B / 8B shapes (132 SMs on the H200; the rule is rows an SM): the LM heads alone.
   kernels::set_gemv_tma(kernels::GemvTma::kAuto);
