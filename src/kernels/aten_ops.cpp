@@ -613,6 +613,8 @@ int wg16_tiles_per_block_override() {
   return value;
 }
 
+thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
+
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
 // switch that chose it, for the error on a GPU without wgmma.
 void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what) {
@@ -626,7 +628,8 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.N = static_cast<int>(weight.size(0));
   a.K = static_cast<int>(x.size(1));
   // row_norm: each block sums its rows' squares over all of K
-  a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override());
+  a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override(),
+                     g_wg16_ring_kb > 0 ? g_wg16_ring_kb : 200);
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;
@@ -638,6 +641,9 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   check_cuda(e, "gemm_wg16");
 }
 }  // namespace
+
+Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
+Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
 
 void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
   require(x, "wg16 x", at::kBFloat16, false);

@@ -167,6 +167,19 @@ void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 // The same with an RMSNorm folded into gate_up: x is the raw residual and the kernel computes each row's factor
 // rsqrt(mean(x^2) + eps) itself, bitwise as row_rms_out does, so nothing has to run before it but x's producer.
 void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps);
+// The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the
+// plan's 200. The fast engine sets it around its o products (SPECPRESS_WG16_O_RING_KB), so that their blocks fit on
+// an SM beside the attention's and fill their rings while it runs.
+class Wg16RingScope {
+ public:
+  explicit Wg16RingScope(int ring_kb);
+  ~Wg16RingScope();
+  Wg16RingScope(const Wg16RingScope&) = delete;
+  Wg16RingScope& operator=(const Wg16RingScope&) = delete;
+
+ private:
+  int saved_;
+};
 // Whether the two above take these tensors (their layout rules; the switch aside).
 bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 // SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up

@@ -330,7 +330,7 @@ size_t wg16_smem_bytes(const Wg16Plan& plan) {
   return static_cast<size_t>(plan.stages) * plan.kb * (kWBox + kXBox) + 2 * sizeof(uint64_t) * plan.stages + 1024;
 }
 
-Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block) {
+Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block, int ring_kb) {
   const int chunks = (K + kWg16Chunk - 1) / kWg16Chunk, tiles = wg16_tiles(N);
   Wg16Plan p;
   p.kb = chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
@@ -341,10 +341,10 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block) {
     p.tiles_per_block = tiles_per_block > 0 ? tiles_per_block : tiles > sms ? (tiles + sms - 1) / sms : 1;
   const int blocks = (tiles + p.tiles_per_block - 1) / p.tiles_per_block * p.splits;
   const int per_sm = (blocks + sms - 1) / sms;
-  constexpr int kRingBudget = 200 * 1024;
+  const int ring_budget = std::clamp(ring_kb, 1, 200) * 1024;
   for (;;) {
     const int stage = p.kb * (kWBox + kXBox);
-    p.stages = std::min(4, kRingBudget / per_sm / stage);
+    p.stages = std::min(4, ring_budget / per_sm / stage);
     if (p.stages >= 3 || p.kb == 1 || chunks % (p.kb / 2) != 0) break;
     p.kb /= 2;
   }

@@ -92,6 +92,15 @@ int decode_attention_warps() {
   return warps;
 }
 
+// SPECPRESS_WG16_O_RING_KB (40 .. 200; unset: 0, the plan's 200): the ring budget of the multi-row steps' o
+// products on the wgmma kernel (kernels::Wg16RingScope). At 120 KB (3 stages of 4 chunks) an o block fits on an SM
+// beside an attention block (75 KB), so that under its launch-completion edge it fills its ring, W_o from the L2,
+// while the attention runs; at 200 (160 KB) it waits for the attention's blocks to leave. Read once.
+int o_ring_kb() {
+  static const int kb = kernels::env_int("SPECPRESS_WG16_O_RING_KB", 40, 200, 0, "an integer from 40 to 200 (KB)");
+  return kb;
+}
+
 // A bf16 tensor's data as the torch-free kernels take it (kernels::DecodeLayer, DecodeLayersArgs).
 __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
 
@@ -486,7 +495,10 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       join();
       attend(w, kc, vc, rs_attn);
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
-      kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
+      {
+        const kernels::Wg16RingScope ring(o_ring_kb());
+        kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
+      }
       if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {
         // the product, the norm's factors and the SwiGLU in one launch: no row_rms, so nothing but the o product
         // comes before it (its ring fills while o runs, under PDL or a launch-completion edge). No down-row
@@ -516,7 +528,10 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     prefetch_during_attention(w);
     attend(w, kc, vc);
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
-    kernels::linear_out(o, attn, w.o_proj);
+    {
+      const kernels::Wg16RingScope ring(o_ring_kb());
+      kernels::linear_out(o, attn, w.o_proj);
+    }
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
     if (kernels::wg16_swiglu_takes(act, h, w.gate_up)) {  // the product and the SwiGLU in one launch (no prefetch)
       kernels::linear_silu_mul_out(act, gu, h, w.gate_up);

@@ -1122,6 +1122,17 @@ TEST_F(Kernels, Wg16MatchesReference) {
     check_wg16(c.N, c.K, {2, 5, 15, 16});
   EXPECT_EQ(kernels::wg16_plan(2560, 9728, 132).splits, 3) << "the 4B down shape no longer covers the split sum";
   EXPECT_EQ(kernels::wg16_plan(2560, 4096, 132).splits, 3) << "the 4B o plan is not the one measured";
+  EXPECT_EQ(kernels::wg16_plan(2560, 4096, 132).stages, 4);
+  // a smaller ring budget (SPECPRESS_WG16_O_RING_KB): 3 stages of 4 chunks in 120 KB; in 80, 4 stages of 2 chunks
+  // (fewer than 3 stages halve the chunks a stage); the kernel's correctness at 2 to 5 stages is checked below
+  const kernels::Wg16Plan o120 = kernels::wg16_plan(2560, 4096, 132, true, 0, 120);
+  EXPECT_EQ(o120.stages, 3);
+  EXPECT_EQ(o120.kb, 4);
+  EXPECT_EQ(o120.splits, 3);
+  EXPECT_LE(kernels::wg16_smem_bytes(o120), size_t{122} * 1024) << "no longer fits beside a 75 KB attention block";
+  const kernels::Wg16Plan o80 = kernels::wg16_plan(2560, 4096, 132, true, 0, 80);
+  EXPECT_EQ(o80.stages, 4);
+  EXPECT_EQ(o80.kb, 2);
   for (Case c : {Case{1, 8}, Case{7, 72}, Case{100, 136}, Case{1001, 1000}, Case{130, 2568}})
     check_wg16(c.N, c.K, {1, 9, 16});
   // forced plans on one shape of 44 chunks: every chunks-a-stage, 2 and 5 stages, 1 to 11 splits, with and
