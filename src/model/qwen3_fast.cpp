@@ -92,15 +92,6 @@ int decode_attention_warps() {
   return warps;
 }
 
-// SPECPRESS_WG16_O_RING_KB (40 .. 200; unset: 0, the plan's 200): the ring budget of the multi-row steps' o
-// products on the wgmma kernel (kernels::Wg16RingScope). At 120 KB (3 stages of 4 chunks) an o block fits on an SM
-// beside an attention block (75 KB), so that under its launch-completion edge it fills its ring, W_o from the L2,
-// while the attention runs; at 200 (160 KB) it waits for the attention's blocks to leave. Read once.
-int o_ring_kb() {
-  static const int kb = kernels::env_int("SPECPRESS_WG16_O_RING_KB", 40, 200, 0, "an integer from 40 to 200 (KB)");
-  return kb;
-}
-
 // A bf16 tensor's data as the torch-free kernels take it (kernels::DecodeLayer, DecodeLayersArgs).
 __nv_bfloat16* bf(const at::Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data_ptr()); }
 
@@ -155,6 +146,11 @@ int l2_prefetch_gate_up_percent() {
 int l2_prefetch_down_percent() {
   static const int percent = kernels::env_int("SPECPRESS_L2_PREFETCH_DOWN", 0, 100, 10, "a percentage, 0 .. 100");
   return l2_prefetch_o() ? percent : 0;
+}
+
+int o_ring_kb() {
+  static const int kb = kernels::env_int("SPECPRESS_WG16_O_RING_KB", 40, 200, 120, "an integer from 40 to 200 (KB)");
+  return kb;
 }
 
 bool decode_persistent() { return decode_persistent_switch().on(); }
