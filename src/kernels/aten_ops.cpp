@@ -629,7 +629,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.K = static_cast<int>(x.size(1));
   // row_norm: each block sums its rows' squares over all of K
   a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override(),
-                     g_wg16_ring_kb > 0 ? g_wg16_ring_kb : 200);
+                     g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;

@@ -168,8 +168,8 @@ void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 // rsqrt(mean(x^2) + eps) itself, bitwise as row_rms_out does, so nothing has to run before it but x's producer.
 void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps);
 // The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the
-// plan's 200. The fast engine sets it around its multi-row o products (model::o_ring_kb, 120 by default), so that
-// their blocks fit on an SM beside the attention's and fill their rings while it runs.
+// plan's kWg16RingKb (200). The fast engine sets it around its multi-row o products (model::o_ring_kb, 120 by
+// default), so that their blocks fit on an SM beside the attention's and fill their rings while it runs.
 class Wg16RingScope {
  public:
   explicit Wg16RingScope(int ring_kb);

@@ -341,7 +341,7 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block, int
     p.tiles_per_block = tiles_per_block > 0 ? tiles_per_block : tiles > sms ? (tiles + sms - 1) / sms : 1;
   const int blocks = (tiles + p.tiles_per_block - 1) / p.tiles_per_block * p.splits;
   const int per_sm = (blocks + sms - 1) / sms;
-  const int ring_budget = std::clamp(ring_kb, 1, 200) * 1024;
+  const int ring_budget = std::clamp(ring_kb, 1, kWg16RingKb) * 1024;
   for (;;) {
     const int stage = p.kb * (kWBox + kXBox);
     p.stages = std::min(4, ring_budget / per_sm / stage);

@@ -40,6 +40,7 @@ namespace specpress::kernels {
 constexpr int kWg16Rows = 64;   // outputs a tile (the wgmma's M)
 constexpr int kWg16Chunk = 64;  // K columns a TMA box
 constexpr int kWg16MaxT = 16;
+constexpr int kWg16RingKb = 200;  // wg16_plan's shared-memory budget for the rings an SM holds, KB (unless asked less)
 
 struct Wg16Plan {
   int splits = 1;  // K splits (1: no partials)
@@ -93,9 +94,9 @@ size_t wg16_smem_bytes(const Wg16Plan& plan);
 // together, at least 3 (chunks a stage halved until they fit).
 // split_k false: no K split (the SwiGLU form's in-kernel row factors need all of K); tiles_per_block > 0: that many
 // tiles a block instead of the rule's (without a K split), the ring sized for it. ring_kb: the shared memory the
-// blocks an SM holds may take for their rings, in KB (200 unless a caller asks for less, so that a block fits beside
-// another kernel's: model/qwen3_fast.h's o product beside the attention).
-Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_block = 0, int ring_kb = 200);
+// blocks an SM holds may take for their rings, in KB (kWg16RingKb unless a caller asks for less, so that a block
+// fits beside another kernel's: model/qwen3_fast.h's o product beside the attention).
+Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_block = 0, int ring_kb = kWg16RingKb);
 
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row
 // stride not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an
