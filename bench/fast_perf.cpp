@@ -9,7 +9,8 @@
 // path runs once per matmul mode
 // (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
 // small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
-// with programmatic dependent launch; the table shows the run with the lowest decode + cycle time. In gemv
+// with programmatic dependent launch, each engine built after the caching allocator has released the blocks the
+// previous one freed; the table shows the run with the lowest decode + cycle time. In gemv
 // and cublas modes the engine tunes per-shape cuBLASLt plans for its verify and draft matmuls
 // (kernels/lt_linear.h; SPECPRESS_LT_TUNE=0 turns that off for the whole run); gemv mode is measured once
 // more with the plans off, for comparison, and the tuning's choices are printed. A breakdown times each
@@ -37,6 +38,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -447,6 +449,10 @@ int main(int argc, char** argv) {
         kernels::set_pdl(pdl);  // captured into the engine's graphs
         kernels::set_pdl_in_multirow_steps(pdl_multirow);
         kernels::set_attention_block_warps(attention_warps);  // the engine's attention scratch takes it
+        // Each engine on fresh allocations, as a process's one engine is: built in the blocks the caching allocator
+        // kept from the modes measured before it, the table's engine timed its 4B verify step 1% slower than alone
+        // (3.002-3.003 against 2.972-2.976 ms, same binary; docs/PERF.md, thirtieth pass).
+        c10::cuda::CUDACachingAllocator::emptyCache();
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
         if (model::record_mapped() && !engine.records_mapped())
