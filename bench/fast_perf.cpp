@@ -450,8 +450,8 @@ int main(int argc, char** argv) {
         kernels::set_pdl_in_multirow_steps(pdl_multirow);
         kernels::set_attention_block_warps(attention_warps);  // the engine's attention scratch takes it
         // Each engine on fresh allocations, as a process's one engine is: built in the blocks the caching allocator
-        // kept from the modes measured before it, the table's engine timed its 4B verify step 1% slower than alone
-        // (3.002-3.003 against 2.972-2.976 ms, same binary; docs/PERF.md, thirtieth pass).
+        // kept from the modes measured before it, the table's engine timed its 4B verify step 1% slower than on
+        // fresh ones (3.002-3.003 against 2.972-2.976 ms, alternated in one call; docs/PERF.md, thirtieth pass).
         c10::cuda::CUDACachingAllocator::emptyCache();
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         model::FastEngine engine(target, &draft, cap, B);
