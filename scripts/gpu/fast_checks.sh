@@ -60,6 +60,8 @@ run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1: the wgmma products pinned, 
   'FastPathGolden.*:Kernels.Wg16*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=200: the o products' full ring, FastPathGolden" \
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=200
+run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY=0: the products' PDL trigger after their loads, FastPathGolden" \
+  'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY=0
 # the TMA GEMV's other layouts (read once a process), bitwise against the register GEMV
 run_tests "SPECPRESS_GEMV_TMA_WARPS=2" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=2
 run_tests "SPECPRESS_GEMV_TMA_WARPS=8" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=8

@@ -615,6 +615,15 @@ int wg16_tiles_per_block_override() {
 
 thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
 
+}  // namespace
+
+bool wg16_trigger_early() {
+  static const bool on = env_int("SPECPRESS_WG16_TRIGGER_EARLY", 0, 1, 1, "0 or 1") == 1;
+  return on;
+}
+
+namespace {
+
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
 // switch that chose it, for the error on a GPU without wgmma.
 void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what) {
@@ -630,6 +639,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   // row_norm: each block sums its rows' squares over all of K
   a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override(),
                      g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
+  a.trigger_early = wg16_trigger_early();
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;

@@ -167,6 +167,10 @@ void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 // The same with an RMSNorm folded into gate_up: x is the raw residual and the kernel computes each row's factor
 // rsqrt(mean(x^2) + eps) itself, bitwise as row_rms_out does, so nothing has to run before it but x's producer.
 void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps);
+// SPECPRESS_WG16_TRIGGER_EARLY (default 1): the wgmma products let the next kernel launch as they start
+// (Wg16Args::trigger_early), not once their loads are issued; 0 restores the latter. Qwen3-4B verify -1.7%, cycle -1.6%
+// in a same-binary A/B (docs/PERF.md, thirtieth pass).
+bool wg16_trigger_early();
 // The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the
 // plan's kWg16RingKb (200). The fast engine sets it around its multi-row o products (model::o_ring_kb, 120 by
 // default), so that their blocks fit on an SM beside the attention's and fill their rings while it runs.

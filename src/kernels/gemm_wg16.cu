@@ -21,6 +21,9 @@ constexpr int kWBox = kWg16Rows * kWg16Chunk * 2;   // 8 KB
 constexpr int kXBox = kWg16MaxT * kWg16Chunk * 2;   // 2 KB
 constexpr int kThreads = 160;                       // 4 consumer warps + the producer
 constexpr int kTileFloats = kWg16Rows * kWg16MaxT;  // one tile's partial (1024 floats)
+// when a block lets the next kernel launch under PDL (KernelArgs::trigger): at its exit (none), once its producer has
+// issued every load, or as the producer starts
+constexpr int kTriggerNone = 0, kTriggerAfterLoads = 1, kTriggerAtStart = 2;
 
 struct KernelArgs {
   __nv_bfloat16* Y;
@@ -29,7 +32,7 @@ struct KernelArgs {
   int T, N, tiles, chunks, splits, stages, tiles_per_block;
   float* workspace;
   unsigned* counters;
-  int trigger, prefill, overlap;
+  int trigger, prefill, overlap;  // trigger: kTriggerNone, kTriggerAfterLoads or kTriggerAtStart
   const float* row_scale;  // SwiGLU form: the tokens' factors on gate and up (nullptr: none)
   int silu_mul;            // SwiGLU form: N is the number of features (W has 2N rows), tiles of 32 features
   int row_norm;            // SwiGLU form: the factors are rsqrt(mean(x^2) + eps) of X's rows, summed here
@@ -132,6 +135,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
           tma_load_2d(smem + s * stage_bytes + KB * kWBox + b * kXBox, &x_map, ((s0 + i) * KB + b) * kWg16Chunk, 0,
                       &full[s]);
       };
+      if (a.trigger == kTriggerAtStart) pdl_trigger();  // the next kernel's blocks may take the SMs this one leaves
       // W is constant: the whole ring before the wait on the previous kernel (prefill), X after it.
       const int first = min(total, a.stages), ahead = min(first, a.prefill);
       for (int g = 0; g < ahead; ++g) load_w(g);
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
         load_w(g);
         load_x(g);
       }
-      if (a.trigger) pdl_trigger();
+      if (a.trigger == kTriggerAfterLoads) pdl_trigger();
     }
     return;
   }
@@ -417,7 +421,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.tiles_per_block = p.tiles_per_block;
   k.workspace = a.workspace;
   k.counters = a.counters;
-  k.trigger = a.trigger ? 1 : 0;
+  k.trigger = !a.trigger ? kTriggerNone : a.trigger_early ? kTriggerAtStart : kTriggerAfterLoads;
   k.prefill = a.prefill;
   k.overlap = a.overlap ? 1 : 0;
   k.row_scale = a.silu_mul ? a.row_scale : nullptr;

@@ -8,7 +8,8 @@
 // warp streams W (and X) with the TMA engine into a ring of shared-memory stages in the 128-byte swizzled layout
 // wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
 // outputs), X^T the B operand (16 tokens). Under PDL the producer fills the whole ring with W before it waits on
-// the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready.
+// the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready; and it lets the
+// next kernel launch as it starts (Wg16Args::trigger_early), so that kernel's blocks do the same on the SMs it leaves.
 // Measured on the H200 (docs/PERF.md, twenty-fifth pass; bench/wg16_probe.cu): alone, 7% faster than cuBLAS on the
 // 4B gate/up shape and 3% on the 8B o, 1-6% slower on the other six Qwen3 shapes; behind a latency-bound kernel
 // under PDL it adds 0.5 to 4.8 us less than cuBLAS on all eight. In the steps, against the tuned cuBLASLt plans: 4B
@@ -63,6 +64,11 @@ struct Wg16Args {
   unsigned* counters = nullptr;  // splits > 1: wg16_tiles(N) counters, zero before the first launch (left zero)
   Wg16Plan plan;
   bool trigger = true;  // under PDL: let the next kernel be scheduled once this block's loads are issued
+  // ... or, with trigger_early, as soon as this block's producer starts, before its loads: the next kernel's blocks
+  // then take the SMs this product leaves idle (4B: 96 qkv, 102 gate/up and 120 o and down blocks on 132 SMs) and
+  // fill their rings there, while it still streams (the fast engine's products take it by default:
+  // kernels::wg16_trigger_early, SPECPRESS_WG16_TRIGGER_EARLY; docs/PERF.md, thirtieth pass)
+  bool trigger_early = false;
   bool overlap = false;   // keep one stage's wgmma in flight while the next is issued (else wait for each)
   int prefill = 1 << 30;  // under PDL: ring stages filled with W before waiting on the previous kernel (all by default)
   // The SwiGLU form (the MLP's gate/up product and its activation in one launch): W is gate_up [N = 2I, K], gate
