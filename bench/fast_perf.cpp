@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
         kernels::set_pdl(pdl);  // captured into the engine's graphs
         kernels::set_pdl_in_multirow_steps(pdl_multirow);
         kernels::set_attention_block_warps(attention_warps);  // the engine's attention scratch takes it
-        // Each engine on fresh allocations, as a process's one engine is: built in the blocks the caching allocator
+        // Each engine on fresh allocations, as `specpress generate`'s one engine is: built in the blocks the allocator
         // kept from the modes measured before it, the table's engine timed its 4B verify step 1% slower than on
         // fresh ones (3.002-3.003 against 2.972-2.976 ms, alternated in one call; docs/PERF.md, thirtieth pass).
         c10::cuda::CUDACachingAllocator::emptyCache();
