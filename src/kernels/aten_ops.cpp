@@ -615,15 +615,6 @@ int wg16_tiles_per_block_override() {
 
 thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
 
-}  // namespace
-
-bool wg16_trigger_early() {
-  static const bool on = env_int("SPECPRESS_WG16_TRIGGER_EARLY", 0, 1, 1, "0 or 1") == 1;
-  return on;
-}
-
-namespace {
-
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
 // switch that chose it, for the error on a GPU without wgmma.
 void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what) {
@@ -651,6 +642,11 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   check_cuda(e, "gemm_wg16");
 }
 }  // namespace
+
+bool wg16_trigger_early() {
+  static const bool on = env_int("SPECPRESS_WG16_TRIGGER_EARLY", 0, 1, 1, "0 or 1") == 1;
+  return on;
+}
 
 Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
 Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
