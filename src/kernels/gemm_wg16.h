@@ -18,7 +18,8 @@
 // (below; SPECPRESS_WG16_SWIGLU=1) and one-wave gate/up plans, the 4B cycle was 1.6-2.1% faster than the defaults on
 // two hosts and the 8B cycle 0.2-1.0% slower (twenty-sixth pass). So the fast engine chooses at capture by timing
 // both configurations (model::multirow_auto, SPECPRESS_WG16_AUTO, on by default; twenty-seventh pass): on the H200 it
-// keeps this kernel for Qwen3-4B and cuBLASLt for 8B.
+// keeps this kernel for Qwen3-4B, and for 8B too since the products trigger their dependents as they start (replay
+// 1.3% faster than cuBLASLt's; thirtieth and thirty-first passes).
 //
 // Work split: W in tiles of 64 rows; K in chunks of 64 columns (one TMA box, 128 bytes a row); a stage is `kb`
 // chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
