@@ -8,8 +8,9 @@
 // warp streams W (and X) with the TMA engine into a ring of shared-memory stages in the 128-byte swizzled layout
 // wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
 // outputs), X^T the B operand (16 tokens). Under PDL the producer fills the whole ring with W before it waits on
-// the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready; and it lets the
-// next kernel launch as it starts (Wg16Args::trigger_early), so that kernel's blocks do the same on the SMs it leaves.
+// the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready. With
+// Wg16Args::trigger_early (the fast engine's default) it also lets the next kernel launch as it starts, so that
+// kernel's blocks do the same on the SMs it leaves idle.
 // Measured on the H200 (docs/PERF.md, twenty-fifth pass; bench/wg16_probe.cu): alone, 7% faster than cuBLAS on the
 // 4B gate/up shape and 3% on the 8B o, 1-6% slower on the other six Qwen3 shapes; behind a latency-bound kernel
 // under PDL it adds 0.5 to 4.8 us less than cuBLAS on all eight. In the steps, against the tuned cuBLASLt plans: 4B

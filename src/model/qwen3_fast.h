@@ -98,8 +98,8 @@ int l2_prefetch_down_percent();
 // (kernels::Wg16RingScope around them; SPECPRESS_WG16_O_RING_KB, 40 .. 200, default 120, read once; 200 is the other
 // products' budget). At 120 KB (3 stages of 4 chunks, 121 KB) an o block fits on an SM beside an attention block
 // (75 KB), so under PDL (the wgmma products' steps are captured with it) it fills its ring, W_o from the L2, while
-// the attention runs; at 200 (4 stages, 165 KB) it waits for the attention's blocks to leave. Qwen3-4B verify 2.993 -> 2.955 ms on the H200;
-// no change where cuBLASLt runs the products (docs/PERF.md, twenty-ninth pass).
+// the attention runs; at 200 (4 stages, 165 KB) it waits for the attention's blocks to leave. Qwen3-4B verify
+// 2.993 -> 2.955 ms on the H200; no change where cuBLASLt runs the products (docs/PERF.md, twenty-ninth pass).
 int o_ring_kb();
 
 // The one-row decode step's target layers as one persistent kernel (kernels/decode_layers.h: a TMA weight stream
