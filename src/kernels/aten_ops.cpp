@@ -706,6 +706,24 @@ void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at
   run_wg16(a, x, gate_up, "SPECPRESS_WG16_SWIGLU");
 }
 
+void wg16_linear_norm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, double eps) {
+  require(x, "wg16_linear_norm x", at::kBFloat16, false);
+  require(out, "wg16_linear_norm out", at::kBFloat16, false);
+  require(weight, "wg16_linear_norm weight", at::kBFloat16, false);
+  if (!wg16_fits(out, x, weight))
+    fail("wg16_linear_norm: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and "
+         "weight 16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}], weight [{}], out [{}]",
+         kWg16MaxT, kWg16MaxRows, fmt::join(x.sizes().vec(), ", "), fmt::join(weight.sizes().vec(), ", "),
+         fmt::join(out.sizes().vec(), ", "));
+  if (!(eps >= 0)) fail("wg16_linear_norm: eps must be >= 0, found {}", eps);
+  Wg16Args a;
+  a.Y = bf(out);
+  a.ldy = out.stride(0);
+  a.row_norm = true;
+  a.eps = static_cast<float>(eps);
+  run_wg16(a, x, weight, "SPECPRESS_WG16");
+}
+
 EnvSwitch& wg16_swiglu_switch() {
   static EnvSwitch s("SPECPRESS_WG16_SWIGLU", false);
   return s;
@@ -722,6 +740,10 @@ bool wg16_takes(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
   return x.size(0) >= 2 && multirow_by_cublas() && wg16_switch().on() && wg16_fits(out, x, weight);
 }
 }  // namespace
+
+bool wg16_linear_norm_takes(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
+  return wg16_takes(out, x, weight);
+}
 
 void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp) {
   const int64_t M = x.size(0);

@@ -167,6 +167,14 @@ void wg16_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 // The same with an RMSNorm folded into gate_up: x is the raw residual and the kernel computes each row's factor
 // rsqrt(mean(x^2) + eps) itself, bitwise as row_rms_out does, so nothing has to run before it but x's producer.
 void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up, double eps);
+// out [M, N] = bf16(bf16(x [M, K] @ weight [N, K]^T) * r) a row, r = rsqrt(mean(x^2) + eps) of x's row computed in the
+// kernel (an RMSNorm folded into weight, x the raw residual): bitwise wg16_linear_out followed by the row factors of
+// row_rms_out applied as the fused attention applies a given row_scale, in one launch (no K split). Fails naming what
+// does not fit (wg16_fits's layout) or a negative eps.
+void wg16_linear_norm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, double eps);
+// Whether the fast engine's folded layers may run their qkv product by it: 2..16 rows, multirow_by_cublas, the
+// wgmma kernel chosen (wg16_switch on), the layout fits.
+bool wg16_linear_norm_takes(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);
 // SPECPRESS_WG16_TRIGGER_EARLY (default 1): the wgmma products let the next kernel launch as they start
 // (Wg16Args::trigger_early), not once their loads are issued; 0 restores the latter. Qwen3-4B verify -1.7%, cycle -1.6%
 // in a same-binary A/B (docs/PERF.md, thirtieth pass).

@@ -35,7 +35,7 @@ struct KernelArgs {
   int trigger, prefill, overlap;  // trigger: kTriggerNone, kTriggerAfterLoads or kTriggerAtStart
   const float* row_scale;  // SwiGLU form: the tokens' factors on gate and up (nullptr: none)
   int silu_mul;            // SwiGLU form: N is the number of features (W has 2N rows), tiles of 32 features
-  int row_norm;            // SwiGLU form: the factors are rsqrt(mean(x^2) + eps) of X's rows, summed here
+  int row_norm;            // the factors are rsqrt(mean(x^2) + eps) of X's rows, summed here (SwiGLU or plain form)
   float eps;
   int K;
 };
@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int row = row_of(e), tok = tok_of(e);
-        if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(d[e] + res[e]);
+        // row_norm: the bf16 product scaled by the token's factor, as the attention applies a given row_scale
+        if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(a.row_norm ? round_b(d[e]) * res[e] : d[e] + res[e]);
       }
     }
   }
@@ -372,7 +373,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (!aligned16(a.W) || !aligned16(a.X) || a.Y == nullptr) return cudaErrorInvalidValue;
   if (a.R != nullptr && a.ldr < a.N) return cudaErrorInvalidValue;
   if (a.silu_mul && (a.N % 16 != 0 || a.R != nullptr)) return cudaErrorInvalidValue;
-  if (a.row_norm && (!a.silu_mul || a.row_scale != nullptr || p.splits != 1 || !(a.eps >= 0.f)))
+  if (a.row_norm && (a.R != nullptr || a.row_scale != nullptr || p.splits != 1 || !(a.eps >= 0.f)))
     return cudaErrorInvalidValue;
   if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
   if (p.tiles_per_block < 1 || (p.tiles_per_block > 1 && (p.splits != 1 || a.overlap))) return cudaErrorInvalidValue;

@@ -81,9 +81,11 @@ struct Wg16Args {
   // accumulator rows (g and g + 8) are one feature's gate and up. Needs N % 16 == 0 and no residual.
   bool silu_mul = false;
   const float* row_scale = nullptr;
-  // The SwiGLU form with the factors of a norm folded into W computed here from X (the raw residual, K = H):
-  // rsqrt(mean(x^2) + eps) a token, summed in kernels::row_rms's order (the same bits), so that the product needs no
-  // row_rms launch before it. Needs splits == 1 (each block sees all of K) and no row_scale.
+  // The factors of a norm folded into W computed here from X (the raw residual, K = H): rsqrt(mean(x^2) + eps) a
+  // token, summed in kernels::row_rms's order (the same bits), so that the product needs no row_rms launch before it.
+  // The SwiGLU form applies them as row_scale; the plain form writes Y = bf16(bf16(X W^T) * factor), the rows the
+  // fused attention reads from a product given its row_scale (the qkv product: its input norm). Needs splits == 1
+  // (each block sees all of K), no row_scale and no residual.
   bool row_norm = false;
   float eps = 0.f;
 };
@@ -108,9 +110,8 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_blo
 
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row
 // stride not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an
-// element at a time), the SwiGLU form with N % 16 != 0 or a residual, row_norm without the SwiGLU form, with a
-// row_scale, with splits > 1 or a negative eps, kb not 1, 2 or 4 or not dividing K's
-// 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits > 1 without workspace and
+// element at a time), the SwiGLU form with N % 16 != 0 or a residual, row_norm with a row_scale, a residual,
+// splits > 1 or a negative eps, kb not 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits > 1 without workspace and
 // counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on a device other than sm_90
 // (gemm_wg16_available) or without the driver's tensor-map entry point. Launched with PDL when it is on
 // (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.

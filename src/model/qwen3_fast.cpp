@@ -73,6 +73,11 @@ EnvSwitch& decode_persistent_switch() {
   return s;
 }
 
+EnvSwitch& qkv_norm_switch() {
+  static EnvSwitch s("SPECPRESS_WG16_QKV_NORM", true);
+  return s;
+}
+
 EnvSwitch& l2_prefetch_switch() {
   static EnvSwitch s("SPECPRESS_L2_PREFETCH", true);
   return s;
@@ -148,6 +153,10 @@ int l2_prefetch_down_percent() {
   return l2_prefetch_o() ? percent : 0;
 }
 
+bool qkv_norm_in_product() { return qkv_norm_switch().on(); }
+
+void set_qkv_norm_in_product(bool on) { qkv_norm_switch().set(on); }
+
 int o_ring_kb() {
   static const int kb = kernels::env_int("SPECPRESS_WG16_O_RING_KB", 40, 200, 120, "an integer from 40 to 200 (KB)");
   return kb;
@@ -214,6 +223,7 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   check_cuda(cudaEventCreateWithFlags(&prefetch_fork_event_, cudaEventDisableTiming), "engine events");
   check_cuda(cudaEventCreateWithFlags(&prefetch_join_event_, cudaEventDisableTiming), "engine events");
   prefetch_o_ = l2_prefetch_o();
+  qkv_norm_ = qkv_norm_in_product();
   prefetch_gate_up_percent_ = l2_prefetch_gate_up_percent();
   prefetch_down_percent_ = l2_prefetch_down_percent();
   folded_ = fold_norms();
@@ -481,15 +491,26 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     };
     auto join = [&] { check_cuda(cudaStreamWaitEvent(main_stream, join_event_), "join the side stream"); };
     at::Tensor rs_attn = b.rs[0].narrow(0, 0, T), rs_mlp = b.rs[1].narrow(0, 0, T);
+    int qkv_norm_count = 0;
     for (size_t l = 0; l < layers.size(); ++l) {
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
-      side(rs_attn, l > 0 ? tap_of(l - 1) : at::Tensor());  // + the previous layer's tap
-      if (l > 0) announce_taps(static_cast<int64_t>(l) - 1, join_event_);  // the side stream wrote it
-      kernels::linear_out(qkv, x, w.qkv);
-      prefetch_during_attention(w);
-      join();
-      attend(w, kc, vc, rs_attn);
+      const at::Tensor prev_tap = l > 0 ? tap_of(l - 1) : at::Tensor();
+      if (qkv_norm_ && !prev_tap.defined() && kernels::wg16_linear_norm_takes(qkv, x, w.qkv)) {
+        // the product computes the norm's factors and writes the normed rows' projection: no row_rms beside it,
+        // so nothing but the down product comes before it (a tap's copy still takes the side stream's row_rms)
+        kernels::wg16_linear_norm_out(qkv, x, w.qkv, eps);
+        ++qkv_norm_count;
+        prefetch_during_attention(w);
+        attend(w, kc, vc);
+      } else {
+        side(rs_attn, prev_tap);  // + the previous layer's tap
+        if (l > 0) announce_taps(static_cast<int64_t>(l) - 1, join_event_);  // the side stream wrote it
+        kernels::linear_out(qkv, x, w.qkv);
+        prefetch_during_attention(w);
+        join();
+        attend(w, kc, vc, rs_attn);
+      }
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       {
         const kernels::Wg16RingScope ring(o_ring_kb());
@@ -509,6 +530,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       }
       kernels::linear_residual_out(x, act, w.down, o);  // x += mlp
     }
+    qkv_norm_layers_ = std::max(qkv_norm_layers_, qkv_norm_count);
     const at::Tensor tap_of_last = tap_of(layers.size() - 1);
     if (tap_of_last.defined()) kernels::row_rms_out(rs_attn, x, eps, tap_of_last);
     announce_taps(static_cast<int64_t>(layers.size()) - 1);

@@ -102,6 +102,14 @@ int l2_prefetch_down_percent();
 // 2.993 -> 2.955 ms on the H200; no change where cuBLASLt runs the products (docs/PERF.md, twenty-ninth pass).
 int o_ring_kb();
 
+// With folded norms, the multi-row steps' qkv products on the wgmma kernel compute their input norm's row factors
+// themselves and write the normed rows' projection (kernels::wg16_linear_norm_out), so the side stream's row_rms and
+// its join leave those layers (not the ones after a tapped layer, whose row_rms also copies the tap). Bitwise the
+// same results. SPECPRESS_WG16_QKV_NORM, 0 or 1 (default 1; same rules as SPECPRESS_FOLD_NORMS), read when an
+// engine is built.
+bool qkv_norm_in_product();
+void set_qkv_norm_in_product(bool on);
+
 // The one-row decode step's target layers as one persistent kernel (kernels/decode_layers.h: a TMA weight stream
 // that runs on through the op boundaries and the attention) instead of five launches a layer (default off: measured
 // slower, docs/PERF.md, nineteenth pass; SPECPRESS_DECODE_PERSISTENT=1 turns it on, same rules as
@@ -231,6 +239,9 @@ class FastEngine {
   // captured verify and draft graphs run the wgmma kernel and its SwiGLU form (chosen, or both switches on).
   std::array<double, 2> multirow_ms() const { return multirow_ms_; }
   bool multirow_wgmma() const { return multirow_wgmma_; }
+  // The most target layers of one forward so far whose qkv product computed its norm's factors itself
+  // (qkv_norm_in_product()); 0 where none did.
+  int qkv_norm_layers() const { return qkv_norm_layers_; }
   // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
   // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
   // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; with folded norms the
@@ -258,6 +269,8 @@ class FastEngine {
   cudaEvent_t taps_event_ = nullptr, inject_event_ = nullptr;
   // l2_prefetch_o(): the prefetches run on prefetch_stream_
   bool prefetch_o_ = false;
+  bool qkv_norm_ = false;  // qkv_norm_in_product()
+  int qkv_norm_layers_ = 0;
   int prefetch_gate_up_percent_ = 0, prefetch_down_percent_ = 0;
   c10::cuda::CUDAStream prefetch_stream_;
   cudaEvent_t prefetch_fork_event_ = nullptr, prefetch_join_event_ = nullptr;

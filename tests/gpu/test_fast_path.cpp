@@ -366,6 +366,56 @@ TEST_F(FastPathGolden, InjectionInVerifyAndMappedRecordsMatchTheDraftStepAndCopi
   }
 }
 
+// SPECPRESS_WG16_QKV_NORM: with the wgmma products pinned and folded norms, the target's qkv products that compute
+// their input norm's factors themselves (every layer but those after a tapped one, whose side-stream row_rms also
+// copies the tap) give bitwise the results of the side stream's row_rms: two engines, one with it and one without,
+// run the same cycles from the same prompt; records, proposals and both models' caches must be bitwise equal.
+TEST_F(FastPathGolden, QkvNormInTheProductMatchesTheSideRowRms) {
+  if (!kernels::gemm_wg16_available()) GTEST_SKIP() << "the wgmma kernel needs an sm_90 GPU";
+  LtTestSettings restore;
+  struct RestoreNorm {
+    bool on = model::qkv_norm_in_product();
+    ~RestoreNorm() { model::set_qkv_norm_in_product(on); }
+  } restore_norm;
+  if (!model::fold_norms()) GTEST_SKIP() << "SPECPRESS_FOLD_NORMS=0: the layers read normed rows, no row factors";
+  if (!kernels::multirow_by_cublas()) GTEST_SKIP() << "the matmul mode keeps its own multi-row kernels";
+  kernels::wg16_switch().set(true);
+  kernels::wg16_swiglu_switch().set(true);
+  const int64_t B = draft_->config().block_size, L = target_->config().num_layers;
+  int after_tap = 0;  // layers that follow a tapped layer: their side stream's row_rms copies the tap
+  for (int64_t id : draft_->config().target_layer_ids) after_tap += id + 1 < L;
+  const std::vector<int64_t> prompt = golden_runs()[1].prompt;
+  const int64_t N = static_cast<int64_t>(prompt.size()), cycles = 10;
+  std::unique_ptr<model::FastEngine> engines[2];
+  std::vector<std::vector<int64_t>> records[2];
+  at::Tensor proposals[2];
+  for (int e = 0; e < 2; ++e) {
+    model::set_qkv_norm_in_product(e == 0);
+    engines[e] = std::make_unique<model::FastEngine>(*target_, draft_.get(), N + (cycles + 2) * B, B);
+    model::FastEngine& engine = *engines[e];
+    engine.first_draft(argmax1(engine.prefill(prompt)));
+    for (int64_t k = 0; k < cycles; ++k) {
+      engine.verify_step();
+      engine.accept();
+      const int64_t* rec = engine.read_record();
+      records[e].emplace_back(rec, rec + 2 * B + 1);
+      engine.draft_step();
+    }
+    proposals[e] = engine.draft_proposals().cpu();
+    engine.sync();
+  }
+  EXPECT_EQ(engines[0]->qkv_norm_layers(), L - after_tap) << "layers whose qkv product computed the factors";
+  EXPECT_EQ(engines[1]->qkv_norm_layers(), 0);
+  EXPECT_EQ(records[0], records[1]);
+  EXPECT_TRUE(at::equal(proposals[0], proposals[1])) << proposals[0] << " vs " << proposals[1];
+  EXPECT_TRUE(at::equal(engines[0]->target_k_cache(), engines[1]->target_k_cache())) << "target K cache";
+  EXPECT_TRUE(at::equal(engines[0]->target_v_cache(), engines[1]->target_v_cache())) << "target V cache";
+  EXPECT_TRUE(at::equal(engines[0]->draft_k_cache(), engines[1]->draft_k_cache())) << "draft K cache";
+  EXPECT_TRUE(at::equal(engines[0]->draft_v_cache(), engines[1]->draft_v_cache())) << "draft V cache";
+  std::printf("qkv norm in the product in %d of %lld layers: %lld cycles bitwise equal to the side row_rms\n",
+              engines[0]->qkv_norm_layers(), static_cast<long long>(L), static_cast<long long>(cycles));
+}
+
 TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
   decode::GenerationParams p;
   p.max_new_tokens = 40;

@@ -1335,10 +1335,12 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   kernels::Wg16Args negative = norm;
   negative.eps = -1.f;
   EXPECT_EQ(kernels::gemm_wg16(negative, st), cudaErrorInvalidValue);
-  kernels::Wg16Args plain_norm = norm;
-  plain_norm.silu_mul = false;
-  plain_norm.N = 8;
-  EXPECT_EQ(kernels::gemm_wg16(plain_norm, st), cudaErrorInvalidValue);
+  kernels::Wg16Args plain_residual = norm;  // the plain form takes in-kernel factors too, but not with a residual
+  plain_residual.silu_mul = false;
+  plain_residual.N = 8;
+  plain_residual.R = plain_residual.Y;
+  plain_residual.ldr = 12;
+  EXPECT_EQ(kernels::gemm_wg16(plain_residual, st), cudaErrorInvalidValue);
   ASSERT_EQ(cudaFree(ws), cudaSuccess);
   ASSERT_EQ(cudaFree(cnt), cudaSuccess);
   EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "a refused launch wrote";
@@ -1362,6 +1364,118 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   EXPECT_FALSE(at::isnan(gu).any().item<bool>());
   kernels::wg16_swiglu_switch().restore(saved);
   EXPECT_LT(rel_err(routed, direct), 2e-2) << "cuBLAS + silu_mul_out against the fused kernel";
+}
+
+// The wgmma kernel's plain form with a folded norm's factors computed in the kernel (wg16_linear_norm_out, the fast
+// engine's qkv products) against its twin: the same kernel's product, row_rms_out, and the factors applied as the fused
+// attention applies a given row_scale (bf16(bf16(product) * r) in float): bitwise equal at the Qwen3-4B and 8B qkv
+// shapes and odd ones (a last tile partly past N, K not a multiple of 64), M = 2, 5, 9 and 16 rows, out between NaN
+// guard columns and above a NaN guard row; near the float64 math; forced plans (several tiles a block, 2 and 4 chunks
+// a stage); the routing rule; and the arguments it refuses.
+TEST_F(Kernels, Wg16LinearNormMatchesReference) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  const double eps = 1e-6;
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  auto check = [&](int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced) {
+    at::Tensor x = at::randn({16, K}, bf16()) * 3, w = at::randn({N, K}, bf16()) * 0.02;
+    for (int64_t M : Ms) {
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << (forced ? " forced plan" : ""));
+      at::Tensor xm = x.narrow(0, 0, M);
+      at::Tensor wide = at::full({M + 1, N + 16}, NAN, bf16());
+      at::Tensor out = wide.narrow(0, 0, M).narrow(1, 8, N);
+      at::Tensor product = at::empty({M, N}, bf16());
+      at::Tensor rs = at::empty({M}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
+      kernels::row_rms_out(rs, xm, eps);
+      if (forced == nullptr) {
+        kernels::wg16_linear_norm_out(out, xm, w, eps);
+        kernels::wg16_linear_out(product, xm, w, false);
+      } else {
+        for (bool norm : {true, false}) {
+          kernels::Wg16Args a;
+          a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
+          a.ldw = K;
+          a.X = reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr());
+          a.ldx = K;
+          a.Y = reinterpret_cast<__nv_bfloat16*>(norm ? out.data_ptr() : product.data_ptr());
+          a.ldy = norm ? out.stride(0) : N;
+          a.T = static_cast<int>(M);
+          a.N = static_cast<int>(N);
+          a.K = static_cast<int>(K);
+          a.plan = *forced;
+          a.row_norm = norm;
+          a.eps = static_cast<float>(eps);
+          ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);
+        }
+      }
+      const at::Tensor want = (product.to(at::kFloat) * rs.unsqueeze(1)).to(at::kBFloat16);
+      EXPECT_TRUE(at::equal(out, want)) << "not bitwise the product with row_rms_out's factors: max "
+                                        << (out.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<float>();
+      const at::Tensor x64 = xm.to(at::kDouble);
+      const at::Tensor p64 = at::matmul(x64, w.to(at::kDouble).t()) * at::rsqrt(x64.pow(2).mean(1, true) + eps);
+      EXPECT_LT(rel_err(out, p64), 1e-2) << "vs float64";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, 0, 8)).all().item<bool>()) << "wrote before out";
+      EXPECT_TRUE(at::isnan(wide.narrow(1, N + 8, 8)).all().item<bool>()) << "wrote after out";
+      EXPECT_TRUE(at::isnan(wide.narrow(0, M, 1)).all().item<bool>()) << "wrote a row past M";
+    }
+  };
+  check(6144, 2560, {2, 5, 16}, nullptr);  // Qwen3-4B qkv
+  check(6144, 4096, {2, 16}, nullptr);     // Qwen3-8B qkv
+  check(200, 136, {2, 9, 16}, nullptr);
+  for (int tpb : {2, 3}) {  // several tiles a block: the factors summed in the first, used by all
+    const kernels::Wg16Plan p{1, 3, 1, tpb};
+    check(200, 64 * 7, {9, 16}, &p);
+  }
+  for (int kb : {2, 4}) {  // the factors' lanes across a stage's chunks
+    const kernels::Wg16Plan p{1, 2, kb};
+    check(96, 64 * 12, {16}, &p);
+  }
+  // refused: K splits (a block must see all of K), a residual, a given row_scale, eps < 0; a refused launch writes
+  // nothing, and the ATen entry names the layout and eps
+  at::Tensor x = at::randn({4, 128}, bf16()), w = at::randn({64, 128}, bf16()), y = at::full({4, 64}, NAN, bf16());
+  float* ws = nullptr;
+  unsigned* cnt = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, sizeof(float) * 2 * 1024), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&cnt, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(cnt, 0, sizeof(unsigned)), cudaSuccess);
+  kernels::Wg16Args a;
+  a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
+  a.ldw = 128;
+  a.X = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr());
+  a.ldx = 128;
+  a.Y = reinterpret_cast<__nv_bfloat16*>(y.data_ptr());
+  a.ldy = 64;
+  a.T = 4;
+  a.N = 64;
+  a.K = 128;
+  a.plan = {1, 2, 1};
+  a.row_norm = true;
+  a.eps = 1e-6f;
+  kernels::Wg16Args split = a, residual = a, given = a, negative = a;
+  split.plan = {2, 2, 1};
+  split.workspace = ws;
+  split.counters = cnt;
+  residual.R = residual.Y;
+  residual.ldr = 64;
+  given.row_scale = ws;
+  negative.eps = -1.f;
+  for (const kernels::Wg16Args* refused : {&split, &residual, &given, &negative})
+    EXPECT_EQ(kernels::gemm_wg16(*refused, st), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  ASSERT_EQ(cudaFree(ws), cudaSuccess);
+  ASSERT_EQ(cudaFree(cnt), cudaSuccess);
+  EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "a refused launch wrote";
+  EXPECT_THROW(kernels::wg16_linear_norm_out(y, x.narrow(1, 0, 60), w.narrow(1, 0, 60), 1e-6), std::exception);
+  EXPECT_THROW(kernels::wg16_linear_norm_out(y, x, w, -1.0), std::exception);
+  // the routing rule: the wgmma switch on and 2..16 rows
+  const int saved = kernels::wg16_switch().saved();
+  kernels::wg16_switch().set(true);
+  EXPECT_TRUE(kernels::wg16_linear_norm_takes(y, x, w));
+  EXPECT_FALSE(kernels::wg16_linear_norm_takes(y.narrow(0, 0, 1), x.narrow(0, 0, 1), w)) << "one row";
+  kernels::wg16_switch().set(false);
+  EXPECT_FALSE(kernels::wg16_linear_norm_takes(y, x, w));
+  kernels::wg16_switch().restore(saved);
 }
 
 // linear_out in the stream modes: kStream keeps one-row products (and the fused gate/up and o/down
