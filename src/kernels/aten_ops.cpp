@@ -651,14 +651,22 @@ bool wg16_trigger_early() {
 Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
 Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
 
-void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
-  require(x, "wg16 x", at::kBFloat16, false);
-  require(out, "wg16 out", at::kBFloat16, false);
-  require(weight, "wg16 weight", at::kBFloat16, false);
+namespace {
+// The plain form's operands (wg16_fits), or an error naming `what` and what was found.
+void check_wg16_linear(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, const char* what) {
+  require(x, fmt::format("{} x", what).c_str(), at::kBFloat16, false);
+  require(out, fmt::format("{} out", what).c_str(), at::kBFloat16, false);
+  require(weight, fmt::format("{} weight", what).c_str(), at::kBFloat16, false);
   if (!wg16_fits(out, x, weight))
-    fail("wg16: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and weight "
-         "16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}, {}], weight [{}, {}], out [{}, {}]",
-         kWg16MaxT, kWg16MaxRows, x.size(0), x.size(1), weight.size(0), weight.size(1), out.size(0), out.size(1));
+    fail("{}: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and weight "
+         "16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}], weight [{}], out [{}]",
+         what, kWg16MaxT, kWg16MaxRows, fmt::join(x.sizes().vec(), ", "), fmt::join(weight.sizes().vec(), ", "),
+         fmt::join(out.sizes().vec(), ", "));
+}
+}  // namespace
+
+void wg16_linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, bool accumulate) {
+  check_wg16_linear(out, x, weight, "wg16");
   Wg16Args a;
   a.Y = bf(out);
   a.ldy = out.stride(0);
@@ -707,14 +715,7 @@ void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at
 }
 
 void wg16_linear_norm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, double eps) {
-  require(x, "wg16_linear_norm x", at::kBFloat16, false);
-  require(out, "wg16_linear_norm out", at::kBFloat16, false);
-  require(weight, "wg16_linear_norm weight", at::kBFloat16, false);
-  if (!wg16_fits(out, x, weight))
-    fail("wg16_linear_norm: expected x [M <= {}, K], weight [N <= {}, K], out [M, N], bf16, unit column strides, x and "
-         "weight 16-byte aligned with row strides % 8 == 0, K % 8 == 0; found x [{}], weight [{}], out [{}]",
-         kWg16MaxT, kWg16MaxRows, fmt::join(x.sizes().vec(), ", "), fmt::join(weight.sizes().vec(), ", "),
-         fmt::join(out.sizes().vec(), ", "));
+  check_wg16_linear(out, x, weight, "wg16_linear_norm");
   if (!(eps >= 0)) fail("wg16_linear_norm: eps must be >= 0, found {}", eps);
   Wg16Args a;
   a.Y = bf(out);

@@ -108,13 +108,13 @@ size_t wg16_smem_bytes(const Wg16Plan& plan);
 // fits beside another kernel's: model/qwen3_fast.h's o product beside the attention).
 Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_block = 0, int ring_kb = kWg16RingKb);
 
-// cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row
-// stride not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an
-// element at a time), the SwiGLU form with N % 16 != 0 or a residual, row_norm with a row_scale, a residual,
-// splits > 1 or a negative eps, kb not 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the chunk steps, splits > 1 without workspace and
-// counters, or the plan's shared memory over the device's limit. cudaErrorNotSupported on a device other than sm_90
-// (gemm_wg16_available) or without the driver's tensor-map entry point. Launched with PDL when it is on
-// (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
+// cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row stride
+// not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a
+// time), the SwiGLU form with N % 16 != 0 or a residual, row_norm with a row_scale, a residual, splits > 1 or a
+// negative eps, kb not 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the
+// chunk steps, splits > 1 without workspace and counters, or the plan's shared memory over the device's limit.
+// cudaErrorNotSupported on a device other than sm_90 (gemm_wg16_available) or without the driver's tensor-map entry
+// point. Launched with PDL when it is on (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
 cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);
 
 // Whether gemm_wg16 can run on the current device: compute capability 9.x (its wgmma code is built for sm_90a only,

@@ -476,11 +476,12 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     return;
   }
   if (folded) {
-    // Norm weights folded into qkv and gate_up: the matmuls read the raw residual x, and the norms' row
-    // factors rs (kernels::row_rms) run on the side stream beside them; the attention and the SwiGLU apply
-    // rs to their inputs. On the wgmma kernel the products compute the factors themselves instead (its SwiGLU form;
-    // qkv_norm_in_product()), except for the qkv products after a tapped layer, whose row_rms also copies the tap. The residual adds are the o and down products' epilogues (linear_residual_out), so
-    // no kernel runs between two products but the attention and the SwiGLU (docs/PERF.md, twelfth pass).
+    // Norm weights folded into qkv and gate_up: the matmuls read the raw residual x, and the norms' row factors rs
+    // (kernels::row_rms) run on the side stream beside them; the attention and the SwiGLU apply rs to their inputs. On
+    // the wgmma kernel the products compute the factors themselves instead (its SwiGLU form; qkv_norm_in_product()),
+    // except for the qkv products after a tapped layer, whose row_rms also copies the tap. The residual adds are the o
+    // and down products' epilogues (linear_residual_out), so no kernel runs between two products but the attention and
+    // the SwiGLU (docs/PERF.md, twelfth pass).
     auto side = [&](const at::Tensor& rs, const at::Tensor& tap) {
       check_cuda(cudaEventRecord(fork_event_, main_stream), "fork to the side stream");
       check_cuda(cudaStreamWaitEvent(side_stream_.stream(), fork_event_), "fork to the side stream");

@@ -242,11 +242,11 @@ class FastEngine {
   // The most target layers of one forward so far whose qkv product computed its norm's factors itself
   // (qkv_norm_in_product()); 0 where none did.
   int qkv_norm_layers() const { return qkv_norm_layers_; }
-  // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows
-  // (1 or B): "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write
-  // fused in, as the engine runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; with folded norms the
-  // 2 row-factor kernels, which the step runs beside the products or, on the wgmma kernel, inside them, and the
-  // scaled SwiGLU; at M = 1 the engine runs them inside the GEMVs), "head" (embedding + argmax). Writes scratch buffers and the caches.
+  // Diagnostic: ms per replay of a graph holding only one class of the target step's kernels at M rows (1 or B):
+  // "matmul" (the 4 per layer + LM head), "attention" (with its q/k-norm + RoPE and cache write fused in, as the engine
+  // runs it), "elementwise" (2 RMSNorms and SwiGLU per layer; with folded norms the 2 row-factor kernels, which the
+  // step runs beside the products or, on the wgmma kernel, inside them, and the scaled SwiGLU; at M = 1 the engine runs
+  // them inside the GEMVs), "head" (embedding + argmax). Writes scratch buffers and the caches.
   double kernel_class_ms(const std::string& kind, int64_t M, int reps);
   // Waits for the engine stream. Methods returning tensors (prefill, *_logits, draft_proposals) do it;
   // callers reading the buffers directly after a step must call it (the stream is non-blocking).

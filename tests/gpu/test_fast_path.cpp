@@ -36,6 +36,23 @@ double rel_err(const at::Tensor& out, const at::Tensor& ref) {
 
 int64_t argmax1(const at::Tensor& logits) { return logits.reshape({-1}).argmax().item<int64_t>(); }
 
+// The first draft from `prompt`, then `cycles` synchronous DFlash cycles (verify, accept, the record's read, draft) on
+// `engine`; returns each cycle's record (2B + 1 values).
+std::vector<std::vector<int64_t>> run_cycles(model::FastEngine& engine, const std::vector<int64_t>& prompt,
+                                             int64_t cycles) {
+  const int64_t B = engine.block_size();
+  std::vector<std::vector<int64_t>> records;
+  engine.first_draft(argmax1(engine.prefill(prompt)));
+  for (int64_t k = 0; k < cycles; ++k) {
+    engine.verify_step();
+    engine.accept();
+    const int64_t* rec = engine.read_record();
+    records.emplace_back(rec, rec + 2 * B + 1);
+    engine.draft_step();
+  }
+  return records;
+}
+
 struct Outputs {
   at::Tensor prefill, draft, verify, taps, decode;
 };
@@ -393,14 +410,7 @@ TEST_F(FastPathGolden, QkvNormInTheProductMatchesTheSideRowRms) {
     model::set_qkv_norm_in_product(e == 0);
     engines[e] = std::make_unique<model::FastEngine>(*target_, draft_.get(), N + (cycles + 2) * B, B);
     model::FastEngine& engine = *engines[e];
-    engine.first_draft(argmax1(engine.prefill(prompt)));
-    for (int64_t k = 0; k < cycles; ++k) {
-      engine.verify_step();
-      engine.accept();
-      const int64_t* rec = engine.read_record();
-      records[e].emplace_back(rec, rec + 2 * B + 1);
-      engine.draft_step();
-    }
+    records[e] = run_cycles(engine, prompt, cycles);
     proposals[e] = engine.draft_proposals().cpu();
     engine.sync();
   }
@@ -613,14 +623,7 @@ TEST(FastPathShapes, InjectionInVerifyWithTheLastLayerTappedMatchesTheDraftStep)
                                                        static_cast<int64_t>(prompt.size()) + (cycles + 2) * B, B);
       model::FastEngine& engine = *engines[e];
       ASSERT_EQ(engine.injects_in_verify(), e == 0);
-      engine.first_draft(argmax1(engine.prefill(prompt)));
-      for (int64_t k = 0; k < cycles; ++k) {
-        engine.verify_step();
-        engine.accept();
-        const int64_t* rec = engine.read_record();
-        records[e].emplace_back(rec, rec + 2 * B + 1);
-        engine.draft_step();
-      }
+      records[e] = run_cycles(engine, prompt, cycles);
       engine.sync();
     }
     const std::string where = fold ? "folded norms" : "unfolded norms";
