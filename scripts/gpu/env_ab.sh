@@ -2,7 +2,8 @@
 # env_ab.sh — a same-binary A/B of environment switches on the GPU machine: builds fast_perf and test_gpu once,
 # runs the GPU tests under each non-baseline setting (TESTS=1), then times the steps with
 # `fast_perf --modes default` under every setting, ROUNDS times in alternation (A B C A B C ...), so that an
-# experiment behind an environment variable is measured against its baseline minutes apart in one call. The
+# experiment behind an environment variable is measured against its baseline minutes apart in one call; each run
+# prints its table's rows and which products the capture-time choice kept (SPECPRESS_WG16_AUTO). The
 # tenth pass ran this by hand four times (docs/PERF.md). Logs and JSON: $OUT/env_<label>_r<round>.{log,json},
 # $OUT/env_tests_<label>.log.
 # Env: SETTINGS (required): settings separated by ';', each LABEL or LABEL:VAR=VALUE[,VAR=VALUE...]; a label
@@ -108,7 +109,10 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
       status=1
       continue
     fi
-    grep -E '^device|^decode \(|^verify|^draft|^DFlash|^GEMV: M=1' "$log.log" | cut -c1-110
+    # the table's rows, and which products the capture-time choice kept (SPECPRESS_WG16_AUTO), in a short form
+    grep -E '^device|^decode \(|^verify|^draft|^DFlash|^GEMV: M=1|multi-row products chosen at capture' "$log.log" |
+      sed -E 's/^(Qwen3-[^:]*): multi-row products chosen at capture.* replay ([0-9.]+) ms with cuBLASLt, ([0-9.]+) ms with the wgmma kernel.*: kept (.*)$/\1 capture-time choice: replay cuBLASLt \2 ms, wgmma \3 ms: kept \4/' |
+      cut -c1-110
   done
 done
 exit $status
