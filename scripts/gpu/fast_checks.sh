@@ -53,6 +53,7 @@ golden SPECPRESS_RECORD_MAPPED=0 "the cycle's record copied after the accept ker
 golden SPECPRESS_L2_PREFETCH=0 "no L2 prefetches in the multi-row steps: W_o, the gate/up and down row heads (model/qwen3_fast.h)"
 golden SPECPRESS_GEMV_TMA=0 "the register GEMV for the LM heads too (kernels/gemv.h)"
 golden SPECPRESS_GEMV_TMA=always "the TMA GEMV for every one-row product (kernels/gemv.h)"
+golden SPECPRESS_GEMV_WIDE=0 "8 W loads a lane in every register GEMV (kernels/gemv.h)"
 golden SPECPRESS_DECODE_PERSISTENT=1 "the decode step's layers as one persistent kernel (kernels/decode_layers.h)"
 # the multi-row products as the capture-time choice (model/qwen3_fast.h) would not pick them: cuBLASLt, and the wgmma
 # kernel with its SwiGLU form pinned (with its own tests)

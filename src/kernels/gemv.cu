@@ -1,6 +1,7 @@
 // gemv.cu — see gemv.h. Warp w owns rows [w * per_warp * ROWS, ...) in units of ROWS rows (1, 2 or 4; more for
 // large N, to reuse each x load across rows, or for fewer serial steps a warp: launch_any_rows). Per step a lane
-// loads U = 8 / ROWS 16-byte chunks of each of its ROWS rows (8 W loads in flight per lane) and the matching chunks
+// loads U = LOADS / ROWS 16-byte chunks of each of its ROWS rows (LOADS = 8 W loads in flight per lane, or 10 where
+// that saves a serial step: gemv_wide) and the matching chunks
 // of x (through L1, which holds x for every warp of the SM), then accumulates the 8-element dot products in fp32; a
 // warp sum per row at the end. The grid is at most the number of warps the GPU holds at once. Epilogues: plain (y =
 // the sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and residual (gemv_residual: y[n] +=
@@ -70,9 +71,14 @@ template <int EPI> __device__ __forceinline__ void store_output(const GemvArgs& 
 // n0.. then up rows I + n0... A row's sum does not depend on ROWS, the epilogue or the rows beside it (each
 // lane walks its chunks in the same order, and the xor-butterfly sum is the same in every lane), so every
 // variant rounds a product exactly as the plain ROWS = 1 kernel does.
-template <int ROWS, int EPI, bool NORM>
-__global__ void __launch_bounds__(kWarps * 32, kResidentWarps / kWarps) gemv_kernel(GemvArgs a) {
-  constexpr int U = kLoads / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
+// LOADS: W loads a lane keeps in flight, kLoads (at most 64 registers a thread, 8 blocks an SM) or kWideLoads (at
+// most 85, kWideBlocks blocks an SM).
+constexpr int kWideLoads = 10, kWideBlocks = 6;
+template <int ROWS, int EPI, bool NORM, int LOADS = kLoads>
+__global__ void __launch_bounds__(kWarps * 32, LOADS == kLoads ? kResidentWarps / kWarps : kWideBlocks)
+    gemv_kernel(GemvArgs a) {
+  static_assert(LOADS % ROWS == 0, "whole chunks of each row a step");
+  constexpr int U = LOADS / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
   static_assert(EPI != kSwiglu || ROWS % 2 == 0, "a SwiGLU unit pairs gate and up rows");
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
@@ -373,14 +379,14 @@ struct Plan {
 size_t smem_of(bool norm, int K) { return norm ? static_cast<size_t>(K) * sizeof(bf16) : 0; }
 constexpr int kPlanK = 4096;
 
-template <int ROWS, int EPI, bool NORM> cudaError_t plan_of(Plan& p) {
+template <int ROWS, int EPI, bool NORM, int LOADS = kLoads> cudaError_t plan_of(Plan& p) {
   static Plan cached;
   static bool ready = false;
   if (!ready) {
     int sms = 0, blocks = 0;
     cudaError_t e = sm_count(sms);
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS, EPI, NORM>, kWarps * 32,
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemv_kernel<ROWS, EPI, NORM, LOADS>, kWarps * 32,
                                                         smem_of(NORM, kPlanK));
     if (e != cudaSuccess) return e;
     cached.resident_warps = std::max(1, sms * std::max(1, blocks) * kWarps);
@@ -391,22 +397,22 @@ template <int ROWS, int EPI, bool NORM> cudaError_t plan_of(Plan& p) {
 }
 
 // One wave: the units split evenly over at most the resident warps.
-template <int ROWS, int EPI, bool NORM> cudaError_t launch(GemvArgs a, cudaStream_t stream) {
+template <int ROWS, int EPI, bool NORM, int LOADS = kLoads> cudaError_t launch(GemvArgs a, cudaStream_t stream) {
   Plan p;
-  cudaError_t e = plan_of<ROWS, EPI, NORM>(p);
+  cudaError_t e = plan_of<ROWS, EPI, NORM, LOADS>(p);
   if (e != cudaSuccess) return e;
   constexpr int OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
   const int units = (a.N + OUT - 1) / OUT;
   a.units_per_warp = (units + p.resident_warps - 1) / p.resident_warps;
   const int warps = (units + a.units_per_warp - 1) / a.units_per_warp;
-  return launch_kernel(gemv_kernel<ROWS, EPI, NORM>, (warps + kWarps - 1) / kWarps, kWarps * 32, smem_of(NORM, a.K),
+  return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS>, (warps + kWarps - 1) / kWarps, kWarps * 32, smem_of(NORM, a.K),
                        stream, a);
 }
 
 // A plain or residual GEMV's serial steps a warp with `rows` rows (outputs) a unit: units a warp x steps a unit,
-// where a step is one round trip of kLoads loads a lane (the last one of a row often partly empty).
-int serial_steps(int rows, int N, int K, int resident_warps) {
-  const int units = (N + rows - 1) / rows, nvec = K / 8, chunks_per_step = 32 * (kLoads / rows);
+// where a step is one round trip of `loads` loads a lane (the last one of a row often partly empty).
+int serial_steps(int rows, int N, int K, int resident_warps, int loads = kLoads) {
+  const int units = (N + rows - 1) / rows, nvec = K / 8, chunks_per_step = 32 * (loads / rows);
   return (units + resident_warps - 1) / resident_warps * ((nvec + chunks_per_step - 1) / chunks_per_step);
 }
 
@@ -416,21 +422,54 @@ int serial_steps(int rows, int N, int K, int resident_warps) {
 // resident warps): 1 row a unit is 2 units of 2 steps a warp (the second a quarter full), 4 steps; 2 rows is
 // 1 unit of 3 steps; measured 10.8 -> 9.4 us alone (docs/PERF.md, tenth pass). SwiGLU units are 2 or 4 rows
 // (1 or 2 outputs) by the N rule only: 2-row units, fewer steps at Qwen3-4B/8B, did not speed up 4B decode
-// and sped up 8B decode by 0.3%.
-template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cudaStream_t stream) {
+// and sped up 8B decode by 0.3%. Then, with gemv_wide() on, a plain or residual GEMV without the norm prologue takes
+// kWideLoads loads a lane (1 or 2 rows a unit; fewer resident warps) where that needs strictly fewer serial steps:
+// at Qwen3-4B the down projection (N = 2560, K = 9728: 5 steps -> 4) and the qkv one (3 -> 2), none at 8B
+// (docs/PERF.md, thirty-third pass).
+struct RowsChoice {
+  int rows = 1, loads = kLoads;
+};
+template <int EPI, bool NORM> cudaError_t choose_rows(const GemvArgs& a, RowsChoice& c) {
   Plan p;
   cudaError_t e = plan_of<EPI == kSwiglu ? 2 : 1, EPI, NORM>(p);
   if (e != cudaSuccess) return e;
   const int W = p.resident_warps;
+  c = RowsChoice{};
   if constexpr (EPI == kSwiglu) {
-    if (a.N >= 2 * W) return launch<4, EPI, NORM>(a, stream);  // 2 outputs (4 rows) per unit
-    return launch<2, EPI, NORM>(a, stream);
+    c.rows = a.N >= 2 * W ? 4 : 2;  // 2 outputs (4 rows) or 1 per unit
   } else {
-    int rows = a.N >= 4 * W ? 4 : a.N >= 2 * W ? 2 : 1;
+    c.rows = a.N >= 4 * W ? 4 : a.N >= 2 * W ? 2 : 1;
     for (int r : {1, 2, 4})
-      if (serial_steps(r, a.N, a.K, W) < serial_steps(rows, a.N, a.K, W)) rows = r;
-    if (rows == 4) return launch<4, EPI, NORM>(a, stream);
-    if (rows == 2) return launch<2, EPI, NORM>(a, stream);
+      if (serial_steps(r, a.N, a.K, W) < serial_steps(c.rows, a.N, a.K, W)) c.rows = r;
+    if constexpr (!NORM) {  // (the NORM prologue's kernels are not built with kWideLoads)
+      if (gemv_wide()) {
+        Plan wide1, wide2;
+        e = plan_of<1, EPI, NORM, kWideLoads>(wide1);
+        if (e == cudaSuccess) e = plan_of<2, EPI, NORM, kWideLoads>(wide2);
+        if (e != cudaSuccess) return e;
+        const int best = serial_steps(c.rows, a.N, a.K, W);
+        const int s1 = serial_steps(1, a.N, a.K, wide1.resident_warps, kWideLoads);
+        const int s2 = serial_steps(2, a.N, a.K, wide2.resident_warps, kWideLoads);
+        if (std::min(s1, s2) < best) c = RowsChoice{s2 <= s1 ? 2 : 1, kWideLoads};
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cudaStream_t stream) {
+  RowsChoice c;
+  cudaError_t e = choose_rows<EPI, NORM>(a, c);
+  if (e != cudaSuccess) return e;
+  if constexpr (EPI == kSwiglu) {
+    return c.rows == 4 ? launch<4, EPI, NORM>(a, stream) : launch<2, EPI, NORM>(a, stream);
+  } else {
+    if constexpr (!NORM) {
+      if (c.loads == kWideLoads) return c.rows == 2 ? launch<2, EPI, NORM, kWideLoads>(a, stream)
+                                                    : launch<1, EPI, NORM, kWideLoads>(a, stream);
+    }
+    if (c.rows == 4) return launch<4, EPI, NORM>(a, stream);
+    if (c.rows == 2) return launch<2, EPI, NORM>(a, stream);
     return launch<1, EPI, NORM>(a, stream);
   }
 }
@@ -577,6 +616,25 @@ GemvTma& gemv_tma_setting() {
 }  // namespace
 
 GemvTma gemv_tma() { return gemv_tma_setting(); }
+
+namespace {
+int& gemv_wide_setting() {  // read once; a bad value fails naming the variable
+  static int on = env_int("SPECPRESS_GEMV_WIDE", 0, 1, 1, "0 or 1");
+  return on;
+}
+}  // namespace
+bool gemv_wide() { return gemv_wide_setting() == 1; }
+void set_gemv_wide(bool on) { gemv_wide_setting() = on ? 1 : 0; }
+
+int gemv_lane_loads(int N, int K, bool residual) {
+  if (N <= 0 || K <= 0 || K % 8 != 0) return 0;
+  GemvArgs a;
+  a.N = N;
+  a.K = K;
+  RowsChoice c;
+  const cudaError_t e = residual ? choose_rows<kResidual, false>(a, c) : choose_rows<kPlain, false>(a, c);
+  return e == cudaSuccess ? c.loads : 0;
+}
 void set_gemv_tma(GemvTma mode) { gemv_tma_setting() = mode; }
 
 bool gemv_tma_takes(int rows, int K) {

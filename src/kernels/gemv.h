@@ -36,6 +36,18 @@ void set_gemv_tma(GemvTma mode);
 // where a CUDA query fails (the launch would then report it).
 bool gemv_tma_takes(int rows, int K);
 
+// Loads in flight a lane (SPECPRESS_GEMV_WIDE, read once; set_gemv_wide overrides it for the process; graphs keep
+// what they were captured with). On ("1", the default): a plain or residual register GEMV without the norm prologue
+// keeps 10 W loads a lane in flight instead of 8 (a kernel of up to 85 registers a thread, 6 blocks an SM) where that
+// needs strictly fewer serial steps (round trips) a warp; at the Qwen3 shapes that is Qwen3-4B's down projection
+// (5 -> 4 steps) and its qkv projection (3 -> 2), none at 8B. Each row's chunks are summed in the same order either
+// way, so the outputs are bitwise the same. "0": 8 everywhere. docs/PERF.md, thirty-third pass.
+bool gemv_wide();
+void set_gemv_wide(bool on);
+// The W loads a lane the register GEMV keeps in flight for N outputs of K columns (residual: the residual epilogue,
+// else the plain one; no norm prologue) under the current setting: 8 or 10; 0 where a CUDA query fails.
+int gemv_lane_loads(int N, int K, bool residual);
+
 // Optional RMSNorm prologue: with weight set, the GEMV's input is weight * bf16(x * rsqrt(mean(x^2) + eps))
 // rounded to bf16, i.e. the RMSNorm kernel's output for the one row x (rmsnorm.h; x's sum of squares is
 // added in another order, so a normed element can differ from that kernel's in its last bit). Every block

@@ -928,6 +928,77 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
   EXPECT_TRUE(at::equal(act_graph, act)) << "graph replay";
 }
 
+// The register GEMV with 10 W loads a lane in flight (kernels::gemv_wide(), SPECPRESS_GEMV_WIDE) against the same GEMV
+// with 8, bitwise: plain, folded norm and the residual epilogue with its tap, where the plan takes 10 loads (checked
+// with gemv_lane_loads, so the two runs differ): Qwen3-4B's down and qkv projections, and odd shapes whose last unit
+// or last step is part-full. Where 10 loads save no step (the 8B shapes, 4B's o projection) the plan keeps 8.
+TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
+  struct Restore {
+    bool wide = kernels::gemv_wide();
+    kernels::GemvTma tma = kernels::gemv_tma();
+    ~Restore() {
+      kernels::set_gemv_wide(wide);
+      kernels::set_gemv_tma(tma);
+    }
+  } restore;
+  kernels::set_gemv_tma(kernels::GemvTma::kOff);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  enum Kind { kPlain, kFolded, kResidual };
+  struct Case { Kind kind; int64_t N, K; };
+  // Steps a warp with 8 -> 10 loads at 132 SMs (H200): 5 -> 4, 3 -> 2, 3 -> 2, 5 -> 4 (1217 chunks, the last step
+  // of 320 holding 257), 3 -> 2 (601 chunks).
+  const std::vector<Case> cases = {{kResidual, 2560, 9728}, {kFolded, 6144, 2560}, {kPlain, 6143, 2560},
+                                   {kResidual, 1001, 9736}, {kPlain, 13, 4808},    {kFolded, 1001, 4808}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "kind " << c.kind << " N=" << c.N << " K=" << c.K);
+    const bool residual = c.kind == kResidual;
+    kernels::set_gemv_wide(true);
+    if (sms == 132) {
+      ASSERT_EQ(kernels::gemv_lane_loads(static_cast<int>(c.N), static_cast<int>(c.K), residual), 10) << "wide loads taken";
+    } else if (kernels::gemv_lane_loads(static_cast<int>(c.N), static_cast<int>(c.K), residual) != 10) {
+      continue;  // another GPU's warp count may make the step counts equal
+    }
+    at::Tensor x = at::randn({1, c.K}, bf16()) * 2, w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor res0 = at::randn({1, c.N}, bf16()) * 4;
+    at::Tensor out[2], tap[2];
+    std::vector<const void*> launched[2];
+    for (int wide = 0; wide < 2; ++wide) {
+      kernels::set_gemv_wide(wide == 1);
+      EXPECT_EQ(kernels::gemv_lane_loads(static_cast<int>(c.N), static_cast<int>(c.K), residual), wide == 1 ? 10 : 8);
+      at::Tensor border = at::full({1, c.N + 16}, NAN, bf16());  // neither may write outside its output
+      out[wide] = border.narrow(1, 8, c.N);
+      if (residual) {
+        out[wide].copy_(res0);
+        tap[wide] = at::full({1, c.N}, NAN, bf16());
+      }
+      kernels::launch_recorder() = &launched[wide];
+      if (residual)
+        kernels::gemv_residual_out(out[wide], x, w, tap[wide]);
+      else
+        kernels::gemv_out(out[wide], x, w, {}, 1e-6, c.kind == kFolded);
+      kernels::launch_recorder() = nullptr;
+      ASSERT_EQ(launched[wide].size(), 1u);
+      EXPECT_TRUE(at::isnan(border.narrow(1, 0, 8)).all().item<bool>()) << "wide " << wide << ": wrote before the output";
+      EXPECT_TRUE(at::isnan(border.narrow(1, c.N + 8, 8)).all().item<bool>()) << "wide " << wide << ": wrote after it";
+      EXPECT_FALSE(at::isnan(out[wide]).any().item<bool>()) << "wide " << wide << ": an output was not written";
+    }
+    EXPECT_NE(launched[1][0], launched[0][0]) << "both runs launched the same kernel";
+    EXPECT_TRUE(at::equal(out[1], out[0])) << "10 loads vs 8: max " << max_ulps(out[1], out[0]) << " bf16 units";
+    if (residual) {
+      EXPECT_TRUE(at::equal(tap[1], out[1])) << "tap copy";
+    }
+  }
+  // Where 10 loads save no step, 8 stay (at 132 SMs): 4B o, the 8B qkv, o and down projections.
+  kernels::set_gemv_wide(true);
+  if (sms == 132) {
+    EXPECT_EQ(kernels::gemv_lane_loads(2560, 4096, true), 8);
+    EXPECT_EQ(kernels::gemv_lane_loads(6144, 4096, false), 8);
+    EXPECT_EQ(kernels::gemv_lane_loads(4096, 4096, true), 8);
+    EXPECT_EQ(kernels::gemv_lane_loads(4096, 12288, true), 8);
+  }
+}
+
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
 // cuBLAS; cublas never uses the GEMV. The mode is restored afterwards.
 TEST_F(Kernels, LinearOutUsesGemvForOneRow) {
