@@ -950,6 +950,7 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
   // of 320 holding 257), 3 -> 2 (601 chunks).
   const std::vector<Case> cases = {{kResidual, 2560, 9728}, {kFolded, 6144, 2560}, {kPlain, 6143, 2560},
                                    {kResidual, 1001, 9736}, {kPlain, 13, 4808},    {kFolded, 1001, 4808}};
+  int compared = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "kind " << c.kind << " N=" << c.N << " K=" << c.K);
     const bool residual = c.kind == kResidual;
@@ -983,6 +984,7 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
       EXPECT_TRUE(at::isnan(border.narrow(1, c.N + 8, 8)).all().item<bool>()) << "wide " << wide << ": wrote after it";
       EXPECT_FALSE(at::isnan(out[wide]).any().item<bool>()) << "wide " << wide << ": an output was not written";
     }
+    ++compared;
     EXPECT_NE(launched[1][0], launched[0][0]) << "both runs launched the same kernel";
     EXPECT_TRUE(at::equal(out[1], out[0])) << "10 loads vs 8: max " << max_ulps(out[1], out[0]) << " bf16 units";
     if (residual) {
@@ -997,6 +999,8 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
     EXPECT_EQ(kernels::gemv_lane_loads(4096, 4096, true), 8);
     EXPECT_EQ(kernels::gemv_lane_loads(4096, 12288, true), 8);
   }
+  std::printf("GEMV with 10 loads a lane: %d of %zu shapes bitwise equal to 8 loads (%d SMs)\n", compared, cases.size(), sms);
+  if (compared == 0) GTEST_SKIP() << "no shape takes 10 loads a lane on this GPU (" << sms << " SMs)";
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
