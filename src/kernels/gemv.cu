@@ -405,8 +405,8 @@ template <int ROWS, int EPI, bool NORM, int LOADS = kLoads> cudaError_t launch(G
   const int units = (a.N + OUT - 1) / OUT;
   a.units_per_warp = (units + p.resident_warps - 1) / p.resident_warps;
   const int warps = (units + a.units_per_warp - 1) / a.units_per_warp;
-  return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS>, (warps + kWarps - 1) / kWarps, kWarps * 32, smem_of(NORM, a.K),
-                       stream, a);
+  return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS>, (warps + kWarps - 1) / kWarps, kWarps * 32,
+                       smem_of(NORM, a.K), stream, a);
 }
 
 // A plain or residual GEMV's serial steps a warp with `rows` rows (outputs) a unit: units a warp x steps a unit,
@@ -616,6 +616,7 @@ GemvTma& gemv_tma_setting() {
 }  // namespace
 
 GemvTma gemv_tma() { return gemv_tma_setting(); }
+void set_gemv_tma(GemvTma mode) { gemv_tma_setting() = mode; }
 
 namespace {
 int& gemv_wide_setting() {  // read once; a bad value fails naming the variable
@@ -635,7 +636,6 @@ int gemv_lane_loads(int N, int K, bool residual) {
   const cudaError_t e = residual ? choose_rows<kResidual, false>(a, c) : choose_rows<kPlain, false>(a, c);
   return e == cudaSuccess ? c.loads : 0;
 }
-void set_gemv_tma(GemvTma mode) { gemv_tma_setting() = mode; }
 
 bool gemv_tma_takes(int rows, int K) {
   if (rows <= 0 || K <= 0 || K % 8 != 0) return false;

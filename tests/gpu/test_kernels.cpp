@@ -954,10 +954,11 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "kind " << c.kind << " N=" << c.N << " K=" << c.K);
     const bool residual = c.kind == kResidual;
+    const int N = static_cast<int>(c.N), K = static_cast<int>(c.K);
     kernels::set_gemv_wide(true);
     if (sms == 132) {
-      ASSERT_EQ(kernels::gemv_lane_loads(static_cast<int>(c.N), static_cast<int>(c.K), residual), 10) << "wide loads taken";
-    } else if (kernels::gemv_lane_loads(static_cast<int>(c.N), static_cast<int>(c.K), residual) != 10) {
+      ASSERT_EQ(kernels::gemv_lane_loads(N, K, residual), 10) << "wide loads taken";
+    } else if (kernels::gemv_lane_loads(N, K, residual) != 10) {
       continue;  // another GPU's warp count may make the step counts equal
     }
     at::Tensor x = at::randn({1, c.K}, bf16()) * 2, w = at::randn({c.N, c.K}, bf16()) * 0.05;
@@ -966,7 +967,7 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
     std::vector<const void*> launched[2];
     for (int wide = 0; wide < 2; ++wide) {
       kernels::set_gemv_wide(wide == 1);
-      EXPECT_EQ(kernels::gemv_lane_loads(static_cast<int>(c.N), static_cast<int>(c.K), residual), wide == 1 ? 10 : 8);
+      EXPECT_EQ(kernels::gemv_lane_loads(N, K, residual), wide == 1 ? 10 : 8);
       at::Tensor border = at::full({1, c.N + 16}, NAN, bf16());  // neither may write outside its output
       out[wide] = border.narrow(1, 8, c.N);
       if (residual) {
@@ -980,8 +981,8 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
         kernels::gemv_out(out[wide], x, w, {}, 1e-6, c.kind == kFolded);
       kernels::launch_recorder() = nullptr;
       ASSERT_EQ(launched[wide].size(), 1u);
-      EXPECT_TRUE(at::isnan(border.narrow(1, 0, 8)).all().item<bool>()) << "wide " << wide << ": wrote before the output";
-      EXPECT_TRUE(at::isnan(border.narrow(1, c.N + 8, 8)).all().item<bool>()) << "wide " << wide << ": wrote after it";
+      EXPECT_TRUE(at::isnan(border.narrow(1, 0, 8)).all().item<bool>()) << "wide " << wide << ": wrote before";
+      EXPECT_TRUE(at::isnan(border.narrow(1, c.N + 8, 8)).all().item<bool>()) << "wide " << wide << ": wrote after";
       EXPECT_FALSE(at::isnan(out[wide]).any().item<bool>()) << "wide " << wide << ": an output was not written";
     }
     ++compared;
@@ -999,7 +1000,8 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
     EXPECT_EQ(kernels::gemv_lane_loads(4096, 4096, true), 8);
     EXPECT_EQ(kernels::gemv_lane_loads(4096, 12288, true), 8);
   }
-  std::printf("GEMV with 10 loads a lane: %d of %zu shapes bitwise equal to 8 loads (%d SMs)\n", compared, cases.size(), sms);
+  std::printf("GEMV with 10 loads a lane: %d of %zu shapes bitwise equal to 8 loads (%d SMs)\n", compared, cases.size(),
+              sms);
   if (compared == 0) GTEST_SKIP() << "no shape takes 10 loads a lane on this GPU (" << sms << " SMs)";
 }
 
