@@ -1122,6 +1122,27 @@ const Wg16TestScratch& wg16_test_scratch() {
   return scratch;
 }
 
+// A forced-plan launch's arguments: Y[T, N] = X[T, K] · W[N, K]^T from the tensors' sizes and row strides, the shared
+// K-split scratch and the plan; the caller sets the epilogue fields.
+kernels::Wg16Args wg16_forced_args(const at::Tensor& w, const at::Tensor& x, const at::Tensor& y,
+                                   const kernels::Wg16Plan& plan) {
+  const Wg16TestScratch& scratch = wg16_test_scratch();
+  kernels::Wg16Args a;
+  a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
+  a.ldw = w.stride(0);
+  a.X = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr());
+  a.ldx = x.stride(0);
+  a.Y = reinterpret_cast<__nv_bfloat16*>(y.data_ptr());
+  a.ldy = y.stride(0);
+  a.T = static_cast<int>(x.size(0));
+  a.N = static_cast<int>(w.size(0));
+  a.K = static_cast<int>(w.size(1));
+  a.workspace = scratch.workspace;
+  a.counters = scratch.counters;
+  a.plan = plan;
+  return a;
+}
+
 void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr,
                 bool overlap = false) {
   at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05, r = at::randn({16, N}, bf16());
@@ -1142,25 +1163,12 @@ void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const k
           kernels::wg16_linear_out(out, xm, w, accumulate);
           return;
         }
-        const Wg16TestScratch& scratch = wg16_test_scratch();
         ASSERT_LE(static_cast<size_t>(kernels::wg16_tiles(static_cast<int>(N))) * forced->splits, size_t{64 * 16});
-        kernels::Wg16Args a;
-        a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
-        a.ldw = K;
-        a.X = reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr());
-        a.ldx = xm.stride(0);
-        a.Y = reinterpret_cast<__nv_bfloat16*>(out.data_ptr());
-        a.ldy = out.stride(0);
+        kernels::Wg16Args a = wg16_forced_args(w, xm, out, *forced);
         if (accumulate) {
           a.R = a.Y;
           a.ldr = a.ldy;
         }
-        a.T = static_cast<int>(M);
-        a.N = static_cast<int>(N);
-        a.K = static_cast<int>(K);
-        a.workspace = scratch.workspace;
-        a.counters = scratch.counters;
-        a.plan = *forced;
         a.overlap = overlap;
         ASSERT_EQ(kernels::gemm_wg16(a, at::cuda::getCurrentCUDAStream().stream()), cudaSuccess);
       };
@@ -1309,22 +1317,9 @@ void check_wg16_silu_mul(int64_t I, int64_t K, std::initializer_list<int64_t> Ms
           kernels::wg16_silu_mul_out(act, xm, gate_up, rs);
         kernels::wg16_linear_out(gu, xm, gate_up, false);
       } else {
-        const Wg16TestScratch& scratch = wg16_test_scratch();
         ASSERT_LE(static_cast<size_t>(kernels::wg16_tiles(static_cast<int>(2 * I))) * forced->splits, size_t{64 * 16});
         for (bool fused : {true, false}) {
-          kernels::Wg16Args a;
-          a.W = reinterpret_cast<const __nv_bfloat16*>(gate_up.data_ptr());
-          a.ldw = K;
-          a.X = reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr());
-          a.ldx = K;
-          a.Y = reinterpret_cast<__nv_bfloat16*>(fused ? act.data_ptr() : gu.data_ptr());
-          a.ldy = fused ? act.stride(0) : 2 * I;
-          a.T = static_cast<int>(M);
-          a.N = static_cast<int>(2 * I);
-          a.K = static_cast<int>(K);
-          a.workspace = scratch.workspace;
-          a.counters = scratch.counters;
-          a.plan = *forced;
+          kernels::Wg16Args a = wg16_forced_args(gate_up, xm, fused ? act : gu, *forced);
           a.silu_mul = fused;
           a.row_scale = fused && factors == RowFactors::kGiven ? rs.data_ptr<float>() : nullptr;
           a.row_norm = fused && factors == RowFactors::kInKernel;
@@ -1470,17 +1465,7 @@ TEST_F(Kernels, Wg16LinearNormMatchesReference) {
         kernels::wg16_linear_out(product, xm, w, false);
       } else {
         for (bool norm : {true, false}) {
-          kernels::Wg16Args a;
-          a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
-          a.ldw = K;
-          a.X = reinterpret_cast<const __nv_bfloat16*>(xm.data_ptr());
-          a.ldx = K;
-          a.Y = reinterpret_cast<__nv_bfloat16*>(norm ? out.data_ptr() : product.data_ptr());
-          a.ldy = norm ? out.stride(0) : N;
-          a.T = static_cast<int>(M);
-          a.N = static_cast<int>(N);
-          a.K = static_cast<int>(K);
-          a.plan = *forced;
+          kernels::Wg16Args a = wg16_forced_args(w, xm, norm ? out : product, *forced);
           a.row_norm = norm;
           a.eps = static_cast<float>(eps);
           ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);
