@@ -1496,37 +1496,18 @@ TEST_F(Kernels, Wg16LinearNormMatchesReference) {
   // refused: K splits (a block must see all of K), a residual, a given row_scale, eps < 0; a refused launch writes
   // nothing, and the ATen entry names the layout and eps
   at::Tensor x = at::randn({4, 128}, bf16()), w = at::randn({64, 128}, bf16()), y = at::full({4, 64}, NAN, bf16());
-  float* ws = nullptr;
-  unsigned* cnt = nullptr;
-  ASSERT_EQ(cudaMalloc(&ws, sizeof(float) * 2 * 1024), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&cnt, sizeof(unsigned)), cudaSuccess);
-  ASSERT_EQ(cudaMemset(cnt, 0, sizeof(unsigned)), cudaSuccess);
-  kernels::Wg16Args a;
-  a.W = reinterpret_cast<const __nv_bfloat16*>(w.data_ptr());
-  a.ldw = 128;
-  a.X = reinterpret_cast<const __nv_bfloat16*>(x.data_ptr());
-  a.ldx = 128;
-  a.Y = reinterpret_cast<__nv_bfloat16*>(y.data_ptr());
-  a.ldy = 64;
-  a.T = 4;
-  a.N = 64;
-  a.K = 128;
-  a.plan = {1, 2, 1};
+  kernels::Wg16Args a = wg16_forced_args(w, x, y, {1, 2, 1});
   a.row_norm = true;
   a.eps = 1e-6f;
   kernels::Wg16Args split = a, residual = a, given = a, negative = a;
-  split.plan = {2, 2, 1};
-  split.workspace = ws;
-  split.counters = cnt;
+  split.plan = {2, 2, 1};  // with the shared K-split scratch
   residual.R = residual.Y;
   residual.ldr = 64;
-  given.row_scale = ws;
+  given.row_scale = a.workspace;  // any float buffer
   negative.eps = -1.f;
   for (const kernels::Wg16Args* refused : {&split, &residual, &given, &negative})
     EXPECT_EQ(kernels::gemm_wg16(*refused, st), cudaErrorInvalidValue);
   ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  ASSERT_EQ(cudaFree(ws), cudaSuccess);
-  ASSERT_EQ(cudaFree(cnt), cudaSuccess);
   EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "a refused launch wrote";
   EXPECT_THROW(kernels::wg16_linear_norm_out(y, x.narrow(1, 0, 60), w.narrow(1, 0, 60), 1e-6), std::exception);
   EXPECT_THROW(kernels::wg16_linear_norm_out(y, x, w, -1.0), std::exception);
