@@ -732,8 +732,8 @@ int main(int argc, char** argv) {
                   "records written into host memory by the accept kernel (SPECPRESS_RECORD_MAPPED): %s; W_o prefetched "
                   "into the L2 beside the multi-row attention (SPECPRESS_L2_PREFETCH): %s, with the multi-row layers' gate/up and "
                   "down row heads (SPECPRESS_L2_PREFETCH_GATE_UP / _DOWN): %d%% / %d%%; GEMVs streaming W by TMA "
-                  "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s, 10 W loads a lane where that saves a round trip "
-                  "(SPECPRESS_GEMV_WIDE): %s; multi-row products by the wgmma kernel (SPECPRESS_WG16, "
+                  "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s, more W loads a lane where that saves round trips "
+                  "(SPECPRESS_GEMV_WIDE, 0-2): %d; multi-row products by the wgmma kernel (SPECPRESS_WG16, "
                   "kernels/gemm_wg16.h): %s, its gate/up + SwiGLU form (SPECPRESS_WG16_SWIGLU): %s, the two chosen at "
                   "capture by timing (SPECPRESS_WG16_AUTO): %s, the o products' ring on it (SPECPRESS_WG16_O_RING_KB): %d KB, "
                   "its products letting the next kernel launch (SPECPRESS_WG16_TRIGGER_EARLY): %s, its qkv products "
@@ -743,7 +743,7 @@ int main(int argc, char** argv) {
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
                   model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
                   model::l2_prefetch_down_percent(), gemv_tma_name(kernels::gemv_tma()),
-                  kernels::gemv_wide() ? "on" : "off", kernels::wg16_switch().on() ? "on" : "off",
+                  kernels::gemv_wide_level(), kernels::wg16_switch().on() ? "on" : "off",
                   kernels::wg16_swiglu_switch().on() ? "on" : "off",
                   fb->multirow_ms[0] > 0 ? "yes"
                   : model::multirow_auto()
@@ -816,7 +816,7 @@ int main(int argc, char** argv) {
               {"l2_prefetch_gate_up_percent", model::l2_prefetch_gate_up_percent()},
               {"l2_prefetch_down_percent", model::l2_prefetch_down_percent()},
               {"gemv_tma", gemv_tma_name(kernels::gemv_tma())},
-              {"gemv_wide", kernels::gemv_wide()},
+              {"gemv_wide", kernels::gemv_wide_level()},
               {"wg16", kernels::wg16_switch().on()},
               {"wg16_swiglu", kernels::wg16_swiglu_switch().on()},
               {"wg16_o_ring_kb", model::o_ring_kb()},

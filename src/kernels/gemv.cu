@@ -1,8 +1,8 @@
 // gemv.cu — see gemv.h. Warp w owns rows [w * per_warp * ROWS, ...) in units of ROWS rows (1, 2 or 4; more for
 // large N, to reuse each x load across rows, or for fewer serial steps a warp: launch_any_rows). Per step a lane
-// loads U = LOADS / ROWS 16-byte chunks of each of its ROWS rows (LOADS = 8 W loads in flight per lane, or 10 where
-// that saves a serial step: gemv_wide) and the matching chunks
-// of x (through L1, which holds x for every warp of the SM), then accumulates the 8-element dot products in fp32; a
+// loads U = LOADS / ROWS 16-byte chunks of each of its ROWS rows (LOADS = 8 W loads in flight per lane, or 10 or 16
+// where that saves serial steps: gemv_wide_level) and the matching chunks of x (through L1, which holds x for every
+// warp of the SM), then accumulates the 8-element dot products in fp32; a
 // warp sum per row at the end. The grid is at most the number of warps the GPU holds at once. Epilogues: plain (y =
 // the sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and residual (gemv_residual: y[n] +=
 // the sum, in place, by the one lane that owns n). Prologue (NORM): the block normalises x into shared memory first
@@ -71,12 +71,14 @@ template <int EPI> __device__ __forceinline__ void store_output(const GemvArgs& 
 // n0.. then up rows I + n0... A row's sum does not depend on ROWS, the epilogue or the rows beside it (each
 // lane walks its chunks in the same order, and the xor-butterfly sum is the same in every lane), so every
 // variant rounds a product exactly as the plain ROWS = 1 kernel does.
-// LOADS: W loads a lane keeps in flight, kLoads (at most 64 registers a thread, 8 blocks an SM) or kWideLoads (at
-// most 85, kWideBlocks blocks an SM).
-constexpr int kWideLoads = 10, kWideBlocks = 6;
+// LOADS: W loads a lane keeps in flight, kLoads (at most 64 registers a thread, 8 blocks an SM), kWideLoads (at most
+// 85, 6 blocks an SM) or kWholeRowLoads (one row a unit; at most 102, 5 blocks an SM).
+constexpr int kWideLoads = 10, kWholeRowLoads = 16;
+constexpr int blocks_per_sm_for(int loads) {
+  return loads == kLoads ? kResidentWarps / kWarps : loads == kWideLoads ? 6 : 5;
+}
 template <int ROWS, int EPI, bool NORM, int LOADS = kLoads>
-__global__ void __launch_bounds__(kWarps * 32, LOADS == kLoads ? kResidentWarps / kWarps : kWideBlocks)
-    gemv_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_kernel(GemvArgs a) {
   static_assert(LOADS % ROWS == 0, "whole chunks of each row a step");
   constexpr int U = LOADS / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
   static_assert(EPI != kSwiglu || ROWS % 2 == 0, "a SwiGLU unit pairs gate and up rows");
@@ -171,30 +173,36 @@ __global__ void __launch_bounds__(kWarps * 32, LOADS == kLoads ? kResidentWarps 
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
     for (int c0 = lane; c0 < nvec; c0 += 32 * U) {
-      uint4 xc[U];
       if (NORM || unit != u_beg || c0 != lane) load_step(n0, c0, wv);  // else loaded before pdl_wait
+      // x's chunks in groups of XG (U above 8: half of U, so that the x registers stay at most 8 chunks)
+      constexpr int XG = U <= 8 ? U : U / 2;
+      static_assert(U % XG == 0 && XG <= 8, "x's chunks in whole groups of at most 8");
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = c0 + 32 * u;
-        const bool ok = c < nvec;
-        if constexpr (NORM)
-          xc[u] = ok ? xs[c] : zero;
-        else
-          xc[u] = ok ? __ldg(xv + c) : zero;
-      }
+      for (int g0 = 0; g0 < U; g0 += XG) {
+        uint4 xc[XG];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float xf[8];
-        xf[0] = lo_f(xc[u].x);
-        xf[1] = hi_f(xc[u].x);
-        xf[2] = lo_f(xc[u].y);
-        xf[3] = hi_f(xc[u].y);
-        xf[4] = lo_f(xc[u].z);
-        xf[5] = hi_f(xc[u].z);
-        xf[6] = lo_f(xc[u].w);
-        xf[7] = hi_f(xc[u].w);
+        for (int u = 0; u < XG; ++u) {
+          const int c = c0 + 32 * (g0 + u);
+          const bool ok = c < nvec;
+          if constexpr (NORM)
+            xc[u] = ok ? xs[c] : zero;
+          else
+            xc[u] = ok ? __ldg(xv + c) : zero;
+        }
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) acc[r] = dot8(wv[u][r], xf, acc[r]);
+        for (int u = 0; u < XG; ++u) {
+          float xf[8];
+          xf[0] = lo_f(xc[u].x);
+          xf[1] = hi_f(xc[u].x);
+          xf[2] = lo_f(xc[u].y);
+          xf[3] = hi_f(xc[u].y);
+          xf[4] = lo_f(xc[u].z);
+          xf[5] = hi_f(xc[u].z);
+          xf[6] = lo_f(xc[u].w);
+          xf[7] = hi_f(xc[u].w);
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) acc[r] = dot8(wv[g0 + u][r], xf, acc[r]);
+        }
       }
     }
     float sum[ROWS];
@@ -422,10 +430,13 @@ int serial_steps(int rows, int N, int K, int resident_warps, int loads = kLoads)
 // resident warps): 1 row a unit is 2 units of 2 steps a warp (the second a quarter full), 4 steps; 2 rows is
 // 1 unit of 3 steps; measured 10.8 -> 9.4 us alone (docs/PERF.md, tenth pass). SwiGLU units are 2 or 4 rows
 // (1 or 2 outputs) by the N rule only: 2-row units, fewer steps at Qwen3-4B/8B, did not speed up 4B decode
-// and sped up 8B decode by 0.3%. Then, with gemv_wide() on, a plain or residual GEMV without the norm prologue takes
-// kWideLoads loads a lane (1 or 2 rows a unit; fewer resident warps) where that needs strictly fewer serial steps:
-// at Qwen3-4B the down projection (N = 2560, K = 9728: 5 steps -> 4) and the qkv one (3 -> 2), none at 8B
-// (docs/PERF.md, thirty-third pass).
+// and sped up 8B decode by 0.3%. Then, by gemv_wide_level(), a plain or residual GEMV without the norm prologue may
+// keep more W loads a lane in flight (fewer resident warps): at level 1 or more kWideLoads (1 or 2 rows a unit) where
+// that needs strictly fewer serial steps, at Qwen3-4B the down projection (N = 2560, K = 9728: 5 steps -> 4) and the
+// qkv one (3 -> 2), none at 8B (docs/PERF.md, thirty-third pass); at level 2 kWholeRowLoads (one row a unit) where a
+// warp's whole work is then one step and was more, so that all its weights are loaded before the PDL wait, while the
+// kernel before it still runs: at Qwen3-4B the o projection (N = 2560, K = 4096: 2 steps -> 1, beside the attention),
+// none at 8B (thirty-fourth pass).
 struct RowsChoice {
   int rows = 1, loads = kLoads;
 };
@@ -441,16 +452,25 @@ template <int EPI, bool NORM> cudaError_t choose_rows(const GemvArgs& a, RowsCho
     c.rows = a.N >= 4 * W ? 4 : a.N >= 2 * W ? 2 : 1;
     for (int r : {1, 2, 4})
       if (serial_steps(r, a.N, a.K, W) < serial_steps(c.rows, a.N, a.K, W)) c.rows = r;
-    if constexpr (!NORM) {  // (the NORM prologue's kernels are not built with kWideLoads)
-      if (gemv_wide()) {
+    if constexpr (!NORM) {  // (the NORM prologue's kernels are not built with more loads)
+      int steps = serial_steps(c.rows, a.N, a.K, W);
+      if (gemv_wide_level() >= 1) {
         Plan wide1, wide2;
         e = plan_of<1, EPI, NORM, kWideLoads>(wide1);
         if (e == cudaSuccess) e = plan_of<2, EPI, NORM, kWideLoads>(wide2);
         if (e != cudaSuccess) return e;
-        const int best = serial_steps(c.rows, a.N, a.K, W);
         const int s1 = serial_steps(1, a.N, a.K, wide1.resident_warps, kWideLoads);
         const int s2 = serial_steps(2, a.N, a.K, wide2.resident_warps, kWideLoads);
-        if (std::min(s1, s2) < best) c = RowsChoice{s2 <= s1 ? 2 : 1, kWideLoads};
+        if (std::min(s1, s2) < steps) {
+          c = RowsChoice{s2 <= s1 ? 2 : 1, kWideLoads};
+          steps = std::min(s1, s2);
+        }
+      }
+      if (gemv_wide_level() >= 2 && steps > 1) {
+        Plan whole;
+        e = plan_of<1, EPI, NORM, kWholeRowLoads>(whole);
+        if (e != cudaSuccess) return e;
+        if (serial_steps(1, a.N, a.K, whole.resident_warps, kWholeRowLoads) == 1) c = RowsChoice{1, kWholeRowLoads};
       }
     }
   }
@@ -465,6 +485,7 @@ template <int EPI, bool NORM> cudaError_t launch_any_rows(const GemvArgs& a, cud
     return c.rows == 4 ? launch<4, EPI, NORM>(a, stream) : launch<2, EPI, NORM>(a, stream);
   } else {
     if constexpr (!NORM) {
+      if (c.loads == kWholeRowLoads) return launch<1, EPI, NORM, kWholeRowLoads>(a, stream);
       if (c.loads == kWideLoads) return c.rows == 2 ? launch<2, EPI, NORM, kWideLoads>(a, stream)
                                                     : launch<1, EPI, NORM, kWideLoads>(a, stream);
     }
@@ -620,12 +641,12 @@ void set_gemv_tma(GemvTma mode) { gemv_tma_setting() = mode; }
 
 namespace {
 int& gemv_wide_setting() {  // read once; a bad value fails naming the variable
-  static int on = env_int("SPECPRESS_GEMV_WIDE", 0, 1, 1, "0 or 1");
-  return on;
+  static int level = env_int("SPECPRESS_GEMV_WIDE", 0, 2, 2, "0, 1 or 2");
+  return level;
 }
 }  // namespace
-bool gemv_wide() { return gemv_wide_setting() == 1; }
-void set_gemv_wide(bool on) { gemv_wide_setting() = on ? 1 : 0; }
+int gemv_wide_level() { return gemv_wide_setting(); }
+void set_gemv_wide_level(int level) { gemv_wide_setting() = std::clamp(level, 0, 2); }
 
 int gemv_lane_loads(int N, int K, bool residual) {
   if (N <= 0 || K <= 0 || K % 8 != 0) return 0;

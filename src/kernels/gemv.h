@@ -36,16 +36,19 @@ void set_gemv_tma(GemvTma mode);
 // where a CUDA query fails (the launch would then report it).
 bool gemv_tma_takes(int rows, int K);
 
-// Loads in flight a lane (SPECPRESS_GEMV_WIDE, read once; set_gemv_wide overrides it for the process; graphs keep
-// what they were captured with). On ("1", the default): a plain or residual register GEMV without the norm prologue
-// keeps 10 W loads a lane in flight instead of 8 (a kernel of up to 85 registers a thread, 6 blocks an SM) where that
-// needs strictly fewer serial steps (round trips) a warp; at the Qwen3 shapes that is Qwen3-4B's down projection
-// (5 -> 4 steps) and its qkv projection (3 -> 2), none at 8B. Each row's chunks are summed in the same order either
-// way, so the outputs are bitwise the same. "0": 8 everywhere. docs/PERF.md, thirty-third pass.
-bool gemv_wide();
-void set_gemv_wide(bool on);
+// Loads in flight a lane (SPECPRESS_GEMV_WIDE, read once; set_gemv_wide_level overrides it for the process; graphs
+// keep what they were captured with), for a plain or residual register GEMV without the norm prologue. Level 0: 8 W
+// loads a lane everywhere. 1: 10 (a kernel of up to 85 registers a thread, 6 blocks an SM) where that needs strictly
+// fewer serial steps (round trips) a warp; at the Qwen3 shapes Qwen3-4B's down projection (5 -> 4 steps) and its qkv
+// projection (3 -> 2), none at 8B (docs/PERF.md, thirty-third pass). 2, the default: also 16 (one row a unit, up to
+// 102 registers, 5 blocks an SM) where a warp's whole work is then one step and was more, so that its weights are all
+// loaded before the PDL wait while the previous kernel runs; at the Qwen3 shapes Qwen3-4B's o projection (2 steps ->
+// 1, beside the attention), none at 8B (thirty-fourth pass). Each row's chunks are summed in the same order at every
+// level, so the outputs are bitwise the same.
+int gemv_wide_level();
+void set_gemv_wide_level(int level);  // clamped to 0 .. 2
 // The W loads a lane the register GEMV keeps in flight for N outputs of K columns (residual: the residual epilogue,
-// else the plain one; no norm prologue) under the current setting: 8 or 10; 0 where a CUDA query fails.
+// else the plain one; no norm prologue) under the current level: 8, 10 or 16; 0 where a CUDA query fails.
 int gemv_lane_loads(int N, int K, bool residual);
 
 // Optional RMSNorm prologue: with weight set, the GEMV's input is weight * bf16(x * rsqrt(mean(x^2) + eps))

@@ -928,16 +928,18 @@ TEST_F(Kernels, GemvTmaIsBitwiseTheRegisterGemv) {
   EXPECT_TRUE(at::equal(act_graph, act)) << "graph replay";
 }
 
-// The register GEMV with 10 W loads a lane in flight (kernels::gemv_wide(), SPECPRESS_GEMV_WIDE) against the same GEMV
-// with 8, bitwise: plain, folded norm and the residual epilogue with its tap, where the plan takes 10 loads (checked
-// with gemv_lane_loads, so the two runs differ): Qwen3-4B's down and qkv projections, and odd shapes whose last unit
-// or last step is part-full. Where 10 loads save no step (the 8B shapes, 4B's o projection) the plan keeps 8.
+// The register GEMV with more W loads a lane in flight (kernels::gemv_wide_level(), SPECPRESS_GEMV_WIDE) against the
+// same GEMV with 8 (level 0), bitwise: plain, folded norm and the residual epilogue with its tap, where the plan takes
+// more (checked with gemv_lane_loads, so the two runs differ). Level 1, 10 loads: Qwen3-4B's down and qkv projections
+// and odd shapes whose last unit or last step is part-full. Level 2, 16 loads where a warp's whole work is then one
+// step: 4B's o projection and odd shapes (a part-full step; exactly as many rows as resident warps). The 8B shapes
+// keep 8 at every level.
 TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
   struct Restore {
-    bool wide = kernels::gemv_wide();
+    int level = kernels::gemv_wide_level();
     kernels::GemvTma tma = kernels::gemv_tma();
     ~Restore() {
-      kernels::set_gemv_wide(wide);
+      kernels::set_gemv_wide_level(level);
       kernels::set_gemv_tma(tma);
     }
   } restore;
@@ -945,20 +947,27 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   enum Kind { kPlain, kFolded, kResidual };
-  struct Case { Kind kind; int64_t N, K; };
-  // Steps a warp with 8 -> 10 loads at 132 SMs (H200): 5 -> 4, 3 -> 2, 3 -> 2, 5 -> 4 (1217 chunks, the last step
-  // of 320 holding 257), 3 -> 2 (601 chunks).
-  const std::vector<Case> cases = {{kResidual, 2560, 9728}, {kFolded, 6144, 2560}, {kPlain, 6143, 2560},
-                                   {kResidual, 1001, 9736}, {kPlain, 13, 4808},    {kFolded, 1001, 4808}};
+  struct Case { Kind kind; int64_t N, K; int level, loads; };
+  // Steps a warp at 132 SMs (H200). 8 -> 10 loads: 5 -> 4, 3 -> 2, 3 -> 2, 5 -> 4 (1217 chunks, the last step of 320
+  // holding 257), 3 -> 2 (601 chunks), 3 -> 2. 8 -> 16 loads: 2 -> 1 (512 chunks), 2 -> 1 (500 chunks, the step
+  // part-full), 2 -> 1 (375 chunks, 2640 rows: one for each resident warp).
+  const std::vector<Case> cases = {{kResidual, 2560, 9728, 1, 10}, {kFolded, 6144, 2560, 1, 10},
+                                   {kPlain, 6143, 2560, 1, 10},    {kResidual, 1001, 9736, 1, 10},
+                                   {kPlain, 13, 4808, 1, 10},      {kFolded, 1001, 4808, 1, 10},
+                                   {kResidual, 2560, 4096, 2, 16}, {kPlain, 2000, 4000, 2, 16},
+                                   {kFolded, 2640, 3000, 2, 16}};
   int compared = 0;
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "kind " << c.kind << " N=" << c.N << " K=" << c.K);
+    SCOPED_TRACE(::testing::Message() << "kind " << c.kind << " N=" << c.N << " K=" << c.K << " level " << c.level);
     const bool residual = c.kind == kResidual;
     const int N = static_cast<int>(c.N), K = static_cast<int>(c.K);
-    kernels::set_gemv_wide(true);
+    kernels::set_gemv_wide_level(c.level);
     if (sms == 132) {
-      ASSERT_EQ(kernels::gemv_lane_loads(N, K, residual), 10) << "wide loads taken";
-    } else if (kernels::gemv_lane_loads(N, K, residual) != 10) {
+      ASSERT_EQ(kernels::gemv_lane_loads(N, K, residual), c.loads) << "more loads taken";
+      // the other level keeps its own choice: 16 only at level 2, 10 still at 2 where 16 would take more steps
+      kernels::set_gemv_wide_level(3 - c.level);
+      EXPECT_EQ(kernels::gemv_lane_loads(N, K, residual), c.level == 1 ? 10 : 8) << "at level " << 3 - c.level;
+    } else if (kernels::gemv_lane_loads(N, K, residual) != c.loads) {
       continue;  // another GPU's warp count may make the step counts equal
     }
     at::Tensor x = at::randn({1, c.K}, bf16()) * 2, w = at::randn({c.N, c.K}, bf16()) * 0.05;
@@ -966,8 +975,8 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
     at::Tensor out[2], tap[2];
     std::vector<const void*> launched[2];
     for (int wide = 0; wide < 2; ++wide) {
-      kernels::set_gemv_wide(wide == 1);
-      EXPECT_EQ(kernels::gemv_lane_loads(N, K, residual), wide == 1 ? 10 : 8);
+      kernels::set_gemv_wide_level(wide == 1 ? c.level : 0);
+      EXPECT_EQ(kernels::gemv_lane_loads(N, K, residual), wide == 1 ? c.loads : 8);
       at::Tensor border = at::full({1, c.N + 16}, NAN, bf16());  // neither may write outside its output
       out[wide] = border.narrow(1, 8, c.N);
       if (residual) {
@@ -987,22 +996,21 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
     }
     ++compared;
     EXPECT_NE(launched[1][0], launched[0][0]) << "both runs launched the same kernel";
-    EXPECT_TRUE(at::equal(out[1], out[0])) << "10 loads vs 8: max " << max_ulps(out[1], out[0]) << " bf16 units";
+    EXPECT_TRUE(at::equal(out[1], out[0])) << c.loads << " loads vs 8: max " << max_ulps(out[1], out[0]) << " bf16 units";
     if (residual) {
       EXPECT_TRUE(at::equal(tap[1], out[1])) << "tap copy";
     }
   }
-  // Where 10 loads save no step, 8 stay (at 132 SMs): 4B o, the 8B qkv, o and down projections.
-  kernels::set_gemv_wide(true);
+  // Where neither saves a step, 8 stay (at 132 SMs): the 8B qkv, o and down projections.
+  kernels::set_gemv_wide_level(2);
   if (sms == 132) {
-    EXPECT_EQ(kernels::gemv_lane_loads(2560, 4096, true), 8);
     EXPECT_EQ(kernels::gemv_lane_loads(6144, 4096, false), 8);
     EXPECT_EQ(kernels::gemv_lane_loads(4096, 4096, true), 8);
     EXPECT_EQ(kernels::gemv_lane_loads(4096, 12288, true), 8);
   }
-  std::printf("GEMV with 10 loads a lane: %d of %zu shapes bitwise equal to 8 loads (%d SMs)\n", compared, cases.size(),
-              sms);
-  if (compared == 0) GTEST_SKIP() << "no shape takes 10 loads a lane on this GPU (" << sms << " SMs)";
+  std::printf("GEMV with 10 or 16 loads a lane: %d of %zu shapes bitwise equal to 8 loads (%d SMs)\n", compared,
+              cases.size(), sms);
+  if (compared == 0) GTEST_SKIP() << "no shape takes more loads a lane on this GPU (" << sms << " SMs)";
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
