@@ -79,6 +79,8 @@ constexpr int blocks_per_sm_for(int loads) {
 }
 template <int ROWS, int EPI, bool NORM, int LOADS = kLoads>
 __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_kernel(GemvArgs a) {
+  static_assert(LOADS == kLoads || LOADS == kWideLoads || LOADS == kWholeRowLoads,
+                "a load count with its register budget (blocks_per_sm_for)");
   static_assert(LOADS % ROWS == 0, "whole chunks of each row a step");
   constexpr int U = LOADS / ROWS, OUT = EPI == kSwiglu ? ROWS / 2 : ROWS;
   static_assert(EPI != kSwiglu || ROWS % 2 == 0, "a SwiGLU unit pairs gate and up rows");
