@@ -2,8 +2,8 @@
 // large N, to reuse each x load across rows, or for fewer serial steps a warp: launch_any_rows). Per step a lane
 // loads U = LOADS / ROWS 16-byte chunks of each of its ROWS rows (LOADS = 8 W loads in flight per lane, or 10 or 16
 // where that saves serial steps: gemv_wide_level) and the matching chunks of x (through L1, which holds x for every
-// warp of the SM), then accumulates the 8-element dot products in fp32; a
-// warp sum per row at the end. The grid is at most the number of warps the GPU holds at once. Epilogues: plain (y =
+// warp of the SM), then accumulates the 8-element dot products in fp32; a warp sum per row at the end. The grid is at
+// most the number of warps the GPU holds at once. Epilogues: plain (y =
 // the sums), SwiGLU (gemv_swiglu: a unit pairs gate row n with up row I + n) and residual (gemv_residual: y[n] +=
 // the sum, in place, by the one lane that owns n). Prologue (NORM): the block normalises x into shared memory first
 // (its weights already on their way into L2), and the loop reads x from there. A folded norm (GemvNorm::folded) is
