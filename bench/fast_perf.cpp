@@ -10,7 +10,9 @@
 // (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
 // small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
 // with programmatic dependent launch, each engine built after the caching allocator has released the blocks the
-// previous one freed; the table shows the run with the lowest decode + cycle time. In gemv
+// previous one freed; the table shows the run with the lowest decode + cycle time. The default engine is timed once
+// more with the draft's context injection in the draft graph (the issue's split of the steps: the verify step is the
+// target's own 16-token forward), where the engine runs it inside the verify graph (SPECPRESS_INJECT_IN_VERIFY). In gemv
 // and cublas modes the engine tunes per-shape cuBLASLt plans for its verify and draft matmuls
 // (kernels/lt_linear.h; SPECPRESS_LT_TUNE=0 turns that off for the whole run); gemv mode is measured once
 // more with the plans off, for comparison, and the tuning's choices are printed. A breakdown times each
@@ -22,7 +24,7 @@
 //                  [--attention 1] [--persistent-trace FILE]
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
-// it skips the seven other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
+// it skips the eight other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
 // --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
 // decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
 // the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
@@ -538,7 +540,7 @@ int main(int argc, char** argv) {
       const kernels::GemmMode default_mode = kernels::gemm_mode();
       const bool default_pdl = kernels::pdl_enabled(), default_pdl_multirow = kernels::pdl_in_multirow_steps();
       // --modes default: only the engine's default configuration (gemv mode, PDL in the decode step only)
-      FastNumbers fs{}, fc{}, fg{}, fp{}, fpd{}, fp4{}, fst{}, fsa{};
+      FastNumbers fs{}, fc{}, fg{}, fp{}, fpd{}, fp4{}, fst{}, fsa{}, fpi{};
       const kernels::LtTuning default_tuning = kernels::lt_tuning();
       FastNumbers fgu{};
       const FastNumbers* fb = &fpd;
@@ -553,6 +555,14 @@ int main(int argc, char** argv) {
         fp = measure_fast(kernels::GemmMode::kGemv, true);
         // ... with PDL in the decode graph only (SPECPRESS_PDL=decode, the default): verify and draft without it
         fpd = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
+        // ... with the draft's context injection in the draft graph (SPECPRESS_INJECT_IN_VERIFY=0), as the issue splits
+        // the steps: the verify step is then the target's own 16-token forward (the engines after it restore the
+        // injection's floors)
+        if (model::inject_in_verify()) {
+          model::set_inject_in_verify(false);
+          fpi = measure_fast(kernels::GemmMode::kGemv, true, 0, false);
+          model::set_inject_in_verify(true);
+        }
         // ... with the small-T attention in blocks of 4 warps at every row count (its default before 2026-11-30's
         // sixth pass, and for decode's 4 rows a block until the ninth; 8 warps now), the baseline for those changes
         fp4 = measure_fast(kernels::GemmMode::kGemv, true, 4);
@@ -677,6 +687,12 @@ int main(int argc, char** argv) {
         std::printf("PDL in every step | in decode only (SPECPRESS_PDL=decode), gemv mode, ms: decode %.3f | %.3f, verify %.3f | "
                     "%.3f, draft %.3f | %.3f, cycle %.3f | %.3f\n",
                     fp.decode, fpd.decode, fp.verify, fpd.verify, fp.draft, fpd.draft, fp.cycle, fpd.cycle);
+        if (fpi.verify > 0)
+          std::printf("the issue's split of the steps (the draft's context injection in the draft graph, "
+                      "SPECPRESS_INJECT_IN_VERIFY=0), gemv+pdl(decode), ms: decode %.3f, verify (the target's own forward) "
+                      "%.3f (%.3fx decode, target <= 1.1), draft %.3f (%.2fx), cycle %.3f (%.2fx)\n",
+                      fpi.decode, fpi.verify, fpi.verify / fpi.decode, fpi.draft, fpi.draft / fpi.decode, fpi.cycle,
+                      fpi.cycle / fpi.decode);
         std::printf("small-T attention blocks (gemv+pdl): default | 4 warps always, ms: decode %.3f | %.3f, "
                     "verify %.3f | %.3f, draft %.3f | %.3f, cycle %.3f | %.3f; attention alone M=16 %.3f | %.3f\n",
                     fp.decode, fp4.decode, fp.verify, fp4.verify, fp.draft, fp4.draft, fp.cycle, fp4.cycle, fp.attn16, fp4.attn16);
@@ -789,6 +805,7 @@ int main(int argc, char** argv) {
                            {"elementwise_only_m16", fc.elem16}, {"embed_argmax_m1", fc.head1}}},
             {"gemv_ms", {{"decode", fg.decode}, {"verify", fg.verify}, {"draft", fg.draft}, {"cycle", fg.cycle}, {"gemm_only_m1", fg.gemm1}, {"gemm_only_m16", fg.gemm16}}},
             {"gemv_pdl_decode_only_ms", {{"decode", fpd.decode}, {"verify", fpd.verify}, {"draft", fpd.draft}, {"cycle", fpd.cycle}}},
+            {"gemv_pdl_decode_only_inject_in_draft_ms", {{"decode", fpi.decode}, {"verify", fpi.verify}, {"draft", fpi.draft}, {"cycle", fpi.cycle}}},
             {"gemv_pdl_attention4_ms", {{"decode", fp4.decode}, {"verify", fp4.verify}, {"draft", fp4.draft}, {"cycle", fp4.cycle}, {"attention_only_m16", fp4.attn16}}},
             {"gemv_pdl_ms", {{"decode", fp.decode}, {"decode_loop", fp.decode_loop}, {"verify", fp.verify}, {"draft", fp.draft}, {"cycle", fp.cycle}, {"gemm_only_m1", fp.gemm1}, {"elementwise_only_m1", fp.elem1}}},
             {"stream_ms", {{"decode", fst.decode}, {"verify", fst.verify}, {"draft", fst.draft}, {"cycle", fst.cycle}, {"gemm_only_m1", fst.gemm1}, {"gemm_only_m16", fst.gemm16}}},
