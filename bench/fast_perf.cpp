@@ -10,11 +10,11 @@
 // (skinny, cublas, gemv = cuBLAS with the GEMV kernel at M = 1, stream = the GEMV at M = 1 and the streaming
 // small-M kernel at 2..16 rows, stream_all = the streaming kernel at 1..16 rows) and once more in gemv mode
 // with programmatic dependent launch, each engine built after the caching allocator has released the blocks the
-// previous one freed; the table shows the run with the lowest decode + cycle time. The default engine is timed once
-// more with the draft's context injection in the draft graph (the split of the steps: the verify step is the
-// target's own 16-token forward), where the engine runs it inside the verify graph (SPECPRESS_INJECT_IN_VERIFY). In gemv
-// and cublas modes the engine tunes per-shape cuBLASLt plans for its verify and draft matmuls
-// (kernels/lt_linear.h; SPECPRESS_LT_TUNE=0 turns that off for the whole run); gemv mode is measured once
+// previous one freed; the table shows the run with the lowest decode + cycle time. Where the engine runs the draft's
+// context injection inside the verify graph (SPECPRESS_INJECT_IN_VERIFY, the default), the default engine is timed
+// once more with it in the draft graph: the split of the steps, whose verify step is the target's own
+// 16-token forward. In gemv and cublas modes the engine tunes per-shape cuBLASLt plans for its verify and draft
+// matmuls (kernels/lt_linear.h; SPECPRESS_LT_TUNE=0 turns that off for the whole run); gemv mode is measured once
 // more with the plans off, for comparison, and the tuning's choices are printed. A breakdown times each
 // kernel class alone, and each Qwen3 projection at M = 1 by the GEMV kernel and by cuBLAS, and at M = 16 by
 // the streaming kernel, by cuBLAS (at::mm_out) and by the tuned path (the problem's cuBLASLt plan, or
