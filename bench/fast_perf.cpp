@@ -24,7 +24,7 @@
 //                  [--attention 1] [--persistent-trace FILE]
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
-// it skips the eight other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
+// it skips the nine other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
 // --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
 // decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
 // the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
