@@ -21,7 +21,7 @@
 // at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 //                  [--modes all|default] [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8] [--profile-cycles N]]
-//                  [--attention 1] [--persistent-trace FILE]
+//                  [--attention 1] [--persistent-trace FILE] [--wg16-trace FILE]
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
 // it skips the nine other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
@@ -36,7 +36,9 @@
 // (scripts/gpu/cycle_gaps.py). --attention 1: only the attention kernel alone, timed. --persistent-trace FILE (with
 // --modes default): the decode step as the persistent kernel (SPECPRESS_DECODE_PERSISTENT) stamping its timeline
 // (kernels::DecodeLayersArgs::trace); the last timed step's is written to FILE.<shape>.csv, a row a (block, op)
-// with the eight fields in ns or clock64 cycles (scripts/gpu/persistent_trace.py summarises it).
+// with the eight fields in ns or clock64 cycles (scripts/gpu/persistent_trace.py summarises it). --wg16-trace FILE
+// (with --modes default): the verify and draft steps' o products on the wgmma kernel stamp their blocks' timeline
+// (kernels::Wg16TraceScope); the last timed replay of each is written to FILE.<shape>.csv and summarised per layer.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
@@ -65,6 +67,7 @@
 #include "decode/sampler.h"
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
+#include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
@@ -267,10 +270,76 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
               static_cast<long long>(blocks), static_cast<long long>(rows - 1));
 }
 
+// The o products' wgmma timeline (--wg16-trace; kernels::Wg16TraceLaunch, Wg16Args::trace) from one stamp read: the
+// launches that ran since the previous read (their blocks' Start set), in launch order, one a layer. Appends a CSV
+// row a block to `csv` (step, layer, block, sm, last, then each stamp in µs after the layer's earliest wait release)
+// and prints, as medians over the layers, each stamp's earliest, median and latest block on that scale.
+void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const std::string& shape, std::ofstream& csv) {
+  using namespace kernels;
+  const int64_t* v = stamps.data_ptr<int64_t>();
+  const char* names[] = {"start", "waited", "first_stage", "consumed", "arrived", "end"};
+  std::vector<std::array<std::vector<double>, 3>> per_field(6);  // [field][min, median, max] over the layers
+  std::vector<double> early_blocks, sm_shared;
+  int layers = 0;
+  const Wg16TraceLaunch* shown = nullptr;
+  for (const Wg16TraceLaunch& l : wg16_trace_launches()) {
+    const int64_t* row0 = v + l.offset;
+    if (row0[kWg16TraceStart] == 0) continue;  // not run since the last read
+    shown = &l;
+    int64_t ref = INT64_MAX;
+    for (int b = 0; b < l.blocks; ++b) ref = std::min(ref, row0[b * kWg16TraceFields + kWg16TraceWaited]);
+    std::set<int64_t> sms;
+    int early = 0;
+    for (int f = 0; f < 6; ++f) {
+      std::vector<double> us;
+      for (int b = 0; b < l.blocks; ++b) {
+        const int64_t t = row0[b * kWg16TraceFields + f];
+        if (t != 0) us.push_back(static_cast<double>(t - ref) / 1000.0);
+      }
+      if (us.empty()) continue;
+      std::sort(us.begin(), us.end());
+      per_field[f][0].push_back(us.front());
+      per_field[f][1].push_back(us[us.size() / 2]);
+      per_field[f][2].push_back(us.back());
+    }
+    for (int b = 0; b < l.blocks; ++b) {
+      const int64_t* r = row0 + b * kWg16TraceFields;
+      early += r[kWg16TraceStart] < ref;
+      sms.insert(r[kWg16TraceSm]);
+      csv << step << ',' << layers << ',' << b << ',' << r[kWg16TraceSm] << ',' << r[kWg16TraceLast];
+      for (int f = 0; f < 6; ++f)
+        csv << ',' << (r[f] == 0 ? std::string() : fmt::format("{:.3f}", static_cast<double>(r[f] - ref) / 1000.0));
+      csv << '\n';
+    }
+    early_blocks.push_back(early);
+    sm_shared.push_back(static_cast<double>(l.blocks - static_cast<int>(sms.size())));
+    ++layers;
+  }
+  if (layers == 0) {
+    std::printf("%s %s: no traced wgmma o product ran (the cuBLASLt configuration, or the trace's capacity: %lld "
+                "dropped)\n", shape.c_str(), step.c_str(), static_cast<long long>(wg16_trace_dropped()));
+    return;
+  }
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  std::printf("%s %s o products, %d layers, %d blocks (%d splits, %d stages of %d chunks): us after the layer's "
+              "earliest wait release, median over the layers of [earliest / median / latest block]:",
+              shape.c_str(), step.c_str(), layers, shown->blocks, shown->splits, shown->stages, shown->kb);
+  for (int f = 0; f < 6; ++f) {
+    if (per_field[f][0].empty()) continue;
+    std::printf(" %s %.2f/%.2f/%.2f%s", names[f], median(per_field[f][0]), median(per_field[f][1]),
+                median(per_field[f][2]), f < 5 ? ";" : "");
+  }
+  std::printf(" blocks started before the release %.0f; blocks sharing an SM with another %.0f\n",
+              median(early_blocks), median(sm_shared));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string shapes = "4B,8B", json_path, profile_mode, timeline_path, persistent_trace_path;
+  std::string shapes = "4B,8B", json_path, profile_mode, timeline_path, persistent_trace_path, wg16_trace_path;
   bool attention_only = false, all_modes = true;
   int profile_attention_warps = 0, profile_cycles = 0;
   int64_t context = 512, iters = 100, ref_iters = 5;
@@ -307,6 +376,7 @@ int main(int argc, char** argv) {
     else if (f == "--profile") profile_mode = v;
     else if (f == "--timeline") timeline_path = v;
     else if (f == "--persistent-trace") persistent_trace_path = v;
+    else if (f == "--wg16-trace") wg16_trace_path = v;
     else if (f == "--profile-attention-warps") {
       if (v != "0" && v != "4" && v != "8") {
         std::fprintf(stderr, "--profile-attention-warps: expected 0, 4 or 8, found '%s'\n", v.c_str());
@@ -344,6 +414,10 @@ int main(int argc, char** argv) {
       if (all_modes || !profile_mode.empty()) fail("--persistent-trace goes with --modes default and no --profile");
       model::set_decode_persistent(true);
       model::set_decode_persistent_trace(true);
+    }
+    if (!wg16_trace_path.empty()) {
+      if (all_modes || !profile_mode.empty()) fail("--wg16-trace goes with --modes default and no --profile");
+      model::set_wg16_o_trace(true);
     }
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -456,6 +530,7 @@ int main(int argc, char** argv) {
         // fresh ones (3.002-3.003 against 2.972-2.976 ms, alternated in one call; docs/PERF.md, thirtieth pass).
         c10::cuda::CUDACachingAllocator::emptyCache();
         const int64_t cap = context + iters * (B + 2) + 4 * B;
+        if (!wg16_trace_path.empty()) kernels::wg16_trace_start(int64_t{1} << 22);  // 32 MB of stamps, this engine's
         model::FastEngine engine(target, &draft, cap, B);
         if (model::record_mapped() && !engine.records_mapped())
           std::printf("note: pinned host memory is not mapped into the device's address space here: the cycle copies "
@@ -490,8 +565,24 @@ int main(int argc, char** argv) {
           write_persistent_trace(engine.persistent_trace(), persistent_trace_path + "." + s.name + ".csv");
         }
         engine.set_start(context, context);
+        std::ofstream wg16_csv;
+        if (!wg16_trace_path.empty()) {
+          const std::string path = wg16_trace_path + "." + s.name + ".csv";
+          wg16_csv.open(path);
+          if (!wg16_csv) fail("--wg16-trace: cannot write {}", path);
+          wg16_csv << "step,layer,block,sm,last,start_us,waited_us,first_stage_us,consumed_us,arrived_us,end_us\n";
+          (void)kernels::wg16_trace_take();  // zeroes: the next read shows the verify replays' stamps
+        }
         f.verify = time_ms([&] { engine.verify_step(); }, 3, 7, inner);
+        if (wg16_csv.is_open()) write_wg16_trace(kernels::wg16_trace_take(), "verify", s.name, wg16_csv);
         f.draft = time_ms([&] { engine.draft_step(); }, 3, 7, inner);
+        if (wg16_csv.is_open()) {
+          write_wg16_trace(kernels::wg16_trace_take(), "draft", s.name, wg16_csv);
+          wg16_csv.close();
+          if (!wg16_csv) fail("--wg16-trace: writing {}.{}.csv failed", wg16_trace_path, s.name);
+          std::printf("%s: wgmma o product timeline written to %s.%s.csv (the verify and draft times above carry the "
+                      "stamps' cost)\n", s.name.c_str(), wg16_trace_path.c_str(), s.name.c_str());
+        }
         // a full cycle as the decoding loop runs it (decode/fast_generation.h): draft + verify + accept with its
         // record into a host slot (accept_into), with cycle k + 1 queued before cycle k's record is read
         // (pipelined, the default) or after it (synchronous: the one host sync a cycle on the critical path)

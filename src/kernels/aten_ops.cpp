@@ -614,6 +614,43 @@ int wg16_tiles_per_block_override() {
 }
 
 thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
+thread_local bool g_wg16_trace_on = false;  // Wg16TraceScope
+
+struct Wg16Trace {
+  unsigned long long* stamps = nullptr;
+  int64_t capacity = 0, used = 0, dropped = 0;
+  std::vector<Wg16TraceLaunch> launches;
+};
+Wg16Trace& wg16_trace() {
+  static Wg16Trace t;
+  return t;
+}
+
+// This product's stamps, or nullptr (no scope, no buffer, or full).
+unsigned long long* wg16_trace_slot(const Wg16Args& a) {
+  Wg16Trace& t = wg16_trace();
+  if (!g_wg16_trace_on || t.stamps == nullptr) return nullptr;
+  const int tiles = wg16_tiles(a.N);
+  const int blocks = a.plan.tiles_per_block > 1 ? (tiles + a.plan.tiles_per_block - 1) / a.plan.tiles_per_block
+                                                : tiles * a.plan.splits;
+  const int64_t need = static_cast<int64_t>(blocks) * kWg16TraceFields;
+  if (t.used + need > t.capacity) {
+    ++t.dropped;
+    return nullptr;
+  }
+  Wg16TraceLaunch l;
+  l.offset = t.used;
+  l.blocks = blocks;
+  l.T = a.T;
+  l.N = a.N;
+  l.K = a.K;
+  l.splits = a.plan.splits;
+  l.stages = a.plan.stages;
+  l.kb = a.plan.kb;
+  t.launches.push_back(l);
+  t.used += need;
+  return t.stamps + l.offset;
+}
 
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
 // switch that chose it, for the error on a GPU without wgmma.
@@ -636,6 +673,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
     a.workspace = s.workspace;
     a.counters = s.counters;
   }
+  a.trace = wg16_trace_slot(a);
   const cudaError_t e = gemm_wg16(a, stream());
   if (e == cudaErrorNotSupported)
     fail("{}: the wgmma kernel needs an sm_90 (Hopper) GPU and a driver with tensor maps; unset it here", what);
@@ -650,6 +688,35 @@ bool wg16_trigger_early() {
 
 Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
 Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
+
+void wg16_trace_start(int64_t capacity) {
+  Wg16Trace& t = wg16_trace();
+  if (capacity < kWg16TraceFields) fail("wg16 trace: a capacity of at least {} stamps, found {}", kWg16TraceFields, capacity);
+  if (t.stamps == nullptr) {
+    check_cuda(cudaMalloc(&t.stamps, sizeof(unsigned long long) * static_cast<size_t>(capacity)), "wg16 trace");
+    t.capacity = capacity;
+  }
+  check_cuda(cudaMemset(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity)), "wg16 trace");
+  t.used = 0;
+  t.dropped = 0;
+  t.launches.clear();
+}
+Wg16TraceScope::Wg16TraceScope(bool on) : saved_(g_wg16_trace_on) { g_wg16_trace_on = on; }
+Wg16TraceScope::~Wg16TraceScope() { g_wg16_trace_on = saved_; }
+const std::vector<Wg16TraceLaunch>& wg16_trace_launches() { return wg16_trace().launches; }
+int64_t wg16_trace_dropped() { return wg16_trace().dropped; }
+at::Tensor wg16_trace_take() {
+  Wg16Trace& t = wg16_trace();
+  if (t.stamps == nullptr) fail("wg16 trace: wg16_trace_start was not called");
+  at::Tensor host = at::empty({t.capacity}, at::TensorOptions().dtype(at::kLong));
+  check_cuda(cudaStreamSynchronize(stream()), "wg16 trace");
+  check_cuda(cudaMemcpy(host.data_ptr<int64_t>(), t.stamps, sizeof(unsigned long long) * static_cast<size_t>(t.capacity),
+                        cudaMemcpyDeviceToHost),
+             "wg16 trace");
+  check_cuda(cudaMemsetAsync(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity), stream()),
+             "wg16 trace");
+  return host;
+}
 
 namespace {
 // The plain form's operands (wg16_fits), or an error naming `what` and what was found.

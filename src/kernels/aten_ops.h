@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "core/env_switch.h"
 #include "ops/rope.h"
@@ -192,6 +193,31 @@ class Wg16RingScope {
  private:
   int saved_;
 };
+// The wgmma products' diagnostic timeline (Wg16Args::trace; fast_perf --wg16-trace). wg16_trace_start allocates a
+// buffer of `capacity` stamps (outside a graph capture; once, later calls keep it) and empties the launch list; then
+// every wgmma product run while a Wg16TraceScope(true) lives on this thread, eager or captured, takes the next
+// blocks x kWg16TraceFields stamps of it and is listed (a graph's replays write its launches' rows again). Products
+// past the capacity run without stamps (counted in wg16_trace_dropped).
+struct Wg16TraceLaunch {
+  int64_t offset = 0;  // first stamp in the buffer
+  int blocks = 0, T = 0, N = 0, K = 0, splits = 1, stages = 0, kb = 0;
+};
+void wg16_trace_start(int64_t capacity);
+class Wg16TraceScope {
+ public:
+  explicit Wg16TraceScope(bool on);
+  ~Wg16TraceScope();
+  Wg16TraceScope(const Wg16TraceScope&) = delete;
+  Wg16TraceScope& operator=(const Wg16TraceScope&) = delete;
+
+ private:
+  bool saved_;
+};
+const std::vector<Wg16TraceLaunch>& wg16_trace_launches();
+int64_t wg16_trace_dropped();
+// The buffer's stamps copied to the host (int64, [capacity]; waits for the current stream), and zeroes them (on the
+// current stream), so that the next read shows only what ran after this one.
+at::Tensor wg16_trace_take();
 // Whether the two above take these tensors (their layout rules; the switch aside).
 bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 // SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up

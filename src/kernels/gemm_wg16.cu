@@ -38,6 +38,7 @@ struct KernelArgs {
   int row_norm;            // the factors are rsqrt(mean(x^2) + eps) of X's rows, summed here (SwiGLU or plain form)
   float eps;
   int K;
+  unsigned long long* trace;  // this launch's stamps, kWg16TraceFields a block (nullptr: off; Wg16Args::trace)
 };
 
 // wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
@@ -61,6 +62,13 @@ __device__ __forceinline__ void wgmma_m64n16k16(float* d, uint64_t a, uint64_t b
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
       : "l"(a), "l"(b), "r"(scale_d));
+}
+// The diagnostic stamps (Wg16Args::trace): %globaltimer ns into field f of this block's row.
+__device__ __forceinline__ void stamp(unsigned long long* trace, int f) {
+  if (trace == nullptr) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + f] = t;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -109,6 +117,12 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   const int s1 = static_cast<int>(static_cast<int64_t>(steps) * (split + 1) / a.splits);
   const int n = s1 - s0, total = nt * n;  // steps a tile, steps in all (step g: tile g / n, chunk step g % n)
   if (threadIdx.x == 0) {
+    stamp(a.trace, kWg16TraceStart);
+    if (a.trace != nullptr) {
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      a.trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + kWg16TraceSm] = sm;
+    }
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 4);
@@ -140,6 +154,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       const int first = min(total, a.stages), ahead = min(first, a.prefill);
       for (int g = 0; g < ahead; ++g) load_w(g);
       pdl_wait();
+      stamp(a.trace, kWg16TraceWaited);
       for (int g = ahead; g < first; ++g) load_w(g);
       for (int g = 0; g < first; ++g) load_x(g);
       for (int g = first; g < total; ++g) {
@@ -182,6 +197,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
     for (int i = 0; i < n; ++i) {
       const int gs = t * n + i, s = gs % a.stages;
       mbar_wait(&full[s], (gs / a.stages) & 1);
+      if (gs == 0 && tid == 0) stamp(a.trace, kWg16TraceFirstStage);
       const uint8_t* st = smem + s * stage_bytes;
       wgmma_fence();
 #pragma unroll
@@ -221,6 +237,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       }
     }
     wgmma_wait_all();
+    if (t == nt - 1 && tid == 0) stamp(a.trace, kWg16TraceConsumed);
     if (a.splits > 1) {
       float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its partials
       float4* part = reinterpret_cast<float4*>(tile_parts + static_cast<size_t>(split) * kTileFloats);
@@ -232,9 +249,14 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
         const unsigned prev = atomicAdd(&a.counters[tile], 1u);
         last_block = prev == static_cast<unsigned>(a.splits) - 1;
         if (last_block) a.counters[tile] = 0;  // every block of this tile has arrived: ready for the next launch
+        stamp(a.trace, kWg16TraceArrived);
+        if (a.trace != nullptr) a.trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + kWg16TraceLast] = last_block;
       }
       consumers_sync<4>();
-      if (!last_block) return;
+      if (!last_block) {
+        if (tid == 0) stamp(a.trace, kWg16TraceEnd);
+        return;
+      }
       __threadfence();
 #pragma unroll
       for (int j = 0; j < 8; ++j) d[j] = 0.f;
@@ -278,6 +300,10 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
         if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(a.row_norm ? round_b(d[e]) * res[e] : d[e] + res[e]);
       }
     }
+  }
+  if (a.trace != nullptr) {  // every consumer's stores issued
+    consumers_sync<4>();
+    if (tid == 0) stamp(a.trace, kWg16TraceEnd);
   }
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -430,6 +456,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.row_norm = a.row_norm ? 1 : 0;
   k.eps = a.eps;
   k.K = a.K;
+  k.trace = a.trace;
   // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
   const LcSkipScope lc(kLcWg16);
   const int blocks = p.tiles_per_block > 1 ? (k.tiles + p.tiles_per_block - 1) / p.tiles_per_block : k.tiles * p.splits;

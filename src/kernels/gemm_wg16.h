@@ -45,6 +45,14 @@ constexpr int kWg16Chunk = 64;  // K columns a TMA box
 constexpr int kWg16MaxT = 16;
 constexpr int kWg16RingKb = 200;  // wg16_plan's shared-memory budget for the rings an SM holds, KB (unless asked less)
 
+// The diagnostic timeline (Wg16Args::trace): a row of kWg16TraceFields a block, %globaltimer ns unless named. Start:
+// the block's first instruction; Waited: its producer's PDL wait released (the previous kernel has ended); FirstStage:
+// the consumers found the first stage landed (W and X); Consumed: the last stage's wgmma done; Arrived (K splits
+// only): the partial written and counted; End: the block's last store issued (the last block of a tile: after the
+// sum); Sm: %smid; Last: 1 for the block that summed its tile's splits. Fields a block did not reach stay as they were.
+constexpr int kWg16TraceStart = 0, kWg16TraceWaited = 1, kWg16TraceFirstStage = 2, kWg16TraceConsumed = 3,
+              kWg16TraceArrived = 4, kWg16TraceEnd = 5, kWg16TraceSm = 6, kWg16TraceLast = 7, kWg16TraceFields = 8;
+
 struct Wg16Plan {
   int splits = 1;  // K splits (1: no partials)
   int stages = 4;  // ring stages
@@ -88,6 +96,9 @@ struct Wg16Args {
   // (each block sees all of K), no row_scale and no residual.
   bool row_norm = false;
   float eps = 0.f;
+  // Diagnostic: kWg16TraceFields stamps a block at trace + block * kWg16TraceFields (nullptr: off; costs a block
+  // synchronisation at the end when on). kernels::Wg16TraceScope (aten_ops.h) hands them out.
+  unsigned long long* trace = nullptr;
 };
 
 inline int wg16_tiles(int N) { return (N + kWg16Rows - 1) / kWg16Rows; }

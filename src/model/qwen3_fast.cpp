@@ -162,6 +162,17 @@ int o_ring_kb() {
   return kb;
 }
 
+namespace {
+bool& wg16_o_trace_flag() {
+  static bool on = false;
+  return on;
+}
+}  // namespace
+
+bool wg16_o_trace() { return wg16_o_trace_flag(); }
+
+void set_wg16_o_trace(bool on) { wg16_o_trace_flag() = on; }
+
 bool decode_persistent() { return decode_persistent_switch().on(); }
 
 void set_decode_persistent(bool on) { decode_persistent_switch().set(on); }
@@ -516,6 +527,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       {
         const kernels::Wg16RingScope ring(o_ring_kb());
+        const kernels::Wg16TraceScope trace(wg16_o_trace());
         kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       }
       if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {
@@ -550,6 +562,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     {
       const kernels::Wg16RingScope ring(o_ring_kb());
+      const kernels::Wg16TraceScope trace(wg16_o_trace());
       kernels::linear_out(o, attn, w.o_proj);
     }
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm

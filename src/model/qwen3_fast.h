@@ -101,6 +101,11 @@ int l2_prefetch_down_percent();
 // the attention runs; at 200 (4 stages, 165 KB) it waits for the attention's blocks to leave. Qwen3-4B verify
 // 2.993 -> 2.955 ms on the H200; no change where cuBLASLt runs the products (docs/PERF.md, twenty-ninth pass).
 int o_ring_kb();
+// Diagnostic (fast_perf --wg16-trace): the multi-row o products run under kernels::Wg16TraceScope, so that, after
+// kernels::wg16_trace_start, each stamps its blocks' timeline (Wg16Args::trace). Off by default; read where the
+// products are issued (set it before an engine captures its graphs).
+bool wg16_o_trace();
+void set_wg16_o_trace(bool on);
 
 // With folded norms, the multi-row steps' qkv products on the wgmma kernel compute their input norm's row factors
 // themselves and write the normed rows' projection (kernels::wg16_linear_norm_out), so the side stream's row_rms and

@@ -1287,6 +1287,77 @@ TEST_F(Kernels, Wg16MatchesReference) {
   EXPECT_TRUE(at::equal(direct, routed)) << "linear_out under SPECPRESS_WG16 is not the wgmma kernel";
 }
 
+// The wgmma kernel's diagnostic stamps (Wg16Args::trace, fast_perf --wg16-trace): the Qwen3-4B o product in the fast
+// engine's plan (a 120 KB ring, 3 K splits) under Wg16TraceScope takes a slot of the trace buffer; every block's
+// stamps are set and in the kernel's order (start, wait released, first stage, last stage consumed, partial counted,
+// end), its SM id is a real one, exactly one block of each tile summed it, and the product is bitwise the untraced
+// one. Reading the stamps zeroes them; products outside the scope, or past the buffer's capacity (counted as
+// dropped), take no slot.
+TEST_F(Kernels, Wg16TraceStampsInOrder) {
+  int major = 0, sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  at::Tensor x = at::randn({16, 4096}, bf16()), w = at::randn({2560, 4096}, bf16()) * 0.05;
+  at::Tensor plain = at::empty({16, 2560}, bf16()), traced = at::full({16, 2560}, NAN, bf16());
+  const kernels::Wg16RingScope ring(120);
+  const kernels::Wg16Plan plan = kernels::wg16_plan(2560, 4096, sms, true, 0, 120);
+  const int blocks = kernels::wg16_tiles(2560) * plan.splits;
+  ASSERT_GT(plan.splits, 1) << "the o plan no longer splits K: the test would not cover the split stamps";
+  // room for 3 such launches
+  kernels::wg16_trace_start(int64_t{3} * blocks * kernels::kWg16TraceFields + 10);
+  kernels::wg16_linear_out(plain, x, w, false);  // no scope: no slot
+  EXPECT_TRUE(kernels::wg16_trace_launches().empty());
+  {
+    const kernels::Wg16TraceScope on(true);
+    kernels::wg16_linear_out(traced, x, w, false);
+  }
+  EXPECT_TRUE(at::equal(plain, traced)) << "the stamps changed the product";
+  ASSERT_EQ(kernels::wg16_trace_launches().size(), 1u);
+  const kernels::Wg16TraceLaunch l = kernels::wg16_trace_launches()[0];
+  EXPECT_EQ(l.offset, 0);
+  EXPECT_EQ(l.blocks, blocks);
+  EXPECT_EQ(l.splits, plan.splits);
+  EXPECT_EQ(l.stages, plan.stages);
+  EXPECT_EQ(l.N, 2560);
+  EXPECT_EQ(l.K, 4096);
+  EXPECT_EQ(l.T, 16);
+  at::Tensor stamps = kernels::wg16_trace_take();
+  const int64_t* v = stamps.data_ptr<int64_t>();
+  std::vector<int> summed(kernels::wg16_tiles(2560), 0);
+  for (int b = 0; b < blocks; ++b) {
+    SCOPED_TRACE(::testing::Message() << "block " << b);
+    const int64_t* r = v + l.offset + static_cast<int64_t>(b) * kernels::kWg16TraceFields;
+    EXPECT_GT(r[kernels::kWg16TraceStart], 0);
+    EXPECT_LE(r[kernels::kWg16TraceStart], r[kernels::kWg16TraceWaited]);
+    EXPECT_LE(r[kernels::kWg16TraceWaited], r[kernels::kWg16TraceFirstStage]);
+    EXPECT_LE(r[kernels::kWg16TraceFirstStage], r[kernels::kWg16TraceConsumed]);
+    EXPECT_LE(r[kernels::kWg16TraceConsumed], r[kernels::kWg16TraceArrived]);
+    EXPECT_LE(r[kernels::kWg16TraceArrived], r[kernels::kWg16TraceEnd]);
+    EXPECT_LT(r[kernels::kWg16TraceEnd] - r[kernels::kWg16TraceStart], int64_t{100'000'000}) << "over 100 ms";
+    EXPECT_GE(r[kernels::kWg16TraceSm], 0);
+    EXPECT_LT(r[kernels::kWg16TraceSm], sms);
+    ASSERT_TRUE(r[kernels::kWg16TraceLast] == 0 || r[kernels::kWg16TraceLast] == 1);
+    summed[b % kernels::wg16_tiles(2560)] += static_cast<int>(r[kernels::kWg16TraceLast]);
+  }
+  for (size_t t = 0; t < summed.size(); ++t) EXPECT_EQ(summed[t], 1) << "tile " << t;
+  at::Tensor again = kernels::wg16_trace_take();
+  EXPECT_EQ(again.count_nonzero().item<int64_t>(), 0) << "reading the stamps did not zero them";
+  // two more fit, the fourth is dropped and still computes its product
+  {
+    const kernels::Wg16TraceScope on(true);
+    for (int i = 0; i < 3; ++i) {
+      traced.fill_(NAN);
+      kernels::wg16_linear_out(traced, x, w, false);
+      EXPECT_TRUE(at::equal(plain, traced)) << "launch " << i + 2;
+    }
+  }
+  EXPECT_EQ(kernels::wg16_trace_launches().size(), 3u);
+  EXPECT_EQ(kernels::wg16_trace_dropped(), 1);
+  stamps = kernels::wg16_trace_take();
+  EXPECT_GT(stamps[kernels::wg16_trace_launches()[2].offset].item<int64_t>(), 0);
+}
+
 // The wgmma kernel's SwiGLU form (gate/up product + silu_mul in one launch) against its twin, the same kernel's plain
 // product into a gate_up buffer followed by silu_mul_out: bitwise equal without row factors, with given ones, and with
 // a folded norm's factors computed in the kernel (twin: row_rms_out first), at the Qwen3-4B and 8B gate/up shapes (the
