@@ -64,8 +64,9 @@ __device__ __forceinline__ void wgmma_m64n16k16(float* d, uint64_t a, uint64_t b
       : "l"(a), "l"(b), "r"(scale_d));
 }
 // The diagnostic stamps (Wg16Args::trace): %globaltimer ns into field f of this block's row.
+template <bool TRACE>
 __device__ __forceinline__ void stamp(unsigned long long* trace, int f) {
-  if (trace == nullptr) return;
+  if (!TRACE || trace == nullptr) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + f] = t;
@@ -93,7 +94,9 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 }
 #endif
 
-template <int KB>
+// TRACE: the diagnostic stamps (Wg16Args::trace), compiled only into the traced instances, so that the kernels the
+// engine runs are the same code with the trace off.
+template <int KB, bool TRACE>
 __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ CUtensorMap w_map,
                                                         const __grid_constant__ CUtensorMap x_map, KernelArgs a) {
 #if defined(SPECPRESS_WGMMA)
@@ -117,8 +120,8 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   const int s1 = static_cast<int>(static_cast<int64_t>(steps) * (split + 1) / a.splits);
   const int n = s1 - s0, total = nt * n;  // steps a tile, steps in all (step g: tile g / n, chunk step g % n)
   if (threadIdx.x == 0) {
-    stamp(a.trace, kWg16TraceStart);
-    if (a.trace != nullptr) {
+    stamp<TRACE>(a.trace, kWg16TraceStart);
+    if (TRACE && a.trace != nullptr) {
       unsigned sm;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
       a.trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + kWg16TraceSm] = sm;
@@ -154,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       const int first = min(total, a.stages), ahead = min(first, a.prefill);
       for (int g = 0; g < ahead; ++g) load_w(g);
       pdl_wait();
-      stamp(a.trace, kWg16TraceWaited);
+      stamp<TRACE>(a.trace, kWg16TraceWaited);
       for (int g = ahead; g < first; ++g) load_w(g);
       for (int g = 0; g < first; ++g) load_x(g);
       for (int g = first; g < total; ++g) {
@@ -197,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
     for (int i = 0; i < n; ++i) {
       const int gs = t * n + i, s = gs % a.stages;
       mbar_wait(&full[s], (gs / a.stages) & 1);
-      if (gs == 0 && tid == 0) stamp(a.trace, kWg16TraceFirstStage);
+      if (gs == 0 && tid == 0) stamp<TRACE>(a.trace, kWg16TraceFirstStage);
       const uint8_t* st = smem + s * stage_bytes;
       wgmma_fence();
 #pragma unroll
@@ -237,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       }
     }
     wgmma_wait_all();
-    if (t == nt - 1 && tid == 0) stamp(a.trace, kWg16TraceConsumed);
+    if (t == nt - 1 && tid == 0) stamp<TRACE>(a.trace, kWg16TraceConsumed);
     if (a.splits > 1) {
       float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its partials
       float4* part = reinterpret_cast<float4*>(tile_parts + static_cast<size_t>(split) * kTileFloats);
@@ -249,12 +252,13 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
         const unsigned prev = atomicAdd(&a.counters[tile], 1u);
         last_block = prev == static_cast<unsigned>(a.splits) - 1;
         if (last_block) a.counters[tile] = 0;  // every block of this tile has arrived: ready for the next launch
-        stamp(a.trace, kWg16TraceArrived);
-        if (a.trace != nullptr) a.trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + kWg16TraceLast] = last_block;
+        stamp<TRACE>(a.trace, kWg16TraceArrived);
+        if (TRACE && a.trace != nullptr)
+          a.trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + kWg16TraceLast] = last_block;
       }
       consumers_sync<4>();
       if (!last_block) {
-        if (tid == 0) stamp(a.trace, kWg16TraceEnd);
+        if (tid == 0) stamp<TRACE>(a.trace, kWg16TraceEnd);
         return;
       }
       __threadfence();
@@ -301,9 +305,9 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       }
     }
   }
-  if (a.trace != nullptr) {  // every consumer's stores issued
+  if (TRACE && a.trace != nullptr) {  // every consumer's stores issued
     consumers_sync<4>();
-    if (tid == 0) stamp(a.trace, kWg16TraceEnd);
+    if (tid == 0) stamp<TRACE>(a.trace, kWg16TraceEnd);
   }
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -413,12 +417,14 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (major != 9 || encoder() == nullptr) return cudaErrorNotSupported;
   const size_t smem = wg16_smem_bytes(p);
   void (*kernel)(const CUtensorMap, const CUtensorMap, KernelArgs) =
-      p.kb == 1 ? wg16_kernel<1> : p.kb == 2 ? wg16_kernel<2> : wg16_kernel<4>;
+      a.trace != nullptr ? (p.kb == 1 ? wg16_kernel<1, true> : p.kb == 2 ? wg16_kernel<2, true> : wg16_kernel<4, true>)
+                         : (p.kb == 1 ? wg16_kernel<1, false> : p.kb == 2 ? wg16_kernel<2, false> : wg16_kernel<4, false>);
   static std::once_flag attr_once;
   static cudaError_t attr_error = cudaSuccess;
-  static size_t static_bytes = 0;  // the most static shared memory of the three kernels
+  static size_t static_bytes = 0;  // the most static shared memory of the six kernels
   std::call_once(attr_once, [&] {  // each kernel may take the device's dynamic shared memory, less its static
-    for (auto* f : {wg16_kernel<1>, wg16_kernel<2>, wg16_kernel<4>}) {
+    for (auto* f : {wg16_kernel<1, false>, wg16_kernel<2, false>, wg16_kernel<4, false>, wg16_kernel<1, true>,
+                    wg16_kernel<2, true>, wg16_kernel<4, true>}) {
       cudaFuncAttributes fa{};
       if (attr_error == cudaSuccess) attr_error = cudaFuncGetAttributes(&fa, f);
       if (attr_error == cudaSuccess)
