@@ -96,8 +96,9 @@ struct Wg16Args {
   // (each block sees all of K), no row_scale and no residual.
   bool row_norm = false;
   float eps = 0.f;
-  // Diagnostic: kWg16TraceFields stamps a block at trace + block * kWg16TraceFields (nullptr: off; costs a block
-  // synchronisation at the end when on). kernels::Wg16TraceScope (aten_ops.h) hands them out.
+  // Diagnostic: kWg16TraceFields stamps a block at trace + block * kWg16TraceFields, written by separate kernel
+  // instances (plus a block synchronisation at the end), so that nullptr runs the untraced code unchanged (its PTX is
+  // the kernel's without the field). kernels::Wg16TraceScope (aten_ops.h) hands them out.
   unsigned long long* trace = nullptr;
 };
 
