@@ -630,9 +630,7 @@ Wg16Trace& wg16_trace() {
 unsigned long long* wg16_trace_slot(const Wg16Args& a) {
   Wg16Trace& t = wg16_trace();
   if (!g_wg16_trace_on || t.stamps == nullptr) return nullptr;
-  const int tiles = wg16_tiles(a.N);
-  const int blocks = a.plan.tiles_per_block > 1 ? (tiles + a.plan.tiles_per_block - 1) / a.plan.tiles_per_block
-                                                : tiles * a.plan.splits;
+  const int blocks = wg16_blocks(a.N, a.plan);
   const int64_t need = static_cast<int64_t>(blocks) * kWg16TraceFields;
   if (t.used + need > t.capacity) {
     ++t.dropped;

@@ -374,7 +374,7 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block, int
   // gate/up shapes run one wave of 116-128 blocks)
   if (p.splits == 1)
     p.tiles_per_block = tiles_per_block > 0 ? tiles_per_block : tiles > sms ? (tiles + sms - 1) / sms : 1;
-  const int blocks = (tiles + p.tiles_per_block - 1) / p.tiles_per_block * p.splits;
+  const int blocks = wg16_blocks(N, p);
   const int per_sm = (blocks + sms - 1) / sms;
   const int ring_budget = std::clamp(ring_kb, 1, kWg16RingKb) * 1024;
   for (;;) {
@@ -465,7 +465,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.trace = a.trace;
   // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
   const LcSkipScope lc(kLcWg16);
-  const int blocks = p.tiles_per_block > 1 ? (k.tiles + p.tiles_per_block - 1) / p.tiles_per_block : k.tiles * p.splits;
+  const int blocks = wg16_blocks(a.N, p);  // the host checks above: tiles_per_block > 1 only with splits 1
   return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
                                w_map, x_map, k);
 }

@@ -103,6 +103,10 @@ struct Wg16Args {
 };
 
 inline int wg16_tiles(int N) { return (N + kWg16Rows - 1) / kWg16Rows; }
+// The blocks a launch of this plan runs for an N-row W: tiles_per_block tiles each, or a block a (tile, K split).
+inline int wg16_blocks(int N, const Wg16Plan& plan) {
+  return (wg16_tiles(N) + plan.tiles_per_block - 1) / plan.tiles_per_block * plan.splits;
+}
 inline size_t wg16_workspace_floats(int N, int splits) {
   return splits > 1 ? static_cast<size_t>(wg16_tiles(N)) * splits * kWg16Rows * kWg16MaxT : 0;
 }
