@@ -334,6 +334,9 @@ void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const s
   }
   std::printf(" blocks started before the release %.0f; blocks sharing an SM with another %.0f\n",
               median(early_blocks), median(sm_shared));
+  if (wg16_trace_dropped() > 0)
+    std::printf("%s: %lld wgmma products ran without stamps (the trace buffer was full): layers are missing above\n",
+                shape.c_str(), static_cast<long long>(wg16_trace_dropped()));
 }
 
 }  // namespace

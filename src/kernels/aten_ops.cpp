@@ -693,6 +693,9 @@ void wg16_trace_start(int64_t capacity) {
   if (t.stamps == nullptr) {
     check_cuda(cudaMalloc(&t.stamps, sizeof(unsigned long long) * static_cast<size_t>(capacity)), "wg16 trace");
     t.capacity = capacity;
+  } else if (capacity > t.capacity) {  // graphs captured earlier may still write the buffer: it is never replaced
+    fail("wg16 trace: the buffer holds {} stamps (one buffer a process, sized by the first call); {} asked for",
+         t.capacity, capacity);
   }
   check_cuda(cudaMemset(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity)), "wg16 trace");
   t.used = 0;

@@ -194,10 +194,10 @@ class Wg16RingScope {
   int saved_;
 };
 // The wgmma products' diagnostic timeline (Wg16Args::trace; fast_perf --wg16-trace). wg16_trace_start allocates a
-// buffer of `capacity` stamps (outside a graph capture; once, later calls keep it) and empties the launch list; then
-// every wgmma product run while a Wg16TraceScope(true) lives on this thread, eager or captured, takes the next
-// blocks x kWg16TraceFields stamps of it and is listed (a graph's replays write its launches' rows again). Products
-// past the capacity run without stamps (counted in wg16_trace_dropped).
+// buffer of `capacity` stamps (outside a graph capture; once: later calls keep it, and fail asking for more) and empties
+// the launch list; then every wgmma product run while a Wg16TraceScope(true) lives on this thread, eager or captured,
+// takes the next blocks x kWg16TraceFields stamps of it and is listed (a graph's replays write its launches' rows
+// again). Products past the capacity run without stamps (counted in wg16_trace_dropped).
 struct Wg16TraceLaunch {
   int64_t offset = 0;  // first stamp in the buffer
   int blocks = 0, T = 0, N = 0, K = 0, splits = 1, stages = 0, kb = 0;
