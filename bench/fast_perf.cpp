@@ -847,7 +847,8 @@ int main(int argc, char** argv) {
                   "kernels/gemm_wg16.h): %s, its gate/up + SwiGLU form (SPECPRESS_WG16_SWIGLU): %s, the two chosen at "
                   "capture by timing (SPECPRESS_WG16_AUTO): %s, the o products' ring on it (SPECPRESS_WG16_O_RING_KB): %d KB, "
                   "its products letting the next kernel launch (SPECPRESS_WG16_TRIGGER_EARLY): %s, its qkv products "
-                  "computing their norm's row factors (SPECPRESS_WG16_QKV_NORM): %s; the table's verify and draft graphs: "
+                  "computing their norm's row factors (SPECPRESS_WG16_QKV_NORM): %s, its folded gate/up products' ring "
+                  "stages held until their wait (SPECPRESS_WG16_SILU_HOLD): %d; the table's verify and draft graphs: "
                   "%s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
@@ -860,7 +861,8 @@ int main(int argc, char** argv) {
                       ? "no (a wgmma switch is set, the matmul mode is not gemv or cublas, or no sm_90)"
                       : "off",
                   model::o_ring_kb(), kernels::wg16_trigger_early() ? "as they start" : "once their loads are issued",
-                  model::qkv_norm_in_product() ? "on" : "off", fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
+                  model::qkv_norm_in_product() ? "on" : "off", kernels::wg16_silu_hold(),
+                  fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
                     "the fast verify step (beside its last layers), so those two rows' speedups compare different splits "
@@ -933,6 +935,7 @@ int main(int argc, char** argv) {
               {"wg16_o_ring_kb", model::o_ring_kb()},
               {"wg16_trigger_early", kernels::wg16_trigger_early()},
               {"wg16_qkv_norm", model::qkv_norm_in_product()},
+              {"wg16_silu_hold", kernels::wg16_silu_hold()},
               {"multirow_auto", {{"chose", fb->multirow_ms[0] > 0}, {"cublaslt_ms", fb->multirow_ms[0]},
                                  {"wgmma_ms", fb->multirow_ms[1]}, {"wgmma", fb->multirow_wgmma}}},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},

@@ -3,6 +3,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -666,6 +667,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override(),
                      g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
   a.trigger_early = wg16_trigger_early();
+  if (a.silu_mul && a.row_norm) a.prefill = std::max(0, a.plan.stages - wg16_silu_hold());  // the folded gate/up
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;
@@ -683,6 +685,15 @@ bool wg16_trigger_early() {
   static const bool on = env_int("SPECPRESS_WG16_TRIGGER_EARLY", 0, 1, 1, "0 or 1") == 1;
   return on;
 }
+
+namespace {
+int& wg16_silu_hold_setting() {  // read once; a bad value fails naming the variable
+  static int stages = env_int("SPECPRESS_WG16_SILU_HOLD", 0, 12, 1, "an integer from 0 to 12 (ring stages)");
+  return stages;
+}
+}  // namespace
+int wg16_silu_hold() { return wg16_silu_hold_setting(); }
+void set_wg16_silu_hold(int stages) { wg16_silu_hold_setting() = std::clamp(stages, 0, 12); }
 
 Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
 Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }

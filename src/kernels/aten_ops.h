@@ -180,6 +180,14 @@ bool wg16_linear_norm_takes(const at::Tensor& out, const at::Tensor& x, const at
 // (Wg16Args::trigger_early), not once their loads are issued; 0 restores the latter. Qwen3-4B verify -1.7%, cycle -1.6%
 // in a same-binary A/B (docs/PERF.md, thirtieth pass).
 bool wg16_trigger_early();
+// SPECPRESS_WG16_SILU_HOLD (0..12, default 1): the folded gate/up product (wg16_silu_mul_norm_out, the fast engine's
+// target MLPs in verify) fills all but this many of its ring's W stages before its PDL wait (Wg16Args::prefill), the rest
+// once the o product before it has completed; 0 fills the whole ring first, as before. Holding one of Qwen3-4B's 4
+// stages back made verify 0.2-0.7% and the cycle 0.3-0.5% faster in same-binary A/Bs, at 8B within 0.15% (docs/PERF.md,
+// thirty-seventh pass): the o product's last K-split sums wait behind the gate/up ring fills. Read once;
+// set_wg16_silu_hold overrides it (clamped to 0..12; graphs keep the value they were captured with).
+int wg16_silu_hold();
+void set_wg16_silu_hold(int stages);
 // The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the
 // plan's kWg16RingKb (200). The fast engine sets it around its multi-row o products (model::o_ring_kb, 120 by
 // default), so that their blocks fit on an SM beside the attention's and fill their rings while it runs.

@@ -80,7 +80,9 @@ struct Wg16Args {
   // kernels::wg16_trigger_early, SPECPRESS_WG16_TRIGGER_EARLY; docs/PERF.md, thirtieth pass)
   bool trigger_early = false;
   bool overlap = false;   // keep one stage's wgmma in flight while the next is issued (else wait for each)
-  int prefill = 1 << 30;  // under PDL: ring stages filled with W before waiting on the previous kernel (all by default)
+  // under PDL: ring stages filled with W before waiting on the previous kernel (all by default; the fast engine's folded
+  // gate/up products hold one back: kernels::wg16_silu_hold, aten_ops.h), the rest after it
+  int prefill = 1 << 30;
   // The SwiGLU form (the MLP's gate/up product and its activation in one launch): W is gate_up [N = 2I, K], gate
   // rows then up rows; Y [T, I] = silu(g) * u with g, u the bf16 products, each first scaled by the token's
   // row_scale (a folded RMSNorm's factors, float [T]; nullptr: none) and rounded to bf16, as kernels::silu_mul does

@@ -1517,6 +1517,83 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   EXPECT_LT(rel_err(routed, direct), 2e-2) << "cuBLAS + silu_mul_out against the fused kernel";
 }
 
+// Wg16Args::prefill: the W stages a block loads before its PDL wait, the rest after it (the fast engine's folded gate/up
+// holds one back: wg16_silu_hold). Every prefill, from none to more than the ring holds, gives the whole ring's bits:
+// the folded SwiGLU form at the Qwen3-4B gate/up shape on its own plan (3 tiles a block: the ring turns over tiles) and
+// on a small shape with 2 and 5 stages, and the residual form with 3 K splits (the 4B o shape), each launched with PDL
+// on. Then wg16_silu_mul_norm_out under set_wg16_silu_hold 0, 1, 3, 4 and 12 gives the same bits.
+TEST_F(Kernels, Wg16PrefillIsBitwiseTheWholeRing) {
+  int major = 0, sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  const bool pdl = kernels::pdl_enabled();
+  kernels::set_pdl(true);
+  const double eps = 1e-6;
+  // the folded SwiGLU form: act [16, I] from x [16, K] and gate_up [2I, K]
+  auto silu = [&](int64_t I, int64_t K, const kernels::Wg16Plan& plan) {
+    SCOPED_TRACE(::testing::Message() << "SwiGLU I=" << I << " K=" << K << " stages=" << plan.stages
+                                      << " tiles a block=" << plan.tiles_per_block);
+    at::Tensor x = at::randn({16, K}, bf16()) * 3, gate_up = at::randn({2 * I, K}, bf16()) * 0.02;
+    at::Tensor whole = at::full({16, I}, NAN, bf16());
+    kernels::Wg16Args a = wg16_forced_args(gate_up, x, whole, plan);
+    a.silu_mul = true;
+    a.row_norm = true;
+    a.eps = static_cast<float>(eps);
+    ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);  // prefill: the whole ring (the default)
+    ASSERT_FALSE(at::isnan(whole).any().item<bool>());
+    for (int prefill : {0, 1, plan.stages - 1, plan.stages}) {
+      at::Tensor act = at::full({16, I}, NAN, bf16());
+      a.Y = reinterpret_cast<__nv_bfloat16*>(act.data_ptr());
+      a.prefill = prefill;
+      ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);
+      EXPECT_TRUE(at::equal(act, whole)) << "prefill " << prefill;
+    }
+  };
+  silu(9728, 2560, kernels::wg16_plan(2 * 9728, 2560, sms, /*split_k=*/false));
+  silu(200, 64 * 12, kernels::Wg16Plan{1, 2, 1, 3});
+  silu(200, 64 * 12, kernels::Wg16Plan{1, 5, 2, 2});
+  {  // the residual form with K splits: y = r + x W^T in place
+    const int64_t N = 2560, K = 4096;
+    const kernels::Wg16Plan plan = kernels::wg16_plan(static_cast<int>(N), static_cast<int>(K), sms);
+    SCOPED_TRACE(::testing::Message() << "residual, " << plan.splits << " K splits, " << plan.stages << " stages");
+    ASSERT_GT(plan.splits, 1);
+    at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05, r = at::randn({16, N}, bf16());
+    at::Tensor whole = r.clone(), y = r.clone();
+    kernels::Wg16Args a = wg16_forced_args(w, x, whole, plan);
+    a.R = a.Y;
+    a.ldr = a.ldy;
+    ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);
+    a.Y = reinterpret_cast<__nv_bfloat16*>(y.data_ptr());
+    a.R = a.Y;
+    for (int prefill : {0, 1, plan.stages - 1}) {
+      y.copy_(r);
+      a.prefill = prefill;
+      ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);
+      EXPECT_TRUE(at::equal(y, whole)) << "prefill " << prefill;
+    }
+  }
+  {  // the ATen entry the fast engine calls, under each hold
+    at::Tensor x = at::randn({16, 2560}, bf16()) * 3, gate_up = at::randn({2 * 9728, 2560}, bf16()) * 0.02;
+    const int saved = kernels::wg16_silu_hold();
+    kernels::set_wg16_silu_hold(0);
+    at::Tensor whole = at::empty({16, 9728}, bf16());
+    kernels::wg16_silu_mul_norm_out(whole, x, gate_up, eps);
+    for (int hold : {1, 3, 4, 12}) {
+      kernels::set_wg16_silu_hold(hold);
+      EXPECT_EQ(kernels::wg16_silu_hold(), hold);
+      at::Tensor act = at::full({16, 9728}, NAN, bf16());
+      kernels::wg16_silu_mul_norm_out(act, x, gate_up, eps);
+      EXPECT_TRUE(at::equal(act, whole)) << "hold " << hold;
+    }
+    kernels::set_wg16_silu_hold(99);
+    EXPECT_EQ(kernels::wg16_silu_hold(), 12) << "clamped";
+    kernels::set_wg16_silu_hold(saved);
+  }
+  kernels::set_pdl(pdl);
+}
+
 // The wgmma kernel's plain form with a folded norm's factors computed in the kernel (wg16_linear_norm_out, the fast
 // engine's qkv products) against its twin: the same kernel's product, row_rms_out, and the factors applied as the fused
 // attention applies a given row_scale (bf16(bf16(product) * r) in float): bitwise equal at the Qwen3-4B and 8B qkv
