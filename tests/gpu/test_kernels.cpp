@@ -1528,7 +1528,14 @@ TEST_F(Kernels, Wg16PrefillIsBitwiseTheWholeRing) {
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
   const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
-  const bool pdl = kernels::pdl_enabled();
+  struct Restore {  // the process-wide settings this test changes, restored however it ends
+    bool pdl = kernels::pdl_enabled();
+    int hold = kernels::wg16_silu_hold();
+    ~Restore() {
+      kernels::set_pdl(pdl);
+      kernels::set_wg16_silu_hold(hold);
+    }
+  } restore;
   kernels::set_pdl(true);
   const double eps = 1e-6;
   // the folded SwiGLU form: act [16, I] from x [16, K] and gate_up [2I, K]
@@ -1576,7 +1583,6 @@ TEST_F(Kernels, Wg16PrefillIsBitwiseTheWholeRing) {
   }
   {  // the ATen entry the fast engine calls, under each hold
     at::Tensor x = at::randn({16, 2560}, bf16()) * 3, gate_up = at::randn({2 * 9728, 2560}, bf16()) * 0.02;
-    const int saved = kernels::wg16_silu_hold();
     kernels::set_wg16_silu_hold(0);
     at::Tensor whole = at::empty({16, 9728}, bf16());
     kernels::wg16_silu_mul_norm_out(whole, x, gate_up, eps);
@@ -1589,9 +1595,7 @@ TEST_F(Kernels, Wg16PrefillIsBitwiseTheWholeRing) {
     }
     kernels::set_wg16_silu_hold(99);
     EXPECT_EQ(kernels::wg16_silu_hold(), 12) << "clamped";
-    kernels::set_wg16_silu_hold(saved);
   }
-  kernels::set_pdl(pdl);
 }
 
 // The wgmma kernel's plain form with a folded norm's factors computed in the kernel (wg16_linear_norm_out, the fast
