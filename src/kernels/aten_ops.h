@@ -185,7 +185,8 @@ bool wg16_trigger_early();
 // once the o product before it has completed; 0 fills the whole ring first, as before. Holding one of Qwen3-4B's 4
 // stages back made verify 0.2-0.7% and the cycle 0.3-0.5% faster in same-binary A/Bs, at 8B within 0.15% (docs/PERF.md,
 // thirty-seventh pass): the o product's last K-split sums wait behind the gate/up ring fills. Read once;
-// set_wg16_silu_hold overrides it (clamped to 0..12; graphs keep the value they were captured with).
+// set_wg16_silu_hold overrides it for the process (clamped to 0..12; not synchronised: set it from one thread, before
+// capturing; graphs keep the value they were captured with).
 int wg16_silu_hold();
 void set_wg16_silu_hold(int stages);
 // The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the

@@ -7,8 +7,9 @@
 // thirteenth pass), so each product starts its stream only after the previous kernel has ended. Here a producer
 // warp streams W (and X) with the TMA engine into a ring of shared-memory stages in the 128-byte swizzled layout
 // wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
-// outputs), X^T the B operand (16 tokens). Under PDL the producer fills the whole ring with W before it waits on
-// the previous kernel (W is constant), so a product's first bytes are on chip when its input is ready. With
+// outputs), X^T the B operand (16 tokens). Under PDL the producer fills the ring with W before it waits on the
+// previous kernel (W is constant; all of it, or Wg16Args::prefill stages: the fast engine's folded gate/up products
+// hold one back), so a product's first bytes are on chip when its input is ready. With
 // Wg16Args::trigger_early (the fast engine's default) it also lets the next kernel launch as it starts, so that
 // kernel's blocks do the same on the SMs it leaves idle.
 // Measured on the H200 (docs/PERF.md, twenty-fifth pass; bench/wg16_probe.cu): alone, 7% faster than cuBLAS on the
@@ -129,8 +130,9 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_blo
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row stride
 // not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a
 // time), the SwiGLU form with N % 16 != 0 or a residual, row_norm with a row_scale, a residual, splits > 1 or a
-// negative eps, kb not 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, splits < 1 or more than the
-// chunk steps, splits > 1 without workspace and counters, or the plan's shared memory over the device's limit.
+// negative eps, kb not 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, a negative prefill, splits < 1
+// or more than the chunk steps, splits > 1 without workspace and counters, or the plan's shared memory over the
+// device's limit.
 // cudaErrorNotSupported on a device other than sm_90 (gemm_wg16_available) or without the driver's tensor-map entry
 // point. Launched with PDL when it is on (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
 cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);
