@@ -652,8 +652,9 @@ unsigned long long* wg16_trace_slot(const Wg16Args& a) {
 }
 
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
-// switch that chose it, for the error on a GPU without wgmma.
-void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what) {
+// switch that chose it, for the error on a GPU without wgmma. hold_stages: the plan's ring stages filled only after the
+// PDL wait (Wg16Args::prefill = stages - hold_stages; 0: the whole ring before it).
+void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const char* what, int hold_stages = 0) {
   int sms = 0;
   check_cuda(detail::sm_count(sms), "wg16");
   a.W = bf(weight);
@@ -667,7 +668,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override(),
                      g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
   a.trigger_early = wg16_trigger_early();
-  if (a.silu_mul && a.row_norm) a.prefill = std::max(0, a.plan.stages - wg16_silu_hold());  // the folded gate/up
+  if (hold_stages > 0) a.prefill = std::max(0, a.plan.stages - hold_stages);
   if (a.plan.splits > 1) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;
@@ -790,7 +791,7 @@ void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at
   a.silu_mul = true;
   a.row_norm = true;
   a.eps = static_cast<float>(eps);
-  run_wg16(a, x, gate_up, "SPECPRESS_WG16_SWIGLU");
+  run_wg16(a, x, gate_up, "SPECPRESS_WG16_SWIGLU", wg16_silu_hold());
 }
 
 void wg16_linear_norm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, double eps) {

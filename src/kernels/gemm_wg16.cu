@@ -405,7 +405,8 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (a.silu_mul && (a.N % 16 != 0 || a.R != nullptr)) return cudaErrorInvalidValue;
   if (a.row_norm && (a.R != nullptr || a.row_scale != nullptr || p.splits != 1 || !(a.eps >= 0.f)))
     return cudaErrorInvalidValue;
-  if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12 || a.prefill < 0) return cudaErrorInvalidValue;
+  if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
+  if (a.prefill < 0) return cudaErrorInvalidValue;
   if (p.tiles_per_block < 1 || (p.tiles_per_block > 1 && (p.splits != 1 || a.overlap))) return cudaErrorInvalidValue;
   if (chunks % p.kb != 0 || p.splits < 1 || p.splits > chunks / p.kb) return cudaErrorInvalidValue;
   if (p.splits > 1 && (a.workspace == nullptr || a.counters == nullptr)) return cudaErrorInvalidValue;
