@@ -21,7 +21,7 @@
 // at::mm_out where tuning kept none), against the copy bandwidth. Prints a table and one JSON line.
 // Usage: fast_perf [--shapes 4B,8B] [--context 512] [--iters 100] [--ref-iters 5] [--tau 6.5] [--json FILE]
 //                  [--modes all|default] [--profile MODE [--timeline FILE] [--profile-attention-warps 0|4|8] [--profile-cycles N]]
-//                  [--attention 1] [--persistent-trace FILE] [--wg16-trace FILE]
+//                  [--attention 1] [--persistent-trace FILE] [--wg16-trace FILE] [--decode-trace FILE]
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
 // it skips the nine other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
@@ -39,6 +39,9 @@
 // with the eight fields in ns or clock64 cycles (scripts/gpu/persistent_trace.py summarises it). --wg16-trace FILE
 // (with --modes default): the verify and draft steps' o products on the wgmma kernel stamp their blocks' timeline
 // (kernels::Wg16TraceScope); the last timed replay of each is written to FILE.<shape>.csv and summarised per layer.
+// --decode-trace FILE (with --modes default): the decode step's GEMVs and attention stamp their blocks' timeline
+// (kernels::StepTraceScope, kernels/step_trace.h); the last timed replay is written to FILE.<shape>.csv, a row a block
+// (scripts/gpu/decode_trace.py summarises it per layer).
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
@@ -71,6 +74,7 @@
 #include "kernels/gemv.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
+#include "kernels/step_trace.h"
 #include "model/qwen3_fast.h"
 
 using namespace specpress;
@@ -274,6 +278,47 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
 // launches that ran since the previous read (their blocks' Start set), in launch order, one a layer. Appends a CSV
 // row a block to `csv` (step, layer, block, sm, last, then each stamp in µs after the layer's earliest wait release)
 // and prints, as medians over the layers, each stamp's earliest, median and latest block on that scale.
+// The decode step's timeline (--decode-trace; kernels::StepTraceLaunch, kernels/step_trace.h) from one stamp read: the
+// launches listed during the graph capture, in launch order, a CSV row for each block that ran (its start set): launch,
+// kind (gemv, swiglu, residual, attention), block, sm, then each time field in ns after the earliest start of the
+// step ("last" is 1 for the attention block that combined its splits; in a GEMV's rows the columns q_ready .. counted
+// hold its warps' ends, warp 0 .. 3, and end is empty).
+void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
+  using namespace kernels;
+  const int64_t* v = stamps.data_ptr<int64_t>();
+  const char* kinds[] = {"gemv", "swiglu", "residual", "attention"};
+  std::vector<const StepTraceLaunch*> ran;
+  int64_t t0 = INT64_MAX;
+  for (const StepTraceLaunch& l : step_trace_launches()) {
+    if (!l.captured || v[l.offset + kStStart] == 0) continue;
+    ran.push_back(&l);
+    for (int b = 0; b < l.blocks; ++b)
+      if (v[l.offset + b * kStepTraceFields + kStStart] != 0)
+        t0 = std::min(t0, v[l.offset + b * kStepTraceFields + kStStart]);
+  }
+  if (ran.empty()) fail("--decode-trace: no traced launch ran in the decode graph (is the decode step on the GEMVs?)");
+  std::ofstream csv(path);
+  if (!csv) fail("--decode-trace: cannot write {}", path);
+  csv << "launch,kind,block,sm,start,issued,waited,q_ready,tiles,partial,counted,end,last\n";
+  const int fields[] = {kStStart, kStIssued, kStWaited, kStQReady, kStTiles, kStPartial, kStCounted, kStEnd};
+  int64_t rows = 0;
+  for (size_t i = 0; i < ran.size(); ++i) {
+    const StepTraceLaunch& l = *ran[i];
+    for (int b = 0; b < l.blocks; ++b) {
+      const int64_t* r = v + l.offset + b * kStepTraceFields;
+      if (r[kStStart] == 0) continue;
+      csv << i << ',' << kinds[static_cast<int>(l.kind)] << ',' << b << ',' << r[kStSm];
+      for (int f : fields) csv << ',' << (r[f] == 0 ? std::string() : std::to_string(r[f] - t0));
+      csv << ',' << r[kStLast] << '\n';
+      ++rows;
+    }
+  }
+  csv.close();
+  if (!csv) fail("--decode-trace: writing {} failed", path);
+  std::printf("decode step timeline written to %s (%zu launches, %lld blocks; the decode time above carries the stamps' "
+              "cost)\n", path.c_str(), ran.size(), static_cast<long long>(rows));
+}
+
 void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const std::string& shape, std::ofstream& csv) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();
@@ -343,6 +388,7 @@ void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const s
 
 int main(int argc, char** argv) {
   std::string shapes = "4B,8B", json_path, profile_mode, timeline_path, persistent_trace_path, wg16_trace_path;
+  std::string decode_trace_path;
   bool attention_only = false, all_modes = true;
   int profile_attention_warps = 0, profile_cycles = 0;
   int64_t context = 512, iters = 100, ref_iters = 5;
@@ -380,6 +426,7 @@ int main(int argc, char** argv) {
     else if (f == "--timeline") timeline_path = v;
     else if (f == "--persistent-trace") persistent_trace_path = v;
     else if (f == "--wg16-trace") wg16_trace_path = v;
+    else if (f == "--decode-trace") decode_trace_path = v;
     else if (f == "--profile-attention-warps") {
       if (v != "0" && v != "4" && v != "8") {
         std::fprintf(stderr, "--profile-attention-warps: expected 0, 4 or 8, found '%s'\n", v.c_str());
@@ -421,6 +468,10 @@ int main(int argc, char** argv) {
     if (!wg16_trace_path.empty()) {
       if (all_modes || !profile_mode.empty()) fail("--wg16-trace goes with --modes default and no --profile");
       model::set_wg16_o_trace(true);
+    }
+    if (!decode_trace_path.empty()) {
+      if (all_modes || !profile_mode.empty()) fail("--decode-trace goes with --modes default and no --profile");
+      model::set_decode_step_trace(true);
     }
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -534,6 +585,7 @@ int main(int argc, char** argv) {
         c10::cuda::CUDACachingAllocator::emptyCache();
         const int64_t cap = context + iters * (B + 2) + 4 * B;
         if (!wg16_trace_path.empty()) kernels::wg16_trace_start(int64_t{1} << 22);  // 32 MB of stamps, this engine's
+        if (!decode_trace_path.empty()) kernels::step_trace_start(int64_t{1} << 22);
         model::FastEngine engine(target, &draft, cap, B);
         if (model::record_mapped() && !engine.records_mapped())
           std::printf("note: pinned host memory is not mapped into the device's address space here: the cycle copies "
@@ -562,6 +614,8 @@ int main(int argc, char** argv) {
         f.multirow_wgmma = engine.multirow_wgmma();
         engine.set_start(context, context);
         f.decode = time_ms([&] { engine.decode_step(); }, 5, 7, inner);
+        if (!decode_trace_path.empty())
+          write_decode_trace(kernels::step_trace_take(), decode_trace_path + "." + s.name + ".csv");
         if (!persistent_trace_path.empty()) {
           if (!engine.decodes_persistent()) fail("--persistent-trace: the {} engine does not take the persistent "
                                                  "decode kernel (kernels::decode_layers_supported)", s.name);

@@ -26,6 +26,7 @@
 #include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/skinny_gemm.h"
+#include "kernels/step_trace.h"
 #include "kernels/swiglu.h"
 
 namespace specpress::kernels {
@@ -227,6 +228,68 @@ AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int6
 }
 
 namespace {
+thread_local bool g_step_trace_on = false;  // StepTraceScope
+struct StepTrace {
+  unsigned long long* stamps = nullptr;
+  int64_t capacity = 0, used = 0;
+  std::vector<StepTraceLaunch> launches;
+};
+StepTrace& step_trace() {
+  static StepTrace t;
+  return t;
+}
+// Stamps for a launch of at most `blocks` blocks, or nullptr (no scope, no buffer, or full).
+unsigned long long* step_trace_slot(StepTraceKind kind, int64_t blocks) {
+  StepTrace& t = step_trace();
+  if (!g_step_trace_on || t.stamps == nullptr) return nullptr;
+  const int64_t need = blocks * kStepTraceFields;
+  if (t.used + need > t.capacity) return nullptr;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream(), &capture), "step trace");
+  t.launches.push_back(StepTraceLaunch{t.used, static_cast<int>(blocks), kind, capture == cudaStreamCaptureStatusActive});
+  t.used += need;
+  return t.stamps + t.launches.back().offset;
+}
+// The register GEMV's grid is at most 8 blocks an SM.
+void gemv_trace_slot(StepTraceKind kind) {
+  if (!g_step_trace_on) return;
+  int sms = 0;
+  check_cuda(detail::sm_count(sms), "step trace");
+  gemv_trace_next(step_trace_slot(kind, static_cast<int64_t>(sms) * 8));
+}
+}  // namespace
+
+void step_trace_start(int64_t capacity) {
+  StepTrace& t = step_trace();
+  if (capacity < kStepTraceFields) fail("step trace: a capacity of at least {} stamps, found {}", kStepTraceFields, capacity);
+  if (t.stamps == nullptr) {
+    check_cuda(cudaMalloc(&t.stamps, sizeof(unsigned long long) * static_cast<size_t>(capacity)), "step trace");
+    t.capacity = capacity;
+  } else if (capacity > t.capacity) {
+    fail("step trace: the buffer holds {} stamps (one buffer a process, sized by the first call); {} asked for",
+         t.capacity, capacity);
+  }
+  check_cuda(cudaMemset(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity)), "step trace");
+  t.used = 0;
+  t.launches.clear();
+}
+StepTraceScope::StepTraceScope(bool on) : saved_(g_step_trace_on) { g_step_trace_on = on; }
+StepTraceScope::~StepTraceScope() { g_step_trace_on = saved_; }
+const std::vector<StepTraceLaunch>& step_trace_launches() { return step_trace().launches; }
+at::Tensor step_trace_take() {
+  StepTrace& t = step_trace();
+  if (t.stamps == nullptr) fail("step trace: step_trace_start was not called");
+  at::Tensor host = at::empty({t.capacity}, at::TensorOptions().dtype(at::kLong));
+  check_cuda(cudaStreamSynchronize(stream()), "step trace");
+  check_cuda(cudaMemcpy(host.data_ptr(), t.stamps, sizeof(unsigned long long) * static_cast<size_t>(t.capacity),
+                        cudaMemcpyDeviceToHost),
+             "step trace");
+  check_cuda(cudaMemsetAsync(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity), stream()),
+             "step trace");
+  return host;
+}
+
+namespace {
 // The checked arguments of an attention launch of T rows of nq heads over the caches, less the query source.
 AttentionArgs attention_args(const at::Tensor& out, int64_t T, int64_t nq, int64_t hd, const at::Tensor& k_cache,
                              const at::Tensor& v_cache, const at::Tensor& kv_len_base, int64_t kv_len_add, bool causal,
@@ -303,6 +366,8 @@ void attention_qkv_out(const at::Tensor& out, const at::Tensor& qkv, int64_t nq,
   a.k_cache_out = bf(k_cache);
   a.v_cache_out = bf(v_cache);
   a.qkv_row_scale = row_scale_of(row_scale, T, "attention_qkv");
+  const int64_t group_rows = T * (nq / nkv);
+  a.trace = step_trace_slot(StepTraceKind::kAttention, nkv * ((group_rows + 15) / 16) * scratch.splits);
   check_cuda(attention(a, stream()), "attention_qkv");
 }
 
@@ -473,9 +538,11 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
               double eps, bool folded_norm) {
   check_one_row(out, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv");
   const int64_t N = weight.size(0), K = weight.size(1);
-  check_cuda(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(),
-                  gemv_norm_of(norm_weight, eps, K, "gemv", folded_norm)),
-             "gemv");
+  const GemvNorm norm = gemv_norm_of(norm_weight, eps, K, "gemv", folded_norm);
+  gemv_trace_slot(StepTraceKind::kGemv);
+  const cudaError_t e = gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(), norm);
+  gemv_trace_next(nullptr);
+  check_cuda(e, "gemv");
 }
 
 void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
@@ -502,9 +569,12 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
   if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_silu_mul: gate_up must be [2I, K]");
   const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
   check_one_row(act, x, gate_up, I, "gemv_silu_mul");
-  check_cuda(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(),
-                         gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul", folded_norm)),
-             "gemv_swiglu");
+  const GemvNorm norm = gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul", folded_norm);
+  gemv_trace_slot(StepTraceKind::kGemvSwiglu);
+  const cudaError_t e =
+      gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(), norm);
+  gemv_trace_next(nullptr);
+  check_cuda(e, "gemv_swiglu");
 }
 
 void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tap) {
@@ -520,9 +590,11 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
   const auto* r = static_cast<const char*>(residual.data_ptr());
   const auto* xp = static_cast<const char*>(x.data_ptr());
   if (r < xp + x.numel() * 2 && xp < r + N * 2) fail("gemv_residual: residual overlaps x");
-  check_cuda(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K),
-                           stream()),
-             "gemv_residual");
+  gemv_trace_slot(StepTraceKind::kGemvResidual);
+  const cudaError_t e =
+      gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream());
+  gemv_trace_next(nullptr);
+  check_cuda(e, "gemv_residual");
 }
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }

@@ -227,6 +227,32 @@ int64_t wg16_trace_dropped();
 // The buffer's stamps copied to the host (int64, [capacity]; waits for the current stream), and zeroes them (on the
 // current stream), so that the next read shows only what ran after this one.
 at::Tensor wg16_trace_take();
+// The decode step's diagnostic timeline (step_trace.h; fast_perf --decode-trace): step_trace_start allocates a buffer
+// of `capacity` stamps (outside a graph capture; once: later calls keep it, and fail asking for more) and empties the
+// launch list; then every register GEMV (gemv_out, gemv_silu_mul_out, gemv_residual_out) and fused small-T attention
+// (attention_qkv_out) run while a StepTraceScope(true) lives on this thread, eager or captured, takes the next rows of
+// it (the launch's most blocks) and is listed, in launch order. Launches past the capacity run without stamps.
+enum class StepTraceKind { kGemv = 0, kGemvSwiglu = 1, kGemvResidual = 2, kAttention = 3 };
+struct StepTraceLaunch {
+  int64_t offset = 0;  // first stamp
+  int blocks = 0;      // rows reserved (the grid is at most this)
+  StepTraceKind kind = StepTraceKind::kGemv;
+  bool captured = false;  // listed during a graph capture
+};
+void step_trace_start(int64_t capacity);
+class StepTraceScope {
+ public:
+  explicit StepTraceScope(bool on);
+  ~StepTraceScope();
+  StepTraceScope(const StepTraceScope&) = delete;
+  StepTraceScope& operator=(const StepTraceScope&) = delete;
+
+ private:
+  bool saved_;
+};
+const std::vector<StepTraceLaunch>& step_trace_launches();
+// The stamps copied to the host (int64, [capacity]; waits for the current stream), then zeroed on the current stream.
+at::Tensor step_trace_take();
 // Whether the two above take these tensors (their layout rules; the switch aside).
 bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Tensor& gate_up);
 // SPECPRESS_WG16_SWIGLU (default 0): linear_silu_mul_out runs its 2..16-row form by wg16_silu_mul_out (the gate/up

@@ -346,7 +346,8 @@ __device__ __forceinline__ void active_splits(int S, int grid_splits, int min_sp
   n_act = max(1, (S + chunk - 1) / chunk);
 }
 
-template <int HD, int WARPS>
+// TRACE: the diagnostic stamps (AttentionArgs::trace, step_trace.h), compiled only into the traced instances.
+template <int HD, int WARPS, bool TRACE = false>
 __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attention_kernel(AttentionArgs a) {
   // Fused (a.qkv set): this step's keys come from a.qkv, the previous kernel's output, and the cache rows
   // before them were written by kernels that have completed by the time this one starts (under PDL the
@@ -354,6 +355,10 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   // that kernel started only once everything before it had completed), so the first two tiles of old keys are
   // loaded before the wait. Unfused, q and the cache may both come from the previous kernel: wait first.
   const bool fused = a.qkv != nullptr;
+  if constexpr (TRACE) {
+    step_stamp(a.trace, kStStart);
+    step_stamp_sm(a.trace);
+  }
   if (!fused) pdl_begin();
   using L = DecSmem<HD, WARPS>;
   constexpr int kBlockThreads = 32 * WARPS, KW = kDecKeys / WARPS;  // KW: a warp's keys of each tile (16 or 8)
@@ -371,7 +376,10 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   const int S = *a.kv_len_base + a.kv_len_add;
   int n_act, chunk;
   active_splits(S, gridDim.z, a.min_split_keys, n_act, chunk);
-  if (split >= n_act) return;  // beyond the live length: no work, not counted by the combine
+  if (split >= n_act) {  // beyond the live length: no work, not counted by the combine
+    if constexpr (TRACE) step_stamp(a.trace, kStEnd);
+    return;
+  }
   const int beg = split * chunk, end = min(S, beg + chunk);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
@@ -402,7 +410,9 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   cp_async_commit();
   if (n_tiles > 1) issue(1);
   cp_async_commit();
+  if constexpr (TRACE) step_stamp(a.trace, kStIssued);
   if (fused) pdl_begin();
+  if constexpr (TRACE) step_stamp(a.trace, kStWaited);
 
   // The group's query rows r = (query t, head h) into shared memory: transformed from a.qkv (q/k-norm +
   // RoPE, as qk_norm_rope writes them) or copied from a.q. A row past the group's is zero (its scores are 0
@@ -483,6 +493,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
     }
   }
   __syncthreads();
+  if constexpr (TRACE) step_stamp(a.trace, kStQReady);
   // Rows g and g + 8 as the A operand of Q·K^T (ldmatrix tile i: rows (i % 2) * 8 + lane % 8, dims
   // ks * 16 + (i / 2) * 8). Causal: row (t) sees keys <= S - T + t.
   const int li = lane >> 3, lr = lane & 7;
@@ -625,6 +636,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
     cp_async_commit();
   }
 
+  if constexpr (TRACE) step_stamp(a.trace, kStTiles);
   // Merge the warps: each row's max over the warps, each warp's weight exp(m_w - M), and the weighted sums of
   // l and O (O through shared memory, the stages being free now), in warp order.
 #pragma unroll
@@ -684,14 +696,23 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
       if (d == 0) ws_ml[row] = make_float2(M, Lsum);
     }
   }
-  if (n_act == 1) return;
+  if constexpr (TRACE) step_stamp(a.trace, kStPartial);
+  if (n_act == 1) {
+    if constexpr (TRACE) step_stamp(a.trace, kStEnd);
+    return;
+  }
 
   __threadfence();
   __syncthreads();
   unsigned int* counter = a.counters + kvh * gridDim.y + z;
   if (tid == 0) is_last = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_act - 1);
   __syncthreads();
-  if (!is_last) return;
+  if constexpr (TRACE) step_stamp(a.trace, kStCounted);
+  if (!is_last) {
+    if constexpr (TRACE) step_stamp(a.trace, kStEnd);
+    return;
+  }
+  if constexpr (TRACE) step_stamp_value(a.trace, kStLast, 1);
   __threadfence();
   // The combine in one round trip (for up to kChunk splits): a thread takes (row, 8 dims) items and loads the
   // (m, l) and partial rows of kChunk splits together, then folds them in with a running max M:
@@ -749,11 +770,12 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
     *reinterpret_cast<uint4*>(a.out + (static_cast<int64_t>(t) * a.nq + h) * HD + q8 * 8) = u;
   }
   if (tid == 0) *counter = 0u;
+  if constexpr (TRACE) step_stamp(a.trace, kStEnd);
 }
 
-template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+template <int HD, int WARPS, bool TRACE> cudaError_t launch_decode_as(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t bytes = DecSmem<HD, WARPS>::bytes;
-  constexpr auto kernel = decode_attention_kernel<HD, WARPS>;
+  constexpr auto kernel = decode_attention_kernel<HD, WARPS, TRACE>;
   static bool configured = false;  // the attribute is per kernel, set before the first launch
   static int resident = 0;         // blocks of this kernel the GPU holds at once
   if (!configured) {
@@ -772,6 +794,10 @@ template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, c
   dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, splits);
   const LcSkipScope lc(kLcAttention);
   return launch_kernel(kernel, grid, 32 * WARPS, bytes, stream, a);
+}
+// The traced instance where AttentionArgs::trace is set (one block an SM either way: the same grid).
+template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+  return a.trace != nullptr ? launch_decode_as<HD, WARPS, true>(a, stream) : launch_decode_as<HD, WARPS, false>(a, stream);
 }
 
 // Warps a block: 8 (8 keys of a tile each) unless AttentionArgs::block_warps asks for 4 (16 keys each). With 8 a

@@ -54,6 +54,9 @@ struct AttentionArgs {
   // Fused only, optional fp32 [T]: row t of qkv is taken as bf16(qkv[t] * qkv_row_scale[t]) (a folded RMSNorm's
   // factor, rmsnorm.h: row_rms), as qk_norm_rope.h's row_scale; read after the PDL wait.
   const float* qkv_row_scale = nullptr;
+  // Diagnostic (T <= kAttentionSmallT only; step_trace.h): the blocks' stamps, kStepTraceFields a block of the grid
+  // (at most nkv * ceil(T * nq / nkv / 16) * splits blocks); nullptr: off.
+  unsigned long long* trace = nullptr;
 };
 constexpr int kAttentionSmallT = 16;  // T up to this runs the small-T kernel (and may fuse q/k-norm + RoPE)
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/launch.h"
+#include "kernels/step_trace.h"
 
 namespace specpress::kernels::detail {
 
@@ -38,6 +39,32 @@ __device__ __forceinline__ void pdl_trigger() {
 __device__ __forceinline__ void pdl_begin() {
   pdl_wait();
   pdl_trigger();
+}
+
+// The decode step's diagnostic stamps (step_trace.h), by thread 0 unless named: %globaltimer into field f of this
+// block's row; by lane 0 of every warp, into field f + the warp's index; a value; %smid. Callers compile them only into
+// their traced instances (a TRACE template parameter), so that the kernels the engine runs are unchanged.
+__device__ __forceinline__ size_t step_row() {
+  return blockIdx.x + static_cast<size_t>(gridDim.x) * (blockIdx.y + static_cast<size_t>(gridDim.y) * blockIdx.z);
+}
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void step_stamp(unsigned long long* trace, int f) {
+  if (threadIdx.x == 0) trace[step_row() * kStepTraceFields + f] = globaltimer();
+}
+__device__ __forceinline__ void step_stamp_warp(unsigned long long* trace, int f) {
+  if ((threadIdx.x & 31) == 0) trace[step_row() * kStepTraceFields + f + (threadIdx.x >> 5)] = globaltimer();
+}
+__device__ __forceinline__ void step_stamp_value(unsigned long long* trace, int f, unsigned long long v) {
+  if (threadIdx.x == 0) trace[step_row() * kStepTraceFields + f] = v;
+}
+__device__ __forceinline__ void step_stamp_sm(unsigned long long* trace) {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  step_stamp_value(trace, kStSm, s);
 }
 
 // A streamed weight chunk (GEMV, small-M GEMM): read once, so no L1 allocation; the L2 prefetches the

@@ -34,6 +34,7 @@ struct GemvArgs {
   int units_per_warp = 1;
   GemvNorm norm;               // NORM: the prologue's weight and eps
   bf16* tap = nullptr;         // kResidual: optional copy of the new residual
+  unsigned long long* trace = nullptr;  // the register GEMV's diagnostic stamps (step_trace.h; gemv_trace_next)
 };
 
 // w * bf16(x * rs), as the RMSNorm kernel rounds, for one chunk of x and of the norm weight.
@@ -77,7 +78,8 @@ constexpr int kWideLoads = 10, kWholeRowLoads = 16;
 constexpr int blocks_per_sm_for(int loads) {
   return loads == kLoads ? kResidentWarps / kWarps : loads == kWideLoads ? 6 : 5;
 }
-template <int ROWS, int EPI, bool NORM, int LOADS = kLoads>
+// TRACE: the diagnostic stamps (GemvArgs::trace, step_trace.h), compiled only into the traced instances.
+template <int ROWS, int EPI, bool NORM, int LOADS = kLoads, bool TRACE = false>
 __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_kernel(GemvArgs a) {
   static_assert(LOADS == kLoads || LOADS == kWideLoads || LOADS == kWholeRowLoads,
                 "a load count with its register budget (blocks_per_sm_for)");
@@ -87,6 +89,10 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_ke
   const int lane = threadIdx.x & 31;
   const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int N = a.N, K = a.K;
+  if constexpr (TRACE) {
+    step_stamp(a.trace, kStStart);
+    step_stamp_sm(a.trace);
+  }
   const int units = (N + OUT - 1) / OUT, nvec = K / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(a.x);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -123,7 +129,9 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_ke
       load_step(u_beg * OUT, lane, wv);
     }
   }
+  if constexpr (TRACE) step_stamp(a.trace, kStIssued);
   pdl_wait();
+  if constexpr (TRACE) step_stamp(a.trace, kStWaited);
   // The prologue: x normalised into shared memory (as rmsnorm_row rounds: w * bf16(x * rs), stored as bf16).
   extern __shared__ uint4 xs[];  // NORM: K / 8 chunks
   if constexpr (NORM) {
@@ -215,6 +223,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_ke
       if (lane == o && n0 + o < N) store_output<EPI>(a, n0 + o, sum[o], EPI == kSwiglu ? sum[(o + OUT) % ROWS] : 0.f);
   }
   // Every weight of this warp has been read: the next kernel may take the SM slots this block frees.
+  if constexpr (TRACE) step_stamp_warp(a.trace, kStWarpEnd);
   pdl_trigger();
 }
 
@@ -415,8 +424,10 @@ template <int ROWS, int EPI, bool NORM, int LOADS = kLoads> cudaError_t launch(G
   const int units = (a.N + OUT - 1) / OUT;
   a.units_per_warp = (units + p.resident_warps - 1) / p.resident_warps;
   const int warps = (units + a.units_per_warp - 1) / a.units_per_warp;
-  return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS>, (warps + kWarps - 1) / kWarps, kWarps * 32,
-                       smem_of(NORM, a.K), stream, a);
+  const int blocks = (warps + kWarps - 1) / kWarps;
+  if (a.trace != nullptr)  // the traced instance (same register bound, so the same one-wave plan)
+    return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS, true>, blocks, kWarps * 32, smem_of(NORM, a.K), stream, a);
+  return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS>, blocks, kWarps * 32, smem_of(NORM, a.K), stream, a);
 }
 
 // A plain or residual GEMV's serial steps a warp with `rows` rows (outputs) a unit: units a warp x steps a unit,
@@ -599,8 +610,12 @@ template <int EPI> cudaError_t launch_with_norm(const GemvArgs& a, cudaStream_t 
   return launch_any_rows<EPI, true>(a, stream);
 }
 
+thread_local unsigned long long* g_trace_next = nullptr;  // gemv_trace_next
+
 GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K, const GemvNorm& norm) {
   GemvArgs a;
+  a.trace = g_trace_next;  // the register GEMV stamps it; the TMA GEMV does not
+  g_trace_next = nullptr;
   a.x = x;
   a.W = W;
   a.y = y;
@@ -639,6 +654,7 @@ GemvTma& gemv_tma_setting() {
 }  // namespace
 
 GemvTma gemv_tma() { return gemv_tma_setting(); }
+void gemv_trace_next(unsigned long long* stamps) { g_trace_next = stamps; }
 void set_gemv_tma(GemvTma mode) { gemv_tma_setting() = mode; }
 
 namespace {

@@ -173,6 +173,17 @@ bool wg16_o_trace() { return wg16_o_trace_flag(); }
 
 void set_wg16_o_trace(bool on) { wg16_o_trace_flag() = on; }
 
+namespace {
+bool& decode_step_trace_flag() {
+  static bool on = false;
+  return on;
+}
+}  // namespace
+
+bool decode_step_trace() { return decode_step_trace_flag(); }
+
+void set_decode_step_trace(bool on) { decode_step_trace_flag() = on; }
+
 bool decode_persistent() { return decode_persistent_switch().on(); }
 
 void set_decode_persistent(bool on) { decode_persistent_switch().set(on); }
@@ -474,6 +485,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     // the prologues of the qkv and gate/up GEMVs (x is the raw residual; folded: their weights are in W, and
     // each warp scales its sums by x's 1 / rms), the residual adds as the epilogues of o and down; h is not
     // written (the head applies the final norm the same way: head_logits).
+    const kernels::StepTraceScope trace(decode_step_trace());
     for (size_t l = 0; l < layers.size(); ++l) {
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));

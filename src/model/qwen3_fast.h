@@ -106,6 +106,11 @@ int o_ring_kb();
 // products are issued (set it before an engine captures its graphs).
 bool wg16_o_trace();
 void set_wg16_o_trace(bool on);
+// Diagnostic (fast_perf --decode-trace): the one-row decode layers' GEMVs and attention run under
+// kernels::StepTraceScope, so that, after kernels::step_trace_start, the decode graph captured next stamps its blocks
+// (kernels/step_trace.h). Off by default.
+bool decode_step_trace();
+void set_decode_step_trace(bool on);
 
 // With folded norms, the multi-row steps' qkv products on the wgmma kernel compute their input norm's row factors
 // themselves and write the normed rows' projection (kernels::wg16_linear_norm_out), so the side stream's row_rms and

@@ -31,6 +31,7 @@
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
+#include "kernels/step_trace.h"
 #include "lt_test_settings.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -1356,6 +1357,100 @@ TEST_F(Kernels, Wg16TraceStampsInOrder) {
   EXPECT_EQ(kernels::wg16_trace_dropped(), 1);
   stamps = kernels::wg16_trace_take();
   EXPECT_GT(stamps[kernels::wg16_trace_launches()[2].offset].item<int64_t>(), 0);
+}
+
+// The decode step's diagnostic timeline (kernels::StepTraceScope, step_trace.h): a GEMV of each epilogue (the 4B
+// gate/up shape for the SwiGLU one, so every warp has two units) and the fused attention at a 512-key decode (4 key
+// splits), run untraced and then traced: bitwise the same outputs and cache, one listed launch each in order with its
+// kind, every block that ran stamped in order, one combining block a kv head, and nothing listed without the scope.
+TEST_F(Kernels, StepTraceStampsInOrder) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t H = 2560, I = 9728, nq = 32, nkv = 8, hd = 128, cap = 1024, base = 511;
+  at::Tensor x = at::randn({H}, bf16()), w_qkv = at::randn({(nq + 2 * nkv) * hd, H}, bf16()) * 0.02;
+  at::Tensor w_gu = at::randn({2 * I, H}, bf16()) * 0.02, w_o = at::randn({H, nq * hd}, bf16()) * 0.02;
+  ops::RopeTable rope = ops::make_rope_table(hd, 1e6, cap, at::Device(at::kCUDA));
+  at::Tensor qn = 1 + 0.1 * at::randn({hd}, bf16()), kn = 1 + 0.1 * at::randn({hd}, bf16());
+  at::Tensor kc0 = at::randn({nkv, cap, hd}, bf16()), vc0 = at::randn({nkv, cap, hd}, bf16());
+  at::Tensor pos = at::full({1}, base, i32());
+  const int splits = kernels::attention_default_splits(cap, 1);
+  struct Outputs { at::Tensor qkv, attn, act, residual, kc, vc; };
+  auto run = [&](kernels::AttentionScratch& scratch) {
+    Outputs o{at::full({1, (nq + 2 * nkv) * hd}, NAN, bf16()), at::full({1, nq * hd}, NAN, bf16()),
+              at::full({I}, NAN, bf16()), x.clone(), kc0.clone(), vc0.clone()};
+    kernels::gemv_out(o.qkv, x, w_qkv);
+    kernels::attention_qkv_out(o.attn, o.qkv, nq, nkv, qn, kn, rope, pos, o.kc, o.vc, true, 1e-6, scratch);
+    kernels::gemv_residual_out(o.residual, o.attn, w_o);
+    kernels::gemv_silu_mul_out(o.act, x, w_gu);
+    return o;
+  };
+  kernels::AttentionScratch sa = kernels::make_attention_scratch(1, nq, nkv, hd, splits, at::Device(at::kCUDA));
+  kernels::AttentionScratch sb = kernels::make_attention_scratch(1, nq, nkv, hd, splits, at::Device(at::kCUDA));
+  kernels::step_trace_start(int64_t{1} << 20);
+  const Outputs plain = run(sa);  // no scope: nothing listed
+  EXPECT_TRUE(kernels::step_trace_launches().empty());
+  Outputs traced;
+  {
+    const kernels::StepTraceScope on(true);
+    traced = run(sb);
+  }
+  EXPECT_TRUE(at::equal(plain.qkv, traced.qkv)) << "the stamps changed the qkv GEMV";
+  EXPECT_TRUE(at::equal(plain.attn, traced.attn)) << "the stamps changed the attention";
+  EXPECT_TRUE(at::equal(plain.kc, traced.kc) && at::equal(plain.vc, traced.vc)) << "the stamps changed the cache";
+  EXPECT_TRUE(at::equal(plain.residual, traced.residual)) << "the stamps changed the residual GEMV";
+  EXPECT_TRUE(at::equal(plain.act, traced.act)) << "the stamps changed the SwiGLU GEMV";
+  EXPECT_EQ(sb.counters.sum().item<int64_t>(), 0) << "split counters left non-zero";
+  using K = kernels::StepTraceKind;
+  const std::vector<kernels::StepTraceLaunch> launches = kernels::step_trace_launches();
+  ASSERT_EQ(launches.size(), 4u);
+  const K kinds[] = {K::kGemv, K::kAttention, K::kGemvResidual, K::kGemvSwiglu};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(launches[i].kind, kinds[i]) << "launch " << i;
+    EXPECT_FALSE(launches[i].captured) << "launch " << i;
+  }
+  at::Tensor stamps = kernels::step_trace_take();
+  const int64_t* v = stamps.data_ptr<int64_t>();
+  for (size_t i = 0; i < 4; ++i) {
+    const kernels::StepTraceLaunch& l = launches[i];
+    const bool attention = l.kind == K::kAttention;
+    int ran = 0, combined = 0, active = 0;
+    std::vector<int> combined_per_head(nkv, 0);
+    for (int b = 0; b < l.blocks; ++b) {
+      const int64_t* r = v + l.offset + static_cast<int64_t>(b) * kernels::kStepTraceFields;
+      if (r[kernels::kStStart] == 0) continue;  // not in this launch's grid
+      SCOPED_TRACE(::testing::Message() << "launch " << i << " block " << b);
+      ++ran;
+      EXPECT_GE(r[kernels::kStSm], 0);
+      EXPECT_LT(r[kernels::kStSm], sms);
+      if (attention) {
+        if (r[kernels::kStIssued] == 0) {  // a split past the live length: start and end only
+          EXPECT_LE(r[kernels::kStStart], r[kernels::kStEnd]);
+          continue;
+        }
+        ++active;
+        const int f[] = {kernels::kStStart, kernels::kStIssued, kernels::kStWaited, kernels::kStQReady,
+                         kernels::kStTiles, kernels::kStPartial, kernels::kStCounted, kernels::kStEnd};
+        for (int j = 1; j < 8; ++j) EXPECT_LE(r[f[j - 1]], r[f[j]]) << "field " << f[j];
+        ASSERT_TRUE(r[kernels::kStLast] == 0 || r[kernels::kStLast] == 1);
+        combined += static_cast<int>(r[kernels::kStLast]);
+        combined_per_head[b % nkv] += static_cast<int>(r[kernels::kStLast]);  // grid (kv head, row group, split)
+      } else {
+        EXPECT_LE(r[kernels::kStStart], r[kernels::kStIssued]);
+        EXPECT_LE(r[kernels::kStIssued], r[kernels::kStWaited]);
+        EXPECT_LE(r[kernels::kStWaited], r[kernels::kStWarpEnd]) << "warp 0 ended before its wait";
+        for (int wp = 0; wp < 4; ++wp)  // every warp stamps its end, with units or without
+          EXPECT_GT(r[kernels::kStWarpEnd + wp], 0) << "warp " << wp;
+      }
+    }
+    EXPECT_GT(ran, 0) << "launch " << i;
+    if (attention) {
+      EXPECT_EQ(active, nkv * 4) << "512 keys: 4 splits of 128 keys a kv head";
+      EXPECT_EQ(combined, nkv);
+      for (int h = 0; h < nkv; ++h) EXPECT_EQ(combined_per_head[h], 1) << "kv head " << h;
+    }
+  }
+  at::Tensor again = kernels::step_trace_take();
+  EXPECT_EQ(again.count_nonzero().item<int64_t>(), 0) << "reading the stamps did not zero them";
 }
 
 // The wgmma kernel's SwiGLU form (gate/up product + silu_mul in one launch) against its twin, the same kernel's plain

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""decode_trace.py — summarise fast_perf --decode-trace's CSV (one decode step, a row a block; kernels/step_trace.h).
+
+A decode layer is five launches in order: qkv GEMV, attention, o GEMV (residual), gate/up GEMV (SwiGLU), down GEMV
+(residual). A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last
+warp. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
+the layer's qkv GEMV ended (its last warp); then each boundary: when the next kernel's first block started and its
+median block's PDL wait returned, after the kernel before it ended.
+Usage: decode_trace.py FILE.csv [LABEL]
+"""
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+FIELDS = ["start", "issued", "waited", "q_ready", "tiles", "partial", "counted", "first_warp_end", "end"]
+WARP_ENDS = ["q_ready", "tiles", "partial", "counted"]  # a GEMV row's warp 0..3 ends
+NAMES = ["qkv", "attention", "o", "gate/up", "down"]
+KINDS = ["gemv", "attention", "residual", "swiglu", "residual"]
+
+
+def fail(msg):
+    sys.exit(f"decode_trace.py: {msg}")
+
+
+def read(path):
+    launches = defaultdict(list)
+    try:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if row["kind"] != "attention":
+                    ends = [float(row[k]) for k in WARP_ENDS if row[k]]
+                    row["end"] = str(max(ends)) if ends else ""
+                    row["first_warp_end"] = str(min(ends)) if ends else ""
+                    for k in WARP_ENDS:
+                        row[k] = ""
+                launches[int(row["launch"])].append(row)
+    except (OSError, KeyError, ValueError) as e:
+        fail(f"{path}: not a --decode-trace CSV ({e})")
+    order = sorted(launches)
+    if not order or len(order) % 5 != 0:
+        fail(f"{path}: {len(order)} launches, not whole layers of 5")
+    layers = [[launches[i] for i in order[k:k + 5]] for k in range(0, len(order), 5)]
+    for n, layer in enumerate(layers):
+        kinds = [rows[0]["kind"] for rows in layer]
+        if kinds != KINDS:
+            fail(f"{path}: layer {n}'s launches are {kinds}, expected {KINDS}")
+    return layers
+
+
+def times(rows, field):
+    return sorted(float(r[field]) for r in rows if r.get(field))
+
+
+def main():
+    if len(sys.argv) < 2:
+        fail("usage: decode_trace.py FILE.csv [LABEL]")
+    layers = read(sys.argv[1])
+    label = sys.argv[2] if len(sys.argv) > 2 else sys.argv[1]
+    table = defaultdict(lambda: ([], [], []))  # (kernel, field) -> per layer [earliest], [median], [latest]
+    refs, combine_end = [], []
+    for layer in layers:
+        ref = times(layer[0], "end")[-1]
+        refs.append(ref)
+        for name, rows in zip(NAMES, layer):
+            for field in FIELDS:
+                v = [(t - ref) / 1000.0 for t in times(rows, field)]
+                if v:
+                    for j, x in enumerate((v[0], v[len(v) // 2], v[-1])):
+                        table[(name, field)][j].append(x)
+        last = [(float(r["end"]) - ref) / 1000.0 for r in layer[1] if r["last"] == "1" and r["end"]]
+        if last:
+            combine_end.append(min(last))
+    med = statistics.median
+    print(f"== {label}: {len(layers)} layers; µs after the layer's qkv GEMV ended, median over the layers of "
+          "[earliest / median / latest block]")
+    print("  blocks a launch: " + ", ".join(f"{n} {int(med(len(l[k]) for l in layers))}" for k, n in enumerate(NAMES)))
+    for name in NAMES:
+        for field in FIELDS:
+            if (name, field) in table:
+                lo, mid, hi = (med(x) for x in table[(name, field)])
+                print(f"  {name:9s} {field:14s} {lo:8.2f} {mid:8.2f} {hi:8.2f}")
+    if combine_end:
+        print(f"  attention: the combining blocks' earliest end {med(combine_end):.2f}")
+    # boundaries, each kernel after the one before it (the qkv GEMV after the previous layer's down GEMV)
+    flat = [rows for layer in layers for rows in layer]
+    gaps = defaultdict(lambda: ([], []))
+    for k in range(1, len(flat)):
+        end = times(flat[k - 1], "end")[-1]
+        pair = f"{NAMES[(k - 1) % 5]} -> {NAMES[k % 5]}"
+        gaps[pair][0].append((times(flat[k], "start")[0] - end) / 1000.0)
+        waited = times(flat[k], "waited")
+        gaps[pair][1].append((waited[len(waited) // 2] - end) / 1000.0)
+    print("  boundaries, µs after the earlier kernel's end: [first block start / median block's wait released]")
+    for pair, (start, waited) in gaps.items():
+        print(f"  {pair:20s} {med(start):8.2f} {med(waited):8.2f}")
+    if len(refs) > 1:
+        print(f"  a layer (qkv end to the next layer's qkv end): "
+              f"{med((b - a) / 1000.0 for a, b in zip(refs, refs[1:])):.2f} µs (median)")
+
+
+if __name__ == "__main__":
+    main()
