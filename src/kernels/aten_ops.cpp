@@ -228,10 +228,46 @@ AttentionScratch make_attention_scratch(int64_t T, int64_t nq, int64_t nkv, int6
 }
 
 namespace {
-thread_local bool g_step_trace_on = false;  // StepTraceScope
-struct StepTrace {
+// A diagnostic timeline's stamps (the wgmma products', the decode step's): one device buffer a process, handed out to
+// launches in order. `what` names the timeline in errors.
+struct StampBuffer {
   unsigned long long* stamps = nullptr;
   int64_t capacity = 0, used = 0;
+  // Allocates `wanted` stamps on the first call (outside a graph capture), zeroes them and starts handing out from the
+  // first; later calls keep the buffer (graphs captured earlier may still write it) and fail asking for more.
+  void start(int64_t wanted, int64_t least, const char* what) {
+    if (wanted < least) fail("{}: a capacity of at least {} stamps, found {}", what, least, wanted);
+    if (stamps == nullptr) {
+      check_cuda(cudaMalloc(&stamps, sizeof(unsigned long long) * static_cast<size_t>(wanted)), what);
+      capacity = wanted;
+    } else if (wanted > capacity) {
+      fail("{}: the buffer holds {} stamps (one buffer a process, sized by the first call); {} asked for", what, capacity,
+           wanted);
+    }
+    check_cuda(cudaMemset(stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(capacity)), what);
+    used = 0;
+  }
+  // The offset of `need` more stamps, or -1 when they do not fit (or no buffer).
+  int64_t reserve(int64_t need) {
+    if (stamps == nullptr || used + need > capacity) return -1;
+    used += need;
+    return used - need;
+  }
+  // The stamps copied to the host (int64, [capacity]; waits for the current stream), then zeroed on the current stream.
+  at::Tensor take(const char* what) const {
+    if (stamps == nullptr) fail("{}: read before it was started", what);
+    at::Tensor host = at::empty({capacity}, at::TensorOptions().dtype(at::kLong));
+    const size_t bytes = sizeof(unsigned long long) * static_cast<size_t>(capacity);
+    check_cuda(cudaStreamSynchronize(stream()), what);
+    check_cuda(cudaMemcpy(host.data_ptr<int64_t>(), stamps, bytes, cudaMemcpyDeviceToHost), what);
+    check_cuda(cudaMemsetAsync(stamps, 0, bytes, stream()), what);
+    return host;
+  }
+};
+
+thread_local bool g_step_trace_on = false;  // StepTraceScope
+struct StepTrace {
+  StampBuffer buffer;
   std::vector<StepTraceLaunch> launches;
 };
 StepTrace& step_trace() {
@@ -241,14 +277,13 @@ StepTrace& step_trace() {
 // Stamps for a launch of at most `blocks` blocks, or nullptr (no scope, no buffer, or full).
 unsigned long long* step_trace_slot(StepTraceKind kind, int64_t blocks) {
   StepTrace& t = step_trace();
-  if (!g_step_trace_on || t.stamps == nullptr) return nullptr;
-  const int64_t need = blocks * kStepTraceFields;
-  if (t.used + need > t.capacity) return nullptr;
+  if (!g_step_trace_on) return nullptr;
+  const int64_t offset = t.buffer.reserve(blocks * kStepTraceFields);
+  if (offset < 0) return nullptr;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream(), &capture), "step trace");
-  t.launches.push_back(StepTraceLaunch{t.used, static_cast<int>(blocks), kind, capture == cudaStreamCaptureStatusActive});
-  t.used += need;
-  return t.stamps + t.launches.back().offset;
+  t.launches.push_back(StepTraceLaunch{offset, static_cast<int>(blocks), kind, capture == cudaStreamCaptureStatusActive});
+  return t.buffer.stamps + offset;
 }
 // The register GEMV's grid is at most 8 blocks an SM.
 void gemv_trace_slot(StepTraceKind kind) {
@@ -261,33 +296,13 @@ void gemv_trace_slot(StepTraceKind kind) {
 
 void step_trace_start(int64_t capacity) {
   StepTrace& t = step_trace();
-  if (capacity < kStepTraceFields) fail("step trace: a capacity of at least {} stamps, found {}", kStepTraceFields, capacity);
-  if (t.stamps == nullptr) {
-    check_cuda(cudaMalloc(&t.stamps, sizeof(unsigned long long) * static_cast<size_t>(capacity)), "step trace");
-    t.capacity = capacity;
-  } else if (capacity > t.capacity) {
-    fail("step trace: the buffer holds {} stamps (one buffer a process, sized by the first call); {} asked for",
-         t.capacity, capacity);
-  }
-  check_cuda(cudaMemset(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity)), "step trace");
-  t.used = 0;
+  t.buffer.start(capacity, kStepTraceFields, "step trace");
   t.launches.clear();
 }
 StepTraceScope::StepTraceScope(bool on) : saved_(g_step_trace_on) { g_step_trace_on = on; }
 StepTraceScope::~StepTraceScope() { g_step_trace_on = saved_; }
 const std::vector<StepTraceLaunch>& step_trace_launches() { return step_trace().launches; }
-at::Tensor step_trace_take() {
-  StepTrace& t = step_trace();
-  if (t.stamps == nullptr) fail("step trace: step_trace_start was not called");
-  at::Tensor host = at::empty({t.capacity}, at::TensorOptions().dtype(at::kLong));
-  check_cuda(cudaStreamSynchronize(stream()), "step trace");
-  check_cuda(cudaMemcpy(host.data_ptr(), t.stamps, sizeof(unsigned long long) * static_cast<size_t>(t.capacity),
-                        cudaMemcpyDeviceToHost),
-             "step trace");
-  check_cuda(cudaMemsetAsync(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity), stream()),
-             "step trace");
-  return host;
-}
+at::Tensor step_trace_take() { return step_trace().buffer.take("step trace"); }
 
 namespace {
 // The checked arguments of an attention launch of T rows of nq heads over the caches, less the query source.
@@ -690,8 +705,8 @@ thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
 thread_local bool g_wg16_trace_on = false;  // Wg16TraceScope
 
 struct Wg16Trace {
-  unsigned long long* stamps = nullptr;
-  int64_t capacity = 0, used = 0, dropped = 0;
+  StampBuffer buffer;
+  int64_t dropped = 0;
   std::vector<Wg16TraceLaunch> launches;
 };
 Wg16Trace& wg16_trace() {
@@ -702,15 +717,15 @@ Wg16Trace& wg16_trace() {
 // This product's stamps, or nullptr (no scope, no buffer, or full).
 unsigned long long* wg16_trace_slot(const Wg16Args& a) {
   Wg16Trace& t = wg16_trace();
-  if (!g_wg16_trace_on || t.stamps == nullptr) return nullptr;
+  if (!g_wg16_trace_on || t.buffer.stamps == nullptr) return nullptr;
   const int blocks = wg16_blocks(a.N, a.plan);
-  const int64_t need = static_cast<int64_t>(blocks) * kWg16TraceFields;
-  if (t.used + need > t.capacity) {
+  const int64_t offset = t.buffer.reserve(static_cast<int64_t>(blocks) * kWg16TraceFields);
+  if (offset < 0) {
     ++t.dropped;
     return nullptr;
   }
   Wg16TraceLaunch l;
-  l.offset = t.used;
+  l.offset = offset;
   l.blocks = blocks;
   l.T = a.T;
   l.N = a.N;
@@ -719,8 +734,7 @@ unsigned long long* wg16_trace_slot(const Wg16Args& a) {
   l.stages = a.plan.stages;
   l.kb = a.plan.kb;
   t.launches.push_back(l);
-  t.used += need;
-  return t.stamps + l.offset;
+  return t.buffer.stamps + l.offset;
 }
 
 // Y = x @ weight^T by gemm_wg16 with wg16_plan's plan, in the form `a` names (residual, SwiGLU); `what` names the
@@ -773,16 +787,7 @@ Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
 
 void wg16_trace_start(int64_t capacity) {
   Wg16Trace& t = wg16_trace();
-  if (capacity < kWg16TraceFields) fail("wg16 trace: a capacity of at least {} stamps, found {}", kWg16TraceFields, capacity);
-  if (t.stamps == nullptr) {
-    check_cuda(cudaMalloc(&t.stamps, sizeof(unsigned long long) * static_cast<size_t>(capacity)), "wg16 trace");
-    t.capacity = capacity;
-  } else if (capacity > t.capacity) {  // graphs captured earlier may still write the buffer: it is never replaced
-    fail("wg16 trace: the buffer holds {} stamps (one buffer a process, sized by the first call); {} asked for",
-         t.capacity, capacity);
-  }
-  check_cuda(cudaMemset(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity)), "wg16 trace");
-  t.used = 0;
+  t.buffer.start(capacity, kWg16TraceFields, "wg16 trace");
   t.dropped = 0;
   t.launches.clear();
 }
@@ -790,18 +795,7 @@ Wg16TraceScope::Wg16TraceScope(bool on) : saved_(g_wg16_trace_on) { g_wg16_trace
 Wg16TraceScope::~Wg16TraceScope() { g_wg16_trace_on = saved_; }
 const std::vector<Wg16TraceLaunch>& wg16_trace_launches() { return wg16_trace().launches; }
 int64_t wg16_trace_dropped() { return wg16_trace().dropped; }
-at::Tensor wg16_trace_take() {
-  Wg16Trace& t = wg16_trace();
-  if (t.stamps == nullptr) fail("wg16 trace: wg16_trace_start was not called");
-  at::Tensor host = at::empty({t.capacity}, at::TensorOptions().dtype(at::kLong));
-  check_cuda(cudaStreamSynchronize(stream()), "wg16 trace");
-  check_cuda(cudaMemcpy(host.data_ptr<int64_t>(), t.stamps, sizeof(unsigned long long) * static_cast<size_t>(t.capacity),
-                        cudaMemcpyDeviceToHost),
-             "wg16 trace");
-  check_cuda(cudaMemsetAsync(t.stamps, 0, sizeof(unsigned long long) * static_cast<size_t>(t.capacity), stream()),
-             "wg16 trace");
-  return host;
-}
+at::Tensor wg16_trace_take() { return wg16_trace().buffer.take("wg16 trace"); }
 
 namespace {
 // The plain form's operands (wg16_fits), or an error naming `what` and what was found.
