@@ -274,15 +274,12 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
               static_cast<long long>(blocks), static_cast<long long>(rows - 1));
 }
 
-// The o products' wgmma timeline (--wg16-trace; kernels::Wg16TraceLaunch, Wg16Args::trace) from one stamp read: the
-// launches that ran since the previous read (their blocks' Start set), in launch order, one a layer. Appends a CSV
-// row a block to `csv` (step, layer, block, sm, last, then each stamp in µs after the layer's earliest wait release)
-// and prints, as medians over the layers, each stamp's earliest, median and latest block on that scale.
-// The decode step's timeline (--decode-trace; kernels::StepTraceLaunch, kernels/step_trace.h) from one stamp read: the
-// launches listed during the graph capture, in launch order, a CSV row for each block that ran (its start set): launch,
-// kind (gemv, swiglu, residual, attention), block, sm, then each time field in ns after the earliest start of the
-// step ("last" is 1 for the attention block that combined its splits; in a GEMV's rows the columns q_ready .. counted
-// hold its warps' ends, warp 0 .. 3, and end is empty).
+// The decode step's timeline (--decode-trace; kernels::StepTraceLaunch, kernels/step_trace.h) from one stamp read after
+// the timed replays, which rewrite the same rows: the launches listed during the graph capture, in launch order, a CSV
+// row for each block that ran (its start set): launch, kind (gemv, swiglu, residual, attention), block, sm, then each
+// time field in ns after the earliest start of the step, and "last" (1 for the attention block that combined its
+// splits). A GEMV row holds its warps' ends, warp 0 .. 3, in the columns q_ready .. counted, and no end; an attention
+// split past the live length has start and end only. Fails where a launch of the step got no stamps.
 void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();
@@ -297,6 +294,9 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
         t0 = std::min(t0, v[l.offset + b * kStepTraceFields + kStStart]);
   }
   if (ran.empty()) fail("--decode-trace: no traced launch ran in the decode graph (is the decode step on the GEMVs?)");
+  if (step_trace_dropped() > 0)
+    fail("--decode-trace: {} launches ran without stamps (the buffer was full): the timeline would miss layers",
+         step_trace_dropped());
   std::ofstream csv(path);
   if (!csv) fail("--decode-trace: cannot write {}", path);
   csv << "launch,kind,block,sm,start,issued,waited,q_ready,tiles,partial,counted,end,last\n";
@@ -315,10 +315,14 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   }
   csv.close();
   if (!csv) fail("--decode-trace: writing {} failed", path);
-  std::printf("decode step timeline written to %s (%zu launches, %lld blocks; the decode time above carries the stamps' "
+  std::printf("decode step timeline written to %s (%zu launches, %lld blocks; this run's decode times carry the stamps' "
               "cost)\n", path.c_str(), ran.size(), static_cast<long long>(rows));
 }
 
+// The o products' wgmma timeline (--wg16-trace; kernels::Wg16TraceLaunch, Wg16Args::trace) from one stamp read: the
+// launches that ran since the previous read (their blocks' Start set), in launch order, one a layer. Appends a CSV
+// row a block to `csv` (step, layer, block, sm, last, then each stamp in µs after the layer's earliest wait release)
+// and prints, as medians over the layers, each stamp's earliest, median and latest block on that scale.
 void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const std::string& shape, std::ofstream& csv) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();

@@ -3,7 +3,7 @@
 
 A decode layer is five launches in order: qkv GEMV, attention, o GEMV (residual), gate/up GEMV (SwiGLU), down GEMV
 (residual). A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last
-warp. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
+warp. The attention's splits past the live length (start and end only) are counted apart, not in its phases. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
 the layer's qkv GEMV ended (its last warp); then each boundary: when the next kernel's first block started and its
 median block's PDL wait returned, after the kernel before it ended.
 Usage: decode_trace.py FILE.csv [LABEL]
@@ -25,9 +25,13 @@ def fail(msg):
 
 def read(path):
     launches = defaultdict(list)
+    idle = defaultdict(int)  # attention splits past the live length, by launch
     try:
         with open(path) as f:
             for row in csv.DictReader(f):
+                if row["kind"] == "attention" and not row["issued"]:
+                    idle[int(row["launch"])] += 1
+                    continue
                 if row["kind"] != "attention":
                     ends = [float(row[k]) for k in WARP_ENDS if row[k]]
                     row["end"] = str(max(ends)) if ends else ""
@@ -45,7 +49,7 @@ def read(path):
         kinds = [rows[0]["kind"] for rows in layer]
         if kinds != KINDS:
             fail(f"{path}: layer {n}'s launches are {kinds}, expected {KINDS}")
-    return layers
+    return layers, [idle[i] for i in order[1::5]]
 
 
 def times(rows, field):
@@ -55,7 +59,7 @@ def times(rows, field):
 def main():
     if len(sys.argv) < 2:
         fail("usage: decode_trace.py FILE.csv [LABEL]")
-    layers = read(sys.argv[1])
+    layers, idle = read(sys.argv[1])
     label = sys.argv[2] if len(sys.argv) > 2 else sys.argv[1]
     table = defaultdict(lambda: ([], [], []))  # (kernel, field) -> per layer [earliest], [median], [latest]
     refs, combine_end = [], []
@@ -74,7 +78,8 @@ def main():
     med = statistics.median
     print(f"== {label}: {len(layers)} layers; µs after the layer's qkv GEMV ended, median over the layers of "
           "[earliest / median / latest block]")
-    print("  blocks a launch: " + ", ".join(f"{n} {int(med(len(l[k]) for l in layers))}" for k, n in enumerate(NAMES)))
+    print("  blocks a launch: " + ", ".join(f"{n} {int(med(len(l[k]) for l in layers))}" for k, n in enumerate(NAMES))
+          + f" (and {int(med(idle))} attention splits past the live length)")
     for name in NAMES:
         for field in FIELDS:
             if (name, field) in table:

@@ -268,40 +268,47 @@ struct StampBuffer {
 thread_local bool g_step_trace_on = false;  // StepTraceScope
 struct StepTrace {
   StampBuffer buffer;
+  int64_t dropped = 0;
   std::vector<StepTraceLaunch> launches;
 };
 StepTrace& step_trace() {
   static StepTrace t;
   return t;
 }
-// Stamps for a launch of at most `blocks` blocks, or nullptr (no scope, no buffer, or full).
+// Stamps for a launch of at most `blocks` blocks, or nullptr (no scope, no buffer, or full: counted as dropped).
 unsigned long long* step_trace_slot(StepTraceKind kind, int64_t blocks) {
   StepTrace& t = step_trace();
-  if (!g_step_trace_on) return nullptr;
+  if (!g_step_trace_on || t.buffer.stamps == nullptr) return nullptr;
   const int64_t offset = t.buffer.reserve(blocks * kStepTraceFields);
-  if (offset < 0) return nullptr;
+  if (offset < 0) {
+    ++t.dropped;
+    return nullptr;
+  }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   check_cuda(cudaStreamIsCapturing(stream(), &capture), "step trace");
   t.launches.push_back(StepTraceLaunch{offset, static_cast<int>(blocks), kind, capture == cudaStreamCaptureStatusActive});
   return t.buffer.stamps + offset;
 }
-// The register GEMV's grid is at most 8 blocks an SM.
-void gemv_trace_slot(StepTraceKind kind) {
-  if (!g_step_trace_on) return;
+// Rows for a register GEMV of `rows` rows of W by K (kGemvTraceBlocksPerSm blocks an SM; a larger grid runs untraced),
+// handed to its next call; none where the TMA GEMV takes the product (it has no stamps).
+void gemv_trace_slot(StepTraceKind kind, int64_t rows, int64_t K) {
+  if (!g_step_trace_on || gemv_tma_takes(static_cast<int>(rows), static_cast<int>(K))) return;
   int sms = 0;
   check_cuda(detail::sm_count(sms), "step trace");
-  gemv_trace_next(step_trace_slot(kind, static_cast<int64_t>(sms) * 8));
+  gemv_trace_next(step_trace_slot(kind, static_cast<int64_t>(sms) * kGemvTraceBlocksPerSm));
 }
 }  // namespace
 
 void step_trace_start(int64_t capacity) {
   StepTrace& t = step_trace();
   t.buffer.start(capacity, kStepTraceFields, "step trace");
+  t.dropped = 0;
   t.launches.clear();
 }
 StepTraceScope::StepTraceScope(bool on) : saved_(g_step_trace_on) { g_step_trace_on = on; }
 StepTraceScope::~StepTraceScope() { g_step_trace_on = saved_; }
 const std::vector<StepTraceLaunch>& step_trace_launches() { return step_trace().launches; }
+int64_t step_trace_dropped() { return step_trace().dropped; }
 at::Tensor step_trace_take() { return step_trace().buffer.take("step trace"); }
 
 namespace {
@@ -554,10 +561,8 @@ void gemv_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weig
   check_one_row(out, x, weight, weight.dim() == 2 ? weight.size(0) : -1, "gemv");
   const int64_t N = weight.size(0), K = weight.size(1);
   const GemvNorm norm = gemv_norm_of(norm_weight, eps, K, "gemv", folded_norm);
-  gemv_trace_slot(StepTraceKind::kGemv);
-  const cudaError_t e = gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(), norm);
-  gemv_trace_next(nullptr);
-  check_cuda(e, "gemv");
+  gemv_trace_slot(StepTraceKind::kGemv, N, K);
+  check_cuda(gemv(bf(x), bf(weight), bf(out), static_cast<int>(N), static_cast<int>(K), stream(), norm), "gemv");
 }
 
 void gemm_small_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight) {
@@ -585,11 +590,9 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
   const int64_t I = gate_up.size(0) / 2, K = gate_up.size(1);
   check_one_row(act, x, gate_up, I, "gemv_silu_mul");
   const GemvNorm norm = gemv_norm_of(norm_weight, eps, K, "gemv_silu_mul", folded_norm);
-  gemv_trace_slot(StepTraceKind::kGemvSwiglu);
-  const cudaError_t e =
-      gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(), norm);
-  gemv_trace_next(nullptr);
-  check_cuda(e, "gemv_swiglu");
+  gemv_trace_slot(StepTraceKind::kGemvSwiglu, 2 * I, K);
+  check_cuda(gemv_swiglu(bf(x), bf(gate_up), bf(act), static_cast<int>(I), static_cast<int>(K), stream(), norm),
+             "gemv_swiglu");
 }
 
 void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tap) {
@@ -605,11 +608,9 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
   const auto* r = static_cast<const char*>(residual.data_ptr());
   const auto* xp = static_cast<const char*>(x.data_ptr());
   if (r < xp + x.numel() * 2 && xp < r + N * 2) fail("gemv_residual: residual overlaps x");
-  gemv_trace_slot(StepTraceKind::kGemvResidual);
-  const cudaError_t e =
-      gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream());
-  gemv_trace_next(nullptr);
-  check_cuda(e, "gemv_residual");
+  gemv_trace_slot(StepTraceKind::kGemvResidual, N, K);
+  check_cuda(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream()),
+             "gemv_residual");
 }
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }

@@ -231,7 +231,8 @@ at::Tensor wg16_trace_take();
 // of `capacity` stamps (outside a graph capture; once: later calls keep it, and fail asking for more) and empties the
 // launch list; then every register GEMV (gemv_out, gemv_silu_mul_out, gemv_residual_out) and fused small-T attention
 // (attention_qkv_out) run while a StepTraceScope(true) lives on this thread, eager or captured, takes the next rows of
-// it (the launch's most blocks) and is listed, in launch order. Launches past the capacity run without stamps.
+// it (the launch's most blocks) and is listed, in launch order. Launches past the capacity run without stamps (counted
+// in step_trace_dropped), and so do the GEMVs the TMA GEMV runs (gemv.h: gemv_tma_takes; not listed).
 enum class StepTraceKind { kGemv = 0, kGemvSwiglu = 1, kGemvResidual = 2, kAttention = 3 };
 struct StepTraceLaunch {
   int64_t offset = 0;  // first stamp
@@ -251,6 +252,7 @@ class StepTraceScope {
   bool saved_;
 };
 const std::vector<StepTraceLaunch>& step_trace_launches();
+int64_t step_trace_dropped();
 // The stamps copied to the host (int64, [capacity]; waits for the current stream), then zeroed on the current stream.
 at::Tensor step_trace_take();
 // Whether the two above take these tensors (their layout rules; the switch aside).

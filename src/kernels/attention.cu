@@ -696,9 +696,12 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
       if (d == 0) ws_ml[row] = make_float2(M, Lsum);
     }
   }
-  if constexpr (TRACE) step_stamp(a.trace, kStPartial);
+  if constexpr (TRACE) step_stamp(a.trace, kStPartial);  // thread 0's items stored (no barrier before it)
   if (n_act == 1) {
-    if constexpr (TRACE) step_stamp(a.trace, kStEnd);
+    if constexpr (TRACE) {
+      step_stamp_value(a.trace, kStLast, 0);  // written every launch: a graph's replays rewrite the same rows
+      step_stamp(a.trace, kStEnd);
+    }
     return;
   }
 
@@ -707,12 +710,14 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   unsigned int* counter = a.counters + kvh * gridDim.y + z;
   if (tid == 0) is_last = atomicAdd(counter, 1u) == static_cast<unsigned int>(n_act - 1);
   __syncthreads();
-  if constexpr (TRACE) step_stamp(a.trace, kStCounted);
+  if constexpr (TRACE) {
+    step_stamp(a.trace, kStCounted);
+    step_stamp_value(a.trace, kStLast, is_last ? 1 : 0);  // every launch: a graph's replays rewrite the same rows
+  }
   if (!is_last) {
     if constexpr (TRACE) step_stamp(a.trace, kStEnd);
     return;
   }
-  if constexpr (TRACE) step_stamp_value(a.trace, kStLast, 1);
   __threadfence();
   // The combine in one round trip (for up to kChunk splits): a thread takes (row, 8 dims) items and loads the
   // (m, l) and partial rows of kChunk splits together, then folds them in with a running max M:
@@ -773,12 +778,14 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 3 : 2) decode_attenti
   if constexpr (TRACE) step_stamp(a.trace, kStEnd);
 }
 
-template <int HD, int WARPS, bool TRACE> cudaError_t launch_decode_as(const AttentionArgs& a, cudaStream_t stream) {
+// Configures decode_attention_kernel<HD, WARPS, TRACE> once (its shared memory attribute) and gives the blocks the
+// untraced instance holds at once, so that the traced one runs the same grid (the split count decides the sums).
+template <int HD, int WARPS, bool TRACE> cudaError_t configure_decode(int& resident_untraced) {
   constexpr size_t bytes = DecSmem<HD, WARPS>::bytes;
-  constexpr auto kernel = decode_attention_kernel<HD, WARPS, TRACE>;
   static bool configured = false;  // the attribute is per kernel, set before the first launch
-  static int resident = 0;         // blocks of this kernel the GPU holds at once
+  static int resident = 0;         // blocks of this instance the GPU holds at once
   if (!configured) {
+    constexpr auto kernel = decode_attention_kernel<HD, WARPS, TRACE>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     int sms = 0, per_sm = 0;
     if (e == cudaSuccess) e = sm_count(sms);
@@ -787,15 +794,24 @@ template <int HD, int WARPS, bool TRACE> cudaError_t launch_decode_as(const Atte
     resident = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
     configured = true;
   }
+  if constexpr (TRACE) return configure_decode<HD, WARPS, false>(resident_untraced);
+  resident_untraced = resident;
+  return cudaSuccess;
+}
+
+template <int HD, int WARPS, bool TRACE> cudaError_t launch_decode_as(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t bytes = DecSmem<HD, WARPS>::bytes;
+  int resident = 0;
+  if (const cudaError_t e = configure_decode<HD, WARPS, TRACE>(resident); e != cudaSuccess) return e;
   const int R = a.T * (a.nq / a.nkv), groups = a.nkv * ((R + kDecRows - 1) / kDecRows);
   // At most one wave of blocks: a split of a second wave would start only when a first-wave block ends,
   // doubling the step; with fewer splits each block streams more keys through its cp.async pipeline.
   const int splits = std::max(1, std::min(a.splits, resident / groups));
   dim3 grid(a.nkv, (R + kDecRows - 1) / kDecRows, splits);
   const LcSkipScope lc(kLcAttention);
-  return launch_kernel(kernel, grid, 32 * WARPS, bytes, stream, a);
+  return launch_kernel(decode_attention_kernel<HD, WARPS, TRACE>, grid, 32 * WARPS, bytes, stream, a);
 }
-// The traced instance where AttentionArgs::trace is set (one block an SM either way: the same grid).
+// The traced instance where AttentionArgs::trace is set, on the untraced one's grid.
 template <int HD, int WARPS> cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   return a.trace != nullptr ? launch_decode_as<HD, WARPS, true>(a, stream) : launch_decode_as<HD, WARPS, false>(a, stream);
 }

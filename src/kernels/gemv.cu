@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
@@ -425,7 +426,11 @@ template <int ROWS, int EPI, bool NORM, int LOADS = kLoads> cudaError_t launch(G
   a.units_per_warp = (units + p.resident_warps - 1) / p.resident_warps;
   const int warps = (units + a.units_per_warp - 1) / a.units_per_warp;
   const int blocks = (warps + kWarps - 1) / kWarps;
-  if (a.trace != nullptr)  // the traced instance (same register bound, so the same one-wave plan)
+  static_assert(kStWarpEnd + kWarps <= kStEnd, "a block's warp ends fit before kStEnd");
+  int sms = 0;
+  if (a.trace != nullptr && (e = sm_count(sms)) != cudaSuccess) return e;
+  // The traced instance (the same plan) where the launch has stamps and its grid fits their rows; else the engine's.
+  if (a.trace != nullptr && blocks <= sms * kGemvTraceBlocksPerSm)
     return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS, true>, blocks, kWarps * 32, smem_of(NORM, a.K), stream, a);
   return launch_kernel(gemv_kernel<ROWS, EPI, NORM, LOADS>, blocks, kWarps * 32, smem_of(NORM, a.K), stream, a);
 }
@@ -612,10 +617,11 @@ template <int EPI> cudaError_t launch_with_norm(const GemvArgs& a, cudaStream_t 
 
 thread_local unsigned long long* g_trace_next = nullptr;  // gemv_trace_next
 
-GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K, const GemvNorm& norm) {
+// The entry points' arguments, with the pending stamps (gemv_trace_next), which every entry takes first, so that they
+// never reach a later call; the register GEMV writes them, the TMA GEMV does not.
+GemvArgs args_of(const bf16* x, const bf16* W, bf16* y, int N, int K, const GemvNorm& norm, unsigned long long* trace) {
   GemvArgs a;
-  a.trace = g_trace_next;  // the register GEMV stamps it; the TMA GEMV does not
-  g_trace_next = nullptr;
+  a.trace = trace;
   a.x = x;
   a.W = W;
   a.y = y;
@@ -688,23 +694,26 @@ bool gemv_tma_takes(int rows, int K) {
 
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* y, int N, int K, cudaStream_t stream,
                  const GemvNorm& norm) {
+  unsigned long long* trace = std::exchange(g_trace_next, nullptr);
   if (N <= 0) return cudaSuccess;
   if (!valid(x, W, y, K, norm)) return cudaErrorInvalidValue;
-  return launch_with_norm<kPlain>(args_of(x, W, y, N, K, norm), stream);
+  return launch_with_norm<kPlain>(args_of(x, W, y, N, K, norm, trace), stream);
 }
 
 cudaError_t gemv_swiglu(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* act, int I, int K,
                         cudaStream_t stream, const GemvNorm& norm) {
+  unsigned long long* trace = std::exchange(g_trace_next, nullptr);
   if (I <= 0) return cudaSuccess;
   if (!valid(x, W, act, K, norm)) return cudaErrorInvalidValue;
-  return launch_with_norm<kSwiglu>(args_of(x, W, act, I, K, norm), stream);
+  return launch_with_norm<kSwiglu>(args_of(x, W, act, I, K, norm, trace), stream);
 }
 
 cudaError_t gemv_residual(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_bfloat16* residual,
                           __nv_bfloat16* tap, int N, int K, cudaStream_t stream) {
+  unsigned long long* trace = std::exchange(g_trace_next, nullptr);
   if (N <= 0) return cudaSuccess;
   if (!valid(x, W, residual, K, GemvNorm{})) return cudaErrorInvalidValue;
-  GemvArgs a = args_of(x, W, residual, N, K, GemvNorm{});
+  GemvArgs a = args_of(x, W, residual, N, K, GemvNorm{}, trace);
   a.tap = tap;
   return launch_with_norm<kResidual>(a, stream);
 }

@@ -84,8 +84,9 @@ cudaError_t gemv_residual(const __nv_bfloat16* x, const __nv_bfloat16* W, __nv_b
                           __nv_bfloat16* tap, int N, int K, cudaStream_t stream);
 
 // Diagnostic (step_trace.h): the next gemv, gemv_swiglu or gemv_residual call on this thread writes its blocks' stamps
-// into `stamps` (kStepTraceFields a block, room for 8 blocks an SM) when the register GEMV runs it; the TMA GEMV
-// ignores them. One call only: the pointer is cleared by that call.
+// into `stamps` (kStepTraceFields a block, rows for kGemvTraceBlocksPerSm blocks an SM) when the register GEMV runs it
+// within those rows; the TMA GEMV ignores them. One call only: that call takes the pointer first, whatever it returns.
+constexpr int kGemvTraceBlocksPerSm = 8;
 void gemv_trace_next(unsigned long long* stamps);
 
 }  // namespace specpress::kernels

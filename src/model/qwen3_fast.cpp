@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 
 #include "core/env_switch.h"
@@ -485,7 +486,14 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     // the prologues of the qkv and gate/up GEMVs (x is the raw residual; folded: their weights are in W, and
     // each warp scales its sums by x's 1 / rms), the residual adds as the epilogues of o and down; h is not
     // written (the head applies the final norm the same way: head_logits).
-    const kernels::StepTraceScope trace(decode_step_trace());
+    // The decode graph's launches stamp their timeline where asked (only while capturing, so that the eager warm-up
+    // takes no rows; a caller's own scope stays as it is otherwise).
+    std::optional<kernels::StepTraceScope> trace;
+    if (decode_step_trace()) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      check_cuda(cudaStreamIsCapturing(main_stream, &capture), "decode step trace");
+      if (capture == cudaStreamCaptureStatusActive) trace.emplace(true);
+    }
     for (size_t l = 0; l < layers.size(); ++l) {
       const FastLayer& w = layers[l];
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));

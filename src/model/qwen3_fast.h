@@ -106,9 +106,9 @@ int o_ring_kb();
 // products are issued (set it before an engine captures its graphs).
 bool wg16_o_trace();
 void set_wg16_o_trace(bool on);
-// Diagnostic (fast_perf --decode-trace): the one-row decode layers' GEMVs and attention run under
+// Diagnostic (fast_perf --decode-trace): the one-row decode layers' GEMVs and attention are captured under
 // kernels::StepTraceScope, so that, after kernels::step_trace_start, the decode graph captured next stamps its blocks
-// (kernels/step_trace.h). Off by default.
+// (kernels/step_trace.h); eager runs of the layers take no rows. Off by default.
 bool decode_step_trace();
 void set_decode_step_trace(bool on);
 
