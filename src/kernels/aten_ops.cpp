@@ -264,20 +264,26 @@ struct StampBuffer {
     return host;
   }
 };
-
-thread_local bool g_step_trace_on = false;  // StepTraceScope
-struct StepTrace {
+// A timeline's buffer, its listed launches and the launches that ran without stamps (the buffer full).
+template <class Launch> struct Timeline {
   StampBuffer buffer;
   int64_t dropped = 0;
-  std::vector<StepTraceLaunch> launches;
+  std::vector<Launch> launches;
+  void start(int64_t capacity, int64_t least, const char* what) {
+    buffer.start(capacity, least, what);
+    dropped = 0;
+    launches.clear();
+  }
 };
-StepTrace& step_trace() {
-  static StepTrace t;
+
+thread_local bool g_step_trace_on = false;  // StepTraceScope
+Timeline<StepTraceLaunch>& step_trace() {
+  static Timeline<StepTraceLaunch> t;
   return t;
 }
 // Stamps for a launch of at most `blocks` blocks, or nullptr (no scope, no buffer, or full: counted as dropped).
 unsigned long long* step_trace_slot(StepTraceKind kind, int64_t blocks) {
-  StepTrace& t = step_trace();
+  Timeline<StepTraceLaunch>& t = step_trace();
   if (!g_step_trace_on || t.buffer.stamps == nullptr) return nullptr;
   const int64_t offset = t.buffer.reserve(blocks * kStepTraceFields);
   if (offset < 0) {
@@ -299,12 +305,7 @@ void gemv_trace_slot(StepTraceKind kind, int64_t rows, int64_t K) {
 }
 }  // namespace
 
-void step_trace_start(int64_t capacity) {
-  StepTrace& t = step_trace();
-  t.buffer.start(capacity, kStepTraceFields, "step trace");
-  t.dropped = 0;
-  t.launches.clear();
-}
+void step_trace_start(int64_t capacity) { step_trace().start(capacity, kStepTraceFields, "step trace"); }
 StepTraceScope::StepTraceScope(bool on) : saved_(g_step_trace_on) { g_step_trace_on = on; }
 StepTraceScope::~StepTraceScope() { g_step_trace_on = saved_; }
 const std::vector<StepTraceLaunch>& step_trace_launches() { return step_trace().launches; }
@@ -705,19 +706,14 @@ int wg16_tiles_per_block_override() {
 thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
 thread_local bool g_wg16_trace_on = false;  // Wg16TraceScope
 
-struct Wg16Trace {
-  StampBuffer buffer;
-  int64_t dropped = 0;
-  std::vector<Wg16TraceLaunch> launches;
-};
-Wg16Trace& wg16_trace() {
-  static Wg16Trace t;
+Timeline<Wg16TraceLaunch>& wg16_trace() {
+  static Timeline<Wg16TraceLaunch> t;
   return t;
 }
 
 // This product's stamps, or nullptr (no scope, no buffer, or full).
 unsigned long long* wg16_trace_slot(const Wg16Args& a) {
-  Wg16Trace& t = wg16_trace();
+  Timeline<Wg16TraceLaunch>& t = wg16_trace();
   if (!g_wg16_trace_on || t.buffer.stamps == nullptr) return nullptr;
   const int blocks = wg16_blocks(a.N, a.plan);
   const int64_t offset = t.buffer.reserve(static_cast<int64_t>(blocks) * kWg16TraceFields);
@@ -786,12 +782,7 @@ void set_wg16_silu_hold(int stages) { wg16_silu_hold_setting() = std::clamp(stag
 Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
 Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
 
-void wg16_trace_start(int64_t capacity) {
-  Wg16Trace& t = wg16_trace();
-  t.buffer.start(capacity, kWg16TraceFields, "wg16 trace");
-  t.dropped = 0;
-  t.launches.clear();
-}
+void wg16_trace_start(int64_t capacity) { wg16_trace().start(capacity, kWg16TraceFields, "wg16 trace"); }
 Wg16TraceScope::Wg16TraceScope(bool on) : saved_(g_wg16_trace_on) { g_wg16_trace_on = on; }
 Wg16TraceScope::~Wg16TraceScope() { g_wg16_trace_on = saved_; }
 const std::vector<Wg16TraceLaunch>& wg16_trace_launches() { return wg16_trace().launches; }
