@@ -279,7 +279,8 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
 // row for each block that ran (its start set): launch, kind (gemv, swiglu, residual, attention), block, sm, then each
 // time field in ns after the earliest start of the step, and "last" (1 for the attention block that combined its
 // splits). A GEMV row holds its warps' ends, warp 0 .. 3, in the columns q_ready .. counted, and no end; an attention
-// split past the live length has start and end only. Fails where a launch of the step got no stamps.
+// split past the live length has start and end only. Fails where a launch of the step got no stamps or ran without
+// writing them.
 void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();
@@ -287,7 +288,12 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   std::vector<const StepTraceLaunch*> ran;
   int64_t t0 = INT64_MAX;
   for (const StepTraceLaunch& l : step_trace_launches()) {
-    if (!l.captured || v[l.offset + kStStart] == 0) continue;
+    if (!l.captured) continue;
+    // every launch of the captured graph ran in its replays: one without stamps ran untraced (a GEMV grid larger than
+    // its rows, kernels/gemv.h), and the layers' launches would no longer group by five
+    if (v[l.offset + kStStart] == 0)
+      fail("--decode-trace: launch {} of the decode graph ran without stamps (a grid larger than its reserved rows?)",
+           ran.size());
     ran.push_back(&l);
     for (int b = 0; b < l.blocks; ++b)
       if (v[l.offset + b * kStepTraceFields + kStStart] != 0)
