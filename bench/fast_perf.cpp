@@ -284,7 +284,7 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
 void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();
-  const char* kinds[] = {"gemv", "swiglu", "residual", "attention"};
+  const char* kinds[] = {"gemv", "swiglu", "residual", "attention", "o_gate_up"};
   std::vector<const StepTraceLaunch*> ran;
   int64_t t0 = INT64_MAX;
   for (const StepTraceLaunch& l : step_trace_launches()) {
@@ -305,7 +305,7 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
          step_trace_dropped());
   std::ofstream csv(path);
   if (!csv) fail("--decode-trace: cannot write {}", path);
-  csv << "launch,kind,block,sm,start,issued,waited,q_ready,tiles,partial,counted,end,last\n";
+  csv << "launch,kind,block,sm,start,issued,waited,q_ready,tiles,partial,counted,end,last,x_ready,staged\n";
   const int fields[] = {kStStart, kStIssued, kStWaited, kStQReady, kStTiles, kStPartial, kStCounted, kStEnd};
   int64_t rows = 0;
   for (size_t i = 0; i < ran.size(); ++i) {
@@ -314,8 +314,14 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
       const int64_t* r = v + l.offset + b * kStepTraceFields;
       if (r[kStStart] == 0) continue;
       csv << i << ',' << kinds[static_cast<int>(l.kind)] << ',' << b << ',' << r[kStSm];
-      for (int f : fields) csv << ',' << (r[f] == 0 ? std::string() : std::to_string(r[f] - t0));
-      csv << ',' << r[kStLast] << '\n';
+      auto time = [&](int f) { return r[f] == 0 ? std::string() : std::to_string(r[f] - t0); };
+      for (int f : fields) csv << ',' << time(f);
+      // the fused o + gate/up kernel (kernels/gemv_o_gate_up.h): end is its barrier arrival, last its release, then x
+      // in shared memory and the staged bytes arrived; the attention's last is 0 or 1
+      if (l.kind == StepTraceKind::kOGateUp)
+        csv << ',' << time(kStLast) << ',' << time(9) << ',' << time(10) << '\n';
+      else
+        csv << ',' << r[kStLast] << ",,\n";
       ++rows;
     }
   }

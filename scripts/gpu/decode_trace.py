@@ -2,7 +2,8 @@
 """decode_trace.py — summarise fast_perf --decode-trace's CSV (one decode step, a row a block; kernels/step_trace.h).
 
 A decode layer is five launches in order: qkv GEMV, attention, o GEMV (residual), gate/up GEMV (SwiGLU), down GEMV
-(residual). A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last
+(residual); or four, where the o and gate/up GEMVs are one launch (SPECPRESS_GEMV_O_GATE_UP, kernels/gemv_o_gate_up.h),
+whose rows also hold the block's grid-barrier arrival and release, x in shared memory and its staged bytes' arrival. A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last
 warp. The attention's splits past the live length (start and end only) are counted apart, not in its phases. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
 the layer's qkv GEMV ended (its last warp); then each boundary: when the next kernel's first block started and its
 median block's PDL wait returned, after the kernel before it ended.
@@ -13,10 +14,14 @@ import statistics
 import sys
 from collections import defaultdict
 
-FIELDS = ["start", "issued", "waited", "q_ready", "tiles", "partial", "counted", "first_warp_end", "end"]
+FIELDS = ["start", "issued", "waited", "q_ready", "tiles", "partial", "counted", "arrived", "released", "x_ready",
+          "staged", "first_warp_end", "end"]
 WARP_ENDS = ["q_ready", "tiles", "partial", "counted"]  # a GEMV row's warp 0..3 ends
-NAMES = ["qkv", "attention", "o", "gate/up", "down"]
-KINDS = ["gemv", "attention", "residual", "swiglu", "residual"]
+LAYOUTS = {  # the launches of a layer: (names, kinds)
+    5: (["qkv", "attention", "o", "gate/up", "down"], ["gemv", "attention", "residual", "swiglu", "residual"]),
+    4: (["qkv", "attention", "o+gate/up", "down"], ["gemv", "attention", "o_gate_up", "residual"]),
+}
+NAMES, KINDS = LAYOUTS[5]
 
 
 def fail(msg):
@@ -32,6 +37,8 @@ def read(path):
                 if row["kind"] == "attention" and not row["issued"]:
                     idle[int(row["launch"])] += 1
                     continue
+                if row["kind"] == "o_gate_up":  # end: the barrier arrival, last: its release
+                    row["arrived"], row["released"] = row["end"], row["last"]
                 if row["kind"] != "attention":
                     ends = [float(row[k]) for k in WARP_ENDS if row[k]]
                     row["end"] = str(max(ends)) if ends else ""
@@ -42,14 +49,17 @@ def read(path):
     except (OSError, KeyError, ValueError) as e:
         fail(f"{path}: not a --decode-trace CSV ({e})")
     order = sorted(launches)
-    if not order or len(order) % 5 != 0:
-        fail(f"{path}: {len(order)} launches, not whole layers of 5")
-    layers = [[launches[i] for i in order[k:k + 5]] for k in range(0, len(order), 5)]
+    global NAMES, KINDS
+    n = 4 if len(order) > 2 and launches[order[2]][0]["kind"] == "o_gate_up" else 5
+    NAMES, KINDS = LAYOUTS[n]
+    if not order or len(order) % n != 0:
+        fail(f"{path}: {len(order)} launches, not whole layers of {n}")
+    layers = [[launches[i] for i in order[k:k + n]] for k in range(0, len(order), n)]
     for n, layer in enumerate(layers):
         kinds = [rows[0]["kind"] for rows in layer]
         if kinds != KINDS:
             fail(f"{path}: layer {n}'s launches are {kinds}, expected {KINDS}")
-    return layers, [idle[i] for i in order[1::5]]
+    return layers, [idle[i] for i in order[1::n]]
 
 
 def times(rows, field):
@@ -92,7 +102,8 @@ def main():
     gaps = defaultdict(lambda: ([], []))
     for k in range(1, len(flat)):
         end = times(flat[k - 1], "end")[-1]
-        pair = f"{NAMES[(k - 1) % 5]} -> {NAMES[k % 5]}"
+        n = len(NAMES)
+        pair = f"{NAMES[(k - 1) % n]} -> {NAMES[k % n]}"
         gaps[pair][0].append((times(flat[k], "start")[0] - end) / 1000.0)
         waited = times(flat[k], "waited")
         gaps[pair][1].append((waited[len(waited) // 2] - end) / 1000.0)

@@ -66,6 +66,18 @@ run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_QKV_NORM=0: the qkv products' norm factors by the side stream's row_rms, FastPathGolden" \
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_QKV_NORM=0
+# the o and gate/up GEMVs in one launch (opt-in), under each staging setting (read once a process), with its own test
+run_tests "SPECPRESS_GEMV_O_GATE_UP=1: o + gate/up in one launch, FastPathGolden + Kernels.GemvOGateUp*" \
+  'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1
+run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE=0: nothing staged, FastPathGolden + Kernels.GemvOGateUp*" \
+  'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE=0
+run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE=1 SPECPRESS_OGU_STAGE_WHEN=0: one step staged as o's row is issued" \
+  'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE=1 SPECPRESS_OGU_STAGE_WHEN=0
+run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE_WHEN=2 SPECPRESS_PDL=0: staged after o's sums, no PDL" \
+  'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE_WHEN=2 SPECPRESS_PDL=0
+run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_BARRIER=0 SPECPRESS_OGU_PRELOAD=0 SPECPRESS_OGU_CARVEOUT=100 SPECPRESS_OGU_POLL_NS=100" \
+  'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_BARRIER=0 SPECPRESS_OGU_PRELOAD=0 \
+  SPECPRESS_OGU_CARVEOUT=100 SPECPRESS_OGU_POLL_NS=100
 # the TMA GEMV's other layouts (read once a process), bitwise against the register GEMV
 run_tests "SPECPRESS_GEMV_TMA_WARPS=2" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=2
 run_tests "SPECPRESS_GEMV_TMA_WARPS=8" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=8

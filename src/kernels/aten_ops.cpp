@@ -21,6 +21,7 @@
 #include "kernels/gemm_small.h"
 #include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
+#include "kernels/gemv_o_gate_up.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/qk_norm_rope.h"
@@ -612,6 +613,40 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
   gemv_trace_slot(StepTraceKind::kGemvResidual, N, K);
   check_cuda(gemv_residual(bf(x), bf(weight), bf(residual), tap_ptr, static_cast<int>(N), static_cast<int>(K), stream()),
              "gemv_residual");
+}
+
+bool gemv_o_gate_up_takes(const at::Tensor& x, const at::Tensor& o_proj, const at::Tensor& gate_up) {
+  if (o_proj.dim() != 2 || gate_up.dim() != 2 || gate_up.size(0) % 2 != 0 || o_proj.size(0) != x.numel() ||
+      gate_up.size(1) != x.numel() || x.numel() > std::numeric_limits<int>::max() ||
+      o_proj.size(1) > std::numeric_limits<int>::max() || gate_up.size(0) > std::numeric_limits<int>::max())
+    return false;
+  return kernels::gemv_o_gate_up_takes(static_cast<int>(x.numel()), static_cast<int>(o_proj.size(1)),
+                                       static_cast<int>(gate_up.size(0) / 2));
+}
+
+void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::Tensor& o_proj, const at::Tensor& act,
+                        const at::Tensor& gate_up, double eps, const at::Tensor& barrier) {
+  check_one_row(x, attn, o_proj, o_proj.dim() == 2 ? o_proj.size(0) : -1, "gemv_o_gate_up (o)");
+  if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0) fail("gemv_o_gate_up: gate_up must be [2I, H]");
+  const int64_t H = o_proj.size(0), Ko = o_proj.size(1), I = gate_up.size(0) / 2;
+  check_one_row(act, x, gate_up, I, "gemv_o_gate_up (gate/up)");
+  if (!aligned16(act) || !aligned16(x)) fail("gemv_o_gate_up: x and act must be 16-byte aligned");
+  require(barrier, "gemv_o_gate_up barrier", at::kInt);
+  if (barrier.numel() != kGemvOGateUpBarrierWords)
+    fail("gemv_o_gate_up: barrier must be int32 [{}]", kGemvOGateUpBarrierWords);
+  const auto overlaps = [&](const at::Tensor& t) {
+    const auto* a = static_cast<const char*>(t.data_ptr());
+    const auto* b = static_cast<const char*>(x.data_ptr());
+    return a < b + H * 2 && b < a + t.numel() * t.element_size();
+  };
+  if (overlaps(attn) || overlaps(act)) fail("gemv_o_gate_up: x overlaps attn or act");
+  if (!gemv_o_gate_up_takes(x, o_proj, gate_up))
+    fail("gemv_o_gate_up: H={} K_o={} I={} not taken on this device (kernels/gemv_o_gate_up.h)", H, Ko, I);
+  unsigned long long* trace = step_trace_slot(StepTraceKind::kOGateUp, (H + 3) / 4);
+  check_cuda(kernels::gemv_o_gate_up(bf(attn), bf(o_proj), bf(x), bf(gate_up), bf(act), static_cast<int>(H),
+                                     static_cast<int>(Ko), static_cast<int>(I), static_cast<float>(eps),
+                                     reinterpret_cast<unsigned*>(barrier.data_ptr()), stream(), trace),
+             "gemv_o_gate_up");
 }
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }

@@ -108,6 +108,15 @@ void gemv_silu_mul_out(const at::Tensor& act, const at::Tensor& x, const at::Ten
 void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight,
                        const at::Tensor& tap = {});
 
+// The decode layer's o projection with its residual add and the gate/up projection with the folded post-attention
+// norm and the SwiGLU in one launch (kernels/gemv_o_gate_up.h): bitwise gemv_residual_out(x, attn, o_proj) then
+// gemv_silu_mul_out(act, x, gate_up, {}, eps, true). barrier: int32 [kGemvOGateUpBarrierWords] (64) on the GPU, zero
+// before its first use, used by one launch at a time. gemv_o_gate_up_takes: whether the kernel takes these shapes on this device (else the two
+// GEMVs are the way); gemv_o_gate_up_out fails, naming what, on a layout it does not take.
+bool gemv_o_gate_up_takes(const at::Tensor& x, const at::Tensor& o_proj, const at::Tensor& gate_up);
+void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::Tensor& o_proj, const at::Tensor& act,
+                        const at::Tensor& gate_up, double eps, const at::Tensor& barrier);
+
 // Whether a forward of `rows` rows runs the fused one-row decode layer (the GEMVs with their RMSNorm
 // prologues and residual epilogues): one row, in gemv or stream mode.
 bool fused_one_row(int64_t rows);
@@ -233,7 +242,7 @@ at::Tensor wg16_trace_take();
 // (attention_qkv_out) run while a StepTraceScope(true) lives on this thread, eager or captured, takes the next rows of
 // it (the launch's most blocks) and is listed, in launch order. Launches past the capacity run without stamps (counted
 // in step_trace_dropped), and so do the GEMVs the TMA GEMV runs (gemv.h: gemv_tma_takes; not listed).
-enum class StepTraceKind { kGemv = 0, kGemvSwiglu = 1, kGemvResidual = 2, kAttention = 3 };
+enum class StepTraceKind { kGemv = 0, kGemvSwiglu = 1, kGemvResidual = 2, kAttention = 3, kOGateUp = 4 };
 struct StepTraceLaunch {
   int64_t offset = 0;  // first stamp
   int blocks = 0;      // rows reserved (the grid is at most this)

@@ -55,12 +55,9 @@ __device__ __forceinline__ uint4 normed8(const uint4& xv8, const uint4& wv8, flo
 // Output n from its row's sum (kSwiglu: the gate row's, and `up`, the up row's), rounded as the unfused ops round.
 template <int EPI> __device__ __forceinline__ void store_output(const GemvArgs& a, int n, float sum, float up) {
   if constexpr (EPI == kSwiglu) {
-    // as gemv + silu_mul: both products rounded to bf16, silu rounded, the product rounded on store
-    const float g = round_b(sum), u = round_b(up);
-    a.y[n] = to_b(round_b(g / (1.f + expf(-g))) * u);
+    a.y[n] = swiglu_value(sum, up);
   } else if constexpr (EPI == kResidual) {
-    // as gemv + ATen's bf16 add: the product rounded, then the sum
-    const bf16 v = to_b(to_f(a.y[n]) + round_b(sum));
+    const bf16 v = residual_value(a.y[n], sum);
     a.y[n] = v;
     if (a.tap != nullptr) a.tap[n] = v;
   } else {

@@ -1,6 +1,7 @@
 // gemv_math.cuh — the GEMV's per-chunk arithmetic (bf16 pairs to floats, the 8-element dot product, the sum of
-// squares of a folded norm), used by the one-op GEMVs (gemv.cu); the persistent decode kernel (decode_layers.cu)
-// takes the sum of squares from here for its folded norms.
+// squares of a folded norm) and its epilogues' roundings, used by the one-op GEMVs (gemv.cu) and the fused o + gate/up
+// GEMV (gemv_o_gate_up.cu); the persistent decode kernel (decode_layers.cu) takes the sum of squares from here for its
+// folded norms.
 #pragma once
 #include <cstdint>
 
@@ -32,5 +33,13 @@ __device__ __forceinline__ float sumsq8(const uint4& x8, float ss) {
   for (int j = 0; j < 4; ++j) ss += lo_f(xd[j]) * lo_f(xd[j]) + hi_f(xd[j]) * hi_f(xd[j]);
   return ss;
 }
+
+// The epilogues' roundings, as the unfused ops round. SwiGLU (gemv + silu_mul): both products rounded to bf16, silu
+// rounded, the product rounded on store. Residual (gemv + ATen's bf16 add): the product rounded, then the sum.
+__device__ __forceinline__ bf16 swiglu_value(float gate_sum, float up_sum) {
+  const float g = round_b(gate_sum), u = round_b(up_sum);
+  return to_b(round_b(g / (1.f + expf(-g))) * u);
+}
+__device__ __forceinline__ bf16 residual_value(bf16 residual, float sum) { return to_b(to_f(residual) + round_b(sum)); }
 
 }  // namespace specpress::kernels::detail

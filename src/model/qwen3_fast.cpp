@@ -14,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/decode_layers.h"
 #include "kernels/gemm_wg16.h"
+#include "kernels/gemv_o_gate_up.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
@@ -71,6 +72,11 @@ EnvSwitch& record_mapped_switch() {
 
 EnvSwitch& decode_persistent_switch() {
   static EnvSwitch s("SPECPRESS_DECODE_PERSISTENT", false);
+  return s;
+}
+
+EnvSwitch& o_gate_up_switch() {
+  static EnvSwitch s("SPECPRESS_GEMV_O_GATE_UP", false);
   return s;
 }
 
@@ -189,6 +195,10 @@ bool decode_persistent() { return decode_persistent_switch().on(); }
 
 void set_decode_persistent(bool on) { decode_persistent_switch().set(on); }
 
+bool gemv_o_gate_up_fused() { return o_gate_up_switch().on(); }
+
+void set_gemv_o_gate_up_fused(bool on) { o_gate_up_switch().set(on); }
+
 namespace {
 bool& persistent_trace_flag() {
   static bool on = false;
@@ -268,6 +278,11 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
         if (!t->is_contiguous()) return false;
     return true;
   };
+  if (gemv_o_gate_up_fused() && folded_ && !t_layers_.empty() && contiguous() &&
+      kernels::gemv_o_gate_up_takes(at::empty({c.hidden_size}, bf16), t_layers_[0].o_proj, t_layers_[0].gate_up)) {
+    o_gate_up_ = true;
+    o_gate_up_barrier_ = at::zeros({kernels::kGemvOGateUpBarrierWords}, i32);
+  }
   if (decode_persistent() && folded_ && contiguous() &&
       kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
                                        static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
@@ -499,8 +514,12 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
       kernels::gemv_out(qkv, x, w.qkv, folded ? none : w.input_norm, eps, folded);
       attend(w, kc, vc);
-      kernels::gemv_residual_out(x, attn, w.o_proj);              // x += attention
-      kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
+      if (o_gate_up_ && folded && &b == &decode_buf_) {
+        kernels::gemv_o_gate_up_out(x, attn, w.o_proj, act, w.gate_up, eps, o_gate_up_barrier_);  // both, one launch
+      } else {
+        kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
+        kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
+      }
       kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
       announce_taps(static_cast<int64_t>(l));
     }

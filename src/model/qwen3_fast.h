@@ -127,6 +127,15 @@ void set_qkv_norm_in_product(bool on);
 // elsewhere the launches run. Read when an engine is built.
 bool decode_persistent();
 void set_decode_persistent(bool on);
+// The one-row decode step's o and gate/up products as one launch (kernels::gemv_o_gate_up_out: o's residual add, a
+// grid barrier, then the gate/up product with the folded norm and the SwiGLU; gate/up's first bytes staged into shared
+// memory while the attention runs) instead of two GEMV launches. Default off: measured 0.5-5% slower at Qwen3-4B by its
+// settings (kernels/gemv_o_gate_up.h; docs/PERF.md, fortieth pass); SPECPRESS_GEMV_O_GATE_UP=1 turns it on, same rules
+// as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the kernel takes
+// on the device (kernels::gemv_o_gate_up_takes); elsewhere the two GEMVs run. Bitwise the same results. Read when an
+// engine is built.
+bool gemv_o_gate_up_fused();
+void set_gemv_o_gate_up_fused(bool on);
 // A diagnostic of that kernel (fast_perf --persistent-trace): engines built while it is on have the kernel stamp its
 // timeline (kernels::DecodeLayersArgs::trace) into a buffer at each decode step, read by persistent_trace(). Off by
 // default; set only through this call.
@@ -289,6 +298,9 @@ class FastEngine {
   bool persistent_ = false;
   at::Tensor persistent_layers_, persistent_workspace_, persistent_counters_;
   at::Tensor persistent_trace_;  // decode_persistent_trace(): the kernel's timeline, int64 on the device
+  // gemv_o_gate_up_fused() where the kernel takes the target's shapes: its grid barrier's words (int32 [64])
+  bool o_gate_up_ = false;
+  at::Tensor o_gate_up_barrier_;
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
   ops::RopeTable draft_rope_;

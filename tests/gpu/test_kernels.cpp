@@ -26,6 +26,7 @@
 #include "kernels/gemm_small.h"
 #include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
+#include "kernels/gemv_o_gate_up.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
@@ -1012,6 +1013,70 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
   std::printf("GEMV with 10 or 16 loads a lane: %d of %zu shapes bitwise equal to 8 loads (%d SMs)\n", compared,
               cases.size(), sms);
   if (compared == 0) GTEST_SKIP() << "no shape takes more loads a lane on this GPU (" << sms << " SMs)";
+}
+
+// The o + gate/up GEMV in one launch (kernels/gemv_o_gate_up.h) against the two one-op GEMVs it replaces
+// (gemv_residual_out, then gemv_silu_mul_out with the folded norm), bitwise, for x and act: Qwen3-4B's layer (H 2560,
+// K_o 4096, I 9728), a K_o whose lanes' last loads are part-full, odd I (a last unit with one output), a gate/up
+// row shorter than the staged steps, and one warp's units a few each. Nothing written outside x and act; the barrier's
+// count back at zero and its generation advanced once a launch (twice each: the second launch reuses it). Its ATen
+// twin: x + attn W_o^T, then silu(n Wg^T) * (n Wu^T) with n = x / rms(x) in float64, to bf16 precision. Then what it
+// refuses: a grid larger than the GPU holds at once (H 16384), K_o above 4096, a barrier of the wrong size.
+TEST_F(Kernels, GemvOGateUpIsBitwiseTheTwoGemvs) {
+  const at::Tensor probe = at::empty({2560}, bf16());
+  if (!kernels::gemv_o_gate_up_takes(probe, at::empty({2560, 4096}, bf16()), at::empty({2 * 9728, 2560}, bf16())))
+    GTEST_SKIP() << "the fused o + gate/up kernel does not take Qwen3-4B's layer on this GPU (it needs sm_90 and 640 "
+                    "resident blocks)";
+  const kernels::GemvOGateUpSettings& st = kernels::gemv_o_gate_up_settings();
+  std::printf("o + gate/up: %d staged steps, staged at %d, carveout %d, poll %d ns, barrier %d, preload %d\n",
+              st.stage_steps, st.stage_when, st.carveout, st.poll_ns, st.barrier, st.preload);
+  struct Case { int64_t H, Ko, I; };
+  for (Case c : {Case{2560, 4096, 9728}, Case{2560, 4000, 9728}, Case{1000, 1000, 3001}, Case{64, 128, 1},
+                 Case{8, 8, 5}, Case{2048, 4096, 8192}, Case{136, 520, 20001}}) {
+    SCOPED_TRACE(::testing::Message() << "H=" << c.H << " K_o=" << c.Ko << " I=" << c.I);
+    at::Tensor attn = at::randn({1, c.Ko}, bf16()), wo = at::randn({c.H, c.Ko}, bf16()) * 0.05;
+    at::Tensor x0 = at::randn({1, c.H}, bf16()) * 4, wgu = at::randn({2 * c.I, c.H}, bf16()) * 0.05;
+    const double eps = 1e-6;
+    ASSERT_TRUE(kernels::gemv_o_gate_up_takes(x0, wo, wgu));
+    at::Tensor x_ref = x0.clone(), act_ref = at::full({1, c.I}, NAN, bf16());
+    kernels::gemv_residual_out(x_ref, attn, wo);
+    kernels::gemv_silu_mul_out(act_ref, x_ref, wgu, {}, eps, true);
+    at::Tensor barrier = at::zeros({kernels::kGemvOGateUpBarrierWords}, i32());
+    for (int launch = 1; launch <= 2; ++launch) {
+      at::Tensor xb = at::full({1, c.H + 16}, NAN, bf16()), ab = at::full({1, c.I + 16}, NAN, bf16());
+      at::Tensor x = xb.narrow(1, 8, c.H), act = ab.narrow(1, 8, c.I);
+      x.copy_(x0);
+      kernels::gemv_o_gate_up_out(x, attn, wo, act, wgu, eps, barrier);
+      EXPECT_TRUE(at::equal(x, x_ref)) << "launch " << launch << ": x not bitwise the residual GEMV's, max "
+                                       << max_ulps(x, x_ref) << " bf16 units";
+      EXPECT_TRUE(at::equal(act, act_ref)) << "launch " << launch << ": act not bitwise the SwiGLU GEMV's, max "
+                                           << max_ulps(act, act_ref) << " bf16 units";
+      for (const at::Tensor& border : {xb.narrow(1, 0, 8), xb.narrow(1, c.H + 8, 8), ab.narrow(1, 0, 8),
+                                       ab.narrow(1, c.I + 8, 8)})
+        EXPECT_TRUE(at::isnan(border).all().item<bool>()) << "launch " << launch << ": wrote outside x or act";
+      at::Tensor words = barrier.cpu();
+      const int blocks = static_cast<int>((c.H + 3) / 4);
+      EXPECT_EQ(words[0].item<int>(), st.barrier == 1 ? launch * blocks : 0) << "arrivals";
+      EXPECT_EQ(words[32].item<int>(), st.barrier == 1 ? 0 : launch) << "generation";
+    }
+    at::Tensor x64 = x0.to(at::kDouble) + at::linear(attn.to(at::kDouble), wo.to(at::kDouble));
+    EXPECT_LT(rel_err(x_ref, x64), 1e-2) << "x vs float64";
+    at::Tensor n64 = x_ref.to(at::kDouble) * at::rsqrt(x_ref.to(at::kDouble).pow(2).mean(-1, true) + eps);
+    at::Tensor w64 = wgu.to(at::kDouble);
+    at::Tensor act64 = at::silu(at::linear(n64, w64.narrow(0, 0, c.I))) * at::linear(n64, w64.narrow(0, c.I, c.I));
+    EXPECT_LT(rel_err(act_ref, act64), 1e-2) << "act vs float64";
+  }
+  at::Tensor barrier = at::zeros({kernels::kGemvOGateUpBarrierWords}, i32());
+  EXPECT_FALSE(kernels::gemv_o_gate_up_takes(at::empty({16384}, bf16()), at::empty({16384, 4096}, bf16()),
+                                             at::empty({2 * 64, 16384}, bf16())))
+      << "4096 blocks of the barrier's grid cannot all be resident";
+  EXPECT_FALSE(kernels::gemv_o_gate_up_takes(probe, at::empty({2560, 4104}, bf16()), at::empty({2 * 64, 2560}, bf16())))
+      << "K_o above 4096";
+  at::Tensor x = at::randn({1, 64}, bf16()), attn = at::randn({1, 128}, bf16()), wo = at::randn({64, 128}, bf16());
+  at::Tensor wgu = at::randn({16, 64}, bf16()), act = at::empty({1, 8}, bf16());
+  EXPECT_THROW(kernels::gemv_o_gate_up_out(x, attn, wo, act, wgu, 1e-6, at::zeros({3}, i32())), std::exception);
+  EXPECT_THROW(kernels::gemv_o_gate_up_out(x, attn, wo, act, wgu, 1e-6, at::zeros({64}, i64())), std::exception);
+  EXPECT_THROW(kernels::gemv_o_gate_up_out(x, x, at::randn({64, 64}, bf16()), act, wgu, 1e-6, barrier), std::exception);
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
