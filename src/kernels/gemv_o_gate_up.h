@@ -9,7 +9,7 @@
 // barrier (every block is resident: the launch is refused otherwise) separates o's writes of x from gate/up's reads,
 // and each warp issues its next gate/up loads before that barrier. Reference twin: the two one-op GEMVs (gemv.h), and
 // at::linear through them (tests/gpu: Kernels.GemvOGateUpIsBitwiseTheTwoGemvs). Measured: the staged bytes shorten
-// the gate/up phase by about 4.4 us a layer, but the grid barrier (1.4-2 us from the last arrival to the release) and
+// the gate/up phase by 4.4-5 us a layer, but the grid barrier (1.4-1.9 us from the last arrival to the release) and
 // the o rows of the blocks that start only as the attention leaves (their W_o arrives behind the others' gate/up loads)
 // cost more; the decode step stays 0.5% slower at best (docs/PERF.md, fortieth pass), so the engine keeps it opt-in.
 #pragma once
