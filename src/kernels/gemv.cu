@@ -102,15 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_ke
   const int u_beg = warp * a.units_per_warp, u_end = min(units, u_beg + a.units_per_warp);
   // One step's W chunks of the unit with outputs n0.. (chunks c0, c0 + 32, ..; past K: zero).
   auto load_step = [&](int n0, int c0, uint4 (&wv)[U][ROWS]) {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const bf16* row = row_of(n0, r);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = c0 + 32 * u;
-        wv[u][r] = c < nvec ? ld_stream(row + static_cast<int64_t>(c) * 8) : zero;
-      }
-    }
+    load_unit_step(([&](int r) { return row_of(n0, r); }), c0, nvec, wv);
   };
   // Weights never depend on earlier kernels: under PDL (launch.h) this warp's first step of W is loaded
   // while the kernel that produces x is still running (into registers; with the norm prologue, which

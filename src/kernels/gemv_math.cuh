@@ -34,6 +34,22 @@ __device__ __forceinline__ float sumsq8(const uint4& x8, float ss) {
   return ss;
 }
 
+// One step's weight chunks of a unit of ROWS rows (row_of(r): row r's first element): chunks c0, c0 + 32, .., c0 +
+// 32 (U - 1) of each row into wv[u][r], zero past the row's nvec chunks. Every lane of a warp calls it with its own c0.
+template <int ROWS, int U, typename RowOf>
+__device__ __forceinline__ void load_unit_step(const RowOf& row_of, int c0, int nvec, uint4 (&wv)[U][ROWS]) {
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const bf16* row = row_of(r);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + 32 * u;
+      wv[u][r] = c < nvec ? ld_stream(row + static_cast<int64_t>(c) * 8) : zero;
+    }
+  }
+}
+
 // The epilogues' roundings, as the unfused ops round. SwiGLU (gemv + silu_mul): both products rounded to bf16, silu
 // rounded, the product rounded on store. Residual (gemv + ATen's bf16 add): the product rounded, then the sum.
 __device__ __forceinline__ bf16 swiglu_value(float gate_sum, float up_sum) {

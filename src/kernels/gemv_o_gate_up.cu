@@ -197,17 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) o_gate_up_kernel(Ar
 
   // gate/up's first step from global memory goes out before the barrier: (u_beg, S), or the next unit's first
   uint4 wv[kU][kRows];
-  auto load_step = [&](int n0, int c0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const bf16* row = row_of(n0, r);
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int c = c0 + 32 * u;
-        wv[u][r] = c < nvec ? ld_stream(row + static_cast<int64_t>(c) * 8) : zero;
-      }
-    }
-  };
+  auto load_step = [&](int n0, int c0) { load_unit_step(([&](int r) { return row_of(n0, r); }), c0, nvec, wv); };
   // (preload 0: none; first_unit -1 then never matches in the loop below)
   const int first_unit = a.preload == 0 ? -1 : S < steps ? u_beg : u_beg + 1, first_step = S < steps ? S : 0;
   if (first_unit >= 0 && first_unit < u_end) load_step(first_unit * 2, lane + first_step * kStepChunks);
