@@ -3,8 +3,8 @@
 
 A decode layer is five launches in order: qkv GEMV, attention, o GEMV (residual), gate/up GEMV (SwiGLU), down GEMV
 (residual); or four, where the o and gate/up GEMVs are one launch (SPECPRESS_GEMV_O_GATE_UP, kernels/gemv_o_gate_up.h),
-whose rows also hold the block's grid-barrier arrival and release, x in shared memory and its staged bytes' arrival. A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last
-warp. The attention's splits past the live length (start and end only) are counted apart, not in its phases. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
+whose rows also hold the block's grid-barrier arrival and release, x in shared memory and its staged bytes' arrival.
+A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last warp. The attention's splits past the live length (start and end only) are counted apart, not in its phases. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
 the layer's qkv GEMV ended (its last warp); then each boundary: when the next kernel's first block started and its
 median block's PDL wait returned, after the kernel before it ended.
 Usage: decode_trace.py FILE.csv [LABEL]
@@ -55,10 +55,10 @@ def read(path):
     if not order or len(order) % n != 0:
         fail(f"{path}: {len(order)} launches, not whole layers of {n}")
     layers = [[launches[i] for i in order[k:k + n]] for k in range(0, len(order), n)]
-    for n, layer in enumerate(layers):
+    for index, layer in enumerate(layers):
         kinds = [rows[0]["kind"] for rows in layer]
         if kinds != KINDS:
-            fail(f"{path}: layer {n}'s launches are {kinds}, expected {KINDS}")
+            fail(f"{path}: layer {index}'s launches are {kinds}, expected {KINDS}")
     return layers, [idle[i] for i in order[1::n]]
 
 
