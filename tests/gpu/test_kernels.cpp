@@ -1019,7 +1019,8 @@ TEST_F(Kernels, GemvWideLoadsIsBitwiseEightLoads) {
 // (gemv_residual_out, then gemv_silu_mul_out with the folded norm), bitwise, for x and act: Qwen3-4B's layer (H 2560,
 // K_o 4096, I 9728), a K_o whose lanes' last loads are part-full, odd I (a last unit with one output), a gate/up
 // row shorter than the staged steps, and one warp's units a few each. Nothing written outside x and act; the barrier's
-// count back at zero and its generation advanced once a launch (twice each: the second launch reuses it). Its ATen
+// words after each of two launches (the second reuses them): the count back at zero and the generation advanced once a
+// launch, or (SPECPRESS_OGU_BARRIER=1) the count grown by the grid. Its ATen
 // twin: x + attn W_o^T, then silu(n Wg^T) * (n Wu^T) with n = x / rms(x) in float64, to bf16 precision. Then what it
 // refuses: a grid larger than the GPU holds at once (H 16384), K_o above 4096, a barrier of the wrong size.
 TEST_F(Kernels, GemvOGateUpIsBitwiseTheTwoGemvs) {
