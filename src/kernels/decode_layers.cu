@@ -94,12 +94,8 @@ struct Ring {
   int count = 0;
 };
 
-// The diagnostic timeline (DecodeLayersArgs::trace): a block's row of op `op`, or null when off.
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+// The diagnostic timeline (DecodeLayersArgs::trace, stamped with common.cuh's globaltimer): a block's row of op `op`,
+// or null when off.
 __device__ __forceinline__ unsigned long long* trace_row(const DecodeLayersArgs& a, int op) {
   if (a.trace == nullptr) return nullptr;
   return a.trace + (static_cast<size_t>(blockIdx.x) * (5 * a.n_layers + 1) + op) * kDecodeTraceFields;
@@ -129,7 +125,7 @@ __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
             mbar_wait(&ring.empty[slot], (round - 1) & 1);
             if (tr != nullptr) blocked += clock64() - c0;
           }
-          if (tr != nullptr && first) tr[kTrFirstCopy] = now_ns();
+          if (tr != nullptr && first) tr[kTrFirstCopy] = globaltimer();
           first = false;
           const int col = s * g.kc, width = min(g.kc, g.K - col);
           if (lane == 0) mbar_expect_tx(&ring.full[slot], rows * static_cast<unsigned>(width * sizeof(bf16)));
@@ -141,7 +137,7 @@ __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
       }
       if (tr != nullptr) {
         tr[kTrBlocked] = static_cast<unsigned long long>(blocked);
-        tr[kTrLastCopy] = first ? 0ull : now_ns();  // 0: no tile of the op in this block
+        tr[kTrLastCopy] = first ? 0ull : globaltimer();  // 0: no tile of the op in this block
         if (first) tr[kTrFirstCopy] = 0ull;
       }
       rot = (rot + g.groups) % nb;
@@ -149,11 +145,6 @@ __device__ void produce(const DecodeLayersArgs& a, const Ring& ring) {
   }
 }
 
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 // Op k may read what ops 0 .. k-1 wrote once the counter reads k * blocks.
 __device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned target) {
   if (threadIdx.x == 0)
@@ -217,7 +208,7 @@ __device__ void consume_gemv(const Gemv& g, const bf16* x, bf16* y, bool folded,
     row_factor = rsqrtf(total / static_cast<float>(g.K) + eps);
   }
   consumers_sync<kC>();  // red is read: part may be written
-  if (tr != nullptr && threadIdx.x == 0) tr[kTrPrologue] = now_ns();
+  if (tr != nullptr && threadIdx.x == 0) tr[kTrPrologue] = globaltimer();
   const bool timed = tr != nullptr && threadIdx.x == 0;
   long long starve = 0;
   const uint2* xf = reinterpret_cast<const uint2*>(xs) + (lane & 3);
@@ -395,7 +386,7 @@ __device__ void consume_attention(const DecodeLayersArgs& a, const DecodeLayer& 
     }
     __threadfence_block();
     consumers_sync<kC>();
-    if (tr != nullptr && ctid == 0 && item == static_cast<int>(blockIdx.x)) tr[kTrPrologue] = now_ns();
+    if (tr != nullptr && ctid == 0 && item == static_cast<int>(blockIdx.x)) tr[kTrPrologue] = globaltimer();
     float q[G][DPL], m[G], l[G], o[G][DPL];
 #pragma unroll
     for (int g = 0; g < G; ++g) {
@@ -583,36 +574,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool stamp = a.trace != nullptr && threadIdx.x == 0;
   if (stamp) {
     unsigned long long* tr = trace_row(a, 5 * a.n_layers);
-    tr[0] = now_ns();
+    tr[0] = globaltimer();
     tr[1] = static_cast<unsigned long long>(clock64());
   }
   for (int l = 0; l < a.n_layers; ++l) {
     const DecodeLayer L = a.layers[l];
     for (int p = kQkv; p <= kDown; ++p) {
       unsigned long long* tr = trace_row(a, static_cast<int>(op));
-      if (stamp) tr[kTrBegin] = now_ns();
+      if (stamp) tr[kTrBegin] = globaltimer();
       if (op > 0 && !(ablate & kAblateWaits)) grid_wait(counter, op * nb);
-      if (stamp) tr[kTrReady] = now_ns();
+      if (stamp) tr[kTrReady] = globaltimer();
       const Gemv g = gemv_of(a, L, p);
       const bf16* x = p == kO ? a.attn_out : p == kDown ? a.act : a.x;
       bf16* y = p == kQkv ? a.qkv_out : p == kGateUp ? a.act : a.x;
       consume_gemv(g, x, y, p == kQkv || p == kGateUp, a.eps, ring, t, rot, reinterpret_cast<uint32_t*>(region_ptr),
                    part, !(ablate & kAblateMath), tr);
       rot = (rot + g.groups) % static_cast<int>(nb);
-      if (stamp) tr[kTrEnd] = now_ns();
+      if (stamp) tr[kTrEnd] = globaltimer();
       grid_arrive(counter, total);
       ++op;
       if (p == kQkv) {
         unsigned long long* tra = trace_row(a, static_cast<int>(op));
-        if (stamp) tra[kTrBegin] = now_ns();
+        if (stamp) tra[kTrBegin] = globaltimer();
         AttentionPrefetch<DPL, G> pre;
         if (!(ablate & kAblateAttention)) attention_prefetch<DPL, G>(a, L, pos, pre);
         if (!(ablate & kAblateWaits)) grid_wait(counter, op * nb);
-        if (stamp) tra[kTrReady] = tra[kTrPrologue] = now_ns();  // the prologue stamp is the first item's, if any
+        if (stamp) tra[kTrReady] = tra[kTrPrologue] = globaltimer();  // the prologue stamp is the first item's, if any
         if (!(ablate & kAblateAttention))
           consume_attention<DPL, G>(a, L, pos, reinterpret_cast<float*>(region_ptr), flag, pre, tra);
         if (stamp) {
-          tra[kTrEnd] = now_ns();
+          tra[kTrEnd] = globaltimer();
           tra[kTrStarve] = tra[kTrFirstCopy] = tra[kTrBlocked] = tra[kTrLastCopy] = 0ull;
         }
         grid_arrive(counter, total);
@@ -622,7 +613,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (stamp) {
     unsigned long long* tr = trace_row(a, 5 * a.n_layers);
-    tr[2] = now_ns();
+    tr[2] = globaltimer();
     tr[3] = static_cast<unsigned long long>(clock64());
   }
 #endif
