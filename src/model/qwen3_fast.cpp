@@ -279,7 +279,8 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     return true;
   };
   if (gemv_o_gate_up_fused() && folded_ && !t_layers_.empty() && contiguous() &&
-      kernels::gemv_o_gate_up_takes(at::empty({c.hidden_size}, bf16), t_layers_[0].o_proj, t_layers_[0].gate_up)) {
+      kernels::gemv_o_gate_up_takes(static_cast<int>(c.hidden_size), static_cast<int>(t_layers_[0].o_proj.size(1)),
+                                    static_cast<int>(t_layers_[0].gate_up.size(0) / 2))) {
     o_gate_up_ = true;
     o_gate_up_barrier_ = at::zeros({kernels::kGemvOGateUpBarrierWords}, i32);
   }
