@@ -6,7 +6,8 @@ A decode layer is five launches in order: qkv GEMV, attention, o GEMV (residual)
 whose rows also hold the block's grid-barrier arrival and release, x in shared memory and its staged bytes' arrival.
 A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last warp. The attention's splits past the live length (start and end only) are counted apart, not in its phases. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
 the layer's qkv GEMV ended (its last warp); then each boundary: when the next kernel's first block started and its
-median block's PDL wait returned, after the kernel before it ended.
+median block's PDL wait returned, after the kernel before it ended; then the o (or fused o + gate/up) kernel's blocks
+by index eighth, which shows the last blocks starting only as the attention leaves.
 Usage: decode_trace.py FILE.csv [LABEL]
 """
 import csv
@@ -110,6 +111,24 @@ def main():
     print("  boundaries, µs after the earlier kernel's end: [first block start / median block's wait released]")
     for pair, (start, waited) in gaps.items():
         print(f"  {pair:20s} {med(start):8.2f} {med(waited):8.2f}")
+    # The kernel after the attention, its blocks by index eighth. Blocks are placed in index order, so the last ones
+    # are those that wait for the attention's blocks to leave their SMs; for the fused kernel, "o rows written" is its
+    # barrier arrival.
+    o_field = "arrived" if KINDS[2] == "o_gate_up" else "end"
+    eighths = defaultdict(lambda: ([], [], []))
+    for layer, ref in zip(layers, refs):
+        nb = max(int(r["block"]) for r in layer[2]) + 1
+        groups = defaultdict(list)
+        for r in layer[2]:
+            groups[int(r["block"]) * 8 // nb].append(r)
+        for g, group in groups.items():
+            for j, field in enumerate(("start", "issued", o_field)):
+                v = times(group, field)
+                if v:
+                    eighths[g][j].append((v[len(v) // 2] - ref) / 1000.0)
+    print(f"  {NAMES[2]} blocks by index eighth (median block): start / loads issued / o rows written")
+    for g in sorted(eighths):
+        print(f"  {NAMES[2]} eighth {g}: " + " ".join(f"{med(x):8.2f}" if x else "       -" for x in eighths[g]))
     if len(refs) > 1:
         print(f"  a layer (qkv end to the next layer's qkv end): "
               f"{med((b - a) / 1000.0 for a, b in zip(refs, refs[1:])):.2f} µs (median)")

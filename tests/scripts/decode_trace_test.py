@@ -2,13 +2,14 @@
 """decode_trace_test.py — scripts/gpu/decode_trace.py on synthetic --decode-trace CSVs (ctest, CPU): both layer
 layouts (five launches, and four with the fused o + gate/up kernel), the idle attention splits counted from the
 attention launches (a reused loop variable once took them from the wrong launches), the fused kernel's barrier fields
-read from its end/last columns, and a CSV whose launches are not whole layers refused with a message.
+read from its end/last columns, the o kernel's blocks by index eighth, and a CSV whose launches are not whole layers refused with a message.
 Usage: decode_trace_test.py PATH/TO/decode_trace.py"""
 import contextlib
 import csv
 import importlib.util
 import io
 import os
+import re
 import sys
 import tempfile
 
@@ -81,6 +82,14 @@ def main():
         if line and abs(float(line.split()[2]) - float(next(
                 l for l in text4.splitlines() if "o+gate/up start" in l).split()[2]) - 0.06) > 1e-6:
             failures.append(f"four: arrived is not 60 ns after start: {line}")
+        # the o kernel's blocks by index eighth (4 blocks: eighths 0, 2, 4, 6); o rows written: the fused kernel's
+        # barrier arrival (60 ns after its start), the o GEMV's last warp end (130 ns)
+        for label, text, gap in (("five", text5, 0.13), ("four", text4, 0.06)):
+            rows = [l.split() for l in text.splitlines() if re.search(r" eighth \d+:", l)]
+            if [r[2] for r in rows] != ["0:", "2:", "4:", "6:"]:
+                failures.append(f"{label}: eighths not 0, 2, 4, 6:\n{text}")
+            elif abs(float(rows[0][5]) - float(rows[0][3]) - gap) > 0.011:
+                failures.append(f"{label}: o rows written not {gap} us after the start: {rows[0]}")
         write(broken, ["gemv", "attention", "residual", "swiglu", "residual"], 1, 0)
         with open(broken, "a") as f:
             f.write("5,gemv,0,0,99999,,,,,,,,0,,\n")
