@@ -31,52 +31,31 @@ struct Args {
   int H = 0, Ko = 0, I = 0;
   float eps = 1e-6f;
   unsigned* barrier = nullptr;
-  int units_per_warp = 1, stage_steps = 0, stage_when = 0, poll_ns = 0, barrier_mode = 0, preload = 1;
+  int units_per_warp = 1, stage_steps = 0, stage_when = 0;
   unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h; the fields below)
 };
 // The traced instance's fields beyond the GEMV's (start, issued, waited, the warps' ends): thread 0's barrier arrival
 // (its block's o rows written), its release, x in shared memory, and warp 0's staged bytes arrived.
 constexpr int kStArrived = kStEnd, kStReleased = kStLast, kStXReady = 9, kStStaged = 10;
 
-// Every block of the grid arrives and waits for the others (all are resident: the host checks), in one of two forms
-// (GemvOGateUpSettings::barrier). The arrival is a release and the wait's loads acquires, after a block barrier on
-// each side, so each block's writes before the barrier are visible to every block after it.
-//   0, generation: barrier[0] counts the arrivals, barrier[kGenWord] (another 128-byte line, so that the spinning loads
-//     do not queue the arrivals behind them) is the generation: a block reads it before it arrives, the last arrival
-//     resets the count and advances it, the others load it until it moves.
-//   1, count: barrier[0] only grows (modulo 2^32): thread 0 read it as `base` when the block started (the previous
-//     launch's arrivals are all in by then: its blocks passed their barrier before they let the kernels after them
-//     start), arrives with a reduction (no reply to wait for) and loads it until it reaches base + the grid.
-// poll_ns apart (0: back to back). A second without the last arrival is a grid that could not be resident after all
-// (the host's occupancy check wrong, say, under another process's kernels): a trap, an error for the stream, not a
-// hang.
-constexpr int kGenWord = 32;
+// Every block of the grid arrives and waits for the others (all are resident: the host checks). barrier[0] only grows
+// (modulo 2^32): thread 0 read it as `base` when the block started (the previous launch's arrivals are all in by then:
+// its blocks passed their barrier before they let the kernels after them start), arrives with a release reduction (no
+// reply to wait for) and loads it with acquire until it reaches base + the grid; a block barrier on each side, so each
+// block's writes before the barrier are visible to every block after it. A second without the last arrival is a grid
+// that could not be resident after all (the host's occupancy check wrong, say, under another process's kernels): a
+// trap, an error for the stream, not a hang. (The fortieth pass also measured a generation word that the last arrival
+// advances, and pauses between the loads: neither was faster.)
 template <bool TRACE>
-__device__ __forceinline__ void grid_barrier(unsigned* barrier, int mode, unsigned base, int poll_ns,
-                                             unsigned long long* trace) {
+__device__ __forceinline__ void grid_barrier(unsigned* barrier, unsigned base, unsigned long long* trace) {
   __syncthreads();
   if constexpr (TRACE) step_stamp(trace, kStArrived);
   if (threadIdx.x == 0) {
     const unsigned long long t0 = globaltimer();
-    auto waited_too_long = [&] {
-      if (poll_ns > 0) __nanosleep(poll_ns);
-      return globaltimer() - t0 > 1000000000ull;
-    };
-    if (mode == 1) {
-      red_add_release(barrier, 1u);
-      const unsigned target = base + gridDim.x;
-      while (static_cast<int>(ld_acquire(barrier) - target) < 0)
-        if (waited_too_long()) __trap();
-    } else {
-      const unsigned gen = ld_acquire(barrier + kGenWord);
-      if (atom_add_acq_rel(barrier, 1u) == gridDim.x - 1) {
-        barrier[0] = 0u;  // ordered before the generation's release below
-        st_release(barrier + kGenWord, gen + 1u);
-      } else {
-        while (ld_acquire(barrier + kGenWord) == gen)
-          if (waited_too_long()) __trap();
-      }
-    }
+    red_add_release(barrier, 1u);
+    const unsigned target = base + gridDim.x;
+    while (static_cast<int>(ld_acquire(barrier) - target) < 0)
+      if (globaltimer() - t0 > 1000000000ull) __trap();
   }
   if constexpr (TRACE) step_stamp(trace, kStReleased);
   __syncthreads();
@@ -97,8 +76,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) o_gate_up_kernel(Ar
     step_stamp(a.trace, kStStart);
     step_stamp_sm(a.trace);
   }
-  __shared__ unsigned barrier_base;  // barrier 1: the count when the block started (held here, not in a register)
-  if (a.barrier_mode == 1 && threadIdx.x == 0) barrier_base = ld_relaxed(a.barrier);
+  __shared__ unsigned barrier_base;  // the barrier's count when the block started (held here, not in a register)
+  if (threadIdx.x == 0) barrier_base = ld_relaxed(a.barrier);
 
   // o: this warp's row, all of it, before the wait (weights never depend on an earlier kernel)
   const bool o_row = warp < H;
@@ -175,11 +154,10 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) o_gate_up_kernel(Ar
   // gate/up's first step from global memory goes out before the barrier: (u_beg, S), or the next unit's first
   uint4 wv[kU][kRows];
   auto load_step = [&](int n0, int c0) { load_unit_step(([&](int r) { return row_of(n0, r); }), c0, nvec, wv); };
-  // (preload 0: none; first_unit -1 then never matches in the loop below)
-  const int first_unit = a.preload == 0 ? -1 : S < steps ? u_beg : u_beg + 1, first_step = S < steps ? S : 0;
-  if (first_unit >= 0 && first_unit < u_end) load_step(first_unit * 2, lane + first_step * kStepChunks);
+  const int first_unit = S < steps ? u_beg : u_beg + 1, first_step = S < steps ? S : 0;
+  if (first_unit < u_end) load_step(first_unit * 2, lane + first_step * kStepChunks);
 
-  grid_barrier<TRACE>(a.barrier, a.barrier_mode, barrier_base, a.poll_ns, a.trace);
+  grid_barrier<TRACE>(a.barrier, barrier_base, a.trace);
 
   // x after every o row's add, into shared memory past L1 (other SMs wrote it in this kernel), and the folded norm's
   // factor, summed as the register GEMV's warps sum it
@@ -272,10 +250,7 @@ int carveout_setting() {
 const GemvOGateUpSettings& gemv_o_gate_up_settings() {
   static const GemvOGateUpSettings s{env_int("SPECPRESS_OGU_STAGE", 0, kMaxStage, 2, "0, 1 or 2"),
                                      env_int("SPECPRESS_OGU_STAGE_WHEN", 0, 2, 1, "0, 1 or 2"),
-                                     carveout_setting(),
-                                     env_int("SPECPRESS_OGU_POLL_NS", 0, 10000, 0, "0 .. 10000"),
-                                     env_int("SPECPRESS_OGU_BARRIER", 0, 1, 1, "0 or 1"),
-                                     env_int("SPECPRESS_OGU_PRELOAD", 0, 1, 1, "0 or 1")};
+                                     carveout_setting()};
   return s;
 }
 
@@ -306,9 +281,6 @@ cudaError_t gemv_o_gate_up(const __nv_bfloat16* attn, const __nv_bfloat16* Wo, _
   a.units_per_warp = (units + warps - 1) / warps;
   a.stage_steps = s.stage_steps;
   a.stage_when = s.stage_when;
-  a.poll_ns = s.poll_ns;
-  a.barrier_mode = s.barrier;
-  a.preload = s.preload;
   a.trace = trace;
   return launch_kernel(trace != nullptr ? o_gate_up_kernel<true> : o_gate_up_kernel<false>, blocks, kWarps * 32,
                        smem_bytes(H, s.stage_steps), stream, a);

@@ -31,14 +31,10 @@ namespace specpress::kernels {
 //     the kernels after it. A block waiting at the grid barrier keeps its SM from being reconfigured; the occupancy
 //     check counts 5 blocks an SM at this kernel's shared memory, and the barrier's one-second trap (below) is the
 //     guard if the driver's configuration held fewer.
-//   poll_ns (SPECPRESS_OGU_POLL_NS, 0..10000, default 0): nanoseconds between a waiting block's loads of the grid
-//     barrier's word (__nanosleep), 0 back to back.
-//   barrier (SPECPRESS_OGU_BARRIER, 0 or 1, default 1): the grid barrier's form, 0 a generation word that the last
-//     arrival advances, 1 an arrival count that only grows (gemv_o_gate_up.cu).
-//   preload (SPECPRESS_OGU_PRELOAD, 0 or 1, default 1): 1 issues each warp's first gate/up step from global memory
-//     before the grid barrier, 0 after it.
+// The fortieth pass's other forms (a generation-word barrier, pauses between the barrier's loads, gate/up's first
+// step loaded after the barrier) measured no faster and were taken out in the forty-first.
 struct GemvOGateUpSettings {
-  int stage_steps = 2, stage_when = 1, carveout = -1, poll_ns = 0, barrier = 1, preload = 1;
+  int stage_steps = 2, stage_when = 1, carveout = -1;
 };
 const GemvOGateUpSettings& gemv_o_gate_up_settings();
 
@@ -50,10 +46,9 @@ bool gemv_o_gate_up_takes(int H, int Ko, int I);
 
 // x [H] += W_o [H, Ko] · attn [Ko] (rounded as gemv_residual), then act [I] = SwiGLU of W_gu [2I, H] · x with the
 // folded norm's factor rsqrt(mean(x^2) + eps) (as gemv_swiglu with GemvNorm::folded). barrier: kGemvOGateUpBarrierWords
-// unsigned words, zero before the first launch (barrier 0: the kernel leaves word 0 zero and advances word 32 each
-// launch; 1: word 0 grows by the grid each launch); a launch at a time may use it. Pointers 16-byte
-// aligned; attn, W_o, W_gu and act must not overlap x. cudaErrorInvalidValue where gemv_o_gate_up_takes is false.
-constexpr int kGemvOGateUpBarrierWords = 64;
+// unsigned words, zero before the first launch; the grid barrier's arrival count, which grows by the grid each launch;
+// a launch at a time may use it. Pointers 16-byte aligned; attn, W_o, W_gu and act must not overlap x. cudaErrorInvalidValue where gemv_o_gate_up_takes is false.
+constexpr int kGemvOGateUpBarrierWords = 1;
 cudaError_t gemv_o_gate_up(const __nv_bfloat16* attn, const __nv_bfloat16* Wo, __nv_bfloat16* x,
                            const __nv_bfloat16* Wgu, __nv_bfloat16* act, int H, int Ko, int I, float eps,
                            unsigned* barrier, cudaStream_t stream, unsigned long long* trace = nullptr);

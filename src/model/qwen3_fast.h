@@ -297,7 +297,7 @@ class FastEngine {
   bool persistent_ = false;
   at::Tensor persistent_layers_, persistent_workspace_, persistent_counters_;
   at::Tensor persistent_trace_;  // decode_persistent_trace(): the kernel's timeline, int64 on the device
-  // gemv_o_gate_up_fused() where the kernel takes the target's shapes: its grid barrier's words (int32 [64])
+  // gemv_o_gate_up_fused() where the kernel takes the target's shapes: its grid barrier's arrival count (int32 [1])
   bool o_gate_up_ = false;
   at::Tensor o_gate_up_barrier_;
   std::vector<FastLayer> t_layers_, d_layers_;
