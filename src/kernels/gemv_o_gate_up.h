@@ -47,7 +47,8 @@ bool gemv_o_gate_up_takes(int H, int Ko, int I);
 // x [H] += W_o [H, Ko] · attn [Ko] (rounded as gemv_residual), then act [I] = SwiGLU of W_gu [2I, H] · x with the
 // folded norm's factor rsqrt(mean(x^2) + eps) (as gemv_swiglu with GemvNorm::folded). barrier: kGemvOGateUpBarrierWords
 // unsigned words, zero before the first launch; the grid barrier's arrival count, which grows by the grid each launch;
-// a launch at a time may use it. Pointers 16-byte aligned; attn, W_o, W_gu and act must not overlap x. cudaErrorInvalidValue where gemv_o_gate_up_takes is false.
+// a launch at a time may use it. Pointers 16-byte aligned; attn, W_o, W_gu and act must not overlap x.
+// cudaErrorInvalidValue where gemv_o_gate_up_takes is false.
 constexpr int kGemvOGateUpBarrierWords = 1;
 cudaError_t gemv_o_gate_up(const __nv_bfloat16* attn, const __nv_bfloat16* Wo, __nv_bfloat16* x,
                            const __nv_bfloat16* Wgu, __nv_bfloat16* act, int H, int Ko, int I, float eps,

@@ -2,7 +2,8 @@
 """decode_trace_test.py — scripts/gpu/decode_trace.py on synthetic --decode-trace CSVs (ctest, CPU): both layer
 layouts (five launches, and four with the fused o + gate/up kernel), the idle attention splits counted from the
 attention launches (a reused loop variable once took them from the wrong launches), the fused kernel's barrier fields
-read from its end/last columns, the o kernel's blocks by index eighth, and a CSV whose launches are not whole layers refused with a message.
+read from its end/last columns, the o kernel's blocks by index eighth, and a CSV whose launches are not whole layers
+refused with a message.
 Usage: decode_trace_test.py PATH/TO/decode_trace.py"""
 import contextlib
 import csv
