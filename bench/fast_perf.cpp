@@ -320,7 +320,7 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
       // the fused o + gate/up kernel (kernels/gemv_o_gate_up.h): end is its barrier arrival, last its release, then x
       // in shared memory and the staged bytes arrived; the attention's last is 0 or 1
       if (l.kind == StepTraceKind::kOGateUp)
-        csv << ',' << time(kStLast) << ',' << time(9) << ',' << time(10) << '\n';
+        csv << ',' << time(kStReleased) << ',' << time(kStXReady) << ',' << time(kStStaged) << '\n';
       else
         csv << ',' << r[kStLast] << ",,\n";
       ++rows;

@@ -110,9 +110,10 @@ void gemv_residual_out(const at::Tensor& residual, const at::Tensor& x, const at
 
 // The decode layer's o projection with its residual add and the gate/up projection with the folded post-attention
 // norm and the SwiGLU in one launch (kernels/gemv_o_gate_up.h): bitwise gemv_residual_out(x, attn, o_proj) then
-// gemv_silu_mul_out(act, x, gate_up, {}, eps, true). barrier: int32 [kGemvOGateUpBarrierWords] (64) on the GPU, zero
-// before its first use, used by one launch at a time. gemv_o_gate_up_takes: whether the kernel takes these shapes on
-// this device (else the two GEMVs are the way); gemv_o_gate_up_out fails, naming what, on a layout it does not take.
+// gemv_silu_mul_out(act, x, gate_up, {}, eps, true). barrier: int32 [kGemvOGateUpBarrierWords] (1, the arrival
+// count) on the GPU, zero before its first use, used by one launch at a time. gemv_o_gate_up_takes: whether the kernel
+// takes these shapes on this device (else the two GEMVs are the way); gemv_o_gate_up_out fails, naming what, on a
+// layout it does not take.
 bool gemv_o_gate_up_takes(const at::Tensor& x, const at::Tensor& o_proj, const at::Tensor& gate_up);
 void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::Tensor& o_proj, const at::Tensor& act,
                         const at::Tensor& gate_up, double eps, const at::Tensor& barrier);

@@ -32,12 +32,8 @@ struct Args {
   float eps = 1e-6f;
   unsigned* barrier = nullptr;
   int units_per_warp = 1, stage_steps = 0, stage_when = 0;
-  unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h; the fields below)
+  unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h: the GEMV's fields and kStArrived .. kStStaged)
 };
-// The traced instance's fields beyond the GEMV's (start, issued, waited, the warps' ends): thread 0's barrier arrival
-// (its block's o rows written), its release, x in shared memory, and warp 0's staged bytes arrived.
-constexpr int kStArrived = kStEnd, kStReleased = kStLast, kStXReady = 9, kStStaged = 10;
-
 // Every block of the grid arrives and waits for the others (all are resident: the host checks). barrier[0] only grows
 // (modulo 2^32): thread 0 read it as `base` when the block started (the previous launch's arrivals are all in by then:
 // its blocks passed their barrier before they let the kernels after them start), arrives with a release reduction (no

@@ -18,5 +18,8 @@ constexpr int kStStart = 0, kStIssued = 1, kStWaited = 2, kStEnd = 7, kStSm = 11
 constexpr int kStQReady = 3, kStTiles = 4, kStPartial = 5, kStCounted = 6, kStLast = 8;
 // The GEMV (4 warps a block): each warp's end, before its launch trigger, warp w into kStWarpEnd + w (no kStEnd).
 constexpr int kStWarpEnd = 3;
+// The fused o + gate/up GEMV (gemv_o_gate_up.h): the GEMV's fields, then thread 0's grid-barrier arrival (its block's o
+// rows written) in kStEnd and its release in kStLast (times), x in shared memory, and warp 0's staged bytes arrived.
+constexpr int kStArrived = kStEnd, kStReleased = kStLast, kStXReady = 9, kStStaged = 10;
 
 }  // namespace specpress::kernels

@@ -129,8 +129,8 @@ bool decode_persistent();
 void set_decode_persistent(bool on);
 // The one-row decode step's o and gate/up products as one launch (kernels::gemv_o_gate_up_out: o's residual add, a
 // grid barrier, then the gate/up product with the folded norm and the SwiGLU; gate/up's first bytes staged into shared
-// memory while the attention runs) instead of two GEMV launches. Default off: measured 0.5-5% slower at Qwen3-4B by its
-// settings (kernels/gemv_o_gate_up.h; docs/PERF.md, fortieth pass); SPECPRESS_GEMV_O_GATE_UP=1 turns it on, same rules
+// memory while the attention runs) instead of two GEMV launches. Default off: measured 0.5-7% slower at Qwen3-4B by its
+// settings, 1.0% at its defaults (kernels/gemv_o_gate_up.h; docs/PERF.md, fortieth and forty-first passes); SPECPRESS_GEMV_O_GATE_UP=1 turns it on, same rules
 // as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the kernel takes on the device
 // (kernels::gemv_o_gate_up_takes); elsewhere the two GEMVs run. Bitwise the same results. Read when an engine is built.
 bool gemv_o_gate_up_fused();
