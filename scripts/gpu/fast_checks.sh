@@ -77,6 +77,10 @@ run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE_WHEN=2 SPECPRESS_PDL=0
   'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_STAGE_WHEN=2 SPECPRESS_PDL=0
 run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_CARVEOUT=100: the largest shared-memory carveout" \
   'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_CARVEOUT=100
+run_tests "SPECPRESS_GEMV_MLP=1: the decode MLP in one launch (kernels/gemv_mlp.h), FastPathGolden + Kernels.GemvMlp*" \
+  'FastPathGolden.*:Kernels.GemvMlp*' SPECPRESS_GEMV_MLP=1
+run_tests "SPECPRESS_GEMV_MLP=1 SPECPRESS_PDL=0: the decode MLP in one launch without PDL, FastPathGolden" \
+  'FastPathGolden.*' SPECPRESS_GEMV_MLP=1 SPECPRESS_PDL=0
 # the TMA GEMV's other layouts (read once a process), bitwise against the register GEMV
 run_tests "SPECPRESS_GEMV_TMA_WARPS=2" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=2
 run_tests "SPECPRESS_GEMV_TMA_WARPS=8" 'Kernels.GemvTma*' SPECPRESS_GEMV_TMA_WARPS=8

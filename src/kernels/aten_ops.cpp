@@ -21,6 +21,7 @@
 #include "kernels/gemm_small.h"
 #include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
+#include "kernels/gemv_mlp.h"
 #include "kernels/gemv_o_gate_up.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
@@ -647,6 +648,47 @@ void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::T
                                      static_cast<int>(Ko), static_cast<int>(I), static_cast<float>(eps),
                                      reinterpret_cast<unsigned*>(barrier.data_ptr()), stream(), trace),
              "gemv_o_gate_up");
+}
+
+void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down_t, double eps,
+                  const at::Tensor& acc, const at::Tensor& counter, const at::Tensor& tap) {
+  require(x, "gemv_mlp x", at::kBFloat16);
+  require(gate_up, "gemv_mlp gate_up", at::kBFloat16);
+  require(down_t, "gemv_mlp down_t", at::kBFloat16);
+  require(acc, "gemv_mlp acc", at::kFloat);
+  require(counter, "gemv_mlp counter", at::kLong);
+  const int64_t H = x.numel();
+  if (x.dim() < 1 || x.dim() > 2 || (x.dim() == 2 && x.size(0) != 1)) fail("gemv_mlp: x must be one row [1, H] or [H]");
+  if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0 || gate_up.size(1) != H)
+    fail("gemv_mlp: gate_up must be [2I, H] with H = {} (x's width)", H);
+  const int64_t I = gate_up.size(0) / 2;
+  if (down_t.dim() != 2 || down_t.size(0) != I || down_t.size(1) != H)
+    fail("gemv_mlp: down_t must be [I, H] = [{}, {}] (W_down transposed)", I, H);
+  if (H > std::numeric_limits<int>::max() || I > std::numeric_limits<int>::max() ||
+      !kernels::gemv_mlp_takes(static_cast<int>(H), static_cast<int>(I)))
+    fail("gemv_mlp: H={} I={} not taken on this device (kernels/gemv_mlp.h)", H, I);
+  if (acc.numel() != H) fail("gemv_mlp: acc must be fp32 [{}]", H);
+  if (counter.numel() != 1) fail("gemv_mlp: counter must be int64 [1]");
+  if (!aligned16(x) || !aligned16(gate_up) || !aligned16(down_t) || !aligned16(acc))
+    fail("gemv_mlp: x, gate_up, down_t and acc must be 16-byte aligned");
+  const auto* xb = static_cast<const char*>(x.data_ptr());
+  const auto overlaps = [&](const at::Tensor& t) {
+    const auto* p = static_cast<const char*>(t.data_ptr());
+    return p < xb + H * 2 && xb < p + t.numel() * t.element_size();
+  };
+  __nv_bfloat16* tap_ptr = nullptr;
+  if (tap.defined()) {
+    require(tap, "gemv_mlp tap", at::kBFloat16, false);
+    if (tap.numel() != H || tap.stride(-1) != 1 || (tap.dim() == 2 && tap.size(0) != 1) || !aligned16(tap))
+      fail("gemv_mlp: tap must be one 16-byte aligned row of H={} elements with unit column stride", H);
+    if (overlaps(tap)) fail("gemv_mlp: tap overlaps x");
+    tap_ptr = bf(tap);
+  }
+  if (overlaps(acc) || overlaps(gate_up) || overlaps(down_t)) fail("gemv_mlp: x overlaps acc or a weight");
+  check_cuda(kernels::gemv_mlp(bf(x), bf(gate_up), bf(down_t), tap_ptr, acc.data_ptr<float>(),
+                               static_cast<unsigned long long*>(counter.data_ptr()), static_cast<int>(H),
+                               static_cast<int>(I), static_cast<float>(eps), stream()),
+             "gemv_mlp");
 }
 
 bool fused_one_row(int64_t rows) { return rows == 1 && gemv_at_one_row(); }

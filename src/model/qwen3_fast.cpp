@@ -14,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/decode_layers.h"
 #include "kernels/gemm_wg16.h"
+#include "kernels/gemv_mlp.h"
 #include "kernels/gemv_o_gate_up.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
@@ -77,6 +78,11 @@ EnvSwitch& decode_persistent_switch() {
 
 EnvSwitch& o_gate_up_switch() {
   static EnvSwitch s("SPECPRESS_GEMV_O_GATE_UP", false);
+  return s;
+}
+
+EnvSwitch& mlp_switch() {
+  static EnvSwitch s("SPECPRESS_GEMV_MLP", false);
   return s;
 }
 
@@ -199,6 +205,10 @@ bool gemv_o_gate_up_fused() { return o_gate_up_switch().on(); }
 
 void set_gemv_o_gate_up_fused(bool on) { o_gate_up_switch().set(on); }
 
+bool gemv_mlp_fused() { return mlp_switch().on(); }
+
+void set_gemv_mlp_fused(bool on) { mlp_switch().set(on); }
+
 namespace {
 bool& persistent_trace_flag() {
   static bool on = false;
@@ -283,6 +293,13 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
                                     static_cast<int>(t_layers_[0].gate_up.size(0) / 2))) {
     o_gate_up_ = true;
     o_gate_up_barrier_ = at::zeros({kernels::kGemvOGateUpBarrierWords}, i32);
+  }
+  if (!o_gate_up_ && gemv_mlp_fused() && folded_ && !t_layers_.empty() &&
+      kernels::gemv_mlp_takes(static_cast<int>(c.hidden_size), static_cast<int>(t_layers_[0].gate_up.size(0) / 2))) {
+    mlp_ = true;
+    for (const FastLayer& w : t_layers_) down_t_.push_back(w.down.t().contiguous());
+    mlp_acc_ = at::zeros({c.hidden_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    mlp_counter_ = at::zeros({1}, i64);
   }
   if (decode_persistent() && folded_ && contiguous() &&
       kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
@@ -517,6 +534,11 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       attend(w, kc, vc);
       if (o_gate_up_ && folded && &b == &decode_buf_) {
         kernels::gemv_o_gate_up_out(x, attn, w.o_proj, act, w.gate_up, eps, o_gate_up_barrier_);  // both, one launch
+      } else if (mlp_ && folded && &b == &decode_buf_) {
+        kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
+        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l));  // x += mlp, one launch
+        announce_taps(static_cast<int64_t>(l));
+        continue;
       } else {
         kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
         kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);

@@ -135,6 +135,16 @@ void set_decode_persistent(bool on);
 // (kernels::gemv_o_gate_up_takes); elsewhere the two GEMVs run. Bitwise the same results. Read when an engine is built.
 bool gemv_o_gate_up_fused();
 void set_gemv_o_gate_up_fused(bool on);
+// The one-row decode step's gate/up and down products as one launch (kernels::gemv_mlp_out: each block owns a slice
+// of the intermediate dimension end to end, gate/up rows, SwiGLU, then its rows of W_down transposed, and adds its
+// partial sums into an fp32 accumulator that the last block adds into x) instead of two GEMV launches. Default off:
+// Qwen3-4B's decode step is 3.5% faster with it, Qwen3-8B's 3% slower, and its sums are added in arrival order, so a
+// decode step's x is not the same bits on every run (docs/PERF.md, forty-second pass); SPECPRESS_GEMV_MLP=1 turns it
+// on, same rules as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the kernel takes (kernels::gemv_mlp_takes)
+// and keeps a transposed copy of each layer's W_down (the target's down weights twice in memory). Where
+// SPECPRESS_GEMV_O_GATE_UP is on, that kernel runs instead. Read when an engine is built.
+bool gemv_mlp_fused();
+void set_gemv_mlp_fused(bool on);
 // A diagnostic of that kernel (fast_perf --persistent-trace): engines built while it is on have the kernel stamp its
 // timeline (kernels::DecodeLayersArgs::trace) into a buffer at each decode step, read by persistent_trace(). Off by
 // default; set only through this call.
@@ -300,6 +310,11 @@ class FastEngine {
   // gemv_o_gate_up_fused() where the kernel takes the target's shapes: its grid barrier's arrival count (int32 [1])
   bool o_gate_up_ = false;
   at::Tensor o_gate_up_barrier_;
+  // gemv_mlp_fused() where the kernel takes the target's shapes: W_down^T of each target layer, the kernel's
+  // accumulator (fp32 [H], zero between launches) and its arrival counter (int64 [1])
+  bool mlp_ = false;
+  std::vector<at::Tensor> down_t_;
+  at::Tensor mlp_acc_, mlp_counter_;
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
   ops::RopeTable draft_rope_;

@@ -26,6 +26,7 @@
 #include "kernels/gemm_small.h"
 #include "kernels/gemm_wg16.h"
 #include "kernels/gemv.h"
+#include "kernels/gemv_mlp.h"
 #include "kernels/gemv_o_gate_up.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
@@ -1074,6 +1075,77 @@ TEST_F(Kernels, GemvOGateUpIsBitwiseTheTwoGemvs) {
   EXPECT_THROW(kernels::gemv_o_gate_up_out(x, attn, wo, act, wgu, 1e-6, at::zeros({3}, i32())), std::exception);
   EXPECT_THROW(kernels::gemv_o_gate_up_out(x, attn, wo, act, wgu, 1e-6, at::zeros({1}, i64())), std::exception);
   EXPECT_THROW(kernels::gemv_o_gate_up_out(x, x, at::randn({64, 64}, bf16()), act, wgu, 1e-6, barrier), std::exception);
+}
+
+// The decode layer's MLP in one launch (kernels/gemv_mlp.h) against the two GEMVs it replaces (gemv_silu_mul_out with
+// the folded norm, then gemv_residual_out with a tap; where I % 8 == 0, as they need): within 2 bf16 units of the add's
+// operands (the down sums are added in another order, so a value at a rounding boundary may round the other way), and
+// its ATen twin in float64 (x + silu(n Wg^T) * (n Wu^T) Wd^T with n = x / rms(x), rounded to bf16 where the kernel
+// rounds) within 2 units: Qwen3-4B's and -8B's layers (H 2560 and 4096: two thread groups a block and one), H 5120,
+// the golden fixtures' H 128 and an H 64 (several groups a warp), one intermediate, intermediates fewer than the SMs,
+// and odd I. Three launches reuse the accumulator and the counter: the counter grows by the grid each launch, the
+// accumulator is zero after each, the tap is x, nothing is written outside x and the tap. Then what it refuses: an H whose row chunks neither divide nor fill a warp, an H
+// wider than a block's threads, no intermediate, an accumulator of the wrong size or type, a counter not int64, a wrong
+// W_down^T, a tap over x.
+TEST_F(Kernels, GemvMlpMatchesTheTwoGemvs) {
+  if (!kernels::gemv_mlp_takes(2560, 9728)) GTEST_SKIP() << "the fused MLP kernel needs sm_90 (vector reductions)";
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  struct Case { int64_t H, I; };
+  for (Case c : {Case{2560, 9728}, Case{4096, 12288}, Case{5120, 1000}, Case{256, 1}, Case{512, 3001}, Case{1024, 100},
+                 Case{768, 131}, Case{128, 352}, Case{64, 40}, Case{128, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "H=" << c.H << " I=" << c.I);
+    ASSERT_TRUE(kernels::gemv_mlp_takes(static_cast<int>(c.H), static_cast<int>(c.I)));
+    at::Tensor x0 = at::randn({1, c.H}, bf16()) * 4, wgu = at::randn({2 * c.I, c.H}, bf16()) * 0.05;
+    at::Tensor wd = at::randn({c.H, c.I}, bf16()) * 0.05, wdt = wd.t().contiguous();
+    const double eps = 1e-6;
+    const bool two_gemvs = c.I % 8 == 0;
+    at::Tensor x_ref = x0.clone(), act_ref = at::empty({1, c.I}, bf16());
+    if (two_gemvs) {
+      kernels::gemv_silu_mul_out(act_ref, x_ref, wgu, {}, eps, true);
+      kernels::gemv_residual_out(x_ref, act_ref, wd);
+    }
+    at::Tensor operands = x0.to(at::kDouble).abs() + (x_ref.to(at::kDouble) - x0.to(at::kDouble)).abs();
+    const int64_t blocks = kernels::gemv_mlp_blocks(static_cast<int>(c.H), static_cast<int>(c.I));
+    ASSERT_GE(blocks, 1);
+    at::Tensor acc = at::zeros({c.H}, f32), counter = at::zeros({1}, i64());
+    for (int launch = 1; launch <= 3; ++launch) {
+      at::Tensor xb = at::full({1, c.H + 16}, NAN, bf16()), tb = at::full({1, c.H + 16}, NAN, bf16());
+      at::Tensor x = xb.narrow(1, 8, c.H), tap = tb.narrow(1, 8, c.H);
+      x.copy_(x0);
+      kernels::gemv_mlp_out(x, wgu, wdt, eps, acc, counter, tap);
+      if (two_gemvs) {
+        EXPECT_LE(max_ulps_of(x, x_ref, operands), 2.0) << "launch " << launch << ": x vs the two GEMVs";
+      }
+      EXPECT_TRUE(at::equal(tap, x)) << "launch " << launch << ": the tap is not x";
+      for (const at::Tensor& border : {xb.narrow(1, 0, 8), xb.narrow(1, c.H + 8, 8), tb.narrow(1, 0, 8),
+                                       tb.narrow(1, c.H + 8, 8)})
+        EXPECT_TRUE(at::isnan(border).all().item<bool>()) << "launch " << launch << ": wrote outside x or the tap";
+      EXPECT_EQ(counter.item<int64_t>(), launch * blocks) << "launch " << launch << ": arrivals";
+      EXPECT_EQ(acc.abs().max().item<float>(), 0.f) << "launch " << launch << ": the accumulator is not zero after";
+      if (launch == 1) {
+        // the twin in float64, rounded where the kernel rounds: the gate and up sums (times x's norm factor), silu,
+        // the product, the down sum, the residual add
+        at::Tensor x64 = x0.to(at::kDouble), w64 = wgu.to(at::kDouble);
+        auto rb = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kDouble); };
+        at::Tensor rf = at::rsqrt(x64.pow(2).mean(-1, true) + eps);
+        at::Tensor gate = rb(at::linear(x64, w64.narrow(0, 0, c.I)) * rf);
+        at::Tensor up = rb(at::linear(x64, w64.narrow(0, c.I, c.I)) * rf);
+        at::Tensor mlp = rb(at::linear(rb(rb(at::silu(gate)) * up), wd.to(at::kDouble)));
+        EXPECT_LE(max_ulps_of(x, x64 + mlp, x64.abs() + mlp.abs()), 2.0) << "x vs its float64 twin";
+        EXPECT_LT(rel_err(x, x64 + mlp), 1e-2) << "x vs its float64 twin";
+      }
+    }
+  }
+  for (auto [H, I] : {std::pair{2568, 100}, std::pair{96, 8}, std::pair{5376, 100}, std::pair{256, 0}})
+    EXPECT_FALSE(kernels::gemv_mlp_takes(H, I)) << "H=" << H << " I=" << I;
+  at::Tensor x = at::randn({1, 256}, bf16()), wgu = at::randn({16, 256}, bf16()), wdt = at::randn({8, 256}, bf16());
+  at::Tensor acc = at::zeros({256}, f32), counter = at::zeros({1}, i64());
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({255}, f32), counter), std::exception);
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({256}, i32()), counter), std::exception);
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, acc, at::zeros({1}, i32())), std::exception);
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, at::randn({256, 8}, bf16()), 1e-6, acc, counter), std::exception);
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, acc, counter, x), std::exception);
+  EXPECT_EQ(counter.item<int64_t>(), 0) << "a refused launch ran";
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to

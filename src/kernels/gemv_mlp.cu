@@ -1,0 +1,264 @@
+// gemv_mlp.cu — see gemv_mlp.h. One block an SM (G = min(SMs, I) blocks), T = groups * H / 8 threads (at most 640,
+// groups = 640 / (H / 8)): thread t owns chunk c = t % (H / 8) of every row it touches and rows g, g + groups, .. of
+// each of the block's row lists (g = t / (H / 8)); a warp reads 512 contiguous bytes of a row, and its lanes' x chunks
+// stay in registers for the whole kernel.
+//   Phase 1: the block's 2 n rows (gate rows i0.., then up rows I + i0..), kBatch rows a thread a batch, the next
+//   batch's loads issued before the current one's arithmetic; each row's warp partial sums go to shared memory.
+//   Then each intermediate's SwiGLU (the partials summed in warp order, times the folded norm's factor), into shared
+//   memory, after the first batch of phase 2 is issued.
+//   Phase 2: the block's n rows of W_dT, each thread's 8 outputs (its chunk) accumulated over its rows in fp32; the
+//   groups' sums added in group order.
+//   The sum: two vector reductions a chunk into the accumulator, a fence, the arrival counter; the last block to
+//   arrive reads the accumulator (at the L2), writes x and the tap, and zeroes it.
+// The first batch of weights is loaded before the PDL wait (weights never depend on an earlier kernel); the next
+// kernel is let launch once every weight is read.
+#include <algorithm>
+
+#include "kernels/common.cuh"
+#include "kernels/gemv_math.cuh"
+#include "kernels/gemv_mlp.h"
+
+namespace specpress::kernels {
+namespace {
+using namespace detail;
+constexpr int kMaxThreads = 640, kBatch = 8;  // a block's threads at most (96 registers a thread), rows a batch
+
+struct Args {
+  bf16* x = nullptr;
+  const bf16* Wgu = nullptr;
+  const bf16* WdT = nullptr;
+  bf16* tap = nullptr;
+  float* acc = nullptr;                   // [H], zero at rest
+  unsigned long long* counter = nullptr;  // arrivals, G more each launch
+  int H = 0, I = 0, groups = 1, max_n = 1;  // max_n: the most intermediates a block owns
+  float eps = 1e-6f;
+};
+
+__device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+#endif
+}
+// Shared memory (floats): the phase-1 partials [2 max_n][H / 256], the SwiGLU values [max_n], the other groups'
+// phase-2 sums [(groups - 1) * H], 32 floats of scratch.
+__host__ __device__ inline int warps_a_group(int H) { return H >= 256 ? H / 256 : 1; }
+__host__ __device__ inline size_t smem_floats(int H, int groups, int max_n) {
+  return static_cast<size_t>(2 * max_n) * warps_a_group(H) + max_n + static_cast<size_t>(groups - 1) * H + 32;
+}
+
+// The sum over a group's lanes of a warp: the whole warp (H >= 256) or segments of H / 8 lanes (H <= 256).
+__device__ __forceinline__ float segment_sum(float v, int seg) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < seg) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// SEG: H < 256, several groups a warp; its loops run to group 0's row counts (the most) in every thread, so that a
+// warp's lanes stay converged for the segment sums. Else a warp lies in one group and its loops stop at its own.
+template <bool SEG>
+__global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // vector reductions need sm_90; the host never launches it there (gemv_mlp_takes)
+#else
+  extern __shared__ __align__(16) float smem[];
+  const int H = a.H, I = a.I, nvec = H / 8, wpg = SEG ? 1 : nvec / 32, groups = a.groups, seg = SEG ? nvec : 32;
+  const int c = threadIdx.x % nvec, g = threadIdx.x / nvec, lane = threadIdx.x & 31, wg = (threadIdx.x % nvec) >> 5;
+  const int G = gridDim.x, b = blockIdx.x;
+  const int i0 = static_cast<int>(static_cast<long long>(b) * I / G);
+  const int n = static_cast<int>(static_cast<long long>(b + 1) * I / G) - i0;
+  float* part = smem;                                  // [2 n][wpg]
+  float* actv = part + static_cast<size_t>(2 * a.max_n) * wpg;  // [n]
+  float* grp = actv + a.max_n;                         // [groups - 1][nvec][8]
+  float* scratch = grp + static_cast<size_t>(groups - 1) * H;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+
+  // this thread's rows: list index g + k * groups, k < n1 (phase 1), k < n2 (phase 2); the loops run to k1, k2
+  const int n1 = (2 * n - g + groups - 1) / groups, n2 = (n - g + groups - 1) / groups;
+  const int k1 = SEG ? (2 * n + groups - 1) / groups : n1, k2 = SEG ? (n + groups - 1) / groups : n2;
+  auto gu_row = [&](int k) {
+    const int r = g + k * groups;
+    return a.Wgu + (static_cast<int64_t>(r < n ? i0 + r : I + i0 + r - n)) * H + static_cast<int64_t>(c) * 8;
+  };
+  auto d_row = [&](int k) { return a.WdT + static_cast<int64_t>(i0 + g + k * groups) * H + static_cast<int64_t>(c) * 8; };
+  uint4 cur[kBatch], nxt[kBatch];
+  auto load1 = [&](uint4(&w)[kBatch], int k0) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) w[j] = k0 + j < n1 ? ld_stream(gu_row(k0 + j)) : zero;
+  };
+  auto load2 = [&](uint4(&w)[kBatch], int k0) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) w[j] = k0 + j < n2 ? ld_stream(d_row(k0 + j)) : zero;
+  };
+  load1(cur, 0);
+  pdl_wait();
+  const uint4 xc = __ldg(reinterpret_cast<const uint4*>(a.x) + c);
+  const float xf[8] = {lo_f(xc.x), hi_f(xc.x), lo_f(xc.y), hi_f(xc.y), lo_f(xc.z), hi_f(xc.z), lo_f(xc.w), hi_f(xc.w)};
+  const float rf = rsqrtf(block_sum(g == 0 ? sumsq8(xc, 0.f) : 0.f, scratch) / static_cast<float>(H) + a.eps);
+
+  // phase 1: gate and up rows
+  for (int k0 = 0; k0 < k1; k0 += kBatch) {
+    if (k0 + kBatch < k1)
+      load1(nxt, k0 + kBatch);
+    else
+      load2(nxt, 0);  // phase 2's first batch, before the barrier
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (k0 + j >= k1) break;
+      if constexpr (SEG) {
+        const float p = segment_sum(dot8(cur[j], xf, 0.f), seg);
+        if (lane % seg == 0 && k0 + j < n1) part[static_cast<size_t>(g + (k0 + j) * groups) * wpg + wg] = p;
+      } else {
+        const float p = warp_sum(dot8(cur[j], xf, 0.f));
+        if (lane == 0) part[static_cast<size_t>(g + (k0 + j) * groups) * wpg + wg] = p;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) cur[j] = nxt[j];
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    float gate = 0.f, up = 0.f;
+    for (int w = 0; w < wpg; ++w) {
+      gate += part[static_cast<size_t>(j) * wpg + w];
+      up += part[static_cast<size_t>(n + j) * wpg + w];
+    }
+    actv[j] = to_f(swiglu_value(gate * rf, up * rf));
+  }
+  __syncthreads();
+
+  // phase 2: this thread's 8 outputs over its rows of W_dT
+  float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int k0 = 0; k0 < k2; k0 += kBatch) {
+    if (k0 + kBatch < k2) load2(nxt, k0 + kBatch);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (k0 + j >= k2) break;
+      const float av = !SEG || k0 + j < n2 ? actv[g + (k0 + j) * groups] : 0.f;  // SEG: past n2 the row is zeros
+      const uint4 w = cur[j];
+      s[0] = fmaf(lo_f(w.x), av, s[0]);
+      s[1] = fmaf(hi_f(w.x), av, s[1]);
+      s[2] = fmaf(lo_f(w.y), av, s[2]);
+      s[3] = fmaf(hi_f(w.y), av, s[3]);
+      s[4] = fmaf(lo_f(w.z), av, s[4]);
+      s[5] = fmaf(hi_f(w.z), av, s[5]);
+      s[6] = fmaf(lo_f(w.w), av, s[6]);
+      s[7] = fmaf(hi_f(w.w), av, s[7]);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) cur[j] = nxt[j];
+  }
+  // every weight of this block is read: the next kernel may launch
+  pdl_trigger();
+  if (groups > 1) {
+    if (g > 0)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) grp[(static_cast<size_t>(g - 1) * nvec + c) * 8 + e] = s[e];
+    __syncthreads();
+    if (g == 0)
+      for (int h = 1; h < groups; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s[e] += grp[(static_cast<size_t>(h - 1) * nvec + c) * 8 + e];
+  }
+  if (g == 0 && n > 0) {
+    float* f = a.acc + static_cast<size_t>(c) * 8;
+    red_add4(f, s[0], s[1], s[2], s[3]);
+    red_add4(f + 4, s[4], s[5], s[6], s[7]);
+  }
+  // the arrival; the last block adds the accumulator into x and zeroes it
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) last = (atomicAdd(a.counter, 1ull) + 1) % G == 0;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (g == 0) {
+    float4* accv = reinterpret_cast<float4*>(a.acc) + 2 * c;
+    const float4 lo = __ldcg(accv), hi = __ldcg(accv + 1);
+    __stcg(accv, make_float4(0.f, 0.f, 0.f, 0.f));
+    __stcg(accv + 1, make_float4(0.f, 0.f, 0.f, 0.f));
+    const float sum[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const uint32_t xd[4] = {xc.x, xc.y, xc.z, xc.w};  // x's chunk (xf is not kept live through phase 2)
+    float out[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      out[2 * e] = to_f(residual_value(to_b(lo_f(xd[e])), sum[2 * e]));
+      out[2 * e + 1] = to_f(residual_value(to_b(hi_f(xd[e])), sum[2 * e + 1]));
+    }
+    store8(a.x + static_cast<size_t>(c) * 8, out);
+    if (a.tap != nullptr) store8(a.tap + static_cast<size_t>(c) * 8, out);
+  }
+#endif
+}
+
+struct Layout {
+  int blocks = 0, threads = 0, groups = 0, max_n = 0;
+  size_t smem = 0;
+};
+
+// The launch's shape for H and I, and whether the device takes it (false: a shape it refuses; e: a failed query).
+cudaError_t layout_of(int H, int I, Layout& l, bool& ok) {
+  ok = false;
+  const int nvec = H / 8;
+  if (H < 8 || H % 8 != 0 || !(32 % nvec == 0 || nvec % 32 == 0) || nvec > kMaxThreads || I < 1) return cudaSuccess;
+  int sms = 0, dev = 0, cc_major = 0, smem_max = 0;
+  cudaError_t e = sm_count(sms);
+  if (e == cudaSuccess) e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) return e;
+  l.groups = kMaxThreads / nvec;
+  l.threads = l.groups * nvec;
+  l.blocks = std::min(sms, I);
+  l.max_n = (I + l.blocks - 1) / l.blocks;
+  l.smem = smem_floats(H, l.groups, l.max_n) * sizeof(float);
+  ok = cc_major >= 9 && l.smem <= static_cast<size_t>(smem_max);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+bool gemv_mlp_takes(int H, int I) {
+  Layout l;
+  bool ok = false;
+  return layout_of(H, I, l, ok) == cudaSuccess && ok;
+}
+
+int gemv_mlp_blocks(int H, int I) {
+  Layout l;
+  bool ok = false;
+  return layout_of(H, I, l, ok) == cudaSuccess && ok ? l.blocks : 0;
+}
+
+cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
+                     float* acc, unsigned long long* counter, int H, int I, float eps, cudaStream_t stream) {
+  Layout l;
+  bool ok = false;
+  if (cudaError_t e = layout_of(H, I, l, ok); e != cudaSuccess) return e;
+  if (!ok || acc == nullptr || counter == nullptr) return cudaErrorInvalidValue;
+  auto* kernel = H < 256 ? mlp_kernel<true> : mlp_kernel<false>;
+  static size_t smem_set[2] = {0, 0};  // the dynamic shared memory each instance's attribute allows
+  if (l.smem > smem_set[H < 256]) {
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
+        e != cudaSuccess)
+      return e;
+    smem_set[H < 256] = l.smem;
+  }
+  Args a;
+  a.x = x;
+  a.Wgu = Wgu;
+  a.WdT = WdT;
+  a.tap = tap;
+  a.acc = acc;
+  a.counter = counter;
+  a.H = H;
+  a.I = I;
+  a.groups = l.groups;
+  a.max_n = l.max_n;
+  a.eps = eps;
+  return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
+}
+
+}  // namespace specpress::kernels
