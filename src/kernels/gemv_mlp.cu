@@ -81,7 +81,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     const int r = g + k * groups;
     return a.Wgu + (static_cast<int64_t>(r < n ? i0 + r : I + i0 + r - n)) * H + static_cast<int64_t>(c) * 8;
   };
-  auto d_row = [&](int k) { return a.WdT + static_cast<int64_t>(i0 + g + k * groups) * H + static_cast<int64_t>(c) * 8; };
+  auto d_row = [&](int k) {
+    return a.WdT + static_cast<int64_t>(i0 + g + k * groups) * H + static_cast<int64_t>(c) * 8;
+  };
   uint4 cur[kBatch], nxt[kBatch];
   auto load1 = [&](uint4(&w)[kBatch], int k0) {
 #pragma unroll
@@ -241,9 +243,9 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   auto* kernel = H < 256 ? mlp_kernel<true> : mlp_kernel<false>;
   static size_t smem_set[2] = {0, 0};  // the dynamic shared memory each instance's attribute allows
   if (l.smem > smem_set[H < 256]) {
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
-        e != cudaSuccess)
-      return e;
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
+    if (e != cudaSuccess) return e;
     smem_set[H < 256] = l.smem;
   }
   Args a;

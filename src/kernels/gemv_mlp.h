@@ -1,19 +1,19 @@
 // gemv_mlp.h — the decode layer's whole MLP in one launch, its down product split over the intermediate dimension
 // (split-K), torch-free: x [H] += W_down · act with act = silu(Wg · n(x)) * (Wu · n(x)) (the folded post-attention
 // norm: n(x) = x * rsqrt(mean(x^2) + eps), its weight already in W_gu's columns), rounded as gemv_swiglu followed by
-// gemv_residual round (each product to bf16, the residual add in bf16). Why: in the two-GEMV step the down GEMV's
+// gemv_residual rounds (each product to bf16, the residual add in bf16). Why: in the two-GEMV step the down GEMV's
 // blocks start only when the gate/up grid has drained, so each layer pays gate/up's tail (its last blocks streaming
 // alone) and down's launch and PDL wait before down's first loads. Here block b of G (one an SM) owns intermediates
-// [b I / G, (b + 1) I / G) end to end: their gate and up rows, their SwiGLU, then the matching rows of W_down^T
-// (W_down transposed at load time, [I, H], so a block's down slice is contiguous), so no block waits for another
-// until its own bytes are read. Each block adds its H partial sums into an fp32 accumulator at the L2 by vector
-// reductions (red.global.add.v4.f32); the last block to arrive (an arrival counter) adds it into x, writes the tap and
-// zeroes it. The additions happen in arrival order, so a sum at a bf16 rounding boundary can round either way from run
-// to run: x is the two GEMVs' to bf16 precision, not bitwise, and not bitwise from run to run (tests/gpu:
-// Kernels.GemvMlpMatchesTheTwoGemvs; its ATen twin is at::linear in float64). Qwen3-4B's decode step is 3.5% faster
-// with it, Qwen3-8B's 3% slower (docs/PERF.md, forty-second pass, with the run-to-run-exact sums measured and dropped:
-// a 64-bit fixed-point accumulator, 9% slower, and a grid barrier with each block adding its outputs' G sums in a fixed
-// order, 7% slower than this, 4% slower than the two GEMVs). The launch takes no decode-trace stamps
+// [b I / G, (b + 1) I / G) end to end: their gate and up rows, their SwiGLU, then the matching rows of W_down^T (W_down
+// transposed at load time, [I, H], so a block's down slice is contiguous), so no block waits for another until its own
+// bytes are read. Each block adds its H partial sums into an fp32 accumulator at the L2 by vector reductions
+// (red.global.add.v4.f32); the last block to arrive (an arrival counter) adds it into x, writes the tap and zeroes it.
+// The additions happen in arrival order, so a sum at a bf16 rounding boundary can round either way from run to run: x
+// is the two GEMVs' to bf16 precision, not bitwise, and not bitwise from run to run (tests/gpu:
+// Kernels.GemvMlpMatchesTheTwoGemvs; its ATen twin is at::linear in float64). Qwen3-4B's decode step is 3.0-3.5% faster
+// with it, Qwen3-8B's 1.3-1.6% slower (docs/PERF.md, forty-second pass, with the run-to-run-exact sums measured and
+// dropped: a 64-bit fixed-point accumulator, 9% slower, and a grid barrier with each block adding its outputs' G sums
+// in a fixed order, 7% slower than this, 4% slower than the two GEMVs). The launch takes no decode-trace stamps
 // (scripts/gpu/decode_trace.py names the layout it finds and stops).
 #pragma once
 #include <cuda_bf16.h>

@@ -536,7 +536,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
         kernels::gemv_o_gate_up_out(x, attn, w.o_proj, act, w.gate_up, eps, o_gate_up_barrier_);  // both, one launch
       } else if (mlp_ && folded && &b == &decode_buf_) {
         kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
-        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l));  // x += mlp, one launch
+        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l));  // x += mlp
         announce_taps(static_cast<int64_t>(l));
         continue;
       } else {

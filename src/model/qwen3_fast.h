@@ -135,10 +135,10 @@ void set_decode_persistent(bool on);
 // (kernels::gemv_o_gate_up_takes); elsewhere the two GEMVs run. Bitwise the same results. Read when an engine is built.
 bool gemv_o_gate_up_fused();
 void set_gemv_o_gate_up_fused(bool on);
-// The one-row decode step's gate/up and down products as one launch (kernels::gemv_mlp_out: each block owns a slice
-// of the intermediate dimension end to end, gate/up rows, SwiGLU, then its rows of W_down transposed, and adds its
-// partial sums into an fp32 accumulator that the last block adds into x) instead of two GEMV launches. Default off:
-// Qwen3-4B's decode step is 3.5% faster with it, Qwen3-8B's 3% slower, and its sums are added in arrival order, so a
+// The one-row decode step's gate/up and down products as one launch (kernels::gemv_mlp_out: each block owns a slice of
+// the intermediate dimension end to end, gate/up rows, SwiGLU, then its rows of W_down transposed, and adds its partial
+// sums into an fp32 accumulator that the last block adds into x) instead of two GEMV launches. Default off: Qwen3-4B's
+// decode step is 3.0-3.5% faster with it, Qwen3-8B's 1.3-1.6% slower, and its sums are added in arrival order, so a
 // decode step's x is not the same bits on every run (docs/PERF.md, forty-second pass); SPECPRESS_GEMV_MLP=1 turns it
 // on, same rules as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the kernel takes (kernels::gemv_mlp_takes)
 // and keeps a transposed copy of each layer's W_down (the target's down weights twice in memory). Where

@@ -1081,12 +1081,12 @@ TEST_F(Kernels, GemvOGateUpIsBitwiseTheTwoGemvs) {
 // the folded norm, then gemv_residual_out with a tap; where I % 8 == 0, as they need): within 2 bf16 units of the add's
 // operands (the down sums are added in another order, so a value at a rounding boundary may round the other way), and
 // its ATen twin in float64 (x + silu(n Wg^T) * (n Wu^T) Wd^T with n = x / rms(x), rounded to bf16 where the kernel
-// rounds) within 2 units: Qwen3-4B's and -8B's layers (H 2560 and 4096: two thread groups a block and one), H 5120,
-// the golden fixtures' H 128 and an H 64 (several groups a warp), one intermediate, intermediates fewer than the SMs,
-// and odd I. Three launches reuse the accumulator and the counter: the counter grows by the grid each launch, the
-// accumulator is zero after each, the tap is x, nothing is written outside x and the tap. Then what it refuses: an H whose row chunks neither divide nor fill a warp, an H
-// wider than a block's threads, no intermediate, an accumulator of the wrong size or type, a counter not int64, a wrong
-// W_down^T, a tap over x.
+// rounds) within 2 units: Qwen3-4B's and -8B's layers (H 2560 and 4096: two thread groups a block and one), H 5120, the
+// golden fixtures' H 128 and an H 64 (several groups a warp), one intermediate, intermediates fewer than the SMs, and
+// odd I. Three launches reuse the accumulator and the counter: the counter grows by the grid each launch, the
+// accumulator is zero after each, the tap is x, nothing is written outside x and the tap. Then what it refuses: an H
+// whose row chunks neither divide nor fill a warp, an H wider than a block's threads, no intermediate, an accumulator
+// of the wrong size or type, a counter not int64, a wrong W_down^T, a tap over x.
 TEST_F(Kernels, GemvMlpMatchesTheTwoGemvs) {
   if (!kernels::gemv_mlp_takes(2560, 9728)) GTEST_SKIP() << "the fused MLP kernel needs sm_90 (vector reductions)";
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
