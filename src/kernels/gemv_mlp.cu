@@ -222,17 +222,13 @@ cudaError_t layout_of(int H, int I, Layout& l, bool& ok) {
 
 }  // namespace
 
-bool gemv_mlp_takes(int H, int I) {
-  Layout l;
-  bool ok = false;
-  return layout_of(H, I, l, ok) == cudaSuccess && ok;
-}
-
 int gemv_mlp_blocks(int H, int I) {
   Layout l;
   bool ok = false;
   return layout_of(H, I, l, ok) == cudaSuccess && ok ? l.blocks : 0;
 }
+
+bool gemv_mlp_takes(int H, int I) { return gemv_mlp_blocks(H, I) > 0; }
 
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
                      float* acc, unsigned long long* counter, int H, int I, float eps, cudaStream_t stream) {
