@@ -656,7 +656,7 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
   require(gate_up, "gemv_mlp gate_up", at::kBFloat16);
   require(down_t, "gemv_mlp down_t", at::kBFloat16);
   require(acc, "gemv_mlp acc", at::kFloat);
-  require(counter, "gemv_mlp counter", at::kLong);
+  require(counter, "gemv_mlp counter", at::kInt);
   const int64_t H = x.numel();
   if (x.dim() < 1 || x.dim() > 2 || (x.dim() == 2 && x.size(0) != 1)) fail("gemv_mlp: x must be one row [1, H] or [H]");
   if (gate_up.dim() != 2 || gate_up.size(0) % 2 != 0 || gate_up.size(1) != H)
@@ -668,7 +668,7 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
       !kernels::gemv_mlp_takes(static_cast<int>(H), static_cast<int>(I)))
     fail("gemv_mlp: H={} I={} not taken on this device (kernels/gemv_mlp.h)", H, I);
   if (acc.numel() != H) fail("gemv_mlp: acc must be fp32 [{}]", H);
-  if (counter.numel() != 1) fail("gemv_mlp: counter must be int64 [1]");
+  if (counter.numel() != 1) fail("gemv_mlp: counter must be int32 [1]");
   if (!aligned16(x) || !aligned16(gate_up) || !aligned16(down_t) || !aligned16(acc))
     fail("gemv_mlp: x, gate_up, down_t and acc must be 16-byte aligned");
   const auto* xb = static_cast<const char*>(x.data_ptr());
@@ -686,7 +686,7 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
   }
   if (overlaps(acc) || overlaps(gate_up) || overlaps(down_t)) fail("gemv_mlp: x overlaps acc or a weight");
   check_cuda(kernels::gemv_mlp(bf(x), bf(gate_up), bf(down_t), tap_ptr, acc.data_ptr<float>(),
-                               static_cast<unsigned long long*>(counter.data_ptr()), static_cast<int>(H),
+                               reinterpret_cast<unsigned*>(counter.data_ptr()), static_cast<int>(H),
                                static_cast<int>(I), static_cast<float>(eps), stream()),
              "gemv_mlp");
 }

@@ -122,8 +122,8 @@ void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::T
 // (kernels/gemv_mlp.h): x [1, H] += down_t^T · SwiGLU(gate_up · x) with the folded post-attention norm, rounded as
 // gemv_silu_mul_out(act, x, gate_up, {}, eps, true) then gemv_residual_out(x, act, down, tap), but the down sums are
 // added in arrival order: to bf16 precision, not bitwise, and not the same bits on every run. down_t: [I, H], W_down
-// transposed, contiguous. acc: fp32 [H] and counter: int64 [1] on the GPU, zero before the first use (the kernel leaves
-// acc zero; the counter grows by the grid each launch), used by one launch at a time. tap: as gemv_residual_out's.
+// transposed, contiguous. acc: fp32 [H] and counter: int32 [1] on the GPU, zero before the first use (the kernel leaves
+// both zero), used by one launch at a time. tap: as gemv_residual_out's.
 // Fails, naming what, on a layout it does not take, or shapes the kernel does not take on this device
 // (kernels::gemv_mlp_takes).
 void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down_t, double eps,

@@ -9,7 +9,7 @@
 //   Phase 2: the block's n rows of W_dT, each thread's 8 outputs (its chunk) accumulated over its rows in fp32; the
 //   groups' sums added in group order.
 //   The sum: two vector reductions a chunk into the accumulator, a fence, the arrival counter; the last block to
-//   arrive reads the accumulator (at the L2), writes x and the tap, and zeroes it.
+//   arrive reads the accumulator (at the L2), writes x and the tap, and zeroes the accumulator and the counter.
 // The first batch of weights is loaded before the PDL wait (weights never depend on an earlier kernel); the next
 // kernel is let launch once every weight is read.
 #include <algorithm>
@@ -29,7 +29,7 @@ struct Args {
   const bf16* WdT = nullptr;
   bf16* tap = nullptr;
   float* acc = nullptr;                   // [H], zero at rest
-  unsigned long long* counter = nullptr;  // arrivals, G more each launch
+  unsigned* counter = nullptr;            // arrivals; the last block resets it
   int H = 0, I = 0, groups = 1, max_n = 1;  // max_n: the most intermediates a block owns
   float eps = 1e-6f;
 };
@@ -168,11 +168,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     red_add4(f, s[0], s[1], s[2], s[3]);
     red_add4(f + 4, s[4], s[5], s[6], s[7]);
   }
-  // the arrival; the last block adds the accumulator into x and zeroes it
+  // the arrival; the last block adds the accumulator into x and zeroes it and the counter
   __threadfence();
   __syncthreads();
   __shared__ bool last;
-  if (threadIdx.x == 0) last = (atomicAdd(a.counter, 1ull) + 1) % G == 0;
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == static_cast<unsigned>(G - 1);
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     store8(a.x + static_cast<size_t>(c) * 8, out);
     if (a.tap != nullptr) store8(a.tap + static_cast<size_t>(c) * 8, out);
   }
+  if (threadIdx.x == 0) *a.counter = 0u;  // every block has arrived: the next launch, of any grid, counts from zero
 #endif
 }
 
@@ -222,16 +223,14 @@ cudaError_t layout_of(int H, int I, Layout& l, bool& ok) {
 
 }  // namespace
 
-int gemv_mlp_blocks(int H, int I) {
+bool gemv_mlp_takes(int H, int I) {
   Layout l;
   bool ok = false;
-  return layout_of(H, I, l, ok) == cudaSuccess && ok ? l.blocks : 0;
+  return layout_of(H, I, l, ok) == cudaSuccess && ok;
 }
 
-bool gemv_mlp_takes(int H, int I) { return gemv_mlp_blocks(H, I) > 0; }
-
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
-                     float* acc, unsigned long long* counter, int H, int I, float eps, cudaStream_t stream) {
+                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream) {
   Layout l;
   bool ok = false;
   if (cudaError_t e = layout_of(H, I, l, ok); e != cudaSuccess) return e;

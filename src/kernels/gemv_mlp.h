@@ -28,13 +28,11 @@ namespace specpress::kernels {
 bool gemv_mlp_takes(int H, int I);
 
 // x [H] (in place) += W_dT^T · SwiGLU(W_gu · x, folded norm); W_gu [2I, H] (gate rows, then up rows), W_dT [I, H] (row
-// i = column i of W_down); tap [H] (optional) = the new x. acc: fp32 [H], zero before the first launch (the kernel
-// leaves it zero); counter: one 64-bit word, zero before the first launch, which grows by the grid each launch. One
-// launch at a time may use acc and counter. Pointers 16-byte aligned; x must not overlap the weights, acc or tap.
-// cudaErrorInvalidValue where gemv_mlp_takes is false.
+// i = column i of W_down); tap [H] (optional) = the new x. acc: fp32 [H] and counter: one unsigned, both zero before
+// the first launch; the kernel leaves both zero, so launches of any shapes may share them, one launch at a time.
+// Pointers 16-byte aligned; x must not overlap the weights, acc or tap. cudaErrorInvalidValue where gemv_mlp_takes is
+// false.
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
-                     float* acc, unsigned long long* counter, int H, int I, float eps, cudaStream_t stream);
-// The grid a launch of these shapes runs (the counter's growth a launch): min(SMs, I); 0 where gemv_mlp_takes is false.
-int gemv_mlp_blocks(int H, int I);
+                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream);
 
 }  // namespace specpress::kernels

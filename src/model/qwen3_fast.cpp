@@ -299,7 +299,7 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     mlp_ = true;
     for (const FastLayer& w : t_layers_) down_t_.push_back(w.down.t().contiguous());
     mlp_acc_ = at::zeros({c.hidden_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    mlp_counter_ = at::zeros({1}, i64);
+    mlp_counter_ = at::zeros({1}, i32);
   }
   if (decode_persistent() && folded_ && contiguous() &&
       kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
@@ -532,18 +532,18 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       at::Tensor kc = k_cache.select(0, static_cast<int64_t>(l)), vc = v_cache.select(0, static_cast<int64_t>(l));
       kernels::gemv_out(qkv, x, w.qkv, folded ? none : w.input_norm, eps, folded);
       attend(w, kc, vc);
-      if (o_gate_up_ && folded && &b == &decode_buf_) {
-        kernels::gemv_o_gate_up_out(x, attn, w.o_proj, act, w.gate_up, eps, o_gate_up_barrier_);  // both, one launch
-      } else if (mlp_ && folded && &b == &decode_buf_) {
+      // the decode step's fused forms (opt-in, at most one of them: the constructor)
+      const bool o_gate_up = o_gate_up_ && folded && &b == &decode_buf_, mlp = mlp_ && folded && &b == &decode_buf_;
+      if (o_gate_up)
+        kernels::gemv_o_gate_up_out(x, attn, w.o_proj, act, w.gate_up, eps, o_gate_up_barrier_);  // o and gate/up
+      else
         kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
-        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l));  // x += mlp
-        announce_taps(static_cast<int64_t>(l));
-        continue;
+      if (mlp) {
+        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l));  // x += mlp (tapped)
       } else {
-        kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
-        kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
+        if (!o_gate_up) kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
+        kernels::gemv_residual_out(x, act, w.down, tap_of(l));  // x += mlp (tapped)
       }
-      kernels::gemv_residual_out(x, act, w.down, tap_of(l));      // x += mlp (tapped)
       announce_taps(static_cast<int64_t>(l));
     }
     return;

@@ -130,9 +130,10 @@ void set_decode_persistent(bool on);
 // The one-row decode step's o and gate/up products as one launch (kernels::gemv_o_gate_up_out: o's residual add, a
 // grid barrier, then the gate/up product with the folded norm and the SwiGLU; gate/up's first bytes staged into shared
 // memory while the attention runs) instead of two GEMV launches. Default off: measured 0.5-7% slower at Qwen3-4B by its
-// settings, 1.0% at its defaults (kernels/gemv_o_gate_up.h; docs/PERF.md, fortieth and forty-first passes); SPECPRESS_GEMV_O_GATE_UP=1 turns it on, same rules
-// as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the kernel takes on the device
-// (kernels::gemv_o_gate_up_takes); elsewhere the two GEMVs run. Bitwise the same results. Read when an engine is built.
+// settings, 1.0% at its defaults (kernels/gemv_o_gate_up.h; docs/PERF.md, fortieth and forty-first passes);
+// SPECPRESS_GEMV_O_GATE_UP=1 turns it on, same rules as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the
+// kernel takes on the device (kernels::gemv_o_gate_up_takes); elsewhere the two GEMVs run. Bitwise the same results.
+// Read when an engine is built.
 bool gemv_o_gate_up_fused();
 void set_gemv_o_gate_up_fused(bool on);
 // The one-row decode step's gate/up and down products as one launch (kernels::gemv_mlp_out: each block owns a slice of
@@ -311,7 +312,7 @@ class FastEngine {
   bool o_gate_up_ = false;
   at::Tensor o_gate_up_barrier_;
   // gemv_mlp_fused() where the kernel takes the target's shapes: W_down^T of each target layer, the kernel's
-  // accumulator (fp32 [H], zero between launches) and its arrival counter (int64 [1])
+  // accumulator (fp32 [H]) and its arrival counter (int32 [1]), both zero between launches
   bool mlp_ = false;
   std::vector<at::Tensor> down_t_;
   at::Tensor mlp_acc_, mlp_counter_;
