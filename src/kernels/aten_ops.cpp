@@ -651,7 +651,7 @@ void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::T
 }
 
 void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down_t, double eps,
-                  const at::Tensor& acc, const at::Tensor& counter, const at::Tensor& tap) {
+                  const at::Tensor& acc, const at::Tensor& counter, const at::Tensor& tap, bool ordered) {
   require(x, "gemv_mlp x", at::kBFloat16);
   require(gate_up, "gemv_mlp gate_up", at::kBFloat16);
   require(down_t, "gemv_mlp down_t", at::kBFloat16);
@@ -667,8 +667,10 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
   if (H > std::numeric_limits<int>::max() || I > std::numeric_limits<int>::max() ||
       !kernels::gemv_mlp_takes(static_cast<int>(H), static_cast<int>(I)))
     fail("gemv_mlp: H={} I={} not taken on this device (kernels/gemv_mlp.h)", H, I);
-  if (acc.numel() != H) fail("gemv_mlp: acc must be fp32 [{}]", H);
-  if (counter.numel() != 1) fail("gemv_mlp: counter must be int32 [1]");
+  const size_t acc_floats = kernels::gemv_mlp_acc_floats(static_cast<int>(H), static_cast<int>(I), ordered);
+  if (ordered ? static_cast<size_t>(acc.numel()) < acc_floats : acc.numel() != H)
+    fail("gemv_mlp: acc must be fp32 [{}]{}", acc_floats, ordered ? " or more (a row a block: the ordered sum)" : "");
+  if (counter.numel() != (ordered ? 2 : 1)) fail("gemv_mlp: counter must be int32 [{}]", ordered ? 2 : 1);
   if (!aligned16(x) || !aligned16(gate_up) || !aligned16(down_t) || !aligned16(acc))
     fail("gemv_mlp: x, gate_up, down_t and acc must be 16-byte aligned");
   const auto* xb = static_cast<const char*>(x.data_ptr());
@@ -687,7 +689,7 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
   if (overlaps(acc) || overlaps(gate_up) || overlaps(down_t)) fail("gemv_mlp: x overlaps acc or a weight");
   check_cuda(kernels::gemv_mlp(bf(x), bf(gate_up), bf(down_t), tap_ptr, acc.data_ptr<float>(),
                                reinterpret_cast<unsigned*>(counter.data_ptr()), static_cast<int>(H),
-                               static_cast<int>(I), static_cast<float>(eps), stream()),
+                               static_cast<int>(I), static_cast<float>(eps), stream(), ordered),
              "gemv_mlp");
 }
 

@@ -9,7 +9,8 @@
 //   Phase 2: the block's n rows of W_dT, each thread's 8 outputs (its chunk) accumulated over its rows in fp32; the
 //   groups' sums added in group order.
 //   The sum: two vector reductions a chunk into the accumulator, a fence, the arrival counter; the last block to
-//   arrive reads the accumulator (at the L2), writes x and the tap, and zeroes the accumulator and the counter.
+//   arrive reads the accumulator (at the L2), writes x and the tap, and zeroes the accumulator and the counter. Or,
+//   ordered (its own kernel instance, ORDERED): ordered_sum below.
 // The first batch of weights is loaded before the PDL wait (weights never depend on an earlier kernel); the next
 // kernel is let launch once every weight is read.
 #include <algorithm>
@@ -32,6 +33,7 @@ struct Args {
   unsigned* counter = nullptr;            // arrivals; the last block resets it
   int H = 0, I = 0, groups = 1, max_n = 1;  // max_n: the most intermediates a block owns
   float eps = 1e-6f;
+  int parts = 0;  // > 0: the ordered sum (gemv_mlp_ordered): acc holds G rows of H, the last `parts` blocks add them
 };
 
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
@@ -55,9 +57,79 @@ __device__ __forceinline__ float segment_sum(float v, int seg) {
   return v;
 }
 
+// The ordered sum: block b's H sums into row b of acc; every block takes an arrival ticket; all but the last `parts` to
+// arrive leave; those wait for the last arrival, then part p adds outputs [p H / parts, (p + 1) H / parts) over the G
+// rows in a fixed order (thread q of Q a output: rows q, q + Q, .., then the Q sums in order), into x and the tap. The
+// same bits every run; counter[0] counts arrivals, counter[1] the parts past their wait, whose last resets both.
+// red: 4 max(blockDim.x, H / 4 / parts + 1) floats of shared memory, 16-byte aligned (the phase buffers, read by now:
+// every thread is past the barrier after the group sums before any writes it).
+__device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], int c, int g, int b, int G,
+                                            float* red) {
+  const int H = a.H;
+  if (g == 0) {
+    float4* row = reinterpret_cast<float4*>(a.acc + static_cast<size_t>(b) * H) + 2 * c;
+    __stcg(row, make_float4(s[0], s[1], s[2], s[3]));
+    __stcg(row + 1, make_float4(s[4], s[5], s[6], s[7]));
+  }
+  __threadfence();
+  __syncthreads();
+  __shared__ int ticket;
+  if (threadIdx.x == 0) ticket = static_cast<int>(atomicAdd(a.counter, 1u));
+  __syncthreads();
+  const int F = a.parts, p = ticket - (G - F);
+  if (p < 0) return;
+  if (threadIdx.x == 0) {
+    while (ld_acquire(a.counter) < static_cast<unsigned>(G)) {
+    }
+    if (atomicAdd(a.counter + 1, 1u) == static_cast<unsigned>(F - 1)) {  // every part is past its wait
+      atomicExch(a.counter + 1, 0u);
+      atomicExch(a.counter, 0u);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  // part p: outputs [o0, o0 + nout) on 4-output boundaries; thread (o4, q) adds float4 o4 of rows q, q + Q, ..
+  const int H4 = H / 4;
+  const int o0 = static_cast<int>(static_cast<long long>(p) * H4 / F) * 4;
+  const int nout4 = static_cast<int>(static_cast<long long>(p + 1) * H4 / F) - o0 / 4;
+  const int Q = max(1, static_cast<int>(blockDim.x) / max(1, nout4));
+  float4* red4 = reinterpret_cast<float4*>(red);
+  for (int item = threadIdx.x; item < nout4 * Q; item += blockDim.x) {
+    const int o4 = item % nout4, q = item / nout4;
+    const float4* col = reinterpret_cast<const float4*>(a.acc + o0) + o4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int r0 = q; r0 < G; r0 += 4 * Q) {  // 4 rows' loads in flight, added in row order
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int r = r0 + u * Q;
+        v[u] = r < G ? __ldcg(col + static_cast<size_t>(r) * H4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        sum.x += v[u].x;
+        sum.y += v[u].y;
+        sum.z += v[u].z;
+        sum.w += v[u].w;
+      }
+    }
+    red4[item] = sum;
+  }
+  __syncthreads();
+  const float* redf = red;
+  for (int o = threadIdx.x; o < 4 * nout4; o += blockDim.x) {
+    float sum = 0.f;
+    for (int q = 0; q < Q; ++q) sum += redf[(q * nout4 + o / 4) * 4 + o % 4];
+    const bf16 v = residual_value(a.x[o0 + o], sum);
+    a.x[o0 + o] = v;
+    if (a.tap != nullptr) a.tap[o0 + o] = v;
+  }
+}
+
 // SEG: H < 256, several groups a warp; its loops run to group 0's row counts (the most) in every thread, so that a
 // warp's lanes stay converged for the segment sums. Else a warp lies in one group and its loops stop at its own.
-template <bool SEG>
+// ORDERED: the ordered sum (a.parts > 0), its own instance so the arrival-order kernel keeps its registers.
+template <bool SEG, bool ORDERED>
 __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // vector reductions need sm_90; the host never launches it there (gemv_mlp_takes)
@@ -163,6 +235,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) s[e] += grp[(static_cast<size_t>(h - 1) * nvec + c) * 8 + e];
   }
+  if constexpr (ORDERED) {
+    ordered_sum(a, s, c, g, b, G, smem);  // its partial sums over the phase buffers (read before its first barrier)
+    return;
+  }
   if (g == 0 && n > 0) {
     float* f = a.acc + static_cast<size_t>(c) * 8;
     red_add4(f, s[0], s[1], s[2], s[3]);
@@ -197,12 +273,18 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
 }
 
 struct Layout {
-  int blocks = 0, threads = 0, groups = 0, max_n = 0;
+  int blocks = 0, threads = 0, groups = 0, max_n = 0, parts = 0;
   size_t smem = 0;
 };
 
+// 0 (the default): as many parts as let each thread's rows be one batch of 4 float4 loads
+int parts_from_env() {
+  static const int parts = env_int("SPECPRESS_GEMV_MLP_PARTS", 0, 1024, 0, "0 (one batch a thread) to 1024");
+  return parts;
+}
+
 // The launch's shape for H and I, and whether the device takes it (false: a shape it refuses; e: a failed query).
-cudaError_t layout_of(int H, int I, Layout& l, bool& ok) {
+cudaError_t layout_of(int H, int I, bool ordered, Layout& l, bool& ok) {
   ok = false;
   const int nvec = H / 8;
   if (H < 8 || H % 8 != 0 || !(32 % nvec == 0 || nvec % 32 == 0) || nvec > kMaxThreads || I < 1) return cudaSuccess;
@@ -216,32 +298,57 @@ cudaError_t layout_of(int H, int I, Layout& l, bool& ok) {
   l.threads = l.groups * nvec;
   l.blocks = std::min(sms, I);
   l.max_n = (I + l.blocks - 1) / l.blocks;
-  l.smem = smem_floats(H, l.groups, l.max_n) * sizeof(float);
+  if (ordered) {
+    const long long loads = static_cast<long long>(l.blocks) * (H / 4);  // float4 loads of the ordered sum
+    const int one_batch = static_cast<int>((loads + 4LL * l.threads - 1) / (4LL * l.threads));
+    l.parts = std::clamp(parts_from_env() > 0 ? parts_from_env() : one_batch, 1, l.blocks);
+  }
+  // the ordered sum's partials reuse the phase buffers: 4 max(threads, outputs of a part / 4 + 1) floats
+  const size_t red =
+      l.parts > 0 ? 4 * static_cast<size_t>(std::max(l.threads, (H / 4 + l.parts - 1) / l.parts + 1)) : 0;
+  l.smem = std::max(smem_floats(H, l.groups, l.max_n), red) * sizeof(float);
   ok = cc_major >= 9 && l.smem <= static_cast<size_t>(smem_max);
   return cudaSuccess;
 }
 
 }  // namespace
 
+size_t gemv_mlp_acc_floats(int H, int I, bool ordered) {
+  Layout l;
+  bool ok = false;
+  if (layout_of(H, I, ordered, l, ok) != cudaSuccess || !ok) return 0;
+  return static_cast<size_t>(l.parts > 0 ? l.blocks : 1) * H;
+}
+
+int gemv_mlp_ordered_parts(int H, int I) {
+  Layout l;
+  bool ok = false;
+  if (layout_of(H, I, true, l, ok) != cudaSuccess || !ok) return 0;
+  return l.parts;
+}
+
 bool gemv_mlp_takes(int H, int I) {
   Layout l;
   bool ok = false;
-  return layout_of(H, I, l, ok) == cudaSuccess && ok;
+  return layout_of(H, I, false, l, ok) == cudaSuccess && ok;
 }
 
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
-                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream) {
+                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream, bool ordered) {
   Layout l;
   bool ok = false;
-  if (cudaError_t e = layout_of(H, I, l, ok); e != cudaSuccess) return e;
+  if (cudaError_t e = layout_of(H, I, ordered, l, ok); e != cudaSuccess) return e;
   if (!ok || acc == nullptr || counter == nullptr) return cudaErrorInvalidValue;
-  auto* kernel = H < 256 ? mlp_kernel<true> : mlp_kernel<false>;
-  static size_t smem_set[2] = {0, 0};  // the dynamic shared memory each instance's attribute allows
-  if (l.smem > smem_set[H < 256]) {
+  const int instance = (H < 256 ? 1 : 0) + (ordered ? 2 : 0);
+  void (*const kernels[4])(Args) = {mlp_kernel<false, false>, mlp_kernel<true, false>, mlp_kernel<false, true>,
+                                    mlp_kernel<true, true>};
+  auto* kernel = kernels[instance];
+  static size_t smem_set[4] = {0, 0, 0, 0};  // the dynamic shared memory each instance's attribute allows
+  if (l.smem > smem_set[instance]) {
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
     if (e != cudaSuccess) return e;
-    smem_set[H < 256] = l.smem;
+    smem_set[instance] = l.smem;
   }
   Args a;
   a.x = x;
@@ -255,6 +362,7 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   a.groups = l.groups;
   a.max_n = l.max_n;
   a.eps = eps;
+  a.parts = l.parts;
   return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
 }
 

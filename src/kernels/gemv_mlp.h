@@ -6,15 +6,19 @@
 // alone) and down's launch and PDL wait before down's first loads. Here block b of G (one an SM) owns intermediates
 // [b I / G, (b + 1) I / G) end to end: their gate and up rows, their SwiGLU, then the matching rows of W_down^T (W_down
 // transposed at load time, [I, H], so a block's down slice is contiguous), so no block waits for another until its own
-// bytes are read. Each block adds its H partial sums into an fp32 accumulator at the L2 by vector reductions
-// (red.global.add.v4.f32); the last block to arrive (an arrival counter) adds it into x, writes the tap and zeroes it.
-// The additions happen in arrival order, so a sum at a bf16 rounding boundary can round either way from run to run: x
-// is the two GEMVs' to bf16 precision, not bitwise, and not bitwise from run to run (tests/gpu:
-// Kernels.GemvMlpMatchesTheTwoGemvs; its ATen twin is at::linear in float64). Qwen3-4B's decode step is 3.0-3.5% faster
-// with it, Qwen3-8B's 1.3-1.6% slower (docs/PERF.md, forty-second pass, with the run-to-run-exact sums measured and
-// dropped: a 64-bit fixed-point accumulator, 9% slower, and a grid barrier with each block adding its outputs' G sums
-// in a fixed order, 7% slower than this, 4% slower than the two GEMVs). The launch takes no decode-trace stamps
-// (scripts/gpu/decode_trace.py names the layout it finds and stops).
+// bytes are read. The G blocks' H partial sums are then added in one of two ways:
+// - ordered (the engine's default): each block writes its sums to its own row at the L2 and takes an arrival ticket;
+//   the last P to arrive (P such that each thread then issues one batch of 4 float4 loads; 33 at Qwen3-4B) wait for
+//   the rest, then each adds a slice of the outputs over the G rows in a fixed order, so x is the same bits every run
+//   (tests/gpu: Kernels.GemvMlpOrderedSumMatchesItsOrderOnTheHost). Qwen3-4B's decode step 2.4-2.6% faster than with
+//   the two GEMVs, Qwen3-8B's 1.0% slower (docs/PERF.md, forty-fifth pass).
+// - arrival order: each block adds its sums into an fp32 accumulator by vector reductions (red.global.add.v4.f32); the
+//   last block to arrive adds it into x, writes the tap and zeroes it. A sum at a bf16 rounding boundary can then
+//   round either way from run to run (Kernels.GemvMlpMatchesTheTwoGemvs); 1.4% faster than the ordered sum at 4B.
+// Either way x is the two GEMVs' to bf16 precision, not bitwise (the gate, up and down sums are added in other
+// orders); the ATen twin is at::linear in float64. Dropped forms of an exact sum (forty-second to forty-fourth passes):
+// a 64-bit fixed-point accumulator, a grid barrier, sums by groups of blocks, 16 parts of scalar loads. The launch
+// takes no decode-trace stamps (scripts/gpu/decode_trace.py names the layout it finds and stops).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -27,12 +31,24 @@ namespace specpress::kernels {
 // and the block's shared memory within the device's limit. False also where a CUDA query fails.
 bool gemv_mlp_takes(int H, int I);
 
+// The fp32 floats acc must hold for these shapes: H for the arrival-order sum; for the ordered sum (`ordered`, below)
+// one row of H a block. 0 where gemv_mlp_takes is false.
+size_t gemv_mlp_acc_floats(int H, int I, bool ordered);
+// The ordered sum's parts for these shapes: SPECPRESS_GEMV_MLP_PARTS, or where unset (0) as many as give each thread
+// one batch of 4 row loads; at most the blocks. 0 where gemv_mlp_takes is false.
+int gemv_mlp_ordered_parts(int H, int I);
+
 // x [H] (in place) += W_dT^T · SwiGLU(W_gu · x, folded norm); W_gu [2I, H] (gate rows, then up rows), W_dT [I, H] (row
 // i = column i of W_down); tap [H] (optional) = the new x. acc: fp32 [H] and counter: one unsigned, both zero before
 // the first launch; the kernel leaves both zero, so launches of any shapes may share them, one launch at a time.
+// ordered: the sum in a fixed order instead (the same bits every run): each block writes its H sums to its own row of
+// acc (gemv_mlp_acc_floats floats, any values at rest), every block takes an arrival ticket, and the last
+// gemv_mlp_ordered_parts() to arrive each add a slice of the outputs over the rows in a fixed order; counter: two
+// unsigned words, zero before the first launch and left zero.
 // Pointers 16-byte aligned; x must not overlap the weights, acc or tap. cudaErrorInvalidValue where gemv_mlp_takes is
 // false.
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
-                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream);
+                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream,
+                     bool ordered = false);
 
 }  // namespace specpress::kernels

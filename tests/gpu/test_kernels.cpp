@@ -60,6 +60,11 @@ double max_ulps_of(const at::Tensor& out, const at::Tensor& ref, const at::Tenso
   at::Tensor ulp = at::exp2(at::floor(at::log2(scale.to(at::kDouble).cpu().abs().clamp_min(1e-30))) - 7);
   return ((a - b).abs() / ulp).max().item<double>();
 }
+// |act| |W_d|^T in float64: a down product's operand magnitude. Where a bf16 SwiGLU value rounds the other way (its
+// gate and up sums added in another order), the product moves by up to a bf16 unit of this, whatever its own size.
+at::Tensor down_magnitude(const at::Tensor& act, const at::Tensor& wd) {
+  return at::linear(act.to(at::kDouble).abs(), wd.to(at::kDouble).abs());
+}
 // Largest difference in bf16 units of the reference's magnitude.
 double max_ulps(const at::Tensor& out, const at::Tensor& ref) { return max_ulps_of(out, ref, ref); }
 // |x| |cos| + |rotated(x)| |sin| for x [heads, T, hd] at `positions` [T]: ops::apply_rope's operand magnitude.
@@ -1079,7 +1084,8 @@ TEST_F(Kernels, GemvOGateUpIsBitwiseTheTwoGemvs) {
 
 // The decode layer's MLP in one launch (kernels/gemv_mlp.h) against the two GEMVs it replaces (gemv_silu_mul_out with
 // the folded norm, then gemv_residual_out with a tap; where I % 8 == 0, as they need): within 2 bf16 units of the add's
-// operands (the down sums are added in another order, so a value at a rounding boundary may round the other way), and
+// operands, |x| + |act| |W_d|^T (the gate, up and down sums are added in another order, so a SwiGLU value or x at a
+// rounding boundary may round the other way), and
 // its ATen twin in float64 (x + silu(n Wg^T) * (n Wu^T) Wd^T with n = x / rms(x), rounded to bf16 where the kernel
 // rounds) within 2 units: Qwen3-4B's and -8B's layers (H 2560 and 4096: two thread groups a block and one), H 5120, the
 // golden fixtures' H 128 and an H 64 (several groups a warp), one intermediate, intermediates fewer than the SMs, and
@@ -1104,7 +1110,7 @@ TEST_F(Kernels, GemvMlpMatchesTheTwoGemvs) {
       kernels::gemv_silu_mul_out(act_ref, x_ref, wgu, {}, eps, true);
       kernels::gemv_residual_out(x_ref, act_ref, wd);
     }
-    at::Tensor operands = x0.to(at::kDouble).abs() + (x_ref.to(at::kDouble) - x0.to(at::kDouble)).abs();
+    at::Tensor operands = two_gemvs ? x0.to(at::kDouble).abs() + down_magnitude(act_ref, wd) : x0.to(at::kDouble).abs();
     at::Tensor acc = at::zeros({c.H}, f32), counter = at::zeros({1}, i32());
     for (int launch = 1; launch <= 3; ++launch) {
       at::Tensor xb = at::full({1, c.H + 16}, NAN, bf16()), tb = at::full({1, c.H + 16}, NAN, bf16());
@@ -1128,8 +1134,8 @@ TEST_F(Kernels, GemvMlpMatchesTheTwoGemvs) {
         at::Tensor rf = at::rsqrt(x64.pow(2).mean(-1, true) + eps);
         at::Tensor gate = rb(at::linear(x64, w64.narrow(0, 0, c.I)) * rf);
         at::Tensor up = rb(at::linear(x64, w64.narrow(0, c.I, c.I)) * rf);
-        at::Tensor mlp = rb(at::linear(rb(rb(at::silu(gate)) * up), wd.to(at::kDouble)));
-        EXPECT_LE(max_ulps_of(x, x64 + mlp, x64.abs() + mlp.abs()), 2.0) << "x vs its float64 twin";
+        at::Tensor act64 = rb(rb(at::silu(gate)) * up), mlp = rb(at::linear(act64, wd.to(at::kDouble)));
+        EXPECT_LE(max_ulps_of(x, x64 + mlp, x64.abs() + down_magnitude(act64, wd)), 2.0) << "x vs its float64 twin";
         EXPECT_LT(rel_err(x, x64 + mlp), 1e-2) << "x vs its float64 twin";
       }
     }
@@ -1158,6 +1164,81 @@ TEST_F(Kernels, GemvMlpMatchesTheTwoGemvs) {
     EXPECT_EQ(counter.item<int>(), 0);
     EXPECT_EQ(acc.abs().max().item<float>(), 0.f);
   }
+}
+
+// The fused MLP's ordered sum (gemv_mlp_out(..., ordered = true)): each block's H sums in its own row of acc, the last
+// parts (gemv_mlp_ordered_parts: SPECPRESS_GEMV_MLP_PARTS, or one batch of loads a thread) to arrive each add a slice
+// of the outputs over the rows in a fixed order. Checked bitwise against that order replayed on the host in fp32 from
+// the rows the kernel left in acc (thread q of Q an output adds rows q, q + Q, .. in order, then the Q sums in order;
+// the residual add rounded as gemv_residual), and within 2 bf16 units of the two GEMVs' operands (|x| + |act| |W_d|^T);
+// three launches from the same x give the same bits, acc starts as NaN (no row is read before it is written), the
+// counter is zero after each launch, the tap is x. Shapes: Qwen3-4B's and -8B's layers, H 5120, the golden H 128, H 64,
+// and fewer blocks than parts (I 7).
+TEST_F(Kernels, GemvMlpOrderedSumMatchesItsOrderOnTheHost) {
+  if (!kernels::gemv_mlp_takes(2560, 9728)) GTEST_SKIP() << "the fused MLP kernel needs sm_90 (vector reductions)";
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Case { int64_t H, I; };
+  for (Case c : {Case{2560, 9728}, Case{4096, 12288}, Case{5120, 1000}, Case{128, 352}, Case{64, 40}, Case{128, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "H=" << c.H << " I=" << c.I);
+    const size_t acc_floats = kernels::gemv_mlp_acc_floats(static_cast<int>(c.H), static_cast<int>(c.I), true);
+    const int G = static_cast<int>(std::min<int64_t>(sms, c.I));
+    ASSERT_EQ(acc_floats, static_cast<size_t>(G) * c.H);
+    at::Tensor x0 = at::randn({1, c.H}, bf16()) * 4, wgu = at::randn({2 * c.I, c.H}, bf16()) * 0.05;
+    at::Tensor wd = at::randn({c.H, c.I}, bf16()) * 0.05, wdt = wd.t().contiguous();
+    at::Tensor acc = at::full({static_cast<int64_t>(acc_floats)}, NAN, f32), counter = at::zeros({2}, i32());
+    at::Tensor first;
+    for (int launch = 1; launch <= 3; ++launch) {
+      at::Tensor x = x0.clone(), tap = at::full({1, c.H}, NAN, bf16());
+      kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, acc, counter, tap, /*ordered=*/true);
+      EXPECT_TRUE(at::equal(tap, x)) << "launch " << launch << ": the tap is not x";
+      EXPECT_EQ(counter.abs().sum().item<int64_t>(), 0) << "launch " << launch << ": the counter is not zero after";
+      if (launch == 1) {
+        first = x.clone();
+        // the order replayed on the host
+        const int nvec = static_cast<int>(c.H / 8), groups = 640 / nvec, threads = groups * nvec;
+        const int F = kernels::gemv_mlp_ordered_parts(static_cast<int>(c.H), static_cast<int>(c.I));
+        ASSERT_GE(F, 1);
+        ASSERT_LE(F, G);
+        at::Tensor rows = acc.view({G, c.H}).cpu(), xh = x0.to(at::kFloat).cpu().view({c.H});
+        ASSERT_FALSE(at::isnan(rows).any().item<bool>()) << "a block's row was not written";
+        const float* R = rows.data_ptr<float>();
+        at::Tensor expect = at::empty({c.H}, at::kFloat);
+        for (int p = 0; p < F; ++p) {
+          const int64_t H4 = c.H / 4;
+          const int o0 = static_cast<int>(int64_t{p} * H4 / F) * 4, o1 = static_cast<int>(int64_t{p + 1} * H4 / F) * 4;
+          const int nout = o1 - o0, Q = std::max(1, threads / std::max(1, nout / 4));
+          for (int o = 0; o < nout; ++o) {
+            float total = 0.f;
+            for (int q = 0; q < Q; ++q) {
+              float sum = 0.f;
+              for (int r = q; r < G; r += Q) sum += R[static_cast<size_t>(r) * c.H + o0 + o];
+              total += sum;
+            }
+            const float rounded = static_cast<float>(c10::BFloat16(total));
+            expect[o0 + o] = static_cast<float>(c10::BFloat16(xh[o0 + o].item<float>() + rounded));
+          }
+        }
+        EXPECT_TRUE(at::equal(x.to(at::kFloat).cpu().view({c.H}), expect)) << "x is not the fixed order's sum";
+        if (c.I % 8 == 0) {
+          at::Tensor x_ref = x0.clone(), act_ref = at::empty({1, c.I}, bf16());
+          kernels::gemv_silu_mul_out(act_ref, x_ref, wgu, {}, 1e-6, true);
+          kernels::gemv_residual_out(x_ref, act_ref, wd);
+          at::Tensor operands = x0.to(at::kDouble).abs() + down_magnitude(act_ref, wd);
+          EXPECT_LE(max_ulps_of(x, x_ref, operands), 2.0) << "x vs the two GEMVs";
+        }
+      } else {
+        EXPECT_TRUE(at::equal(x, first)) << "launch " << launch << " is not the first launch's bits";
+      }
+    }
+  }
+  at::Tensor x = at::randn({1, 256}, bf16()), wgu = at::randn({16, 256}, bf16()), wdt = at::randn({8, 256}, bf16());
+  const int64_t need = static_cast<int64_t>(kernels::gemv_mlp_acc_floats(256, 8, true));
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({need - 1}, f32), at::zeros({2}, i32()), {}, true),
+               std::exception);  // acc short of a row a block
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({need}, f32), at::zeros({1}, i32()), {}, true),
+               std::exception);  // one counter word
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
