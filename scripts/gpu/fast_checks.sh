@@ -79,6 +79,10 @@ run_tests "SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_CARVEOUT=100: the largest sh
   'FastPathGolden.*:Kernels.GemvOGateUp*' SPECPRESS_GEMV_O_GATE_UP=1 SPECPRESS_OGU_CARVEOUT=100
 run_tests "SPECPRESS_GEMV_MLP=1: the decode MLP in one launch (kernels/gemv_mlp.h), FastPathGolden + Kernels.GemvMlp*" \
   'FastPathGolden.*:Kernels.GemvMlp*' SPECPRESS_GEMV_MLP=1
+run_tests "SPECPRESS_GEMV_MLP=1 SPECPRESS_GEMV_MLP_ORDERED=0: its sums in arrival order, FastPathGolden" \
+  'FastPathGolden.*' SPECPRESS_GEMV_MLP=1 SPECPRESS_GEMV_MLP_ORDERED=0
+run_tests "SPECPRESS_GEMV_MLP=0: the decode MLP pinned to two GEMVs (no capture-time choice), FastPathGolden" \
+  'FastPathGolden.*' SPECPRESS_GEMV_MLP=0
 run_tests "SPECPRESS_GEMV_MLP=1 SPECPRESS_PDL=0: the decode MLP in one launch without PDL, FastPathGolden" \
   'FastPathGolden.*' SPECPRESS_GEMV_MLP=1 SPECPRESS_PDL=0
 # the TMA GEMV's other layouts (read once a process), bitwise against the register GEMV

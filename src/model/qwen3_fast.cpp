@@ -86,6 +86,11 @@ EnvSwitch& mlp_switch() {
   return s;
 }
 
+EnvSwitch& mlp_ordered_switch() {
+  static EnvSwitch s("SPECPRESS_GEMV_MLP_ORDERED", true);
+  return s;
+}
+
 EnvSwitch& qkv_norm_switch() {
   static EnvSwitch s("SPECPRESS_WG16_QKV_NORM", true);
   return s;
@@ -209,6 +214,14 @@ bool gemv_mlp_fused() { return mlp_switch().on(); }
 
 void set_gemv_mlp_fused(bool on) { mlp_switch().set(on); }
 
+bool gemv_mlp_timed() { return !mlp_switch().chosen(); }
+
+EnvSwitch& gemv_mlp_switch() { return mlp_switch(); }
+
+bool gemv_mlp_ordered() { return mlp_ordered_switch().on(); }
+
+void set_gemv_mlp_ordered(bool on) { mlp_ordered_switch().set(on); }
+
 namespace {
 bool& persistent_trace_flag() {
   static bool on = false;
@@ -294,13 +307,6 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     o_gate_up_ = true;
     o_gate_up_barrier_ = at::zeros({kernels::kGemvOGateUpBarrierWords}, i32);
   }
-  if (!o_gate_up_ && gemv_mlp_fused() && folded_ && !t_layers_.empty() &&
-      kernels::gemv_mlp_takes(static_cast<int>(c.hidden_size), static_cast<int>(t_layers_[0].gate_up.size(0) / 2))) {
-    mlp_ = true;
-    for (const FastLayer& w : t_layers_) down_t_.push_back(w.down.t().contiguous());
-    mlp_acc_ = at::zeros({c.hidden_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    mlp_counter_ = at::zeros({1}, i32);
-  }
   if (decode_persistent() && folded_ && contiguous() &&
       kernels::decode_layers_supported(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size),
                                        static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
@@ -333,6 +339,21 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
                                     at::TensorOptions().dtype(at::kLong).device(device_));
     }
     persistent_ = true;
+  }
+  // the fused decode MLP: pinned on, or timed at capture by engines for plain decoding (gemv_mlp_timed); only where
+  // the decode step runs the one-row GEMV layers (the matmul mode: kernels::fused_one_row)
+  const int64_t I = t_layers_.empty() ? 0 : t_layers_[0].gate_up.size(0) / 2;
+  if (!o_gate_up_ && !persistent_ && folded_ && I > 0 && kernels::fused_one_row(1) &&
+      (gemv_mlp_fused() || (gemv_mlp_timed() && draft == nullptr)) &&
+      kernels::gemv_mlp_takes(static_cast<int>(c.hidden_size), static_cast<int>(I))) {
+    mlp_ = true;
+    mlp_timed_ = !gemv_mlp_fused();
+    mlp_ordered_ = gemv_mlp_ordered();
+    for (const FastLayer& w : t_layers_) down_t_.push_back(w.down.t().contiguous());
+    const size_t acc_floats =
+        kernels::gemv_mlp_acc_floats(static_cast<int>(c.hidden_size), static_cast<int>(I), mlp_ordered_);
+    mlp_acc_ = at::zeros({static_cast<int64_t>(acc_floats)}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    mlp_counter_ = at::zeros({mlp_ordered_ ? 2 : 1}, i32);
   }
   if (draft != nullptr) {
     const DFlashConfig& dc = draft->config();
@@ -539,7 +560,8 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       else
         kernels::gemv_residual_out(x, attn, w.o_proj);  // x += attention
       if (mlp) {
-        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l));  // x += mlp (tapped)
+        // x += mlp (tapped)
+        kernels::gemv_mlp_out(x, w.gate_up, down_t_[l], eps, mlp_acc_, mlp_counter_, tap_of(l), mlp_ordered_);
       } else {
         if (!o_gate_up) kernels::gemv_silu_mul_out(act, x, w.gate_up, folded ? none : w.post_norm, eps, folded);
         kernels::gemv_residual_out(x, act, w.down, tap_of(l));  // x += mlp (tapped)
@@ -850,7 +872,34 @@ void FastEngine::capture_graphs() {
       }
     }
   };
-  capture(decode_graph_, nullptr, lc_edges_[0], [&] { decode_body(); });
+  decode_mlp_ms_ = {0, 0};
+  if (mlp_timed_) {
+    // The decode graph with the two GEMVs [0] and with the fused MLP kernel [1], each warmed outside its capture
+    // (the kernel's attributes), timed as replays; the faster is kept, the fused form only by kDecodeMlpMargin (so
+    // that near-equal shapes keep one choice from run to run), and the other form's buffers are freed.
+    std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2> graphs;
+    std::array<int, 2> relaxed{};
+    for (int fused = 0; fused < 2; ++fused) {
+      mlp_ = fused == 1;
+      set_start(0, 0);
+      decode_body();
+      check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
+      capture(graphs[fused], nullptr, relaxed[fused], [&] { decode_body(); });
+    }
+    decode_mlp_ms_ = time_alternating([&](int fused) { graphs[fused]->replay(); });
+    const int pick = decode_mlp_ms_[1] < decode_mlp_ms_[0] * (1.0 - kDecodeMlpMargin) ? 1 : 0;
+    mlp_ = pick == 1;
+    decode_graph_ = std::move(graphs[pick]);
+    lc_edges_[0] = relaxed[pick];
+    graphs[1 - pick].reset();
+    if (!mlp_) {
+      down_t_.clear();
+      mlp_acc_ = at::Tensor();
+      mlp_counter_ = at::Tensor();
+    }
+  } else {
+    capture(decode_graph_, nullptr, lc_edges_[0], [&] { decode_body(); });
+  }
   if (draft_ != nullptr) {
     // PDL in the multi-row steps only where set (kernels/launch.h), or where their products are the wgmma
     // kernel's (kernels::wg16_switch), which fills its weight ring before it waits; the process setting is
@@ -898,7 +947,10 @@ void FastEngine::capture_graphs() {
           check_cuda(cudaStreamSynchronize(stream_.stream()), "warm-up");
           capture_multirow(verify[wg], draft[wg], relaxed[wg][0], relaxed[wg][1]);
         }
-        multirow_ms_ = time_multirow(verify, draft);
+        multirow_ms_ = time_alternating([&](int c) {
+          verify[c]->replay();
+          draft[c]->replay();
+        });
       } catch (...) {
         put_back();
         throw;
@@ -921,22 +973,17 @@ void FastEngine::capture_graphs() {
   graphs_ready_ = true;
 }
 
-std::array<double, 2> FastEngine::time_multirow(const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& verify,
-                                                const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& draft) {
-  // ms per verify + draft replay, the best of 5 alternating batches of 10 (positions 0..: the products and the
-  // launches decide; the attention is short and the same kernel in both)
+std::array<double, 2> FastEngine::time_alternating(const std::function<void(int)>& replay) {
+  // positions 0..: the products and the launches decide; the attention is short and the same kernel in both
   constexpr int kBatches = 5, kReplays = 10;
   std::array<double, 2> best{1e30, 1e30};
   kernels::TimingEvents ev;
   for (int batch = 0; batch < kBatches; ++batch)
     for (int c = 0; c < 2; ++c) {
       set_start(0, 0);
-      check_cuda(cudaEventRecord(ev.start, stream_.stream()), "multi-row timing");
-      for (int r = 0; r < kReplays; ++r) {
-        verify[c]->replay();
-        draft[c]->replay();
-      }
-      check_cuda(cudaEventRecord(ev.stop, stream_.stream()), "multi-row timing");
+      check_cuda(cudaEventRecord(ev.start, stream_.stream()), "capture-time timing");
+      for (int r = 0; r < kReplays; ++r) replay(c);
+      check_cuda(cudaEventRecord(ev.stop, stream_.stream()), "capture-time timing");
       best[c] = std::min(best[c], static_cast<double>(ev.elapsed_ms()) / kReplays);
     }
   return best;

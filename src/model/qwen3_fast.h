@@ -137,15 +137,28 @@ void set_decode_persistent(bool on);
 bool gemv_o_gate_up_fused();
 void set_gemv_o_gate_up_fused(bool on);
 // The one-row decode step's gate/up and down products as one launch (kernels::gemv_mlp_out: each block owns a slice of
-// the intermediate dimension end to end, gate/up rows, SwiGLU, then its rows of W_down transposed, and adds its partial
-// sums into an fp32 accumulator that the last block adds into x) instead of two GEMV launches. Default off: Qwen3-4B's
-// decode step is 3.0-3.5% faster with it, Qwen3-8B's 1.3-1.6% slower, and its sums are added in arrival order, so a
-// decode step's x is not the same bits on every run (docs/PERF.md, forty-second pass); SPECPRESS_GEMV_MLP=1 turns it
-// on, same rules as SPECPRESS_FOLD_NORMS. It needs folded norms and shapes the kernel takes (kernels::gemv_mlp_takes)
-// and keeps a transposed copy of each layer's W_down (the target's down weights twice in memory). Where
-// SPECPRESS_GEMV_O_GATE_UP is on, that kernel runs instead. Read when an engine is built.
+// the intermediate dimension end to end, gate/up rows, SwiGLU, then its rows of W_down transposed, and writes its
+// partial sums, which are added in a fixed order: gemv_mlp_ordered) instead of two GEMV launches. It needs folded norms
+// and shapes the kernel takes (kernels::gemv_mlp_takes) in a matmul mode whose decode step runs the one-row GEMV layers
+// (kernels::fused_one_row: gemv, the default, or stream), and keeps a transposed copy of each layer's W_down (the
+// target's down weights twice in memory: 1.8 GB at Qwen3-4B). SPECPRESS_GEMV_MLP=1: every engine runs it where it can
+// (gemv_mlp_fused()); =0: none does; unset (the default, gemv_mlp_timed()): an engine without a draft (plain decoding;
+// a DFlash engine's loop never runs its decode step) that can run it captures its decode graph with both forms, times
+// alternating replays and keeps the fused form where it is at least kDecodeMlpMargin faster, else frees the copy. On
+// the H200 it was 2.6% faster a Qwen3-4B decode step and 1.0% slower an 8B one (docs/PERF.md, forty-fifth pass). The
+// two forms round differently (each within 2 bf16 units of its operands); set the switch to pin one. Where
+// SPECPRESS_GEMV_O_GATE_UP or the persistent decode kernel is on, that runs instead. Read when an engine is built.
 bool gemv_mlp_fused();
 void set_gemv_mlp_fused(bool on);
+bool gemv_mlp_timed();
+EnvSwitch& gemv_mlp_switch();  // the switch itself (tests put it back with saved() / restore())
+inline constexpr double kDecodeMlpMargin = 0.01;
+// The fused MLP's sum in a fixed order (default on: kernels/gemv_mlp.h, a row of sums a block, the last blocks to
+// arrive each add a slice of the outputs), so the decode step's x is the same bits on every run.
+// SPECPRESS_GEMV_MLP_ORDERED=0 adds the sums into an fp32 accumulator in arrival order instead (1.4% faster at
+// Qwen3-4B, not the same bits from run to run), same rules as SPECPRESS_FOLD_NORMS. Read when an engine is built.
+bool gemv_mlp_ordered();
+void set_gemv_mlp_ordered(bool on);
 // A diagnostic of that kernel (fast_perf --persistent-trace): engines built while it is on have the kernel stamp its
 // timeline (kernels::DecodeLayersArgs::trace) into a buffer at each decode step, read by persistent_trace(). Off by
 // default; set only through this call.
@@ -268,6 +281,11 @@ class FastEngine {
   // captured verify and draft graphs run the wgmma kernel and its SwiGLU form (chosen, or both switches on).
   std::array<double, 2> multirow_ms() const { return multirow_ms_; }
   bool multirow_wgmma() const { return multirow_wgmma_; }
+  // Where the last capture_graphs chose the decode step's MLP form (gemv_mlp_timed()): ms per decode replay it
+  // measured with the two GEMVs [0] and the fused kernel [1]; {0, 0} where it did not. decode_mlp_fused(): whether the
+  // decode graph runs the fused kernel (chosen, or SPECPRESS_GEMV_MLP=1).
+  std::array<double, 2> decode_mlp_ms() const { return decode_mlp_ms_; }
+  bool decode_mlp_fused() const { return mlp_; }
   // The most target layers of one forward so far whose qkv product computed its norm's factors itself
   // (qkv_norm_in_product()); 0 where none did.
   int qkv_norm_layers() const { return qkv_norm_layers_; }
@@ -311,11 +329,15 @@ class FastEngine {
   // gemv_o_gate_up_fused() where the kernel takes the target's shapes: its grid barrier's arrival count (int32 [1])
   bool o_gate_up_ = false;
   at::Tensor o_gate_up_barrier_;
-  // gemv_mlp_fused() where the kernel takes the target's shapes: W_down^T of each target layer, the kernel's
-  // accumulator (fp32 [H]) and its arrival counter (int32 [1]), both zero between launches
-  bool mlp_ = false;
+  // gemv_mlp_fused() (or timed and kept) where the kernel takes the target's shapes: W_down^T of each target layer,
+  // the kernel's accumulator (fp32: [H], zero between launches; ordered: a row of H a block) and its counters (int32
+  // [1], ordered [2]; zero between launches). mlp_timed_: capture_graphs times both forms and frees these if the two
+  // GEMVs win.
+  bool mlp_ = false, mlp_timed_ = false;
   std::vector<at::Tensor> down_t_;
   at::Tensor mlp_acc_, mlp_counter_;
+  bool mlp_ordered_ = false;  // gemv_mlp_ordered() when the engine was built
+  std::array<double, 2> decode_mlp_ms_{};  // decode_mlp_ms()
   std::vector<FastLayer> t_layers_, d_layers_;
   at::Tensor k_cache_, v_cache_, dk_cache_, dv_cache_;  // [L, nkv, capacity, hd]
   ops::RopeTable draft_rope_;
@@ -335,8 +357,9 @@ class FastEngine {
   std::array<int, 3> lc_edges_{};  // launch_completion_edges()
   std::array<double, 2> multirow_ms_{};  // multirow_ms()
   bool multirow_wgmma_ = false;
-  std::array<double, 2> time_multirow(const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& verify,
-                                      const std::array<std::unique_ptr<at::cuda::CUDAGraph>, 2>& draft);
+  // ms per replay of two configurations' graphs (replay(c) replays configuration c once), the best of 5 alternating
+  // batches of 10, each batch from positions 0..
+  std::array<double, 2> time_alternating(const std::function<void(int)>& replay);
   std::vector<int64_t> tap_layers_;
 
   at::Tensor prefill_taps_;                            // prompt rows' taps until the first draft

@@ -20,6 +20,7 @@
 #include "kernels/aten_ops.h"
 #include "kernels/decode_layers.h"
 #include "kernels/gemm_wg16.h"
+#include "kernels/gemv_mlp.h"
 #include "kernels/lt_linear.h"
 #include "lt_test_settings.h"
 #include "test_util.h"
@@ -236,6 +237,72 @@ TEST_F(FastPathGolden, MultirowAutoKeepsTheFasterProductsAndMatches) {
     }
     compare_with_reference(*target_, *draft_, prompt, B);
   }
+}
+
+// The decode step's MLP form chosen at capture (model::gemv_mlp_timed): with SPECPRESS_GEMV_MLP unset, an engine
+// without a draft that can run the fused kernel times both decode graphs and keeps the fused kernel only where it is
+// kDecodeMlpMargin faster; a DFlash engine and engines with the switch set do not time. Three decode steps of the kept
+// graph are the bits of an engine pinned to that form (the ordered sum: the same bits every run), the two forms'
+// logits agree within 1e-2, and the switch is left as it was.
+TEST_F(FastPathGolden, DecodeMlpChosenAtCaptureIsThePinnedFormsBits) {
+  if (model::decode_persistent() || model::gemv_o_gate_up_fused())
+    GTEST_SKIP() << "SPECPRESS_DECODE_PERSISTENT or SPECPRESS_GEMV_O_GATE_UP is on: its kernel runs the decode MLP";
+  EnvSwitch& mlp = model::gemv_mlp_switch();
+  const int saved = mlp.saved();
+  const std::vector<int64_t> prompt = golden_runs()[0].prompt;
+  const int64_t N = static_cast<int64_t>(prompt.size()), B = 8;
+  const model::Qwen3Config& c = target_->config();
+  // the engine's conditions: folded norms, a matmul mode whose decode runs the GEMV layers, shapes the kernel takes
+  const bool takes = model::fold_norms() && kernels::fused_one_row(1) &&
+                     kernels::gemv_mlp_takes(static_cast<int>(c.hidden_size), static_cast<int>(c.intermediate_size));
+  // three greedy decode steps' logits of a plain engine, and its choice
+  auto decode = [&](std::array<double, 2>& ms, bool& fused) {
+    model::FastEngine engine(*target_, nullptr, N + 8);
+    engine.capture_graphs();
+    ms = engine.decode_mlp_ms();
+    fused = engine.decode_mlp_fused();
+    int64_t next = argmax1(engine.prefill(prompt));
+    std::vector<at::Tensor> logits;
+    for (int step = 0; step < 3; ++step) {
+      engine.set_token(next);
+      engine.decode_step();
+      next = engine.read_token();
+      logits.push_back(engine.decode_logits());
+    }
+    return at::stack(logits);
+  };
+  std::array<double, 2> ms{};
+  bool fused = false;
+  std::array<at::Tensor, 2> pinned;
+  for (const bool on : {false, true}) {
+    mlp.set(on);
+    pinned[on] = decode(ms, fused);
+    EXPECT_EQ(ms[0], 0.0) << "no timing with the switch set";
+    EXPECT_EQ(fused, on && takes);
+  }
+  EXPECT_LT(rel_err(pinned[1], pinned[0]), 1e-2) << "the fused MLP's decode logits vs the two GEMVs'";
+  mlp.restore(-1);  // as an unset environment leaves it
+  if (!mlp.chosen()) {
+    const at::Tensor chosen = decode(ms, fused);
+    if (takes) {
+      EXPECT_GT(ms[0], 0.0);
+      EXPECT_GT(ms[1], 0.0);
+      EXPECT_EQ(fused, ms[1] < ms[0] * (1 - model::kDecodeMlpMargin));
+      std::printf("  decode replay: two GEMVs %.4f ms, fused MLP %.4f ms: kept %s\n", ms[0], ms[1],
+                  fused ? "the fused MLP" : "the two GEMVs");
+    } else {
+      EXPECT_EQ(ms[0], 0.0) << "timed although the kernel does not take these shapes";
+      EXPECT_FALSE(fused);
+    }
+    EXPECT_TRUE(at::equal(chosen, pinned[fused])) << "the kept decode graph is not the pinned form's bits";
+    model::FastEngine dflash(*target_, draft_.get(), N + 4 * B, B);
+    dflash.capture_graphs();
+    EXPECT_EQ(dflash.decode_mlp_ms()[0], 0.0) << "a DFlash engine timed its decode MLP";
+    EXPECT_FALSE(dflash.decode_mlp_fused());
+  } else {
+    std::printf("  SPECPRESS_GEMV_MLP is set in the environment: no choice; only the pinned forms ran\n");
+  }
+  mlp.restore(saved);
 }
 
 TEST_F(FastPathGolden, GreedyTokensMatchGoldenOutputsInBf16) {
