@@ -3,7 +3,9 @@
 // [1, 9, 17, 25, 33]), built in memory; measures copy bandwidth, then for the fast path (CUDA graphs)
 // and the reference path (eager ATen) side by side: plain decode ms/token, verify ms (block 16), draft
 // ms, DFlash cycle ms, each against the bandwidth roofline (bytes that must be read / measured copy
-// bandwidth), and the projected DFlash tokens/s at tau 6.5. The cycle and the "decode + token read" row are
+// bandwidth), and the projected DFlash tokens/s at tau 6.5. The decode rows come from an engine without a draft, as
+// plain decoding builds it (its decode MLP's form chosen at capture, model::gemv_mlp_timed), the other steps from a
+// DFlash engine built after it. The cycle and the "decode + token read" row are
 // timed as the greedy loops run them (decode/fast_generation.h): pipelined, the next cycle or step queued before
 // the host reads the current one's result; the synchronous loops' times are printed beside them. The fast
 // path runs once per matmul mode
@@ -25,8 +27,9 @@
 // --modes default: the fast path only in the engine's default configuration (gemv mode, PDL in the decode
 // step), the projections at M = 1 only, and a shorter JSON; for same-run A/Bs (scripts/gpu/ab_compare.sh),
 // it skips the nine other engine builds and their cuBLASLt tunings. --modes all (the default): everything above.
-// --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the engine in that matmul mode, then runs one
-// decode step, one verify step and one draft step (graph replays) between cudaProfilerStart/Stop and skips
+// --profile MODE (skinny|cublas|gemv|stream|stream_all): builds the DFlash engine in that matmul mode (its decode MLP
+// is the two GEMVs unless SPECPRESS_GEMV_MLP=1), then runs one decode step, one verify step and one draft step (graph
+// replays) between cudaProfilerStart/Stop and skips
 // the measurements; for a kernel-by-kernel breakdown under `ncu --profile-from-start off`
 // (scripts/gpu/profile_kernels.sh). With --timeline FILE the same region is also recorded by LibTorch's Kineto
 // profiler (CUPTI: each kernel's start and end as the graphs replay them, PDL overlaps included) and saved as a
@@ -489,6 +492,13 @@ int main(int argc, char** argv) {
     if (!decode_trace_path.empty()) {
       if (all_modes || !profile_mode.empty()) fail("--decode-trace goes with --modes default and no --profile");
       model::set_decode_step_trace(true);
+      if (model::gemv_mlp_timed()) {
+        // one decode graph (a timed choice captures two), and the two GEMVs, which stamp their blocks (the fused MLP
+        // kernel does not)
+        model::set_gemv_mlp_fused(false);
+        std::printf("note: --decode-trace pins the decode MLP to two GEMVs (SPECPRESS_GEMV_MLP=1 traces the fused "
+                    "kernel's neighbours only)\n");
+      }
     }
     cudaDeviceProp prop{};
     AT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -586,6 +596,8 @@ int main(int argc, char** argv) {
         std::array<int, 3> lc_edges;  // launch-completion edges in the decode, verify and draft graphs
         std::array<double, 2> multirow_ms;  // FastEngine::multirow_ms: the capture-time choice's timings ({0, 0}: none)
         bool multirow_wgmma;  // the verify and draft graphs run the wgmma kernel and its SwiGLU form
+        std::array<double, 2> decode_mlp_ms;  // FastEngine::decode_mlp_ms of the plain engine ({0, 0}: no choice)
+        bool decode_mlp_fused;                // its decode graph runs the fused MLP kernel
       };
       double dec_bytes = 0, drf_bytes = 0;
       // the fast engine's injection inside its verify step (model::inject_in_verify): bytes it moves from the draft
@@ -601,8 +613,52 @@ int main(int argc, char** argv) {
         // fresh ones (3.002-3.003 against 2.972-2.976 ms, alternated in one call; docs/PERF.md, thirtieth pass).
         c10::cuda::CUDACachingAllocator::emptyCache();
         const int64_t cap = context + iters * (B + 2) + 4 * B;
+        FastNumbers f{};
+        std::array<int, 3> plain_lc{};
+        {
+          // Plain decoding's rows on an engine without a draft, as `specpress generate` builds for it (its decode
+          // MLP's form chosen at capture: model::gemv_mlp_timed), freed before the DFlash engine is built.
+          if (!decode_trace_path.empty()) kernels::step_trace_start(int64_t{1} << 22);  // 32 MB of stamps
+          model::FastEngine plain(target, nullptr, cap);
+          plain.capture_graphs();
+          if (plain.decode_mlp_ms()[0] > 0)
+            std::printf("%s: decode MLP chosen at capture (SPECPRESS_GEMV_MLP unset): decode replay %.3f ms with two "
+                        "GEMVs, %.3f ms with the fused kernel (positions 0..): kept %s\n",
+                        s.name.c_str(), plain.decode_mlp_ms()[0], plain.decode_mlp_ms()[1],
+                        plain.decode_mlp_fused() ? "the fused kernel" : "the two GEMVs");
+          plain.set_token(plain.prefill(prompt).argmax().item<int64_t>());
+          device_sync();
+          c10::cuda::CUDAStreamGuard guard(plain.stream());
+          const int inner = static_cast<int>(std::max<int64_t>(iters / 5, 1));
+          plain.set_start(context, 0);
+          f.decode = time_ms([&] { plain.decode_step(); }, 5, 7, inner);
+          if (!decode_trace_path.empty())
+            write_decode_trace(kernels::step_trace_take(), decode_trace_path + "." + s.name + ".csv");
+          if (!persistent_trace_path.empty()) {
+            if (!plain.decodes_persistent()) fail("--persistent-trace: the {} engine does not take the persistent "
+                                                  "decode kernel (kernels::decode_layers_supported)", s.name);
+            write_persistent_trace(plain.persistent_trace(), persistent_trace_path + "." + s.name + ".csv");
+          }
+          // plain decode as the loop runs it: graph replay + read of the argmax token, pipelined or not
+          int64_t steps = 0;
+          plain.set_start(context, 0);
+          f.decode_loop = time_ms([&] {
+            plain.decode_step();
+            plain.queue_token_copy(static_cast<int>(steps++ % 2));
+            if (steps > 1) (void)plain.wait_token(static_cast<int>((steps - 2) % 2));
+          }, 5, 5, inner);
+          plain.set_start(context, 0);
+          f.decode_loop_sync = time_ms([&] {
+            plain.decode_step();
+            (void)plain.read_token();
+          }, 5, 5, inner);
+          plain.sync();
+          plain_lc = plain.launch_completion_edges();
+          f.decode_mlp_ms = plain.decode_mlp_ms();
+          f.decode_mlp_fused = plain.decode_mlp_fused();
+        }
+        c10::cuda::CUDACachingAllocator::emptyCache();
         if (!wg16_trace_path.empty()) kernels::wg16_trace_start(int64_t{1} << 22);  // 32 MB of stamps, this engine's
-        if (!decode_trace_path.empty()) kernels::step_trace_start(int64_t{1} << 22);
         model::FastEngine engine(target, &draft, cap, B);
         if (model::record_mapped() && !engine.records_mapped())
           std::printf("note: pinned host memory is not mapped into the device's address space here: the cycle copies "
@@ -625,19 +681,10 @@ int main(int argc, char** argv) {
         device_sync();
         c10::cuda::CUDAStreamGuard guard(engine.stream());
         const int inner = static_cast<int>(std::max<int64_t>(iters / 5, 1));
-        FastNumbers f{};
         f.lc_edges = engine.launch_completion_edges();
+        f.lc_edges[0] = plain_lc[0];  // the decode graph timed above
         f.multirow_ms = engine.multirow_ms();
         f.multirow_wgmma = engine.multirow_wgmma();
-        engine.set_start(context, context);
-        f.decode = time_ms([&] { engine.decode_step(); }, 5, 7, inner);
-        if (!decode_trace_path.empty())
-          write_decode_trace(kernels::step_trace_take(), decode_trace_path + "." + s.name + ".csv");
-        if (!persistent_trace_path.empty()) {
-          if (!engine.decodes_persistent()) fail("--persistent-trace: the {} engine does not take the persistent "
-                                                 "decode kernel (kernels::decode_layers_supported)", s.name);
-          write_persistent_trace(engine.persistent_trace(), persistent_trace_path + "." + s.name + ".csv");
-        }
         engine.set_start(context, context);
         std::ofstream wg16_csv;
         if (!wg16_trace_path.empty()) {
@@ -679,19 +726,6 @@ int main(int argc, char** argv) {
           engine.accept();
           (void)engine.read_record();
         }, 3, 5, cycle_inner);
-        // plain decode as the loop runs it: graph replay + read of the argmax token, pipelined or not
-        int64_t steps = 0;
-        engine.set_start(context, context);
-        f.decode_loop = time_ms([&] {
-          engine.decode_step();
-          engine.queue_token_copy(static_cast<int>(steps++ % 2));
-          if (steps > 1) (void)engine.wait_token(static_cast<int>((steps - 2) % 2));
-        }, 5, 5, inner);
-        engine.set_start(context, context);
-        f.decode_loop_sync = time_ms([&] {
-          engine.decode_step();
-          (void)engine.read_token();
-        }, 5, 5, inner);
         engine.set_start(context, context);
         f.gemm1 = engine.kernel_class_ms("matmul", 1, 20);
         f.gemm16 = engine.kernel_class_ms("matmul", B, 20);
@@ -1009,6 +1043,9 @@ int main(int argc, char** argv) {
               {"wg16_silu_hold", kernels::wg16_silu_hold()},
               {"multirow_auto", {{"chose", fb->multirow_ms[0] > 0}, {"cublaslt_ms", fb->multirow_ms[0]},
                                  {"wgmma_ms", fb->multirow_ms[1]}, {"wgmma", fb->multirow_wgmma}}},
+              {"decode_mlp", {{"chose", fb->decode_mlp_ms[0] > 0}, {"two_gemvs_ms", fb->decode_mlp_ms[0]},
+                              {"fused_ms", fb->decode_mlp_ms[1]}, {"fused", fb->decode_mlp_fused},
+                              {"ordered", model::gemv_mlp_ordered()}}},
               {"projected_dflash_tok_s", {{"fast", tau * 1e3 / f_cycle}, {"reference", tau * 1e3 / r_cycle}}},
               {"plain_tok_s", {{"fast", 1e3 / f_decode_loop}, {"reference", 1e3 / r_decode}}}});
       out[s.name] = shape_json;
