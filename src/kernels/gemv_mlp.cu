@@ -33,7 +33,7 @@ struct Args {
   unsigned* counter = nullptr;            // arrivals; the last block resets it
   int H = 0, I = 0, groups = 1, max_n = 1;  // max_n: the most intermediates a block owns
   float eps = 1e-6f;
-  int parts = 0;  // > 0: the ordered sum (gemv_mlp_ordered): acc holds G rows of H, the last `parts` blocks add them
+  int parts = 0;  // > 0: the ordered sum (ordered_sum): acc holds G rows of H, the last `parts` blocks add them
 };
 
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
