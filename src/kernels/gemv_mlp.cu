@@ -34,6 +34,7 @@ struct Args {
   int H = 0, I = 0, groups = 1, max_n = 1;  // max_n: the most intermediates a block owns
   float eps = 1e-6f;
   int parts = 0;  // > 0: the ordered sum (ordered_sum): acc holds G rows of H, the last `parts` blocks add them
+  int old_tail = 0;  // EXPERIMENT: bit 0 the pass-45 counter bookkeeping (2 words), bit 1 x loaded after the sum
 };
 
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
@@ -60,7 +61,11 @@ __device__ __forceinline__ float segment_sum(float v, int seg) {
 // The ordered sum: block b's H sums into row b of acc; every block takes an arrival ticket; all but the last `parts` to
 // arrive leave; those wait for the last arrival, then part p adds outputs [p H / parts, (p + 1) H / parts) over the G
 // rows in a fixed order (thread q of Q a output: rows q, q + Q, .., then the Q sums in order), into x and the tap. The
-// same bits every run; counter[0] counts arrivals, counter[1] the parts past their wait, whose last resets both.
+// same bits every run. counter: the arrivals. The last block to arrive knows every row is written (its ticket is G - 1)
+// and sets the counter back to zero at once (a release store); the other parts wait until it reads G or has dropped to
+// at most their own ticket (no launch of the next MLP can start while one of them waits, so no other value appears).
+// So the tail is the row writes, the ticket, the wait for the last arrival, one batch of row loads and the stores: x's
+// values are loaded before the wait, and no bookkeeping follows the sum (docs/PERF.md, forty-sixth pass).
 // red: 4 max(blockDim.x, H / 4 / parts + 1) floats of shared memory, 16-byte aligned (the phase buffers, read by now:
 // every thread is past the barrier after the group sums before any writes it).
 __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], int c, int g, int b, int G,
@@ -78,7 +83,14 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   __syncthreads();
   const int F = a.parts, p = ticket - (G - F);
   if (p < 0) return;
-  if (threadIdx.x == 0) {
+  // part p: outputs [o0, o0 + nout) on 4-output boundaries; thread (o4, q) adds float4 o4 of rows q, q + Q, ..
+  const int H4 = H / 4;
+  const int o0 = static_cast<int>(static_cast<long long>(p) * H4 / F) * 4;
+  const int nout4 = static_cast<int>(static_cast<long long>(p + 1) * H4 / F) - o0 / 4;
+  const int Q = max(1, static_cast<int>(blockDim.x) / max(1, nout4));
+  // this thread's first output's x, on its way while the part waits (only the parts write x, each its own slice)
+  const bf16 x_first = !(a.old_tail & 2) && threadIdx.x < 4 * nout4 ? a.x[o0 + threadIdx.x] : bf16();
+  if ((a.old_tail & 1) && threadIdx.x == 0) {
     while (ld_acquire(a.counter) < static_cast<unsigned>(G)) {
     }
     if (atomicAdd(a.counter + 1, 1u) == static_cast<unsigned>(F - 1)) {  // every part is past its wait
@@ -86,13 +98,18 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
       atomicExch(a.counter, 0u);
     }
     __threadfence();
+  } else if (threadIdx.x == 0) {
+    if (ticket == G - 1) {
+      asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
+    } else {
+      for (;;) {
+        const unsigned v = ld_acquire(a.counter);
+        if (v >= static_cast<unsigned>(G) || v <= static_cast<unsigned>(ticket)) break;
+      }
+    }
+    __threadfence();
   }
   __syncthreads();
-  // part p: outputs [o0, o0 + nout) on 4-output boundaries; thread (o4, q) adds float4 o4 of rows q, q + Q, ..
-  const int H4 = H / 4;
-  const int o0 = static_cast<int>(static_cast<long long>(p) * H4 / F) * 4;
-  const int nout4 = static_cast<int>(static_cast<long long>(p + 1) * H4 / F) - o0 / 4;
-  const int Q = max(1, static_cast<int>(blockDim.x) / max(1, nout4));
   float4* red4 = reinterpret_cast<float4*>(red);
   for (int item = threadIdx.x; item < nout4 * Q; item += blockDim.x) {
     const int o4 = item % nout4, q = item / nout4;
@@ -120,7 +137,7 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   for (int o = threadIdx.x; o < 4 * nout4; o += blockDim.x) {
     float sum = 0.f;
     for (int q = 0; q < Q; ++q) sum += redf[(q * nout4 + o / 4) * 4 + o % 4];
-    const bf16 v = residual_value(a.x[o0 + o], sum);
+    const bf16 v = residual_value(o == threadIdx.x && !(a.old_tail & 2) ? x_first : a.x[o0 + o], sum);
     a.x[o0 + o] = v;
     if (a.tap != nullptr) a.tap[o0 + o] = v;
   }
@@ -277,7 +294,7 @@ struct Layout {
   size_t smem = 0;
 };
 
-// 0 (the default): as many parts as let each thread's rows be one batch of 4 float4 loads
+// 0 (the default): as many parts as let each thread's rows be one batch of 4 float4 loads (layout_of)
 int parts_from_env() {
   static const int parts = env_int("SPECPRESS_GEMV_MLP_PARTS", 0, 1024, 0, "0 (one batch a thread) to 1024");
   return parts;
@@ -299,8 +316,10 @@ cudaError_t layout_of(int H, int I, bool ordered, Layout& l, bool& ok) {
   l.blocks = std::min(sms, I);
   l.max_n = (I + l.blocks - 1) / l.blocks;
   if (ordered) {
-    const long long loads = static_cast<long long>(l.blocks) * (H / 4);  // float4 loads of the ordered sum
-    const int one_batch = static_cast<int>((loads + 4LL * l.threads - 1) / (4LL * l.threads));
+    // a part's thread (o4, q) adds rows q, q + Q, ..: one batch of 4 loads where Q >= G / 4, so a part takes at
+    // most threads / ceil(G / 4) outputs of 4 (34 parts at Qwen3-4B, 69 at -8B)
+    const int per_part = std::max(1, l.threads / ((l.blocks + 3) / 4));
+    const int one_batch = (H / 4 + per_part - 1) / per_part;
     l.parts = std::clamp(parts_from_env() > 0 ? parts_from_env() : one_batch, 1, l.blocks);
   }
   // the ordered sum's partials reuse the phase buffers: 4 max(threads, outputs of a part / 4 + 1) floats
@@ -363,6 +382,8 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   a.max_n = l.max_n;
   a.eps = eps;
   a.parts = l.parts;
+  static const int old_tail = env_int("SPECPRESS_MLP_OLD_TAIL", 0, 3, 0, "0 to 3");
+  a.old_tail = old_tail;
   return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
 }
 

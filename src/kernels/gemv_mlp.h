@@ -8,9 +8,9 @@
 // transposed at load time, [I, H], so a block's down slice is contiguous), so no block waits for another until its own
 // bytes are read. The G blocks' H partial sums are then added in one of two ways:
 // - ordered (the engine's default): each block writes its sums to its own row at the L2 and takes an arrival ticket;
-//   the last P to arrive (P such that each thread then issues one batch of 4 float4 loads; 33 at Qwen3-4B) wait for
-//   the rest, then each adds a slice of the outputs over the G rows in a fixed order, so x is the same bits every run
-//   (tests/gpu: Kernels.GemvMlpOrderedSumMatchesItsOrderOnTheHost). Qwen3-4B's decode step 2.4-2.6% faster than with
+//   the last P to arrive (P such that each thread then issues one batch of 4 float4 loads; 34 at Qwen3-4B) wait for
+//   the last arrival, then each adds a slice of the outputs over the G rows in a fixed order, so x is the same bits
+//   every run (tests/gpu: Kernels.GemvMlpOrderedSumMatchesItsOrderOnTheHost). Qwen3-4B's decode step 2.4-2.6% faster than with
 //   the two GEMVs, Qwen3-8B's 1.0% slower (docs/PERF.md, forty-fifth pass).
 // - arrival order: each block adds its sums into an fp32 accumulator by vector reductions (red.global.add.v4.f32); the
 //   last block to arrive adds it into x, writes the tap and zeroes it. A sum at a bf16 rounding boundary can then
@@ -43,8 +43,8 @@ int gemv_mlp_ordered_parts(int H, int I);
 // the first launch; the kernel leaves both zero, so launches of any shapes may share them, one launch at a time.
 // ordered: the sum in a fixed order instead (the same bits every run): each block writes its H sums to its own row of
 // acc (gemv_mlp_acc_floats floats, any values at rest), every block takes an arrival ticket, and the last
-// gemv_mlp_ordered_parts() to arrive each add a slice of the outputs over the rows in a fixed order; counter: two
-// unsigned words, zero before the first launch and left zero.
+// gemv_mlp_ordered_parts() to arrive each add a slice of the outputs over the rows in a fixed order; counter: one
+// unsigned word, zero before the first launch and left zero (set back by the last block to arrive).
 // Pointers 16-byte aligned; x must not overlap the weights, acc or tap. cudaErrorInvalidValue where gemv_mlp_takes is
 // false.
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,

@@ -1187,7 +1187,7 @@ TEST_F(Kernels, GemvMlpOrderedSumMatchesItsOrderOnTheHost) {
     ASSERT_EQ(acc_floats, static_cast<size_t>(G) * c.H);
     at::Tensor x0 = at::randn({1, c.H}, bf16()) * 4, wgu = at::randn({2 * c.I, c.H}, bf16()) * 0.05;
     at::Tensor wd = at::randn({c.H, c.I}, bf16()) * 0.05, wdt = wd.t().contiguous();
-    at::Tensor acc = at::full({static_cast<int64_t>(acc_floats)}, NAN, f32), counter = at::zeros({2}, i32());
+    at::Tensor acc = at::full({static_cast<int64_t>(acc_floats)}, NAN, f32), counter = at::zeros({1}, i32());
     at::Tensor first;
     for (int launch = 1; launch <= 3; ++launch) {
       at::Tensor x = x0.clone(), tap = at::full({1, c.H}, NAN, bf16());
@@ -1235,10 +1235,10 @@ TEST_F(Kernels, GemvMlpOrderedSumMatchesItsOrderOnTheHost) {
   }
   at::Tensor x = at::randn({1, 256}, bf16()), wgu = at::randn({16, 256}, bf16()), wdt = at::randn({8, 256}, bf16());
   const int64_t need = static_cast<int64_t>(kernels::gemv_mlp_acc_floats(256, 8, true));
-  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({need - 1}, f32), at::zeros({2}, i32()), {}, true),
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({need - 1}, f32), at::zeros({1}, i32()), {}, true),
                std::exception);  // acc short of a row a block
-  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({need}, f32), at::zeros({1}, i32()), {}, true),
-               std::exception);  // one counter word
+  EXPECT_THROW(kernels::gemv_mlp_out(x, wgu, wdt, 1e-6, at::zeros({need}, f32), at::zeros({2}, i32()), {}, true),
+               std::exception);  // two counter words
 }
 
 // linear_out by matmul mode: gemv takes one-row products (bitwise the GEMV kernel) and leaves M > 1 to
