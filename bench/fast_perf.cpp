@@ -42,7 +42,8 @@
 // with the eight fields in ns or clock64 cycles (scripts/gpu/persistent_trace.py summarises it). --wg16-trace FILE
 // (with --modes default): the verify and draft steps' o products on the wgmma kernel stamp their blocks' timeline
 // (kernels::Wg16TraceScope); the last timed replay of each is written to FILE.<shape>.csv and summarised per layer.
-// --decode-trace FILE (with --modes default): the decode step's GEMVs and attention stamp their blocks' timeline
+// --decode-trace FILE (with --modes default): the decode step's GEMVs, attention and fused MLP (under
+// SPECPRESS_GEMV_MLP=1; else the MLP is pinned to the two GEMVs) stamp their blocks' timeline
 // (kernels::StepTraceScope, kernels/step_trace.h); the last timed replay is written to FILE.<shape>.csv, a row a block
 // (scripts/gpu/decode_trace.py summarises it per layer).
 #include <ATen/cuda/CUDAContext.h>
@@ -279,16 +280,18 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
 
 // The decode step's timeline (--decode-trace; kernels::StepTraceLaunch, kernels/step_trace.h) from one stamp read after
 // the timed replays, which rewrite the same rows: the launches listed during the graph capture, in launch order, a CSV
-// row for each block that ran (its start set): launch, kind (gemv, swiglu, residual, attention, o_gate_up), block, sm,
-// then each time field in ns after the earliest start of the step, "last" (1 for the attention block that combined its
-// splits), x_ready and staged. A GEMV row holds its warps' ends, warp 0 .. 3, in the columns q_ready .. counted, and no
-// end; an o_gate_up row (kernels/gemv_o_gate_up.h) the same, with its grid-barrier arrival in end, its release in last
-// (a time), x in shared memory in x_ready and its staged bytes' arrival in staged; an attention split past the live
-// length has start and end only. Fails where a launch of the step got no stamps or ran without writing them.
+// row for each block that ran (its start set): launch, kind (gemv, swiglu, residual, attention, o_gate_up, mlp), block,
+// sm, then each time field in ns after the earliest start of the step, "last" (1 for the attention block that combined
+// its splits), x_ready and staged. A GEMV row holds its warps' ends, warp 0 .. 3, in the columns q_ready .. counted, and
+// no end; an o_gate_up row (kernels/gemv_o_gate_up.h) the same, with its grid-barrier arrival in end, its release in
+// last (a time), x in shared memory in x_ready and its staged bytes' arrival in staged; an mlp row (the fused MLP,
+// ordered sum) its gate/up rows done, SwiGLU done, down rows done and ticket in q_ready .. counted, 1 + its part in last
+// (0: not a part), the part's wait released in x_ready; an attention split past the live length has start and end
+// only. Fails where a launch of the step got no stamps or ran without writing them.
 void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();
-  const char* kinds[] = {"gemv", "swiglu", "residual", "attention", "o_gate_up"};
+  const char* kinds[] = {"gemv", "swiglu", "residual", "attention", "o_gate_up", "mlp"};
   std::vector<const StepTraceLaunch*> ran;
   int64_t t0 = INT64_MAX;
   for (const StepTraceLaunch& l : step_trace_launches()) {
@@ -324,6 +327,8 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
       // in shared memory and the staged bytes arrived; the attention's last is 0 or 1
       if (l.kind == StepTraceKind::kOGateUp)
         csv << ',' << time(kStReleased) << ',' << time(kStXReady) << ',' << time(kStStaged) << '\n';
+      else if (l.kind == StepTraceKind::kMlp)  // last: 1 + its part (0: none), x_ready: the part's wait released
+        csv << ',' << r[kStMlpPart] << ',' << time(kStMlpReleased) << ",\n";
       else
         csv << ',' << r[kStLast] << ",,\n";
       ++rows;
@@ -493,11 +498,10 @@ int main(int argc, char** argv) {
       if (all_modes || !profile_mode.empty()) fail("--decode-trace goes with --modes default and no --profile");
       model::set_decode_step_trace(true);
       if (model::gemv_mlp_timed()) {
-        // one decode graph (a timed choice captures two), and the two GEMVs, which stamp their blocks (the fused MLP
-        // kernel does not)
+        // one decode graph (a timed choice captures two)
         model::set_gemv_mlp_fused(false);
         std::printf("note: --decode-trace pins the decode MLP to two GEMVs (SPECPRESS_GEMV_MLP=1 traces the fused "
-                    "kernel's neighbours only)\n");
+                    "kernel, ordered sum)\n");
       }
     }
     cudaDeviceProp prop{};

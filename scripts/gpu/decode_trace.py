@@ -3,7 +3,10 @@
 
 A decode layer is five launches in order: qkv GEMV, attention, o GEMV (residual), gate/up GEMV (SwiGLU), down GEMV
 (residual); or four, where the o and gate/up GEMVs are one launch (SPECPRESS_GEMV_O_GATE_UP, kernels/gemv_o_gate_up.h),
-whose rows also hold the block's grid-barrier arrival and release, x in shared memory and its staged bytes' arrival.
+whose rows also hold the block's grid-barrier arrival and release, x in shared memory and its staged bytes' arrival;
+or four, where the gate/up and down GEMVs are the fused MLP (SPECPRESS_GEMV_MLP=1, kernels/gemv_mlp.h, ordered sum),
+whose rows hold its phases (gate/up rows done, SwiGLU done, down rows done), its arrival ticket and, for the parts
+that add the sums, the wait for the last arrival released.
 A GEMV row holds its warps' ends (columns q_ready .. counted, warp 0 .. 3): its block ends with its last warp. The attention's splits past the live length (start and end only) are counted apart, not in its phases. Prints, per kernel and field, the median over the layers of the earliest, median and latest block, in µs after
 the layer's qkv GEMV ended (its last warp); then each boundary: when the next kernel's first block started and its
 median block's PDL wait returned, after the kernel before it ended; then the o (or fused o + gate/up) kernel's blocks
@@ -16,11 +19,13 @@ import sys
 from collections import defaultdict
 
 FIELDS = ["start", "issued", "waited", "q_ready", "tiles", "partial", "counted", "arrived", "released", "x_ready",
-          "staged", "first_warp_end", "end"]
+          "staged", "first_warp_end", "phase1", "swiglu", "phase2", "ticket", "part_released", "end"]
+MLP_FIELDS = {"q_ready": "phase1", "tiles": "swiglu", "partial": "phase2", "counted": "ticket", "x_ready": "part_released"}
 WARP_ENDS = ["q_ready", "tiles", "partial", "counted"]  # a GEMV row's warp 0..3 ends
 LAYOUTS = {  # the launches of a layer: (names, kinds)
     5: (["qkv", "attention", "o", "gate/up", "down"], ["gemv", "attention", "residual", "swiglu", "residual"]),
     4: (["qkv", "attention", "o+gate/up", "down"], ["gemv", "attention", "o_gate_up", "residual"]),
+    "mlp": (["qkv", "attention", "o", "mlp"], ["gemv", "attention", "residual", "mlp"]),
 }
 NAMES, KINDS = LAYOUTS[5]
 
@@ -40,6 +45,12 @@ def read(path):
                     continue
                 if row["kind"] == "o_gate_up":  # end: the barrier arrival, last: its release
                     row["arrived"], row["released"] = row["end"], row["last"]
+                if row["kind"] == "mlp":  # its phases; last: 1 + its part (0: not a part)
+                    for k, name in MLP_FIELDS.items():
+                        row[name], row[k] = row[k], ""
+                    row["part"] = row["last"]
+                    launches[int(row["launch"])].append(row)
+                    continue
                 if row["kind"] != "attention":
                     ends = [float(row[k]) for k in WARP_ENDS if row[k]]
                     row["end"] = str(max(ends)) if ends else ""
@@ -51,8 +62,12 @@ def read(path):
         fail(f"{path}: not a --decode-trace CSV ({e})")
     order = sorted(launches)
     global NAMES, KINDS
-    n = 4 if len(order) > 2 and launches[order[2]][0]["kind"] == "o_gate_up" else 5
-    NAMES, KINDS = LAYOUTS[n]
+    n, layout = 5, 5
+    if len(order) > 3 and launches[order[3]][0]["kind"] == "mlp":
+        n, layout = 4, "mlp"
+    elif len(order) > 2 and launches[order[2]][0]["kind"] == "o_gate_up":
+        n, layout = 4, 4
+    NAMES, KINDS = LAYOUTS[layout]
     if not order or len(order) % n != 0:
         fail(f"{path}: {len(order)} launches, not whole layers of {n}")
     layers = [[launches[i] for i in order[k:k + n]] for k in range(0, len(order), n)]
@@ -129,6 +144,16 @@ def main():
     print(f"  {NAMES[2]} blocks by index eighth (median block): start / loads issued / o rows written")
     for g in sorted(eighths):
         print(f"  {NAMES[2]} eighth {g}: " + " ".join(f"{med(x):8.2f}" if x else "       -" for x in eighths[g]))
+    if KINDS[-1] == "mlp":  # the fused MLP's tail: its blocks' down rows done (the launch trigger) to its end
+        tail, spread = [], []
+        for layer in layers:
+            phase2, end = times(layer[3], "phase2"), times(layer[3], "end")
+            if phase2 and end:
+                tail.append((end[-1] - phase2[-1]) / 1000.0)
+                spread.append((phase2[-1] - phase2[0]) / 1000.0)
+        if tail:
+            print(f"  mlp: down rows done, earliest to latest block {med(spread):.2f} µs; latest to the kernel's end "
+                  f"{med(tail):.2f} µs (medians)")
     if len(refs) > 1:
         print(f"  a layer (qkv end to the next layer's qkv end): "
               f"{med((b - a) / 1000.0 for a, b in zip(refs, refs[1:])):.2f} µs (median)")

@@ -687,9 +687,15 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
     tap_ptr = bf(tap);
   }
   if (overlaps(acc) || overlaps(gate_up) || overlaps(down_t)) fail("gemv_mlp: x overlaps acc or a weight");
+  unsigned long long* trace = nullptr;
+  if (ordered && g_step_trace_on) {
+    int sms = 0;
+    check_cuda(detail::sm_count(sms), "gemv_mlp");
+    trace = step_trace_slot(StepTraceKind::kMlp, sms);  // a block an SM at most
+  }
   check_cuda(kernels::gemv_mlp(bf(x), bf(gate_up), bf(down_t), tap_ptr, acc.data_ptr<float>(),
                                reinterpret_cast<unsigned*>(counter.data_ptr()), static_cast<int>(H),
-                               static_cast<int>(I), static_cast<float>(eps), stream(), ordered),
+                               static_cast<int>(I), static_cast<float>(eps), stream(), ordered, trace),
              "gemv_mlp");
 }
 

@@ -253,11 +253,12 @@ int64_t wg16_trace_dropped();
 at::Tensor wg16_trace_take();
 // The decode step's diagnostic timeline (step_trace.h; fast_perf --decode-trace): step_trace_start allocates a buffer
 // of `capacity` stamps (outside a graph capture; once: later calls keep it, and fail asking for more) and empties the
-// launch list; then every register GEMV (gemv_out, gemv_silu_mul_out, gemv_residual_out) and fused small-T attention
-// (attention_qkv_out) run while a StepTraceScope(true) lives on this thread, eager or captured, takes the next rows of
-// it (the launch's most blocks) and is listed, in launch order. Launches past the capacity run without stamps (counted
-// in step_trace_dropped), and so do the GEMVs the TMA GEMV runs (gemv.h: gemv_tma_takes; not listed).
-enum class StepTraceKind { kGemv = 0, kGemvSwiglu = 1, kGemvResidual = 2, kAttention = 3, kOGateUp = 4 };
+// launch list; then every register GEMV (gemv_out, gemv_silu_mul_out, gemv_residual_out), fused small-T attention
+// (attention_qkv_out), fused o + gate/up GEMV and ordered fused MLP (gemv_mlp_out) run while a StepTraceScope(true)
+// lives on this thread, eager or captured, takes the next rows of it (the launch's most blocks) and is listed, in
+// launch order. Launches past the capacity run without stamps (counted in step_trace_dropped), and so do the GEMVs the
+// TMA GEMV runs (gemv.h: gemv_tma_takes; not listed).
+enum class StepTraceKind { kGemv = 0, kGemvSwiglu = 1, kGemvResidual = 2, kAttention = 3, kOGateUp = 4, kMlp = 5 };
 struct StepTraceLaunch {
   int64_t offset = 0;  // first stamp
   int blocks = 0;      // rows reserved (the grid is at most this)

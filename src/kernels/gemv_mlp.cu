@@ -35,6 +35,7 @@ struct Args {
   float eps = 1e-6f;
   int parts = 0;  // > 0: the ordered sum (ordered_sum): acc holds G rows of H, the last `parts` blocks add them
   int old_tail = 0;  // EXPERIMENT: bit 0 the pass-45 counter bookkeeping (2 words), bit 1 x loaded after the sum
+  unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h: kStMlp*)
 };
 
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
@@ -68,6 +69,7 @@ __device__ __forceinline__ float segment_sum(float v, int seg) {
 // values are loaded before the wait, and no bookkeeping follows the sum (docs/PERF.md, forty-sixth pass).
 // red: 4 max(blockDim.x, H / 4 / parts + 1) floats of shared memory, 16-byte aligned (the phase buffers, read by now:
 // every thread is past the barrier after the group sums before any writes it).
+template <bool TRACE>
 __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], int c, int g, int b, int G,
                                             float* red) {
   const int H = a.H;
@@ -82,7 +84,14 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   if (threadIdx.x == 0) ticket = static_cast<int>(atomicAdd(a.counter, 1u));
   __syncthreads();
   const int F = a.parts, p = ticket - (G - F);
-  if (p < 0) return;
+  if constexpr (TRACE) {
+    step_stamp(a.trace, kStMlpTicket);
+    step_stamp_value(a.trace, kStMlpPart, p < 0 ? 0 : p + 1);
+  }
+  if (p < 0) {
+    if constexpr (TRACE) step_stamp(a.trace, kStEnd);
+    return;
+  }
   // part p: outputs [o0, o0 + nout) on 4-output boundaries; thread (o4, q) adds float4 o4 of rows q, q + Q, ..
   const int H4 = H / 4;
   const int o0 = static_cast<int>(static_cast<long long>(p) * H4 / F) * 4;
@@ -110,6 +119,7 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
     __threadfence();
   }
   __syncthreads();
+  if constexpr (TRACE) step_stamp(a.trace, kStMlpReleased);
   float4* red4 = reinterpret_cast<float4*>(red);
   for (int item = threadIdx.x; item < nout4 * Q; item += blockDim.x) {
     const int o4 = item % nout4, q = item / nout4;
@@ -141,12 +151,14 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
     a.x[o0 + o] = v;
     if (a.tap != nullptr) a.tap[o0 + o] = v;
   }
+  if constexpr (TRACE) step_stamp(a.trace, kStEnd);
 }
 
 // SEG: H < 256, several groups a warp; its loops run to group 0's row counts (the most) in every thread, so that a
 // warp's lanes stay converged for the segment sums. Else a warp lies in one group and its loops stop at its own.
 // ORDERED: the ordered sum (a.parts > 0), its own instance so the arrival-order kernel keeps its registers.
-template <bool SEG, bool ORDERED>
+// TRACE: the diagnostic stamps (Args::trace, step_trace.h), compiled only into the traced (ordered) instances.
+template <bool SEG, bool ORDERED, bool TRACE = false>
 __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // vector reductions need sm_90; the host never launches it there (gemv_mlp_takes)
@@ -162,6 +174,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
   float* grp = actv + a.max_n;                         // [groups - 1][nvec][8]
   float* scratch = grp + static_cast<size_t>(groups - 1) * H;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  if constexpr (TRACE) {
+    step_stamp(a.trace, kStStart);
+    step_stamp_sm(a.trace);
+  }
 
   // this thread's rows: list index g + k * groups, k < n1 (phase 1), k < n2 (phase 2); the loops run to k1, k2
   const int n1 = (2 * n - g + groups - 1) / groups, n2 = (n - g + groups - 1) / groups;
@@ -183,7 +199,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     for (int j = 0; j < kBatch; ++j) w[j] = k0 + j < n2 ? ld_stream(d_row(k0 + j)) : zero;
   };
   load1(cur, 0);
+  if constexpr (TRACE) step_stamp(a.trace, kStIssued);
   pdl_wait();
+  if constexpr (TRACE) step_stamp(a.trace, kStWaited);
   const uint4 xc = __ldg(reinterpret_cast<const uint4*>(a.x) + c);
   const float xf[8] = {lo_f(xc.x), hi_f(xc.x), lo_f(xc.y), hi_f(xc.y), lo_f(xc.z), hi_f(xc.z), lo_f(xc.w), hi_f(xc.w)};
   const float rf = rsqrtf(block_sum(g == 0 ? sumsq8(xc, 0.f) : 0.f, scratch) / static_cast<float>(H) + a.eps);
@@ -209,6 +227,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     for (int j = 0; j < kBatch; ++j) cur[j] = nxt[j];
   }
   __syncthreads();
+  if constexpr (TRACE) step_stamp(a.trace, kStMlpPhase1);
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     float gate = 0.f, up = 0.f;
     for (int w = 0; w < wpg; ++w) {
@@ -218,6 +237,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     actv[j] = to_f(swiglu_value(gate * rf, up * rf));
   }
   __syncthreads();
+  if constexpr (TRACE) step_stamp(a.trace, kStMlpSwiglu);
 
   // phase 2: this thread's 8 outputs over its rows of W_dT
   float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -241,6 +261,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
     for (int j = 0; j < kBatch; ++j) cur[j] = nxt[j];
   }
   // every weight of this block is read: the next kernel may launch
+  if constexpr (TRACE) step_stamp(a.trace, kStMlpPhase2);
   pdl_trigger();
   if (groups > 1) {
     if (g > 0)
@@ -253,7 +274,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
         for (int e = 0; e < 8; ++e) s[e] += grp[(static_cast<size_t>(h - 1) * nvec + c) * 8 + e];
   }
   if constexpr (ORDERED) {
-    ordered_sum(a, s, c, g, b, G, smem);  // its partial sums over the phase buffers (read before its first barrier)
+    ordered_sum<TRACE>(a, s, c, g, b, G, smem);  // its partial sums over the phase buffers (read before its first barrier)
     return;
   }
   if (g == 0 && n > 0) {
@@ -353,16 +374,19 @@ bool gemv_mlp_takes(int H, int I) {
 }
 
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
-                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream, bool ordered) {
+                     float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream, bool ordered,
+                     unsigned long long* trace) {
   Layout l;
   bool ok = false;
   if (cudaError_t e = layout_of(H, I, ordered, l, ok); e != cudaSuccess) return e;
   if (!ok || acc == nullptr || counter == nullptr) return cudaErrorInvalidValue;
-  const int instance = (H < 256 ? 1 : 0) + (ordered ? 2 : 0);
-  void (*const kernels[4])(Args) = {mlp_kernel<false, false>, mlp_kernel<true, false>, mlp_kernel<false, true>,
-                                    mlp_kernel<true, true>};
+  const bool traced = ordered && trace != nullptr;  // the arrival-order form has no traced instance
+  const int instance = (H < 256 ? 1 : 0) + (ordered ? 2 : 0) + (traced ? 2 : 0);
+  void (*const kernels[6])(Args) = {mlp_kernel<false, false>,      mlp_kernel<true, false>,
+                                    mlp_kernel<false, true>,       mlp_kernel<true, true>,
+                                    mlp_kernel<false, true, true>, mlp_kernel<true, true, true>};
   auto* kernel = kernels[instance];
-  static size_t smem_set[4] = {0, 0, 0, 0};  // the dynamic shared memory each instance's attribute allows
+  static size_t smem_set[6] = {0, 0, 0, 0, 0, 0};  // the dynamic shared memory each instance's attribute allows
   if (l.smem > smem_set[instance]) {
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.smem));
@@ -384,6 +408,7 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   a.parts = l.parts;
   static const int old_tail = env_int("SPECPRESS_MLP_OLD_TAIL", 0, 3, 0, "0 to 3");
   a.old_tail = old_tail;
+  a.trace = traced ? trace : nullptr;
   return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
 }
 

@@ -17,8 +17,8 @@
 //   round either way from run to run (Kernels.GemvMlpMatchesTheTwoGemvs); 1.4% faster than the ordered sum at 4B.
 // Either way x is the two GEMVs' to bf16 precision, not bitwise (the gate, up and down sums are added in other
 // orders); the ATen twin is at::linear in float64. Dropped forms of an exact sum (forty-second to forty-fourth passes):
-// a 64-bit fixed-point accumulator, a grid barrier, sums by groups of blocks, 16 parts of scalar loads. The launch
-// takes no decode-trace stamps (scripts/gpu/decode_trace.py names the layout it finds and stops).
+// a 64-bit fixed-point accumulator, a grid barrier, sums by groups of blocks, 16 parts of scalar loads. The ordered
+// form's launch takes decode-trace stamps (fast_perf --decode-trace under SPECPRESS_GEMV_MLP=1).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -49,6 +49,9 @@ int gemv_mlp_ordered_parts(int H, int I);
 // false.
 cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bfloat16* WdT, __nv_bfloat16* tap,
                      float* acc, unsigned* counter, int H, int I, float eps, cudaStream_t stream,
-                     bool ordered = false);
+                     bool ordered = false, unsigned long long* trace = nullptr);
+// trace (diagnostic, step_trace.h; the ordered form only): the launch's stamps, kStepTraceFields a block for its
+// blocks (at most the SMs): start, loads issued, wait released, %smid, phase 1 (gate/up) done, SwiGLU done, phase 2
+// (down) done, ticket taken, 1 + the part (0: not a part), the part's wait released, end.
 
 }  // namespace specpress::kernels

@@ -21,5 +21,10 @@ constexpr int kStWarpEnd = 3;
 // The fused o + gate/up GEMV (gemv_o_gate_up.h): the GEMV's fields, then thread 0's grid-barrier arrival (its block's o
 // rows written) in kStEnd and its release in kStLast (times), x in shared memory, and warp 0's staged bytes arrived.
 constexpr int kStArrived = kStEnd, kStReleased = kStLast, kStXReady = 9, kStStaged = 10;
+// The fused decode MLP (gemv_mlp.h, ordered sum; thread 0): the GEMV's first fields, then its gate/up rows read and
+// summed, the SwiGLU values in shared memory, its down rows read (before the launch trigger), its arrival ticket taken,
+// in kStMlpPart 1 + its part (0: not a part, which then ends), the part's wait for the last arrival released, kStEnd.
+constexpr int kStMlpPhase1 = 3, kStMlpSwiglu = 4, kStMlpPhase2 = 5, kStMlpTicket = 6, kStMlpPart = 8,
+              kStMlpReleased = 9;
 
 }  // namespace specpress::kernels
