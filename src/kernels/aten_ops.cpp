@@ -670,7 +670,7 @@ void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tens
   const size_t acc_floats = kernels::gemv_mlp_acc_floats(static_cast<int>(H), static_cast<int>(I), ordered);
   if (ordered ? static_cast<size_t>(acc.numel()) < acc_floats : acc.numel() != H)
     fail("gemv_mlp: acc must be fp32 [{}]{}", acc_floats, ordered ? " or more (a row a block: the ordered sum)" : "");
-  if (counter.numel() != 1 && counter.numel() != 2) fail("gemv_mlp: counter must be int32 [1]");  // EXPERIMENT 2
+  if (counter.numel() != 1) fail("gemv_mlp: counter must be int32 [1]");
   if (!aligned16(x) || !aligned16(gate_up) || !aligned16(down_t) || !aligned16(acc))
     fail("gemv_mlp: x, gate_up, down_t and acc must be 16-byte aligned");
   const auto* xb = static_cast<const char*>(x.data_ptr());

@@ -34,7 +34,6 @@ struct Args {
   int H = 0, I = 0, groups = 1, max_n = 1;  // max_n: the most intermediates a block owns
   float eps = 1e-6f;
   int parts = 0;  // > 0: the ordered sum (ordered_sum): acc holds G rows of H, the last `parts` blocks add them
-  int old_tail = 0;  // EXPERIMENT: bit 0 the pass-45 counter bookkeeping (2 words), bit 1 x loaded after the sum
   unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h: kStMlp*)
 };
 
@@ -63,7 +62,7 @@ __device__ __forceinline__ float segment_sum(float v, int seg) {
 // arrive leave; those wait for the last arrival, then part p adds outputs [p H / parts, (p + 1) H / parts) over the G
 // rows in a fixed order (thread q of Q a output: rows q, q + Q, .., then the Q sums in order), into x and the tap. The
 // same bits every run. counter: the arrivals. The last block to arrive knows every row is written (its ticket is G - 1)
-// and sets the counter back to zero at once (a release store); the other parts wait until it reads G or has dropped to
+// and sets the counter back to zero at once (after a fence); the other parts wait until it reads G or has dropped to
 // at most their own ticket (no launch of the next MLP can start while one of them waits, so no other value appears).
 // So the tail is the row writes, the ticket, the wait for the last arrival, one batch of row loads and the stores: x's
 // values are loaded before the wait, and no bookkeeping follows the sum (docs/PERF.md, forty-sixth pass).
@@ -98,25 +97,19 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   const int nout4 = static_cast<int>(static_cast<long long>(p + 1) * H4 / F) - o0 / 4;
   const int Q = max(1, static_cast<int>(blockDim.x) / max(1, nout4));
   // this thread's first output's x, on its way while the part waits (only the parts write x, each its own slice)
-  const bf16 x_first = !(a.old_tail & 2) && threadIdx.x < 4 * nout4 ? a.x[o0 + threadIdx.x] : bf16();
-  if ((a.old_tail & 1) && threadIdx.x == 0) {
-    while (ld_acquire(a.counter) < static_cast<unsigned>(G)) {
-    }
-    if (atomicAdd(a.counter + 1, 1u) == static_cast<unsigned>(F - 1)) {  // every part is past its wait
-      atomicExch(a.counter + 1, 0u);
-      atomicExch(a.counter, 0u);
-    }
-    __threadfence();
-  } else if (threadIdx.x == 0) {
+  const bf16 x_first = threadIdx.x < 4 * nout4 ? a.x[o0 + threadIdx.x] : bf16();
+  if (threadIdx.x == 0) {
     if (ticket == G - 1) {
-      asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
+      // the fence after the ticket acquires every block's row (each fenced before its ticket) and releases the reset
+      __threadfence();
+      asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
     } else {
       for (;;) {
         const unsigned v = ld_acquire(a.counter);
         if (v >= static_cast<unsigned>(G) || v <= static_cast<unsigned>(ticket)) break;
       }
+      __threadfence();
     }
-    __threadfence();
   }
   __syncthreads();
   if constexpr (TRACE) step_stamp(a.trace, kStMlpReleased);
@@ -147,7 +140,7 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   for (int o = threadIdx.x; o < 4 * nout4; o += blockDim.x) {
     float sum = 0.f;
     for (int q = 0; q < Q; ++q) sum += redf[(q * nout4 + o / 4) * 4 + o % 4];
-    const bf16 v = residual_value(o == threadIdx.x && !(a.old_tail & 2) ? x_first : a.x[o0 + o], sum);
+    const bf16 v = residual_value(o == threadIdx.x ? x_first : a.x[o0 + o], sum);
     a.x[o0 + o] = v;
     if (a.tap != nullptr) a.tap[o0 + o] = v;
   }
@@ -406,8 +399,6 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   a.max_n = l.max_n;
   a.eps = eps;
   a.parts = l.parts;
-  static const int old_tail = env_int("SPECPRESS_MLP_OLD_TAIL", 0, 3, 0, "0 to 3");
-  a.old_tail = old_tail;
   a.trace = traced ? trace : nullptr;
   return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
 }

@@ -353,7 +353,7 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     const size_t acc_floats =
         kernels::gemv_mlp_acc_floats(static_cast<int>(c.hidden_size), static_cast<int>(I), mlp_ordered_);
     mlp_acc_ = at::zeros({static_cast<int64_t>(acc_floats)}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    mlp_counter_ = at::zeros({2}, i32);  // EXPERIMENT: 2 for SPECPRESS_MLP_OLD_TAIL
+    mlp_counter_ = at::zeros({1}, i32);
   }
   if (draft != nullptr) {
     const DFlashConfig& dc = draft->config();
