@@ -327,8 +327,9 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
       // in shared memory and the staged bytes arrived; the attention's last is 0 or 1
       if (l.kind == StepTraceKind::kOGateUp)
         csv << ',' << time(kStReleased) << ',' << time(kStXReady) << ',' << time(kStStaged) << '\n';
-      else if (l.kind == StepTraceKind::kMlp)  // last: 1 + its part (0: none), x_ready: the part's wait released
-        csv << ',' << r[kStMlpPart] << ',' << time(kStMlpReleased) << ",\n";
+      else if (l.kind == StepTraceKind::kMlp)  // last: 1 + its part (0: none), x_ready: the part's wait released (a
+        // block that is not a part this replay may hold an earlier replay's stamp there)
+        csv << ',' << r[kStMlpPart] << ',' << (r[kStMlpPart] > 0 ? time(kStMlpReleased) : std::string()) << ",\n";
       else
         csv << ',' << r[kStLast] << ",,\n";
       ++rows;
