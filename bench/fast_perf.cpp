@@ -280,14 +280,14 @@ void write_persistent_trace(const at::Tensor& trace, const std::string& path) {
 
 // The decode step's timeline (--decode-trace; kernels::StepTraceLaunch, kernels/step_trace.h) from one stamp read after
 // the timed replays, which rewrite the same rows: the launches listed during the graph capture, in launch order, a CSV
-// row for each block that ran (its start set): launch, kind (gemv, swiglu, residual, attention, o_gate_up, mlp), block,
-// sm, then each time field in ns after the earliest start of the step, "last" (1 for the attention block that combined
-// its splits), x_ready and staged. A GEMV row holds its warps' ends, warp 0 .. 3, in the columns q_ready .. counted, and
-// no end; an o_gate_up row (kernels/gemv_o_gate_up.h) the same, with its grid-barrier arrival in end, its release in
-// last (a time), x in shared memory in x_ready and its staged bytes' arrival in staged; an mlp row (the fused MLP,
-// ordered sum) its gate/up rows done, SwiGLU done, down rows done and ticket in q_ready .. counted, 1 + its part in last
-// (0: not a part), the part's wait released in x_ready; an attention split past the live length has start and end
-// only. Fails where a launch of the step got no stamps or ran without writing them.
+// row for each block that ran (its start set): launch, kind (gemv, swiglu, residual, attention, o_gate_up, mlp),
+// block, sm, then each time field in ns after the earliest start of the step, "last" (1 for the attention block that
+// combined its splits), x_ready and staged. A GEMV row holds its warps' ends, warp 0 .. 3, in the columns q_ready ..
+// counted, and no end; an o_gate_up row (kernels/gemv_o_gate_up.h) the same, with its grid-barrier arrival in end, its
+// release in last (a time), x in shared memory in x_ready and its staged bytes' arrival in staged; an mlp row (the
+// fused MLP, ordered sum) its gate/up rows done, SwiGLU done, down rows done and ticket in q_ready .. counted, 1 + its
+// part in last (0: not a part), the part's wait released in x_ready; an attention split past the live length has
+// start and end only. Fails where a launch of the step got no stamps or ran without writing them.
 void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();

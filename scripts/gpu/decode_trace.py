@@ -20,7 +20,8 @@ from collections import defaultdict
 
 FIELDS = ["start", "issued", "waited", "q_ready", "tiles", "partial", "counted", "arrived", "released", "x_ready",
           "staged", "first_warp_end", "phase1", "swiglu", "phase2", "ticket", "part_released", "end"]
-MLP_FIELDS = {"q_ready": "phase1", "tiles": "swiglu", "partial": "phase2", "counted": "ticket", "x_ready": "part_released"}
+MLP_FIELDS = {"q_ready": "phase1", "tiles": "swiglu", "partial": "phase2", "counted": "ticket",
+              "x_ready": "part_released"}
 WARP_ENDS = ["q_ready", "tiles", "partial", "counted"]  # a GEMV row's warp 0..3 ends
 LAYOUTS = {  # the launches of a layer: (names, kinds)
     5: (["qkv", "attention", "o", "gate/up", "down"], ["gemv", "attention", "residual", "swiglu", "residual"]),

@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1) mlp_kernel(Args a) {
         for (int e = 0; e < 8; ++e) s[e] += grp[(static_cast<size_t>(h - 1) * nvec + c) * 8 + e];
   }
   if constexpr (ORDERED) {
-    ordered_sum<TRACE>(a, s, c, g, b, G, smem);  // its partial sums over the phase buffers (read before its first barrier)
+    // its partial sums over the phase buffers (read before its first barrier)
+    ordered_sum<TRACE>(a, s, c, g, b, G, smem);
     return;
   }
   if (g == 0 && n > 0) {

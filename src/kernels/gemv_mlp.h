@@ -10,8 +10,8 @@
 // - ordered (the engine's default): each block writes its sums to its own row at the L2 and takes an arrival ticket;
 //   the last P to arrive (P such that each thread then issues one batch of 4 float4 loads; 34 at Qwen3-4B) wait for
 //   the last arrival, then each adds a slice of the outputs over the G rows in a fixed order, so x is the same bits
-//   every run (tests/gpu: Kernels.GemvMlpOrderedSumMatchesItsOrderOnTheHost). Qwen3-4B's decode step 3.0% faster than with
-//   the two GEMVs, Qwen3-8B's 0.9% slower (docs/PERF.md, forty-sixth pass).
+//   every run (tests/gpu: Kernels.GemvMlpOrderedSumMatchesItsOrderOnTheHost). Qwen3-4B's decode step 3.0% faster
+//   than with the two GEMVs, Qwen3-8B's 0.9% slower (docs/PERF.md, forty-sixth pass).
 // - arrival order: each block adds its sums into an fp32 accumulator by vector reductions (red.global.add.v4.f32); the
 //   last block to arrive adds it into x, writes the tap and zeroes it. A sum at a bf16 rounding boundary can then
 //   round either way from run to run (Kernels.GemvMlpMatchesTheTwoGemvs); 1.4% faster than the ordered sum at 4B.
