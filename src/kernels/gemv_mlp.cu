@@ -35,6 +35,7 @@ struct Args {
   float eps = 1e-6f;
   int parts = 0;  // > 0: the ordered sum (ordered_sum): acc holds G rows of H, the last `parts` blocks add them
   unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h: kStMlp*)
+  int old_fence = 0;  // EXPERIMENT (SPECPRESS_MLP_OLD_FENCE): every thread's fence before the ticket, fences after
 };
 
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
@@ -77,10 +78,18 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
     __stcg(row, make_float4(s[0], s[1], s[2], s[3]));
     __stcg(row + 1, make_float4(s[4], s[5], s[6], s[7]));
   }
-  __threadfence();
+  if (a.old_fence) __threadfence();
   __syncthreads();
   __shared__ int ticket;
-  if (threadIdx.x == 0) ticket = static_cast<int>(atomicAdd(a.counter, 1u));
+  if (threadIdx.x == 0) {
+    if (a.old_fence) {
+      ticket = static_cast<int>(atomicAdd(a.counter, 1u));
+    } else {
+      unsigned t;
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(t) : "l"(a.counter) : "memory");
+      ticket = static_cast<int>(t);
+    }
+  }
   __syncthreads();
   const int F = a.parts, p = ticket - (G - F);
   if constexpr (TRACE) {
@@ -100,15 +109,19 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   const bf16 x_first = threadIdx.x < 4 * nout4 ? a.x[o0 + threadIdx.x] : bf16();
   if (threadIdx.x == 0) {
     if (ticket == G - 1) {
-      // the fence after the ticket acquires every block's row (each fenced before its ticket) and releases the reset
-      __threadfence();
-      asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
+      if (a.old_fence) {
+        // the fence after the ticket acquires every block's row (each fenced before its ticket) and releases the reset
+        __threadfence();
+        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
+      } else {
+        asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
+      }
     } else {
       for (;;) {
         const unsigned v = ld_acquire(a.counter);
         if (v >= static_cast<unsigned>(G) || v <= static_cast<unsigned>(ticket)) break;
       }
-      __threadfence();
+      if (a.old_fence) __threadfence();
     }
   }
   __syncthreads();
@@ -401,6 +414,8 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   a.eps = eps;
   a.parts = l.parts;
   a.trace = traced ? trace : nullptr;
+  static const int old_fence = env_int("SPECPRESS_MLP_OLD_FENCE", 0, 1, 0, "0 or 1");
+  a.old_fence = old_fence;
   return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
 }
 
