@@ -35,7 +35,6 @@ struct Args {
   float eps = 1e-6f;
   int parts = 0;  // > 0: the ordered sum (ordered_sum): acc holds G rows of H, the last `parts` blocks add them
   unsigned long long* trace = nullptr;  // the traced instance's stamps (step_trace.h: kStMlp*)
-  int old_fence = 0;  // EXPERIMENT (SPECPRESS_MLP_OLD_FENCE): every thread's fence before the ticket, fences after
 };
 
 __device__ __forceinline__ void red_add4(float* p, float a, float b, float c, float d) {
@@ -62,11 +61,13 @@ __device__ __forceinline__ float segment_sum(float v, int seg) {
 // The ordered sum: block b's H sums into row b of acc; every block takes an arrival ticket; all but the last `parts` to
 // arrive leave; those wait for the last arrival, then part p adds outputs [p H / parts, (p + 1) H / parts) over the G
 // rows in a fixed order (thread q of Q a output: rows q, q + Q, .., then the Q sums in order), into x and the tap. The
-// same bits every run. counter: the arrivals. The last block to arrive knows every row is written (its ticket is G - 1)
-// and sets the counter back to zero at once (after a fence); the other parts wait until it reads G or has dropped to
-// at most their own ticket (no launch of the next MLP can start while one of them waits, so no other value appears).
-// So the tail is the row writes, the ticket, the wait for the last arrival, one batch of row loads and the stores: x's
-// values are loaded before the wait, and no bookkeeping follows the sum (docs/PERF.md, forty-sixth pass).
+// same bits every run. counter: the arrivals, each an acq_rel atomic by thread 0 after the block's barrier (no fence by
+// every thread: the barrier orders the block's row writes before the release, as a grid barrier's arrival does). The
+// last block to arrive knows every row is written (its ticket is G - 1) and sets the counter back to zero at once (a
+// release store); the other parts wait (acquire loads) until it reads G or has dropped to at most their own ticket (no
+// launch of the next MLP can start while one of them waits, so no other value appears). So the tail is the row writes,
+// the ticket, the wait for the last arrival, one batch of row loads and the stores: x's values are loaded before the
+// wait, and no bookkeeping follows the sum (docs/PERF.md, forty-sixth pass).
 // red: 4 max(blockDim.x, H / 4 / parts + 1) floats of shared memory, 16-byte aligned (the phase buffers, read by now:
 // every thread is past the barrier after the group sums before any writes it).
 template <bool TRACE>
@@ -78,17 +79,14 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
     __stcg(row, make_float4(s[0], s[1], s[2], s[3]));
     __stcg(row + 1, make_float4(s[4], s[5], s[6], s[7]));
   }
-  if (a.old_fence) __threadfence();
   __syncthreads();
+  // the ticket: a release of every thread's row (the barrier orders them before it) and an acquire of the rows of the
+  // blocks that arrived before
   __shared__ int ticket;
   if (threadIdx.x == 0) {
-    if (a.old_fence) {
-      ticket = static_cast<int>(atomicAdd(a.counter, 1u));
-    } else {
-      unsigned t;
-      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(t) : "l"(a.counter) : "memory");
-      ticket = static_cast<int>(t);
-    }
+    unsigned t;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(t) : "l"(a.counter) : "memory");
+    ticket = static_cast<int>(t);
   }
   __syncthreads();
   const int F = a.parts, p = ticket - (G - F);
@@ -109,19 +107,13 @@ __device__ __forceinline__ void ordered_sum(const Args& a, const float (&s)[8], 
   const bf16 x_first = threadIdx.x < 4 * nout4 ? a.x[o0 + threadIdx.x] : bf16();
   if (threadIdx.x == 0) {
     if (ticket == G - 1) {
-      if (a.old_fence) {
-        // the fence after the ticket acquires every block's row (each fenced before its ticket) and releases the reset
-        __threadfence();
-        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
-      } else {
-        asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
-      }
+      // every row is written and acquired (the ticket's chain of arrivals): the reset, released with them
+      asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(a.counter), "r"(0u) : "memory");
     } else {
-      for (;;) {
+      for (;;) {  // an acquire of the last arrival's ticket (G) or of its reset (0), and so of every row
         const unsigned v = ld_acquire(a.counter);
         if (v >= static_cast<unsigned>(G) || v <= static_cast<unsigned>(ticket)) break;
       }
-      if (a.old_fence) __threadfence();
     }
   }
   __syncthreads();
@@ -414,8 +406,6 @@ cudaError_t gemv_mlp(__nv_bfloat16* x, const __nv_bfloat16* Wgu, const __nv_bflo
   a.eps = eps;
   a.parts = l.parts;
   a.trace = traced ? trace : nullptr;
-  static const int old_fence = env_int("SPECPRESS_MLP_OLD_FENCE", 0, 1, 0, "0 or 1");
-  a.old_fence = old_fence;
   return launch_kernel(kernel, l.blocks, l.threads, l.smem, stream, a);
 }
 
