@@ -127,8 +127,8 @@ void gemv_o_gate_up_out(const at::Tensor& x, const at::Tensor& attn, const at::T
 // Fails, naming what, on a layout it does not take, or shapes the kernel does not take on this device
 // (kernels::gemv_mlp_takes).
 // ordered: the sum in a fixed order (kernels/gemv_mlp.h), the same bits every run; acc then fp32 of
-// kernels::gemv_mlp_acc_floats(H, I, true) or more (any values at rest) and counter int32 [2], zero before the first
-// use.
+// kernels::gemv_mlp_acc_floats(H, I, true) or more (any values at rest) and counter int32 [1] as above, zero before the
+// first use and left zero.
 void gemv_mlp_out(const at::Tensor& x, const at::Tensor& gate_up, const at::Tensor& down_t, double eps,
                   const at::Tensor& acc, const at::Tensor& counter, const at::Tensor& tap = {}, bool ordered = false);
 

@@ -14,7 +14,8 @@
 //   than with the two GEMVs, Qwen3-8B's 0.9% slower (docs/PERF.md, forty-sixth pass).
 // - arrival order: each block adds its sums into an fp32 accumulator by vector reductions (red.global.add.v4.f32); the
 //   last block to arrive adds it into x, writes the tap and zeroes it. A sum at a bf16 rounding boundary can then
-//   round either way from run to run (Kernels.GemvMlpMatchesTheTwoGemvs); 1.4% faster than the ordered sum at 4B.
+//   round either way from run to run (Kernels.GemvMlpMatchesTheTwoGemvs); 1.4% faster than the ordered sum at 4B
+//   before the forty-sixth pass shortened the ordered sum's tail (not compared since).
 // Either way x is the two GEMVs' to bf16 precision, not bitwise (the gate, up and down sums are added in other
 // orders); the ATen twin is at::linear in float64. Dropped forms of an exact sum (forty-second to forty-fourth passes):
 // a 64-bit fixed-point accumulator, a grid barrier, sums by groups of blocks, 16 parts of scalar loads. The ordered

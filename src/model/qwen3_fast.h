@@ -145,7 +145,7 @@ void set_gemv_o_gate_up_fused(bool on);
 // (gemv_mlp_fused()); =0: none does; unset (the default, gemv_mlp_timed()): an engine without a draft (plain decoding;
 // a DFlash engine's loop never runs its decode step) that can run it captures its decode graph with both forms, times
 // alternating replays and keeps the fused form where it is at least kDecodeMlpMargin faster, else frees the copy. On
-// the H200 it was 2.6% faster a Qwen3-4B decode step and 1.0% slower an 8B one (docs/PERF.md, forty-fifth pass). The
+// the H200 it was 3.0% faster a Qwen3-4B decode step and 0.9% slower an 8B one (docs/PERF.md, forty-sixth pass). The
 // two forms round differently (each within 2 bf16 units of its operands); set the switch to pin one. Where
 // SPECPRESS_GEMV_O_GATE_UP or the persistent decode kernel is on, that runs instead. Read when an engine is built.
 bool gemv_mlp_fused();
@@ -155,8 +155,9 @@ EnvSwitch& gemv_mlp_switch();  // the switch itself (tests put it back with save
 inline constexpr double kDecodeMlpMargin = 0.01;
 // The fused MLP's sum in a fixed order (default on: kernels/gemv_mlp.h, a row of sums a block, the last blocks to
 // arrive each add a slice of the outputs), so the decode step's x is the same bits on every run.
-// SPECPRESS_GEMV_MLP_ORDERED=0 adds the sums into an fp32 accumulator in arrival order instead (1.4% faster at
-// Qwen3-4B, not the same bits from run to run), same rules as SPECPRESS_FOLD_NORMS. Read when an engine is built.
+// SPECPRESS_GEMV_MLP_ORDERED=0 adds the sums into an fp32 accumulator in arrival order instead (not the same bits
+// from run to run; 1.4% faster at Qwen3-4B before the forty-sixth pass shortened the ordered sum's tail), same rules as
+// SPECPRESS_FOLD_NORMS. Read when an engine is built.
 bool gemv_mlp_ordered();
 void set_gemv_mlp_ordered(bool on);
 // A diagnostic of that kernel (fast_perf --persistent-trace): engines built while it is on have the kernel stamp its
