@@ -497,7 +497,6 @@ int main(int argc, char** argv) {
     }
     if (!decode_trace_path.empty()) {
       if (all_modes || !profile_mode.empty()) fail("--decode-trace goes with --modes default and no --profile");
-      model::set_decode_step_trace(true);
       if (model::gemv_mlp_timed()) {
         // one decode graph (a timed choice captures two)
         model::set_gemv_mlp_fused(false);
@@ -623,9 +622,13 @@ int main(int argc, char** argv) {
         {
           // Plain decoding's rows on an engine without a draft, as `specpress generate` builds for it (its decode
           // MLP's form chosen at capture: model::gemv_mlp_timed), freed before the DFlash engine is built.
+          // its decode graph alone is captured stamping the --decode-trace timeline (the DFlash engine's decode graph
+          // is not timed here)
           if (!decode_trace_path.empty()) kernels::step_trace_start(int64_t{1} << 22);  // 32 MB of stamps
           model::FastEngine plain(target, nullptr, cap);
+          model::set_decode_step_trace(!decode_trace_path.empty());
           plain.capture_graphs();
+          model::set_decode_step_trace(false);
           if (plain.decode_mlp_ms()[0] > 0)
             std::printf("%s: decode MLP chosen at capture (SPECPRESS_GEMV_MLP unset): decode replay %.3f ms with two "
                         "GEMVs, %.3f ms with the fused kernel (positions 0..): kept %s\n",
