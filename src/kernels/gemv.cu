@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * 32, blocks_per_sm_for(LOADS)) gemv_ke
   if constexpr (TRACE) step_stamp(a.trace, kStIssued);
   pdl_wait();
   if constexpr (TRACE) step_stamp(a.trace, kStWaited);
-  // The prologue: x normalised into shared memory (as rmsnorm_row rounds: w * bf16(x * rs), stored as bf16).
+  // The prologue: x normalised into shared memory (as rmsnorm_kernel rounds: w * bf16(x * rs), stored as bf16).
   extern __shared__ uint4 xs[];  // NORM: K / 8 chunks
   if constexpr (NORM) {
     // One round trip: each thread loads its chunks of x and of the norm weight together (up to kHeld of

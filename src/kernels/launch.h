@@ -7,9 +7,9 @@
 // attention.h: the fused small-T attention reads the length and the older cache rows before its wait,
 // which holds because the kernel just before it (the qkv projection) writes neither. So at most two kernels
 // overlap, and what overlaps is the next kernel's launch, block scheduling and any prologue that only
-// touches constant data (the GEMV loads its first step of weights before it waits), in the SM slots the
-// running kernel leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When every kernel
-// let the next one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel launched without PDL
+// touches constant data (the GEMV loads its first step of weights before it waits, the RMSNorm its weight), in
+// the SM slots the running kernel leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When
+// every kernel let the next one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel launched without PDL
 // (cuBLAS, or any kernel when it is off) serialises as usual, except for the launch-completion edges below. Graphs keep the setting
 // they were captured with (capture records the launch attribute). By default (SPECPRESS_PDL=decode) it is on
 // in the one-row decode step only: the fast engine captures its verify and draft graphs, whose matmuls are

@@ -8,8 +8,19 @@ using namespace detail;
 constexpr int kThreads = 256, kMaxVec = 4;  // H <= 256 * 4 * 8
 
 // One row by one block of kThreads threads. Each thread keeps its (up to 4) 8-element vectors of the row in
-// registers between the sum-of-squares pass and the output pass.
-__device__ __forceinline__ void rmsnorm_row(const RmsNormArgs& a, int row, float* scratch /* 32 floats */) {
+// registers between the sum-of-squares pass and the output pass. The weight is constant: its vectors are loaded
+// before the PDL wait, so that the output pass does not wait on them after the sum (in the draft's chain of wgmma
+// products and norms the draft step took 4 us less at 4B, 4-10 at 8B; docs/PERF.md, forty-seventh pass).
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
+  __shared__ float scratch[32];
+  float w[kMaxVec][8];
+#pragma unroll
+  for (int i = 0; i < kMaxVec; ++i) {
+    const int c = (threadIdx.x + i * kThreads) * 8;
+    if (c < a.H) load8(a.weight + c, w[i]);
+  }
+  pdl_begin();
+  const int row = blockIdx.x;
   const int64_t off = static_cast<int64_t>(row) * a.H;
   float v[kMaxVec][8];
   float ss = 0.f;
@@ -36,24 +47,17 @@ __device__ __forceinline__ void rmsnorm_row(const RmsNormArgs& a, int row, float
   for (int i = 0; i < kMaxVec; ++i) {
     const int c = (threadIdx.x + i * kThreads) * 8;
     if (c < a.H) {
-      float w[8], o[8];
-      load8(a.weight + c, w);
+      float o[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[e] = w[e] * round_b(v[i][e] * rs);
+      for (int e = 0; e < 8; ++e) o[e] = w[i][e] * round_b(v[i][e] * rs);
       store8(a.y + off + c, o);
     }
   }
 }
 
-__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
-  pdl_begin();
-  __shared__ float scratch[32];
-  rmsnorm_row(a, blockIdx.x, scratch);
-}
-
 constexpr int kRowRmsWarps = 4;
 
-// One row by one warp: the sum of squares in the order of rmsnorm_row's threads is not needed (the factor is
+// One row by one warp: the sum of squares in the order of rmsnorm_kernel's threads is not needed (the factor is
 // an fp32 scalar either way), so each lane sums its 16-byte chunks and the warp reduces.
 __global__ void __launch_bounds__(kRowRmsWarps * 32) row_rms_kernel(RowRmsArgs a) {
   pdl_begin();

@@ -15,7 +15,7 @@ struct RmsNormArgs {
   __nv_bfloat16* sum_out = nullptr;         // optional [rows, H]: receives x + residual (may alias residual or x)
   __nv_bfloat16* sum_out2 = nullptr;        // optional second copy of the sum, row stride ld_sum_out2 (taps)
   int64_t ld_sum_out2 = 0;
-  const __nv_bfloat16* weight = nullptr;    // [H]
+  const __nv_bfloat16* weight = nullptr;    // [H], constant: read before the PDL wait (launch.h)
   __nv_bfloat16* y = nullptr;               // [rows, H]: weight * bf16(sum * rsqrt(mean(sum^2) + eps))
   int rows = 0, H = 0;                      // H % 8 == 0, H <= 8192
   float eps = 1e-6f;
