@@ -40,8 +40,9 @@ struct AttentionArgs {
   // the T new keys at positions *kv_len_base + t (kv_len_add must be T), takes those keys from qkv rather
   // than the cache, and writes the new K/V into k_cache_out / v_cache_out (the same caches). Fused, the kernel
   // reads *kv_len_base and the cache rows before the new keys ahead of its PDL wait (launch.h), so those
-  // must not be written by the kernel launched just before it (in the engine that kernel is the qkv
-  // projection; earlier kernels have completed by then).
+  // must not be written by any kernel that may still run then: the kernel launched just before it (in the engine
+  // the qkv projection) and, where that one let it launch before its own wait, the kernels before it (the engine's
+  // products and norms: none writes them).
   const __nv_bfloat16* qkv = nullptr;  // [T, ld_qkv]: nq q heads, nkv k heads, nkv v heads
   int64_t ld_qkv = 0;
   const __nv_bfloat16* q_norm = nullptr;

@@ -3,11 +3,12 @@
 // kernel of the stream is still running. Every kernel of src/kernels waits (pdl_wait, common.cuh) until
 // the previous kernel has completed and its writes are visible, before any read of earlier results or
 // any write, and only then lets the next kernel be scheduled (pdl_trigger): the small kernels at once
-// (pdl_begin), the GEMV once its warps have read all their weights. One exception, with its contract in
+// (pdl_begin), the GEMV once its warps have read all their weights (the RMSNorm and the wgmma products let it be
+// scheduled before their own wait: rmsnorm.cu, gemm_wg16.h). One exception, with its contract in
 // attention.h: the fused small-T attention reads the length and the older cache rows before its wait,
-// which holds because the kernel just before it (the qkv projection) writes neither. So at most two kernels
-// overlap, and what overlaps is the next kernel's launch, block scheduling and any prologue that only
-// touches constant data (the GEMV loads its first step of weights before it waits, the RMSNorm its weight), in
+// which holds because no kernel that may still run then (the qkv projection, the kernels before it that let it
+// launch early) writes either. What overlaps is the next kernels' launch, block scheduling and any prologue that
+// only touches constant data (the GEMV loads its first step of weights before it waits, the RMSNorm its weight), in
 // the SM slots the running kernel leaves free: during an attention or q/k-norm kernel, or a GEMV's tail. (When
 // every kernel let the next one in at its start, the GEMVs ran slower: docs/PERF.md.) A kernel launched without PDL
 // (cuBLAS, or any kernel when it is off) serialises as usual, except for the launch-completion edges below. Graphs keep the setting
@@ -18,7 +19,7 @@
 // step, SPECPRESS_PDL=0 (set_pdl(false)) nowhere. With PDL on, the engine also rewrites the ordinary edges of
 // its captured graphs from a kernel that is not ours (a cuBLAS(Lt) product, say) into ours into launch-completion
 // edges (graph_edges.h, SPECPRESS_LC_EDGES): such a kernel may be resident while that one still runs, and the
-// same contract (wait before reading earlier results or writing; at most two kernels of a chain overlap) keeps it
+// same contract (wait before reading earlier results or writing) keeps it
 // correct. Folded norms (model/qwen3_fast.h) add a second chain beside the products: the row factors' kernel
 // (kernels::row_rms) on a side stream, joined into its consumer by an ordinary edge (ours into ours, never
 // relaxed), so the consumer still starts only after it has completed.

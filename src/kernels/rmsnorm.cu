@@ -9,8 +9,11 @@ constexpr int kThreads = 256, kMaxVec = 4;  // H <= 256 * 4 * 8
 
 // One row by one block of kThreads threads. Each thread keeps its (up to 4) 8-element vectors of the row in
 // registers between the sum-of-squares pass and the output pass. The weight is constant: its vectors are loaded
-// before the PDL wait, so that the output pass does not wait on them after the sum (in the draft's chain of wgmma
-// products and norms the draft step took 4 us less at 4B, 4-10 at 8B; docs/PERF.md, forty-seventh pass).
+// before the PDL wait, so that the output pass does not wait on them after the sum. And the next kernel may launch
+// before that wait: in the draft's chain (wgmma product, norm, wgmma product) the next product then fills its ring
+// beside the product before the norm, as the products' own early trigger lets it where no norm lies between them
+// (gemm_wg16.h); it still waits for this kernel's completion, which follows the previous kernel's. Each took the 4B
+// draft step 4 us faster (docs/PERF.md, forty-seventh pass).
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
   __shared__ float scratch[32];
   float w[kMaxVec][8];
@@ -19,7 +22,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(RmsNormArgs a) {
     const int c = (threadIdx.x + i * kThreads) * 8;
     if (c < a.H) load8(a.weight + c, w[i]);
   }
-  pdl_begin();
+  pdl_trigger();
+  pdl_wait();
   const int row = blockIdx.x;
   const int64_t off = static_cast<int64_t>(row) * a.H;
   float v[kMaxVec][8];
