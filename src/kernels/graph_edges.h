@@ -9,9 +9,9 @@
 // completion and memory flush), so its launch and block scheduling overlap the product instead of following
 // it. This is safe for src/kernels' kernels only: each waits before reading an earlier kernel's results and
 // before writing (launch.h's contract). Only edges from a kernel that is not ours, and into which only
-// ordinary edges lead, are rewritten: everything before that kernel has completed when it starts, and at most
-// two kernels overlap, as with PDL. That keeps the fused attention's early reads (the length and the older cache rows,
-// which the product just before it does not write) correct. A chain of such edges (tried first) let the draft
+// ordinary edges lead, are rewritten: everything before that kernel has completed when it starts, so only that
+// kernel and ours overlap at such an edge. That keeps the fused attention's early reads (the length and the older
+// cache rows, which the product just before it does not write) correct. A chain of such edges (tried first) let the draft
 // graph's attention read cache rows that the context injection a few kernels earlier was still writing, in the
 // skinny matmul mode, where every kernel is ours. No kernel is starved: the next one launches only once every
 // block of the previous one is running. With folded norms a consumer (the attention, the SwiGLU) has a second
