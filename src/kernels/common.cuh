@@ -68,7 +68,8 @@ __device__ __forceinline__ void step_stamp_sm(unsigned long long* trace) {
 }
 
 // Memory-order operations on a global word at GPU scope, for the grid-wide waits of the persistent decode kernel
-// (decode_layers.cu) and the fused o + gate/up GEMV's grid barrier (gemv_o_gate_up.cu).
+// (decode_layers.cu), the fused o + gate/up GEMV's grid barrier (gemv_o_gate_up.cu) and the fused MLP's ordered sum
+// (gemv_mlp.cu).
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");

@@ -892,6 +892,7 @@ void FastEngine::capture_graphs() {
     decode_graph_ = std::move(graphs[pick]);
     lc_edges_[0] = relaxed[pick];
     graphs[1 - pick].reset();
+    mlp_timed_ = false;  // chosen: a later capture (after a failure below) captures the kept form only
     if (!mlp_) {
       down_t_.clear();
       mlp_acc_ = at::Tensor();

@@ -333,7 +333,7 @@ class FastEngine {
   // gemv_mlp_fused() (or timed and kept) where the kernel takes the target's shapes: W_down^T of each target layer,
   // the kernel's accumulator (fp32: [H], zero between launches; ordered: a row of H a block) and its arrival counter
   // (int32 [1], zero between launches). mlp_timed_: capture_graphs times both forms and frees these if the two GEMVs
-  // win.
+  // win (then false: the choice is made once).
   bool mlp_ = false, mlp_timed_ = false;
   std::vector<at::Tensor> down_t_;
   at::Tensor mlp_acc_, mlp_counter_;
