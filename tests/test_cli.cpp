@@ -98,7 +98,11 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2,99999 -n 4", "token id 99999 at index 2 is outside"},
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 0", "-n/--n-predict: must be at least 1"},
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 4 --block-size 4", "--block-size: needs a draft"},
-      {"generate -m /nonexistent/model --prompt-ids 1,2 -n 4", "/nonexistent/model: no config.json"},
+      {"generate -m /nonexistent/model --prompt-ids 1,2 -n 4", "/nonexistent/model: does not exist (expected an HF"},
+      {"generate -m /nonexistent/model -p hello -n 4", "/nonexistent/model: does not exist (expected an HF"},
+      {"generate -m " + golden_dir() + "/target/config.json --prompt-ids 1,2 -n 4", "config.json: not a directory"},
+      {"generate -m " + golden_dir() + " --prompt-ids 1,2 -n 4", golden_dir() + ": no config.json"},
+      {base + " -md /nonexistent/draft", "/nonexistent/draft: does not exist (expected a DFlash draft directory)"},
       {"generate -m " + golden_dir() + "/target -p hello -n 4", "no tokenizer"},
       {base + " -md " + golden_dir() + "/draft --block-size 1", "--block-size: must be at least 2"},
   };

@@ -25,6 +25,7 @@ std::vector<int64_t> default_stop_ids(const std::string& model_dir) {
 }
 
 std::optional<tok::Tokenizer> load_tokenizer_if_present(const std::string& model_dir) {
+  model::config_path_in(model_dir, "an HF model directory");  // a missing directory is named as such
   if (!fs::exists(fs::path(model_dir) / "tokenizer.json")) return std::nullopt;
   return tok::Tokenizer::from_dir(model_dir);
 }

@@ -22,7 +22,8 @@ namespace specpress::cli {
 std::vector<int64_t> default_stop_ids(const std::string& model_dir);
 
 // The model directory's tokenizer (tokenizer.json [+ tokenizer_config.json, generation_config.json]),
-// or nothing when the directory has no tokenizer.json.
+// or nothing when the directory has no tokenizer.json. Fails, naming model_dir, where it is not a model directory
+// (missing, not a directory, or without config.json: model::config_path_in).
 std::optional<tok::Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
 
 // Prints llama.cpp-style timings (and DFlash acceptance lines when block_size > 1) to stderr.

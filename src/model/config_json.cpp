@@ -1,10 +1,21 @@
 // config_json.cpp — see config_json.h.
 #include "model/config_json.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "io/mapped_file.h"
 
 namespace specpress::model {
+namespace fs = std::filesystem;
+
+std::string config_path_in(const std::string& dir, const char* expected) {
+  if (!fs::exists(dir)) fail("{}: does not exist (expected {})", dir, expected);
+  if (!fs::is_directory(dir)) fail("{}: not a directory (expected {})", dir, expected);
+  const fs::path config = fs::path(dir) / "config.json";
+  if (!fs::exists(config)) fail("{}: no config.json (expected {})", dir, expected);
+  return config.string();
+}
 
 nlohmann::json ConfigReader::parse_file(const std::string& path) {
   std::string text = io::read_text_file(path);

@@ -23,4 +23,8 @@ struct ConfigReader {
   std::vector<int64_t> integer_list(const std::string& key) const;  // accepts an integer or an array
 };
 
+// The path of `dir`/config.json, after checking that `dir` exists, is a directory and holds one; each failure names
+// `dir` and what it should be (`expected`: "an HF model directory", "a DFlash draft directory").
+std::string config_path_in(const std::string& dir, const char* expected);
+
 }  // namespace specpress::model

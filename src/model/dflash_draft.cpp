@@ -2,7 +2,6 @@
 #include "model/dflash_draft.h"
 
 #include <cmath>
-#include <filesystem>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -12,7 +11,6 @@
 #include "ops/swiglu.h"
 
 namespace specpress::model {
-namespace fs = std::filesystem;
 
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t num_draft_layers) {
   if (num_draft_layers == 1) return {num_target_layers / 2};
@@ -48,8 +46,7 @@ DFlashConfig parse_dflash_config(const std::string& config_path) {
 }
 
 DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, at::ScalarType dtype, at::Device device) {
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) fail("{}: no config.json (expected a DFlash draft directory)", dir);
+  const std::string config_path = config_path_in(dir, "a DFlash draft directory");
   DFlashConfig c = parse_dflash_config(config_path);
   const Qwen3Config& t = target.config();
   if (c.arch.hidden_size != t.hidden_size)

@@ -2,7 +2,6 @@
 #include "model/qwen3.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -12,7 +11,6 @@
 #include "ops/swiglu.h"
 
 namespace specpress::model {
-namespace fs = std::filesystem;
 
 Qwen3Config parse_qwen3_config(const std::string& config_path) {
   nlohmann::json j = ConfigReader::parse_file(config_path);
@@ -99,8 +97,7 @@ KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim
 }
 
 Qwen3Model Qwen3Model::load(const std::string& dir, at::ScalarType dtype, at::Device device) {
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  if (!fs::exists(config_path)) fail("{}: no config.json (expected an HF model directory)", dir);
+  const std::string config_path = config_path_in(dir, "an HF model directory");
   Qwen3Config c = parse_qwen3_config(config_path);
   io::TensorStore store = io::TensorStore::open_dir(dir);
   Qwen3Weights w;
