@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/mapped_file.h"
 #include "model/qwen3.h"
 #include "model_fixtures.h"
 #include "test_util.h"
@@ -38,6 +39,37 @@ TEST(Checkpoint, LoadsRandomTinyModel) {
   model::Qwen3Model m = model::Qwen3Model::load(d.str(), at::kFloat, at::kCPU);
   EXPECT_EQ(m.config().num_layers, 2);
   EXPECT_FALSE(m.config().tie_word_embeddings);
+}
+
+// A model directory that is missing, or a file, is named as such before any config.json is looked for.
+TEST(Checkpoint, MissingOrFileModelDirectoryIsNamed) {
+  ScratchDir d("ckpt-dir");
+  const std::string missing = (d.path / "no-such-model").string();
+  EXPECT_NE(load_error(missing).find(missing + ": does not exist (expected an HF model directory)"), std::string::npos)
+      << load_error(missing);
+  write_random_qwen3(d.str());
+  const std::string file = (d.path / "config.json").string();
+  EXPECT_NE(load_error(file).find(file + ": not a directory"), std::string::npos) << load_error(file);
+  fs::remove(d.path / "config.json");
+  EXPECT_NE(load_error(d.str()).find(d.str() + ": no config.json"), std::string::npos) << load_error(d.str());
+}
+
+// An atomic write that cannot create its temporary file names the path asked for, and leaves nothing behind.
+TEST(Checkpoint, AtomicWriteFailureNamesThePath) {
+  ScratchDir d("ckpt-write");
+  const std::string target = (d.path / "no-such-folder" / "out.safetensors").string();
+  std::string message;
+  try {
+    io::write_file_atomic(target, "bytes");
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message.rfind(target + ": cannot write: creating the temporary file", 0), 0u) << message;
+  EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
+  io::write_file_atomic((d.path / "ok.bin").string(), "bytes");
+  EXPECT_EQ(io::read_text_file((d.path / "ok.bin").string()), "bytes");
+  for (const auto& entry : fs::directory_iterator(d.path))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
 }
 
 TEST(Checkpoint, MissingConfigField) {

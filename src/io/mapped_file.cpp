@@ -58,9 +58,10 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
+  // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("{}: cannot create ({})", tmp, std::strerror(errno));
+  if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -69,18 +70,21 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      fail("{}: write failed ({})", tmp, std::strerror(err));
+      fail("{}: cannot write: writing {} failed ({})", path, tmp, std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  const bool synced = ::fsync(fd) == 0;
+  int err = synced ? 0 : errno;
+  if (::close(fd) != 0 && synced) err = errno;
+  if (err != 0) {
     ::unlink(tmp.c_str());
-    fail("{}: fsync/close failed ({})", tmp, std::strerror(errno));
+    fail("{}: cannot write: fsync/close of {} failed ({})", path, tmp, std::strerror(err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
+    err = errno;
     ::unlink(tmp.c_str());
-    fail("{}: rename to {} failed ({})", tmp, path, std::strerror(err));
+    fail("{}: cannot write: renaming {} onto it failed ({})", path, tmp, std::strerror(err));
   }
 }
 

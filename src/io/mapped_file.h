@@ -31,7 +31,8 @@ class MappedFile {
 // Reads a whole (small) file into a string; throws specpress::Error naming the path on failure.
 std::string read_text_file(const std::string& path);
 
-// Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, then rename.
+// Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, then rename. On failure it removes
+// the temporary file and throws specpress::Error naming `path` first, then the temporary file and the reason.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace specpress::io
