@@ -3,6 +3,7 @@
 
 #include <cfloat>
 
+#include "kernels/argmax.cuh"
 #include "kernels/common.cuh"
 #include "kernels/decode_step.h"
 
@@ -19,26 +20,6 @@ __global__ void embedding_kernel(const bf16* table, const int64_t* ids, bf16* ou
     *reinterpret_cast<uint4*>(out + static_cast<int64_t>(row) * H + c) =
         *reinterpret_cast<const uint4*>(table + id * H + c);
 }
-
-// Warp-wide (max value, lowest index among equals) into every lane.
-__device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (ov > bv || (ov == bv && oi < bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-}
-
-// No index yet: the row's values seen so far were all NaN (or there were none).
-constexpr int kNoIndex = 0x7fffffff;
-
-// Whether logit f at a later index than the current best (bv, bi) replaces it: a greater value, or the first value
-// that is not NaN (so that -inf can be a maximum). NaN never is.
-__device__ __forceinline__ bool replaces(float f, float bv, int bi) { return f > bv || (bi == kNoIndex && f == f); }
 
 // Combines one (value, index) per thread of the block into every thread of warp 0 (the block's first maximum).
 __device__ __forceinline__ void block_argmax(float& bv, int& bi) {
