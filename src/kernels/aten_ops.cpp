@@ -10,8 +10,10 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include <fmt/ranges.h>
 
@@ -727,10 +729,10 @@ EnvSwitch& wg16_switch() {
 }
 
 namespace {
-// x [M <= 16, K] and weight [N, K] as the wgmma kernel's tensor maps take them (the TMA's layout rules).
-bool wg16_operands_fit(const at::Tensor& x, const at::Tensor& weight) {
+// x [M <= 16, K] and weight [N <= max_rows, K] as the wgmma kernel's tensor maps take them (the TMA's layout rules).
+bool wg16_operands_fit(const at::Tensor& x, const at::Tensor& weight, int64_t max_rows = kWg16MaxRows) {
   return x.dim() == 2 && weight.dim() == 2 && x.size(0) >= 1 && x.size(0) <= kWg16MaxT && x.size(1) == weight.size(1) &&
-         weight.size(0) <= kWg16MaxRows && x.stride(1) == 1 && weight.stride(1) == 1 && x.stride(0) % 8 == 0 &&
+         weight.size(0) <= max_rows && x.stride(1) == 1 && weight.stride(1) == 1 && x.stride(0) % 8 == 0 &&
          weight.stride(0) % 8 == 0 && x.size(1) % 8 == 0 && x.scalar_type() == at::kBFloat16 &&
          weight.scalar_type() == at::kBFloat16 && aligned16(x) && aligned16(weight) &&
          x.size(1) <= std::numeric_limits<int>::max();
@@ -751,30 +753,44 @@ bool wg16_silu_mul_fits(const at::Tensor& act, const at::Tensor& x, const at::Te
 }
 
 namespace {
-// gemm_wg16's split-K partials and tile counters, one set for each device, allocated at the first product that
-// splits K (the fast engine's warm-up runs every step before it captures any) and kept for the process. wg16_plan
-// splits only where tiles x splits <= the SM count, so one partial a block and one counter a block cover every
-// plan. The products of a device run on one stream at a time (the fast engine's), which sharing them assumes.
+// gemm_wg16's scratch, one set for each (device, stream): the split-K partials and tile counters (wg16_plan splits only
+// where tiles x splits <= the SM count, so one partial and one counter a block cover every plan) and the fused argmax's
+// per-block bests and counter (kWg16ArgmaxBlocks blocks). The products of one stream run one after another and share
+// its set; products on two streams at once (the fast engine's draft injection on its own stream beside the verify
+// forward's last layers, both with K-split products of N = 2560 at Qwen3-4B) must not share counters or partials, so
+// each stream has its own. A set is allocated at its stream's first product that needs it, outside a graph capture (the
+// fast engine's warm-up runs every step on its streams before it captures any), and kept for the process.
+constexpr int kWg16ArgmaxBlocks = 8192;
 struct Wg16Scratch {
   float* workspace = nullptr;
   unsigned* counters = nullptr;
+  float* argmax_values = nullptr;
+  int* argmax_indices = nullptr;
+  unsigned* argmax_counter = nullptr;
 };
 Wg16Scratch wg16_scratch(int sms) {
   static std::mutex mutex;
-  static Wg16Scratch per_device[64];
+  static std::map<std::pair<int, cudaStream_t>, Wg16Scratch> sets;
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "wg16 scratch");
-  if (dev < 0 || dev >= 64) fail("wg16: device {} past the 64 the scratch table holds", dev);
+  const cudaStream_t st = stream();
   std::lock_guard<std::mutex> lock(mutex);
-  Wg16Scratch& s = per_device[dev];
-  if (s.workspace != nullptr) return s;
+  const auto found = sets.find({dev, st});
+  if (found != sets.end()) return found->second;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(stream(), &capturing), "wg16 scratch");
+  check_cuda(cudaStreamIsCapturing(st, &capturing), "wg16 scratch");
   if (capturing != cudaStreamCaptureStatusNone)
-    fail("wg16: its split-K scratch is allocated at the first product outside a graph capture (run the step once first)");
+    fail("wg16: the scratch of a stream (K-split partials, the fused argmax's bests) is allocated at its first such "
+         "product outside a graph capture (run the step once on that stream first)");
+  Wg16Scratch s;
+  const size_t argmax_entries = static_cast<size_t>(kWg16ArgmaxBlocks) * kWg16MaxT;
   check_cuda(cudaMalloc(&s.workspace, sizeof(float) * static_cast<size_t>(sms) * kWg16Rows * kWg16MaxT), "wg16 scratch");
-  check_cuda(cudaMalloc(&s.counters, sizeof(unsigned) * static_cast<size_t>(sms)), "wg16 scratch");
-  check_cuda(cudaMemset(s.counters, 0, sizeof(unsigned) * static_cast<size_t>(sms)), "wg16 scratch");
+  check_cuda(cudaMalloc(&s.counters, sizeof(unsigned) * (static_cast<size_t>(sms) + 1)), "wg16 scratch");
+  check_cuda(cudaMemset(s.counters, 0, sizeof(unsigned) * (static_cast<size_t>(sms) + 1)), "wg16 scratch");
+  check_cuda(cudaMalloc(&s.argmax_values, sizeof(float) * argmax_entries), "wg16 scratch");
+  check_cuda(cudaMalloc(&s.argmax_indices, sizeof(int) * argmax_entries), "wg16 scratch");
+  s.argmax_counter = s.counters + sms;  // the last of the counters
+  sets.emplace(std::make_pair(dev, st), s);
   return s;
 }
 }  // namespace
@@ -832,15 +848,22 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.T = static_cast<int>(x.size(0));
   a.N = static_cast<int>(weight.size(0));
   a.K = static_cast<int>(x.size(1));
-  // row_norm: each block sums its rows' squares over all of K
-  a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm, wg16_tiles_per_block_override(),
+  // row_norm: each block sums its rows' squares over all of K; the fused argmax: each block's rows are whole
+  a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm && a.argmax == nullptr, wg16_tiles_per_block_override(),
                      g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
   a.trigger_early = wg16_trigger_early();
   if (hold_stages > 0) a.prefill = std::max(0, a.plan.stages - hold_stages);
-  if (a.plan.splits > 1) {
+  if (a.plan.splits > 1 || a.argmax != nullptr) {
     const Wg16Scratch s = wg16_scratch(sms);
     a.workspace = s.workspace;
     a.counters = s.counters;
+    a.argmax_values = s.argmax_values;
+    a.argmax_indices = s.argmax_indices;
+    a.argmax_counter = s.argmax_counter;
+    if (a.argmax != nullptr && wg16_blocks(a.N, a.plan) > kWg16ArgmaxBlocks)
+      fail("{}: the fused argmax's plan runs {} blocks, past the {} its scratch holds (SPECPRESS_WG16_TILES_PER_BLOCK "
+           "too small for {} rows?)",
+           what, wg16_blocks(a.N, a.plan), kWg16ArgmaxBlocks, a.N);
   }
   a.trace = wg16_trace_slot(a);
   const cudaError_t e = gemm_wg16(a, stream());
@@ -946,6 +969,46 @@ void wg16_linear_norm_out(const at::Tensor& out, const at::Tensor& x, const at::
   a.row_norm = true;
   a.eps = static_cast<float>(eps);
   run_wg16(a, x, weight, "SPECPRESS_WG16");
+}
+
+namespace {
+constexpr int64_t kWg16HeadMaxRows = int64_t{1} << 30;  // an LM head's vocabulary: any that int arithmetic holds
+bool wg16_head_argmax_fits(const at::Tensor& logits, const at::Tensor& tokens, const at::Tensor& x,
+                           const at::Tensor& weight) {
+  return wg16_operands_fit(x, weight, kWg16HeadMaxRows) && wg16_output_fits(logits, x, weight.size(0)) &&
+         tokens.dim() == 1 && tokens.numel() == x.size(0) && tokens.scalar_type() == at::kLong &&
+         tokens.is_contiguous() && tokens.device() == logits.device();
+}
+}  // namespace
+
+void wg16_head_argmax_out(const at::Tensor& logits, const at::Tensor& tokens, const at::Tensor& x,
+                          const at::Tensor& weight) {
+  require(x, "wg16_head_argmax x", at::kBFloat16, false);
+  require(logits, "wg16_head_argmax logits", at::kBFloat16, false);
+  require(weight, "wg16_head_argmax weight", at::kBFloat16, false);
+  require(tokens, "wg16_head_argmax tokens", at::kLong);
+  if (!wg16_head_argmax_fits(logits, tokens, x, weight))
+    fail("wg16_head_argmax: expected x [M <= {}, K], weight [V, K], logits [M, V], bf16, unit column strides, x and "
+         "weight 16-byte aligned with row strides % 8 == 0, K % 8 == 0, tokens int64 [M] contiguous; found x [{}], "
+         "weight [{}], logits [{}], tokens [{}]",
+         kWg16MaxT, fmt::join(x.sizes().vec(), ", "), fmt::join(weight.sizes().vec(), ", "),
+         fmt::join(logits.sizes().vec(), ", "), fmt::join(tokens.sizes().vec(), ", "));
+  Wg16Args a;
+  a.Y = bf(logits);
+  a.ldy = logits.stride(0);
+  a.argmax = tokens.data_ptr<int64_t>();
+  run_wg16(a, x, weight, "SPECPRESS_WG16_HEAD_ARGMAX");
+}
+
+EnvSwitch& wg16_head_argmax_switch() {
+  static EnvSwitch s("SPECPRESS_WG16_HEAD_ARGMAX", true);
+  return s;
+}
+
+bool wg16_head_argmax_takes(const at::Tensor& logits, const at::Tensor& tokens, const at::Tensor& x,
+                            const at::Tensor& weight) {
+  return x.dim() == 2 && x.size(0) >= 2 && multirow_by_cublas() && wg16_switch().on() &&
+         wg16_head_argmax_switch().on() && wg16_head_argmax_fits(logits, tokens, x, weight);
 }
 
 EnvSwitch& wg16_swiglu_switch() {

@@ -172,9 +172,9 @@ void linear_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& we
 void linear_residual_out(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& tmp);
 // SPECPRESS_WG16 (default 0): linear_out and linear_residual_out run their 2..16-row products (verify, draft) by the
 // wgmma kernel (kernels/gemm_wg16.h) instead of cuBLAS(Lt), in the gemv and cublas modes (multirow_by_cublas; the
-// others keep their own kernels), where it takes the layout (wg16_fits) and the weight has
-// at most kWg16MaxRows rows (the LM heads stay on cuBLAS); its launches take PDL when it is on (launch.h), and the
-// fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches. Off by
+// others keep their own kernels), where it takes the layout (wg16_fits) and the weight has at most kWg16MaxRows rows
+// (the fast engine's LM heads take wg16_head_argmax_out, or cuBLAS); its launches take PDL when it is on (launch.h), and
+// the fast engine then captures its multi-row steps with PDL. Read once; set() overrides it for later launches. Off by
 // default: on the H200 it made the verify step 1.3-2.0% slower than the tuned cuBLASLt plans (docs/PERF.md,
 // twenty-fifth pass); the fast engine turns it and wg16_swiglu_switch on for its captures where they time faster
 // (model::multirow_auto), unless either was chosen (EnvSwitch::chosen).
@@ -197,6 +197,20 @@ void wg16_silu_mul_norm_out(const at::Tensor& act, const at::Tensor& x, const at
 // row_rms_out applied as the fused attention applies a given row_scale, in one launch (no K split). Fails naming what
 // does not fit (wg16_fits's layout) or a negative eps.
 void wg16_linear_norm_out(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight, double eps);
+// The multi-row LM head and its greedy argmax in one launch of the wgmma kernel (Wg16Args::argmax): logits [M, V] =
+// x [M, K] @ weight [V, K]^T by its plain form without a K split (each block's rows are whole), and tokens int64 [M] =
+// argmax_out(logits)'s indices on the logits as written (the same rule: lowest index among equal maxima, NaN never a
+// maximum, 0 for a row of NaN only), so that no argmax kernel runs after the head. Any vocabulary size (up to 2^30
+// rows). Fails naming what does not fit.
+void wg16_head_argmax_out(const at::Tensor& logits, const at::Tensor& tokens, const at::Tensor& x,
+                          const at::Tensor& weight);
+// SPECPRESS_WG16_HEAD_ARGMAX (default 1): where the wgmma kernel runs the multi-row products (wg16_switch on, 2..16
+// rows, multirow_by_cublas), the fast engine's verify and draft LM heads run by wg16_head_argmax_out instead of a
+// cuBLAS(Lt) product and argmax_out (wg16_head_argmax_takes says whether it takes one). Read once; set() overrides it
+// for later captures.
+EnvSwitch& wg16_head_argmax_switch();
+bool wg16_head_argmax_takes(const at::Tensor& logits, const at::Tensor& tokens, const at::Tensor& x,
+                            const at::Tensor& weight);
 // Whether the fast engine's folded layers may run their qkv product by it: 2..16 rows, multirow_by_cublas, the
 // wgmma kernel chosen (wg16_switch on), the layout fits.
 bool wg16_linear_norm_takes(const at::Tensor& out, const at::Tensor& x, const at::Tensor& weight);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "kernels/argmax.cuh"
 #include "kernels/common.cuh"
 #include "kernels/gemm_wg16.h"
 #include "kernels/tma.cuh"
@@ -39,6 +40,15 @@ struct KernelArgs {
   float eps;
   int K;
   unsigned long long* trace;  // this launch's stamps, kWg16TraceFields a block (nullptr: off; Wg16Args::trace)
+};
+// The fused argmax's buffers (Wg16Args::argmax), a kernel parameter of their own: with these four pointers appended
+// to KernelArgs instead, every instance read its parameters through a generic address (the PTX of the products without
+// the argmax changed too) and the Qwen3-4B verify step took 65 us longer (docs/PERF.md, forty-ninth pass).
+struct ArgmaxArgs {
+  int64_t* tokens;
+  float* values;
+  int* indices;
+  unsigned* counter;
 };
 
 // wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
@@ -94,11 +104,89 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 }
 #endif
 
+#if defined(SPECPRESS_WGMMA)
+// The fused argmax's end (Wg16Args::argmax), for the 128 consumer threads of a block: best_v / best_i [q] are this
+// thread's first maxima over its rows of token 8 (q >> 1) + 2 (lane % 4) + (q & 1), rows in ascending order. The
+// block's bests a token go to the launch's per-block buffers; the last block to count itself merges every block's
+// (in any order: beats() is a total order on first maxima) and writes the tokens.
+__device__ __forceinline__ void argmax_epilogue(int64_t* argmax, float* values, int* indices, unsigned* counter, int T,
+                                                float (&best_v)[4], int (&best_i)[4]) {
+  __shared__ float warp_v[4][kWg16MaxT];
+  __shared__ int warp_i[4][kWg16MaxT];
+  __shared__ int merge;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {  // the lanes of one lane % 4 hold the same tokens' other rows
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v[q], o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i[q], o);
+      if (beats(ov, oi, best_v[q], best_i[q])) {
+        best_v[q] = ov;
+        best_i[q] = oi;
+      }
+    }
+    if (lane < 4) {
+      const int tok = 8 * (q >> 1) + 2 * lane + (q & 1);
+      warp_v[warp][tok] = best_v[q];
+      warp_i[warp][tok] = best_i[q];
+    }
+  }
+  consumers_sync<4>();
+  if (tid < kWg16MaxT) {
+    float v = warp_v[0][tid];
+    int i = warp_i[0][tid];
+#pragma unroll
+    for (int w = 1; w < 4; ++w)
+      if (beats(warp_v[w][tid], warp_i[w][tid], v, i)) {
+        v = warp_v[w][tid];
+        i = warp_i[w][tid];
+      }
+    values[blockIdx.x * kWg16MaxT + tid] = v;
+    indices[blockIdx.x * kWg16MaxT + tid] = i;
+    __threadfence();
+  }
+  consumers_sync<4>();
+  if (tid == 0) {
+    const unsigned prev = atomicAdd(counter, 1u);
+    merge = prev == gridDim.x - 1;
+    if (merge) *counter = 0;  // every block has counted itself: ready for the next launch
+  }
+  consumers_sync<4>();
+  if (!merge) return;
+  __threadfence();
+  // token tid / 8 over blocks tid % 8, tid % 8 + 8, ...; then the 8 lanes of a token (aligned in their warp)
+  const int tok = tid >> 3, part = tid & 7;
+  float v = -INFINITY;
+  int i = kNoIndex;
+  for (int b = part; b < static_cast<int>(gridDim.x); b += 8) {
+    const float ov = __ldcg(values + b * kWg16MaxT + tok);
+    const int oi = __ldcg(indices + b * kWg16MaxT + tok);
+    if (beats(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+#pragma unroll
+  for (int o = 1; o < 8; o <<= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (beats(ov, oi, v, i)) {
+      v = ov;
+      i = oi;
+    }
+  }
+  if (part == 0 && tok < T) argmax[tok] = i == kNoIndex ? 0 : i;  // a row of NaN only: 0, as argmax_rows
+}
+#endif
+
 // TRACE: the diagnostic stamps (Wg16Args::trace), compiled only into the traced instances, so that the kernels the
-// engine runs are the same code with the trace off.
-template <int KB, bool TRACE>
+// engine runs are the same code with the trace off. ARGMAX: the fused argmax (Wg16Args::argmax), likewise compiled only
+// into the LM heads' instances, so that the other products keep their code (and registers).
+template <int KB, bool TRACE, bool ARGMAX>
 __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ CUtensorMap w_map,
-                                                        const __grid_constant__ CUtensorMap x_map, KernelArgs a) {
+                                                        const __grid_constant__ CUtensorMap x_map, KernelArgs a,
+                                                        ArgmaxArgs am) {
 #if defined(SPECPRESS_WGMMA)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -181,6 +269,10 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   const int x_row = threadIdx.x >> 3, x_chunk = threadIdx.x & 7;
   const int x_offset = x_row * 128 + ((x_chunk ^ (x_row & 7)) << 4);  // the chunk under the 128-byte swizzle
   const int tid = threadIdx.x;  // 0..127
+  // the fused argmax: this thread's first maximum of each of its 4 tokens (slot q: token tok_of(e) with
+  // q = (e & 1) + 2 (e >> 2)) over its rows of every tile
+  float best_v[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int best_i[4] = {kNoIndex, kNoIndex, kNoIndex, kNoIndex};
   for (int t = 0; t < nt; ++t) {
     const int tile = tile0 + t;
     auto row_of = [&](int e) { return tile * kWg16Rows + 16 * warp + g + ((e & 2) ? 8 : 0); };
@@ -301,10 +393,22 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       for (int e = 0; e < 8; ++e) {
         const int row = row_of(e), tok = tok_of(e);
         // row_norm: the bf16 product scaled by the token's factor, as the attention applies a given row_scale
-        if (row < a.N && tok < a.T) a.Y[tok * a.ldy + row] = to_b(a.row_norm ? round_b(d[e]) * res[e] : d[e] + res[e]);
+        if (row >= a.N || tok >= a.T) continue;
+        const bf16 y = to_b(a.row_norm ? round_b(d[e]) * res[e] : d[e] + res[e]);
+        a.Y[tok * a.ldy + row] = y;
+        // the value as written; this thread's rows of a token ascend (g before g + 8, tile by tile)
+        const int q = (e & 1) + 2 * (e >> 2);
+        if constexpr (ARGMAX) {
+          if (replaces(to_f(y), best_v[q], best_i[q])) {
+            best_v[q] = to_f(y);
+            best_i[q] = row;
+          }
+        }
       }
     }
   }
+  if constexpr (ARGMAX)
+    argmax_epilogue(am.tokens, am.values, am.indices, am.counter, a.T, best_v, best_i);
   if (TRACE && a.trace != nullptr) {  // every consumer's stores issued
     consumers_sync<4>();
     if (tid == 0) stamp<TRACE>(a.trace, kWg16TraceEnd);
@@ -405,6 +509,9 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (a.silu_mul && (a.N % 16 != 0 || a.R != nullptr)) return cudaErrorInvalidValue;
   if (a.row_norm && (a.R != nullptr || a.row_scale != nullptr || p.splits != 1 || !(a.eps >= 0.f)))
     return cudaErrorInvalidValue;
+  if (a.argmax != nullptr && (p.splits != 1 || a.R != nullptr || a.row_norm || a.silu_mul ||
+                              a.argmax_values == nullptr || a.argmax_indices == nullptr || a.argmax_counter == nullptr))
+    return cudaErrorInvalidValue;
   if ((p.kb != 1 && p.kb != 2 && p.kb != 4) || p.stages < 2 || p.stages > 12) return cudaErrorInvalidValue;
   if (a.prefill < 0) return cudaErrorInvalidValue;
   if (p.tiles_per_block < 1 || (p.tiles_per_block > 1 && (p.splits != 1 || a.overlap))) return cudaErrorInvalidValue;
@@ -417,22 +524,27 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   if (major != 9 || encoder() == nullptr) return cudaErrorNotSupported;
   const size_t smem = wg16_smem_bytes(p);
-  void (*kernel)(const CUtensorMap, const CUtensorMap, KernelArgs) =
-      a.trace != nullptr ? (p.kb == 1 ? wg16_kernel<1, true> : p.kb == 2 ? wg16_kernel<2, true> : wg16_kernel<4, true>)
-                         : (p.kb == 1 ? wg16_kernel<1, false> : p.kb == 2 ? wg16_kernel<2, false> : wg16_kernel<4, false>);
+  using Kernel = void (*)(const CUtensorMap, const CUtensorMap, KernelArgs, ArgmaxArgs);
+  static const Kernel kernels[2][2][3] = {  // [trace][argmax][kb 1, 2, 4]
+      {{wg16_kernel<1, false, false>, wg16_kernel<2, false, false>, wg16_kernel<4, false, false>},
+       {wg16_kernel<1, false, true>, wg16_kernel<2, false, true>, wg16_kernel<4, false, true>}},
+      {{wg16_kernel<1, true, false>, wg16_kernel<2, true, false>, wg16_kernel<4, true, false>},
+       {wg16_kernel<1, true, true>, wg16_kernel<2, true, true>, wg16_kernel<4, true, true>}}};
+  const Kernel kernel = kernels[a.trace != nullptr][a.argmax != nullptr][p.kb == 1 ? 0 : p.kb == 2 ? 1 : 2];
   static std::once_flag attr_once;
   static cudaError_t attr_error = cudaSuccess;
-  static size_t static_bytes = 0;  // the most static shared memory of the six kernels
+  static size_t static_bytes = 0;  // the most static shared memory of the twelve kernels
   std::call_once(attr_once, [&] {  // each kernel may take the device's dynamic shared memory, less its static
-    for (auto* f : {wg16_kernel<1, false>, wg16_kernel<2, false>, wg16_kernel<4, false>, wg16_kernel<1, true>,
-                    wg16_kernel<2, true>, wg16_kernel<4, true>}) {
-      cudaFuncAttributes fa{};
-      if (attr_error == cudaSuccess) attr_error = cudaFuncGetAttributes(&fa, f);
-      if (attr_error == cudaSuccess)
-        attr_error = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          smem_max - static_cast<int>(fa.sharedSizeBytes));
-      static_bytes = std::max(static_bytes, fa.sharedSizeBytes);
-    }
+    for (const auto& by_trace : kernels)
+      for (const auto& by_argmax : by_trace)
+        for (Kernel f : by_argmax) {
+          cudaFuncAttributes fa{};
+          if (attr_error == cudaSuccess) attr_error = cudaFuncGetAttributes(&fa, f);
+          if (attr_error == cudaSuccess)
+            attr_error = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              smem_max - static_cast<int>(fa.sharedSizeBytes));
+          static_bytes = std::max(static_bytes, fa.sharedSizeBytes);
+        }
   });
   if (attr_error != cudaSuccess) return attr_error;
   if (smem + static_bytes > static_cast<size_t>(smem_max)) return cudaErrorInvalidValue;
@@ -464,11 +576,12 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.eps = a.eps;
   k.K = a.K;
   k.trace = a.trace;
+  const ArgmaxArgs am{a.argmax, a.argmax_values, a.argmax_indices, a.argmax_counter};
   // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
   const LcSkipScope lc(kLcWg16);
   const int blocks = wg16_blocks(a.N, p);  // the host checks above: tiles_per_block > 1 only with splits 1
   return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
-                               w_map, x_map, k);
+                               w_map, x_map, k, am);
 }
 
 }  // namespace specpress::kernels

@@ -99,6 +99,17 @@ struct Wg16Args {
   // (each block sees all of K), no row_scale and no residual.
   bool row_norm = false;
   float eps = 0.f;
+  // The greedy token of each row (the LM heads' argmax, plain form): argmax[t] for t < T is the index of row t's
+  // largest bf16 value of Y (as written), by argmax_rows's rule (decode_step.h: the lowest index among equal maxima, NaN
+  // never a maximum, 0 for a row of NaN only), so that no argmax launch runs after the product. Each block keeps its
+  // first maximum a token over its tiles, writes it to argmax_values / argmax_indices [block * kWg16MaxT + t], and the
+  // last block to count itself on argmax_counter (zero before the first launch, left zero) merges the blocks'. Needs
+  // splits == 1, no residual, no row_norm and not the SwiGLU form; the three buffers hold wg16_blocks(N, plan) x
+  // kWg16MaxT entries (one counter). nullptr: off.
+  int64_t* argmax = nullptr;
+  float* argmax_values = nullptr;
+  int* argmax_indices = nullptr;
+  unsigned* argmax_counter = nullptr;
   // Diagnostic: kWg16TraceFields stamps a block at trace + block * kWg16TraceFields, written by separate kernel
   // instances (plus a block synchronisation at the end), so that nullptr runs the untraced code unchanged (its PTX is
   // the kernel's without the field). kernels::Wg16TraceScope (aten_ops.h) hands them out.
@@ -130,9 +141,9 @@ Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_blo
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row stride
 // not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a
 // time), the SwiGLU form with N % 16 != 0 or a residual, row_norm with a row_scale, a residual, splits > 1 or a
-// negative eps, kb not 1, 2 or 4 or not dividing K's 64-column chunks, stages not 2..12, a negative prefill, splits < 1
-// or more than the chunk steps, splits > 1 without workspace and counters, or the plan's shared memory over the
-// device's limit.
+// negative eps, the argmax with splits > 1, a residual, row_norm, the SwiGLU form or a missing buffer, kb not 1, 2
+// or 4 or not dividing K's 64-column chunks, stages not 2..12, a negative prefill, splits < 1 or more than the chunk
+// steps, splits > 1 without workspace and counters, or the plan's shared memory over the device's limit.
 // cudaErrorNotSupported on a device other than sm_90 (gemm_wg16_available) or without the driver's tensor-map entry
 // point. Launched with PDL when it is on (kernels::pdl_enabled, launch.h), as the other kernels of src/kernels.
 cudaError_t gemm_wg16(const Wg16Args& args, cudaStream_t stream);

@@ -667,23 +667,32 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
 }
 
 void FastEngine::head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm,
-                             double eps) {
+                             double eps, const at::Tensor& tokens) {
   const int64_t rows = logits.size(0);
-  if (kernels::fused_one_row(T))
-    kernels::gemv_out(logits, b.x.narrow(0, 0, 1), target_.weights().lm_head, final_norm, eps);
-  else
-    kernels::linear_out(logits, b.h.narrow(0, T - rows, rows), target_.weights().lm_head);
+  const at::Tensor& lm_head = target_.weights().lm_head;
+  if (kernels::fused_one_row(T)) {
+    kernels::gemv_out(logits, b.x.narrow(0, 0, 1), lm_head, final_norm, eps);
+  } else {
+    const at::Tensor h = b.h.narrow(0, T - rows, rows);
+    if (tokens.defined() && kernels::wg16_head_argmax_takes(logits, tokens, h, lm_head)) {
+      kernels::wg16_head_argmax_out(logits, tokens, h, lm_head);  // the argmax in the product's last block
+      return;
+    }
+    kernels::linear_out(logits, h, lm_head);
+  }
+  if (tokens.defined()) kernels::argmax_out(tokens, logits);
 }
 
 void FastEngine::target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps,
-                                const TapsReady* taps_ready) {
+                                const TapsReady* taps_ready, const at::Tensor& tokens) {
   const int64_t T = ids.numel();
   if (T > b.rows || logit_rows > b.logits.size(0) || logit_rows > T) fail("fast path: forward of {} rows exceeds its buffers", T);
   kernels::embedding_out(b.x.narrow(0, 0, T), target_.weights().embed_tokens, ids);
   static const std::vector<int64_t> no_taps;
   run_layers(t_layers_, target_.config(), target_.rope(), k_cache_, v_cache_, b, T, start_, /*causal=*/true,
              target_.weights().final_norm, taps ? tap_layers_ : no_taps, taps ? taps_ready : nullptr);
-  head_logits(b.logits.narrow(0, 0, logit_rows), b, T, target_.weights().final_norm, target_.config().rms_norm_eps);
+  head_logits(b.logits.narrow(0, 0, logit_rows), b, T, target_.weights().final_norm, target_.config().rms_norm_eps,
+              tokens);
 }
 
 void FastEngine::draft_inject(const at::Tensor& features, const at::Tensor& raw, const at::Tensor& ctx,
@@ -723,20 +732,17 @@ void FastEngine::draft_block() {
   run_layers(d_layers_, a, draft_rope_, dk_cache_, dv_cache_, b, B_, start_, /*causal=*/false,
              draft_->weights().final_norm, no_taps);
   at::Tensor logits = b.logits.narrow(0, 0, B_ - 1);
-  head_logits(logits, b, B_, draft_->weights().final_norm, a.rms_norm_eps);
-  kernels::argmax_out(block_ids_.narrow(0, 1, B_ - 1), logits);
+  head_logits(logits, b, B_, draft_->weights().final_norm, a.rms_norm_eps, block_ids_.narrow(0, 1, B_ - 1));
 }
 
 void FastEngine::decode_body() {
-  target_forward(token_in_, decode_buf_, 1, false);
-  kernels::argmax_out(token_in_, decode_buf_.logits.narrow(0, 0, 1));
+  target_forward(token_in_, decode_buf_, 1, false, nullptr, token_in_);
   kernels::advance_counter(start_, 1);
 }
 
 void FastEngine::verify_body() {
   if (!inject_in_verify_) {
-    target_forward(block_ids_, verify_buf_, B_, true);
-    kernels::argmax_out(posterior_, verify_buf_.logits.narrow(0, 0, B_));
+    target_forward(block_ids_, verify_buf_, B_, true, nullptr, posterior_);
     return;
   }
   // The next draft's context injection of the B tapped rows, at the block's positions (start_, which the accept
@@ -755,9 +761,8 @@ void FastEngine::verify_body() {
     }
     check_cuda(cudaEventRecord(inject_event_, inject_stream_.stream()), "join the injection stream");
   };
-  target_forward(block_ids_, verify_buf_, B_, true, &inject);
+  target_forward(block_ids_, verify_buf_, B_, true, &inject, posterior_);
   if (!injected) fail("fast path: internal error: the verify forward wrote no tapped layer, so nothing was injected");
-  kernels::argmax_out(posterior_, verify_buf_.logits.narrow(0, 0, B_));
   check_cuda(cudaStreamWaitEvent(main_stream, inject_event_), "join the injection stream");
 }
 

@@ -251,12 +251,13 @@ class FastEngine {
   double inject_bytes(bool kv_rows) const;
 
   // Direct forwards for tests and benchmarks (eager, on the engine stream):
-  // target forward of ids [T] at device position *start; logits of the last `logit_rows` rows.
+  // target forward of ids [T] at device position *start; logits of the last `logit_rows` rows, and with `tokens`
+  // (int64 [logit_rows]) their argmax (head_logits).
   // taps_ready (with taps): called on the engine stream's capture or launch order right after the write of the last
   // tapped layer's rows is queued, with an event recorded behind that write.
   using TapsReady = std::function<void(cudaEvent_t)>;
   void target_forward(const at::Tensor& ids, FastBuffers& b, int64_t logit_rows, bool taps,
-                      const TapsReady* taps_ready = nullptr);
+                      const TapsReady* taps_ready = nullptr, const at::Tensor& tokens = {});
   FastBuffers make_target_buffers(int64_t rows, int64_t logit_rows, bool taps, int splits) const;
   FastBuffers& verify_buffers() { return verify_buf_; }
   FastBuffers& decode_buffers() { return decode_buf_; }
@@ -370,8 +371,11 @@ class FastEngine {
                   const at::Tensor& pos, bool causal, const at::Tensor& final_norm, const std::vector<int64_t>& taps,
                   const TapsReady* taps_ready = nullptr);
   // logits [rows, V] = LM head of the last `rows` of a T-row forward by run_layers: from the final-normed
-  // h, or, for a fused one-row forward, from x with the final norm as the GEMV's prologue.
-  void head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm, double eps);
+  // h, or, for a fused one-row forward, from x with the final norm as the GEMV's prologue. With `tokens` (int64
+  // [rows]), also their argmax: in the multi-row head's own launch where the wgmma kernel takes it
+  // (kernels::wg16_head_argmax_takes), else by argmax_out after it.
+  void head_logits(const at::Tensor& logits, FastBuffers& b, int64_t T, const at::Tensor& final_norm, double eps,
+                   const at::Tensor& tokens = {});
   // The draft's context injection of features' rows at positions *pos..: fc into raw, its norm into ctx, then every draft
   // layer's K/V rows into kv and its caches. kv [T, L * kv_rows]: one product and one launch (draft_kv_weight_);
   // kv [T, kv_rows]: a layer at a time.

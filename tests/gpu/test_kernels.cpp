@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -2015,6 +2017,197 @@ TEST_F(Kernels, Wg16LinearNormMatchesReference) {
   kernels::wg16_switch().set(false);
   EXPECT_FALSE(kernels::wg16_linear_norm_takes(y, x, w));
   kernels::wg16_switch().restore(saved);
+}
+
+// The multi-row LM head with its fused argmax (kernels::wg16_head_argmax_out, Wg16Args::argmax) against its twin: the
+// logits near at::linear, and the tokens exactly argmax(-1) of the logits it wrote (NaN below -inf) and
+// argmax_out's. At the Qwen3-4B and 8B heads (151936 rows in 132 blocks of 18 tiles) with M = 16, the draft's 15 rows
+// into a view of the block's ids, and 2; two rows of W equal and larger than the rest at the same place of tiles in
+// different blocks (the lowest index must win), two in one thread's rows (g, g + 8) and two in different warps; a token
+// of zeros (every logit 0: index 0), one with a NaN (a row of NaN only: 0) and one with an inf (+-inf logits), also at
+// 1001 rows. Small shapes with a last tile past N and forced plans (several tiles a block, the last block short); run twice (the same
+// bits: the merge counter is left zero); the arguments it refuses; and the routing rule.
+TEST_F(Kernels, Wg16HeadArgmaxMatchesTwin) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  auto twin = [](const at::Tensor& l) {  // NaN below -inf, -inf below every finite value
+    return at::nan_to_num(l.to(at::kDouble), -INFINITY, INFINITY, -std::numeric_limits<double>::max()).argmax(-1);
+  };
+  // per-block bests and a counter for the forced plans (the ATen entry takes its stream's scratch)
+  at::Tensor values = at::empty({4096 * 16}, bf16().dtype(at::kFloat)), indices = at::empty({4096 * 16}, i32());
+  at::Tensor counter = at::zeros({1}, i32());
+  auto check = [&](int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced,
+                   const std::vector<std::pair<int64_t, int64_t>>& ties) {
+    at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05;
+    const at::Tensor big = x.sum(0) * 0.5;  // x_t . big ~ 0.5 |x_t|^2: far above every random row
+    for (auto [lo, hi] : ties) {
+      w[lo].copy_(big);
+      w[hi].copy_(big);
+    }
+    if (N > 1000) {  // special tokens (the heads' shapes and the 1001-row one)
+      x[3].zero_();
+      x[4][K / 2] = NAN;
+      x[5][7] = INFINITY;
+    }
+    at::Tensor ids = at::empty({17}, i64());
+    for (int64_t M : Ms) {
+      ids.fill_(-1);
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << (forced ? " forced plan" : ""));
+      at::Tensor xm = x.narrow(0, 16 - M, M);  // the last M rows, as the draft's head reads h[1..16)
+      at::Tensor logits = at::full({M, N}, NAN, bf16());
+      at::Tensor tokens = ids.narrow(0, 1, M);  // a view at an offset, as block_ids[1..]
+      auto run = [&] {
+        if (forced == nullptr) {
+          kernels::wg16_head_argmax_out(logits, tokens, xm, w);
+          return;
+        }
+        kernels::Wg16Args a = wg16_forced_args(w, xm, logits, *forced);
+        a.argmax = tokens.data_ptr<int64_t>();
+        a.argmax_values = values.data_ptr<float>();
+        a.argmax_indices = indices.data_ptr<int>();
+        a.argmax_counter = reinterpret_cast<unsigned*>(counter.data_ptr<int>());
+        ASSERT_EQ(kernels::gemm_wg16(a, st), cudaSuccess);
+      };
+      run();
+      const at::Tensor ref = at::linear(xm, w);
+      const at::Tensor finite = at::isfinite(ref.to(at::kFloat)).all(1).nonzero().squeeze(1);  // not the inf/NaN tokens
+      EXPECT_LT(rel_err(logits.index_select(0, finite), ref.index_select(0, finite)), 1e-2) << "vs at::linear";
+      EXPECT_TRUE(at::equal(at::isnan(logits), at::isnan(ref))) << "NaN where at::linear has none, or the reverse";
+      const at::Tensor want = twin(logits);
+      EXPECT_TRUE(at::equal(tokens, want)) << tokens << want;
+      at::Tensor separate = at::full({M}, -1, i64());
+      kernels::argmax_out(separate, logits);
+      EXPECT_TRUE(at::equal(tokens, separate)) << "not argmax_out's tokens";
+      EXPECT_EQ(ids[0].item<int64_t>(), -1) << "wrote before tokens";
+      if (M < 16) {
+        EXPECT_EQ(ids[1 + M].item<int64_t>(), -1) << "wrote past tokens";
+      }
+      if (!ties.empty()) {  // every tied row holds the same values: each token without a special value takes the lowest
+        int64_t lowest = N;
+        for (auto [lo, hi] : ties) lowest = std::min(lowest, lo);
+        const at::Tensor t = tokens.cpu();
+        for (int64_t r = 0; r < M; ++r) {
+          const int64_t tok = 16 - M + r;
+          if (N > 1000 && tok >= 3 && tok <= 5) continue;
+          EXPECT_EQ(t[r].item<int64_t>(), lowest) << "token " << tok << " of the tied rows";
+        }
+      }
+      if (N > 1000 && M == 16) {
+        EXPECT_EQ(tokens[3].item<int64_t>(), 0) << "a token of zeros: every logit 0, index 0";
+        EXPECT_EQ(tokens[4].item<int64_t>(), 0) << "a token with a NaN: a row of NaN only";
+      }
+      const at::Tensor first_logits = logits.clone(), first_tokens = tokens.clone();
+      logits.fill_(NAN);
+      tokens.fill_(-1);
+      run();
+      EXPECT_TRUE(at::equal(logits.nan_to_num(0), first_logits.nan_to_num(0))) << "a second run's logits differ";
+      EXPECT_TRUE(at::equal(tokens, first_tokens)) << "a second run's tokens differ";
+    }
+  };
+  // the lowest of all tied rows: 77 (in block 0) with 96077 (tile 1501, block 83, the same row of its tile); then in
+  // one thread (rows 1029 = tile 16 row 5 and 1037 = row 13) and across warps (2061 and 2077); all the same values
+  check(151936, 2560, {16, 15, 2}, nullptr, {{77, 96077}, {1029, 1037}, {2061, 2077}});
+  check(151936, 4096, {16}, nullptr, {{1029, 1037}, {77, 96077}});
+  check(1001, 136, {16, 9}, nullptr, {{3, 997}});     // the last tile partly past N
+  for (int tpb : {2, 3}) {                            // 200 rows: 4 tiles, the last block short
+    const kernels::Wg16Plan p{1, 3, 2, tpb};
+    check(200, 64 * 6, {16, 5}, &p, {{130, 199}});
+  }
+  check(200, 64 * 6, {16}, nullptr, {});  // no ties: the random maxima
+  // refused: K splits, a residual, row_norm, the SwiGLU form, a missing buffer; a refused launch writes nothing
+  at::Tensor x = at::randn({4, 128}, bf16()), w = at::randn({64, 128}, bf16()), y = at::full({4, 64}, NAN, bf16());
+  at::Tensor t = at::full({4}, -1, i64());
+  kernels::Wg16Args a = wg16_forced_args(w, x, y, {1, 2, 1});
+  a.argmax = t.data_ptr<int64_t>();
+  a.argmax_values = values.data_ptr<float>();
+  a.argmax_indices = indices.data_ptr<int>();
+  a.argmax_counter = reinterpret_cast<unsigned*>(counter.data_ptr<int>());
+  kernels::Wg16Args split = a, residual = a, norm = a, swiglu = a, no_counter = a;
+  split.plan = {2, 2, 1};
+  residual.R = residual.Y;
+  residual.ldr = 64;
+  norm.row_norm = true;
+  swiglu.silu_mul = true;
+  no_counter.argmax_counter = nullptr;
+  for (const kernels::Wg16Args* refused : {&split, &residual, &norm, &swiglu, &no_counter})
+    EXPECT_EQ(kernels::gemm_wg16(*refused, st), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  EXPECT_TRUE(at::isnan(y).all().item<bool>()) << "a refused launch wrote";
+  EXPECT_TRUE(at::equal(t, at::full({4}, -1, i64()))) << "a refused launch wrote tokens";
+  EXPECT_THROW(kernels::wg16_head_argmax_out(y, t.narrow(0, 0, 3), x, w), std::exception);  // 3 tokens for 4 rows
+  EXPECT_THROW(kernels::wg16_head_argmax_out(y, t.to(at::kInt), x, w), std::exception);
+  // the routing rule: the wgmma switch and SPECPRESS_WG16_HEAD_ARGMAX on, 2..16 rows
+  const int saved = kernels::wg16_switch().saved(), saved_head = kernels::wg16_head_argmax_switch().saved();
+  kernels::wg16_switch().set(true);
+  kernels::wg16_head_argmax_switch().set(true);
+  const bool by_cublas = kernels::multirow_by_cublas();
+  EXPECT_EQ(kernels::wg16_head_argmax_takes(y, t, x, w), by_cublas);
+  EXPECT_FALSE(kernels::wg16_head_argmax_takes(y.narrow(0, 0, 1), t.narrow(0, 0, 1), x.narrow(0, 0, 1), w));
+  kernels::wg16_head_argmax_switch().set(false);
+  EXPECT_FALSE(kernels::wg16_head_argmax_takes(y, t, x, w));
+  kernels::wg16_head_argmax_switch().set(true);
+  kernels::wg16_switch().set(false);
+  EXPECT_FALSE(kernels::wg16_head_argmax_takes(y, t, x, w));
+  kernels::wg16_switch().restore(saved);
+  kernels::wg16_head_argmax_switch().restore(saved_head);
+}
+
+// Products on two streams at once keep apart: their K-split partials and counters are their stream's (the fast
+// engine's draft injection runs its fc product, split 3 ways at Qwen3-4B, on its own stream beside the verify forward's
+// o and down products, also split 3 ways over the same 40 tiles). Two streams each queue 64 products of the Qwen3-4B o
+// shape (3 K splits) with inputs of their own, twice over; every result must be bitwise the one the same product gives
+// alone on one stream.
+TEST_F(Kernels, Wg16ProductsOnTwoStreamsKeepTheirScratch) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int64_t N = 2560, K = 4096, n = 64;
+  ASSERT_GT(kernels::wg16_plan(static_cast<int>(N), static_cast<int>(K), sms).splits, 1) << "no K split to share";
+  at::Tensor w = at::randn({N, K}, bf16()) * 0.05;
+  at::Tensor x[2] = {at::randn({n, 16, K}, bf16()), at::randn({n, 16, K}, bf16())};
+  at::Tensor alone[2] = {at::empty({n, 16, N}, bf16()), at::empty({n, 16, N}, bf16())};
+  for (int s = 0; s < 2; ++s)
+    for (int64_t i = 0; i < n; ++i) kernels::wg16_linear_out(alone[s][i], x[s][i], w, false);
+  c10::cuda::CUDAStream streams[2] = {c10::cuda::getStreamFromPool(), c10::cuda::getStreamFromPool()};
+  at::cuda::CUDAEvent ready;
+  for (int round = 0; round < 2; ++round) {
+    at::Tensor together[2] = {at::full({n, 16, N}, NAN, bf16()), at::full({n, 16, N}, NAN, bf16())};
+    ready.record(at::cuda::getCurrentCUDAStream());
+    for (auto& s : streams) ready.block(s);
+    for (int64_t i = 0; i < n; ++i)  // interleaved queueing: both streams have work from the start
+      for (int s = 0; s < 2; ++s) {
+        c10::cuda::CUDAStreamGuard guard(streams[s]);
+        kernels::wg16_linear_out(together[s][i], x[s][i], w, false);
+      }
+    for (auto& s : streams) s.synchronize();
+    for (int s = 0; s < 2; ++s) {
+      const at::Tensor same = (together[s] == alone[s]).all(2).all(1).cpu();
+      EXPECT_TRUE(same.all().item<bool>()) << "round " << round << ", stream " << s << ": "
+                                           << (~same).sum().item<int64_t>() << " of " << n << " products differ";
+    }
+  }
+  // For the record, not asserted (it depends on timing): the same launches sharing one scratch across the streams,
+  // as the products did before each stream had its own.
+  at::Tensor shared[2] = {at::full({n, 16, N}, NAN, bf16()), at::full({n, 16, N}, NAN, bf16())};
+  const kernels::Wg16Plan plan = kernels::wg16_plan(static_cast<int>(N), static_cast<int>(K), sms);
+  ready.record(at::cuda::getCurrentCUDAStream());
+  for (auto& s : streams) ready.block(s);
+  for (int64_t i = 0; i < n; ++i)
+    for (int s = 0; s < 2; ++s) {
+      at::Tensor xi = x[s][i], yi = shared[s][i];
+      ASSERT_EQ(kernels::gemm_wg16(wg16_forced_args(w, xi, yi, plan), streams[s].stream()), cudaSuccess);
+    }
+  for (auto& s : streams) s.synchronize();
+  int64_t differ = 0;
+  for (int s = 0; s < 2; ++s) differ += (~(shared[s] == alone[s]).all(2).all(1)).sum().item<int64_t>();
+  std::printf("  with one scratch shared by both streams: %lld of %lld products differ from their result alone\n",
+              static_cast<long long>(differ), static_cast<long long>(2 * n));
+  // the counters the shared launches may have left set
+  ASSERT_EQ(cudaMemset(wg16_test_scratch().counters, 0, sizeof(unsigned) * 64), cudaSuccess);
 }
 
 // linear_out in the stream modes: kStream keeps one-row products (and the fused gate/up and o/down
