@@ -961,8 +961,8 @@ int main(int argc, char** argv) {
                   "capture by timing (SPECPRESS_WG16_AUTO): %s, the o products' ring on it (SPECPRESS_WG16_O_RING_KB): %d KB, "
                   "its products letting the next kernel launch (SPECPRESS_WG16_TRIGGER_EARLY): %s, its qkv products "
                   "computing their norm's row factors (SPECPRESS_WG16_QKV_NORM): %s, its folded gate/up products' ring "
-                  "stages held until their wait (SPECPRESS_WG16_SILU_HOLD): %d; the table's verify and draft graphs: "
-                  "%s\n",
+                  "stages held until their wait (SPECPRESS_WG16_SILU_HOLD): %d, the LM heads with their argmax on it "
+                  "(SPECPRESS_WG16_HEAD_ARGMAX): %s; the table's verify and draft graphs: %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
                   model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
@@ -975,6 +975,7 @@ int main(int argc, char** argv) {
                       : "off",
                   model::o_ring_kb(), kernels::wg16_trigger_early() ? "as they start" : "once their loads are issued",
                   model::qkv_norm_in_product() ? "on" : "off", kernels::wg16_silu_hold(),
+                  kernels::wg16_head_argmax_switch().on() ? "on" : "off",
                   fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
@@ -1049,6 +1050,7 @@ int main(int argc, char** argv) {
               {"wg16_trigger_early", kernels::wg16_trigger_early()},
               {"wg16_qkv_norm", model::qkv_norm_in_product()},
               {"wg16_silu_hold", kernels::wg16_silu_hold()},
+              {"wg16_head_argmax", kernels::wg16_head_argmax_switch().on()},
               {"multirow_auto", {{"chose", fb->multirow_ms[0] > 0}, {"cublaslt_ms", fb->multirow_ms[0]},
                                  {"wgmma_ms", fb->multirow_ms[1]}, {"wgmma", fb->multirow_wgmma}}},
               {"decode_mlp", {{"chose", fb->decode_mlp_ms[0] > 0}, {"two_gemvs_ms", fb->decode_mlp_ms[0]},
