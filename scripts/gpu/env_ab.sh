@@ -11,6 +11,8 @@
 #        followed by VAR= stays in the value. Example:
 #        SETTINGS='main;stage1:SPECPRESS_GEMV_STAGE=1;stage2:SPECPRESS_GEMV_STAGE=2;sa:SPECPRESS_LC_SKIP=silu_mul,argmax'
 #      SHAPES (4B,8B), CONTEXT (fast_perf's --context; unset: its 512), ROUNDS (2), REF_ITERS (1),
+#      SPLIT (0; 1: fast_perf --split 1, so each run also times the split of the steps, the draft's context
+#        injection in the draft graph, and prints its line; a BASE revision without the flag runs without it),
 #      TESTS (1: run test_gpu under each setting with variables),
 #      GTEST_FILTER (Kernels.*:FastPathGolden.*), FAST_PERF / TEST_GPU (binaries; set both with SKIP_BUILD=1 to
 #      use existing ones), BASE (a label: also build fast_perf from .ab-base/, made here by
@@ -102,6 +104,10 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     modes=(--modes default)  # a BASE revision older than fast_perf's --modes flag runs every mode
     [ "$label" = "$base" ] && [ -f .ab-base/bench/fast_perf.cpp ] && ! grep -q -- '"--modes"' .ab-base/bench/fast_perf.cpp &&
       modes=()
+    if [ "${SPLIT:-0}" = 1 ] && [ ${#modes[@]} -gt 0 ] && { [ "$label" != "$base" ] ||
+      grep -q -- '"--split"' .ab-base/bench/fast_perf.cpp 2>/dev/null; }; then
+      modes+=(--split 1)
+    fi
     if ! env ${vars[$label]} "${binary[$label]}" --shapes "${SHAPES:-4B,8B}" "${modes[@]}" --ref-iters "${REF_ITERS:-1}" \
       ${CONTEXT:+--context "$CONTEXT"} --json "$log.json" >"$log.log" 2>&1; then
       echo "fast_perf failed under $label:"
@@ -110,8 +116,10 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
       continue
     fi
     # the table's rows, and which products the capture-time choice kept (SPECPRESS_WG16_AUTO), in a short form
-    grep -E '^device|^decode \(|^verify|^draft|^DFlash|^GEMV: M=1|multi-row products chosen at capture' "$log.log" |
+    grep -E "^device|^decode \(|^verify|^draft|^DFlash|^GEMV: M=1|multi-row products chosen at capture|^the issue's split" \
+      "$log.log" |
       sed -E 's/^(Qwen3-[^:]*): multi-row products chosen at capture.* replay ([0-9.]+) ms with cuBLASLt, ([0-9.]+) ms with the wgmma kernel.*: kept (.*)$/\1 capture-time choice: replay cuBLASLt \2 ms, wgmma \3 ms: kept \4/' |
+      sed -E "s/^the issue's split of the steps .* ms: decode ([0-9.]+), verify \(the target's own forward\) ([0-9.]+) \(([0-9.]+)x decode[^)]*\), draft ([0-9.]+) \(([0-9.]+)x\), cycle ([0-9.]+) \(([0-9.]+)x[^)]*\)$/issue's split: decode \1, verify \2 (\3x), draft \4, cycle \6 (\7x)/" |
       cut -c1-110
   done
 done
