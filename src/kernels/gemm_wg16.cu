@@ -43,7 +43,7 @@ struct KernelArgs {
 };
 // The fused argmax's buffers (Wg16Args::argmax), a kernel parameter of their own: with these four pointers appended
 // to KernelArgs instead, every instance read its parameters through a generic address (the PTX of the products without
-// the argmax changed too) and the Qwen3-4B verify step took 65 us longer (docs/PERF.md, forty-ninth pass).
+// the argmax changed too) and the Qwen3-4B verify step took about 60 us longer (docs/PERF.md, forty-ninth pass).
 struct ArgmaxArgs {
   int64_t* tokens;
   float* values;
