@@ -3,7 +3,8 @@
 // all in the TMA's 128-byte swizzle, which is the K-major layout a wgmma descriptor with 128-byte swizzling names:
 // 8-row groups of 1024 bytes (the stride byte offset), a k16 slice 32 bytes further into each 128-byte row.
 // full[s] completes when a stage's bytes have landed (the producer's expect_tx), empty[s] when the 4 consumer warps
-// have finished the wgmma that read it (one arrival a warp).
+// have finished the wgmma that read it (one arrival a warp). A consumer thread keeps kChains accumulators, so that a
+// stage's wgmma are not one chain of dependent products.
 #include <cuda.h>  // CUtensorMap and its enums (the encoder is reached through the runtime: no libcuda link)
 
 #include <algorithm>
@@ -22,6 +23,10 @@ constexpr int kWBox = kWg16Rows * kWg16Chunk * 2;   // 8 KB
 constexpr int kXBox = kWg16MaxT * kWg16Chunk * 2;   // 2 KB
 constexpr int kThreads = 160;                       // 4 consumer warps + the producer
 constexpr int kTileFloats = kWg16Rows * kWg16MaxT;  // one tile's partial (1024 floats)
+// Independent wgmma accumulators a consumer thread keeps: a stage's wgmma go to them in turn, so that they are not
+// one chain of dependent products. Against one chain: 4B verify 30-36 us shorter, 8B 26-28; 8 chains as 4, 16 slower
+// (docs/PERF.md, fifty-first pass).
+constexpr int kChains = 4;
 // when a block lets the next kernel launch under PDL (KernelArgs::trigger): at its exit (none), once its producer has
 // issued every load, or as the producer starts
 constexpr int kTriggerNone = 0, kTriggerAfterLoads = 1, kTriggerAtStart = 2;
@@ -286,9 +291,12 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       else
         res[e] = a.R != nullptr && row < a.N && tok < a.T ? to_f(a.R[tok * a.ldr + row]) : 0.f;
     }
-    float d[8];
+    // kChains accumulators, wgmma j of a stage into chain j % kChains, added at the tile's end
+    float d[8], chain[kChains][8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) d[j] = 0.f;
+    for (int q = 0; q < kChains; ++q)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) chain[q][j] = 0.f;
     for (int i = 0; i < n; ++i) {
       const int gs = t * n + i, s = gs % a.stages;
       mbar_wait(&full[s], (gs / a.stages) & 1);
@@ -299,7 +307,8 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       for (int b = 0; b < KB; ++b) {
         const uint64_t wd = smem_desc(st + b * kWBox), xd = smem_desc(st + KB * kWBox + b * kXBox);
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_m64n16k16(d, wd + 2 * kk, xd + 2 * kk, 1);  // +32 bytes a k16 slice
+        for (int kk = 0; kk < 4; ++kk)  // +32 bytes a k16 slice
+          wgmma_m64n16k16(chain[(4 * b + kk) % kChains], wd + 2 * kk, xd + 2 * kk, 1);
       }
       wgmma_commit();
       if (a.row_norm && t == 0) {  // while the wgmma run (both only read the stage)
@@ -332,6 +341,9 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       }
     }
     wgmma_wait_all();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) d[j] = (chain[0][j] + chain[1][j]) + (chain[2][j] + chain[3][j]);
+    static_assert(kChains == 4, "the chains' sum above adds four");
     if (t == nt - 1 && tid == 0) stamp<TRACE>(a.trace, kWg16TraceConsumed);
     if (a.splits > 1) {
       float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its partials
