@@ -18,17 +18,22 @@ __device__ __forceinline__ bool replaces(float f, float bv, int bi) { return f >
 // value, or an equal one at a lower index (a set with no index carries -inf and kNoIndex, and so loses every tie).
 __device__ __forceinline__ bool beats(float ov, int oi, float bv, int bi) { return ov > bv || (ov == bv && oi < bi); }
 
-// Warp-wide (max value, lowest index among equals) into every lane.
-__device__ __forceinline__ void warp_argmax(float& bv, int& bi) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (beats(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
+// (bv, bi) becomes (ov, oi) where that beats it.
+__device__ __forceinline__ void keep_best(float ov, int oi, float& bv, int& bi) {
+  if (beats(ov, oi, bv, bi)) {
+    bv = ov;
+    bi = oi;
   }
 }
+
+// The first maximum over the lanes that differ from this one in the bits of Offsets (xor shuffles, in the order
+// given), into each of them; every lane of the warp takes part.
+template <int... Offsets>
+__device__ __forceinline__ void lanes_argmax(float& bv, int& bi) {
+  (keep_best(__shfl_xor_sync(0xffffffffu, bv, Offsets), __shfl_xor_sync(0xffffffffu, bi, Offsets), bv, bi), ...);
+}
+
+// Warp-wide (max value, lowest index among equals) into every lane.
+__device__ __forceinline__ void warp_argmax(float& bv, int& bi) { lanes_argmax<16, 8, 4, 2, 1>(bv, bi); }
 
 }  // namespace specpress::kernels::detail

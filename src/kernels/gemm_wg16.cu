@@ -122,15 +122,7 @@ __device__ __forceinline__ void argmax_epilogue(int64_t* argmax, float* values, 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-#pragma unroll
-    for (int o = 4; o < 32; o <<= 1) {  // the lanes of one lane % 4 hold the same tokens' other rows
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v[q], o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i[q], o);
-      if (beats(ov, oi, best_v[q], best_i[q])) {
-        best_v[q] = ov;
-        best_i[q] = oi;
-      }
-    }
+    lanes_argmax<4, 8, 16>(best_v[q], best_i[q]);  // the lanes of one lane % 4 hold the same tokens' other rows
     if (lane < 4) {
       const int tok = 8 * (q >> 1) + 2 * lane + (q & 1);
       warp_v[warp][tok] = best_v[q];
@@ -142,11 +134,7 @@ __device__ __forceinline__ void argmax_epilogue(int64_t* argmax, float* values, 
     float v = warp_v[0][tid];
     int i = warp_i[0][tid];
 #pragma unroll
-    for (int w = 1; w < 4; ++w)
-      if (beats(warp_v[w][tid], warp_i[w][tid], v, i)) {
-        v = warp_v[w][tid];
-        i = warp_i[w][tid];
-      }
+    for (int w = 1; w < 4; ++w) keep_best(warp_v[w][tid], warp_i[w][tid], v, i);
     values[blockIdx.x * kWg16MaxT + tid] = v;
     indices[blockIdx.x * kWg16MaxT + tid] = i;
     __threadfence();
@@ -164,23 +152,9 @@ __device__ __forceinline__ void argmax_epilogue(int64_t* argmax, float* values, 
   const int tok = tid >> 3, part = tid & 7;
   float v = -INFINITY;
   int i = kNoIndex;
-  for (int b = part; b < static_cast<int>(gridDim.x); b += 8) {
-    const float ov = __ldcg(values + b * kWg16MaxT + tok);
-    const int oi = __ldcg(indices + b * kWg16MaxT + tok);
-    if (beats(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-    }
-  }
-#pragma unroll
-  for (int o = 1; o < 8; o <<= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (beats(ov, oi, v, i)) {
-      v = ov;
-      i = oi;
-    }
-  }
+  for (int b = part; b < static_cast<int>(gridDim.x); b += 8)
+    keep_best(__ldcg(values + b * kWg16MaxT + tok), __ldcg(indices + b * kWg16MaxT + tok), v, i);
+  lanes_argmax<1, 2, 4>(v, i);
   if (part == 0 && tok < T) argmax[tok] = i == kNoIndex ? 0 : i;  // a row of NaN only: 0, as argmax_rows
 }
 #endif
