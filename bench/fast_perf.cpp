@@ -44,8 +44,9 @@
 // --modes default): the decode step as the persistent kernel (SPECPRESS_DECODE_PERSISTENT) stamping its timeline
 // (kernels::DecodeLayersArgs::trace); the last timed step's is written to FILE.<shape>.csv, a row a (block, op)
 // with the eight fields in ns or clock64 cycles (scripts/gpu/persistent_trace.py summarises it). --wg16-trace FILE
-// (with --modes default): the verify and draft steps' o products on the wgmma kernel stamp their blocks' timeline
-// (kernels::Wg16TraceScope); the last timed replay of each is written to FILE.<shape>.csv and summarised per layer.
+// (with --modes default): the verify and draft steps' o products on the wgmma kernel, and their gate/up products in
+// its SwiGLU form, stamp their blocks' timeline (kernels::Wg16TraceScope); the last timed replay of each is written
+// to FILE.<shape>.csv and summarised per layer.
 // --decode-trace FILE (with --modes default): the decode step's GEMVs, attention and fused MLP (under
 // SPECPRESS_GEMV_MLP=1; else the MLP is pinned to the two GEMVs) stamp their blocks' timeline
 // (kernels::StepTraceScope, kernels/step_trace.h); the last timed replay is written to FILE.<shape>.csv, a row a block
@@ -345,79 +346,118 @@ void write_decode_trace(const at::Tensor& stamps, const std::string& path) {
               "cost)\n", path.c_str(), ran.size(), static_cast<long long>(rows));
 }
 
-// The o products' wgmma timeline (--wg16-trace; kernels::Wg16TraceLaunch, Wg16Args::trace) from one stamp read: the
-// launches that ran since the previous read (their blocks' Start set), in launch order, one a layer. Appends a CSV
-// row a block to `csv` (step, layer, block, sm, last, then each stamp in µs after the layer's earliest wait release)
-// and prints, as medians over the layers, each stamp's earliest, median and latest block on that scale; with K splits
-// also the split sum's tail: each tile's last block (the one that adds the splits' partials), arrival to end.
+// The multi-row layers' wgmma timeline (--wg16-trace; kernels::Wg16TraceLaunch, Wg16Args::trace) from one stamp read:
+// the launches that ran since the previous read (their blocks' Start set), in launch order: each layer's o product,
+// then its gate/up product where the wgmma kernel's SwiGLU form ran it. Each layer's stamps are in µs after its o
+// product's earliest wait release (the attention's end, as that product sees it), so that the gate/up blocks' start
+// and first stage read against the o blocks' ends. Appends a CSV row a block to `csv` (step, product, layer, block,
+// sm, last, then each stamp) and prints, as medians over the layers, each stamp's earliest, median and latest block;
+// for the o products also the K-split sum's tail (each tile's last block, the one that adds the splits' partials,
+// arrival to end), and for the gate/up products how many blocks started before the o product's latest end.
 void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const std::string& shape, std::ofstream& csv) {
   using namespace kernels;
   const int64_t* v = stamps.data_ptr<int64_t>();
   const char* names[] = {"start", "waited", "first_stage", "consumed", "arrived", "end"};
-  std::vector<std::array<std::vector<double>, 3>> per_field(6);  // [field][min, median, max] over the layers
-  std::vector<double> early_blocks, sm_shared, sum_tail;  // sum_tail: last blocks' end - arrived, us, every layer
-  int layers = 0;
-  const Wg16TraceLaunch* shown = nullptr;
+  struct Product {  // one product's rows over the layers
+    std::vector<std::array<std::vector<double>, 3>> per_field = std::vector<std::array<std::vector<double>, 3>>(6);
+    std::vector<double> early_blocks, sm_shared;  // a layer: blocks started before the reference, SMs with two blocks
+    const Wg16TraceLaunch* shown = nullptr;
+    int layers = 0;
+  } o, gate_up;
+  std::vector<double> sum_tail;        // the o products' last blocks, end - arrived, us, every layer
+  std::vector<double> o_latest_end;    // a layer: the o product's latest block end, us
+  std::vector<double> before_o_end;    // a layer: gate/up blocks started before that
+  int64_t ref = 0;                     // the current layer's o product's earliest wait release, ns
+  bool have_ref = false;
   for (const Wg16TraceLaunch& l : wg16_trace_launches()) {
     const int64_t* row0 = v + l.offset;
     if (row0[kWg16TraceStart] == 0) continue;  // not run since the last read
-    shown = &l;
-    int64_t ref = INT64_MAX;
-    for (int b = 0; b < l.blocks; ++b) ref = std::min(ref, row0[b * kWg16TraceFields + kWg16TraceWaited]);
+    Product& p = l.silu_mul ? gate_up : o;
+    const bool after_o = l.silu_mul && have_ref;  // a gate/up product on its layer's o product's scale
+    if (!after_o) {  // an o product, or a gate/up product without one before it: its own release
+      ref = INT64_MAX;
+      for (int b = 0; b < l.blocks; ++b) ref = std::min(ref, row0[b * kWg16TraceFields + kWg16TraceWaited]);
+      have_ref = true;
+    }
+    auto us_of = [&](int64_t t) { return static_cast<double>(t - ref) / 1000.0; };
+    p.shown = &l;
     std::set<int64_t> sms;
     int early = 0;
     for (int f = 0; f < 6; ++f) {
       std::vector<double> us;
       for (int b = 0; b < l.blocks; ++b) {
         const int64_t t = row0[b * kWg16TraceFields + f];
-        if (t != 0) us.push_back(static_cast<double>(t - ref) / 1000.0);
+        if (t != 0) us.push_back(us_of(t));
       }
       if (us.empty()) continue;
       std::sort(us.begin(), us.end());
-      per_field[f][0].push_back(us.front());
-      per_field[f][1].push_back(us[us.size() / 2]);
-      per_field[f][2].push_back(us.back());
+      p.per_field[f][0].push_back(us.front());
+      p.per_field[f][1].push_back(us[us.size() / 2]);
+      p.per_field[f][2].push_back(us.back());
+      if (!l.silu_mul && f == kWg16TraceEnd) o_latest_end.push_back(us.back());
     }
+    int before_end = 0;
+    const int layer = l.silu_mul ? std::max(0, o.layers - 1) : o.layers;
     for (int b = 0; b < l.blocks; ++b) {
       const int64_t* r = row0 + b * kWg16TraceFields;
       early += r[kWg16TraceStart] < ref;
+      if (after_o && !o_latest_end.empty() && us_of(r[kWg16TraceStart]) < o_latest_end.back()) ++before_end;
       sms.insert(r[kWg16TraceSm]);
       if (r[kWg16TraceLast] == 1 && r[kWg16TraceArrived] != 0 && r[kWg16TraceEnd] != 0)
         sum_tail.push_back(static_cast<double>(r[kWg16TraceEnd] - r[kWg16TraceArrived]) / 1000.0);
-      csv << step << ',' << layers << ',' << b << ',' << r[kWg16TraceSm] << ',' << r[kWg16TraceLast];
-      for (int f = 0; f < 6; ++f)
-        csv << ',' << (r[f] == 0 ? std::string() : fmt::format("{:.3f}", static_cast<double>(r[f] - ref) / 1000.0));
+      csv << step << ',' << (l.silu_mul ? "gate_up" : "o") << ',' << layer << ',' << b << ',' << r[kWg16TraceSm]
+          << ',' << r[kWg16TraceLast];
+      for (int f = 0; f < 6; ++f) csv << ',' << (r[f] == 0 ? std::string() : fmt::format("{:.3f}", us_of(r[f])));
       csv << '\n';
     }
-    early_blocks.push_back(early);
-    sm_shared.push_back(static_cast<double>(l.blocks - static_cast<int>(sms.size())));
-    ++layers;
+    if (after_o) before_o_end.push_back(before_end);
+    if (l.silu_mul) have_ref = false;  // the next gate/up product needs its own layer's o product
+    p.early_blocks.push_back(early);
+    p.sm_shared.push_back(static_cast<double>(l.blocks - static_cast<int>(sms.size())));
+    ++p.layers;
   }
-  if (layers == 0) {
-    std::printf("%s %s: no traced wgmma o product ran (the cuBLASLt configuration, or the trace's capacity: %lld "
-                "dropped)\n", shape.c_str(), step.c_str(), static_cast<long long>(wg16_trace_dropped()));
+  if (o.layers == 0 && gate_up.layers == 0) {
+    std::printf("%s %s: no traced wgmma o or gate/up product ran (the cuBLASLt configuration, or the trace's "
+                "capacity: %lld dropped)\n", shape.c_str(), step.c_str(), static_cast<long long>(wg16_trace_dropped()));
     return;
   }
   auto median = [](std::vector<double> x) {
     std::sort(x.begin(), x.end());
     return x[x.size() / 2];
   };
-  std::printf("%s %s o products, %d layers, %d blocks (%d splits, %d stages of %d chunks): us after the layer's "
-              "earliest wait release, median over the layers of [earliest / median / latest block]:",
-              shape.c_str(), step.c_str(), layers, shown->blocks, shown->splits, shown->stages, shown->kb);
-  for (int f = 0; f < 6; ++f) {
-    if (per_field[f][0].empty()) continue;
-    std::printf(" %s %.2f/%.2f/%.2f%s", names[f], median(per_field[f][0]), median(per_field[f][1]),
-                median(per_field[f][2]), f < 5 ? ";" : "");
+  auto print_fields = [&](const Product& p) {
+    for (int f = 0; f < 6; ++f) {
+      if (p.per_field[f][0].empty()) continue;
+      std::printf(" %s %.2f/%.2f/%.2f;", names[f], median(p.per_field[f][0]), median(p.per_field[f][1]),
+                  median(p.per_field[f][2]));
+    }
+  };
+  if (o.layers > 0) {
+    std::printf("%s %s o products, %d layers, %d blocks (%d splits, %d stages of %d chunks): us after the layer's "
+                "earliest wait release, median over the layers of [earliest / median / latest block]:",
+                shape.c_str(), step.c_str(), o.layers, o.shown->blocks, o.shown->splits, o.shown->stages,
+                o.shown->kb);
+    print_fields(o);
+    std::printf(" blocks started before the release %.0f; blocks sharing an SM with another %.0f\n",
+                median(o.early_blocks), median(o.sm_shared));
   }
-  std::printf(" blocks started before the release %.0f; blocks sharing an SM with another %.0f\n",
-              median(early_blocks), median(sm_shared));
   if (!sum_tail.empty()) {
     std::sort(sum_tail.begin(), sum_tail.end());
     std::printf("%s %s o products' K-split sum: a tile's last block from its arrival to its end, us: median %.2f, "
                 "90th percentile %.2f, max %.2f over %zu tiles (fiftieth pass, 4B verify: 1.54 / 2.43 / 3.68)\n",
                 shape.c_str(), step.c_str(), sum_tail[sum_tail.size() / 2], sum_tail[sum_tail.size() * 9 / 10],
                 sum_tail.back(), sum_tail.size());
+  }
+  if (gate_up.layers > 0) {
+    std::printf("%s %s gate/up products (SwiGLU form), %d layers, %d blocks (%d tiles a block, %d stages of %d "
+                "chunks): us after the layer's o product's earliest wait release, median over the layers of [earliest "
+                "/ median / latest block]:",
+                shape.c_str(), step.c_str(), gate_up.layers, gate_up.shown->blocks, gate_up.shown->tiles_per_block,
+                gate_up.shown->stages, gate_up.shown->kb);
+    print_fields(gate_up);
+    std::printf(" blocks started before the o product's latest end (%.2f) %.0f; blocks sharing an SM with another "
+                "%.0f\n", o_latest_end.empty() ? 0.0 : median(o_latest_end),
+                before_o_end.empty() ? 0.0 : median(before_o_end), median(gate_up.sm_shared));
   }
   if (wg16_trace_dropped() > 0)
     std::printf("%s: %lld wgmma products ran without stamps (the trace buffer was full): layers are missing above\n",
@@ -514,7 +554,7 @@ int main(int argc, char** argv) {
     }
     if (!wg16_trace_path.empty()) {
       if (all_modes || !profile_mode.empty()) fail("--wg16-trace goes with --modes default and no --profile");
-      model::set_wg16_o_trace(true);
+      model::set_wg16_layer_trace(true);
     }
     if (!decode_trace_path.empty()) {
       if (all_modes || !profile_mode.empty()) fail("--decode-trace goes with --modes default and no --profile");
@@ -720,7 +760,8 @@ int main(int argc, char** argv) {
           const std::string path = wg16_trace_path + "." + s.name + ".csv";
           wg16_csv.open(path);
           if (!wg16_csv) fail("--wg16-trace: cannot write {}", path);
-          wg16_csv << "step,layer,block,sm,last,start_us,waited_us,first_stage_us,consumed_us,arrived_us,end_us\n";
+          wg16_csv << "step,product,layer,block,sm,last,start_us,waited_us,first_stage_us,consumed_us,arrived_us,"
+                      "end_us\n";
           (void)kernels::wg16_trace_take();  // zeroes: the next read shows the verify replays' stamps
         }
         f.verify = time_ms([&] { engine.verify_step(); }, 3, 7, inner);
@@ -730,8 +771,8 @@ int main(int argc, char** argv) {
           write_wg16_trace(kernels::wg16_trace_take(), "draft", s.name, wg16_csv);
           wg16_csv.close();
           if (!wg16_csv) fail("--wg16-trace: writing {}.{}.csv failed", wg16_trace_path, s.name);
-          std::printf("%s: wgmma o product timeline written to %s.%s.csv (the verify and draft times above carry the "
-                      "stamps' cost)\n", s.name.c_str(), wg16_trace_path.c_str(), s.name.c_str());
+          std::printf("%s: wgmma o and gate/up product timeline written to %s.%s.csv (the verify and draft times "
+                      "above carry the stamps' cost)\n", s.name.c_str(), wg16_trace_path.c_str(), s.name.c_str());
         }
         // a full cycle as the decoding loop runs it (decode/fast_generation.h): draft + verify + accept with its
         // record into a host slot (accept_into), with cycle k + 1 queued before cycle k's record is read

@@ -831,6 +831,8 @@ unsigned long long* wg16_trace_slot(const Wg16Args& a) {
   l.splits = a.plan.splits;
   l.stages = a.plan.stages;
   l.kb = a.plan.kb;
+  l.tiles_per_block = a.plan.tiles_per_block;
+  l.silu_mul = a.silu_mul;
   t.launches.push_back(l);
   return t.buffer.stamps + l.offset;
 }

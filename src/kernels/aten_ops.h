@@ -247,7 +247,8 @@ class Wg16RingScope {
 // again). Products past the capacity run without stamps (counted in wg16_trace_dropped).
 struct Wg16TraceLaunch {
   int64_t offset = 0;  // first stamp in the buffer
-  int blocks = 0, T = 0, N = 0, K = 0, splits = 1, stages = 0, kb = 0;
+  int blocks = 0, T = 0, N = 0, K = 0, splits = 1, stages = 0, kb = 0, tiles_per_block = 1;
+  bool silu_mul = false;  // the SwiGLU form (a gate/up product)
 };
 void wg16_trace_start(int64_t capacity);
 class Wg16TraceScope {

@@ -181,15 +181,15 @@ int o_ring_kb() {
 }
 
 namespace {
-bool& wg16_o_trace_flag() {
+bool& wg16_layer_trace_flag() {
   static bool on = false;
   return on;
 }
 }  // namespace
 
-bool wg16_o_trace() { return wg16_o_trace_flag(); }
+bool wg16_layer_trace() { return wg16_layer_trace_flag(); }
 
-void set_wg16_o_trace(bool on) { wg16_o_trace_flag() = on; }
+void set_wg16_layer_trace(bool on) { wg16_layer_trace_flag() = on; }
 
 namespace {
 bool& decode_step_trace_flag() {
@@ -611,13 +611,14 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       {
         const kernels::Wg16RingScope ring(o_ring_kb());
-        const kernels::Wg16TraceScope trace(wg16_o_trace());
+        const kernels::Wg16TraceScope trace(wg16_layer_trace());
         kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       }
       if (kernels::wg16_swiglu_takes(act, x, w.gate_up)) {
         // the product, the norm's factors and the SwiGLU in one launch: no row_rms, so nothing but the o product
         // comes before it (its ring fills while o runs, under PDL or a launch-completion edge). No down-row
         // prefetch beside it: that made verify 19-41 us slower at 4B and 45-132 at 8B (docs/PERF.md, 26th pass).
+        const kernels::Wg16TraceScope trace(wg16_layer_trace());
         kernels::wg16_silu_mul_norm_out(act, x, w.gate_up, eps);
       } else {
         side(rs_mlp, at::Tensor());
@@ -646,11 +647,12 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     {
       const kernels::Wg16RingScope ring(o_ring_kb());
-      const kernels::Wg16TraceScope trace(wg16_o_trace());
+      const kernels::Wg16TraceScope trace(wg16_layer_trace());
       kernels::linear_out(o, attn, w.o_proj);
     }
     kernels::rmsnorm_out(h, o, w.post_norm, eps, x, x);  // x += attention; h = post-attention norm
     if (kernels::wg16_swiglu_takes(act, h, w.gate_up)) {  // the product and the SwiGLU in one launch (no prefetch)
+      const kernels::Wg16TraceScope trace(wg16_layer_trace());
       kernels::linear_silu_mul_out(act, gu, h, w.gate_up);
     } else {
       // linear_silu_mul_out's form here (no fused one-row GEMV past the branch above), split for the prefetch

@@ -101,11 +101,12 @@ int l2_prefetch_down_percent();
 // the attention runs; at 200 (4 stages, 165 KB) it waits for the attention's blocks to leave. Qwen3-4B verify
 // 2.993 -> 2.955 ms on the H200; no change where cuBLASLt runs the products (docs/PERF.md, twenty-ninth pass).
 int o_ring_kb();
-// Diagnostic (fast_perf --wg16-trace): the multi-row o products run under kernels::Wg16TraceScope, so that, after
-// kernels::wg16_trace_start, each stamps its blocks' timeline (Wg16Args::trace). Off by default; read where the
-// products are issued (set it before an engine captures its graphs).
-bool wg16_o_trace();
-void set_wg16_o_trace(bool on);
+// Diagnostic (fast_perf --wg16-trace): the multi-row layers' o products, and their gate/up products where the wgmma
+// kernel's SwiGLU form runs them, run under kernels::Wg16TraceScope, so that, after kernels::wg16_trace_start, each
+// stamps its blocks' timeline (Wg16Args::trace). Off by default; read where the products are issued (set it before an
+// engine captures its graphs).
+bool wg16_layer_trace();
+void set_wg16_layer_trace(bool on);
 // Diagnostic (fast_perf --decode-trace): the one-row decode layers' GEMVs and attention are captured under
 // kernels::StepTraceScope, so that, after kernels::step_trace_start, the decode graph captured next stamps its blocks
 // (kernels/step_trace.h); eager runs of the layers take no rows. Off by default.
