@@ -1527,7 +1527,7 @@ TEST_F(Kernels, Wg16MatchesReference) {
 // stamps are set and in the kernel's order (start, wait released, first stage, last stage consumed, partial counted,
 // end), its SM id is a real one, exactly one block of each tile summed it, and the product is bitwise the untraced
 // one. Reading the stamps zeroes them; products outside the scope, or past the buffer's capacity (counted as
-// dropped), take no slot.
+// dropped), take no slot. A SwiGLU-form product (a gate/up product) is listed with its form.
 TEST_F(Kernels, Wg16TraceStampsInOrder) {
   int major = 0, sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
@@ -1557,6 +1557,8 @@ TEST_F(Kernels, Wg16TraceStampsInOrder) {
   EXPECT_EQ(l.N, 2560);
   EXPECT_EQ(l.K, 4096);
   EXPECT_EQ(l.T, 16);
+  EXPECT_EQ(l.tiles_per_block, plan.tiles_per_block);
+  EXPECT_FALSE(l.silu_mul);
   at::Tensor stamps = kernels::wg16_trace_take();
   const int64_t* v = stamps.data_ptr<int64_t>();
   std::vector<int> summed(kernels::wg16_tiles(2560), 0);
@@ -1591,6 +1593,19 @@ TEST_F(Kernels, Wg16TraceStampsInOrder) {
   EXPECT_EQ(kernels::wg16_trace_dropped(), 1);
   stamps = kernels::wg16_trace_take();
   EXPECT_GT(stamps[kernels::wg16_trace_launches()[2].offset].item<int64_t>(), 0);
+  // the SwiGLU form (fast_perf --wg16-trace stamps the layers' gate/up products too) lists itself as such
+  kernels::wg16_trace_start(int64_t{3} * blocks * kernels::kWg16TraceFields + 10);  // the same buffer, emptied
+  at::Tensor residual = at::randn({16, 2560}, bf16()), gate_up = at::randn({4096, 2560}, bf16()) * 0.05;
+  at::Tensor act = at::empty({16, 2048}, bf16());
+  {
+    const kernels::Wg16TraceScope on(true);
+    kernels::wg16_silu_mul_norm_out(act, residual, gate_up, 1e-6);
+  }
+  ASSERT_EQ(kernels::wg16_trace_launches().size(), 1u);
+  EXPECT_TRUE(kernels::wg16_trace_launches()[0].silu_mul);
+  EXPECT_EQ(kernels::wg16_trace_launches()[0].N, 4096);
+  EXPECT_EQ(kernels::wg16_trace_launches()[0].K, 2560);
+  EXPECT_EQ(kernels::wg16_trace_dropped(), 0);
 }
 
 // The decode step's diagnostic timeline (kernels::StepTraceScope, step_trace.h): a GEMV of each epilogue (the 4B
