@@ -364,21 +364,21 @@ void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const s
     const Wg16TraceLaunch* shown = nullptr;
     int layers = 0;
   } o, gate_up;
-  std::vector<double> sum_tail;        // the o products' last blocks, end - arrived, us, every layer
-  std::vector<double> o_latest_end;    // a layer: the o product's latest block end, us
-  std::vector<double> before_o_end;    // a layer: gate/up blocks started before that
-  int64_t ref = 0;                     // the current layer's o product's earliest wait release, ns
-  bool have_ref = false;
+  std::vector<double> sum_tail;      // the o products' last blocks, end - arrived, us, every layer
+  std::vector<double> before_o_end;  // a layer: gate/up blocks started before its o product's latest end
+  const std::vector<double>& o_latest_end = o.per_field[kWg16TraceEnd][2];  // a layer: the o product's latest end, us
+  int64_t ref = 0;                   // the current layer's o product's earliest wait release, ns
+  bool last_was_o = false;           // the launch before this one was an o product (ref is its)
   for (const Wg16TraceLaunch& l : wg16_trace_launches()) {
     const int64_t* row0 = v + l.offset;
     if (row0[kWg16TraceStart] == 0) continue;  // not run since the last read
     Product& p = l.silu_mul ? gate_up : o;
-    const bool after_o = l.silu_mul && have_ref;  // a gate/up product on its layer's o product's scale
+    const bool after_o = l.silu_mul && last_was_o;  // a gate/up product on its layer's o product's scale
     if (!after_o) {  // an o product, or a gate/up product without one before it: its own release
       ref = INT64_MAX;
       for (int b = 0; b < l.blocks; ++b) ref = std::min(ref, row0[b * kWg16TraceFields + kWg16TraceWaited]);
-      have_ref = true;
     }
+    last_was_o = !l.silu_mul;
     auto us_of = [&](int64_t t) { return static_cast<double>(t - ref) / 1000.0; };
     p.shown = &l;
     std::set<int64_t> sms;
@@ -394,7 +394,6 @@ void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const s
       p.per_field[f][0].push_back(us.front());
       p.per_field[f][1].push_back(us[us.size() / 2]);
       p.per_field[f][2].push_back(us.back());
-      if (!l.silu_mul && f == kWg16TraceEnd) o_latest_end.push_back(us.back());
     }
     int before_end = 0;
     const int layer = l.silu_mul ? std::max(0, o.layers - 1) : o.layers;
@@ -411,7 +410,6 @@ void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const s
       csv << '\n';
     }
     if (after_o) before_o_end.push_back(before_end);
-    if (l.silu_mul) have_ref = false;  // the next gate/up product needs its own layer's o product
     p.early_blocks.push_back(early);
     p.sm_shared.push_back(static_cast<double>(l.blocks - static_cast<int>(sms.size())));
     ++p.layers;
