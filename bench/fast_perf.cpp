@@ -396,7 +396,7 @@ void write_wg16_trace(const at::Tensor& stamps, const std::string& step, const s
       p.per_field[f][2].push_back(us.back());
     }
     int before_end = 0;
-    const int layer = l.silu_mul ? std::max(0, o.layers - 1) : o.layers;
+    const int layer = after_o ? o.layers - 1 : p.layers;  // a gate/up product after an o product: that o's layer
     for (int b = 0; b < l.blocks; ++b) {
       const int64_t* r = row0 + b * kWg16TraceFields;
       early += r[kWg16TraceStart] < ref;
