@@ -854,6 +854,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm && a.argmax == nullptr, wg16_tiles_per_block_override(),
                      g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
   a.trigger_early = wg16_trigger_early();
+  a.cluster_sum = wg16_cluster_sum();
   if (hold_stages > 0) a.prefill = std::max(0, a.plan.stages - hold_stages);
   if (a.plan.splits > 1 || a.argmax != nullptr) {
     const Wg16Scratch s = wg16_scratch(sms);
@@ -877,6 +878,11 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
 
 bool wg16_trigger_early() {
   static const bool on = env_int("SPECPRESS_WG16_TRIGGER_EARLY", 0, 1, 1, "0 or 1") == 1;
+  return on;
+}
+
+bool wg16_cluster_sum() {
+  static const bool on = env_int("SPECPRESS_WG16_CLUSTER_SUM", 0, 1, 1, "0 or 1") == 1;
   return on;
 }
 

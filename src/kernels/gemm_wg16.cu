@@ -8,7 +8,9 @@
 #include <cuda.h>  // CUtensorMap and its enums (the encoder is reached through the runtime: no libcuda link)
 
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "kernels/argmax.cuh"
 #include "kernels/common.cuh"
@@ -55,6 +57,46 @@ struct ArgmaxArgs {
   int* indices;
   unsigned* counter;
 };
+
+// The cluster sum's pieces (Wg16Args::cluster_sum): a tile's K splits run as one thread-block cluster, the other
+// splits store their partials into split 0's shared memory and arrive on its barrier, so that no partial goes through
+// the workspace, a fence and a counter.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned cluster_ctas() {
+  unsigned n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+// every thread of the cluster arrives once, after the barriers' init; waiting (acquire) orders the init before a
+// remote access
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait;\n" ::: "memory"); }
+__device__ __forceinline__ unsigned map_to_rank(unsigned local, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_cluster_v4(unsigned addr, float a, float b, float c, float d) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(unsigned remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+#endif
 
 // wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
 // kernel that traps, which the host side never launches (gemm_wg16 checks the device).
@@ -178,9 +220,17 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
   // this block's tiles: [tile0, tile0 + nt) one after the other (tiles_per_block > 1, no K split), or tile0 alone
   // for K split `split`
   const int tpb = a.tiles_per_block;
-  const int tile0 = tpb > 1 ? static_cast<int>(blockIdx.x) * tpb : static_cast<int>(blockIdx.x) % a.tiles;
+  // launched as clusters of a.splits blocks (Wg16Args::cluster_sum): a tile's splits are consecutive blocks, its split
+  // 0 the cluster's rank 0; otherwise the splits of all tiles follow one another
+  const bool clustered = a.splits > 1 && cluster_ctas() > 1;
+  const int bx = static_cast<int>(blockIdx.x);
+  const int tile0 = tpb > 1 ? bx * tpb : clustered ? bx / a.splits : bx % a.tiles;
   const int nt = tpb > 1 ? min(tpb, a.tiles - tile0) : 1;
-  const int split = tpb > 1 ? 0 : static_cast<int>(blockIdx.x) / a.tiles;
+  const int split = tpb > 1 ? 0 : clustered ? bx % a.splits : bx / a.tiles;
+  // clustered: split 0's slots for the other splits' partials (after the ring's barriers), and its barrier counting
+  // their threads' stores (wg16_cluster_sum_bytes)
+  float* const cluster_parts = reinterpret_cast<float*>(smem + ((a.stages * stage_bytes + 16 * a.stages + 15) & ~15));
+  uint64_t* const sum_bar = reinterpret_cast<uint64_t*>(cluster_parts + (a.splits - 1) * kTileFloats);
   // this split's chunk steps: steps [s0, s1) of KB chunks each (the host checks that KB divides the chunks)
   const int steps = a.chunks / KB;
   const int s0 = static_cast<int>(static_cast<int64_t>(steps) * split / a.splits);
@@ -197,9 +247,11 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 4);
     }
+    if (clustered && split == 0) mbar_init(sum_bar, 128 * (a.splits - 1));
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (clustered) cluster_arrive_relaxed();  // every thread; waited for before a remote access or the exit
   if (warp == 4) {  // the producer: lane 0 issues every copy
     if (lane == 0) {
       auto load_w = [&](int g) {
@@ -234,6 +286,7 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       }
       if (a.trigger == kTriggerAfterLoads) pdl_trigger();
     }
+    if (clustered) cluster_wait();
     return;
   }
   pdl_wait();  // before the residual's read and any write
@@ -319,7 +372,40 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
     for (int j = 0; j < 8; ++j) d[j] = (chain[0][j] + chain[1][j]) + (chain[2][j] + chain[3][j]);
     static_assert(kChains == 4, "the chains' sum above adds four");
     if (t == nt - 1 && tid == 0) stamp<TRACE>(a.trace, kWg16TraceConsumed);
-    if (a.splits > 1) {
+    if (clustered) {
+      if (split != 0) {  // into split 0's slot split - 1, then one arrival a thread on its barrier
+        cluster_wait();  // split 0's barrier is initialised
+        const unsigned slot = smem_u32(cluster_parts + (split - 1) * kTileFloats + 8 * tid);
+        const unsigned remote = map_to_rank(slot, 0);
+        st_cluster_v4(remote, d[0], d[1], d[2], d[3]);
+        st_cluster_v4(remote + 16, d[4], d[5], d[6], d[7]);
+        mbar_arrive_remote(map_to_rank(smem_u32(sum_bar), 0));
+        if (tid == 0) {
+          stamp<TRACE>(a.trace, kWg16TraceArrived);
+          stamp<TRACE>(a.trace, kWg16TraceEnd);
+        }
+        return;
+      }
+      cluster_wait();
+      if (tid == 0) {
+        stamp<TRACE>(a.trace, kWg16TraceArrived);
+        if (TRACE && a.trace != nullptr)
+          a.trace[static_cast<size_t>(blockIdx.x) * kWg16TraceFields + kWg16TraceLast] = 1;
+      }
+      mbar_wait_cluster(sum_bar, 0);  // every other split's threads have stored (release / acquire, cluster scope)
+      // in split order from zero, as the workspace sum below: the same bits
+      float own[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) own[j] = d[j], d[j] = 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) d[j] += own[j];
+      for (int sp = 1; sp < a.splits; ++sp) {
+        const float4* p = reinterpret_cast<const float4*>(cluster_parts + (sp - 1) * kTileFloats + 8 * tid);
+        const float4 u = p[0], v = p[1];
+        d[0] += u.x, d[1] += u.y, d[2] += u.z, d[3] += u.w;
+        d[4] += v.x, d[5] += v.y, d[6] += v.z, d[7] += v.w;
+      }
+    } else if (a.splits > 1) {
       float* const tile_parts = a.workspace + static_cast<size_t>(tile) * a.splits * kTileFloats;  // its partials
       float4* part = reinterpret_cast<float4*>(tile_parts + static_cast<size_t>(split) * kTileFloats);
       part[2 * tid] = make_float4(d[0], d[1], d[2], d[3]);
@@ -465,7 +551,43 @@ bool encode_silu_mul(CUtensorMap& map, const void* base, int64_t inter, int64_t 
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// Whether the device holds all `blocks / splits` clusters of `splits` blocks of this kernel at once: a cluster that
+// does not fit waits for a whole cluster's SMs to free, a second wave (the Qwen3-4B o and down products' 40 clusters
+// of 3 where 39 fit took the verify step from 2.75 to 3.01 ms; docs/PERF.md, fifty-fourth pass). Asked once per
+// kernel, shared memory and split count.
+thread_local bool g_last_clustered = false;  // wg16_last_launch_clustered
+
+bool clusters_fit(const void* kernel, size_t smem, int splits, int blocks) {
+  static std::mutex m;
+  static std::map<std::tuple<const void*, size_t, int>, int> held;  // clusters the device holds at once
+  const std::lock_guard<std::mutex> lock(m);
+  auto [it, fresh] = held.try_emplace({kernel, smem, splits}, 0);
+  if (fresh) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = static_cast<unsigned>(splits);
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &cluster;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&it->second, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it, and take the workspace sum
+      it->second = 0;
+    }
+  }
+  return it->second >= blocks / splits;
+}
+
 }  // namespace
+
+bool wg16_last_launch_clustered() { return g_last_clustered; }
+
+size_t wg16_cluster_sum_bytes(int splits) {
+  return splits > 1 ? static_cast<size_t>(splits - 1) * kTileFloats * sizeof(float) + 32 : 0;
+}
 
 size_t wg16_smem_bytes(const Wg16Plan& plan) {
   return static_cast<size_t>(plan.stages) * plan.kb * (kWBox + kXBox) + 2 * sizeof(uint64_t) * plan.stages + 1024;
@@ -550,6 +672,14 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   });
   if (attr_error != cudaSuccess) return attr_error;
   if (smem + static_bytes > static_cast<size_t>(smem_max)) return cudaErrorInvalidValue;
+  // The cluster sum (at most 8 splits, the portable cluster size): split 0's slots and barrier on top of the ring,
+  // where they fit and the device holds every cluster at once; otherwise the workspace sum.
+  const int blocks = wg16_blocks(a.N, p);  // the host checks above: tiles_per_block > 1 only with splits 1
+  const size_t cluster_smem = smem + wg16_cluster_sum_bytes(p.splits);
+  const bool cluster_sum = a.cluster_sum && p.splits > 1 && p.splits <= 8 && p.tiles_per_block == 1 &&
+                           cluster_smem + static_bytes <= static_cast<size_t>(smem_max) &&
+                           clusters_fit(reinterpret_cast<const void*>(kernel), cluster_smem, p.splits, blocks);
+  g_last_clustered = cluster_sum;
   CUtensorMap w_map, x_map;
   const bool w_ok = a.silu_mul ? encode_silu_mul(w_map, a.W, a.N / 2, a.K, a.ldw)
                                : encode(w_map, a.W, a.N, a.K, a.ldw, kWg16Rows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
@@ -581,9 +711,11 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   const ArgmaxArgs am{a.argmax, a.argmax_values, a.argmax_indices, a.argmax_counter};
   // with PDL when it is on (launch.h), recorded as ours for the graph-edge rewrite unless SPECPRESS_LC_SKIP names it
   const LcSkipScope lc(kLcWg16);
-  const int blocks = wg16_blocks(a.N, p);  // the host checks above: tiles_per_block > 1 only with splits 1
-  return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream,
-                               w_map, x_map, k, am);
+  if (cluster_sum)
+    return detail::launch_kernel_cluster(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), cluster_smem,
+                                         stream, static_cast<unsigned>(p.splits), w_map, x_map, k, am);
+  return detail::launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, w_map,
+                               x_map, k, am);
 }
 
 }  // namespace specpress::kernels

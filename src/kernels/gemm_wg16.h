@@ -27,7 +27,10 @@
 // chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
 // splits balanced). With splits > 1, each block writes its 64 x 16 fp32 partial to `workspace`, and the last block
 // of a tile to finish (a counter a tile, reset by that block) adds the partials in split order, so the result does
-// not depend on which block finished last. With more tiles than SMs (the gate/up shapes) and no K split, block b
+// not depend on which block finished last. With Wg16Args::cluster_sum, a tile's splits run instead as one
+// thread-block cluster (blocks tile * splits .. + splits - 1): splits 1.. store their partials into split 0's shared
+// memory (distributed shared memory) and arrive on its barrier, and split 0 adds them in the same order (the same
+// bits), without the workspace round trip, fence and counter. With more tiles than SMs (the gate/up shapes) and no K split, block b
 // takes tiles_per_block consecutive tiles in turn through one ring, so that the blocks fit in one wave. Rows of X
 // past T are zero (the TMA fills out-of-bounds rows with zeros) and outputs past T or N are not written.
 // Reference twin: at::linear (+ the residual); kernels::wg16_linear_out (aten_ops.h) is the ATen entry point, and
@@ -81,6 +84,12 @@ struct Wg16Args {
   // kernels::wg16_trigger_early, SPECPRESS_WG16_TRIGGER_EARLY; docs/PERF.md, thirtieth pass)
   bool trigger_early = false;
   bool overlap = false;   // keep one stage's wgmma in flight while the next is issued (else wait for each)
+  // splits 2..8: a tile's K splits as one cluster, summed in split 0's shared memory (above), where the device holds
+  // all the launch's clusters at once (one wave; asked once per kernel and size) and the slots fit; otherwise the
+  // workspace sum. The fast engine's products take it by default (kernels::wg16_cluster_sum, aten_ops.h): Qwen3-8B's o
+  // and down products (64 clusters of 2); the 4B ones (40 of 3, 39 held) keep the workspace (docs/PERF.md,
+  // fifty-fourth pass). Needs workspace and counters all the same.
+  bool cluster_sum = false;
   // under PDL: ring stages filled with W before waiting on the previous kernel (all by default; the fast engine's folded
   // gate/up products hold one back: kernels::wg16_silu_hold, aten_ops.h), the rest after it
   int prefill = 1 << 30;
@@ -124,8 +133,11 @@ inline int wg16_blocks(int N, const Wg16Plan& plan) {
 inline size_t wg16_workspace_floats(int N, int splits) {
   return splits > 1 ? static_cast<size_t>(wg16_tiles(N)) * splits * kWg16Rows * kWg16MaxT : 0;
 }
-// Shared memory a block of this plan takes (bytes).
+// Shared memory a block of this plan takes (bytes); with Wg16Args::cluster_sum, wg16_cluster_sum_bytes(splits) more.
 size_t wg16_smem_bytes(const Wg16Plan& plan);
+size_t wg16_cluster_sum_bytes(int splits);
+// Whether this thread's last gemm_wg16 launch that got past its argument checks summed its K splits in clusters.
+bool wg16_last_launch_clustered();
 // The plan for an N x K weight on `sms` SMs (docs/PERF.md, twenty-fifth pass): 4 chunks a stage where they divide
 // K's chunks; K split where the tiles fill less than half the SMs (at least 5 steps a split, at most one block an
 // SM in all: the Qwen3-4B o and down products take 3 splits, 120 blocks; 3 splits for o measured 60 us faster than

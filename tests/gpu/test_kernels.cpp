@@ -1522,6 +1522,58 @@ TEST_F(Kernels, Wg16MatchesReference) {
   EXPECT_TRUE(at::equal(direct, routed)) << "linear_out under SPECPRESS_WG16 is not the wgmma kernel";
 }
 
+// The K-split sum in a cluster (Wg16Args::cluster_sum): bitwise the workspace sum (the same split order), with and
+// without a residual, at 2 to 8 splits and at T = 16 and 5; a second launch agrees (split 0's barrier is fresh each
+// launch). 9 splits (past the portable cluster size) and a plan of several tiles a block take the workspace sum, as
+// do the Qwen3-4B o and down plans on a GPU that cannot hold their 40 clusters of 3 at once (the H200: 39).
+TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Case { int64_t N, K; kernels::Wg16Plan plan; int clustered; };  // clustered: 1 yes, 0 no, -1 the GPU's call
+  // the Qwen3-8B o and down plans (2 splits, 128 blocks), the 4B ones (3 splits, 120 blocks), and forced plans on 200
+  // rows of 44 chunks (4 tiles)
+  const int fits_8b = sms >= 132 ? 1 : -1;
+  for (Case c : {Case{4096, 4096, {2, 4, 4}, fits_8b}, Case{4096, 12288, {2, 4, 4}, fits_8b},
+                 Case{2560, 4096, {3, 3, 4}, -1}, Case{2560, 9728, {3, 4, 4}, -1}, Case{200, 64 * 44, {2, 2, 1}, 1},
+                 Case{200, 64 * 44, {3, 4, 2}, 1}, Case{200, 64 * 44, {5, 5, 2}, 1}, Case{200, 64 * 44, {8, 3, 1}, 1},
+                 Case{200, 64 * 44, {9, 3, 1}, 0}, Case{200, 64 * 44, {1, 3, 2, 2}, 0}}) {
+    at::Tensor x = at::randn({16, c.K}, bf16()), w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor r = at::randn({16, c.N}, bf16());
+    for (int T : {16, 5}) {
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " splits=" << c.plan.splits << " T=" << T
+                                          << " residual=" << residual);
+        auto run = [&](bool cluster) {
+          at::Tensor y = residual ? r.narrow(0, 0, T).clone() : at::full({T, c.N}, NAN, bf16());
+          kernels::Wg16Args a = wg16_forced_args(w, x.narrow(0, 0, T), y, c.plan);
+          if (residual) {
+            a.R = a.Y;
+            a.ldr = a.ldy;
+          }
+          a.cluster_sum = cluster;
+          const cudaError_t e = kernels::gemm_wg16(a, st);
+          EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+          if (!cluster || c.clustered >= 0) {
+            EXPECT_EQ(kernels::wg16_last_launch_clustered(), cluster && c.clustered == 1);
+          }
+          EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+          return y;
+        };
+        const at::Tensor summed = run(false), clustered = run(true), again = run(true);
+        EXPECT_TRUE(at::equal(summed, clustered)) << "the cluster sum differs from the workspace sum";
+        EXPECT_TRUE(at::equal(clustered, again)) << "a second clustered launch differs";
+        at::Tensor ref = at::linear(x.narrow(0, 0, T), w);
+        if (residual) ref = ref + r.narrow(0, 0, T);
+        EXPECT_LT(rel_err(clustered, ref), 1e-2) << "vs at::linear";
+      }
+    }
+  }
+}
+
 // The wgmma kernel's diagnostic stamps (Wg16Args::trace, fast_perf --wg16-trace): the Qwen3-4B o product in the fast
 // engine's plan (a 120 KB ring, 3 K splits) under Wg16TraceScope takes a slot of the trace buffer; every block's
 // stamps are set and in the kernel's order (start, wait released, first stage, last stage consumed, partial counted,
