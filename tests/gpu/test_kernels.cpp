@@ -2154,12 +2154,19 @@ TEST_F(Kernels, Wg16HeadArgmaxMatchesTwin) {
       if (!ties.empty()) {  // every tied row holds the same values: each token without a special value takes the lowest
         int64_t lowest = N;
         for (auto [lo, hi] : ties) lowest = std::min(lowest, lo);
-        const at::Tensor t = tokens.cpu();
+        const at::Tensor t = tokens.cpu(), lg = logits.to(at::kFloat).cpu();
+        // where the tied rows are that token's maximum: at K = 136 a token's product with `big` (half its dot
+        // products with all 16 rows) falls below a random row's about once in 500 tokens, and the twin check above
+        // then covers it
+        int64_t checked = 0;
         for (int64_t r = 0; r < M; ++r) {
           const int64_t tok = 16 - M + r;
           if (N > 1000 && tok >= 3 && tok <= 5) continue;
+          if (lg[r][lowest].item<float>() < lg[r].max().item<float>()) continue;
+          ++checked;
           EXPECT_EQ(t[r].item<int64_t>(), lowest) << "token " << tok << " of the tied rows";
         }
+        EXPECT_GE(checked, M / 2) << "the tied rows are the maximum of too few tokens to test the tie rule";
       }
       if (N > 1000 && M == 16) {
         EXPECT_EQ(tokens[3].item<int64_t>(), 0) << "a token of zeros: every logit 0, index 0";
