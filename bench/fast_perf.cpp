@@ -1027,7 +1027,8 @@ int main(int argc, char** argv) {
                   "its products letting the next kernel launch (SPECPRESS_WG16_TRIGGER_EARLY): %s, its qkv products "
                   "computing their norm's row factors (SPECPRESS_WG16_QKV_NORM): %s, its folded gate/up products' ring "
                   "stages held until their wait (SPECPRESS_WG16_SILU_HOLD): %d, the LM heads with their argmax on it "
-                  "(SPECPRESS_WG16_HEAD_ARGMAX): %s; the table's verify and draft graphs: %s\n",
+                  "(SPECPRESS_WG16_HEAD_ARGMAX): %s, its K splits summed in a cluster where one wave holds them "
+                  "(SPECPRESS_WG16_CLUSTER_SUM): %s; the table's verify and draft graphs: %s\n",
                   model::fold_norms() ? "on" : "off", model::draft_kv_batch() ? "on" : "off",
                   model::inject_in_verify() ? "on" : "off", model::record_mapped() ? "on" : "off",
                   model::l2_prefetch_o() ? "on" : "off", model::l2_prefetch_gate_up_percent(),
@@ -1040,7 +1041,7 @@ int main(int argc, char** argv) {
                       : "off",
                   model::o_ring_kb(), kernels::wg16_trigger_early() ? "as they start" : "once their loads are issued",
                   model::qkv_norm_in_product() ? "on" : "off", kernels::wg16_silu_hold(),
-                  kernels::wg16_head_argmax_switch().on() ? "on" : "off",
+                  kernels::wg16_head_argmax_switch().on() ? "on" : "off", kernels::wg16_cluster_sum() ? "on" : "off",
                   fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
       if (model::inject_in_verify())
         std::printf("note: the fast \"draft step\" is the draft graph, the block forward; its context injection runs inside "
@@ -1119,6 +1120,7 @@ int main(int argc, char** argv) {
               {"wg16_qkv_norm", model::qkv_norm_in_product()},
               {"wg16_silu_hold", kernels::wg16_silu_hold()},
               {"wg16_head_argmax", kernels::wg16_head_argmax_switch().on()},
+              {"wg16_cluster_sum", kernels::wg16_cluster_sum()},
               {"multirow_auto", {{"chose", fb->multirow_ms[0] > 0}, {"cublaslt_ms", fb->multirow_ms[0]},
                                  {"wgmma_ms", fb->multirow_ms[1]}, {"wgmma", fb->multirow_wgmma}}},
               {"decode_mlp", {{"chose", fb->decode_mlp_ms[0] > 0}, {"two_gemvs_ms", fb->decode_mlp_ms[0]},

@@ -59,6 +59,8 @@ golden SPECPRESS_DECODE_PERSISTENT=1 "the decode step's layers as one persistent
 # kernel with its SwiGLU form pinned (with its own tests)
 golden SPECPRESS_WG16_AUTO=0 "the verify and draft products by cuBLASLt, not chosen at capture (model/qwen3_fast.h)"
 golden SPECPRESS_WG16_HEAD_ARGMAX=0 "the wgmma products' LM heads by cuBLASLt + the argmax kernel (kernels/aten_ops.h)"
+run_tests "SPECPRESS_WG16_CLUSTER_SUM=0: the wgmma K splits summed through the workspace only (kernels/aten_ops.h)" \
+  'FastPathGolden.*:Kernels.Wg16*' SPECPRESS_WG16_CLUSTER_SUM=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1: the wgmma products pinned, FastPathGolden + Kernels.Wg16*" \
   'FastPathGolden.*:Kernels.Wg16*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=200: the o products' full ring, FastPathGolden" \
