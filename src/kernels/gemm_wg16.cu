@@ -551,12 +551,12 @@ bool encode_silu_mul(CUtensorMap& map, const void* base, int64_t inter, int64_t 
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+thread_local bool g_last_clustered = false;  // wg16_last_launch_clustered
+
 // Whether the device holds all `blocks / splits` clusters of `splits` blocks of this kernel at once: a cluster that
 // does not fit waits for a whole cluster's SMs to free, a second wave (the Qwen3-4B o and down products' 40 clusters
 // of 3 where 39 fit took the verify step from 2.75 to 3.01 ms; docs/PERF.md, fifty-fourth pass). Asked once per
 // kernel, shared memory and split count.
-thread_local bool g_last_clustered = false;  // wg16_last_launch_clustered
-
 bool clusters_fit(const void* kernel, size_t smem, int splits, int blocks) {
   static std::mutex m;
   static std::map<std::tuple<const void*, size_t, int>, int> held;  // clusters the device holds at once

@@ -136,7 +136,8 @@ inline size_t wg16_workspace_floats(int N, int splits) {
 // Shared memory a block of this plan takes (bytes); with Wg16Args::cluster_sum, wg16_cluster_sum_bytes(splits) more.
 size_t wg16_smem_bytes(const Wg16Plan& plan);
 size_t wg16_cluster_sum_bytes(int splits);
-// Whether this thread's last gemm_wg16 launch that got past its argument checks summed its K splits in clusters.
+// Whether this thread's last gemm_wg16 call that passed its argument and shared-memory checks chose the cluster sum
+// (the tests' way to see which sum ran).
 bool wg16_last_launch_clustered();
 // The plan for an N x K weight on `sms` SMs (docs/PERF.md, twenty-fifth pass): 4 chunks a stage where they divide
 // K's chunks; K split where the tiles fill less than half the SMs (at least 5 steps a split, at most one block an
