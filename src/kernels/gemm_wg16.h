@@ -23,16 +23,16 @@
 // keeps this kernel for Qwen3-4B, and for 8B too since the products trigger their dependents as they start (replay
 // 1.3% faster than cuBLASLt's; thirtieth and thirty-first passes).
 //
-// Work split: W in tiles of 64 rows; K in chunks of 64 columns (one TMA box, 128 bytes a row); a stage is `kb`
-// chunks. Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the
-// splits balanced). With splits > 1, each block writes its 64 x 16 fp32 partial to `workspace`, and the last block
-// of a tile to finish (a counter a tile, reset by that block) adds the partials in split order, so the result does
-// not depend on which block finished last. With Wg16Args::cluster_sum, a tile's splits run instead as one
-// thread-block cluster (blocks tile * splits .. + splits - 1): splits 1.. store their partials into split 0's shared
-// memory (distributed shared memory) and arrive on its barrier, and split 0 adds them in the same order (the same
-// bits), without the workspace round trip, fence and counter. With more tiles than SMs (the gate/up shapes) and no K split, block b
-// takes tiles_per_block consecutive tiles in turn through one ring, so that the blocks fit in one wave. Rows of X
-// past T are zero (the TMA fills out-of-bounds rows with zeros) and outputs past T or N are not written.
+// Work split: W in tiles of 64 rows; K in chunks of 64 columns (one TMA box, 128 bytes a row); a stage is `kb` chunks.
+// Block b takes tile b % tiles and K split b / tiles (the chunk steps of a split are consecutive, the splits balanced).
+// With splits > 1, each block writes its 64 x 16 fp32 partial to `workspace`, and the last block of a tile to finish (a
+// counter a tile, reset by that block) adds the partials in split order, so the result does not depend on which block
+// finished last. With Wg16Args::cluster_sum, a tile's splits run instead as one thread-block cluster (blocks tile *
+// splits .. + splits - 1): splits 1.. store their partials into split 0's shared memory (distributed shared memory) and
+// arrive on its barrier, and split 0 adds them in the same order (the same bits), without the workspace round trip,
+// fence and counter. With more tiles than SMs (the gate/up shapes) and no K split, block b takes tiles_per_block
+// consecutive tiles in turn through one ring, so that the blocks fit in one wave. Rows of X past T are zero (the TMA
+// fills out-of-bounds rows with zeros) and outputs past T or N are not written.
 // Reference twin: at::linear (+ the residual); kernels::wg16_linear_out (aten_ops.h) is the ATen entry point, and
 // tests/gpu (Kernels.Wg16MatchesReference) compares the two.
 #pragma once
