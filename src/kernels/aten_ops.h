@@ -219,8 +219,8 @@ bool wg16_linear_norm_takes(const at::Tensor& out, const at::Tensor& x, const at
 // in a same-binary A/B (docs/PERF.md, thirtieth pass).
 bool wg16_trigger_early();
 // SPECPRESS_WG16_CLUSTER_SUM (default 1): the wgmma products' K splits summed in a cluster where the launch fits in one
-// wave (Wg16Args::cluster_sum); 0 keeps the workspace sum everywhere. Qwen3-8B verify -48 us (1.028x -> 1.017x decode)
-// in same-binary A/Bs; the 4B products fall back (docs/PERF.md, fifty-fourth pass). Read once.
+// wave (Wg16Args::cluster_sum); 0 keeps the workspace sum everywhere. Qwen3-8B verify -39 us (1.024x -> 1.014x decode),
+// cycle -0.9% in a same-binary A/B; the 4B products fall back (docs/PERF.md, fifty-fourth pass). Read once.
 bool wg16_cluster_sum();
 // SPECPRESS_WG16_SILU_HOLD (0..12, default 1): the folded gate/up product (wg16_silu_mul_norm_out, the fast engine's
 // target MLPs in verify) fills all but this many of its ring's W stages before its PDL wait (Wg16Args::prefill), the rest
