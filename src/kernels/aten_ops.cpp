@@ -804,7 +804,8 @@ int wg16_tiles_per_block_override() {
   return value;
 }
 
-thread_local int g_wg16_ring_kb = 0;  // Wg16RingScope's budget (0: the plan's)
+thread_local int g_wg16_ring_kb = 0;      // Wg16RingScope's budget (0: the plan's)
+thread_local int g_wg16_max_splits = 0;  // Wg16RingScope's K-split cap (0: the plan's rule)
 thread_local bool g_wg16_trace_on = false;  // Wg16TraceScope
 
 Timeline<Wg16TraceLaunch>& wg16_trace() {
@@ -852,7 +853,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
   a.K = static_cast<int>(x.size(1));
   // row_norm: each block sums its rows' squares over all of K; the fused argmax: each block's rows are whole
   a.plan = wg16_plan(a.N, a.K, sms, /*split_k=*/!a.row_norm && a.argmax == nullptr, wg16_tiles_per_block_override(),
-                     g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb);
+                     g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb, g_wg16_max_splits);
   a.trigger_early = wg16_trigger_early();
   a.cluster_sum = wg16_cluster_sum();
   if (hold_stages > 0) a.prefill = std::max(0, a.plan.stages - hold_stages);
@@ -895,8 +896,15 @@ int& wg16_silu_hold_setting() {  // read once; a bad value fails naming the vari
 int wg16_silu_hold() { return wg16_silu_hold_setting(); }
 void set_wg16_silu_hold(int stages) { wg16_silu_hold_setting() = std::clamp(stages, 0, 12); }
 
-Wg16RingScope::Wg16RingScope(int ring_kb) : saved_(g_wg16_ring_kb) { g_wg16_ring_kb = ring_kb; }
-Wg16RingScope::~Wg16RingScope() { g_wg16_ring_kb = saved_; }
+Wg16RingScope::Wg16RingScope(int ring_kb, int max_splits)
+    : saved_(g_wg16_ring_kb), saved_splits_(g_wg16_max_splits) {
+  g_wg16_ring_kb = ring_kb;
+  g_wg16_max_splits = max_splits;
+}
+Wg16RingScope::~Wg16RingScope() {
+  g_wg16_ring_kb = saved_;
+  g_wg16_max_splits = saved_splits_;
+}
 
 void wg16_trace_start(int64_t capacity) { wg16_trace().start(capacity, kWg16TraceFields, "wg16 trace"); }
 Wg16TraceScope::Wg16TraceScope(bool on) : saved_(g_wg16_trace_on) { g_wg16_trace_on = on; }

@@ -232,17 +232,18 @@ bool wg16_cluster_sum();
 int wg16_silu_hold();
 void set_wg16_silu_hold(int stages);
 // The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the
-// plan's kWg16RingKb (200). The fast engine sets it around its multi-row o products (model::o_ring_kb, 120 by
-// default), so that their blocks fit on an SM beside the attention's and fill their rings while it runs.
+// plan's kWg16RingKb (200); and their K splits' cap (wg16_plan's max_splits; 0: the plan's rule). The fast engine
+// sets them around its multi-row o products (model::o_ring_kb, 160 by default, and model::o_splits, 2), so that their
+// blocks fill their rings beside the attention's and a tile's splits fit the cluster sum.
 class Wg16RingScope {
  public:
-  explicit Wg16RingScope(int ring_kb);
+  explicit Wg16RingScope(int ring_kb, int max_splits = 0);
   ~Wg16RingScope();
   Wg16RingScope(const Wg16RingScope&) = delete;
   Wg16RingScope& operator=(const Wg16RingScope&) = delete;
 
  private:
-  int saved_;
+  int saved_, saved_splits_;
 };
 // The wgmma products' diagnostic timeline (Wg16Args::trace; fast_perf --wg16-trace). wg16_trace_start allocates a
 // buffer of `capacity` stamps (outside a graph capture; once: later calls keep it, and fail asking for more) and empties

@@ -593,11 +593,12 @@ size_t wg16_smem_bytes(const Wg16Plan& plan) {
   return static_cast<size_t>(plan.stages) * plan.kb * (kWBox + kXBox) + 2 * sizeof(uint64_t) * plan.stages + 1024;
 }
 
-Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block, int ring_kb) {
+Wg16Plan wg16_plan(int N, int K, int sms, bool split_k, int tiles_per_block, int ring_kb, int max_splits) {
   const int chunks = (K + kWg16Chunk - 1) / kWg16Chunk, tiles = wg16_tiles(N);
   Wg16Plan p;
   p.kb = chunks % 4 == 0 ? 4 : chunks % 2 == 0 ? 2 : 1;
   p.splits = split_k ? std::max(1, std::min(sms / tiles, chunks / (5 * p.kb))) : 1;
+  if (max_splits > 0) p.splits = std::min(p.splits, max_splits);
   // more tiles than SMs: consecutive tiles a block, so that the blocks fit in one wave (cuBLASLt's plans for the
   // gate/up shapes run one wave of 116-128 blocks)
   if (p.splits == 1)

@@ -148,8 +148,10 @@ bool wg16_last_launch_clustered();
 // split_k false: no K split (the SwiGLU form's in-kernel row factors need all of K); tiles_per_block > 0: that many
 // tiles a block instead of the rule's (without a K split), the ring sized for it. ring_kb: the shared memory the
 // blocks an SM holds may take for their rings, in KB (kWg16RingKb unless a caller asks for less, so that a block
-// fits beside another kernel's: model/qwen3_fast.h's o product beside the attention).
-Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_block = 0, int ring_kb = kWg16RingKb);
+// fits beside another kernel's: model/qwen3_fast.h's o product beside the attention). max_splits > 0: at most that
+// many K splits (model/qwen3_fast.h's o products take 2, so that a tile's splits fit the cluster sum).
+Wg16Plan wg16_plan(int N, int K, int sms, bool split_k = true, int tiles_per_block = 0, int ring_kb = kWg16RingKb,
+                   int max_splits = 0);
 
 // cudaErrorInvalidValue when: T not in 1..16, N or K < 1, K % 8 != 0, ldy less than Y's columns, W's or X's row stride
 // not a multiple of 8 elements or their data not 16-byte aligned (the TMA's rules; Y and R are accessed an element at a

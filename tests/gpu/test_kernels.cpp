@@ -1461,6 +1461,15 @@ TEST_F(Kernels, Wg16MatchesReference) {
   const kernels::Wg16Plan o80 = kernels::wg16_plan(2560, 4096, 132, true, 0, 80);
   EXPECT_EQ(o80.stages, 4);
   EXPECT_EQ(o80.kb, 2);
+  // the fast engine's o products (model::o_ring_kb 160, o_splits 2): 2 splits of 4 stages of 4 chunks, under 200 KB a
+  // block with the cluster sum's slots (the H200 allows 227)
+  const kernels::Wg16Plan o160 = kernels::wg16_plan(2560, 4096, 132, true, 0, 160, 2);
+  EXPECT_EQ(o160.splits, 2);
+  EXPECT_EQ(o160.stages, 4);
+  EXPECT_EQ(o160.kb, 4);
+  EXPECT_LE(kernels::wg16_smem_bytes(o160) + kernels::wg16_cluster_sum_bytes(2), size_t{200} * 1024);
+  EXPECT_EQ(kernels::wg16_plan(4096, 4096, 132, true, 0, 160, 2).splits, 2) << "8B o: 2 splits by the rule too";
+  EXPECT_EQ(kernels::wg16_plan(2560, 4096, 132, true, 0, 160, 5).splits, 3) << "a cap above the rule's splits";
   for (Case c : {Case{1, 8}, Case{7, 72}, Case{100, 136}, Case{1001, 1000}, Case{130, 2568}})
     check_wg16(c.N, c.K, {1, 9, 16});
   // forced plans on one shape of 44 chunks: every chunks-a-stage, 2 and 5 stages, 1 to 11 splits, with and
