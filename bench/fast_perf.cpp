@@ -1023,7 +1023,8 @@ int main(int argc, char** argv) {
                   "(SPECPRESS_GEMV_TMA, kernels/gemv.h): %s, more W loads a lane where that saves round trips "
                   "(SPECPRESS_GEMV_WIDE, 0-2): %d; multi-row products by the wgmma kernel (SPECPRESS_WG16, "
                   "kernels/gemm_wg16.h): %s, its gate/up + SwiGLU form (SPECPRESS_WG16_SWIGLU): %s, the two chosen at "
-                  "capture by timing (SPECPRESS_WG16_AUTO): %s, the o products' ring on it (SPECPRESS_WG16_O_RING_KB): %d KB, "
+                  "capture by timing (SPECPRESS_WG16_AUTO): %s, the o products' ring on it (SPECPRESS_WG16_O_RING_KB): "
+                  "%d KB and K splits at most (SPECPRESS_WG16_O_SPLITS, 0: the plan's rule): %d, "
                   "its products letting the next kernel launch (SPECPRESS_WG16_TRIGGER_EARLY): %s, its qkv products "
                   "computing their norm's row factors (SPECPRESS_WG16_QKV_NORM): %s, its folded gate/up products' ring "
                   "stages held until their wait (SPECPRESS_WG16_SILU_HOLD): %d, the LM heads with their argmax on it "
@@ -1039,7 +1040,8 @@ int main(int argc, char** argv) {
                   : model::multirow_auto()
                       ? "no (a wgmma switch is set, the matmul mode is not gemv or cublas, or no sm_90)"
                       : "off",
-                  model::o_ring_kb(), kernels::wg16_trigger_early() ? "as they start" : "once their loads are issued",
+                  model::o_ring_kb(), model::o_splits(),
+                  kernels::wg16_trigger_early() ? "as they start" : "once their loads are issued",
                   model::qkv_norm_in_product() ? "on" : "off", kernels::wg16_silu_hold(),
                   kernels::wg16_head_argmax_switch().on() ? "on" : "off", kernels::wg16_cluster_sum() ? "on" : "off",
                   fb->multirow_wgmma ? "the wgmma kernel" : "cuBLASLt");
@@ -1116,6 +1118,7 @@ int main(int argc, char** argv) {
               {"wg16", kernels::wg16_switch().on()},
               {"wg16_swiglu", kernels::wg16_swiglu_switch().on()},
               {"wg16_o_ring_kb", model::o_ring_kb()},
+              {"wg16_o_splits", model::o_splits()},
               {"wg16_trigger_early", kernels::wg16_trigger_early()},
               {"wg16_qkv_norm", model::qkv_norm_in_product()},
               {"wg16_silu_hold", kernels::wg16_silu_hold()},

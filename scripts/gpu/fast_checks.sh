@@ -63,8 +63,8 @@ run_tests "SPECPRESS_WG16_CLUSTER_SUM=0: the wgmma K splits summed through the w
   'FastPathGolden.*:Kernels.Wg16*' SPECPRESS_WG16_CLUSTER_SUM=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1: the wgmma products pinned, FastPathGolden + Kernels.Wg16*" \
   'FastPathGolden.*:Kernels.Wg16*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1
-run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=200: the o products' full ring, FastPathGolden" \
-  'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=200
+run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=120 SPECPRESS_WG16_O_SPLITS=0: the o products' former ring and splits, FastPathGolden" \
+  'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_O_RING_KB=120 SPECPRESS_WG16_O_SPLITS=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY=0: the products' PDL trigger after their loads, FastPathGolden" \
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_QKV_NORM=0: the qkv products' norm factors by the side stream's row_rms, FastPathGolden" \

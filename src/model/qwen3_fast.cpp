@@ -176,8 +176,14 @@ bool qkv_norm_in_product() { return qkv_norm_switch().on(); }
 void set_qkv_norm_in_product(bool on) { qkv_norm_switch().set(on); }
 
 int o_ring_kb() {
-  static const int kb = kernels::env_int("SPECPRESS_WG16_O_RING_KB", 40, 200, 120, "an integer from 40 to 200 (KB)");
+  static const int kb = kernels::env_int("SPECPRESS_WG16_O_RING_KB", 40, 200, 160, "an integer from 40 to 200 (KB)");
   return kb;
+}
+
+int o_splits() {
+  static const int splits =
+      kernels::env_int("SPECPRESS_WG16_O_SPLITS", 0, 16, 2, "an integer from 0 to 16 (0: the plan's rule)");
+  return splits;
 }
 
 namespace {
@@ -610,7 +616,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
       }
       prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
       {
-        const kernels::Wg16RingScope ring(o_ring_kb());
+        const kernels::Wg16RingScope ring(o_ring_kb(), o_splits());
         const kernels::Wg16TraceScope trace(wg16_layer_trace());
         kernels::linear_residual_out(x, attn, w.o_proj, o);  // x += attention
       }
@@ -646,7 +652,7 @@ void FastEngine::run_layers(const std::vector<FastLayer>& layers, const Qwen3Con
     attend(w, kc, vc);
     prefetch_rows(w.gate_up, prefetch_gate_up_percent_);  // row heads, beside the o product
     {
-      const kernels::Wg16RingScope ring(o_ring_kb());
+      const kernels::Wg16RingScope ring(o_ring_kb(), o_splits());
       const kernels::Wg16TraceScope trace(wg16_layer_trace());
       kernels::linear_out(o, attn, w.o_proj);
     }

@@ -94,13 +94,20 @@ void set_l2_prefetch_o(bool on);
 int l2_prefetch_gate_up_percent();
 int l2_prefetch_down_percent();
 
-// The shared memory, in KB, that the multi-row steps' o products may take for their rings on the wgmma kernel
-// (kernels::Wg16RingScope around them; SPECPRESS_WG16_O_RING_KB, 40 .. 200, default 120, read once; 200 is the other
-// products' budget). At 120 KB (3 stages of 4 chunks, 121 KB) an o block fits on an SM beside an attention block
-// (75 KB), so under PDL (the wgmma products' steps are captured with it) it fills its ring, W_o from the L2, while
-// the attention runs; at 200 (4 stages, 165 KB) it waits for the attention's blocks to leave. Qwen3-4B verify
-// 2.993 -> 2.955 ms on the H200; no change where cuBLASLt runs the products (docs/PERF.md, twenty-ninth pass).
+// The shared memory, in KB, that the multi-row steps' o products may take for their rings on the wgmma kernel, and
+// the most K splits they take (kernels::Wg16RingScope around them; SPECPRESS_WG16_O_RING_KB, 40 .. 200, default 160,
+// and SPECPRESS_WG16_O_SPLITS, 0 .. 16, default 2, 0 for wg16_plan's rule; read once; 200 is the other products'
+// budget). The products fill their rings under PDL (the wgmma products' steps are captured with it), W_o from the
+// L2, while the attention runs. At 120 KB (3 stages of 4 chunks, 121 KB) an o block fits on an SM beside an
+// attention block (75 KB): with the plan's 3 splits at Qwen3-4B, verify 2.993 -> 2.955 ms against 200 KB on the H200
+// (docs/PERF.md, twenty-ninth pass). At 2 splits a 4B tile's splits fit the cluster sum (40 clusters of 2; the H200
+// holds 39 of the 3-split plan's clusters of 3) and 80 blocks stream the L2's W_o: with 160 KB (4 stages, 169 KB
+// with the cluster's slots) verify 12-14 us shorter than 3 splits at 120 KB (the table's verify 17-19) in the
+// committed tree's A/B, 20-22 in the experiments'; 2 splits at 120 KB and 3 at 160 KB were not faster (fifty-fifth
+// pass). Qwen3-8B's o products take 2 splits either way (its verify 12 us shorter at 160 KB in one round). No change
+// where cuBLASLt runs the products.
 int o_ring_kb();
+int o_splits();
 // Diagnostic (fast_perf --wg16-trace): the multi-row layers' o products, and their gate/up products where the wgmma
 // kernel's SwiGLU form runs them, run under kernels::Wg16TraceScope, so that, after kernels::wg16_trace_start, each
 // stamps its blocks' timeline (Wg16Args::trace). Off by default; read where the products are issued (set it before an
