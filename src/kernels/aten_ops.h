@@ -220,7 +220,8 @@ bool wg16_linear_norm_takes(const at::Tensor& out, const at::Tensor& x, const at
 bool wg16_trigger_early();
 // SPECPRESS_WG16_CLUSTER_SUM (default 1): the wgmma products' K splits summed in a cluster where the launch fits in one
 // wave (Wg16Args::cluster_sum); 0 keeps the workspace sum everywhere. Qwen3-8B verify -39 us (1.024x -> 1.014x decode),
-// cycle -0.9% in a same-binary A/B; the 4B products fall back (docs/PERF.md, fifty-fourth pass). Read once.
+// cycle -0.9% in a same-binary A/B; the 4B down products fall back, the o products take it at 2 splits
+// (model::o_splits; docs/PERF.md, fifty-fourth and fifty-fifth passes). Read once.
 bool wg16_cluster_sum();
 // SPECPRESS_WG16_SILU_HOLD (0..12, default 1): the folded gate/up product (wg16_silu_mul_norm_out, the fast engine's
 // target MLPs in verify) fills all but this many of its ring's W stages before its PDL wait (Wg16Args::prefill), the rest

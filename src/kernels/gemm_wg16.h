@@ -87,8 +87,9 @@ struct Wg16Args {
   // splits 2..8: a tile's K splits as one cluster, summed in split 0's shared memory (above), where the device holds
   // all the launch's clusters at once (one wave; asked once per kernel and size) and the slots fit; otherwise the
   // workspace sum. The fast engine's products take it by default (kernels::wg16_cluster_sum, aten_ops.h): Qwen3-8B's o
-  // and down products (64 clusters of 2); the 4B ones (40 of 3, 39 held) keep the workspace (docs/PERF.md,
-  // fifty-fourth pass). Needs workspace and counters all the same.
+  // and down products (64 clusters of 2) and the 4B o products at their 2 splits (40 clusters of 2, model::o_splits);
+  // the 4B down products (40 of 3, 39 held) keep the workspace (docs/PERF.md, fifty-fourth and fifty-fifth passes).
+  // Needs workspace and counters all the same.
   bool cluster_sum = false;
   // under PDL: ring stages filled with W before waiting on the previous kernel (all by default; the fast engine's folded
   // gate/up products hold one back: kernels::wg16_silu_hold, aten_ops.h), the rest after it
