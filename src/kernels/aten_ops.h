@@ -234,8 +234,8 @@ int wg16_silu_hold();
 void set_wg16_silu_hold(int stages);
 // The ring budget (wg16_plan's ring_kb) of the wgmma products run while it lives on this thread, in KB; 0 keeps the
 // plan's kWg16RingKb (200); and their K splits' cap (wg16_plan's max_splits; 0: the plan's rule). The fast engine
-// sets them around its multi-row o products (model::o_ring_kb, 160 by default, and model::o_splits, 2), so that their
-// blocks fill their rings beside the attention's and a tile's splits fit the cluster sum.
+// sets them around its multi-row o products (model::o_ring_kb, 160 by default, and model::o_splits, 2: a tile's
+// splits then fit the cluster sum; docs/PERF.md, twenty-ninth and fifty-fifth passes).
 class Wg16RingScope {
  public:
   explicit Wg16RingScope(int ring_kb, int max_splits = 0);
