@@ -1534,7 +1534,8 @@ TEST_F(Kernels, Wg16MatchesReference) {
 // The K-split sum in a cluster (Wg16Args::cluster_sum): bitwise the workspace sum (the same split order), with and
 // without a residual, at 2 to 8 splits and at T = 16 and 5; a second launch agrees (split 0's barrier is fresh each
 // launch). 9 splits (past the portable cluster size) and a plan of several tiles a block take the workspace sum, as
-// do the Qwen3-4B o and down plans on a GPU that cannot hold their 40 clusters of 3 at once (the H200: 39).
+// do the Qwen3-4B down plan and the plan's 3-split o plan on a GPU that cannot hold their 40 clusters of 3 at once
+// (the H200: 39); the fast engine's 4B o plan (2 splits of 4 stages, model::o_splits) clusters where 132 SMs hold it.
 TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
@@ -1543,10 +1544,11 @@ TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   struct Case { int64_t N, K; kernels::Wg16Plan plan; int clustered; };  // clustered: 1 yes, 0 no, -1 the GPU's call
-  // the Qwen3-8B o and down plans (2 splits, 128 blocks), the 4B ones (3 splits, 120 blocks), and forced plans on 200
-  // rows of 44 chunks (4 tiles)
+  // the Qwen3-8B o and down plans (2 splits, 128 blocks), the 4B ones (3 splits, 120 blocks), the fast engine's 4B o
+  // plan (2 splits, 80 blocks), and forced plans on 200 rows of 44 chunks (4 tiles)
   const int fits_8b = sms >= 132 ? 1 : -1;
   for (Case c : {Case{4096, 4096, {2, 4, 4}, fits_8b}, Case{4096, 12288, {2, 4, 4}, fits_8b},
+                 Case{2560, 4096, {2, 4, 4}, fits_8b},
                  Case{2560, 4096, {3, 3, 4}, -1}, Case{2560, 9728, {3, 4, 4}, -1}, Case{200, 64 * 44, {2, 2, 1}, 1},
                  Case{200, 64 * 44, {3, 4, 2}, 1}, Case{200, 64 * 44, {5, 5, 2}, 1}, Case{200, 64 * 44, {8, 3, 1}, 1},
                  Case{200, 64 * 44, {9, 3, 1}, 0}, Case{200, 64 * 44, {1, 3, 2, 2}, 0}}) {
