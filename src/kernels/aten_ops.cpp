@@ -889,7 +889,7 @@ bool wg16_cluster_sum() {
 
 namespace {
 int& wg16_silu_hold_setting() {  // read once; a bad value fails naming the variable
-  static int stages = env_int("SPECPRESS_WG16_SILU_HOLD", 0, 12, 1, "an integer from 0 to 12 (ring stages)");
+  static int stages = env_int("SPECPRESS_WG16_SILU_HOLD", 0, 12, 0, "an integer from 0 to 12 (ring stages)");
   return stages;
 }
 }  // namespace

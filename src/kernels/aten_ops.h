@@ -223,11 +223,12 @@ bool wg16_trigger_early();
 // cycle -0.9% in a same-binary A/B; the 4B down products fall back, the o products take it at 2 splits
 // (model::o_splits; docs/PERF.md, fifty-fourth and fifty-fifth passes). Read once.
 bool wg16_cluster_sum();
-// SPECPRESS_WG16_SILU_HOLD (0..12, default 1): the folded gate/up product (wg16_silu_mul_norm_out, the fast engine's
-// target MLPs in verify) fills all but this many of its ring's W stages before its PDL wait (Wg16Args::prefill), the rest
-// once the o product before it has completed; 0 fills the whole ring first, as before. Holding one of Qwen3-4B's 4
-// stages back made verify 0.2-0.7% and the cycle 0.3-0.5% faster in same-binary A/Bs, at 8B within 0.15% (docs/PERF.md,
-// thirty-seventh pass): the o product's last K-split sums wait behind the gate/up ring fills. Read once;
+// SPECPRESS_WG16_SILU_HOLD (0..12, default 0): the folded gate/up product (wg16_silu_mul_norm_out, the fast engine's
+// target MLPs in verify) fills all but this many of its ring's W stages before its PDL wait (Wg16Args::prefill), the
+// rest once the o product before it has completed; 0 fills the whole ring first. Holding one of Qwen3-4B's 4 stages
+// back made verify 0.2-0.7% faster when the o products had smaller rings (docs/PERF.md, thirty-seventh pass); beside
+// the 160 KB, 2-split o products (fifty-fifth pass) holding none is the faster: 4B verify 4-15 us shorter in five
+// same-binary rounds, 8B within 5 us in one (fifty-sixth pass). Read once;
 // set_wg16_silu_hold overrides it for the process (clamped to 0..12; not synchronised: set it from one thread, before
 // capturing; graphs keep the value they were captured with).
 int wg16_silu_hold();

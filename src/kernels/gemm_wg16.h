@@ -92,7 +92,7 @@ struct Wg16Args {
   // Needs workspace and counters all the same.
   bool cluster_sum = false;
   // under PDL: ring stages filled with W before waiting on the previous kernel (all by default; the fast engine's folded
-  // gate/up products hold one back: kernels::wg16_silu_hold, aten_ops.h), the rest after it
+  // gate/up products hold kernels::wg16_silu_hold back, aten_ops.h: none unless asked), the rest after it
   int prefill = 1 << 30;
   // The SwiGLU form (the MLP's gate/up product and its activation in one launch): W is gate_up [N = 2I, K], gate
   // rows then up rows; Y [T, I] = silu(g) * u with g, u the bf16 products, each first scaled by the token's

@@ -1931,7 +1931,7 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
 }
 
 // Wg16Args::prefill: the W stages a block loads before its PDL wait, the rest after it (the fast engine's folded gate/up
-// holds one back: wg16_silu_hold). Every prefill, from none to more than the ring holds, gives the whole ring's bits:
+// holds wg16_silu_hold back: SPECPRESS_WG16_SILU_HOLD, none by default). Every prefill, from none to more than the ring holds, gives the whole ring's bits:
 // the folded SwiGLU form at the Qwen3-4B gate/up shape on its own plan (3 tiles a block: the ring turns over tiles) and
 // on a small shape with 2 and 5 stages, and the residual form with 3 K splits (the 4B o shape), each launched with PDL
 // on; a negative prefill is refused. Then wg16_silu_mul_norm_out under set_wg16_silu_hold 0, 1, 3, 4 and 12 gives the
