@@ -1930,12 +1930,13 @@ TEST_F(Kernels, Wg16SiluMulMatchesReference) {
   EXPECT_LT(rel_err(routed, direct), 2e-2) << "cuBLAS + silu_mul_out against the fused kernel";
 }
 
-// Wg16Args::prefill: the W stages a block loads before its PDL wait, the rest after it (the fast engine's folded gate/up
-// holds wg16_silu_hold back: SPECPRESS_WG16_SILU_HOLD, none by default). Every prefill, from none to more than the ring holds, gives the whole ring's bits:
-// the folded SwiGLU form at the Qwen3-4B gate/up shape on its own plan (3 tiles a block: the ring turns over tiles) and
-// on a small shape with 2 and 5 stages, and the residual form with 3 K splits (the 4B o shape), each launched with PDL
-// on; a negative prefill is refused. Then wg16_silu_mul_norm_out under set_wg16_silu_hold 0, 1, 3, 4 and 12 gives the
-// same bits (the hold's effect on timing is measured by fast_perf, not here).
+// Wg16Args::prefill: the W stages a block loads before its PDL wait, the rest after it (the fast engine's folded
+// gate/up holds wg16_silu_hold back: SPECPRESS_WG16_SILU_HOLD, none by default). Every prefill, from none to more than
+// the ring holds, gives the whole ring's bits: the folded SwiGLU form at the Qwen3-4B gate/up shape on its own plan (3
+// tiles a block: the ring turns over tiles) and on a small shape with 2 and 5 stages, and the residual form with 3 K
+// splits (the 4B o shape), each launched with PDL on; a negative prefill is refused. Then wg16_silu_mul_norm_out under
+// set_wg16_silu_hold 0, 1, 3, 4 and 12 gives the same bits (the hold's effect on timing is measured by fast_perf, not
+// here).
 TEST_F(Kernels, Wg16PrefillIsBitwiseTheWholeRing) {
   int major = 0, sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
