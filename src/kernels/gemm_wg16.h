@@ -8,8 +8,8 @@
 // warp streams W (and X) with the TMA engine into a ring of shared-memory stages in the 128-byte swizzled layout
 // wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
 // outputs), X^T the B operand (16 tokens). Under PDL the producer fills the ring with W before it waits on the
-// previous kernel (W is constant; all of it, or Wg16Args::prefill stages: the fast engine's folded gate/up products
-// hold one back), so a product's first bytes are on chip when its input is ready. With
+// previous kernel (W is constant; all of it, or Wg16Args::prefill stages: SPECPRESS_WG16_SILU_HOLD holds some of the
+// folded gate/up products' back, none by default), so a product's first bytes are on chip when its input is ready. With
 // Wg16Args::trigger_early (the fast engine's default) it also lets the next kernel launch as it starts, so that
 // kernel's blocks do the same on the SMs it leaves idle.
 // Measured on the H200 (docs/PERF.md, twenty-fifth pass; bench/wg16_probe.cu): alone, 7% faster than cuBLAS on the
