@@ -102,11 +102,11 @@ int l2_prefetch_down_percent();
 // attention block (75 KB): with the plan's 3 splits at Qwen3-4B, verify 2.993 -> 2.955 ms against 200 KB on the H200
 // (docs/PERF.md, twenty-ninth pass). At 2 splits a 4B tile's splits fit the cluster sum (40 clusters of 2; the H200
 // holds 39 of the 3-split plan's clusters of 3) and 80 blocks stream the L2's W_o: with 160 KB (4 stages, 169 KB
-// with the cluster's slots, too large to share an SM with an attention block; how the blocks then overlap the
-// attention was not traced) verify 12-14 us shorter than 3 splits at 120 KB (the table's verify 17-19) in the
-// committed tree's A/B, 20-22 in the experiments'; 2 splits at 120 KB and 3 at 160 KB were not faster (fifty-fifth
-// pass). Qwen3-8B's o products take 2 splits either way (its verify 12 us shorter at 160 KB in one round). No change
-// where cuBLASLt runs the products.
+// with the cluster's slots, too large to share an SM with an attention block; traced in the fifty-sixth pass, all 80
+// blocks start before the attention releases them, a median 3.7 us, none beside another block) verify 12-14 us
+// shorter than 3 splits at 120 KB (the table's verify 17-19) in the committed tree's A/B, 20-22 in the experiments';
+// 2 splits at 120 KB and 3 at 160 KB were not faster (fifty-fifth pass). Qwen3-8B's o products take 2 splits either
+// way (its verify 12 us shorter at 160 KB in one round). No change where cuBLASLt runs the products.
 int o_ring_kb();
 int o_splits();
 // Diagnostic (fast_perf --wg16-trace): the multi-row layers' o products, and their gate/up products where the wgmma
