@@ -1546,9 +1546,9 @@ TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
   struct Case { int64_t N, K; kernels::Wg16Plan plan; int clustered; };  // clustered: 1 yes, 0 no, -1 the GPU's call
   // the Qwen3-8B o and down plans (2 splits, 128 blocks), the 4B ones (3 splits, 120 blocks), the fast engine's 4B o
   // plan (2 splits, 80 blocks), and forced plans on 200 rows of 44 chunks (4 tiles)
-  const int fits_8b = sms >= 132 ? 1 : -1;
-  for (Case c : {Case{4096, 4096, {2, 4, 4}, fits_8b}, Case{4096, 12288, {2, 4, 4}, fits_8b},
-                 Case{2560, 4096, {2, 4, 4}, fits_8b},
+  const int fits_132_sms = sms >= 132 ? 1 : -1;
+  for (Case c : {Case{4096, 4096, {2, 4, 4}, fits_132_sms}, Case{4096, 12288, {2, 4, 4}, fits_132_sms},
+                 Case{2560, 4096, {2, 4, 4}, fits_132_sms},
                  Case{2560, 4096, {3, 3, 4}, -1}, Case{2560, 9728, {3, 4, 4}, -1}, Case{200, 64 * 44, {2, 2, 1}, 1},
                  Case{200, 64 * 44, {3, 4, 2}, 1}, Case{200, 64 * 44, {5, 5, 2}, 1}, Case{200, 64 * 44, {8, 3, 1}, 1},
                  Case{200, 64 * 44, {9, 3, 1}, 0}, Case{200, 64 * 44, {1, 3, 2, 2}, 0}}) {
