@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
       a.workspace = ws;
       a.counters = cnt;
       a.plan = p;
+      a.x_stage_box = true;  // as the fast engine's products (kernels::wg16_x_stage_box)
       return a;
     };
     // max |got - want| / max |want| over the first `rows` rows; rows past them must hold the NaN fill (0xFFFF)

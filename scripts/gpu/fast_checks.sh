@@ -69,6 +69,8 @@ run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_TRIGGER_EARLY=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_SILU_HOLD=1: the gate/up products' former held stage, FastPathGolden" \
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_SILU_HOLD=1
+run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_X_BOX=0: the products' X copied a chunk at a time, FastPathGolden" \
+  'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_X_BOX=0
 run_tests "SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_QKV_NORM=0: the qkv products' norm factors by the side stream's row_rms, FastPathGolden" \
   'FastPathGolden.*' SPECPRESS_WG16=1 SPECPRESS_WG16_SWIGLU=1 SPECPRESS_WG16_QKV_NORM=0
 # the o and gate/up GEMVs in one launch (opt-in), under each staging setting (read once a process), with its own test

@@ -856,6 +856,7 @@ void run_wg16(Wg16Args a, const at::Tensor& x, const at::Tensor& weight, const c
                      g_wg16_ring_kb > 0 ? g_wg16_ring_kb : kWg16RingKb, g_wg16_max_splits);
   a.trigger_early = wg16_trigger_early();
   a.cluster_sum = wg16_cluster_sum();
+  a.x_stage_box = wg16_x_stage_box();
   if (hold_stages > 0) a.prefill = std::max(0, a.plan.stages - hold_stages);
   if (a.plan.splits > 1 || a.argmax != nullptr) {
     const Wg16Scratch s = wg16_scratch(sms);
@@ -884,6 +885,11 @@ bool wg16_trigger_early() {
 
 bool wg16_cluster_sum() {
   static const bool on = env_int("SPECPRESS_WG16_CLUSTER_SUM", 0, 1, 1, "0 or 1") == 1;
+  return on;
+}
+
+bool wg16_x_stage_box() {
+  static const bool on = env_int("SPECPRESS_WG16_X_BOX", 0, 1, 1, "0 or 1") == 1;
   return on;
 }
 

@@ -41,6 +41,7 @@ struct KernelArgs {
   float* workspace;
   unsigned* counters;
   int trigger, prefill, overlap;  // trigger: kTriggerNone, kTriggerAfterLoads or kTriggerAtStart
+  int x_stage_box;  // x_map is encode_stage's: one copy a stage (Wg16Args::x_stage_box); in the pointer's padding
   const float* row_scale;  // SwiGLU form: the tokens' factors on gate and up (nullptr: none)
   int silu_mul;            // SwiGLU form: N is the number of features (W has 2N rows), tiles of 32 features
   int row_norm;            // the factors are rsqrt(mean(x^2) + eps) of X's rows, summed here (SwiGLU or plain form)
@@ -139,6 +140,14 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
       "[%2];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// One 3D box of `map` at (c0, c1, c2) into shared memory, counted on `bar` (X as a stage's chunks, x_stage_box).
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
+          "r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 // One 2D box of `map` at (column c0, row c1) into shared memory, counted on `bar`.
@@ -267,6 +276,10 @@ __global__ void __launch_bounds__(kThreads) wg16_kernel(const __grid_constant__ 
       };
       auto load_x = [&](int g) {
         const int s = g % a.stages, i = g % n;
+        if (a.x_stage_box) {  // the stage's KB chunks as one box: the same bytes in the same places
+          tma_load_3d(smem + s * stage_bytes + KB * kWBox, &x_map, 0, 0, (s0 + i) * KB, &full[s]);
+          return;
+        }
         for (int b = 0; b < KB; ++b)
           tma_load_2d(smem + s * stage_bytes + KB * kWBox + b * kXBox, &x_map, ((s0 + i) * KB + b) * kWg16Chunk, 0,
                       &full[s]);
@@ -549,6 +562,19 @@ bool encode_silu_mul(CUtensorMap& map, const void* base, int64_t inter, int64_t 
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The same matrix (cols a multiple of 64) as boxes of box_rows x 64 columns x kb chunks, the chunk the outer
+// dimension: a box lands as kb of encode's boxes one after the other, so one copy fills a stage's X (x_stage_box).
+bool encode_stage(CUtensorMap& map, const void* base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int kb,
+                  CUtensorMapL2promotion promote) {
+  const cuuint64_t dims[3] = {kWg16Chunk, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(cols / kWg16Chunk)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * 2, kWg16Chunk * 2};
+  const cuuint32_t box[3] = {kWg16Chunk, static_cast<cuuint32_t>(box_rows), static_cast<cuuint32_t>(kb)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  return encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box, elem,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promote,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 thread_local bool g_last_clustered = false;  // wg16_last_launch_clustered
@@ -684,8 +710,11 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   CUtensorMap w_map, x_map;
   const bool w_ok = a.silu_mul ? encode_silu_mul(w_map, a.W, a.N / 2, a.K, a.ldw)
                                : encode(w_map, a.W, a.N, a.K, a.ldw, kWg16Rows, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-  if (!w_ok || !encode(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
-    return cudaErrorInvalidValue;
+  const bool x_stage_box = a.x_stage_box && a.K % kWg16Chunk == 0;
+  const bool x_ok = x_stage_box ? encode_stage(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, p.kb,
+                                               CU_TENSOR_MAP_L2_PROMOTION_L2_128B)
+                                : encode(x_map, a.X, a.T, a.K, a.ldx, kWg16MaxT, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  if (!w_ok || !x_ok) return cudaErrorInvalidValue;
   KernelArgs k{};
   k.Y = a.Y;
   k.R = a.R;
@@ -703,6 +732,7 @@ cudaError_t gemm_wg16(const Wg16Args& a, cudaStream_t stream) {
   k.trigger = !a.trigger ? kTriggerNone : a.trigger_early ? kTriggerAtStart : kTriggerAfterLoads;
   k.prefill = a.prefill;
   k.overlap = a.overlap ? 1 : 0;
+  k.x_stage_box = x_stage_box ? 1 : 0;
   k.row_scale = a.silu_mul ? a.row_scale : nullptr;
   k.silu_mul = a.silu_mul ? 1 : 0;
   k.row_norm = a.row_norm ? 1 : 0;

@@ -9,7 +9,8 @@
 // wgmma reads directly, and one consumer warpgroup issues m64n16k16 wgmma on them: W tiles are the A operand (64
 // outputs), X^T the B operand (16 tokens). Under PDL the producer fills the ring with W before it waits on the
 // previous kernel (W is constant; all of it, or Wg16Args::prefill stages: SPECPRESS_WG16_SILU_HOLD holds some of the
-// folded gate/up products' back, none by default), so a product's first bytes are on chip when its input is ready. With
+// folded gate/up products' back, none by default), so a product's first bytes are on chip when its input is ready;
+// after the wait it copies X a stage at a time (Wg16Args::x_stage_box, the fast engine's default). With
 // Wg16Args::trigger_early (the fast engine's default) it also lets the next kernel launch as it starts, so that
 // kernel's blocks do the same on the SMs it leaves idle.
 // Measured on the H200 (docs/PERF.md, twenty-fifth pass; bench/wg16_probe.cu): alone, 7% faster than cuBLAS on the
@@ -91,6 +92,11 @@ struct Wg16Args {
   // the 4B down products (40 of 3, 39 held) keep the workspace (docs/PERF.md, fifty-fourth and fifty-fifth passes).
   // Needs workspace and counters all the same.
   bool cluster_sum = false;
+  // X's copies after the PDL wait: one a stage (a 3D box of the stage's kb chunks; K a multiple of 64, else one a
+  // chunk as without it) instead of one a chunk, the same bytes in the same places. The copies X waits on are issued
+  // by one thread: a quarter as many (the fast engine's o products) took Qwen3-4B's verify 11-24 us shorter in four
+  // same-binary rounds (kernels::wg16_x_stage_box, aten_ops.h; docs/PERF.md, fifty-seventh pass).
+  bool x_stage_box = false;
   // under PDL: ring stages filled with W before waiting on the previous kernel (all by default; the fast engine's folded
   // gate/up products hold kernels::wg16_silu_hold back, aten_ops.h: none unless asked), the rest after it
   int prefill = 1 << 30;

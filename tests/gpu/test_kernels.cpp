@@ -1585,6 +1585,61 @@ TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
   }
 }
 
+// X copied a stage at a time (Wg16Args::x_stage_box, one 3D box of the stage's chunks) is bitwise X copied a chunk at
+// a time: the Qwen3 shapes in the plans wg16_plan gives them (1, 2 or 3 K splits, several tiles a block), forced plans
+// of 1, 2 and 4 chunks a stage, at T = 16, 5 and 1, with and without a residual. X sits in a buffer of NaN past its T
+// rows and K columns (row stride K + 8), so a box reading past them would show. K not a multiple of 64 takes the
+// chunk copies (the same result).
+TEST_F(Kernels, Wg16StageBoxIsBitwiseTheChunkBoxes) {
+  int major = 0, sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  struct Case { int64_t N, K; kernels::Wg16Plan plan; };
+  const std::vector<Case> cases = {
+      {6144, 2560, kernels::wg16_plan(6144, 2560, sms)},    {2560, 4096, kernels::wg16_plan(2560, 4096, sms)},
+      {19456, 2560, kernels::wg16_plan(19456, 2560, sms)},  {2560, 9728, kernels::wg16_plan(2560, 9728, sms)},
+      {4096, 12288, kernels::wg16_plan(4096, 12288, sms)},  {200, 64 * 44, {1, 2, 1}},
+      {200, 64 * 44, {3, 5, 2}},                            {200, 64 * 44, {11, 3, 4}},
+      {200, 64 * 44, {1, 3, 4, 2}},                         {100, 136, {1, 3, 1}},
+      {130, 2568, {2, 4, 1}}};
+  for (const Case& c : cases) {
+    at::Tensor x = at::randn({16, c.K}, bf16()), w = at::randn({c.N, c.K}, bf16()) * 0.05;
+    at::Tensor r = at::randn({16, c.N}, bf16());
+    for (int T : {16, 5, 1}) {
+      at::Tensor xbuf = at::full({17, c.K + 8}, NAN, bf16());
+      xbuf.narrow(0, 0, T).narrow(1, 0, c.K).copy_(x.narrow(0, 0, T));
+      const at::Tensor xt = xbuf.narrow(0, 0, T).narrow(1, 0, c.K);
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " splits=" << c.plan.splits
+                                          << " kb=" << c.plan.kb << " stages=" << c.plan.stages
+                                          << " tiles a block=" << c.plan.tiles_per_block << " T=" << T
+                                          << " residual=" << residual);
+        ASSERT_LE(static_cast<int64_t>(kernels::wg16_tiles(static_cast<int>(c.N))) * c.plan.splits, 64 * 16);
+        auto run = [&](bool stage_box) {
+          at::Tensor y = residual ? r.narrow(0, 0, T).clone() : at::full({T, c.N}, NAN, bf16());
+          kernels::Wg16Args a = wg16_forced_args(w, xt, y, c.plan);
+          if (residual) {
+            a.R = a.Y;
+            a.ldr = a.ldy;
+          }
+          a.x_stage_box = stage_box;
+          const cudaError_t e = kernels::gemm_wg16(a, st);
+          EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+          EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+          return y;
+        };
+        const at::Tensor chunks = run(false), boxed = run(true);
+        EXPECT_TRUE(at::equal(chunks, boxed)) << "a stage's X as one box differs from X a chunk at a time";
+        at::Tensor ref = at::linear(x.narrow(0, 0, T), w);
+        if (residual) ref = ref + r.narrow(0, 0, T);
+        EXPECT_LT(rel_err(boxed, ref), 1e-2) << "vs at::linear";
+      }
+    }
+  }
+}
+
 // The wgmma kernel's diagnostic stamps (Wg16Args::trace, fast_perf --wg16-trace): the Qwen3-4B o product in the fast
 // engine's plan (a 120 KB ring, 3 K splits) under Wg16TraceScope takes a slot of the trace buffer; every block's
 // stamps are set and in the kernel's order (start, wait released, first stage, last stage consumed, partial counted,
