@@ -224,8 +224,8 @@ bool wg16_trigger_early();
 // (model::o_splits; docs/PERF.md, fifty-fourth and fifty-fifth passes). Read once.
 bool wg16_cluster_sum();
 // SPECPRESS_WG16_X_BOX (default 1): the wgmma products copy a stage's X as one box (Wg16Args::x_stage_box); 0 copies it
-// a chunk at a time. Qwen3-4B verify 11-24 us shorter in four same-binary rounds, 8B 6 and 27 in two (docs/PERF.md,
-// fifty-seventh pass). Read once.
+// a chunk at a time. Qwen3-4B verify 11-24 us shorter in four same-binary rounds, 8B 6 us in one (27 with W also a box
+// a stage; docs/PERF.md, fifty-seventh pass). Read once.
 bool wg16_x_stage_box();
 // SPECPRESS_WG16_SILU_HOLD (0..12, default 0): the folded gate/up product (wg16_silu_mul_norm_out, the fast engine's
 // target MLPs in verify) fills all but this many of its ring's W stages before its PDL wait (Wg16Args::prefill), the

@@ -93,9 +93,10 @@ struct Wg16Args {
   // Needs workspace and counters all the same.
   bool cluster_sum = false;
   // X's copies after the PDL wait: one a stage (a 3D box of the stage's kb chunks; K a multiple of 64, else one a
-  // chunk as without it) instead of one a chunk, the same bytes in the same places. The copies X waits on are issued
-  // by one thread: a quarter as many (the fast engine's o products) took Qwen3-4B's verify 11-24 us shorter in four
-  // same-binary rounds (kernels::wg16_x_stage_box, aten_ops.h; docs/PERF.md, fifty-seventh pass).
+  // chunk as without it) instead of one a chunk, the same bytes in the same places. One thread issues every copy; a
+  // quarter as many X copies (4-chunk stages) took Qwen3-4B's verify 11-24 us shorter in four same-binary rounds,
+  // though the trace's first stage lands no sooner (kernels::wg16_x_stage_box, aten_ops.h; docs/PERF.md, fifty-seventh
+  // pass).
   bool x_stage_box = false;
   // under PDL: ring stages filled with W before waiting on the previous kernel (all by default; the fast engine's folded
   // gate/up products hold kernels::wg16_silu_hold back, aten_ops.h: none unless asked), the rest after it
