@@ -1381,6 +1381,25 @@ kernels::Wg16Args wg16_forced_args(const at::Tensor& w, const at::Tensor& x, con
   return a;
 }
 
+// A forced-plan launch, synchronised: Y = X W^T, or Y = R + X W^T where r is defined (Y starts as a copy of r and is
+// its own residual), `set` choosing the launch's form (Wg16Args::cluster_sum, x_stage_box). Returns Y.
+template <class Set>
+at::Tensor wg16_forced_run(const at::Tensor& w, const at::Tensor& x, const at::Tensor& r, const kernels::Wg16Plan& plan,
+                           Set set) {
+  at::Tensor y = r.defined() ? r.clone() : at::full({x.size(0), w.size(0)}, NAN, bf16());
+  kernels::Wg16Args a = wg16_forced_args(w, x, y, plan);
+  if (r.defined()) {
+    a.R = a.Y;
+    a.ldr = a.ldy;
+  }
+  set(a);
+  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
+  const cudaError_t e = kernels::gemm_wg16(a, st);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  return y;
+}
+
 void check_wg16(int64_t N, int64_t K, std::initializer_list<int64_t> Ms, const kernels::Wg16Plan* forced = nullptr,
                 bool overlap = false) {
   at::Tensor x = at::randn({16, K}, bf16()), w = at::randn({N, K}, bf16()) * 0.05, r = at::randn({16, N}, bf16());
@@ -1540,7 +1559,6 @@ TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
-  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   struct Case { int64_t N, K; kernels::Wg16Plan plan; int clustered; };  // clustered: 1 yes, 0 no, -1 the GPU's call
@@ -1559,19 +1577,11 @@ TEST_F(Kernels, Wg16ClusterSumIsBitwiseTheWorkspaceSum) {
         SCOPED_TRACE(::testing::Message() << "N=" << c.N << " K=" << c.K << " splits=" << c.plan.splits << " T=" << T
                                           << " residual=" << residual);
         auto run = [&](bool cluster) {
-          at::Tensor y = residual ? r.narrow(0, 0, T).clone() : at::full({T, c.N}, NAN, bf16());
-          kernels::Wg16Args a = wg16_forced_args(w, x.narrow(0, 0, T), y, c.plan);
-          if (residual) {
-            a.R = a.Y;
-            a.ldr = a.ldy;
-          }
-          a.cluster_sum = cluster;
-          const cudaError_t e = kernels::gemm_wg16(a, st);
-          EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+          const at::Tensor y = wg16_forced_run(w, x.narrow(0, 0, T), residual ? r.narrow(0, 0, T) : at::Tensor(),
+                                               c.plan, [&](kernels::Wg16Args& a) { a.cluster_sum = cluster; });
           if (!cluster || c.clustered >= 0) {
             EXPECT_EQ(kernels::wg16_last_launch_clustered(), cluster && c.clustered == 1);
           }
-          EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
           return y;
         };
         const at::Tensor summed = run(false), clustered = run(true), again = run(true);
@@ -1595,7 +1605,6 @@ TEST_F(Kernels, Wg16StageBoxIsBitwiseTheChunkBoxes) {
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   if (major < 9) GTEST_SKIP() << "the wgmma kernel needs sm_90";
-  const cudaStream_t st = at::cuda::getCurrentCUDAStream().stream();
   struct Case { int64_t N, K; kernels::Wg16Plan plan; };
   const std::vector<Case> cases = {
       {6144, 2560, kernels::wg16_plan(6144, 2560, sms)},    {2560, 4096, kernels::wg16_plan(2560, 4096, sms)},
@@ -1618,17 +1627,8 @@ TEST_F(Kernels, Wg16StageBoxIsBitwiseTheChunkBoxes) {
                                           << " residual=" << residual);
         ASSERT_LE(static_cast<int64_t>(kernels::wg16_tiles(static_cast<int>(c.N))) * c.plan.splits, 64 * 16);
         auto run = [&](bool stage_box) {
-          at::Tensor y = residual ? r.narrow(0, 0, T).clone() : at::full({T, c.N}, NAN, bf16());
-          kernels::Wg16Args a = wg16_forced_args(w, xt, y, c.plan);
-          if (residual) {
-            a.R = a.Y;
-            a.ldr = a.ldy;
-          }
-          a.x_stage_box = stage_box;
-          const cudaError_t e = kernels::gemm_wg16(a, st);
-          EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
-          EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-          return y;
+          return wg16_forced_run(w, xt, residual ? r.narrow(0, 0, T) : at::Tensor(), c.plan,
+                                 [&](kernels::Wg16Args& a) { a.x_stage_box = stage_box; });
         };
         const at::Tensor chunks = run(false), boxed = run(true);
         EXPECT_TRUE(at::equal(chunks, boxed)) << "a stage's X as one box differs from X a chunk at a time";
