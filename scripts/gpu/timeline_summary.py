@@ -6,8 +6,10 @@ and the kernels' summed durations. Per kernel class: count, mean duration, mean 
 kernels' end (negative: it started early, under PDL), and the mean and total time it adds to the step (its end
 past the previous end). Then the same per position of the repeating layer pattern (medians over the layers), found
 without the side kernels (SIDE_CLASSES: the L2 prefetches and the side row factors, which run beside the layers), so
-that verify's layers show their pattern too; there, times are against the previous end of the kernels kept. (The
-trace's stream ids cannot tell the side kernels apart: a graph's replay spreads even the main chain over several.)"""
+that verify's layers show their pattern too; there, times are against the previous end of the kernels kept. Before
+that, each attention's end to the next one's, so that a layer unlike the rest (a tapped one) shows even where the
+pattern leaves it out. (The trace's stream ids cannot tell the side kernels apart: a graph's replay spreads even the
+main chain over several.)"""
 import json
 import statistics
 import sys
@@ -61,6 +63,7 @@ def main():
         print(f"  {'class':58s} {'n':>4s} {'dur':>8s} {'start-prev end':>14s} {'adds':>8s} {'adds total':>10s}")
         for c, (n, dur, gap, add) in sorted(classes.items(), key=lambda kv: -kv[1][3]):
             print(f"  {c[:58]:58s} {n:4d} {dur / n:8.2f} {gap / n:14.2f} {add / n:8.2f} {add:10.1f}")
+        attention_intervals(ks)
         # the repeating layer pattern without the side kernels: per position, the median duration, start, time added
         n_all = len(ks)
         ks = [k for k in ks if kernel_class(k[2]).split("<")[0] not in SIDE_CLASSES]
@@ -81,6 +84,20 @@ def main():
             med = [statistics.median(x[k] for x in r) for k in range(3)]
             print(f"  {kernel_class(ks[off + j][2])[:48]:48s} {med[0]:8.2f} {med[1]:14.2f} {med[2]:8.2f}")
         print(f"  {'a layer':48s} {'':8s} {'':14s} {sum(statistics.median(x[2] for x in r) for r in rows):8.2f}")
+
+
+def attention_intervals(ks):
+    """Prints each attention's end to the next attention's end (one per layer: layer l's o, gate/up and down products,
+    then layer l + 1's qkv product and attention), so that layers unlike the rest (the tapped ones, whose layer pattern
+    the medians below may leave out) show up one by one."""
+    ends = [s + d for s, d, n in ks if "attention" in kernel_class(n).split("<")[0]]
+    if len(ends) < 3:
+        return
+    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    print(f"  attention to attention ({len(gaps)} intervals, median {statistics.median(gaps):.2f}, interval i from "
+          f"attention i, counted from 0):")
+    for i in range(0, len(gaps), 12):
+        print("    " + " ".join(f"{g:6.2f}" for g in gaps[i:i + 12]))
 
 
 def layer_period(classes):
