@@ -5,6 +5,7 @@ per-class adds, the attention-to-attention intervals (end to end: 67, 65, 71, wh
 the layer pattern's medians; a trace without kernel events is refused with a message.
 Usage: timeline_summary_test.py PATH/TO/timeline_summary.py"""
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -39,9 +40,11 @@ def trace():
 
 
 def run(script, payload):
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(payload, f)
-    return subprocess.run([sys.executable, script, f.name, "synthetic"], capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        with open(path, "w") as f:
+            json.dump(payload, f)
+        return subprocess.run([sys.executable, script, path, "synthetic"], capture_output=True, text=True)
 
 
 def main():
@@ -75,7 +78,7 @@ def main():
     if failures:
         print(out)
         sys.exit(1)
-    print("timeline_summary.py: 9 checks passed")
+    print("timeline_summary.py: every check passed")
 
 
 if __name__ == "__main__":
