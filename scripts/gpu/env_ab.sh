@@ -19,6 +19,10 @@
 #      scripts/gpu/ab_prepare.sh REV and carried, and time it first in every round under that label, so that one
 #      call compares another revision with this tree's settings; no tests run for it), BASE_FAST_PERF (that
 #      revision's binary, already built: then .ab-base/ is not built).
+#      A setting may also name a tree with TREE=DIR among its words (DIR: an exported revision, made here by
+#      scripts/gpu/ab_prepare.sh REV DIR, DIR = .ab-<name>, and carried): that setting's fast_perf (and test_gpu,
+#      when TESTS=1) are built from DIR into DIR/build-gpu (with SKIP_BUILD=1, taken from there), so that one
+#      call times several revisions in alternation: SETTINGS='main;rownorm:TREE=.ab-rownorm;silu:TREE=.ab-silu'.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -31,18 +35,9 @@ if [ -n "$base" ]; then
   [ -f .ab-base/AB_REVISION ] || [ -n "${BASE_FAST_PERF:-}" ] ||
     { echo "env_ab.sh: BASE=$base but no .ab-base/AB_REVISION: run scripts/gpu/ab_prepare.sh REV first and carry .ab-base" >&2; exit 2; }
 fi
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  source scripts/gpu/gpu_env.sh
-  gpu_build . build-gpu /tmp/env_ab fast_perf test_gpu || exit 1
-  if [ -n "$base" ] && [ -z "${BASE_FAST_PERF:-}" ]; then
-    echo "$base = $(cat .ab-base/AB_REVISION) (.ab-base)"
-    gpu_build .ab-base .ab-base/build-gpu /tmp/env_ab_base fast_perf || exit 1
-  fi
-fi
-
 # Parse the settings into labels and their variable lists (VAR=VALUE words).
 labels=()
-declare -A vars
+declare -A vars tree
 IFS=';' read -r -a items <<<"$SETTINGS"
 for item in "${items[@]}"; do
   [ -n "$item" ] || continue
@@ -69,12 +64,31 @@ for item in "${items[@]}"; do
     done
   fi
   [ -z "${vars[$label]+set}" ] || { echo "env_ab.sh: SETTINGS: label '$label' appears twice" >&2; exit 2; }
+  env_words=()  # the words but TREE=DIR, which names the setting's tree instead of a variable
+  for w in "${words[@]}"; do
+    if [[ "$w" == TREE=* ]]; then
+      dir=${w#TREE=}
+      [ -z "${tree[$label]+set}" ] || { echo "env_ab.sh: SETTINGS: '$item' names TREE twice" >&2; exit 2; }
+      [ -f "$dir/CMakeLists.txt" ] ||
+        { echo "env_ab.sh: SETTINGS: TREE=$dir in '$item' is not a source tree (no $dir/CMakeLists.txt): run scripts/gpu/ab_prepare.sh REV $dir first and carry $dir" >&2; exit 2; }
+      tree[$label]=$dir
+    else
+      env_words+=("$w")
+    fi
+  done
   labels+=("$label")
-  vars[$label]="${words[*]:-}"
+  vars[$label]="${env_words[*]:-}"
 done
 [ "${#labels[@]}" -ge 1 ] || { echo "env_ab.sh: SETTINGS has no setting" >&2; exit 2; }
-declare -A binary
-for label in "${labels[@]}"; do binary[$label]=$fast_perf; done
+declare -A binary tests
+for label in "${labels[@]}"; do
+  binary[$label]=$fast_perf
+  tests[$label]=$test_gpu
+  if [ -n "${tree[$label]+set}" ]; then
+    binary[$label]=${tree[$label]}/build-gpu/bin/fast_perf
+    tests[$label]=${tree[$label]}/build-gpu/bin/test_gpu
+  fi
+done
 if [ -n "$base" ]; then
   [ -z "${vars[$base]+set}" ] || { echo "env_ab.sh: BASE label '$base' is also in SETTINGS" >&2; exit 2; }
   labels=("$base" "${labels[@]}")
@@ -82,12 +96,36 @@ if [ -n "$base" ]; then
   binary[$base]=${BASE_FAST_PERF:-.ab-base/build-gpu/bin/fast_perf}
 fi
 
+# Build (the settings above are checked first, so that a typo fails at once): this tree, BASE's, each TREE.
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  source scripts/gpu/gpu_env.sh
+  gpu_build . build-gpu /tmp/env_ab fast_perf test_gpu || exit 1
+  if [ -n "$base" ] && [ -z "${BASE_FAST_PERF:-}" ]; then
+    echo "$base = $(cat .ab-base/AB_REVISION) (.ab-base)"
+    gpu_build .ab-base .ab-base/build-gpu /tmp/env_ab_base fast_perf || exit 1
+  fi
+  for label in "${labels[@]}"; do
+    [ -n "${tree[$label]+set}" ] || continue
+    dir=${tree[$label]}
+    echo "$label = $(cat "$dir/AB_REVISION" 2>/dev/null || echo "the tree in $dir") ($dir)"
+    targets=(fast_perf)
+    [ "${TESTS:-1}" = 1 ] && targets+=(test_gpu)
+    gpu_build "$dir" "$dir/build-gpu" "/tmp/env_ab_$label" "${targets[@]}" || exit 1
+  done
+fi
+for label in "${labels[@]}"; do
+  [ -x "${binary[$label]}" ] || { echo "env_ab.sh: no fast_perf for '$label' at ${binary[$label]}" >&2; exit 2; }
+  [ "${TESTS:-1}" != 1 ] || [ -z "${tree[$label]+set}" ] || [ -x "${tests[$label]}" ] ||
+    { echo "env_ab.sh: no test_gpu for '$label' at ${tests[$label]} (TESTS=1)" >&2; exit 2; }
+done
+
 status=0
 if [ "${TESTS:-1}" = 1 ]; then
   for label in "${labels[@]}"; do
-    [ -n "${vars[$label]}" ] || continue  # the baseline (and BASE) ran the tests elsewhere
+    # the baseline (and BASE) ran the tests elsewhere; a setting with a tree of its own runs that tree's tests
+    [ -n "${vars[$label]}" ] || [ -n "${tree[$label]+set}" ] || continue
     # shellcheck disable=SC2086  # the variable list is split into VAR=VALUE words on purpose
-    env ${vars[$label]} "$test_gpu" --gtest_filter="${GTEST_FILTER:-Kernels.*:FastPathGolden.*}" \
+    env ${vars[$label]} "${tests[$label]}" --gtest_filter="${GTEST_FILTER:-Kernels.*:FastPathGolden.*}" \
       >"$OUT/env_tests_$label.log" 2>&1
     rc=$?
     echo "tests under $label (${vars[$label]}): exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/env_tests_$label.log" | tr '\n' ' ')"
@@ -98,16 +136,21 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   for label in "${labels[@]}"; do
     log="$OUT/env_${label}_r$round"
     note=${vars[$label]:-baseline}
+    [ -n "${tree[$label]+set}" ] && note="${tree[$label]}${vars[$label]:+, ${vars[$label]}}"
     [ "$label" = "$base" ] && note=".ab-base, timed first in every round"
     echo "== $label ($note), round $round"
-    # shellcheck disable=SC2086
-    modes=(--modes default)  # a BASE revision older than fast_perf's --modes flag runs every mode
-    [ "$label" = "$base" ] && [ -f .ab-base/bench/fast_perf.cpp ] && ! grep -q -- '"--modes"' .ab-base/bench/fast_perf.cpp &&
-      modes=()
-    if [ "${SPLIT:-0}" = 1 ] && [ ${#modes[@]} -gt 0 ] && { [ "$label" != "$base" ] ||
-      grep -q -- '"--split"' .ab-base/bench/fast_perf.cpp 2>/dev/null; }; then
+    # a revision (BASE's or a TREE's) older than fast_perf's --modes flag runs every mode, and one older than
+    # --split runs without it
+    src=.
+    [ "$label" = "$base" ] && src=.ab-base
+    [ -n "${tree[$label]+set}" ] && src=${tree[$label]}
+    modes=(--modes default)
+    [ -f "$src/bench/fast_perf.cpp" ] && ! grep -q -- '"--modes"' "$src/bench/fast_perf.cpp" && modes=()
+    if [ "${SPLIT:-0}" = 1 ] && [ ${#modes[@]} -gt 0 ] && { [ "$src" = . ] ||
+      grep -q -- '"--split"' "$src/bench/fast_perf.cpp" 2>/dev/null; }; then
       modes+=(--split 1)
     fi
+    # shellcheck disable=SC2086  # the variable list is split into VAR=VALUE words on purpose
     if ! env ${vars[$label]} "${binary[$label]}" --shapes "${SHAPES:-4B,8B}" "${modes[@]}" --ref-iters "${REF_ITERS:-1}" \
       ${CONTEXT:+--context "$CONTEXT"} --json "$log.json" >"$log.log" 2>&1; then
       echo "fast_perf failed under $label:"
