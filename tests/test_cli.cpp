@@ -1,10 +1,13 @@
 // test_cli.cpp — the specpress binary end to end: `generate --json` reproduces the reference's greedy
 // and DFlash outputs (with acceptance lengths and per-step records) for all 8 golden runs, the bundled
-// demo pair runs with its bundled beacon compressor, and bad flags exit non-zero with a message naming
-// the flag.
+// demo pair runs with its bundled beacon compressor, bad flags exit non-zero with a message naming
+// the flag, and outputs are checked before a run (never written over a device, a directory, an input or
+// each other; a failed write to standard output fails the run).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "test_util.h"
 
@@ -110,6 +113,81 @@ TEST(Cli, BadFlagsNameTheFlag) {
     CommandResult r = run_specpress(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+}
+
+
+// Outputs are checked before the run: a directory, a FIFO, a missing directory, a file inside an input and two
+// outputs naming one file are refused naming the flags, before anything loads; a symbolic link is written through
+// (the link kept); a config whose epsilon or RoPE base would give NaN is refused; a failed write to standard output
+// fails the run.
+TEST(Cli, OutputsAreCheckedBeforeTheRun) {
+  SPECPRESS_REQUIRE_SHARED();
+  namespace fs = std::filesystem;
+  ScratchDir dir("cli-out");
+  const std::string target = golden_dir() + "/target", dump = "dump -m " + target + " --prompt-ids 1,2,3 -o ";
+  const fs::path fifo = dir.path / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_directories(dir.path / "model");  // the golden target's files, linked, and a config of our own
+  for (const fs::directory_entry& e : fs::directory_iterator(target))
+    if (e.path().filename() != "config.json") fs::create_symlink(e.path(), dir.path / "model" / e.path().filename());
+  std::ofstream(dir.path / "model" / "config.json") << std::ifstream(target + "/config.json").rdbuf();
+  const std::string bench = "bench -m " + target + " -md " + golden_dir() + "/draft --dataset gsm8k --data " +
+                            shared_dir() + "/data/gsm8k.jsonl --max-samples 1 ";
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {dump + dir.str(), "-o/--out: " + dir.str() + " is a directory (expected a file to write)"},
+      {dump + fifo.string(), "exists and is not a regular file"},
+      {dump + dir.str() + "/no/such/dir/x.safetensors", "the directory of " + dir.str() + "/no/such/dir/x.safetensors"},
+      {"dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() + "/model/x.safetensors",
+       "is or lies inside -m/--model " + dir.str() + "/model, an input"},
+      {bench + "--json " + dir.str() + "/r.json --markdown " + dir.str() + "/r.json", "--json and --markdown: both name"},
+      {bench + "--json " + shared_dir() + "/data/gsm8k.jsonl", "--json: " + shared_dir() + "/data/gsm8k.jsonl is or lies"},
+      {"generate -m " + target + " --prompt-ids 1,2 -n 2 --think", "--think: only applies with --chat"},
+      {"tokenize -m " + shared_dir() + "/data/qwen3-tokenizer -f " + dir.str(), "-f/--file: " + dir.str() + ": is a directory"},
+  };
+  for (const auto& c : cases) {
+    CommandResult r = run_specpress(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+
+  // a symbolic link is followed: the file it names is written, the link stays
+  const fs::path real = dir.path / "real.safetensors", link = dir.path / "link.safetensors";
+  std::ofstream(real) << "old";
+  fs::create_symlink(real, link);
+  CommandResult r = run_specpress(dump + link.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_GT(fs::file_size(real), 100u);
+
+  // NaN-making config values are refused, naming the field
+  for (const std::string name : {"rms_norm_eps", "rope_theta"}) {
+    std::ifstream in(target + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j[name] = name == "rms_norm_eps" ? -1.0 : 0.0;  // a top-level rope_theta is read before rope_parameters
+    std::ofstream(dir.path / "model" / "config.json") << j.dump(2);
+    r = run_specpress("generate -m " + dir.str() + "/model --prompt-ids 1,2 -n 2");
+    EXPECT_NE(r.exit_code, 0) << name;
+    EXPECT_NE(r.err.find("field '" + name + "' must be a positive number"), std::string::npos) << r.err;
+  }
+
+  // standard output that cannot be written fails the run
+  if (fs::is_character_file("/dev/full")) {
+    r = run_specpress("tokenize -m " + shared_dir() + "/data/qwen3-tokenizer -p hello >/dev/full");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("writing to standard output failed"), std::string::npos) << r.err;
+  }
+  // float16 on the CPU: runs where this LibTorch has the kernel, else a message naming the flag (no raw trace)
+  r = run_specpress("generate -m " + target + " --prompt-ids 1,2 -n 2 --dtype f16");
+  if (r.exit_code != 0) {
+    EXPECT_NE(r.err.find("--dtype f16: this LibTorch ("), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("has no float16 matrix product on the CPU"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("frame #"), std::string::npos) << "a raw stack trace: " << r.err;
   }
 }
 

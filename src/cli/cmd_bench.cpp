@@ -11,6 +11,7 @@
 #include "compress/beacon.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
+#include "io/output_paths.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "tools/bench.h"
@@ -55,6 +56,7 @@ Loaded load_all(const ToolOptions& o) {
   else l.stop_ids.assign(eos.begin(), eos.end());
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  model::check_dtype_on_device(dtype, device, "--dtype");
   l.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o.model_dir, dtype, device));
   l.draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, *l.target, dtype, device));
   return l;
@@ -66,9 +68,16 @@ void write_output(const std::string& path, const std::string& text, const std::s
   std::fprintf(stderr, "wrote %s to %s\n", what.c_str(), path.c_str());
 }
 
+// The run's inputs, which no output may be or lie in.
+std::vector<io::NamedPath> inputs_of(const ToolOptions& o) {
+  return {{"--data", o.data}, {"--indices", o.selection.indices_file}, {"-m/--model", o.model_dir},
+          {"--model-draft", o.draft_dir}};
+}
+
 int run_bench(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
+  io::check_output_files({{"--json", o.json_out}, {"--markdown", o.markdown_out}}, inputs_of(o));
   decode::validate(o.sampling);
   Loaded l = load_all(o);
   tools::BenchOptions b;
@@ -96,6 +105,7 @@ int run_bench(const ToolOptions& o) {
 int run_diagnose(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
+  io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o));
   Loaded l = load_all(o);
   tools::DiagnoseOptions d;
   d.dataset = o.dataset;

@@ -11,6 +11,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/output_paths.h"
 #include "model/qwen3.h"
 
 namespace specpress::cli {
@@ -25,8 +26,10 @@ int run_dump(const DumpOptions& o) {
   c10::InferenceMode inference_mode;
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  model::check_dtype_on_device(dtype, device, "--dtype");
   std::vector<int64_t> prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
   if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
+  io::check_output_files({{"-o/--out", o.out}}, {{"-m/--model", o.model_dir}});
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= target.config().vocab_size)

@@ -17,6 +17,7 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "tokenizer/stream_decoder.h"
+#include "tokenizer/utf8.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
 
@@ -39,18 +40,30 @@ int run_generate(const GenerateOptions& o) {
   c10::InferenceMode inference_mode;
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  model::check_dtype_on_device(dtype, device, "--dtype");
   const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
   if (given != 1) fail("generate: give exactly one of --prompt-ids, -p/--prompt or -f/--file");
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
   std::vector<int64_t> prompt;
   if (!o.prompt_ids.empty()) {
     if (o.chat || !o.system.empty()) fail("--chat/--system: need a text prompt (-p or -f), not --prompt-ids");
+    if (o.think) fail("--think: only applies with --chat (and a text prompt)");
     prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
     if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
   } else {
     if (!tokenizer)
       fail("{}: -p/-f need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", o.model_dir);
-    std::string text = o.prompt_file.empty() ? o.prompt_text : io::read_text_file(o.prompt_file);
+    const std::string origin = o.prompt_file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt_file;
+    std::string text = o.prompt_text;
+    if (!o.prompt_file.empty()) {
+      try {
+        text = io::read_text_file(o.prompt_file);
+      } catch (const Error& e) {
+        fail("-f/--file: {}", e.what());
+      }
+    }
+    if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
+      fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
     if (o.chat || !o.system.empty()) {
       std::vector<tok::ChatMessage> messages;
       if (!o.system.empty()) messages.push_back({"system", o.system, std::nullopt});
@@ -61,7 +74,7 @@ int run_generate(const GenerateOptions& o) {
       std::vector<int32_t> ids = tokenizer->encode(text);
       prompt.assign(ids.begin(), ids.end());
     }
-    if (prompt.empty()) fail("-p/--prompt: the text encodes to no tokens");
+    if (prompt.empty()) fail("{}: the text encodes to no tokens", origin);
   }
 
   decode::GenerationParams params;

@@ -8,11 +8,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "core/error.h"
+#include "io/mapped_file.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,12 +41,11 @@ tok::Tokenizer load_tokenizer(const std::string& path) {
 }
 
 std::string read_bytes(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open {}", flag, path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail("{}: read error in {}", flag, path);
-  return buffer.str();
+  try {
+    return io::read_text_file(path);
+  } catch (const Error& e) {
+    fail("{}: {}", flag, e.what());
+  }
 }
 
 // Encodes `text`, prefixing errors (invalid UTF-8) with where the text came from.

@@ -1,11 +1,15 @@
 // main.cpp — the specpress binary: one CLI11 app with a subcommand per tool. llama.cpp's short
-// spellings that CLI11 cannot declare (-md, -sys) are rewritten to their long forms first.
+// spellings that CLI11 cannot declare (-md, -sys) are rewritten to their long forms first. A failed write to standard
+// output fails the run.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
 
 #include "cli/cmd_bench.h"
 #include "cli/cmd_dump.h"
@@ -37,9 +41,20 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    return run ? run() : 1;
+    const int rc = run ? run() : 1;
+    // Output that did not reach standard output (a full disk, a closed descriptor) is an error, not a success.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "error: writing to standard output failed (%s)\n",
+                   errno != 0 ? std::strerror(errno) : "a write error");
+      return 1;
+    }
+    return rc;
   } catch (const specpress::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const c10::Error& e) {  // LibTorch's own: its message without the C++ stack trace
+    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -11,6 +11,9 @@
 namespace specpress::compat {
 
 constexpr bool kTorch2 = TORCH_VERSION_MAJOR >= 2;
+// Float16 matrix products on the CPU: LibTorch 1.13's addmm has no Half kernel (only some stride patterns reach a
+// BLAS call that has one), so the models cannot run in f16 there.
+constexpr bool kCpuHalfMatmul = kTorch2;
 
 // Number of bytes of one element of `t`'s dtype.
 inline int64_t element_size(const at::Tensor& t) { return static_cast<int64_t>(t.element_size()); }

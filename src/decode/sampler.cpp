@@ -1,6 +1,7 @@
 // sampler.cpp — see sampler.h.
 #include "decode/sampler.h"
 
+#include <cmath>
 #include <limits>
 
 #include "core/error.h"
@@ -8,7 +9,8 @@
 namespace specpress::decode {
 
 void validate(const SamplingParams& p) {
-  if (!(p.temperature >= 0.0)) fail("--temp: must be >= 0, found {}", p.temperature);
+  if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature))
+    fail("--temp: must be >= 0 and finite, found {}", p.temperature);
   if (p.top_k < 0) fail("--top-k: must be >= 0 (0 = off), found {}", p.top_k);
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) fail("--top-p: must be in (0, 1], found {}", p.top_p);
   if (!(p.min_p >= 0.0 && p.min_p < 1.0)) fail("--min-p: must be in [0, 1), found {}", p.min_p);

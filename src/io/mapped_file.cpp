@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -49,6 +50,8 @@ MappedFile::~MappedFile() {
 }
 
 std::string read_text_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("{}: is a directory (expected a file)", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open ({})", path, std::strerror(errno));
   std::ostringstream ss;
@@ -59,7 +62,20 @@ std::string read_text_file(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
+  // symbolic link is followed, so that the file it names is replaced and the link kept.
+  std::string target = path;
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
+    if (ec) fail("{}: cannot write: resolving the symbolic link failed ({})", path, ec.message());
+    target = resolved.string();
+  }
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail("{}: cannot write: it exists and is not a regular file ({}); give the path of a file", path,
+         S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
+  std::string tmp = target + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
   size_t done = 0;
@@ -81,7 +97,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     fail("{}: cannot write: fsync/close of {} failed ({})", path, tmp, std::strerror(err));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     err = errno;
     ::unlink(tmp.c_str());
     fail("{}: cannot write: renaming {} onto it failed ({})", path, tmp, std::strerror(err));

@@ -32,7 +32,9 @@ class MappedFile {
 std::string read_text_file(const std::string& path);
 
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, then rename. On failure it removes
-// the temporary file and throws specpress::Error naming `path` first, then the temporary file and the reason.
+// the temporary file and throws specpress::Error naming `path` first, then the temporary file and the reason. An
+// existing `path` must be a regular file (not a device, FIFO or directory); a symbolic link is followed (the file it
+// names is replaced, the link kept).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace specpress::io

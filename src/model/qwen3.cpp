@@ -2,7 +2,9 @@
 #include "model/qwen3.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "core/compat.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "model/config_json.h"
@@ -52,6 +54,16 @@ Qwen3Config parse_qwen3_config(const std::string& config_path) {
   if (c.num_heads % c.num_kv_heads != 0)
     fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", config_path, c.num_heads, c.num_kv_heads);
   if (c.head_dim % 2 != 0) fail("{}: head_dim {} must be even for RoPE", config_path, c.head_dim);
+  // !(x > 0) also catches NaN: a non-positive epsilon or RoPE base gives NaN activations, not an error
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
+    fail("{}: field 'rms_norm_eps' must be a positive number, found {}", config_path, c.rms_norm_eps);
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    fail("{}: field 'rope_theta' must be a positive number, found {}", config_path, c.rope_theta);
+  if (c.max_position_embeddings <= 0)
+    fail("{}: field 'max_position_embeddings' must be positive, found {}", config_path, c.max_position_embeddings);
+  for (int64_t id : c.eos_token_ids)
+    if (id < 0 || id >= c.vocab_size)
+      fail("{}: field 'eos_token_id': {} is outside the vocabulary 0..{}", config_path, id, c.vocab_size - 1);
   return c;
 }
 
@@ -225,6 +237,13 @@ at::ScalarType parse_compute_dtype(const std::string& name, const std::string& f
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
   if (name == "f16" || name == "float16") return at::kHalf;
   fail("{}: unknown dtype '{}' (expected f32, bf16 or f16)", flag, name);
+}
+
+void check_dtype_on_device(at::ScalarType dtype, at::Device device, const std::string& flag) {
+  if (dtype == at::kHalf && device.is_cpu() && !compat::kCpuHalfMatmul)
+    fail("{} f16: this LibTorch ({}) has no float16 matrix product on the CPU; use f32 or bf16 with --device cpu (or "
+         "f16 with --device cuda)",
+         flag, TORCH_VERSION);
 }
 
 at::Device parse_device(const std::string& name, const std::string& flag) {

@@ -134,5 +134,8 @@ class Qwen3Model {
 // "f32" | "bf16" | "f16" -> scalar type; "cpu" | "cuda" -> device. Errors name the flag.
 at::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag);
 at::Device parse_device(const std::string& name, const std::string& flag);
+// Fails naming `flag` where this LibTorch cannot run the models' matrix products in `dtype` on `device` (float16 on
+// the CPU in Debian's LibTorch 1.13: compat::kCpuHalfMatmul).
+void check_dtype_on_device(at::ScalarType dtype, at::Device device, const std::string& flag);
 
 }  // namespace specpress::model

@@ -1,0 +1,23 @@
+// output_paths.h — checks on what a command will write, made before it runs: an output file must be writable where
+// it is (an existing file or a new one in an existing directory, not a directory or a device), no two outputs may
+// name one file, and no output may be, or lie inside, one of the run's inputs. So a long run does not lose its
+// report at the end, and no run overwrites its own data or model. Errors name the flags.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace specpress::io {
+
+// A path and the flag that named it.
+struct NamedPath {
+  std::string flag, path;
+};
+
+// Whether `inner` is `outer` or lies under it (both absolute and normal, symbolic links resolved where they exist).
+bool path_within(const std::string& inner, const std::string& outer);
+
+// Fails naming the flag where an output file (empty paths are skipped) could not be written at the end of the run,
+// where two outputs name the same file, or where an output is, or lies inside, one of `inputs` (files or directories).
+void check_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+}  // namespace specpress::io
