@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "decode/generation.h"
 #include "io/checkpoint.h"
+#include "io/mapped_file.h"
 #include "model_fixtures.h"
 #include "test_util.h"
 #include "compress/beacon.h"
@@ -424,10 +425,48 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     fs::create_directories(o.out);
     write_text(fs::path(o.out) / "keep.txt", "x");
     expect_error([&] { train::train_lm(o, none); }, "already exists; pass --resume to continue its training or --force");
+    // --force deletes only a directory of a training's files: keep.txt stays, and so does the directory
     o.force = true;
     o.steps = 1;
+    expect_error([&] { train::train_lm(o, none); }, "holds keep.txt, which no specpress trainer writes; refusing");
+    EXPECT_TRUE(fs::exists(fs::path(o.out) / "keep.txt"));
+    fs::remove(fs::path(o.out) / "keep.txt");
+    train::train_lm(o, none);  // into the now empty directory, then over its own output
+    write_text(fs::path(o.out) / "model.safetensors.tmp.123", "an interrupted write");
     train::train_lm(o, none);
-    EXPECT_FALSE(fs::exists(fs::path(o.out) / "keep.txt"));
+    EXPECT_TRUE(fs::exists(fs::path(o.out) / "model.safetensors"));
+    EXPECT_FALSE(fs::exists(fs::path(o.out) / "model.safetensors.tmp.123"));
+    // --resume on a directory with files but no checkpoint (a model, not a training) is refused
+    train::LmOptions r = f.lm_options("model-dir");
+    fs::create_directories(r.out);
+    write_text(fs::path(r.out) / "config.json", "{}");
+    r.resume = true;
+    expect_error([&] { train::train_lm(r, none); }, "--resume: " + r.out + " has no checkpoint to continue");
+    EXPECT_EQ(io::read_text_file((fs::path(r.out) / "config.json").string()), "{}");
+  }
+  {  // --out may not be, or hold, one of the run's inputs, with --force or not
+    train::DraftOptions d = f.draft_options("unused");
+    d.out = f.target.string();
+    d.force = true;
+    expect_error([&] { train::train_draft(d, none); }, "is or holds --target " + f.target.string() + ", an input");
+    EXPECT_TRUE(fs::exists(f.config));
+    train::LmOptions o = f.lm_options("unused");
+    o.out = f.dir.path.string();
+    o.force = true;
+    expect_error([&] { train::train_lm(o, none); }, "is or holds --config " + f.config.string());
+    EXPECT_TRUE(fs::exists(f.data));
+  }
+  {  // --force on the current directory (or one above it) is refused
+    train::LmOptions o = f.lm_options("cwd");
+    fs::create_directories(o.out);
+    write_text(fs::path(o.out) / "config.json", "{}");
+    const fs::path before = fs::current_path();
+    fs::current_path(o.out);
+    o.out = ".";
+    o.force = true;
+    expect_error([&] { train::train_lm(o, none); }, "--force: . is the current directory or one above it");
+    fs::current_path(before);
+    EXPECT_TRUE(fs::exists(f.dir.path / "cwd" / "config.json"));
   }
 }
 

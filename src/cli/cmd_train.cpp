@@ -67,7 +67,7 @@ void add_common_options(CLI::App* cmd, train::CommonOptions& o) {
       ->capture_default_str();
   cmd->add_option("--stop-after", o.stop_after, "stop after N steps of this invocation, leaving a checkpoint");
   cmd->add_flag("--resume", o.resume, "continue the training in --out from its checkpoint");
-  cmd->add_flag("--force", o.force, "delete an existing --out first");
+  cmd->add_flag("--force", o.force, "delete an existing --out first (one that holds only a training's files)");
 }
 
 void print_summary(const char* label, const train::TrainSummary& s, std::chrono::steady_clock::time_point t0) {

@@ -7,26 +7,63 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
+#include "io/output_paths.h"
 
 namespace specpress::train {
 namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kStateFile = "state.json";
-}
 
-bool prepare_output_dir(const std::string& out, bool resume, bool force) {
+// What the trainers write into --out (models, tokenizer copies, checkpoints, generation caches, reports), and the
+// temporary files of an interrupted atomic write: --force deletes a directory that holds nothing else.
+bool written_by_trainers(const std::string& name) {
+  static const char* const kNames[] = {"config.json",          "model.safetensors",   "generation_config.json",
+                                       "tokenizer.json",       "tokenizer_config.json", "vocab.json",
+                                       "merges.txt",           "chat_template.jinja", "special_tokens_map.json",
+                                       "checkpoint",           "checkpoint.old",      "checkpoint.tmp",
+                                       "onpolicy.jsonl",       "trajectories.jsonl",  "eval_trajectories.jsonl",
+                                       "eval.json",            "compressor.json",     "compressor.safetensors"};
+  for (const char* n : kNames)
+    if (name == n || name.rfind(std::string(n) + ".tmp.", 0) == 0) return true;
+  return false;
+}
+}  // namespace
+
+bool prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs) {
   if (out.empty()) fail("--out: empty path");
   if (resume && force) fail("--resume and --force: give at most one (--force deletes what --resume would continue)");
   std::error_code ec;
   const bool exists = fs::exists(out, ec);
   if (exists && !fs::is_directory(out)) fail("--out: {} exists and is not a directory", out);
+  for (const InputPath& in : inputs)
+    if (!in.path.empty() && io::path_within(in.path, out))
+      fail("--out: {} is or holds {} {}, an input of this run; choose another output directory", out, in.flag, in.path);
   const bool non_empty = exists && !fs::is_empty(out, ec);
   if (non_empty && !resume && !force)
     fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);
-  if (non_empty && force) fs::remove_all(out);
-  fs::create_directories(out);
+  if (non_empty && resume && !find_checkpoint(out).has_value())
+    fail("--resume: {} has no checkpoint to continue (no checkpoint/state.json); pass --force to replace what it holds "
+         "or choose another --out",
+         out);
+  if (non_empty && force) {
+    if (io::path_within(fs::current_path(ec).string(), out))
+      fail("--force: {} is the current directory or one above it; refusing to delete it", out);
+    for (const fs::directory_entry& e : fs::directory_iterator(out))
+      if (!written_by_trainers(e.path().filename().string()))
+        fail("--force: {} holds {}, which no specpress trainer writes; refusing to delete the directory (remove that "
+             "yourself or choose another --out)",
+             out, e.path().filename().string());
+    fs::remove_all(out);
+  }
+  std::error_code mk;
+  fs::create_directories(out, mk);
+  if (mk) fail("--out: cannot create {} ({})", out, mk.message());
   return resume && find_checkpoint(out).has_value();
+}
+
+void add_inputs(std::vector<InputPath>& to, const std::string& flag, const std::vector<std::string>& paths) {
+  for (const std::string& p : paths) to.push_back({flag, p});
 }
 
 void save_checkpoint(const std::string& out, const CheckpointState& state, const NamedTensors& params,

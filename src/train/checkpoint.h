@@ -7,16 +7,24 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/output_paths.h"
 #include "train/params.h"
 
 namespace specpress::train {
 
-// Validates --out against --resume/--force: an existing non-empty directory needs one of them; --force
-// deletes it. Returns true when training should resume from OUT's checkpoint (--resume and one exists).
-bool prepare_output_dir(const std::string& out, bool resume, bool force);
+// One of a run's inputs, by the flag that named it: --out may not be it or hold it.
+using InputPath = io::NamedPath;
+// Validates --out against --resume/--force and the run's inputs: --out may not be or hold an input; an existing
+// non-empty directory needs --resume (and a checkpoint in it) or --force, which deletes it only when it holds nothing
+// but what the trainers write and is not the current directory or one above it. Returns true when training should
+// resume from OUT's checkpoint (--resume and one exists).
+bool prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs = {});
+// `paths` as inputs named by `flag`, appended to `to`.
+void add_inputs(std::vector<InputPath>& to, const std::string& flag, const std::vector<std::string>& paths);
 
 struct CheckpointState {
   int64_t step = 0;         // completed optimizer steps

@@ -212,7 +212,11 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       o.on_policy_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.on_policy_prompts, codec, tc.vocab_size);
   const std::vector<std::vector<int64_t>> eval_prompts =
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
-  const bool resume = prepare_output_dir(o.out, o.resume, o.force);
+  std::vector<InputPath> inputs = {{"--target", o.target_dir}, {"--draft", o.draft_dir}};
+  add_inputs(inputs, "--data", o.data);
+  add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
+  add_inputs(inputs, "--eval-prompts", o.eval_prompts);
+  const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
   std::vector<Trajectory> generated =
       cached_generation("trajectories.jsonl", target, prompts, o, "on-policy generation", 0);
   trajectories.insert(trajectories.end(), generated.begin(), generated.end());

@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
+
 #include <filesystem>
 
 #include <fmt/ranges.h>
@@ -115,7 +117,24 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
       o.on_policy_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.on_policy_prompts, codec, tc.vocab_size);
   std::vector<std::vector<int64_t>> eval_prompts =
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
-  const bool resume = prepare_output_dir(o.out, o.resume, o.force);
+  // the generations must fit the target's positions, checked before any of them (or the training) runs
+  auto longest = [](const std::vector<std::vector<int64_t>>& ps) {
+    size_t n = 0;
+    for (const auto& p : ps) n = std::max(n, p.size());
+    return static_cast<int64_t>(n);
+  };
+  if (!prompts.empty()) {
+    if (o.gen_tokens < 1) fail("--gen-tokens: must be at least 1, found {}", o.gen_tokens);
+    if (longest(prompts) + o.gen_tokens > tc.max_position_embeddings)
+      fail("--gen-tokens {}: with the longest --on-policy-prompts prompt ({} tokens) it exceeds the target's "
+           "max_position_embeddings {}",
+           o.gen_tokens, longest(prompts), tc.max_position_embeddings);
+  }
+  std::vector<InputPath> inputs = {{"--target", o.target_dir}};
+  add_inputs(inputs, "--data", o.data);
+  add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
+  add_inputs(inputs, "--eval-prompts", o.eval_prompts);
+  const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
   if (!prompts.empty()) {
     std::vector<Sequence> generated = on_policy_sequences(o, target, prompts);
     sequences.insert(sequences.end(), generated.begin(), generated.end());
@@ -125,6 +144,10 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
     fail("train-draft: no sequence has room for a block anchor (need at least 3 tokens, 2 after any prompt)");
   if (eval_prompts.empty()) eval_prompts = default_eval_prompts(prompts, sequences);
   eval_prompts.resize(std::min<size_t>(eval_prompts.size(), o.eval_samples));
+  if (!eval_prompts.empty() && longest(eval_prompts) + o.eval_tokens + o.block_size > tc.max_position_embeddings)
+    fail("--eval-tokens {}: with the longest evaluation prompt ({} tokens) and --block-size {} it exceeds the target's "
+         "max_position_embeddings {}",
+         o.eval_tokens, longest(eval_prompts), o.block_size, tc.max_position_embeddings);
   int64_t tokens = 0;
   for (const Sequence& s : sequences) tokens += static_cast<int64_t>(s.ids.size());
   std::fprintf(stderr,

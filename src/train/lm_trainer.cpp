@@ -39,7 +39,9 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   const std::vector<int64_t> stream = concat_documents(documents, config.eos_token_ids[0]);
   if (static_cast<int64_t>(stream.size()) < o.seq_len + 1)
     fail("--seq-len {}: the training data holds only {} tokens (need at least seq-len + 1)", o.seq_len, stream.size());
-  const bool resume = prepare_output_dir(o.out, o.resume, o.force);
+  std::vector<InputPath> inputs = {{"--config", o.config_path}, {"--tokenizer", o.tokenizer_dir}};
+  add_inputs(inputs, "--data", o.data);
+  const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
   std::fprintf(stderr, "train-lm: %zu documents, %zu tokens; %lld steps of %lld x %lld tokens\n", documents.size(),
                stream.size(), static_cast<long long>(o.steps), static_cast<long long>(o.batch),
                static_cast<long long>(o.seq_len));

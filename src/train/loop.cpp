@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -48,7 +49,13 @@ void validate_common(const CommonOptions& o) {
   if (o.steps < 1) fail("--steps: must be at least 1, found {}", o.steps);
   if (o.batch < 1) fail("--batch: must be at least 1, found {}", o.batch);
   if (o.seq_len < 2) fail("--seq-len: must be at least 2, found {}", o.seq_len);
-  if (!(o.optim.lr > 0)) fail("--lr: must be positive, found {}", o.optim.lr);
+  if (!(o.optim.lr > 0) || !std::isfinite(o.optim.lr)) fail("--lr: must be positive and finite, found {}", o.optim.lr);
+  if (!(o.optim.min_lr_ratio >= 0 && o.optim.min_lr_ratio <= 1))
+    fail("--min-lr-ratio: must be in [0, 1], found {}", o.optim.min_lr_ratio);
+  if (!(o.optim.weight_decay >= 0) || !std::isfinite(o.optim.weight_decay))
+    fail("--weight-decay: must be a number >= 0, found {}", o.optim.weight_decay);
+  if (!(o.optim.grad_clip >= 0) || !std::isfinite(o.optim.grad_clip))
+    fail("--grad-clip: must be a number >= 0 (0 = off), found {}", o.optim.grad_clip);
   if (o.optim.warmup_steps < 0) fail("--warmup: must be >= 0, found {}", o.optim.warmup_steps);
   if (o.save_every < 0) fail("--save-every: must be >= 0, found {}", o.save_every);
   if (o.stop_after < 0) fail("--stop-after: must be >= 0, found {}", o.stop_after);
