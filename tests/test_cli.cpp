@@ -108,6 +108,11 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " -md /nonexistent/draft", "/nonexistent/draft: does not exist (expected a DFlash draft directory)"},
       {"generate -m " + golden_dir() + "/target -p hello -n 4", "no tokenizer"},
       {base + " -md " + golden_dir() + "/draft --block-size 1", "--block-size: must be at least 2"},
+      {"bench -m " + golden_dir() + "/target -md " + golden_dir() + "/draft --dataset gsm8k --data " + shared_dir() +
+           "/data/gsm8k.jsonl --subset foo",
+       "--subset: needs --indices"},
+      {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
+       "--feature-layers: item 1 ('a') is not a layer index"},
   };
   for (const auto& c : cases) {
     CommandResult r = run_specpress(c.args);

@@ -30,6 +30,7 @@ struct ToolOptions {
   std::string json_out, markdown_out, html_out;
   std::string compress = "none";
   compress::Policy policy;
+  const CLI::Option* subset = nullptr;  // --subset, to tell a given value from the default
 };
 
 struct Loaded {
@@ -43,6 +44,8 @@ struct Loaded {
 Loaded load_all(const ToolOptions& o) {
   // Cheap checks first, so bad flags fail before a model loads.
   tools::check_dataset_name(o.dataset);
+  if (o.subset != nullptr && o.subset->count() > 0 && o.selection.indices_file.empty())
+    fail("--subset: needs --indices (the dflash_subsets.json whose list it names)");
   std::vector<tools::BenchSample> all = tools::load_dataset(o.dataset, o.data);
   Loaded l;
   l.samples = tools::select_samples(all, o.dataset, o.selection);
@@ -128,8 +131,10 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
   cmd->add_option("--data", o.data, "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl)")->required();
   cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
   cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")->capture_default_str();
-  cmd->add_option("--indices", o.selection.indices_file, "run exactly these rows: a JSON array or dflash_subsets.json");
-  cmd->add_option("--subset", o.selection.indices_key, "which list of dflash_subsets.json")->capture_default_str();
+  cmd->add_option("--indices", o.selection.indices_file,
+                  "run exactly these rows: a JSON file holding an array of row indices, or dflash_subsets.json");
+  o.subset = cmd->add_option("--subset", o.selection.indices_key, "which list of the --indices dflash_subsets.json")
+                 ->capture_default_str();
   cmd->add_flag("--think", o.think, "enable_thinking in the chat template (the DFlash drafts were trained without)");
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o.dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();

@@ -125,7 +125,7 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   add_common_options(d_cmd, *d);
   d_cmd->callback([&run, d, tap_ids]() {
     run = [d, tap_ids]() {
-      d->target_layer_ids = parse_id_list(*tap_ids, "--target-layer-ids");
+      d->target_layer_ids = parse_id_list(*tap_ids, "--target-layer-ids", "layer index");
       auto t0 = std::chrono::steady_clock::now();
       print_summary("train-draft", train::train_draft(*d, make_codec(d->target_dir, "--target")), t0);
       return 0;
@@ -159,7 +159,7 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   add_common_options(c_cmd, *c);
   c_cmd->callback([&run, c, feature_ids]() {
     run = [c, feature_ids]() {
-      c->feature_layers = parse_id_list(*feature_ids, "--feature-layers");
+      c->feature_layers = parse_id_list(*feature_ids, "--feature-layers", "layer index");
       auto t0 = std::chrono::steady_clock::now();
       print_summary("train-compressor", train::train_compressor(*c, make_codec(c->target_dir, "--target")), t0);
       return 0;

@@ -7,7 +7,7 @@
 
 namespace specpress::cli {
 
-std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag) {
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag, const std::string& what) {
   std::string body = text;
   const size_t first = body.find_first_not_of(" \t\r\n");
   const size_t last = body.find_last_not_of(" \t\r\n");
@@ -45,7 +45,7 @@ std::vector<int64_t> parse_id_list(const std::string& text, const std::string& f
         used = 0;
       }
       if (used != item.size())
-        fail("{}: item {} ('{}') is not a token id (expected integers like \"1,2,3\")", flag, ids.size() + 1, item);
+        fail("{}: item {} ('{}') is not a {} (expected integers like \"1,2,3\")", flag, ids.size() + 1, item, what);
       ids.push_back(value);
     }
     if (empty && any_comma) fail("{}: empty item in '{}' (expected integers like \"1,2,3\")", flag, text);

@@ -7,7 +7,9 @@
 
 namespace specpress::cli {
 
-// Errors name the flag and the bad item; an empty or blank text gives an empty list.
-std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag);
+// Errors name the flag and the bad item (as a `what`: "token id", "layer index"); an empty or blank text gives an
+// empty list.
+std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag,
+                                   const std::string& what = "token id");
 
 }  // namespace specpress::cli
