@@ -111,6 +111,7 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {"bench -m " + golden_dir() + "/target -md " + golden_dir() + "/draft --dataset gsm8k --data " + shared_dir() +
            "/data/gsm8k.jsonl --subset foo",
        "--subset: needs --indices"},
+      {base + " --compress-window 5", "--compress-window requires --compress"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
        "--feature-layers: item 1 ('a') is not a layer index"},
   };

@@ -94,14 +94,21 @@ nlohmann::ordered_json result_json(const decode::GenerationResult& r) {
 }
 
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy) {
-  cmd.add_option("--compress", method,
-                 "KV compression of aged accepted spans: none, drop, keep-last, mean-merge, top-attention, window-only, "
-                 "or a beacon compressor directory (specpress train-compressor)")
-      ->capture_default_str();
-  cmd.add_option("--compress-window", policy.window, "recent generated tokens kept raw")->capture_default_str();
-  cmd.add_option("--compress-sinks", policy.sinks, "first positions never compressed")->capture_default_str();
+  CLI::Option* compress =
+      cmd.add_option("--compress", method,
+                     "KV compression of aged accepted spans: none, drop, keep-last, mean-merge, top-attention, "
+                     "window-only, or a beacon compressor directory (specpress train-compressor)")
+          ->capture_default_str();
+  // the policy's flags only apply with --compress: given alone they are an error, not ignored
+  cmd.add_option("--compress-window", policy.window, "recent generated tokens kept raw")
+      ->capture_default_str()
+      ->needs(compress);
+  cmd.add_option("--compress-sinks", policy.sinks, "first positions never compressed")
+      ->capture_default_str()
+      ->needs(compress);
   cmd.add_option("--compress-merge", policy.merge_tokens, "0: one unit per verify span; m: units of m tokens")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(compress);
 }
 
 nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -182,7 +183,9 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   if (o.data.empty() && o.on_policy_prompts.empty()) fail("train-compressor: give --on-policy-prompts and/or --data");
   if (o.span_max < 1) fail("--span-max: must be positive, found {}", o.span_max);
   if (o.gen_tokens < 1) fail("--gen-tokens: must be at least 1, found {}", o.gen_tokens);
-  if (o.ce_weight < 0) fail("--ce-weight: must be >= 0, found {}", o.ce_weight);
+  if (!(o.ce_weight >= 0) || !std::isfinite(o.ce_weight))
+    fail("--ce-weight: must be >= 0 and finite, found {}", o.ce_weight);
+  if (o.eval_every < 0) fail("--eval-every: must be >= 0 (0 = at the end), found {}", o.eval_every);
   if (o.eval_samples < 0) fail("--eval-samples: must be >= 0, found {}", o.eval_samples);
   if (o.feature_passes < 0) fail("--feature-passes: must be >= 0, found {}", o.feature_passes);
   if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");

@@ -100,6 +100,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   if (o.gamma < 0) fail("--gamma: must be positive (or 0 for the default), found {}", o.gamma);
   if (o.data.empty() && o.on_policy_prompts.empty()) fail("train-draft: give --data and/or --on-policy-prompts");
   if (o.eval_samples < 0 || o.eval_tokens < 1) fail("--eval-samples/--eval-tokens: must be >= 0 and >= 1");
+  if (o.eval_every < 0) fail("--eval-every: must be >= 0 (0 = at the end), found {}", o.eval_every);
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
   if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");
