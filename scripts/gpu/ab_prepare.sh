@@ -8,7 +8,8 @@ set -euo pipefail
 rev=${1:?usage: scripts/gpu/ab_prepare.sh REV [DIR] (the revision to export; DIR: .ab-base or .ab-<name>)}
 dir=${2:-.ab-base}
 [[ "$dir" =~ ^\.ab-[A-Za-z0-9_.-]+$ ]] ||
-  { echo "ab_prepare.sh: DIR '$dir' must be .ab-<name> in the repository root (letters, digits, '_', '.', '-'), which git ignores" >&2; exit 2; }
+  { echo "ab_prepare.sh: DIR '$dir' must be .ab-<name> in the repository root (letters, digits, '_', '.', '-')," \
+    "which git ignores" >&2; exit 2; }
 sha=$(git rev-parse --verify "$rev^{commit}") || { echo "ab_prepare.sh: '$rev' is not a commit" >&2; exit 2; }
 rm -rf "$dir"
 mkdir "$dir"

@@ -70,7 +70,8 @@ for item in "${items[@]}"; do
       dir=${w#TREE=}
       [ -z "${tree[$label]+set}" ] || { echo "env_ab.sh: SETTINGS: '$item' names TREE twice" >&2; exit 2; }
       [ -f "$dir/CMakeLists.txt" ] ||
-        { echo "env_ab.sh: SETTINGS: TREE=$dir in '$item' is not a source tree (no $dir/CMakeLists.txt): run scripts/gpu/ab_prepare.sh REV $dir first and carry $dir" >&2; exit 2; }
+        { echo "env_ab.sh: SETTINGS: TREE=$dir in '$item' is not a source tree (no $dir/CMakeLists.txt):" \
+          "run scripts/gpu/ab_prepare.sh REV $dir first and carry $dir" >&2; exit 2; }
       tree[$label]=$dir
     else
       env_words+=("$w")
