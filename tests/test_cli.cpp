@@ -109,7 +109,7 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {"generate -m " + golden_dir() + "/target -p hello -n 4", "no tokenizer"},
       {base + " -md " + golden_dir() + "/draft --block-size 1", "--block-size: must be at least 2"},
       {"bench -m " + golden_dir() + "/target -md " + golden_dir() + "/draft --dataset gsm8k --data " + shared_dir() +
-           "/data/gsm8k.jsonl --subset foo",
+           "/data/gsm8k_test.jsonl --subset foo",
        "--subset: needs --indices"},
       {base + " --compress-window 5", "--compress-window requires --compress"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
@@ -134,12 +134,18 @@ TEST(Cli, OutputsAreCheckedBeforeTheRun) {
   const std::string target = golden_dir() + "/target", dump = "dump -m " + target + " --prompt-ids 1,2,3 -o ";
   const fs::path fifo = dir.path / "fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  fs::create_directories(dir.path / "model");  // the golden target's files, linked, and a config of our own
-  for (const fs::directory_entry& e : fs::directory_iterator(target))
-    if (e.path().filename() != "config.json") fs::create_symlink(e.path(), dir.path / "model" / e.path().filename());
+  // the golden target's files copied to shards/ and linked from model/ (as a Hugging Face cache lays a model out),
+  // with a config of our own
+  fs::create_directories(dir.path / "model");
+  fs::create_directories(dir.path / "shards");
+  for (const fs::directory_entry& e : fs::directory_iterator(target)) {
+    if (e.path().filename() == "config.json") continue;
+    fs::copy_file(e.path(), dir.path / "shards" / e.path().filename());
+    fs::create_symlink(dir.path / "shards" / e.path().filename(), dir.path / "model" / e.path().filename());
+  }
   std::ofstream(dir.path / "model" / "config.json") << std::ifstream(target + "/config.json").rdbuf();
   const std::string bench = "bench -m " + target + " -md " + golden_dir() + "/draft --dataset gsm8k --data " +
-                            shared_dir() + "/data/gsm8k.jsonl --max-samples 1 ";
+                            shared_dir() + "/data/gsm8k_test.jsonl --max-samples 1 ";
   struct Case {
     std::string args, message;
   } cases[] = {
@@ -147,11 +153,17 @@ TEST(Cli, OutputsAreCheckedBeforeTheRun) {
       {dump + fifo.string(), "exists and is not a regular file"},
       {dump + dir.str() + "/no/such/dir/x.safetensors", "the directory of " + dir.str() + "/no/such/dir/x.safetensors"},
       {"dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() + "/model/x.safetensors",
-       "is or lies inside -m/--model " + dir.str() + "/model, an input"},
-      {bench + "--json " + dir.str() + "/r.json --markdown " + dir.str() + "/r.json", "--json and --markdown: both name"},
-      {bench + "--json " + shared_dir() + "/data/gsm8k.jsonl", "--json: " + shared_dir() + "/data/gsm8k.jsonl is or lies"},
+       "is, lies inside or links to -m/--model " + dir.str() + "/model, an input"},
+      // a model's shard through its link (as in a Hugging Face cache): the linked file, named from outside the model
+      {"dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() + "/shards/model-00001-of-00006.safetensors",
+       "links to -m/--model " + dir.str() + "/model, an input"},
+      {bench + "--json " + dir.str() + "/r.json --markdown " + dir.str() + "/r.json",
+       "--json and --markdown: both name"},
+      {bench + "--json " + shared_dir() + "/data/gsm8k_test.jsonl",
+       "--json: " + shared_dir() + "/data/gsm8k_test.jsonl is, lies inside"},
       {"generate -m " + target + " --prompt-ids 1,2 -n 2 --think", "--think: only applies with --chat"},
-      {"tokenize -m " + shared_dir() + "/data/qwen3-tokenizer -f " + dir.str(), "-f/--file: " + dir.str() + ": is a directory"},
+      {"tokenize -m " + shared_dir() + "/data/qwen3-tokenizer -f " + dir.str(),
+       "-f/--file: " + dir.str() + ": is a directory"},
   };
   for (const auto& c : cases) {
     CommandResult r = run_specpress(c.args);

@@ -436,6 +436,8 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     train::train_lm(o, none);
     EXPECT_TRUE(fs::exists(fs::path(o.out) / "model.safetensors"));
     EXPECT_FALSE(fs::exists(fs::path(o.out) / "model.safetensors.tmp.123"));
+    write_text(fs::path(o.out) / "checkpoint" / "mine.txt", "x");  // a checkpoint directory is checked inside too
+    expect_error([&] { train::train_lm(o, none); }, "holds checkpoint/mine.txt, which no specpress trainer writes");
     // --resume on a directory with files but no checkpoint (a model, not a training) is refused
     train::LmOptions r = f.lm_options("model-dir");
     fs::create_directories(r.out);
@@ -448,7 +450,7 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     train::DraftOptions d = f.draft_options("unused");
     d.out = f.target.string();
     d.force = true;
-    expect_error([&] { train::train_draft(d, none); }, "is or holds --target " + f.target.string() + ", an input");
+    expect_error([&] { train::train_draft(d, none); }, "is or holds --target " + f.target.string() + " (or a file it links to), an input");
     EXPECT_TRUE(fs::exists(f.config));
     train::LmOptions o = f.lm_options("unused");
     o.out = f.dir.path.string();

@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "cli/common.h"
@@ -73,8 +74,12 @@ void write_output(const std::string& path, const std::string& text, const std::s
 
 // The run's inputs, which no output may be or lie in.
 std::vector<io::NamedPath> inputs_of(const ToolOptions& o) {
-  return {{"--data", o.data}, {"--indices", o.selection.indices_file}, {"-m/--model", o.model_dir},
-          {"--model-draft", o.draft_dir}};
+  std::error_code ec;
+  return {{"--data", o.data},
+          {"--indices", o.selection.indices_file},
+          {"-m/--model", o.model_dir},
+          {"--model-draft", o.draft_dir},
+          {"--compress", std::filesystem::is_directory(o.compress, ec) ? o.compress : ""}};  // a beacon directory
 }
 
 int run_bench(const ToolOptions& o) {

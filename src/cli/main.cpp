@@ -18,6 +18,17 @@
 #include "cli/cmd_train.h"
 #include "core/error.h"
 
+namespace {
+// Output that did not reach standard output (a full disk, a closed descriptor) is an error, not a success.
+bool stdout_failed() {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return false;
+  std::fprintf(stderr, "error: writing to standard output failed (%s)\n",
+               errno != 0 ? std::strerror(errno) : "a write error");
+  return true;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   for (auto& a : args) {
@@ -38,18 +49,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // --help prints to standard output and exits 0
+    return rc == 0 && stdout_failed() ? 1 : rc;
   }
   try {
     const int rc = run ? run() : 1;
-    // Output that did not reach standard output (a full disk, a closed descriptor) is an error, not a success.
-    errno = 0;
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      std::fprintf(stderr, "error: writing to standard output failed (%s)\n",
-                   errno != 0 ? std::strerror(errno) : "a write error");
-      return 1;
-    }
-    return rc;
+    return stdout_failed() ? 1 : rc;
   } catch (const specpress::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

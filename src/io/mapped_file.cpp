@@ -64,18 +64,21 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
   // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
   // symbolic link is followed, so that the file it names is replaced and the link kept.
-  std::string target = path;
+  // The link is followed one step at a time, so that a link to a file not yet there (dangling) is written through too.
+  namespace fs = std::filesystem;
+  fs::path target = path;
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+  for (int hops = 0; ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
     std::error_code ec;
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(path, ec);
-    if (ec) fail("{}: cannot write: resolving the symbolic link failed ({})", path, ec.message());
-    target = resolved.string();
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec || hops == 40) fail("{}: cannot write: resolving the symbolic link failed ({})", path,
+                               ec ? ec.message() : "too many levels of links");
+    target = (next.is_absolute() ? next : target.parent_path() / next).lexically_normal();
   }
   if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
     fail("{}: cannot write: it exists and is not a regular file ({}); give the path of a file", path,
          S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
-  std::string tmp = target + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
   size_t done = 0;

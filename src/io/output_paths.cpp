@@ -13,37 +13,77 @@ namespace specpress::io {
 namespace fs = std::filesystem;
 
 namespace {
-fs::path normal(const std::string& p) {
+// Absolute and normal, symbolic links resolved where they exist; and the same without resolving them.
+fs::path resolved(const std::string& p) {
   std::error_code ec;
   fs::path a = fs::absolute(p, ec);
   fs::path c = fs::weakly_canonical(a, ec);
   return ec ? a.lexically_normal() : c;
 }
-}  // namespace
-
-bool path_within(const std::string& inner, const std::string& outer) {
-  const fs::path a = normal(inner), b = normal(outer);
-  auto ai = a.begin();
-  for (auto bi = b.begin(); bi != b.end(); ++bi) {
+fs::path lexical(const std::string& p) {
+  std::error_code ec;
+  return fs::absolute(p, ec).lexically_normal();
+}
+bool component_prefix(const fs::path& inner, const fs::path& outer) {
+  auto ai = inner.begin();
+  for (auto bi = outer.begin(); bi != outer.end(); ++bi) {
     if (bi->empty()) continue;  // a trailing separator
-    if (ai == a.end() || *ai != *bi) return false;
+    if (ai == inner.end() || *ai != *bi) return false;
     ++ai;
   }
   return true;
 }
+// The files an input names: itself, and where it is a directory the entries under it (a model's shards may be
+// symbolic links elsewhere, as in a Hugging Face cache), at most kMaxEntries of them.
+constexpr int kMaxEntries = 4096;
+std::vector<fs::path> files_of(const std::string& in) {
+  std::vector<fs::path> files{fs::path(in)};
+  std::error_code ec;
+  if (!fs::is_directory(in, ec)) return files;
+  fs::recursive_directory_iterator it(in, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end && static_cast<int>(files.size()) <= kMaxEntries; it.increment(ec)) files.push_back(it->path());
+  return files;
+}
+}  // namespace
+
+bool path_within(const std::string& inner, const std::string& outer) {
+  return component_prefix(lexical(inner), lexical(outer)) || component_prefix(resolved(inner), resolved(outer));
+}
+
+bool reaches_into(const std::string& input, const std::string& dir) {
+  if (path_within(input, dir)) return true;
+  const fs::path d = resolved(dir);
+  for (const fs::path& f : files_of(input))
+    if (component_prefix(resolved(f.string()), d)) return true;
+  return false;
+}
+
+namespace {
+// Whether writing `out` would write one of the files of `input` (the same path, a path inside it, or the same file
+// through a link).
+bool writes_input(const std::string& out, const std::string& input) {
+  if (path_within(out, input)) return true;
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return false;
+  for (const fs::path& f : files_of(input))
+    if (fs::equivalent(out, f, ec)) return true;
+  return false;
+}
+}  // namespace
 
 void check_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const NamedPath& out = outputs[i];
     if (out.path.empty()) continue;
     for (const NamedPath& in : inputs)
-      if (!in.path.empty() && path_within(out.path, in.path))
-        fail("{}: {} is or lies inside {} {}, an input of this run; choose another file", out.flag, out.path, in.flag,
-             in.path);
+      if (!in.path.empty() && writes_input(out.path, in.path))
+        fail("{}: {} is, lies inside or links to {} {}, an input of this run; choose another file", out.flag, out.path,
+             in.flag, in.path);
     std::error_code ec;
-    const fs::path target = normal(out.path);
+    const fs::path target = resolved(out.path);
     for (size_t j = 0; j < i; ++j)
-      if (!outputs[j].path.empty() && normal(outputs[j].path) == target)
+      if (!outputs[j].path.empty() &&
+          (resolved(outputs[j].path) == target || fs::equivalent(outputs[j].path, out.path, ec)))
         fail("{} and {}: both name {}; give each output its own file", outputs[j].flag, out.flag, out.path);
     const fs::file_status st = fs::status(target, ec);
     if (fs::is_directory(st)) fail("{}: {} is a directory (expected a file to write)", out.flag, out.path);

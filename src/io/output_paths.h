@@ -13,11 +13,16 @@ struct NamedPath {
   std::string flag, path;
 };
 
-// Whether `inner` is `outer` or lies under it (both absolute and normal, symbolic links resolved where they exist).
+// Whether `inner` is `outer` or lies under it, compared as written (absolute, normal) and with symbolic links
+// resolved.
 bool path_within(const std::string& inner, const std::string& outer);
+// Whether `input` lies in `dir`, or, where it is a directory, any file under it resolves into `dir` (a model's shards
+// linked from elsewhere).
+bool reaches_into(const std::string& input, const std::string& dir);
 
 // Fails naming the flag where an output file (empty paths are skipped) could not be written at the end of the run,
-// where two outputs name the same file, or where an output is, or lies inside, one of `inputs` (files or directories).
+// where two outputs name the same file (also through links), or where writing it would write one of `inputs` (files
+// or directories): the same path, a path inside it, or one of its files through a symbolic or hard link.
 void check_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
 }  // namespace specpress::io

@@ -15,18 +15,33 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kStateFile = "state.json";
 
-// What the trainers write into --out (models, tokenizer copies, checkpoints, generation caches, reports), and the
-// temporary files of an interrupted atomic write: --force deletes a directory that holds nothing else.
-bool written_by_trainers(const std::string& name) {
-  static const char* const kNames[] = {"config.json",          "model.safetensors",   "generation_config.json",
+// What the trainers write into --out: files by name (models, tokenizer copies, generation caches, reports) and the
+// checkpoint directories with their three files, each possibly as the temporary file of an interrupted atomic write.
+// The first entry of `out` that is none of these (a symbolic link included), or nothing: --force deletes only a
+// directory that holds nothing else.
+std::optional<std::string> foreign_entry(const fs::path& out) {
+  static const char* const kFiles[] = {"config.json",          "model.safetensors",   "generation_config.json",
                                        "tokenizer.json",       "tokenizer_config.json", "vocab.json",
                                        "merges.txt",           "chat_template.jinja", "special_tokens_map.json",
-                                       "checkpoint",           "checkpoint.old",      "checkpoint.tmp",
                                        "onpolicy.jsonl",       "trajectories.jsonl",  "eval_trajectories.jsonl",
                                        "eval.json",            "compressor.json",     "compressor.safetensors"};
-  for (const char* n : kNames)
-    if (name == n || name.rfind(std::string(n) + ".tmp.", 0) == 0) return true;
-  return false;
+  static const char* const kCheckpointDirs[] = {"checkpoint", "checkpoint.old", "checkpoint.tmp"};
+  static const char* const kCheckpointFiles[] = {"params.safetensors", "optimizer.safetensors", "state.json"};
+  auto named = [](const std::string& name, const auto& list, bool tmp) {
+    for (const char* n : list)
+      if (name == n || (tmp && name.rfind(std::string(n) + ".tmp.", 0) == 0)) return true;
+    return false;
+  };
+  for (const fs::directory_entry& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_symlink()) return name;
+    if (e.is_regular_file() && named(name, kFiles, true)) continue;
+    if (!e.is_directory() || !named(name, kCheckpointDirs, false)) return name;
+    for (const fs::directory_entry& f : fs::directory_iterator(e.path()))
+      if (f.is_symlink() || !f.is_regular_file() || !named(f.path().filename().string(), kCheckpointFiles, true))
+        return name + "/" + f.path().filename().string();
+  }
+  return std::nullopt;
 }
 }  // namespace
 
@@ -37,8 +52,9 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
   const bool exists = fs::exists(out, ec);
   if (exists && !fs::is_directory(out)) fail("--out: {} exists and is not a directory", out);
   for (const InputPath& in : inputs)
-    if (!in.path.empty() && io::path_within(in.path, out))
-      fail("--out: {} is or holds {} {}, an input of this run; choose another output directory", out, in.flag, in.path);
+    if (!in.path.empty() && io::reaches_into(in.path, out))
+      fail("--out: {} is or holds {} {} (or a file it links to), an input of this run; choose another output directory",
+           out, in.flag, in.path);
   const bool non_empty = exists && !fs::is_empty(out, ec);
   if (non_empty && !resume && !force)
     fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);
@@ -49,11 +65,10 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
   if (non_empty && force) {
     if (io::path_within(fs::current_path(ec).string(), out))
       fail("--force: {} is the current directory or one above it; refusing to delete it", out);
-    for (const fs::directory_entry& e : fs::directory_iterator(out))
-      if (!written_by_trainers(e.path().filename().string()))
-        fail("--force: {} holds {}, which no specpress trainer writes; refusing to delete the directory (remove that "
-             "yourself or choose another --out)",
-             out, e.path().filename().string());
+    if (const std::optional<std::string> foreign = foreign_entry(out))
+      fail("--force: {} holds {}, which no specpress trainer writes; refusing to delete the directory (remove that "
+           "yourself or choose another --out)",
+           out, *foreign);
     fs::remove_all(out);
   }
   std::error_code mk;

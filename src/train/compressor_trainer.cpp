@@ -193,9 +193,9 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   const model::Qwen3Model target = model::Qwen3Model::load(o.target_dir, at::kFloat, device);
   const model::Qwen3Config& tc = target.config();
   // The draft itself is loaded only to generate (onpolicy.h); here its taps are the default features.
-  const std::vector<int64_t> draft_taps =
-      o.draft_dir.empty() ? std::vector<int64_t>{}
-                          : model::parse_dflash_config((fs::path(o.draft_dir) / "config.json").string()).target_layer_ids;
+  std::optional<model::DFlashConfig> draft_config;
+  if (!o.draft_dir.empty()) draft_config = model::parse_dflash_config((fs::path(o.draft_dir) / "config.json").string());
+  const std::vector<int64_t> draft_taps = draft_config ? draft_config->target_layer_ids : std::vector<int64_t>{};
   const compress::BeaconConfig bc = beacon_config(o, target, draft_taps);
   if (o.seq_len > tc.max_position_embeddings)
     fail("--seq-len {}: exceeds the target's max_position_embeddings {}", o.seq_len, tc.max_position_embeddings);
@@ -215,6 +215,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
       o.on_policy_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.on_policy_prompts, codec, tc.vocab_size);
   const std::vector<std::vector<int64_t>> eval_prompts =
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
+  // the generations (with the draft's block where it drafts) must fit the target's positions, before any runs
+  const int64_t block = draft_config ? draft_config->block_size : 1;
+  check_generation_fits(prompts, o.gen_tokens, block, tc.max_position_embeddings, "--gen-tokens");
+  check_generation_fits(eval_prompts, o.gen_tokens, block, tc.max_position_embeddings, "--gen-tokens");
   std::vector<InputPath> inputs = {{"--target", o.target_dir}, {"--draft", o.draft_dir}};
   add_inputs(inputs, "--data", o.data);
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);

@@ -176,6 +176,15 @@ std::vector<Sequence> read_documents(const std::vector<std::string>& files, cons
   return out;
 }
 
+void check_generation_fits(const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens, int64_t block,
+                           int64_t max_positions, const std::string& flag) {
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  if (!prompts.empty() && static_cast<int64_t>(longest) + new_tokens + block > max_positions)
+    fail("{} {}: the longest prompt ({} tokens) + {} + block {} exceeds the target's max_position_embeddings {}", flag,
+         new_tokens, longest, new_tokens, block, max_positions);
+}
+
 std::vector<std::vector<int64_t>> read_prompts(const std::vector<std::string>& files, const TextCodec& codec,
                                                int64_t vocab) {
   std::vector<std::vector<int64_t>> out;

@@ -39,6 +39,10 @@ std::vector<Sequence> read_documents(const std::vector<std::string>& files, cons
 // non-empty line.
 std::vector<std::vector<int64_t>> read_prompts(const std::vector<std::string>& files, const TextCodec& codec,
                                                int64_t vocab_size);
+// Fails naming `flag` (the new tokens a prompt is given) where the longest prompt, `new_tokens` and `block` (a
+// speculative block, or 1) exceed `max_positions`, before any generation runs.
+void check_generation_fits(const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens, int64_t block,
+                           int64_t max_positions, const std::string& flag);
 
 // Sequences as jsonl ({"ids": [...], "loss_start": n} per line), e.g. the on-policy generations.
 std::string sequences_jsonl(const std::vector<Sequence>& sequences);

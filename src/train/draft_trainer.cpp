@@ -5,7 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-
+#include <cmath>
 #include <filesystem>
 
 #include <fmt/ranges.h>
@@ -97,9 +97,11 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   validate_common(o);
   keep_freed_memory();
   if (o.anchors < 1) fail("--anchors: must be at least 1, found {}", o.anchors);
-  if (o.gamma < 0) fail("--gamma: must be positive (or 0 for the default), found {}", o.gamma);
+  if (!(o.gamma >= 0) || !std::isfinite(o.gamma))
+    fail("--gamma: must be positive (or 0 for the default), found {}", o.gamma);
   if (o.data.empty() && o.on_policy_prompts.empty()) fail("train-draft: give --data and/or --on-policy-prompts");
-  if (o.eval_samples < 0 || o.eval_tokens < 1) fail("--eval-samples/--eval-tokens: must be >= 0 and >= 1");
+  if (o.eval_samples < 0) fail("--eval-samples: must be >= 0, found {}", o.eval_samples);
+  if (o.eval_tokens < 1) fail("--eval-tokens: must be at least 1, found {}", o.eval_tokens);
   if (o.eval_every < 0) fail("--eval-every: must be >= 0 (0 = at the end), found {}", o.eval_every);
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
@@ -119,18 +121,8 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   std::vector<std::vector<int64_t>> eval_prompts =
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
   // the generations must fit the target's positions, checked before any of them (or the training) runs
-  auto longest = [](const std::vector<std::vector<int64_t>>& ps) {
-    size_t n = 0;
-    for (const auto& p : ps) n = std::max(n, p.size());
-    return static_cast<int64_t>(n);
-  };
-  if (!prompts.empty()) {
-    if (o.gen_tokens < 1) fail("--gen-tokens: must be at least 1, found {}", o.gen_tokens);
-    if (longest(prompts) + o.gen_tokens > tc.max_position_embeddings)
-      fail("--gen-tokens {}: with the longest --on-policy-prompts prompt ({} tokens) it exceeds the target's "
-           "max_position_embeddings {}",
-           o.gen_tokens, longest(prompts), tc.max_position_embeddings);
-  }
+  if (!prompts.empty() && o.gen_tokens < 1) fail("--gen-tokens: must be at least 1, found {}", o.gen_tokens);
+  check_generation_fits(prompts, o.gen_tokens, 1, tc.max_position_embeddings, "--gen-tokens");
   std::vector<InputPath> inputs = {{"--target", o.target_dir}};
   add_inputs(inputs, "--data", o.data);
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
@@ -145,10 +137,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
     fail("train-draft: no sequence has room for a block anchor (need at least 3 tokens, 2 after any prompt)");
   if (eval_prompts.empty()) eval_prompts = default_eval_prompts(prompts, sequences);
   eval_prompts.resize(std::min<size_t>(eval_prompts.size(), o.eval_samples));
-  if (!eval_prompts.empty() && longest(eval_prompts) + o.eval_tokens + o.block_size > tc.max_position_embeddings)
-    fail("--eval-tokens {}: with the longest evaluation prompt ({} tokens) and --block-size {} it exceeds the target's "
-         "max_position_embeddings {}",
-         o.eval_tokens, longest(eval_prompts), o.block_size, tc.max_position_embeddings);
+  check_generation_fits(eval_prompts, o.eval_tokens, o.block_size, tc.max_position_embeddings, "--eval-tokens");
   int64_t tokens = 0;
   for (const Sequence& s : sequences) tokens += static_cast<int64_t>(s.ids.size());
   std::fprintf(stderr,
