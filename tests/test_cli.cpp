@@ -123,10 +123,11 @@ TEST(Cli, BadFlagsNameTheFlag) {
 }
 
 
-// Outputs are checked before the run: a directory, a FIFO, a missing directory, a file inside an input and two
-// outputs naming one file are refused naming the flags, before anything loads; a symbolic link is written through
-// (the link kept); a config whose epsilon or RoPE base would give NaN is refused; a failed write to standard output
-// fails the run.
+// Outputs are checked before the run: a directory, a FIFO, a missing directory, an input or one of an input's files
+// (also through its link, as a Hugging Face cache links shards) and two outputs naming one file are refused naming
+// the flags, before anything loads; a new file next to a model's files and a symbolic link (written through, the
+// link kept) are fine; a config whose epsilon or RoPE base would give NaN is refused; a failed write to standard
+// output fails the run.
 TEST(Cli, OutputsAreCheckedBeforeTheRun) {
   SPECPRESS_REQUIRE_SHARED();
   namespace fs = std::filesystem;
@@ -152,15 +153,15 @@ TEST(Cli, OutputsAreCheckedBeforeTheRun) {
       {dump + dir.str(), "-o/--out: " + dir.str() + " is a directory (expected a file to write)"},
       {dump + fifo.string(), "exists and is not a regular file"},
       {dump + dir.str() + "/no/such/dir/x.safetensors", "the directory of " + dir.str() + "/no/such/dir/x.safetensors"},
-      {"dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() + "/model/x.safetensors",
-       "is, lies inside or links to -m/--model " + dir.str() + "/model, an input"},
+      {"dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() + "/model/config.json",
+       "would write over -m/--model " + dir.str() + "/model"},
       // a model's shard through its link (as in a Hugging Face cache): the linked file, named from outside the model
       {"dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() + "/shards/model-00001-of-00006.safetensors",
-       "links to -m/--model " + dir.str() + "/model, an input"},
+       "would write over -m/--model " + dir.str() + "/model"},
       {bench + "--json " + dir.str() + "/r.json --markdown " + dir.str() + "/r.json",
        "--json and --markdown: both name"},
       {bench + "--json " + shared_dir() + "/data/gsm8k_test.jsonl",
-       "--json: " + shared_dir() + "/data/gsm8k_test.jsonl is, lies inside"},
+       "--json: " + shared_dir() + "/data/gsm8k_test.jsonl would write over --data"},
       {"generate -m " + target + " --prompt-ids 1,2 -n 2 --think", "--think: only applies with --chat"},
       {"tokenize -m " + shared_dir() + "/data/qwen3-tokenizer -f " + dir.str(),
        "-f/--file: " + dir.str() + ": is a directory"},
@@ -173,6 +174,12 @@ TEST(Cli, OutputsAreCheckedBeforeTheRun) {
   struct stat st {};
   ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
   EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+
+  // a new file inside the model's directory writes over none of its files
+  CommandResult next_to_model = run_specpress("dump -m " + dir.str() + "/model --prompt-ids 1,2 -o " + dir.str() +
+                                              "/model/logits.safetensors");
+  EXPECT_EQ(next_to_model.exit_code, 0) << next_to_model.err;
+  fs::remove(dir.path / "model" / "logits.safetensors");
 
   // a symbolic link is followed: the file it names is written, the link stays
   const fs::path real = dir.path / "real.safetensors", link = dir.path / "link.safetensors";

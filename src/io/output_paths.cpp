@@ -59,10 +59,11 @@ bool reaches_into(const std::string& input, const std::string& dir) {
 }
 
 namespace {
-// Whether writing `out` would write one of the files of `input` (the same path, a path inside it, or the same file
-// through a link).
+// Whether writing `out` would write over `input` or one of its files: the same path, or an existing file that is one
+// of them (through a symbolic or hard link included). A new file inside an input directory (a report next to the
+// model) writes over nothing.
 bool writes_input(const std::string& out, const std::string& input) {
-  if (path_within(out, input)) return true;
+  if (lexical(out) == lexical(input) || resolved(out) == resolved(input)) return true;
   std::error_code ec;
   if (!fs::exists(out, ec)) return false;
   for (const fs::path& f : files_of(input))
@@ -77,8 +78,9 @@ void check_output_files(const std::vector<NamedPath>& outputs, const std::vector
     if (out.path.empty()) continue;
     for (const NamedPath& in : inputs)
       if (!in.path.empty() && writes_input(out.path, in.path))
-        fail("{}: {} is, lies inside or links to {} {}, an input of this run; choose another file", out.flag, out.path,
-             in.flag, in.path);
+        fail("{}: {} would write over {} {} (it is that input or one of its files, or links to one); choose another "
+             "file",
+             out.flag, out.path, in.flag, in.path);
     std::error_code ec;
     const fs::path target = resolved(out.path);
     for (size_t j = 0; j < i; ++j)

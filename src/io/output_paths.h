@@ -1,7 +1,7 @@
 // output_paths.h — checks on what a command will write, made before it runs: an output file must be writable where
 // it is (an existing file or a new one in an existing directory, not a directory or a device), no two outputs may
-// name one file, and no output may be, or lie inside, one of the run's inputs. So a long run does not lose its
-// report at the end, and no run overwrites its own data or model. Errors name the flags.
+// name one file, and no output may write over one of the run's inputs. So a long run does not lose its report at the
+// end, and no run overwrites its own data or model. Errors name the flags.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,8 +21,9 @@ bool path_within(const std::string& inner, const std::string& outer);
 bool reaches_into(const std::string& input, const std::string& dir);
 
 // Fails naming the flag where an output file (empty paths are skipped) could not be written at the end of the run,
-// where two outputs name the same file (also through links), or where writing it would write one of `inputs` (files
-// or directories): the same path, a path inside it, or one of its files through a symbolic or hard link.
+// where two outputs name the same file (also through links), or where writing it would write over one of `inputs`
+// (files or directories): the input's own path, or an existing file that is one of its files (also through a symbolic
+// or hard link; a new file inside an input directory is allowed).
 void check_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
 }  // namespace specpress::io
