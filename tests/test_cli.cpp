@@ -112,6 +112,8 @@ TEST(Cli, BadFlagsNameTheFlag) {
            "/data/gsm8k_test.jsonl --subset foo",
        "--subset: needs --indices"},
       {base + " --compress-window 5", "--compress-window requires --compress"},
+      {base + " --seed -1", "expected an integer from 0 to 18446744073709551615, found '-1'"},
+      {base + " --seed 99999999999999999999999", "found '99999999999999999999999'"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
        "--feature-layers: item 1 ('a') is not a layer index"},
   };

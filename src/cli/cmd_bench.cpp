@@ -135,7 +135,9 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
   cmd->add_option("--dataset", o.dataset, "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca")->required();
   cmd->add_option("--data", o.data, "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl)")->required();
   cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
-  cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")->capture_default_str();
+  cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")
+      ->capture_default_str()
+      ->check(seed_check());
   cmd->add_option("--indices", o.selection.indices_file,
                   "run exactly these rows: a JSON file holding an array of row indices, or dflash_subsets.json");
   o.subset = cmd->add_option("--subset", o.selection.indices_key, "which list of the --indices dflash_subsets.json")

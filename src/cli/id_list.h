@@ -1,9 +1,11 @@
-// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]"), shared by every subcommand;
-// torch-free so the tokenizer CLI builds without LibTorch.
+// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]") and the seed flags' check, shared by every
+// subcommand; torch-free so the tokenizer CLI builds without LibTorch.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 namespace specpress::cli {
 
@@ -11,5 +13,8 @@ namespace specpress::cli {
 // empty list.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag,
                                    const std::string& what = "token id");
+
+// For a uint64 seed flag: decimal digits only, at most 2^64 - 1 (CLI11 alone wraps -1 and saturates larger values).
+CLI::Validator seed_check();
 
 }  // namespace specpress::cli
