@@ -72,7 +72,7 @@ void write_output(const std::string& path, const std::string& text, const std::s
   std::fprintf(stderr, "wrote %s to %s\n", what.c_str(), path.c_str());
 }
 
-// The run's inputs, which no output may be or lie in.
+// The run's inputs, which no output may write over (io::check_output_files).
 std::vector<io::NamedPath> inputs_of(const ToolOptions& o) {
   std::error_code ec;
   return {{"--data", o.data},

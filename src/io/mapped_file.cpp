@@ -63,8 +63,8 @@ std::string read_text_file(const std::string& path) {
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
   // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
-  // symbolic link is followed, so that the file it names is replaced and the link kept.
-  // The link is followed one step at a time, so that a link to a file not yet there (dangling) is written through too.
+  // symbolic link is followed one step at a time, so that the file it names is replaced and the link kept, a dangling
+  // link's file included.
   namespace fs = std::filesystem;
   fs::path target = path;
   struct stat st {};

@@ -44,6 +44,17 @@ std::vector<fs::path> files_of(const std::string& in) {
   for (; !ec && it != end && static_cast<int>(files.size()) <= kMaxEntries; it.increment(ec)) files.push_back(it->path());
   return files;
 }
+// Whether writing `out` would write over `input` or one of its files: the same path, or an existing file that is one
+// of them (through a symbolic or hard link included). A new file inside an input directory (a report next to the
+// model) writes over nothing.
+bool writes_input(const std::string& out, const std::string& input) {
+  if (lexical(out) == lexical(input) || resolved(out) == resolved(input)) return true;
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return false;
+  for (const fs::path& f : files_of(input))
+    if (fs::equivalent(out, f, ec)) return true;
+  return false;
+}
 }  // namespace
 
 bool path_within(const std::string& inner, const std::string& outer) {
@@ -57,20 +68,6 @@ bool reaches_into(const std::string& input, const std::string& dir) {
     if (component_prefix(resolved(f.string()), d)) return true;
   return false;
 }
-
-namespace {
-// Whether writing `out` would write over `input` or one of its files: the same path, or an existing file that is one
-// of them (through a symbolic or hard link included). A new file inside an input directory (a report next to the
-// model) writes over nothing.
-bool writes_input(const std::string& out, const std::string& input) {
-  if (lexical(out) == lexical(input) || resolved(out) == resolved(input)) return true;
-  std::error_code ec;
-  if (!fs::exists(out, ec)) return false;
-  for (const fs::path& f : files_of(input))
-    if (fs::equivalent(out, f, ec)) return true;
-  return false;
-}
-}  // namespace
 
 void check_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {

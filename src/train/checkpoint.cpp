@@ -32,15 +32,18 @@ std::optional<std::string> foreign_entry(const fs::path& out) {
       if (name == n || (tmp && name.rfind(std::string(n) + ".tmp.", 0) == 0)) return true;
     return false;
   };
-  for (const fs::directory_entry& e : fs::directory_iterator(out)) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();
     if (e.is_symlink()) return name;
     if (e.is_regular_file() && named(name, kFiles, true)) continue;
     if (!e.is_directory() || !named(name, kCheckpointDirs, false)) return name;
-    for (const fs::directory_entry& f : fs::directory_iterator(e.path()))
+    for (const fs::directory_entry& f : fs::directory_iterator(e.path(), ec))
       if (f.is_symlink() || !f.is_regular_file() || !named(f.path().filename().string(), kCheckpointFiles, true))
         return name + "/" + f.path().filename().string();
+    if (ec) fail("--force: cannot list {} ({})", e.path().string(), ec.message());
   }
+  if (ec) fail("--force: cannot list {} ({})", out.string(), ec.message());
   return std::nullopt;
 }
 }  // namespace
