@@ -101,6 +101,37 @@ TEST_F(DFlashGolden, StopTokenInsideAcceptedBlockTrimsAfterIt) {
   }
 }
 
+// GenerationParams::cancel set by the token callback ends both loops right after that commit: the output is
+// the uncancelled output's prefix up to the cancelling commit, and no commit follows it.
+TEST_F(DFlashGolden, CancelEndsTheGenerationAfterTheCommitInProgress) {
+  const auto run = golden_runs()[0];
+  decode::GenerationParams full_params;
+  full_params.max_new_tokens = 48;
+  const std::vector<int64_t> full = decode::generate_plain(*target_, run.prompt, full_params).output_ids;
+  for (bool speculative : {false, true}) {
+    for (int64_t after : {1, 5, 12}) {
+      std::atomic<bool> cancel{false};
+      decode::GenerationParams p = full_params;
+      p.cancel = &cancel;
+      int64_t seen = 0, commits_after_cancel = 0;
+      decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens) {
+        if (cancel) ++commits_after_cancel;
+        seen += static_cast<int64_t>(tokens.size());
+        if (seen >= after) cancel = true;
+      };
+      decode::GenerationResult r = speculative ? decode::generate_dflash(*target_, *draft_, run.prompt, p, on_tokens)
+                                               : decode::generate_plain(*target_, run.prompt, p, on_tokens);
+      const std::string where = fmt::format("speculative {} cancel after {}", speculative, after);
+      EXPECT_EQ(commits_after_cancel, 0) << where;
+      EXPECT_EQ(static_cast<int64_t>(r.output_ids.size()), seen) << where;
+      EXPECT_GE(seen, after) << where;
+      EXPECT_LT(seen, speculative ? after + 8 : after + 1) << where;  // at most one block past the cancel point
+      EXPECT_FALSE(r.stopped) << where;
+      EXPECT_TRUE(std::equal(r.output_ids.begin(), r.output_ids.end(), full.begin())) << where;
+    }
+  }
+}
+
 TEST_F(DFlashGolden, BlockSizeOutOfRange) {
   decode::GenerationParams p;
   p.block_size = 1;

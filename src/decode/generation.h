@@ -3,6 +3,7 @@
 // block, verify it in one target forward, commit the longest matching prefix plus the bonus token.
 // Both trim outputs as the reference does: at max_new_tokens, and right after the first stop token.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -57,6 +58,9 @@ struct GenerationParams {
   int64_t block_size = 0;       // DFlash only; 0 = the draft's trained block size
   bool record_steps = false;    // keep every verify step's block/posterior/accepted
   CommitObserver* observer = nullptr;  // e.g. a KV compressor; null = the plain engine
+  // When set (by the token callback or another thread), the generation ends after the commit in progress,
+  // as if the output were complete: a server's client that went away, or a stop string in the text.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct StepRecord {

@@ -1,7 +1,9 @@
 // output.h — what both decoding loops share: the committed-output buffer with the reference's trimming
-// (cap at max_new_tokens, cut right after the first stop token), the streaming hand-off, and a clock.
+// (cap at max_new_tokens, cut right after the first stop token), the streaming hand-off, cancellation
+// (GenerationParams::cancel ends the output like a length cap), and a clock.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <vector>
 
@@ -28,7 +30,8 @@ class CommittedOutput {
     return !done();
   }
   bool done() const {
-    return result_.stopped || static_cast<int64_t>(result_.output_ids.size()) >= params_.max_new_tokens;
+    return result_.stopped || static_cast<int64_t>(result_.output_ids.size()) >= params_.max_new_tokens ||
+           (params_.cancel != nullptr && params_.cancel->load(std::memory_order_relaxed));
   }
 
  private:
