@@ -11,12 +11,13 @@ export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 
 # gpu_build SRC BUILD_DIR LOG_PREFIX TARGET...: configures SRC into BUILD_DIR (Release, CUDA on, without the
-# AddressSanitizer fuzz target) and builds the targets, logging to LOG_PREFIX.configure.log and
-# LOG_PREFIX.build.log. On failure it prints the log's errors and returns 1.
+# AddressSanitizer fuzz target; the HTTP server only where the carried deps have cpp-httplib) and builds the
+# targets, logging to LOG_PREFIX.configure.log and LOG_PREFIX.build.log. On failure it prints the log's errors
+# and returns 1.
 gpu_build() {
   local src=$1 dir=$2 log=$3
   shift 3
-  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON -DSPECPRESS_FUZZ_ASAN=OFF \
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECPRESS_CUDA=ON -DSPECPRESS_FUZZ_ASAN=OFF -DSPECPRESS_SERVER=AUTO \
     -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" -DSPECPRESS_SHARED_DIR="$shared" >"$log.configure.log" 2>&1 ||
     { echo "configuring $src failed:"; tail -40 "$log.configure.log"; return 1; }
   ninja -C "$dir" -j16 "$@" >"$log.build.log" 2>&1 ||

@@ -15,6 +15,7 @@
 #include "cli/cmd_dump.h"
 #include "cli/cmd_tokenize.h"
 #include "cli/cmd_generate.h"
+#include "cli/cmd_serve.h"
 #include "cli/cmd_train.h"
 #include "core/error.h"
 
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   specpress::cli::add_tokenize_commands(app, run);
   specpress::cli::add_bench_commands(app, run);
   specpress::cli::add_train_commands(app, run);
+  specpress::cli::add_serve_command(app, run);
   try {
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {

@@ -126,6 +126,11 @@ std::vector<ChatMessage> parse_messages_json(const std::string& json_text,
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON: {}", source_name, e.what());
   }
+  return parse_messages(root, source_name);
+}
+
+std::vector<ChatMessage> parse_messages(const nlohmann::json& root, const std::string& source_name) {
+  using json = nlohmann::json;
   if (!root.is_array()) {
     fail("{}: expected a JSON array of {{\"role\": ..., \"content\": ...}} messages, got {}",
          source_name, root.type_name());

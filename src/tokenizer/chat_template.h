@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace specpress::tok {
 
 struct ChatMessage {
@@ -31,6 +33,8 @@ std::string render_qwen3_chat(const std::vector<ChatMessage>& messages, bool add
 // assistant messages). Errors name `source_name`, the message index and the field.
 std::vector<ChatMessage> parse_messages_json(const std::string& json_text,
                                              const std::string& source_name);
+// The same for an already parsed JSON value (a server's request body field).
+std::vector<ChatMessage> parse_messages(const nlohmann::json& root, const std::string& source_name);
 
 // True when `template_text` is exactly the Qwen3 chat_template.jinja this renderer reproduces
 // (compared by a 64-bit FNV-1a fingerprint of its bytes).

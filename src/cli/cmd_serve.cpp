@@ -1,0 +1,51 @@
+// cmd_serve.cpp — `specpress serve -m TARGET [-md DRAFT] [--host H] [--port P] [-c CTX] ...`: the flags of the
+// HTTP server, spelt as llama-server spells them; the sampling flags are the requests' defaults. Builds without
+// cpp-httplib (CMake's SPECPRESS_SERVER) keep the command, which then says why it cannot run.
+#include "cli/cmd_serve.h"
+
+#include <memory>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "server/http_server.h"
+
+namespace specpress::cli {
+
+void add_serve_command(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<server::ServerOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, SSE streaming, /health, /metrics)");
+  cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
+  cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md): every request decodes with it");
+  cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->port, "TCP port (0: any free port, printed when listening)")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", o->ctx_size,
+                  "positions a request may use: prompt + output + block (default 4096, or the model's maximum when "
+                  "smaller; 0: the model's maximum)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "default max_tokens (-1: as many as the context leaves)")
+      ->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "default temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "default top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "default top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "default min-p (0 = off)")->capture_default_str();
+  cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed")->capture_default_str()->check(seed_check());
+  cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "never stop at the model's eos ids");
+  cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
+  cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");
+  cmd->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every route but /health");
+  cmd->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
+  add_compression_flags(*cmd, o->compress, o->policy);
+#ifdef SPECPRESS_HAVE_SERVER
+  cmd->callback([&run, o]() { run = [o]() { return server::run_server(*o); }; });
+#else
+  cmd->callback([&run]() {
+    run = []() -> int { fail("serve: this build has no HTTP server (cpp-httplib was not found when it was configured)"); };
+  });
+#endif
+}
+
+}  // namespace specpress::cli

@@ -1,0 +1,205 @@
+// api_request.cpp — see api_request.h. A null field counts as absent, as OpenAI's clients send them.
+#include "server/api_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace specpress::server {
+namespace {
+using json = nlohmann::json;
+
+int64_t integer_field(const json& v, const std::string& field) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail("field '{}': {} is too large", field, v.get<uint64_t>());
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  fail("field '{}': expected an integer, got {}", field, v.dump());
+}
+
+double number_field(const json& v, const std::string& field) {
+  if (!v.is_number()) fail("field '{}': expected a number, got {}", field, v.dump());
+  return v.get<double>();
+}
+
+bool bool_field(const json& v, const std::string& field) {
+  if (!v.is_boolean()) fail("field '{}': expected true or false, got {}", field, v.dump());
+  return v.get<bool>();
+}
+
+// A field the engine does not implement: accepted only at the value that means "off".
+void require_off(const json& v, const std::string& field, bool off, const std::string& what) {
+  if (!off) fail("field '{}': {} is not supported (got {})", field, what, v.dump());
+}
+
+// Completions' prompt: a string, token ids, or a batch of one of those.
+void read_prompt(const json& v, CompletionRequest& r) {
+  const json* p = &v;
+  if (v.is_array() && v.size() == 1 && (v[0].is_string() || v[0].is_array())) p = &v[0];
+  else if (v.is_array() && !v.empty() && (v[0].is_string() || v[0].is_array()))
+    fail("field 'prompt': a batch of {} prompts; one prompt a request is supported", v.size());
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    return;
+  }
+  if (!p->is_array() || p->empty())
+    fail("field 'prompt': expected a string or a non-empty array of token ids, got {}", v.dump().substr(0, 80));
+  for (size_t i = 0; i < p->size(); ++i) {
+    if (!(*p)[i].is_number_integer())
+      fail("field 'prompt': element {} is {}, expected a token id", i, (*p)[i].dump().substr(0, 40));
+    r.prompt_ids.push_back(integer_field((*p)[i], "prompt"));
+  }
+}
+
+// Chat messages: OpenAI's content may be an array of text parts; "developer" is OpenAI's newer name for the
+// system role; a participant "name" does not enter Qwen3's template. The rest is tok::parse_messages's check.
+void read_messages(const json& v, CompletionRequest& r) {
+  if (!v.is_array()) fail("field 'messages': expected an array of {{\"role\", \"content\"}} objects, got {}", v.type_name());
+  json normalized = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    json m = v[i];
+    if (!m.is_object()) fail("field 'messages': messages[{}] is {}, expected an object", i, m.type_name());
+    m.erase("name");
+    if (m.contains("role") && m["role"] == "developer") m["role"] = "system";
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string text;
+      for (size_t k = 0; k < m["content"].size(); ++k) {
+        const json& part = m["content"][k];
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          fail("field 'messages': messages[{}].content[{}]: only {{\"type\": \"text\", \"text\": ...}} parts are "
+               "supported", i, k);
+        text += part["text"].get<std::string>();
+      }
+      m["content"] = text;
+    } else if (m.contains("content") && m["content"].is_null() && m.value("role", "") == "assistant") {
+      m["content"] = "";
+    }
+    normalized.push_back(std::move(m));
+  }
+  r.messages = tok::parse_messages(normalized, "field 'messages'");
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    fail("request body: not valid JSON ({})", e.what());
+  }
+  if (!j.is_object()) fail("request body: expected a JSON object, got {}", j.type_name());
+  return j;
+}
+
+CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults) {
+  CompletionRequest r;
+  r.api = api;
+  r.max_tokens = defaults.max_tokens;
+  r.sampling = defaults.sampling;
+  r.enable_thinking = defaults.enable_thinking;
+  const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
+  bool have_prompt = false, have_stream_options = false;
+  for (const auto& [key, v] : body.items()) {
+    if (v.is_null()) continue;
+    if (key == "prompt" && !chat) {
+      read_prompt(v, r);
+      have_prompt = true;
+    } else if (key == "messages" && chat) {
+      read_messages(v, r);
+      have_prompt = true;
+    } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat) || (key == "n_predict" && native)) {
+      const int64_t n = integer_field(v, key);
+      if (native && n == -1) continue;  // llama.cpp: -1 = no limit (here: the context size)
+      if (n < 1) fail("field '{}': must be at least 1, got {}", key, n);
+      r.max_tokens = n;
+    } else if (key == "temperature") {
+      r.sampling.temperature = number_field(v, key);
+      if (!(r.sampling.temperature >= 0) || !std::isfinite(r.sampling.temperature))
+        fail("field 'temperature': must be a finite number >= 0 (0 = greedy), got {}", v.dump());
+    } else if (key == "top_p") {
+      r.sampling.top_p = number_field(v, key);
+      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) fail("field 'top_p': must be in (0, 1], got {}", v.dump());
+    } else if (key == "top_k") {
+      r.sampling.top_k = integer_field(v, key);
+      if (r.sampling.top_k < 0) fail("field 'top_k': must be >= 0 (0 = off), got {}", r.sampling.top_k);
+    } else if (key == "min_p") {
+      r.sampling.min_p = number_field(v, key);
+      if (!(r.sampling.min_p >= 0 && r.sampling.min_p <= 1)) fail("field 'min_p': must be in [0, 1], got {}", v.dump());
+    } else if (key == "seed") {
+      if (v.is_number_unsigned()) {
+        r.sampling.seed = v.get<uint64_t>();
+      } else {
+        const int64_t seed = integer_field(v, key);
+        if (seed < -1) fail("field 'seed': must be -1 (random) or in 0..2^64-1, got {}", seed);
+        r.random_seed = seed == -1;
+        if (seed >= 0) r.sampling.seed = static_cast<uint64_t>(seed);
+      }
+    } else if (key == "stop") {
+      std::vector<json> items = v.is_array() ? std::vector<json>(v.begin(), v.end()) : std::vector<json>{v};
+      if (items.size() > 16) fail("field 'stop': {} strings; at most 16 are supported", items.size());
+      for (const json& s : items) {
+        if (!s.is_string() || s.get<std::string>().empty())
+          fail("field 'stop': expected a non-empty string or an array of them, got {}", s.dump().substr(0, 80));
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else if (key == "stream") {
+      r.stream = bool_field(v, key);
+    } else if (key == "stream_options" && !native) {
+      if (!v.is_object()) fail("field 'stream_options': expected an object, got {}", v.type_name());
+      for (const auto& [k, o] : v.items()) {
+        if (k != "include_usage") fail("field 'stream_options': unknown field '{}' (expected include_usage)", k);
+        if (!o.is_null()) r.include_usage = bool_field(o, "stream_options.include_usage");
+      }
+      have_stream_options = true;
+    } else if (key == "ignore_eos") {
+      r.ignore_eos = bool_field(v, key);
+    } else if (key == "model") {
+      if (!v.is_string()) fail("field 'model': expected a string, got {}", v.type_name());
+      r.model = v.get<std::string>();
+    } else if (key == "chat_template_kwargs" && chat) {
+      if (!v.is_object()) fail("field 'chat_template_kwargs': expected an object, got {}", v.type_name());
+      for (const auto& [k, o] : v.items()) {
+        if (k != "enable_thinking")
+          fail("field 'chat_template_kwargs': '{}' is not supported (the built-in Qwen3 template takes "
+               "enable_thinking)", k);
+        r.enable_thinking = bool_field(o, "chat_template_kwargs.enable_thinking");
+      }
+    } else if (key == "n" || key == "best_of") {
+      require_off(v, key, v.is_number() && v.get<double>() == 1, "more than one completion a request");
+    } else if (key == "echo" && !chat) {
+      require_off(v, key, v == false, "echoing the prompt");
+    } else if (key == "logprobs" || key == "top_logprobs" || key == "n_probs") {
+      require_off(v, key, v == false || v == 0, "returning log-probabilities");
+    } else if (key == "presence_penalty" || key == "frequency_penalty") {
+      require_off(v, key, v.is_number() && v.get<double>() == 0, "a repetition penalty (it would change the target's distribution)");
+    } else if (key == "repeat_penalty" && native) {
+      require_off(v, key, v.is_number() && v.get<double>() == 1, "a repetition penalty");
+    } else if (key == "logit_bias") {
+      require_off(v, key, v.is_object() && v.empty(), "logit_bias");
+    } else if (key == "suffix" && !chat) {
+      require_off(v, key, v == "", "a suffix (fill-in-the-middle)");
+    } else if (key == "response_format") {
+      require_off(v, key, v.is_object() && v.value("type", "") == "text", "a response format other than text");
+    } else if ((key == "tools" || key == "tool_choice" || key == "functions") && chat) {
+      require_off(v, key, (v.is_array() && v.empty()) || v == "none", "tool calling");
+    } else if (key == "user" || key == "metadata" || key == "store" || key == "parallel_tool_calls" ||
+               (key == "cache_prompt" && native)) {
+      // no effect on a single-slot engine: accepted and ignored
+    } else {
+      fail("unknown field '{}' for {}", key,
+           chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions");
+    }
+  }
+  if (!have_prompt) fail("field '{}' is missing", chat ? "messages" : "prompt");
+  if (have_stream_options && !r.stream) fail("field 'stream_options': only allowed with \"stream\": true");
+  return r;
+}
+
+}  // namespace specpress::server

@@ -1,0 +1,50 @@
+// api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
+// OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion. Every field the
+// engine cannot honour is refused by name (n > 1, echo, logprobs, penalties, tools, ...) rather than
+// ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/sampler.h"
+#include "tokenizer/chat_template.h"
+
+namespace specpress::server {
+
+enum class Api { kCompletions, kChatCompletions, kNativeCompletion };
+
+// What a request gets for the fields it leaves out: the server's flags.
+struct RequestDefaults {
+  int64_t max_tokens = -1;  // -1: as many as the context size leaves
+  decode::SamplingParams sampling;
+  bool enable_thinking = false;  // chat: Qwen3's enable_thinking (off: what the DFlash drafts are trained on)
+};
+
+struct CompletionRequest {
+  Api api = Api::kCompletions;
+  // The prompt: text, token ids, or (chat) messages.
+  std::optional<std::string> prompt_text;
+  std::vector<int64_t> prompt_ids;
+  std::vector<tok::ChatMessage> messages;
+  bool enable_thinking = false;
+  int64_t max_tokens = -1;  // -1: as many as the context size leaves
+  decode::SamplingParams sampling;
+  bool random_seed = false;  // seed -1: the server draws one
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;
+  std::string model;  // as the client named it (echoed back; one model is served)
+};
+
+// Throws specpress::Error naming the field and what was expected.
+CompletionRequest parse_completion_request(const nlohmann::json& body, Api api, const RequestDefaults& defaults);
+
+// The request body as JSON, or an Error saying why it is not a JSON object.
+nlohmann::json parse_body(const std::string& body);
+
+}  // namespace specpress::server

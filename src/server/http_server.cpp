@@ -1,0 +1,640 @@
+// http_server.cpp — see http_server.h. One generation slot: handlers parse and check a request on their own
+// thread (cpp-httplib's pool), then take the slot for the generation; a streaming response runs its
+// generation inside the chunked content provider, so text reaches the client as each block is committed.
+// A generation ends early (GenerationParams::cancel) on a stop string, a client that went away, or shutdown.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "cli/common.h"
+#include "compress/beacon.h"
+#include "compress/kv_compressor.h"
+#include "core/error.h"
+#include "model/dflash_draft.h"
+#include "model/qwen3.h"
+#include "server/api_request.h"
+#include "server/stop_strings.h"
+#include "tokenizer/stream_decoder.h"
+#include "tools/prompting.h"
+#include "tools/runner.h"
+
+namespace specpress::server {
+namespace {
+using json = nlohmann::ordered_json;
+
+std::atomic<bool> g_signalled{false};
+// The first SIGINT/SIGTERM asks for a clean shutdown (generations end at their next commit); a second one
+// gets the default action.
+extern "C" void on_stop_signal(int sig) {
+  g_signalled = true;
+  std::signal(sig, SIG_DFL);
+}
+
+// An error the client caused (or the server's state, e.g. 503 while loading): sent as OpenAI's error object.
+struct HttpError : Error {
+  HttpError(int status, const std::string& message, std::string type = "invalid_request_error")
+      : Error(message), status(status), type(std::move(type)) {}
+  int status;
+  std::string type;
+};
+
+json error_json(int status, const std::string& message, const std::string& type) {
+  return {{"error", {{"code", status}, {"message", message}, {"type", type}}}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(dump(j), "application/json; charset=utf-8");
+}
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string completion_id(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = std::random_device{}();
+  return fmt::format("{}-{:x}{:06x}", prefix, salt & 0xffffffff, counter++);
+}
+
+// What the model load produces; read-only once `ready` is set.
+struct Model {
+  std::unique_ptr<model::Qwen3Model> target;
+  std::unique_ptr<model::DFlashDraft> draft;
+  std::optional<tok::Tokenizer> tokenizer;
+  std::unique_ptr<tools::GenerationRunner> runner;
+  compress::Policy policy;
+  std::vector<int64_t> eos_ids;
+  int64_t ctx_size = 0;
+  int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
+};
+
+// A checked request, ready for the slot.
+struct Job {
+  CompletionRequest request;
+  std::vector<int64_t> prompt;
+  decode::GenerationParams params;
+  std::string id;
+  int64_t created = 0;
+};
+
+struct Outcome {
+  decode::GenerationResult result;
+  std::string text;
+  std::string finish_reason;  // "stop" (eos or a stop string) or "length"
+  std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
+  std::string stopping_word;
+  json compression;           // null unless the server compresses
+};
+
+class Server {
+ public:
+  explicit Server(const ServerOptions& o) : o_(o), alias_(o.alias) {
+    if (alias_.empty()) alias_ = std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+    if (alias_.empty()) alias_ = o.model_dir;
+  }
+  int run();
+
+ private:
+  void load();
+  void add_routes();
+  const Model& model() const {
+    if (!ready_) throw HttpError(503, "Loading model", "unavailable_error");
+    return model_;
+  }
+  Job prepare(const CompletionRequest& request) const;
+  Outcome generate(Job& job, const std::function<bool(const std::string&)>& emit);
+  void complete(const httplib::Request& req, httplib::Response& res, Api api);
+  json response_json(const Job& job, const Outcome& out) const;
+  json chunk_json(const Job& job, const std::string& text, const json& finish_reason) const;
+  json usage_json(const Outcome& out) const;
+  json timings_json(const Outcome& out) const;
+  std::string metrics_text() const;
+  // Runs `body` for a route: errors become OpenAI error objects (400 for bad input, 500 for the engine's).
+  void guarded(httplib::Response& res, const std::function<void()>& body) const;
+
+  ServerOptions o_;
+  std::string alias_;
+  httplib::Server http_;
+  Model model_;
+  std::atomic<bool> ready_{false}, shutting_down_{false};
+  std::mutex slot_;
+  int64_t started_ = unix_time();
+  // metrics
+  mutable std::mutex metrics_mutex_;
+  std::atomic<int64_t> processing_{0}, deferred_{0};
+  int64_t requests_ = 0, prompt_tokens_ = 0, predicted_tokens_ = 0, draft_tokens_ = 0, accepted_tokens_ = 0;
+  double prompt_seconds_ = 0, predicted_seconds_ = 0;
+};
+
+void Server::guarded(httplib::Response& res, const std::function<void()>& body) const {
+  try {
+    body();
+  } catch (const HttpError& e) {
+    send_json(res, e.status, error_json(e.status, e.what(), e.type));
+  } catch (const Error& e) {
+    send_json(res, 400, error_json(400, e.what(), "invalid_request_error"));
+  } catch (const c10::Error& e) {
+    send_json(res, 500, error_json(500, e.what_without_backtrace(), "server_error"));
+  } catch (const std::exception& e) {
+    send_json(res, 500, error_json(500, e.what(), "server_error"));
+  }
+}
+
+void Server::load() {
+  c10::InferenceMode inference_mode;
+  const at::Device device = model::parse_device(o_.device, "--device");
+  const at::ScalarType dtype = model::parse_compute_dtype(o_.dtype, "--dtype");
+  model::check_dtype_on_device(dtype, device, "--dtype");
+  Model m;
+  m.tokenizer = cli::load_tokenizer_if_present(o_.model_dir);
+  m.eos_ids = cli::default_stop_ids(o_.model_dir);
+  m.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o_.model_dir, dtype, device));
+  if (!o_.draft_dir.empty()) {
+    m.draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o_.draft_dir, *m.target, dtype, device));
+    m.reserve = decode::resolve_block_size(*m.draft, o_.block_size);
+  } else if (o_.block_size != 0) {
+    fail("--block-size: needs a draft model (-md DIR)");
+  }
+  const int64_t max_positions = m.target->config().max_position_embeddings;
+  m.ctx_size = o_.ctx_size == 0 ? max_positions : o_.ctx_size == -1 ? std::min<int64_t>(4096, max_positions) : o_.ctx_size;
+  if (m.ctx_size > max_positions)
+    fail("-c/--ctx-size: {} exceeds the model's max_position_embeddings {}", m.ctx_size, max_positions);
+  if (m.ctx_size < m.reserve + 2)
+    fail("-c/--ctx-size: {} leaves no room for a prompt and an output token (block {})", m.ctx_size, m.reserve);
+  if (o_.n_predict != -1 && o_.n_predict + m.reserve + 1 > m.ctx_size)
+    fail("-n/--n-predict: {} + a prompt token + block {} exceeds -c/--ctx-size {}", o_.n_predict, m.reserve, m.ctx_size);
+  m.policy = compress::resolve_compress(o_.compress, "--compress", o_.policy, *m.target);
+  compress::validate(m.policy);
+  m.runner = std::make_unique<tools::GenerationRunner>(*m.target, m.draft.get(), o_.reference_path);
+  model_ = std::move(m);
+}
+
+Job Server::prepare(const CompletionRequest& request) const {
+  const Model& m = model();
+  Job job;
+  job.request = request;
+  job.created = unix_time();
+  job.id = completion_id(request.api == Api::kChatCompletions ? "chatcmpl" : "cmpl");
+  const bool text_prompt = request.prompt_text.has_value() || !request.messages.empty();
+  if (text_prompt && !m.tokenizer)
+    throw HttpError(400, fmt::format("the model directory {} has no tokenizer.json: send the prompt as token ids",
+                                     o_.model_dir));
+  if (!request.messages.empty()) {
+    job.prompt = tools::chat_prompt_ids(*m.tokenizer, request.messages, request.enable_thinking);
+  } else if (request.prompt_text) {
+    std::vector<int32_t> ids = m.tokenizer->encode(*request.prompt_text);
+    job.prompt.assign(ids.begin(), ids.end());
+  } else {
+    job.prompt = request.prompt_ids;
+  }
+  if (job.prompt.empty()) fail("field 'prompt': the text encodes to no tokens");
+  const int64_t vocab = m.target->config().vocab_size;
+  for (size_t i = 0; i < job.prompt.size(); ++i)
+    if (job.prompt[i] < 0 || job.prompt[i] >= vocab)
+      fail("field 'prompt': token id {} at index {} is outside the vocabulary 0..{}", job.prompt[i], i, vocab - 1);
+  const int64_t n = static_cast<int64_t>(job.prompt.size());
+  const int64_t room = m.ctx_size - n - m.reserve;
+  if (room < 1)
+    fail("the prompt ({} tokens) leaves no room for output in the context size {} (-c/--ctx-size; block {})", n,
+         m.ctx_size, m.reserve);
+  int64_t max_tokens = request.max_tokens;
+  if (max_tokens == -1) max_tokens = room;
+  if (max_tokens > room)
+    fail("field 'max_tokens': the prompt ({} tokens) + {} tokens + block {} = {} positions exceed the context size "
+         "{} (-c/--ctx-size)", n, max_tokens, m.reserve, n + max_tokens + m.reserve, m.ctx_size);
+  job.params.max_new_tokens = max_tokens;
+  job.params.sampling = request.sampling;
+  if (request.random_seed) job.params.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  job.params.block_size = o_.block_size;
+  if (!request.ignore_eos && !o_.ignore_eos) job.params.stop_ids = m.eos_ids;
+  return job;
+}
+
+Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>& emit) {
+  const Model& m = model();
+  ++deferred_;
+  std::unique_lock<std::mutex> slot(slot_);
+  --deferred_;
+  if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
+  ++processing_;
+  struct Done {
+    std::atomic<int64_t>& n;
+    ~Done() { --n; }
+  } done{processing_};
+  c10::InferenceMode inference_mode;
+
+  std::atomic<bool> cancel{false};
+  job.params.cancel = &cancel;
+  std::unique_ptr<compress::KVCompressor> compressor;
+  if (m.policy.enabled()) {
+    compressor = std::make_unique<compress::KVCompressor>(m.policy, *m.target, static_cast<int64_t>(job.prompt.size()));
+    job.params.observer = compressor.get();
+  }
+  Outcome out;
+  StopStrings stops(job.request.stop);
+  std::optional<tok::StreamDecoder> decoder;
+  if (m.tokenizer) decoder.emplace(*m.tokenizer, /*skip_special=*/true);
+  bool client_gone = false;
+  auto release = [&](const std::string& final_text) {
+    if (final_text.empty()) return;
+    out.text += final_text;
+    if (emit && !client_gone && !emit(final_text)) client_gone = true;
+  };
+  decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens) {
+    std::string piece;
+    for (int64_t t : tokens) {
+      if (!decoder) {
+        piece += fmt::format("{} ", t);  // no tokenizer: the ids as text, as `generate` prints them
+      } else if (t >= 0 && t < m.tokenizer->vocab_size()) {
+        piece += decoder->push(static_cast<int32_t>(t));
+      }
+    }
+    release(stops.push(piece));
+    if (stops.stopped() || client_gone || shutting_down_) cancel = true;
+  };
+  out.result = m.draft ? m.runner->dflash(job.prompt, job.params, on_tokens)
+                       : m.runner->plain(job.prompt, job.params, on_tokens);
+  if (!stops.stopped()) {
+    if (decoder) release(stops.push(decoder->flush()));
+    if (!stops.stopped()) release(stops.flush());
+  }
+  if (stops.stopped()) {
+    out.finish_reason = "stop", out.stop_type = "word", out.stopping_word = stops.stopping_word();
+  } else if (out.result.stopped) {
+    out.finish_reason = "stop", out.stop_type = "eos";
+  } else {
+    out.finish_reason = "length", out.stop_type = "limit";
+  }
+  if (compressor) out.compression = cli::compression_json(*compressor);
+  job.params.cancel = nullptr;
+  job.params.observer = nullptr;
+
+  const decode::GenerationResult& r = out.result;
+  {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    ++requests_;
+    prompt_tokens_ += r.prompt_tokens;
+    predicted_tokens_ += static_cast<int64_t>(r.output_ids.size());
+    prompt_seconds_ += r.prefill_ms / 1e3;
+    predicted_seconds_ += (r.first_draft_ms + r.decode_ms) / 1e3;
+    if (r.block_size > 1) draft_tokens_ += r.drafted_tokens(), accepted_tokens_ += r.accepted_tokens();
+  }
+  std::string spec;
+  if (r.block_size > 1) spec = fmt::format(", tau {:.2f}", r.mean_acceptance_length());
+  std::fprintf(stderr, "%s: prompt %lld tokens in %.1f ms, %zu tokens generated in %.1f ms (%.2f tokens/s%s), %s%s\n",
+               job.id.c_str(), static_cast<long long>(r.prompt_tokens), r.prefill_ms, r.output_ids.size(),
+               r.first_draft_ms + r.decode_ms, r.decode_ms > 0 ? 1e3 * r.output_ids.size() / r.decode_ms : 0.0,
+               spec.c_str(), out.finish_reason.c_str(), client_gone ? " (client went away)" : "");
+  return out;
+}
+
+json Server::usage_json(const Outcome& out) const {
+  const int64_t p = out.result.prompt_tokens, c = static_cast<int64_t>(out.result.output_ids.size());
+  return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
+}
+
+// llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash.
+json Server::timings_json(const Outcome& out) const {
+  json full = cli::result_json(out.result);
+  json t = full["timings"];
+  if (out.result.block_size > 1) {
+    t["tau"] = full["mean_acceptance_length"];
+    t["block_size"] = out.result.block_size;
+  }
+  return t;
+}
+
+json Server::response_json(const Job& job, const Outcome& out) const {
+  const std::string& model_name = job.request.model.empty() ? alias_ : job.request.model;
+  json j;
+  if (job.request.api == Api::kNativeCompletion) {
+    j = {{"content", out.text},
+         {"id_slot", 0},
+         {"stop", true},
+         {"model", model_name},
+         {"tokens_predicted", out.result.output_ids.size()},
+         {"tokens_evaluated", out.result.prompt_tokens},
+         {"stop_type", out.stop_type},
+         {"stopping_word", out.stopping_word},
+         {"truncated", false},
+         {"timings", timings_json(out)}};
+  } else {
+    json choice = {{"index", 0}};
+    if (job.request.api == Api::kChatCompletions)
+      choice["message"] = {{"role", "assistant"}, {"content", out.text}};
+    else
+      choice["text"] = out.text;
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = out.finish_reason;
+    j = {{"id", job.id},
+         {"object", job.request.api == Api::kChatCompletions ? "chat.completion" : "text_completion"},
+         {"created", job.created},
+         {"model", model_name},
+         {"choices", json::array({choice})},
+         {"usage", usage_json(out)},
+         {"timings", timings_json(out)}};
+  }
+  if (!out.compression.is_null()) j["compression"] = out.compression;
+  return j;
+}
+
+// One streamed chunk of text (finish_reason null) or the last one (text empty, finish_reason set).
+json Server::chunk_json(const Job& job, const std::string& text, const json& finish_reason) const {
+  if (job.request.api == Api::kNativeCompletion) return {{"content", text}, {"id_slot", 0}, {"stop", false}};
+  json choice = {{"index", 0}};
+  if (job.request.api == Api::kChatCompletions)
+    choice["delta"] = finish_reason.is_null() ? json{{"content", text}} : json::object();
+  else
+    choice["text"] = text;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  json j = {{"id", job.id},
+            {"object", job.request.api == Api::kChatCompletions ? "chat.completion.chunk" : "text_completion"},
+            {"created", job.created},
+            {"model", job.request.model.empty() ? alias_ : job.request.model},
+            {"choices", json::array({choice})}};
+  if (job.request.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+void Server::complete(const httplib::Request& req, httplib::Response& res, Api api) {
+  guarded(res, [&] {
+    RequestDefaults defaults;
+    defaults.max_tokens = o_.n_predict;
+    defaults.sampling = o_.sampling;
+    defaults.enable_thinking = o_.enable_thinking;
+    auto job = std::make_shared<Job>(prepare(parse_completion_request(parse_body(req.body), api, defaults)));
+    if (!job->request.stream) {
+      send_json(res, 200, response_json(*job, generate(*job, {})));
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
+      auto event = [&sink](const json& j) {
+        const std::string line = "data: " + dump(j) + "\n\n";
+        return sink.write(line.data(), line.size());
+      };
+      try {
+        if (job->request.api == Api::kChatCompletions) {
+          json first = chunk_json(*job, "", nullptr);
+          first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+          if (!event(first)) return false;
+        }
+        Outcome out = generate(*job, [&](const std::string& text) { return event(chunk_json(*job, text, nullptr)); });
+        if (job->request.api == Api::kNativeCompletion) {
+          json last = response_json(*job, out);
+          last["content"] = "";
+          event(last);
+        } else {
+          json last = chunk_json(*job, "", out.finish_reason);
+          last["timings"] = timings_json(out);
+          if (!out.compression.is_null()) last["compression"] = out.compression;
+          event(last);
+          if (job->request.include_usage) {
+            json usage = chunk_json(*job, "", nullptr);
+            usage["choices"] = json::array();
+            usage["usage"] = usage_json(out);
+            event(usage);
+          }
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+        }
+      } catch (const HttpError& e) {
+        event(error_json(e.status, e.what(), e.type));
+      } catch (const c10::Error& e) {
+        event(error_json(500, e.what_without_backtrace(), "server_error"));
+      } catch (const std::exception& e) {
+        event(error_json(500, e.what(), "server_error"));
+      }
+      sink.done();
+      return true;
+    });
+  });
+}
+
+std::string Server::metrics_text() const {
+  std::lock_guard<std::mutex> lock(metrics_mutex_);
+  std::string s;
+  auto metric = [&](const char* name, const char* type, const char* help, double value) {
+    s += fmt::format("# HELP specpress:{} {}\n# TYPE specpress:{} {}\nspecpress:{} {}\n", name, help, name, type, name, value);
+  };
+  metric("requests_total", "counter", "Completed generations.", static_cast<double>(requests_));
+  metric("prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(prompt_tokens_));
+  metric("prompt_seconds_total", "counter", "Prompt processing time.", prompt_seconds_);
+  metric("tokens_predicted_total", "counter", "Generated tokens.", static_cast<double>(predicted_tokens_));
+  metric("tokens_predicted_seconds_total", "counter", "Generation time (after the prompt).", predicted_seconds_);
+  metric("draft_tokens_total", "counter", "Tokens proposed by the DFlash draft.", static_cast<double>(draft_tokens_));
+  metric("draft_tokens_accepted_total", "counter", "Draft tokens accepted by the target.",
+         static_cast<double>(accepted_tokens_));
+  metric("requests_processing", "gauge", "Generations running (0 or 1).", static_cast<double>(processing_.load()));
+  metric("requests_deferred", "gauge", "Generations waiting for the slot.", static_cast<double>(deferred_.load()));
+  return s;
+}
+
+void Server::add_routes() {
+  auto health = [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_) send_json(res, 200, {{"status", "ok"}});
+    else send_json(res, 503, error_json(503, "Loading model", "unavailable_error"));
+  };
+  http_.Get("/health", health);
+  http_.Get("/v1/health", health);
+  auto models = [this](const httplib::Request&, httplib::Response& res) {
+    guarded(res, [&] {
+      const Model& m = model();
+      json meta = {{"n_ctx", m.ctx_size},
+                   {"n_ctx_train", m.target->config().max_position_embeddings},
+                   {"n_vocab", m.target->config().vocab_size},
+                   {"draft", o_.draft_dir.empty() ? json(nullptr) : json(o_.draft_dir)},
+                   {"block_size", m.reserve}};
+      send_json(res, 200, {{"object", "list"},
+                           {"data", json::array({{{"id", alias_},
+                                                  {"object", "model"},
+                                                  {"created", started_},
+                                                  {"owned_by", "specpress"},
+                                                  {"meta", meta}}})}});
+    });
+  };
+  http_.Get("/v1/models", models);
+  http_.Get("/models", models);
+  http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+    guarded(res, [&] {
+      const Model& m = model();
+      json params = {{"n_predict", o_.n_predict},      {"temperature", o_.sampling.temperature},
+                     {"top_k", o_.sampling.top_k},      {"top_p", o_.sampling.top_p},
+                     {"min_p", o_.sampling.min_p},      {"seed", o_.sampling.seed},
+                     {"enable_thinking", o_.enable_thinking}, {"ignore_eos", o_.ignore_eos}};
+      send_json(res, 200, {{"default_generation_settings", {{"n_ctx", m.ctx_size}, {"params", params}}},
+                           {"total_slots", 1},
+                           {"model_alias", alias_},
+                           {"model_path", o_.model_dir},
+                           {"draft_path", o_.draft_dir},
+                           {"block_size", m.reserve},
+                           {"fast_path", m.runner->fast()},
+                           {"compress", compress::policy_json(m.policy)},
+                           {"chat_template", "Qwen3 (built in)"}});
+    });
+  });
+  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  });
+  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kCompletions); });
+  http_.Post("/completions", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kCompletions); });
+  http_.Post("/v1/chat/completions",
+             [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kChatCompletions); });
+  http_.Post("/chat/completions",
+             [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kChatCompletions); });
+  http_.Post("/completion", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kNativeCompletion); });
+  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const Model& m = model();
+      if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
+      const nlohmann::json body = parse_body(req.body);
+      bool with_pieces = false;
+      std::string content;
+      for (const auto& [key, v] : body.items()) {
+        if (key == "content" && v.is_string()) content = v.get<std::string>();
+        else if (key == "with_pieces" && v.is_boolean()) with_pieces = v.get<bool>();
+        else if (key != "add_special" && key != "parse_special")
+          fail("field '{}': unknown or not of the expected type (content: string, with_pieces: bool)", key);
+      }
+      if (!body.contains("content")) fail("field 'content' is missing");
+      const bool parse_special = body.value("parse_special", true);
+      json tokens = json::array();
+      for (int32_t id : m.tokenizer->encode(content, parse_special)) {
+        if (with_pieces) tokens.push_back({{"id", id}, {"piece", m.tokenizer->decode(std::vector<int32_t>{id})}});
+        else tokens.push_back(id);
+      }
+      send_json(res, 200, {{"tokens", tokens}});
+    });
+  });
+  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const Model& m = model();
+      if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
+      const nlohmann::json body = parse_body(req.body);
+      if (!body.contains("tokens") || !body["tokens"].is_array()) fail("field 'tokens': expected an array of token ids");
+      std::vector<int32_t> ids;
+      for (const auto& v : body["tokens"]) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.tokenizer->vocab_size())
+          fail("field 'tokens': {} is not a token id (0..{})", v.dump(), m.tokenizer->vocab_size() - 1);
+        ids.push_back(v.get<int32_t>());
+      }
+      send_json(res, 200, {{"content", m.tokenizer->decode(ids)}});
+    });
+  });
+  http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      model();
+      RequestDefaults defaults;
+      defaults.enable_thinking = o_.enable_thinking;
+      const CompletionRequest r = parse_completion_request(parse_body(req.body), Api::kChatCompletions, defaults);
+      send_json(res, 200, {{"prompt", tok::render_qwen3_chat(r.messages, true, r.enable_thinking)}});
+    });
+  });
+  if (!o_.api_key.empty()) {
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/health" || req.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == "Bearer " + o_.api_key || req.get_header_value("X-Api-Key") == o_.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
+      send_json(res, 401, error_json(401, "Invalid API Key", "authentication_error"));
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
+  http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a route's own error
+    if (res.status == 404)
+      send_json(res, 404, error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error"));
+    else
+      send_json(res, res.status, error_json(res.status, fmt::format("HTTP status {}", res.status), "invalid_request_error"));
+  });
+  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string message = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+    }
+    send_json(res, 500, error_json(500, message, "server_error"));
+  });
+  http_.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (req.path == "/health" || req.path == "/v1/health" || req.path == "/metrics") return;  // polled
+    std::fprintf(stderr, "request: %s %s %s %d\n", req.method.c_str(), req.path.c_str(), req.remote_addr.c_str(),
+                 res.status);
+  });
+  http_.set_read_timeout(o_.timeout_s);
+  http_.set_write_timeout(o_.timeout_s);
+  http_.set_payload_max_length(64u << 20);
+}
+
+int Server::run() {
+  add_routes();
+  int port = o_.port;
+  if (port == 0) {
+    port = http_.bind_to_any_port(o_.host);
+    if (port < 0) fail("--host {}: cannot listen on any port", o_.host);
+  } else if (!http_.bind_to_port(o_.host, port)) {
+    fail("--host {} --port {}: cannot listen there (in use, or not an address of this machine)", o_.host, port);
+  }
+  std::thread listener([this] { http_.listen_after_bind(); });
+  std::fprintf(stderr, "specpress serve: listening on http://%s:%d (loading %s)\n", o_.host.c_str(), port,
+               o_.model_dir.c_str());
+  std::fflush(stderr);
+  auto stop_listener = [&] {
+    shutting_down_ = true;
+    http_.stop();
+    listener.join();
+  };
+  try {
+    load();
+  } catch (...) {
+    stop_listener();
+    throw;
+  }
+  std::signal(SIGINT, on_stop_signal);  // until here, a signal ends the load the default way
+  std::signal(SIGTERM, on_stop_signal);
+  ready_ = true;
+  std::fprintf(stderr, "specpress serve: model %s ready (%s%s, context %lld, %s path)\n", alias_.c_str(),
+               model_.draft ? "DFlash, block " : "plain decoding",
+               model_.draft ? std::to_string(model_.reserve).c_str() : "", static_cast<long long>(model_.ctx_size),
+               model_.runner->fast() ? "CUDA fast" : "reference");
+  std::fflush(stderr);
+  while (!g_signalled && http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "specpress serve: shutting down\n");
+  stop_listener();
+  return 0;
+}
+
+}  // namespace
+
+int run_server(const ServerOptions& options) {
+  if (options.port < 0 || options.port > 65535) fail("--port: {} is not a TCP port (0..65535; 0 = any free port)", options.port);
+  if (options.ctx_size < -1) fail("-c/--ctx-size: must be >= 0 (0 = the model's maximum), got {}", options.ctx_size);
+  if (options.n_predict < -1 || options.n_predict == 0)
+    fail("-n/--n-predict: must be >= 1, or -1 for as many as the context leaves; got {}", options.n_predict);
+  if (options.timeout_s < 1) fail("--timeout: must be at least 1 second, got {}", options.timeout_s);
+  decode::validate(options.sampling);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects mid-stream is a failed write, not a dead server
+  Server server(options);
+  return server.run();
+}
+
+}  // namespace specpress::server

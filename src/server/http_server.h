@@ -1,0 +1,43 @@
+// http_server.h — `specpress serve`: an OpenAI-compatible HTTP server over one target (and optionally its
+// DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before the model
+// loads (/health answers 503 until ready), runs one generation at a time (batch 1: requests queue), streams
+// Server-Sent Events as blocks are committed and puts llama.cpp's `timings` (with draft_n and
+// draft_n_accepted) on every completion.
+//
+// Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
+// /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,
+// /detokenize, /apply-template.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "compress/policy.h"
+#include "decode/sampler.h"
+
+namespace specpress::server {
+
+struct ServerOptions {
+  std::string model_dir, draft_dir;
+  std::string host = "127.0.0.1";
+  int port = 8080;           // 0: any free port (printed when listening)
+  // positions a request may use (prompt + output + block); 0: the model's maximum; -1: 4096 or the model's maximum
+  // when that is smaller
+  int64_t ctx_size = -1;
+  int64_t n_predict = -1;    // default max_tokens; -1: as many as the context leaves
+  int64_t block_size = 0;    // DFlash; 0: the draft's trained size
+  decode::SamplingParams sampling;  // request defaults
+  bool enable_thinking = false;     // chat default
+  bool ignore_eos = false;
+  std::string alias;         // the model id clients see; empty: the model directory's name
+  std::string api_key;       // when set, every route but /health needs "Authorization: Bearer KEY"
+  std::string device = "cpu", dtype = "f32";
+  bool reference_path = false;
+  std::string compress = "none";
+  compress::Policy policy;
+  int timeout_s = 600;       // socket read/write timeout
+};
+
+// Runs until SIGINT or SIGTERM (returns 0) or until the model fails to load (throws specpress::Error).
+int run_server(const ServerOptions& options);
+
+}  // namespace specpress::server

@@ -1,0 +1,559 @@
+// test_server.cpp — `specpress serve`: stop strings and request parsing on their own, then the server itself
+// as users run it (the binary on a free port, talked to over HTTP): greedy outputs equal the reference fixtures
+// and `specpress generate`, streamed text equals the whole response, stop strings end the output before them,
+// bad requests get OpenAI error objects naming the field, queued requests all finish, a client that goes
+// away ends its generation, and SIGTERM shuts the server down mid-generation.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "core/error.h"
+#include "server/api_request.h"
+#include "server/stop_strings.h"
+#include "test_util.h"
+
+using namespace specpress;
+using namespace specpress::test;
+using json = nlohmann::json;
+
+namespace {
+
+// ---------------------------------------------------------------- stop strings
+
+std::string feed(server::StopStrings& s, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) out += s.push(p);
+  return out + s.flush();
+}
+
+TEST(StopStrings, OutputEndsBeforeTheFirstStopStringAcrossPieces) {
+  server::StopStrings s({"</answer>", "\n\n"});
+  EXPECT_EQ(s.push("The answer"), "The answer");
+  EXPECT_EQ(s.push(" is <"), " is ");  // "<" may begin "</answer>": held back
+  EXPECT_EQ(s.push("/ans"), "");
+  EXPECT_FALSE(s.stopped());
+  EXPECT_EQ(s.push("wer> 8 and more"), "");  // completed: nothing of it (or after it) is released
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.stopping_word(), "</answer>");
+  EXPECT_EQ(s.push("later"), "");
+  EXPECT_EQ(s.flush(), "");
+  server::StopStrings t({"</answer>"});
+  EXPECT_EQ(feed(t, {"a <", "/b> c"}), "a </b> c");  // a held prefix that does not continue is released
+  server::StopStrings u({"\n\n"});
+  EXPECT_EQ(feed(u, {"line\n", "\nnext"}), "line");
+}
+
+TEST(StopStrings, FirstToCompleteWinsAndHeldTextIsReleasedAtTheEnd) {
+  // "bc" completes before "abcd" in "xabcd": it ends the output, whatever the order or the split of the pushes
+  for (auto stops : {std::vector<std::string>{"bc", "abcd"}, std::vector<std::string>{"abcd", "bc"}}) {
+    for (auto pieces : {std::vector<std::string>{"xab", "cd"}, std::vector<std::string>{"xabcd"},
+                        std::vector<std::string>{"x", "a", "b", "c", "d"}}) {
+      server::StopStrings a(stops);
+      EXPECT_EQ(feed(a, pieces), "xa");
+      EXPECT_EQ(a.stopping_word(), "bc");
+    }
+  }
+  server::StopStrings b({"cd", "bcd"});  // both complete at the same byte: the one that starts first
+  EXPECT_EQ(feed(b, {"xbcd"}), "x");
+  EXPECT_EQ(b.stopping_word(), "bcd");
+  server::StopStrings c({"STOP"});
+  EXPECT_EQ(c.push("go ST"), "go ");  // "ST" held back
+  EXPECT_EQ(c.push("O"), "");
+  EXPECT_EQ(c.push("P!"), "");
+  EXPECT_TRUE(c.stopped());
+  server::StopStrings d({"STOP"});
+  EXPECT_EQ(feed(d, {"go ST", "OMP"}), "go STOMP");  // not a stop: released whole
+  EXPECT_FALSE(d.stopped());
+  server::StopStrings e({});
+  EXPECT_EQ(e.push("anything"), "anything");
+  server::StopStrings f({"é!"});  // multi-byte: held and released on character boundaries
+  EXPECT_EQ(f.push("caf\xc3\xa9"), "caf");
+  EXPECT_EQ(f.push("?"), "\xc3\xa9?");
+}
+
+// ---------------------------------------------------------------- request parsing
+
+server::CompletionRequest parse(const std::string& body, server::Api api = server::Api::kCompletions) {
+  return server::parse_completion_request(json::parse(body), api, {});
+}
+
+std::string parse_error(const std::string& body, server::Api api = server::Api::kCompletions) {
+  try {
+    parse(body, api);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(ServerRequest, FieldsAndDefaults) {
+  server::RequestDefaults d;
+  d.max_tokens = 77;
+  d.sampling.temperature = 0.5;
+  d.enable_thinking = true;
+  auto r = server::parse_completion_request(json::parse(R"({"prompt": "hi", "top_k": 5, "seed": 9})"),
+                                            server::Api::kCompletions, d);
+  EXPECT_EQ(*r.prompt_text, "hi");
+  EXPECT_EQ(r.max_tokens, 77);
+  EXPECT_EQ(r.sampling.temperature, 0.5);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_EQ(r.sampling.seed, 9u);
+  r = parse(R"({"prompt": [[1, 2, 3]], "max_tokens": 4, "stop": "x", "stream": true,
+               "stream_options": {"include_usage": true}, "n": 1, "logprobs": null, "user": "u"})");
+  EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(r.max_tokens, 4);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x"}));
+  EXPECT_TRUE(r.stream && r.include_usage);
+  r = parse(R"({"messages": [{"role": "developer", "content": "be brief"},
+                             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                              "name": "me"}],
+               "max_completion_tokens": 3, "chat_template_kwargs": {"enable_thinking": true}, "seed": -1})",
+            server::Api::kChatCompletions);
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.max_tokens, 3);
+  EXPECT_TRUE(r.enable_thinking);
+  EXPECT_TRUE(r.random_seed);
+  r = parse(R"({"prompt": "x", "n_predict": -1, "ignore_eos": true})", server::Api::kNativeCompletion);
+  EXPECT_EQ(r.max_tokens, -1);
+  EXPECT_TRUE(r.ignore_eos);
+}
+
+TEST(ServerRequest, BadFieldsAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({})", "field 'prompt' is missing"},
+      {R"({"prompt": 5})", "field 'prompt'"},
+      {R"({"prompt": ["a", "b"]})", "a batch of 2 prompts"},
+      {R"({"prompt": [1, "x"]})", "element 1"},
+      {R"({"prompt": "x", "max_tokens": 0})", "field 'max_tokens': must be at least 1"},
+      {R"({"prompt": "x", "max_tokens": 2.5})", "field 'max_tokens': expected an integer"},
+      {R"({"prompt": "x", "temperature": -1})", "field 'temperature'"},
+      {R"({"prompt": "x", "top_p": 0})", "field 'top_p'"},
+      {R"({"prompt": "x", "top_k": -2})", "field 'top_k'"},
+      {R"({"prompt": "x", "min_p": 2})", "field 'min_p'"},
+      {R"({"prompt": "x", "seed": -5})", "field 'seed'"},
+      {R"({"prompt": "x", "stop": ""})", "field 'stop'"},
+      {R"({"prompt": "x", "stop": [1]})", "field 'stop'"},
+      {R"({"prompt": "x", "stream": "yes"})", "field 'stream'"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "only allowed with \"stream\": true"},
+      {R"({"prompt": "x", "n": 2})", "field 'n': more than one completion"},
+      {R"({"prompt": "x", "echo": true})", "field 'echo'"},
+      {R"({"prompt": "x", "logprobs": 5})", "field 'logprobs'"},
+      {R"({"prompt": "x", "presence_penalty": 0.5})", "field 'presence_penalty'"},
+      {R"({"prompt": "x", "logit_bias": {"1": 5}})", "field 'logit_bias'"},
+      {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
+      {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},
+  };
+  for (const auto& [body, expected] : cases) EXPECT_NE(parse_error(body).find(expected), std::string::npos) << body << ": " << parse_error(body);
+  const std::vector<std::pair<std::string, std::string>> chat = {
+      {R"({"prompt": "x"})", "unknown field 'prompt'"},
+      {R"({"messages": "hi"})", "field 'messages'"},
+      {R"({"messages": [{"role": "user"}]})", "'content' is missing"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})", "role \"tool\""},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "content[0]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "field 'tools'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "'foo'"},
+  };
+  for (const auto& [body, expected] : chat)
+    EXPECT_NE(parse_error(body, server::Api::kChatCompletions).find(expected), std::string::npos)
+        << body << ": " << parse_error(body, server::Api::kChatCompletions);
+  EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).find("'n_predict'"),
+            std::string::npos);
+}
+
+// ---------------------------------------------------------------- the server process
+
+#ifdef SPECPRESS_HAVE_SERVER
+
+// `specpress serve --port 0 ARGS` in a child process; waits until it is ready (or has exited).
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& args) : err_path_(scratch_.path / "stderr") {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      FILE* err = std::freopen(err_path_.c_str(), "w", stderr);
+      (void)err;
+      std::vector<std::string> all = {SPECPRESS_BINARY, "serve"};
+      if (std::find(args.begin(), args.end(), "--port") == args.end()) all.insert(all.end(), {"--port", "0"});
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string log = stderr_text();
+      std::smatch m;
+      if (port_ == 0 && std::regex_search(log, m, listening)) port_ = std::stoi(m[1]);
+      if (log.find(" ready (") != std::string::npos) return;
+      if (exited()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServerProcess() {
+    if (!exited()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string stderr_text() const {
+    std::ifstream in(err_path_);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  bool exited() {
+    if (status_ >= 0) return true;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_ >= 0;
+  }
+  // Sends `sig` and waits up to `seconds` for the exit; returns the exit status (-1: still running).
+  int stop(int sig, int seconds) {
+    if (exited()) return status_;
+    ::kill(pid_, sig);
+    for (int i = 0; i < seconds * 20 && !exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return status_;
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(300, 0);
+    return c;
+  }
+
+ private:
+  ScratchDir scratch_{"serve"};
+  std::string err_path_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int status_ = -1;
+};
+
+json post(const ServerProcess& s, const std::string& path, const json& body, int expected_status = 200) {
+  auto res = s.client().Post(path.c_str(), body.dump(), "application/json");
+  if (!res) return json{{"transport_error", httplib::to_string(res.error())}};
+  EXPECT_EQ(res->status, expected_status) << path << " " << body.dump() << " -> " << res->body;
+  return json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+}
+
+// The JSON payloads of a Server-Sent Events body, in order; "[DONE]" as a string.
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> events;
+  size_t at = 0;
+  while (at < body.size()) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << body.substr(at);
+    if (end == std::string::npos) break;
+    const std::string line = body.substr(at, end - at);
+    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
+    const std::string payload = line.substr(6);
+    events.push_back(payload == "[DONE]" ? json("[DONE]") : json::parse(payload));
+    at = end + 2;
+  }
+  return events;
+}
+
+std::vector<json> post_stream(const ServerProcess& s, const std::string& path, json body) {
+  body["stream"] = true;
+  auto res = s.client().Post(path.c_str(), body.dump(), "application/json");
+  EXPECT_TRUE(res) << "no response";
+  if (!res) return {};
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_NE(res->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  return sse_events(res->body);
+}
+
+double metric(const ServerProcess& s, const std::string& name) {
+  auto res = s.client().Get("/metrics");
+  if (!res) return -1;
+  std::smatch m;
+  const std::regex line("\nspecpress:" + name + " ([0-9.e+-]+)");
+  return std::regex_search(res->body, m, line) ? std::stod(m[1]) : -1;
+}
+
+std::string id_text(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (int64_t t : ids) s += std::to_string(t) + " ";
+  return s;
+}
+
+// The golden pair has no tokenizer: prompts are token ids and the text is the ids, as `generate` prints them.
+TEST(ServerHttp, GoldenPairOutputsEqualTheReferenceFixtures) {
+  SPECPRESS_REQUIRE_SHARED();
+  ServerProcess s({"-m", golden_dir() + "/target", "-md", golden_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  auto health = s.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  for (const auto& run : golden_runs()) {
+    json r = post(s, "/v1/completions", {{"prompt", run.prompt}, {"max_tokens", run.max_new_tokens}});
+    EXPECT_EQ(r["choices"][0]["text"], id_text(run.dflash_output));
+    EXPECT_EQ(r["usage"]["completion_tokens"], run.dflash_output.size());
+    EXPECT_EQ(r["usage"]["prompt_tokens"], run.prompt.size());
+    EXPECT_EQ(r["choices"][0]["finish_reason"], run.dflash_output.back() == 1001 ? "stop" : "length");
+    int64_t accepted = 0;
+    for (int64_t a : run.acceptance_lengths) accepted += a - 1;
+    EXPECT_EQ(r["timings"]["draft_n_accepted"], accepted);
+    EXPECT_EQ(r["timings"]["draft_n"], 7 * static_cast<int64_t>(run.acceptance_lengths.size()));
+  }
+  // a chat request needs the tokenizer this directory lacks
+  json err = post(s, "/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, 400);
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("no tokenizer.json"), std::string::npos) << err;
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
+std::string demo_dir() { return std::string(SPECPRESS_SOURCE_DIR) + "/demo"; }
+
+#define SPECPRESS_REQUIRE_DEMO_TOKENIZER()                                                               \
+  do {                                                                                                   \
+    if (!std::filesystem::exists(demo_dir() + "/target/tokenizer.json"))                                 \
+      GTEST_SKIP() << demo_dir() << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";      \
+  } while (0)
+
+const char* kQuestion = "Tom has 3 apples and buys 5 more. How many apples does he have?";
+
+// The demo pair (real Qwen3 tokenizer): chat and completions, whole and streamed, against `specpress generate`.
+TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
+  CommandResult cli = run_specpress("generate " + pair + " -p \"" + kQuestion + "\" --chat -n 48");
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  ASSERT_FALSE(cli.out.empty());
+  const std::string expected = cli.out.substr(0, cli.out.size() - 1);  // generate ends with a newline
+
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--alias", "demo"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json chat = {{"model", "whatever"}, {"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 48}};
+  json whole = post(s, "/v1/chat/completions", chat);
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["model"], "whatever");
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], expected);
+  EXPECT_GT(whole["timings"]["tau"].get<double>(), 1.0);
+
+  json with_usage = chat;
+  with_usage["stream_options"] = {{"include_usage", true}};
+  std::vector<json> events = post_stream(s, "/v1/chat/completions", with_usage);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json& usage = events[events.size() - 2];
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], whole["usage"]);
+  const json& last = events[events.size() - 3];
+  EXPECT_EQ(last["choices"][0]["finish_reason"], whole["choices"][0]["finish_reason"]);
+  EXPECT_EQ(last["timings"]["draft_n_accepted"], whole["timings"]["draft_n_accepted"]);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string streamed;
+  for (size_t i = 0; i + 3 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "chat.completion.chunk");
+    EXPECT_EQ(events[i]["id"], events[0]["id"]);
+    EXPECT_TRUE(events[i]["choices"][0]["finish_reason"].is_null());
+    EXPECT_TRUE(events[i].contains("usage") && events[i]["usage"].is_null());
+    streamed += events[i]["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(streamed, expected);
+  EXPECT_GT(events.size(), 5u) << "text arrives in several chunks, as blocks are committed";
+
+  // /v1/models and /props name the served model
+  json models = json::parse(s.client().Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["id"], "demo");
+  EXPECT_EQ(models["data"][0]["meta"]["block_size"], 16);
+  // /apply-template renders what chat requests are tokenized from; /tokenize and /detokenize round-trip it
+  json templ = post(s, "/apply-template", {{"messages", chat["messages"]}});
+  EXPECT_NE(templ["prompt"].get<std::string>().find("<|im_start|>assistant\n<think>\n\n</think>\n\n"), std::string::npos);
+  json tokens = post(s, "/tokenize", {{"content", templ["prompt"]}});
+  EXPECT_EQ(tokens["tokens"].size(), whole["usage"]["prompt_tokens"].get<size_t>());
+  EXPECT_EQ(post(s, "/detokenize", {{"tokens", tokens["tokens"]}})["content"], templ["prompt"]);
+  EXPECT_EQ(metric(s, "requests_total"), 2);
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
+TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json base = {{"prompt", kQuestion}, {"max_tokens", 48}, {"ignore_eos", true}};
+  const std::string full = post(s, "/v1/completions", base)["choices"][0]["text"];
+  ASSERT_GT(full.size(), 40u);
+  const std::string stop = full.substr(full.size() / 2, 4);
+  const std::string expected = full.substr(0, full.find(stop));
+  json req = base;
+  req["stop"] = {"never appears \x01", stop};
+  json r = post(s, "/v1/completions", req);
+  EXPECT_EQ(r["choices"][0]["text"], expected);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(r["usage"]["completion_tokens"].get<int64_t>(), 48) << "the generation went on past its stop string";
+  std::string streamed;
+  for (const json& e : post_stream(s, "/v1/completions", req))
+    if (e.is_object() && !e["choices"].empty()) streamed += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, expected);
+  // llama.cpp's native endpoint reports which word stopped it
+  json native = post(s, "/completion", {{"prompt", kQuestion}, {"n_predict", 48}, {"ignore_eos", true}, {"stop", {stop}}});
+  EXPECT_EQ(native["content"], expected);
+  EXPECT_EQ(native["stop_type"], "word");
+  EXPECT_EQ(native["stopping_word"], stop);
+  json limit = post(s, "/completion", {{"prompt", kQuestion}, {"n_predict", 5}});
+  EXPECT_EQ(limit["stop_type"], "limit");
+  EXPECT_EQ(limit["tokens_predicted"], 5);
+}
+
+TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-c", "256"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string message;
+  };
+  std::string long_prompt;
+  for (int i = 0; i < 300; ++i) long_prompt += " hello";
+  const std::vector<Case> cases = {
+      {"/v1/completions", "{nope", 400, "not valid JSON"},
+      {"/v1/completions", "[1]", 400, "expected a JSON object"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "'max_tokens'"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 300})", 400, "exceed the context size 256"},
+      {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "leaves no room"},
+      {"/v1/completions", R"({"prompt": [1, 999999999]})", 400, "outside the vocabulary"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "encodes to no tokens"},
+      {"/v1/chat/completions", R"({"messages": []})", 400, "no messages"},
+      {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "'n'"},
+      {"/detokenize", R"({"tokens": [-1]})", 400, "'tokens'"},
+      {"/tokenize", R"({"text": "x"})", 400, "'text'"},
+  };
+  for (const Case& c : cases) {
+    auto res = s.client().Post(c.path.c_str(), c.body, "application/json");
+    ASSERT_TRUE(res) << c.body;
+    EXPECT_EQ(res->status, c.status) << c.body << " -> " << res->body;
+    json j = json::parse(res->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << res->body;
+    EXPECT_EQ(j["error"]["code"], c.status);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(c.message), std::string::npos) << c.body << " -> " << res->body;
+  }
+  auto missing = s.client().Get("/v2/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(json::parse(missing->body)["error"]["type"], "not_found_error");
+  // the server still answers after all of that
+  EXPECT_EQ(post(s, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
+}
+
+TEST(ServerHttp, ApiKeyGuardsEveryRouteButHealth) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--api-key", "sesame"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+  auto denied = s.client().Get("/v1/models");
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(json::parse(denied->body)["error"]["type"], "authentication_error");
+  httplib::Headers auth = {{"Authorization", "Bearer sesame"}};
+  EXPECT_EQ(s.client().Get("/v1/models", auth)->status, 200);
+}
+
+// Requests that arrive together queue for the one slot; each gets its own, complete answer.
+TEST(ServerHttp, ConcurrentRequestsAllFinishWithTheirOwnAnswers) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const std::vector<std::string> prompts = {"Tom has 3 apples.", "A train leaves at noon.", "What is 7 times 8?"};
+  std::vector<std::string> alone;
+  for (const auto& p : prompts) alone.push_back(post(s, "/v1/completions", {{"prompt", p}, {"max_tokens", 40}})["choices"][0]["text"]);
+  std::vector<std::string> together(prompts.size() * 2);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < together.size(); ++i)
+    threads.emplace_back([&, i] {
+      json body = {{"prompt", prompts[i % prompts.size()]}, {"max_tokens", 40}, {"stream", i % 2 == 1}};
+      auto res = s.client().Post("/v1/completions", body.dump(), "application/json");
+      if (!res) return;
+      if (i % 2 == 0) {
+        together[i] = json::parse(res->body)["choices"][0]["text"];
+      } else {
+        for (const json& e : sse_events(res->body))
+          if (e.is_object() && !e["choices"].empty()) together[i] += e["choices"][0]["text"].get<std::string>();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < together.size(); ++i) EXPECT_EQ(together[i], alone[i % prompts.size()]) << "request " << i;
+  EXPECT_EQ(metric(s, "requests_total"), static_cast<double>(prompts.size() + together.size()));
+}
+
+// A streaming client that closes its connection ends its generation at the next commit, and SIGTERM during a
+// generation ends the server promptly with status 0.
+TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos"});  // plain decoding: about 4 ms a token here
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const int64_t n = 1500;
+  const std::string body = json{{"prompt", kQuestion}, {"max_tokens", n}, {"stream", true}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(s.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string received;
+  char buf[4096];
+  while (received.find("data: ") == std::string::npos) {
+    const ssize_t got = ::read(fd, buf, sizeof buf);
+    ASSERT_GT(got, 0);
+    received.append(buf, static_cast<size_t>(got));
+  }
+  ::close(fd);
+  for (int i = 0; i < 600 && metric(s, "requests_total") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(metric(s, "requests_total"), 1);
+  EXPECT_LT(metric(s, "tokens_predicted_total"), n) << "the generation ran to its end after the client left";
+  EXPECT_NE(s.stderr_text().find("(client went away)"), std::string::npos) << s.stderr_text();
+
+  std::thread long_request([&] { s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", n}}.dump(), "application/json"); });
+  for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "shutdown waited for the generation";
+  long_request.join();
+}
+
+// Bad flags and a model that cannot load end the command with a message and a non-zero status.
+TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"-m", demo_dir() + "/target", "--port", "70000"}, "--port"},
+      {{"-m", demo_dir() + "/no-such-model"}, "no-such-model"},
+      {{"-m", demo_dir() + "/target", "-c", "99999"}, "-c/--ctx-size: 99999 exceeds"},
+      {{"-m", demo_dir() + "/target", "-n", "0"}, "-n/--n-predict"},
+      {{"-m", demo_dir() + "/target", "--block-size", "4"}, "--block-size: needs a draft"},
+      {{"-m", demo_dir() + "/target", "--temp", "-1"}, "--temp"},
+  };
+  for (const Case& c : cases) {
+    ServerProcess s(c.args);
+    EXPECT_TRUE(s.exited()) << c.message;
+    EXPECT_EQ(s.stop(SIGKILL, 5), 1) << c.message << "\n" << s.stderr_text();
+    EXPECT_NE(s.stderr_text().find(c.message), std::string::npos) << s.stderr_text();
+  }
+}
+
+#endif  // SPECPRESS_HAVE_SERVER
+
+}  // namespace
