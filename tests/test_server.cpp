@@ -5,6 +5,12 @@
 // away ends its generation, and SIGTERM shuts the server down mid-generation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <regex>
+#include <thread>
+
+#ifdef SPECPRESS_HAVE_SERVER
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -12,12 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
-#include <regex>
-#include <thread>
-
 #include <httplib.h>
+#endif
 
 #include "core/error.h"
 #include "server/api_request.h"
@@ -130,6 +132,32 @@ TEST(ServerRequest, FieldsAndDefaults) {
   r = parse(R"({"prompt": "x", "n_predict": -1, "ignore_eos": true})", server::Api::kNativeCompletion);
   EXPECT_EQ(r.max_tokens, -1);
   EXPECT_TRUE(r.ignore_eos);
+  // OpenAI's newer max_completion_tokens wins over max_tokens, whatever the order
+  r = parse(R"({"max_tokens": 5, "max_completion_tokens": 9, "messages": [{"role": "user", "content": "x"}]})",
+            server::Api::kChatCompletions);
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_TRUE(r.max_tokens_given);
+  // the server's default seed policy applies unless the request names a seed
+  d.random_seed = true;
+  EXPECT_TRUE(server::parse_completion_request(json::parse(R"({"prompt": "x"})"), server::Api::kCompletions, d).random_seed);
+  EXPECT_FALSE(server::parse_completion_request(json::parse(R"({"prompt": "x", "seed": 4})"), server::Api::kCompletions, d)
+                   .random_seed);
+}
+
+TEST(ServerRequest, DeepNestingIsRefusedWhileParsing) {
+  const int depth = 100000;  // copied or printed recursively, this overflowed the stack
+  const std::string body = R"({"prompt": "x", "n": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  try {
+    server::parse_body(body);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested more than 32 levels"), std::string::npos) << e.what();
+  }
+  const std::string nested_ok = R"({"prompt": "x", "stop": [")" + std::string(70, 'z') + R"("]})";
+  EXPECT_EQ(parse(nested_ok).stop.size(), 1u);
+  // values in messages are shortened
+  const std::string message = parse_error(R"({"prompt": "x", "max_tokens": ")" + std::string(5000, 'y') + R"("})");
+  EXPECT_LT(message.size(), 200u) << message;
 }
 
 TEST(ServerRequest, BadFieldsAreNamed) {
@@ -144,6 +172,9 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "top_p": 0})", "field 'top_p'"},
       {R"({"prompt": "x", "top_k": -2})", "field 'top_k'"},
       {R"({"prompt": "x", "min_p": 2})", "field 'min_p'"},
+      {R"({"prompt": "x", "min_p": 1})", "field 'min_p': must be in [0, 1)"},
+      {R"({"prompt": "x", "n": "1"})", "field 'n': expected an integer"},
+      {R"({"prompt": "x", "response_format": {"type": 5}})", "field 'response_format'"},
       {R"({"prompt": "x", "seed": -5})", "field 'seed'"},
       {R"({"prompt": "x", "stop": ""})", "field 'stop'"},
       {R"({"prompt": "x", "stop": [1]})", "field 'stop'"},
@@ -164,6 +195,8 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": "user"}]})", "'content' is missing"},
       {R"({"messages": [{"role": "tool", "content": "x"}]})", "role \"tool\""},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "content[0]"},
+      {R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", "content[0]"},
+      {R"({"messages": [{"role": 5, "content": "x"}]})", "'role' must be a string"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "field 'tools'"},
       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "'foo'"},
   };
@@ -411,11 +444,18 @@ TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
   json limit = post(s, "/completion", {{"prompt", kQuestion}, {"n_predict", 5}});
   EXPECT_EQ(limit["stop_type"], "limit");
   EXPECT_EQ(limit["tokens_predicted"], 5);
+  // usage counts the tokens up to the stop string, the same with and without the draft (a DFlash block commits
+  // tokens past it)
+  ServerProcess plain({"-m", demo_dir() + "/target"});
+  ASSERT_GT(plain.port(), 0) << plain.stderr_text();
+  json p = post(plain, "/v1/completions", req);
+  EXPECT_EQ(p["choices"][0]["text"], expected);
+  EXPECT_EQ(p["usage"], r["usage"]);
 }
 
 TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
-  ServerProcess s({"-m", demo_dir() + "/target", "-c", "256"});
+  ServerProcess s({"-m", demo_dir() + "/target", "-c", "256", "-n", "200"});
   ASSERT_GT(s.port(), 0) << s.stderr_text();
   struct Case {
     std::string path, body;
@@ -436,6 +476,9 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
       {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "'n'"},
       {"/detokenize", R"({"tokens": [-1]})", 400, "'tokens'"},
       {"/tokenize", R"({"text": "x"})", 400, "'text'"},
+      {"/tokenize", R"({"content": "x", "parse_special": "x"})", 400, "'parse_special'"},
+      {"/v1/completions", R"({"prompt": "x", "n": )" + std::string(100000, '[') + std::string(100000, ']') + "}", 400,
+       "nested more than 32 levels"},
   };
   for (const Case& c : cases) {
     auto res = s.client().Post(c.path.c_str(), c.body, "application/json");
@@ -446,6 +489,22 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
     EXPECT_EQ(j["error"]["code"], c.status);
     EXPECT_NE(j["error"]["message"].get<std::string>().find(c.message), std::string::npos) << c.body << " -> " << res->body;
   }
+  // curl -d sends application/x-www-form-urlencoded, which cpp-httplib caps at 8 KiB: the error says what to send
+  auto form = s.client().Post("/v1/completions", json{{"prompt", std::string(9000, 'x')}}.dump(),
+                              "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 413);
+  EXPECT_NE(form->body.find("Content-Type: application/json"), std::string::npos) << form->body;
+  // the server's -n 200 default is shortened to what the context leaves (256 - 100 - 1), a given max_tokens is not
+  std::vector<int64_t> hundred(100, 9707);
+  EXPECT_EQ(post(s, "/v1/completions", {{"prompt", hundred}, {"ignore_eos", true}})["usage"]["completion_tokens"], 155);
+  post(s, "/v1/completions", {{"prompt", hundred}, {"max_tokens", 200}}, 400);
+  // CORS: a browser's preflight and the header on every answer
+  auto preflight = s.client().Options("/v1/chat/completions");
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_NE(preflight->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+  EXPECT_EQ(s.client().Get("/health")->get_header_value("Access-Control-Allow-Origin"), "*");
   auto missing = s.client().Get("/v2/nothing");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
@@ -493,6 +552,46 @@ TEST(ServerHttp, ConcurrentRequestsAllFinishWithTheirOwnAnswers) {
   EXPECT_EQ(metric(s, "requests_total"), static_cast<double>(prompts.size() + together.size()));
 }
 
+// However busy the slot, /health and /metrics answer at once; requests past --max-queue get 503 at once.
+TEST(ServerHttp, BusyServerStillAnswersHealthAndRefusesPastItsQueue) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos", "--max-queue", "2"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  std::vector<int> status(12, 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < status.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto res = s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", 150}}.dump(),
+                                 "application/json");
+      status[i] = res ? res->status : -1;
+    });
+  for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto health = s.client().Get("/health");
+  const auto health_time = std::chrono::steady_clock::now() - t0;
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_LT(health_time, std::chrono::milliseconds(500));
+  const auto ok = std::count(status.begin(), status.end(), 200), busy = std::count(status.begin(), status.end(), 503);
+  EXPECT_EQ(ok + busy, static_cast<long>(status.size()));
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(busy, 1) << "12 requests at once, at most 1 running and 2 waiting";
+}
+
+// Sampling: a request without a seed draws a fresh one (as llama-server's default -1); the same seed repeats.
+TEST(ServerHttp, SeedsRepeatAndUnseededRequestsDiffer) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--temp", "1.5"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json base = {{"prompt", kQuestion}, {"max_tokens", 60}, {"ignore_eos", true}};
+  json seeded = base;
+  seeded["seed"] = 11;
+  EXPECT_EQ(post(s, "/v1/completions", seeded)["choices"][0]["text"],
+            post(s, "/v1/completions", seeded)["choices"][0]["text"]);
+  EXPECT_NE(post(s, "/v1/completions", base)["choices"][0]["text"], post(s, "/v1/completions", base)["choices"][0]["text"]);
+}
+
 // A streaming client that closes its connection ends its generation at the next commit, and SIGTERM during a
 // generation ends the server promptly with status 0.
 TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
@@ -523,12 +622,35 @@ TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
   EXPECT_LT(metric(s, "tokens_predicted_total"), n) << "the generation ran to its end after the client left";
   EXPECT_NE(s.stderr_text().find("(client went away)"), std::string::npos) << s.stderr_text();
 
-  std::thread long_request([&] { s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", n}}.dump(), "application/json"); });
+  // the same for a client of a whole (non-streamed) response that stops waiting: noticed within about 2 s
+  const std::string whole_body = json{{"prompt", kQuestion}, {"max_tokens", n}}.dump();
+  const std::string whole = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(whole_body.size()) + "\r\n\r\n" + whole_body;
+  const double before = metric(s, "tokens_predicted_total");
+  const int fd2 = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(fd2, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::write(fd2, whole.data(), whole.size()), static_cast<ssize_t>(whole.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::close(fd2);
+  for (int i = 0; i < 600 && metric(s, "requests_total") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(metric(s, "requests_total"), 2);
+  EXPECT_LT(metric(s, "tokens_predicted_total") - before, n) << "the whole response's generation ran to its end";
+
+  std::string interrupted;
+  std::thread long_request([&] {
+    auto res = s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", n}}.dump(), "application/json");
+    if (res) interrupted = res->body;
+  });
   for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "shutdown waited for the generation";
   long_request.join();
+  // the cut-short generation says so instead of looking finished
+  json cut = json::parse(interrupted, nullptr, false);
+  ASSERT_TRUE(cut.is_object()) << interrupted;
+  EXPECT_EQ(cut["error"]["code"], 503) << interrupted;
+  EXPECT_NE(cut["error"]["message"].get<std::string>().find("shut down"), std::string::npos) << interrupted;
 }
 
 // Bad flags and a model that cannot load end the command with a message and a non-zero status.
@@ -545,6 +667,8 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "-n", "0"}, "-n/--n-predict"},
       {{"-m", demo_dir() + "/target", "--block-size", "4"}, "--block-size: needs a draft"},
       {{"-m", demo_dir() + "/target", "--temp", "-1"}, "--temp"},
+      {{"-m", demo_dir() + "/target", "--host", ""}, "--host: empty"},
+      {{"-m", demo_dir() + "/target", "--max-queue", "-1"}, "--max-queue"},
   };
   for (const Case& c : cases) {
     ServerProcess s(c.args);
@@ -552,6 +676,12 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
     EXPECT_EQ(s.stop(SIGKILL, 5), 1) << c.message << "\n" << s.stderr_text();
     EXPECT_NE(s.stderr_text().find(c.message), std::string::npos) << s.stderr_text();
   }
+  // a port in use is an error, not a second server sharing it
+  ServerProcess first({"-m", demo_dir() + "/target"});
+  ASSERT_GT(first.port(), 0) << first.stderr_text();
+  ServerProcess second({"-m", demo_dir() + "/target", "--port", std::to_string(first.port())});
+  EXPECT_EQ(second.stop(SIGKILL, 5), 1) << second.stderr_text();
+  EXPECT_NE(second.stderr_text().find("cannot listen there"), std::string::npos) << second.stderr_text();
 }
 
 #endif  // SPECPRESS_HAVE_SERVER

@@ -28,19 +28,26 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--top-k", o->sampling.top_k, "default top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "default top-p (1 = off)")->capture_default_str();
   cmd->add_option("--min-p", o->sampling.min_p, "default min-p (0 = off)")->capture_default_str();
-  cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed")->capture_default_str()->check(seed_check());
+  CLI::Option* seed =
+      cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
+          ->check(seed_check());
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "never stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
   cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");
   cmd->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every route but /health");
   cmd->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")->capture_default_str();
+  cmd->add_option("--max-queue", o->max_queue, "requests that may wait for the generation slot (more: 503 at once)")
+      ->capture_default_str();
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   add_compression_flags(*cmd, o->compress, o->policy);
 #ifdef SPECPRESS_HAVE_SERVER
-  cmd->callback([&run, o]() { run = [o]() { return server::run_server(*o); }; });
+  cmd->callback([&run, o, seed]() {
+    o->random_seed = seed->count() == 0;
+    run = [o]() { return server::run_server(*o); };
+  });
 #else
   cmd->callback([&run]() {
     run = []() -> int { fail("serve: this build has no HTTP server (cpp-httplib was not found when it was configured)"); };

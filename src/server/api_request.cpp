@@ -10,6 +10,8 @@ namespace specpress::server {
 namespace {
 using json = nlohmann::json;
 
+constexpr int kMaxDepth = 32;
+
 int64_t integer_field(const json& v, const std::string& field) {
   if (v.is_number_integer()) {
     if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -20,22 +22,22 @@ int64_t integer_field(const json& v, const std::string& field) {
     const double d = v.get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
   }
-  fail("field '{}': expected an integer, got {}", field, v.dump());
+  fail("field '{}': expected an integer, got {}", field, brief(v));
 }
 
 double number_field(const json& v, const std::string& field) {
-  if (!v.is_number()) fail("field '{}': expected a number, got {}", field, v.dump());
+  if (!v.is_number()) fail("field '{}': expected a number, got {}", field, brief(v));
   return v.get<double>();
 }
 
 bool bool_field(const json& v, const std::string& field) {
-  if (!v.is_boolean()) fail("field '{}': expected true or false, got {}", field, v.dump());
+  if (!v.is_boolean()) fail("field '{}': expected true or false, got {}", field, brief(v));
   return v.get<bool>();
 }
 
 // A field the engine does not implement: accepted only at the value that means "off".
 void require_off(const json& v, const std::string& field, bool off, const std::string& what) {
-  if (!off) fail("field '{}': {} is not supported (got {})", field, what, v.dump());
+  if (!off) fail("field '{}': {} is not supported (got {})", field, what, brief(v));
 }
 
 // Completions' prompt: a string, token ids, or a batch of one of those.
@@ -49,10 +51,10 @@ void read_prompt(const json& v, CompletionRequest& r) {
     return;
   }
   if (!p->is_array() || p->empty())
-    fail("field 'prompt': expected a string or a non-empty array of token ids, got {}", v.dump().substr(0, 80));
+    fail("field 'prompt': expected a string or a non-empty array of token ids, got {}", brief(v));
   for (size_t i = 0; i < p->size(); ++i) {
     if (!(*p)[i].is_number_integer())
-      fail("field 'prompt': element {} is {}, expected a token id", i, (*p)[i].dump().substr(0, 40));
+      fail("field 'prompt': element {} is {}, expected a token id", i, brief((*p)[i]));
     r.prompt_ids.push_back(integer_field((*p)[i], "prompt"));
   }
 }
@@ -66,18 +68,20 @@ void read_messages(const json& v, CompletionRequest& r) {
     json m = v[i];
     if (!m.is_object()) fail("field 'messages': messages[{}] is {}, expected an object", i, m.type_name());
     m.erase("name");
-    if (m.contains("role") && m["role"] == "developer") m["role"] = "system";
+    const bool has_role = m.contains("role") && m["role"].is_string();
+    if (has_role && m["role"] == "developer") m["role"] = "system";
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (size_t k = 0; k < m["content"].size(); ++k) {
         const json& part = m["content"][k];
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           fail("field 'messages': messages[{}].content[{}]: only {{\"type\": \"text\", \"text\": ...}} parts are "
                "supported", i, k);
         text += part["text"].get<std::string>();
       }
       m["content"] = text;
-    } else if (m.contains("content") && m["content"].is_null() && m.value("role", "") == "assistant") {
+    } else if (m.contains("content") && m["content"].is_null() && has_role && m["role"] == "assistant") {
       m["content"] = "";
     }
     normalized.push_back(std::move(m));
@@ -87,10 +91,19 @@ void read_messages(const json& v, CompletionRequest& r) {
 
 }  // namespace
 
+std::string brief(const json& value) {
+  std::string s = value.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
+  return s.size() <= 60 ? s : s.substr(0, 57) + "...";
+}
+
 json parse_body(const std::string& body) {
   json j;
+  const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth) fail("request body: values nested more than {} levels deep", kMaxDepth);
+    return true;
+  };
   try {
-    j = json::parse(body);
+    j = json::parse(body, limit_depth);
   } catch (const json::parse_error& e) {
     fail("request body: not valid JSON ({})", e.what());
   }
@@ -103,7 +116,9 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   r.api = api;
   r.max_tokens = defaults.max_tokens;
   r.sampling = defaults.sampling;
+  r.random_seed = defaults.random_seed;
   r.enable_thinking = defaults.enable_thinking;
+  std::optional<int64_t> max_completion_tokens;  // OpenAI's newer name wins over max_tokens
   const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
   bool have_prompt = false, have_stream_options = false;
   for (const auto& [key, v] : body.items()) {
@@ -118,23 +133,26 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       const int64_t n = integer_field(v, key);
       if (native && n == -1) continue;  // llama.cpp: -1 = no limit (here: the context size)
       if (n < 1) fail("field '{}': must be at least 1, got {}", key, n);
-      r.max_tokens = n;
+      if (key == "max_completion_tokens") max_completion_tokens = n;
+      else if (!max_completion_tokens) r.max_tokens = n;
+      r.max_tokens_given = true;
     } else if (key == "temperature") {
       r.sampling.temperature = number_field(v, key);
       if (!(r.sampling.temperature >= 0) || !std::isfinite(r.sampling.temperature))
-        fail("field 'temperature': must be a finite number >= 0 (0 = greedy), got {}", v.dump());
+        fail("field 'temperature': must be a finite number >= 0 (0 = greedy), got {}", brief(v));
     } else if (key == "top_p") {
       r.sampling.top_p = number_field(v, key);
-      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) fail("field 'top_p': must be in (0, 1], got {}", v.dump());
+      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) fail("field 'top_p': must be in (0, 1], got {}", brief(v));
     } else if (key == "top_k") {
       r.sampling.top_k = integer_field(v, key);
       if (r.sampling.top_k < 0) fail("field 'top_k': must be >= 0 (0 = off), got {}", r.sampling.top_k);
     } else if (key == "min_p") {
       r.sampling.min_p = number_field(v, key);
-      if (!(r.sampling.min_p >= 0 && r.sampling.min_p <= 1)) fail("field 'min_p': must be in [0, 1], got {}", v.dump());
+      if (!(r.sampling.min_p >= 0 && r.sampling.min_p < 1)) fail("field 'min_p': must be in [0, 1), got {}", brief(v));
     } else if (key == "seed") {
       if (v.is_number_unsigned()) {
         r.sampling.seed = v.get<uint64_t>();
+        r.random_seed = false;
       } else {
         const int64_t seed = integer_field(v, key);
         if (seed < -1) fail("field 'seed': must be -1 (random) or in 0..2^64-1, got {}", seed);
@@ -146,7 +164,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       if (items.size() > 16) fail("field 'stop': {} strings; at most 16 are supported", items.size());
       for (const json& s : items) {
         if (!s.is_string() || s.get<std::string>().empty())
-          fail("field 'stop': expected a non-empty string or an array of them, got {}", s.dump().substr(0, 80));
+          fail("field 'stop': expected a non-empty string or an array of them, got {}", brief(s));
         r.stop.push_back(s.get<std::string>());
       }
     } else if (key == "stream") {
@@ -172,7 +190,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
         r.enable_thinking = bool_field(o, "chat_template_kwargs.enable_thinking");
       }
     } else if (key == "n" || key == "best_of") {
-      require_off(v, key, v.is_number() && v.get<double>() == 1, "more than one completion a request");
+      const int64_t n = integer_field(v, key);
+      require_off(v, key, n == 1, "more than one completion a request");
     } else if (key == "echo" && !chat) {
       require_off(v, key, v == false, "echoing the prompt");
     } else if (key == "logprobs" || key == "top_logprobs" || key == "n_probs") {
@@ -186,7 +205,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "suffix" && !chat) {
       require_off(v, key, v == "", "a suffix (fill-in-the-middle)");
     } else if (key == "response_format") {
-      require_off(v, key, v.is_object() && v.value("type", "") == "text", "a response format other than text");
+      require_off(v, key, v.is_object() && v.contains("type") && v["type"] == "text", "a response format other than text");
     } else if ((key == "tools" || key == "tool_choice" || key == "functions") && chat) {
       require_off(v, key, (v.is_array() && v.empty()) || v == "none", "tool calling");
     } else if (key == "user" || key == "metadata" || key == "store" || key == "parallel_tool_calls" ||
@@ -197,6 +216,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
            chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions");
     }
   }
+  if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
   if (!have_prompt) fail("field '{}' is missing", chat ? "messages" : "prompt");
   if (have_stream_options && !r.stream) fail("field 'stream_options': only allowed with \"stream\": true");
   return r;

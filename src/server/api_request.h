@@ -21,6 +21,7 @@ enum class Api { kCompletions, kChatCompletions, kNativeCompletion };
 struct RequestDefaults {
   int64_t max_tokens = -1;  // -1: as many as the context size leaves
   decode::SamplingParams sampling;
+  bool random_seed = false;  // no "seed" in the request: a fresh one each time
   bool enable_thinking = false;  // chat: Qwen3's enable_thinking (off: what the DFlash drafts are trained on)
 };
 
@@ -32,8 +33,9 @@ struct CompletionRequest {
   std::vector<tok::ChatMessage> messages;
   bool enable_thinking = false;
   int64_t max_tokens = -1;  // -1: as many as the context size leaves
+  bool max_tokens_given = false;  // false: the server's default, which the context may shorten
   decode::SamplingParams sampling;
-  bool random_seed = false;  // seed -1: the server draws one
+  bool random_seed = false;  // seed -1 (or none, where the server's default is random): the server draws one
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -44,7 +46,11 @@ struct CompletionRequest {
 // Throws specpress::Error naming the field and what was expected.
 CompletionRequest parse_completion_request(const nlohmann::json& body, Api api, const RequestDefaults& defaults);
 
-// The request body as JSON, or an Error saying why it is not a JSON object.
+// The request body as JSON, or an Error saying why it is not a JSON object (also for values nested deeper than
+// 32 levels, which no endpoint takes: copying or printing one a hundred thousand levels deep would overflow the stack).
 nlohmann::json parse_body(const std::string& body);
+
+// A JSON value for an error message: compact, ASCII, at most about 60 characters.
+std::string brief(const nlohmann::json& value);
 
 }  // namespace specpress::server

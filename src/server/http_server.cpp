@@ -21,10 +21,13 @@
 #include <random>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include "cli/common.h"
 #include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
+#include "model/config_json.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "server/api_request.h"
@@ -64,6 +67,23 @@ void send_json(httplib::Response& res, int status, const json& j) {
   res.set_content(dump(j), "application/json; charset=utf-8");
 }
 
+// The error object for the exception being handled.
+json current_error_json() {
+  try {
+    throw;
+  } catch (const HttpError& e) {
+    return error_json(e.status, e.what(), e.type);
+  } catch (const Error& e) {
+    return error_json(400, e.what(), "invalid_request_error");
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type met while reading a request
+    return error_json(400, fmt::format("request body: {}", e.what()), "invalid_request_error");
+  } catch (const c10::Error& e) {
+    return error_json(500, e.what_without_backtrace(), "server_error");
+  } catch (const std::exception& e) {
+    return error_json(500, e.what(), "server_error");
+  }
+}
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -86,8 +106,34 @@ struct Model {
   int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
 };
 
+// A request's place among those waiting for the generation slot, from its checks until its generation starts
+// (leave) or the request ends. Past --max-queue waiting, a request is refused at once with 503, so that waiting
+// requests never hold every HTTP thread: /health and /metrics always answer.
+class QueueTicket {
+ public:
+  QueueTicket(std::atomic<int64_t>& waiting, int64_t max_waiting) : waiting_(waiting) {
+    if (++waiting_ > max_waiting) {
+      --waiting_;
+      throw HttpError(503, fmt::format("the server is busy: {} requests are waiting for the generation slot "
+                                       "(--max-queue); retry later", max_waiting), "unavailable_error");
+    }
+  }
+  ~QueueTicket() { leave(); }
+  QueueTicket(const QueueTicket&) = delete;
+  QueueTicket& operator=(const QueueTicket&) = delete;
+  void leave() {
+    if (held_) --waiting_;
+    held_ = false;
+  }
+
+ private:
+  std::atomic<int64_t>& waiting_;
+  bool held_ = true;
+};
+
 // A checked request, ready for the slot.
 struct Job {
+  std::unique_ptr<QueueTicket> ticket;
   CompletionRequest request;
   std::vector<int64_t> prompt;
   decode::GenerationParams params;
@@ -98,6 +144,7 @@ struct Job {
 struct Outcome {
   decode::GenerationResult result;
   std::string text;
+  int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
   std::string finish_reason;  // "stop" (eos or a stop string) or "length"
   std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
   std::string stopping_word;
@@ -107,7 +154,9 @@ struct Outcome {
 class Server {
  public:
   explicit Server(const ServerOptions& o) : o_(o), alias_(o.alias) {
-    if (alias_.empty()) alias_ = std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+    std::filesystem::path dir = std::filesystem::path(o.model_dir).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();  // "models/qwen3/"
+    if (alias_.empty()) alias_ = dir.filename().string();
     if (alias_.empty()) alias_ = o.model_dir;
   }
   int run();
@@ -120,6 +169,8 @@ class Server {
     return model_;
   }
   Job prepare(const CompletionRequest& request) const;
+  // Runs the job in the slot. `emit` gets the text each commit makes final (possibly empty) and returns false once
+  // the client has gone away, which ends the generation.
   Outcome generate(Job& job, const std::function<bool(const std::string&)>& emit);
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
   json response_json(const Job& job, const Outcome& out) const;
@@ -147,14 +198,9 @@ class Server {
 void Server::guarded(httplib::Response& res, const std::function<void()>& body) const {
   try {
     body();
-  } catch (const HttpError& e) {
-    send_json(res, e.status, error_json(e.status, e.what(), e.type));
-  } catch (const Error& e) {
-    send_json(res, 400, error_json(400, e.what(), "invalid_request_error"));
-  } catch (const c10::Error& e) {
-    send_json(res, 500, error_json(500, e.what_without_backtrace(), "server_error"));
-  } catch (const std::exception& e) {
-    send_json(res, 500, error_json(500, e.what(), "server_error"));
+  } catch (...) {
+    const json error = current_error_json();
+    send_json(res, error["error"]["code"].get<int>(), error);
   }
 }
 
@@ -216,7 +262,7 @@ Job Server::prepare(const CompletionRequest& request) const {
     fail("the prompt ({} tokens) leaves no room for output in the context size {} (-c/--ctx-size; block {})", n,
          m.ctx_size, m.reserve);
   int64_t max_tokens = request.max_tokens;
-  if (max_tokens == -1) max_tokens = room;
+  if (max_tokens == -1 || (!request.max_tokens_given && max_tokens > room)) max_tokens = room;  // defaults fit
   if (max_tokens > room)
     fail("field 'max_tokens': the prompt ({} tokens) + {} tokens + block {} = {} positions exceed the context size "
          "{} (-c/--ctx-size)", n, max_tokens, m.reserve, n + max_tokens + m.reserve, m.ctx_size);
@@ -230,9 +276,8 @@ Job Server::prepare(const CompletionRequest& request) const {
 
 Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>& emit) {
   const Model& m = model();
-  ++deferred_;
   std::unique_lock<std::mutex> slot(slot_);
-  --deferred_;
+  job.ticket->leave();
   if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
   ++processing_;
   struct Done {
@@ -252,29 +297,34 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
   StopStrings stops(job.request.stop);
   std::optional<tok::StreamDecoder> decoder;
   if (m.tokenizer) decoder.emplace(*m.tokenizer, /*skip_special=*/true);
-  bool client_gone = false;
-  auto release = [&](const std::string& final_text) {
-    if (final_text.empty()) return;
+  bool client_gone = false, interrupted = false;
+  auto deliver = [&](const std::string& final_text) {
     out.text += final_text;
     if (emit && !client_gone && !emit(final_text)) client_gone = true;
   };
+  // Token by token, so that the text (and the tokens counted for it) end where a stop string completes, however
+  // many tokens a DFlash block commits at once.
   decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens) {
-    std::string piece;
+    std::string released;
     for (int64_t t : tokens) {
+      if (stops.stopped()) break;
+      ++out.completion_tokens;
       if (!decoder) {
-        piece += fmt::format("{} ", t);  // no tokenizer: the ids as text, as `generate` prints them
+        released += stops.push(fmt::format("{} ", t));  // no tokenizer: the ids as text, as `generate` prints them
       } else if (t >= 0 && t < m.tokenizer->vocab_size()) {
-        piece += decoder->push(static_cast<int32_t>(t));
+        released += stops.push(decoder->push(static_cast<int32_t>(t)));
       }
     }
-    release(stops.push(piece));
-    if (stops.stopped() || client_gone || shutting_down_) cancel = true;
+    deliver(released);
+    if (stops.stopped() || client_gone) cancel = true;
+    if (shutting_down_) cancel = true, interrupted = true;
   };
   out.result = m.draft ? m.runner->dflash(job.prompt, job.params, on_tokens)
                        : m.runner->plain(job.prompt, job.params, on_tokens);
   if (!stops.stopped()) {
-    if (decoder) release(stops.push(decoder->flush()));
-    if (!stops.stopped()) release(stops.flush());
+    std::string rest = decoder ? stops.push(decoder->flush()) : std::string();
+    if (!stops.stopped()) rest += stops.flush();
+    deliver(rest);
   }
   if (stops.stopped()) {
     out.finish_reason = "stop", out.stop_type = "word", out.stopping_word = stops.stopping_word();
@@ -302,12 +352,16 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
   std::fprintf(stderr, "%s: prompt %lld tokens in %.1f ms, %zu tokens generated in %.1f ms (%.2f tokens/s%s), %s%s\n",
                job.id.c_str(), static_cast<long long>(r.prompt_tokens), r.prefill_ms, r.output_ids.size(),
                r.first_draft_ms + r.decode_ms, r.decode_ms > 0 ? 1e3 * r.output_ids.size() / r.decode_ms : 0.0,
-               spec.c_str(), out.finish_reason.c_str(), client_gone ? " (client went away)" : "");
+               spec.c_str(), out.finish_reason.c_str(),
+               client_gone ? " (client went away)" : interrupted ? " (interrupted by shutdown)" : "");
+  if (interrupted && !client_gone)
+    throw HttpError(503, fmt::format("the server shut down during this generation: its output stopped after {} tokens",
+                                     out.completion_tokens), "unavailable_error");
   return out;
 }
 
 json Server::usage_json(const Outcome& out) const {
-  const int64_t p = out.result.prompt_tokens, c = static_cast<int64_t>(out.result.output_ids.size());
+  const int64_t p = out.result.prompt_tokens, c = out.completion_tokens;
   return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
 }
 
@@ -330,7 +384,7 @@ json Server::response_json(const Job& job, const Outcome& out) const {
          {"id_slot", 0},
          {"stop", true},
          {"model", model_name},
-         {"tokens_predicted", out.result.output_ids.size()},
+         {"tokens_predicted", out.completion_tokens},
          {"tokens_evaluated", out.result.prompt_tokens},
          {"stop_type", out.stop_type},
          {"stopping_word", out.stopping_word},
@@ -380,10 +434,32 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
     RequestDefaults defaults;
     defaults.max_tokens = o_.n_predict;
     defaults.sampling = o_.sampling;
+    defaults.random_seed = o_.random_seed;
     defaults.enable_thinking = o_.enable_thinking;
     auto job = std::make_shared<Job>(prepare(parse_completion_request(parse_body(req.body), api, defaults)));
+    job->ticket = std::make_unique<QueueTicket>(deferred_, o_.max_queue);
     if (!job->request.stream) {
-      send_json(res, 200, response_json(*job, generate(*job, {})));
+      // The JSON is written when the generation ends. Until then a space (JSON whitespace) goes out at most once a
+      // second, so that a client that has gone away is noticed (the write fails) and its generation ends. Errors
+      // from here on (the status line has gone out) are the body's error object.
+      res.set_chunked_content_provider("application/json; charset=utf-8", [this, job](size_t, httplib::DataSink& sink) {
+        auto last_write = std::chrono::steady_clock::now();
+        std::string body;
+        try {
+          const Outcome out = generate(*job, [&](const std::string&) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last_write < std::chrono::seconds(1)) return true;
+            last_write = now;
+            return sink.write(" ", 1);
+          });
+          body = dump(response_json(*job, out));
+        } catch (...) {
+          body = dump(current_error_json());
+        }
+        sink.write(body.data(), body.size());
+        sink.done();
+        return true;
+      });
       return;
     }
     res.set_header("Cache-Control", "no-cache");
@@ -398,7 +474,9 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
           first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
           if (!event(first)) return false;
         }
-        Outcome out = generate(*job, [&](const std::string& text) { return event(chunk_json(*job, text, nullptr)); });
+        Outcome out = generate(*job, [&](const std::string& text) {
+          return text.empty() || event(chunk_json(*job, text, nullptr));
+        });
         if (job->request.api == Api::kNativeCompletion) {
           json last = response_json(*job, out);
           last["content"] = "";
@@ -417,12 +495,8 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
           const std::string done = "data: [DONE]\n\n";
           sink.write(done.data(), done.size());
         }
-      } catch (const HttpError& e) {
-        event(error_json(e.status, e.what(), e.type));
-      } catch (const c10::Error& e) {
-        event(error_json(500, e.what_without_backtrace(), "server_error"));
-      } catch (const std::exception& e) {
-        event(error_json(500, e.what(), "server_error"));
+      } catch (...) {
+        event(current_error_json());  // and no [DONE]: the stream did not complete
       }
       sink.done();
       return true;
@@ -507,16 +581,17 @@ void Server::add_routes() {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
       const nlohmann::json body = parse_body(req.body);
-      bool with_pieces = false;
+      bool with_pieces = false, parse_special = true;
       std::string content;
       for (const auto& [key, v] : body.items()) {
         if (key == "content" && v.is_string()) content = v.get<std::string>();
         else if (key == "with_pieces" && v.is_boolean()) with_pieces = v.get<bool>();
-        else if (key != "add_special" && key != "parse_special")
-          fail("field '{}': unknown or not of the expected type (content: string, with_pieces: bool)", key);
+        else if (key == "parse_special" && v.is_boolean()) parse_special = v.get<bool>();
+        else if (key != "add_special" || !v.is_boolean())  // add_special: Qwen3 adds no BOS either way
+          fail("field '{}': unknown or not of the expected type (content: string; with_pieces, parse_special, "
+               "add_special: true or false)", key);
       }
       if (!body.contains("content")) fail("field 'content' is missing");
-      const bool parse_special = body.value("parse_special", true);
       json tokens = json::array();
       for (int32_t id : m.tokenizer->encode(content, parse_special)) {
         if (with_pieces) tokens.push_back({{"id", id}, {"piece", m.tokenizer->decode(std::vector<int32_t>{id})}});
@@ -549,9 +624,17 @@ void Server::add_routes() {
       send_json(res, 200, {{"prompt", tok::render_qwen3_chat(r.messages, true, r.enable_thinking)}});
     });
   });
+  // CORS, as llama-server allows it: browser clients on other origins may call every route.
+  http_.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
+  http_.Options(R"(.*)", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    res.status = 204;
+  });
   if (!o_.api_key.empty()) {
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/health" || req.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (req.path == "/health" || req.path == "/v1/health" || req.method == "OPTIONS")
+        return httplib::Server::HandlerResponse::Unhandled;
       if (req.get_header_value("Authorization") == "Bearer " + o_.api_key || req.get_header_value("X-Api-Key") == o_.api_key)
         return httplib::Server::HandlerResponse::Unhandled;
       send_json(res, 401, error_json(401, "Invalid API Key", "authentication_error"));
@@ -560,10 +643,17 @@ void Server::add_routes() {
   }
   http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a route's own error
-    if (res.status == 404)
+    if (res.status == 404) {
       send_json(res, 404, error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error"));
-    else
+    } else if (res.status == 413) {
+      // cpp-httplib caps form-encoded bodies (curl -d's default Content-Type) at 8 KiB
+      const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
+      send_json(res, 413, error_json(413, form ? "request body: over 8192 bytes with Content-Type "
+                                                 "application/x-www-form-urlencoded; send Content-Type: application/json"
+                                               : "request body: larger than 64 MiB", "invalid_request_error"));
+    } else {
       send_json(res, res.status, error_json(res.status, fmt::format("HTTP status {}", res.status), "invalid_request_error"));
+    }
   });
   http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string message = "unknown error";
@@ -586,7 +676,24 @@ void Server::add_routes() {
 }
 
 int Server::run() {
+  // what can be checked without the model, before listening
+  model::check_dtype_on_device(model::parse_compute_dtype(o_.dtype, "--dtype"), model::parse_device(o_.device, "--device"),
+                               "--dtype");
+  if (o_.draft_dir.empty() && o_.block_size != 0) fail("--block-size: needs a draft model (-md DIR)");
+  model::config_path_in(o_.model_dir, "an HF model directory (-m/--model)");
+  if (!o_.draft_dir.empty()) model::config_path_in(o_.draft_dir, "a DFlash draft directory (-md/--model-draft)");
+
   add_routes();
+  // Enough HTTP threads for every request allowed to wait, the running one and a few more, so that /health,
+  // /metrics and bad requests answer at once however busy the slot is.
+  const size_t threads = static_cast<size_t>(o_.max_queue) + 9;
+  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server on a port in use
+  // starts and silently takes half of its connections.
+  http_.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   int port = o_.port;
   if (port == 0) {
     port = http_.bind_to_any_port(o_.host);
@@ -631,6 +738,8 @@ int run_server(const ServerOptions& options) {
   if (options.n_predict < -1 || options.n_predict == 0)
     fail("-n/--n-predict: must be >= 1, or -1 for as many as the context leaves; got {}", options.n_predict);
   if (options.timeout_s < 1) fail("--timeout: must be at least 1 second, got {}", options.timeout_s);
+  if (options.host.empty()) fail("--host: empty (expected an address such as 127.0.0.1 or 0.0.0.0)");
+  if (options.max_queue < 0) fail("--max-queue: must be >= 0, got {}", options.max_queue);
   decode::validate(options.sampling);
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects mid-stream is a failed write, not a dead server
   Server server(options);

@@ -2,7 +2,10 @@
 // DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before the model
 // loads (/health answers 503 until ready), runs one generation at a time (batch 1: requests queue), streams
 // Server-Sent Events as blocks are committed and puts llama.cpp's `timings` (with draft_n and
-// draft_n_accepted) on every completion.
+// draft_n_accepted) on every completion. `timings` describe the engine's work (a DFlash block can commit tokens past
+// a stop string or max_tokens); `usage` counts the tokens of the returned text. A non-streamed response is sent
+// chunked, with a space of JSON whitespace at most once a second while it generates, so that a client that goes
+// away is noticed; an error during its generation is then the body's error object under status 200.
 //
 // Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
 // /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,
@@ -26,6 +29,8 @@ struct ServerOptions {
   int64_t n_predict = -1;    // default max_tokens; -1: as many as the context leaves
   int64_t block_size = 0;    // DFlash; 0: the draft's trained size
   decode::SamplingParams sampling;  // request defaults
+  bool random_seed = true;          // requests without a seed draw one (false: sampling.seed, set by --seed)
+  int64_t max_queue = 32;           // requests that may wait for the slot; past that, 503 at once
   bool enable_thinking = false;     // chat default
   bool ignore_eos = false;
   std::string alias;         // the model id clients see; empty: the model directory's name
