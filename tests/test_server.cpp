@@ -197,6 +197,7 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "content[0]"},
       {R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", "content[0]"},
       {R"({"messages": [{"role": 5, "content": "x"}]})", "'role' must be a string"},
+      {R"({"messages": [{"role": "user", "content": "x", "name": 5}]})", "messages[0].name"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "field 'tools'"},
       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "'foo'"},
   };
@@ -432,6 +433,7 @@ TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
   EXPECT_EQ(r["choices"][0]["text"], expected);
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   EXPECT_LT(r["usage"]["completion_tokens"].get<int64_t>(), 48) << "the generation went on past its stop string";
+  EXPECT_EQ(r["timings"]["predicted_n"], r["usage"]["completion_tokens"]);
   std::string streamed;
   for (const json& e : post_stream(s, "/v1/completions", req))
     if (e.is_object() && !e["choices"].empty()) streamed += e["choices"][0]["text"].get<std::string>();
@@ -577,6 +579,10 @@ TEST(ServerHttp, BusyServerStillAnswersHealthAndRefusesPastItsQueue) {
   EXPECT_EQ(ok + busy, static_cast<long>(status.size()));
   EXPECT_GE(ok, 1);
   EXPECT_GE(busy, 1) << "12 requests at once, at most 1 running and 2 waiting";
+  // --max-queue 0: nothing waits, but an idle slot still takes a request
+  ServerProcess none({"-m", demo_dir() + "/target", "--max-queue", "0"});
+  ASSERT_GT(none.port(), 0) << none.stderr_text();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(post(none, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
 }
 
 // Sampling: a request without a seed draws a fresh one (as llama-server's default -1); the same seed repeats.
@@ -637,20 +643,66 @@ TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
   EXPECT_LT(metric(s, "tokens_predicted_total") - before, n) << "the whole response's generation ran to its end";
 
   std::string interrupted;
+  int queued_status = 0;
   std::thread long_request([&] {
     auto res = s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", n}}.dump(), "application/json");
     if (res) interrupted = res->body;
   });
   for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::thread queued_request([&] {
+    auto res = s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", 5}}.dump(), "application/json");
+    if (res) queued_status = res->status;
+  });
+  for (int i = 0; i < 200 && metric(s, "requests_deferred") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "shutdown waited for the generation";
   long_request.join();
+  queued_request.join();
+  EXPECT_EQ(queued_status, 503) << "a request still waiting at shutdown is refused with its own status";
   // the cut-short generation says so instead of looking finished
   json cut = json::parse(interrupted, nullptr, false);
   ASSERT_TRUE(cut.is_object()) << interrupted;
   EXPECT_EQ(cut["error"]["code"], 503) << interrupted;
   EXPECT_NE(cut["error"]["message"].get<std::string>().find("shut down"), std::string::npos) << interrupted;
+}
+
+// A whole response that takes over a second is sent chunked (with spaces while it generates), except to an HTTP/1.0
+// client, which cannot take chunks: it gets Content-Length and the JSON alone.
+TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos"});  // plain decoding: about 4 ms a token here
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const std::string body = json{{"prompt", kQuestion}, {"max_tokens", 600}}.dump();
+  for (const std::string version : {"HTTP/1.0", "HTTP/1.1"}) {
+    const std::string request = "POST /v1/completions " + version + "\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                                "\r\n\r\n" + body;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(s.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    std::string response;
+    char buf[4096];
+    for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(got));
+    ::close(fd);
+    const size_t split = response.find("\r\n\r\n");
+    ASSERT_NE(split, std::string::npos) << response;
+    const std::string head = response.substr(0, split);
+    EXPECT_NE(head.find(" 200 "), std::string::npos) << head;
+    if (version == "HTTP/1.0") {
+      EXPECT_EQ(head.find("chunked"), std::string::npos) << head;
+      json j = json::parse(response.substr(split + 4));
+      EXPECT_EQ(j["usage"]["completion_tokens"], 600);
+    } else {
+      EXPECT_NE(head.find("Transfer-Encoding: chunked"), std::string::npos) << head;
+      EXPECT_NE(response.find("\r\n1\r\n \r\n"), std::string::npos) << "no space sent while generating";
+    }
+  }
 }
 
 // Bad flags and a model that cannot load end the command with a message and a non-zero status.

@@ -67,6 +67,8 @@ void read_messages(const json& v, CompletionRequest& r) {
   for (size_t i = 0; i < v.size(); ++i) {
     json m = v[i];
     if (!m.is_object()) fail("field 'messages': messages[{}] is {}, expected an object", i, m.type_name());
+    if (m.contains("name") && !m["name"].is_string() && !m["name"].is_null())
+      fail("field 'messages': messages[{}].name: expected a string, got {}", i, brief(m["name"]));
     m.erase("name");
     const bool has_role = m.contains("role") && m["role"].is_string();
     if (has_role && m["role"] == "developer") m["role"] = "system";

@@ -1,7 +1,8 @@
-// http_server.cpp — see http_server.h. One generation slot: handlers parse and check a request on their own
-// thread (cpp-httplib's pool), then take the slot for the generation; a streaming response runs its
-// generation inside the chunked content provider, so text reaches the client as each block is committed.
-// A generation ends early (GenerationParams::cancel) on a stop string, a client that went away, or shutdown.
+// http_server.cpp — see http_server.h. Handlers parse and check a request on their own thread (cpp-httplib's pool)
+// and queue it for the one generation thread (the slot), which runs every generation, so that all model work (and
+// CUDA) stays on one thread. The handler then relays what the generation produces: SSE events as each block is
+// committed, or the whole response. A generation ends early (GenerationParams::cancel) on a stop string, a client
+// that went away, or shutdown.
 #include "server/http_server.h"
 
 #include <httplib.h>
@@ -12,8 +13,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -106,34 +110,8 @@ struct Model {
   int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
 };
 
-// A request's place among those waiting for the generation slot, from its checks until its generation starts
-// (leave) or the request ends. Past --max-queue waiting, a request is refused at once with 503, so that waiting
-// requests never hold every HTTP thread: /health and /metrics always answer.
-class QueueTicket {
- public:
-  QueueTicket(std::atomic<int64_t>& waiting, int64_t max_waiting) : waiting_(waiting) {
-    if (++waiting_ > max_waiting) {
-      --waiting_;
-      throw HttpError(503, fmt::format("the server is busy: {} requests are waiting for the generation slot "
-                                       "(--max-queue); retry later", max_waiting), "unavailable_error");
-    }
-  }
-  ~QueueTicket() { leave(); }
-  QueueTicket(const QueueTicket&) = delete;
-  QueueTicket& operator=(const QueueTicket&) = delete;
-  void leave() {
-    if (held_) --waiting_;
-    held_ = false;
-  }
-
- private:
-  std::atomic<int64_t>& waiting_;
-  bool held_ = true;
-};
-
 // A checked request, ready for the slot.
 struct Job {
-  std::unique_ptr<QueueTicket> ticket;
   CompletionRequest request;
   std::vector<int64_t> prompt;
   decode::GenerationParams params;
@@ -149,6 +127,28 @@ struct Outcome {
   std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
   std::string stopping_word;
   json compression;           // null unless the server compresses
+};
+
+// One queued generation, as the slot thread and the request's HTTP thread share it (under `mutex`).
+struct Generation {
+  Job job;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool started = false, done = false;
+  std::chrono::steady_clock::time_point started_at;
+  std::string fresh_text;     // final text the HTTP thread has not taken yet
+  Outcome outcome;            // when done without error
+  std::exception_ptr error;   // when done with one
+  std::atomic<bool> client_gone{false};
+
+  explicit Generation(Job j) : job(std::move(j)) {}
+  // The HTTP thread: waits until `ready(*this)` holds or `timeout` passes; returns with the lock held.
+  template <typename Ready>
+  std::unique_lock<std::mutex> wait(const Ready& ready, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait_for(lock, timeout, [&] { return ready(*this); });
+    return lock;
+  }
 };
 
 class Server {
@@ -169,8 +169,12 @@ class Server {
     return model_;
   }
   Job prepare(const CompletionRequest& request) const;
-  // Runs the job in the slot. `emit` gets the text each commit makes final (possibly empty) and returns false once
-  // the client has gone away, which ends the generation.
+  // Queues a generation for the slot thread; a 503 when --max-queue requests already wait (so that waiting
+  // requests never hold every HTTP thread: /health and /metrics always answer).
+  std::shared_ptr<Generation> submit(Job job);
+  void slot_loop();
+  // Runs one generation on the slot thread. `emit` gets the text each commit makes final (possibly empty) and
+  // returns false once the client has gone away, which ends the generation.
   Outcome generate(Job& job, const std::function<bool(const std::string&)>& emit);
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
   json response_json(const Job& job, const Outcome& out) const;
@@ -186,11 +190,15 @@ class Server {
   httplib::Server http_;
   Model model_;
   std::atomic<bool> ready_{false}, shutting_down_{false};
-  std::mutex slot_;
+  // the slot: generations waiting and the thread that runs them
+  mutable std::mutex queue_mutex_;
+  std::condition_variable queue_changed_;
+  std::deque<std::shared_ptr<Generation>> queue_;
+  bool busy_ = false, stop_slot_ = false;
+  std::thread slot_thread_;
   int64_t started_ = unix_time();
   // metrics
   mutable std::mutex metrics_mutex_;
-  std::atomic<int64_t> processing_{0}, deferred_{0};
   int64_t requests_ = 0, prompt_tokens_ = 0, predicted_tokens_ = 0, draft_tokens_ = 0, accepted_tokens_ = 0;
   double prompt_seconds_ = 0, predicted_seconds_ = 0;
 };
@@ -276,15 +284,6 @@ Job Server::prepare(const CompletionRequest& request) const {
 
 Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>& emit) {
   const Model& m = model();
-  std::unique_lock<std::mutex> slot(slot_);
-  job.ticket->leave();
-  if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
-  ++processing_;
-  struct Done {
-    std::atomic<int64_t>& n;
-    ~Done() { --n; }
-  } done{processing_};
-  c10::InferenceMode inference_mode;
 
   std::atomic<bool> cancel{false};
   job.params.cancel = &cancel;
@@ -342,7 +341,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     ++requests_;
     prompt_tokens_ += r.prompt_tokens;
-    predicted_tokens_ += static_cast<int64_t>(r.output_ids.size());
+    predicted_tokens_ += out.completion_tokens;
     prompt_seconds_ += r.prefill_ms / 1e3;
     predicted_seconds_ += (r.first_draft_ms + r.decode_ms) / 1e3;
     if (r.block_size > 1) draft_tokens_ += r.drafted_tokens(), accepted_tokens_ += r.accepted_tokens();
@@ -365,10 +364,15 @@ json Server::usage_json(const Outcome& out) const {
   return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
 }
 
-// llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash.
+// llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash. predicted_n counts the
+// returned tokens (up to a stop string, as usage does); the draft counts are the engine's.
 json Server::timings_json(const Outcome& out) const {
   json full = cli::result_json(out.result);
   json t = full["timings"];
+  const double ms = out.result.decode_ms;
+  t["predicted_n"] = out.completion_tokens;
+  t["predicted_per_token_ms"] = out.completion_tokens > 0 ? ms / static_cast<double>(out.completion_tokens) : 0.0;
+  t["predicted_per_second"] = ms > 0 ? 1e3 * static_cast<double>(out.completion_tokens) / ms : 0.0;
   if (out.result.block_size > 1) {
     t["tau"] = full["mean_acceptance_length"];
     t["block_size"] = out.result.block_size;
@@ -429,6 +433,69 @@ json Server::chunk_json(const Job& job, const std::string& text, const json& fin
   return j;
 }
 
+std::shared_ptr<Generation> Server::submit(Job job) {
+  auto g = std::make_shared<Generation>(std::move(job));
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
+    // an idle slot takes one more at once
+    if (static_cast<int64_t>(queue_.size()) >= o_.max_queue + (busy_ ? 0 : 1))
+      throw HttpError(503, fmt::format("the server is busy: {} requests are waiting for the generation slot "
+                                       "(--max-queue); retry later", queue_.size()), "unavailable_error");
+    queue_.push_back(g);
+  }
+  queue_changed_.notify_all();
+  return g;
+}
+
+void Server::slot_loop() {
+  c10::InferenceMode inference_mode;  // thread-local: every generation runs on this thread
+  for (;;) {
+    std::shared_ptr<Generation> g;
+    {
+      std::unique_lock<std::mutex> lock(queue_mutex_);
+      queue_changed_.wait(lock, [&] { return stop_slot_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      g = queue_.front();
+      queue_.pop_front();
+      busy_ = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(g->mutex);
+      g->started = true;
+      g->started_at = std::chrono::steady_clock::now();
+    }
+    g->changed.notify_all();
+    Outcome outcome;
+    std::exception_ptr error;
+    try {
+      if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
+      outcome = generate(g->job, [&g](const std::string& text) {
+        if (!text.empty()) {
+          std::lock_guard<std::mutex> lock(g->mutex);
+          g->fresh_text += text;
+        }
+        g->changed.notify_all();
+        return !g->client_gone;
+      });
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(g->mutex);
+      g->outcome = std::move(outcome);
+      g->error = error;
+      g->done = true;
+    }
+    g->changed.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      busy_ = false;
+    }
+    queue_changed_.notify_all();
+  }
+}
+
 void Server::complete(const httplib::Request& req, httplib::Response& res, Api api) {
   guarded(res, [&] {
     RequestDefaults defaults;
@@ -436,25 +503,45 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
     defaults.sampling = o_.sampling;
     defaults.random_seed = o_.random_seed;
     defaults.enable_thinking = o_.enable_thinking;
-    auto job = std::make_shared<Job>(prepare(parse_completion_request(parse_body(req.body), api, defaults)));
-    job->ticket = std::make_unique<QueueTicket>(deferred_, o_.max_queue);
-    if (!job->request.stream) {
-      // The JSON is written when the generation ends. Until then a space (JSON whitespace) goes out at most once a
-      // second, so that a client that has gone away is noticed (the write fails) and its generation ends. Errors
-      // from here on (the status line has gone out) are the body's error object.
-      res.set_chunked_content_provider("application/json; charset=utf-8", [this, job](size_t, httplib::DataSink& sink) {
-        auto last_write = std::chrono::steady_clock::now();
+    std::shared_ptr<Generation> g = submit(prepare(parse_completion_request(parse_body(req.body), api, defaults)));
+    using std::chrono::milliseconds;
+    if (!g->job.request.stream) {
+      // A generation that ends within a second of its start (or an HTTP/1.0 request, which cannot be chunked) gets
+      // its answer with its own status. A longer one is answered chunked: a space (JSON whitespace) goes out each
+      // second while it runs, so that a client that has gone away is noticed (the write fails) and its generation
+      // ends; an error after that point is the body's error object under status 200.
+      const bool chunked_ok = req.version != "HTTP/1.0";
+      auto settled = [chunked_ok](const Generation& x) {
+        return x.done || (chunked_ok && x.started && std::chrono::steady_clock::now() - x.started_at >= milliseconds(1000));
+      };
+      for (;;) {
+        std::unique_lock<std::mutex> lock = g->wait(settled, milliseconds(100));
+        if (g->done) {
+          if (g->error) std::rethrow_exception(g->error);
+          send_json(res, 200, response_json(g->job, g->outcome));
+          return;
+        }
+        if (settled(*g)) break;
+      }
+      res.set_chunked_content_provider("application/json; charset=utf-8", [this, g](size_t, httplib::DataSink& sink) {
+        for (;;) {
+          std::unique_lock<std::mutex> lock = g->wait([](const Generation& x) { return x.done; }, milliseconds(1000));
+          if (g->done) break;
+          lock.unlock();
+          if (!sink.write(" ", 1)) {
+            g->client_gone = true;  // the slot thread ends the generation at its next commit
+            return false;
+          }
+        }
         std::string body;
-        try {
-          const Outcome out = generate(*job, [&](const std::string&) {
-            const auto now = std::chrono::steady_clock::now();
-            if (now - last_write < std::chrono::seconds(1)) return true;
-            last_write = now;
-            return sink.write(" ", 1);
-          });
-          body = dump(response_json(*job, out));
-        } catch (...) {
-          body = dump(current_error_json());
+        if (g->error) {
+          try {
+            std::rethrow_exception(g->error);
+          } catch (...) {
+            body = dump(current_error_json());
+          }
+        } else {
+          body = dump(response_json(g->job, g->outcome));
         }
         sink.write(body.data(), body.size());
         sink.done();
@@ -463,40 +550,57 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
+    res.set_chunked_content_provider("text/event-stream", [this, g](size_t, httplib::DataSink& sink) {
       auto event = [&sink](const json& j) {
         const std::string line = "data: " + dump(j) + "\n\n";
         return sink.write(line.data(), line.size());
       };
-      try {
-        if (job->request.api == Api::kChatCompletions) {
-          json first = chunk_json(*job, "", nullptr);
-          first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
-          if (!event(first)) return false;
+      const Job& job = g->job;
+      if (job.request.api == Api::kChatCompletions) {
+        json first = chunk_json(job, "", nullptr);
+        first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+        if (!event(first)) {
+          g->client_gone = true;
+          return false;
         }
-        Outcome out = generate(*job, [&](const std::string& text) {
-          return text.empty() || event(chunk_json(*job, text, nullptr));
-        });
-        if (job->request.api == Api::kNativeCompletion) {
-          json last = response_json(*job, out);
-          last["content"] = "";
-          event(last);
-        } else {
-          json last = chunk_json(*job, "", out.finish_reason);
-          last["timings"] = timings_json(out);
-          if (!out.compression.is_null()) last["compression"] = out.compression;
-          event(last);
-          if (job->request.include_usage) {
-            json usage = chunk_json(*job, "", nullptr);
-            usage["choices"] = json::array();
-            usage["usage"] = usage_json(out);
-            event(usage);
-          }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
+      }
+      for (;;) {
+        std::unique_lock<std::mutex> lock =
+            g->wait([](const Generation& x) { return x.done || !x.fresh_text.empty(); }, milliseconds(1000));
+        const bool done = g->done;
+        std::string text;
+        text.swap(g->fresh_text);
+        lock.unlock();
+        if (!text.empty() && !event(chunk_json(job, text, nullptr))) {
+          g->client_gone = true;
+          return false;
         }
-      } catch (...) {
-        event(current_error_json());  // and no [DONE]: the stream did not complete
+        if (done) break;
+      }
+      if (g->error) {
+        try {
+          std::rethrow_exception(g->error);
+        } catch (...) {
+          event(current_error_json());  // and no [DONE]: the stream did not complete
+        }
+      } else if (job.request.api == Api::kNativeCompletion) {
+        json last = response_json(job, g->outcome);
+        last["content"] = "";
+        event(last);
+      } else {
+        const Outcome& out = g->outcome;
+        json last = chunk_json(job, "", out.finish_reason);
+        last["timings"] = timings_json(out);
+        if (!out.compression.is_null()) last["compression"] = out.compression;
+        event(last);
+        if (job.request.include_usage) {
+          json usage = chunk_json(job, "", nullptr);
+          usage["choices"] = json::array();
+          usage["usage"] = usage_json(out);
+          event(usage);
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
       }
       sink.done();
       return true;
@@ -510,16 +614,19 @@ std::string Server::metrics_text() const {
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
     s += fmt::format("# HELP specpress:{} {}\n# TYPE specpress:{} {}\nspecpress:{} {}\n", name, help, name, type, name, value);
   };
-  metric("requests_total", "counter", "Completed generations.", static_cast<double>(requests_));
+  metric("requests_total", "counter", "Generations run (to their end, a stop, or a client that left).",
+         static_cast<double>(requests_));
   metric("prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(prompt_tokens_));
   metric("prompt_seconds_total", "counter", "Prompt processing time.", prompt_seconds_);
-  metric("tokens_predicted_total", "counter", "Generated tokens.", static_cast<double>(predicted_tokens_));
+  metric("tokens_predicted_total", "counter", "Generated tokens returned (up to a stop string).",
+         static_cast<double>(predicted_tokens_));
   metric("tokens_predicted_seconds_total", "counter", "Generation time (after the prompt).", predicted_seconds_);
   metric("draft_tokens_total", "counter", "Tokens proposed by the DFlash draft.", static_cast<double>(draft_tokens_));
   metric("draft_tokens_accepted_total", "counter", "Draft tokens accepted by the target.",
          static_cast<double>(accepted_tokens_));
-  metric("requests_processing", "gauge", "Generations running (0 or 1).", static_cast<double>(processing_.load()));
-  metric("requests_deferred", "gauge", "Generations waiting for the slot.", static_cast<double>(deferred_.load()));
+  std::lock_guard<std::mutex> queue_lock(queue_mutex_);
+  metric("requests_processing", "gauge", "Generations running (0 or 1).", busy_ ? 1.0 : 0.0);
+  metric("requests_deferred", "gauge", "Generations waiting for the slot.", static_cast<double>(queue_.size()));
   return s;
 }
 
@@ -705,17 +812,29 @@ int Server::run() {
   std::fprintf(stderr, "specpress serve: listening on http://%s:%d (loading %s)\n", o_.host.c_str(), port,
                o_.model_dir.c_str());
   std::fflush(stderr);
-  auto stop_listener = [&] {
-    shutting_down_ = true;
+  // Shutdown: running generations end at their next commit and queued ones fail with 503 (the slot thread drains
+  // the queue), so the HTTP threads waiting on them finish; then the slot thread ends.
+  auto stop_all = [&] {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      shutting_down_ = true;
+    }
     http_.stop();
     listener.join();
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stop_slot_ = true;
+    }
+    queue_changed_.notify_all();
+    if (slot_thread_.joinable()) slot_thread_.join();
   };
   try {
     load();
   } catch (...) {
-    stop_listener();
+    stop_all();
     throw;
   }
+  slot_thread_ = std::thread([this] { slot_loop(); });
   std::signal(SIGINT, on_stop_signal);  // until here, a signal ends the load the default way
   std::signal(SIGTERM, on_stop_signal);
   ready_ = true;
@@ -726,7 +845,7 @@ int Server::run() {
   std::fflush(stderr);
   while (!g_signalled && http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "specpress serve: shutting down\n");
-  stop_listener();
+  stop_all();
   return 0;
 }
 

@@ -1,15 +1,18 @@
 // http_server.h — `specpress serve`: an OpenAI-compatible HTTP server over one target (and optionally its
 // DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before the model
-// loads (/health answers 503 until ready), runs one generation at a time (batch 1: requests queue), streams
-// Server-Sent Events as blocks are committed and puts llama.cpp's `timings` (with draft_n and
-// draft_n_accepted) on every completion. `timings` describe the engine's work (a DFlash block can commit tokens past
-// a stop string or max_tokens); `usage` counts the tokens of the returned text. A non-streamed response is sent
-// chunked, with a space of JSON whitespace at most once a second while it generates, so that a client that goes
-// away is noticed; an error during its generation is then the body's error object under status 200.
+// loads (/health answers 503 until ready), runs one generation at a time on one thread (batch 1: requests queue,
+// up to --max-queue, then 503), streams Server-Sent Events as blocks are committed and puts llama.cpp's `timings`
+// (with draft_n and draft_n_accepted) on every completion.
+//
+// Counting: `usage` and `timings.predicted_n` count the returned tokens (up to a stop string, whatever a DFlash
+// block committed past it); draft_n and draft_n_accepted are the engine's. A whole (non-streamed) response that
+// takes over a second is sent chunked, with a space of JSON whitespace each second while it generates, so that a
+// client that goes away is noticed and its generation ends (HTTP/1.0 clients wait for Content-Length instead); an
+// error after that point is the body's error object under status 200, and a client's read timeout does not fire.
 //
 // Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
 // /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,
-// /detokenize, /apply-template.
+// /detokenize, /apply-template; OPTIONS (CORS preflight) everywhere.
 #pragma once
 #include <cstdint>
 #include <string>
