@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# server_check.sh — `specpress serve` on the CUDA fast path (GPU machine, after gpu_build of specpress): serves a pair,
+# checks that /props reports the fast path and that a greedy chat completion, whole and streamed, equals `specpress
+# generate` with the same flags, and prints both tokens/s. The demo pair's head_dim (16) is not a fast-path width, so
+# on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
+# (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
+# (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
+# Also runs on a CPU build: BIN=build/bin/specpress DEVICE=cpu DTYPE=f32 FAST=0. Exits non-zero on a mismatch.
+# Env: PAIR (default demo), BIN (build-gpu/bin/specpress), DEVICE (cuda), DTYPE (bf16), FAST (1: require the fast
+# path), N (128).
+set -euo pipefail
+BIN=${BIN:-build-gpu/bin/specpress}
+DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-bf16}
+FAST=${FAST:-1}
+N=${N:-128}
+PAIR=${PAIR:-demo}
+export SPECPRESS_WG16_AUTO=${SPECPRESS_WG16_AUTO:-0} SPECPRESS_LT_TUNE=${SPECPRESS_LT_TUNE:-0}
+[ -d .gpu-shared/data ] && export SHARED=${SHARED:-.gpu-shared}
+[ -f "$PAIR/target/tokenizer.json" ] || scripts/fetch_demo_tokenizer.sh "$PAIR/target" >&2
+QUESTION="Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did she sell altogether?"
+FLAGS=(-m "$PAIR/target" -md "$PAIR/draft" --device "$DEVICE" --dtype "$DTYPE")
+tmp=$(mktemp -d)
+"$BIN" generate "${FLAGS[@]}" -p "$QUESTION" --chat -n "$N" --json > "$tmp/generate.json" 2> "$tmp/generate.err"
+log=$tmp/serve.err
+"$BIN" serve "${FLAGS[@]}" --port 0 2> "$log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 600); do grep -q " ready (" "$log" && break; kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }; sleep 0.1; done
+port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
+python3 - "$port" "$QUESTION" "$N" "$FAST" "$tmp/generate.json" <<'PY'
+import json, sys, time, urllib.request
+port, question, n, fast, generated = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
+base = f"http://127.0.0.1:{port}"
+def post(path, body):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return r.read().decode()
+props = json.loads(urllib.request.urlopen(base + "/props").read())
+expected = json.load(open(generated))
+body = {"messages": [{"role": "user", "content": question}], "max_tokens": n}
+post("/v1/chat/completions", body)  # first request: the engine's set-up (tuning, graph capture)
+t0 = time.perf_counter()
+whole = json.loads(post("/v1/chat/completions", body))
+t_whole = time.perf_counter() - t0
+events = [l[6:] for l in post("/v1/chat/completions", dict(body, stream=True)).split("\n\n") if l.startswith("data: ")]
+streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1] if e != "[DONE]")
+text = whole["choices"][0]["message"]["content"]
+t = whole["timings"]
+print(f"server_check: fast_path={props['fast_path']} text_equal={text == expected['text']} "
+      f"stream_equal={streamed == text} tokens={whole['usage']['completion_tokens']} tau={t.get('tau', 0):.2f}")
+print(f"server_check: server decode {t['predicted_per_second']:.1f} tokens/s, request wall {t_whole * 1e3:.1f} ms; "
+      f"generate decode {expected['timings']['predicted_per_second']:.1f} tokens/s")
+ok = text == expected["text"] and streamed == text and (props["fast_path"] or not fast)
+sys.exit(0 if ok else 1)
+PY
