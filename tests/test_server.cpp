@@ -326,6 +326,26 @@ std::string id_text(const std::vector<int64_t>& ids) {
   return s;
 }
 
+// A socket that has sent `POST path` with the JSON `body` over HTTP `version` (raw, so that a test can read part of
+// the answer and hang up); -1 where it could not connect.
+int send_raw_post(int port, const std::string& path, const json& body, const std::string& version = "HTTP/1.1") {
+  const std::string text = body.dump();
+  const std::string request = "POST " + path + " " + version + "\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+                              "\r\n\r\n" + text;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // The golden pair has no tokenizer: prompts are token ids and the text is the ids, as `generate` prints them.
 TEST(ServerHttp, GoldenPairOutputsEqualTheReferenceFixtures) {
   SPECPRESS_REQUIRE_SHARED();
@@ -605,16 +625,8 @@ TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
   ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos"});  // plain decoding: about 4 ms a token here
   ASSERT_GT(s.port(), 0) << s.stderr_text();
   const int64_t n = 1500;
-  const std::string body = json{{"prompt", kQuestion}, {"max_tokens", n}, {"stream", true}}.dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(s.port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", n}, {"stream", true}});
+  ASSERT_GE(fd, 0);
   std::string received;
   char buf[4096];
   while (received.find("data: ") == std::string::npos) {
@@ -629,13 +641,9 @@ TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
   EXPECT_NE(s.stderr_text().find("(client went away)"), std::string::npos) << s.stderr_text();
 
   // the same for a client of a whole (non-streamed) response that stops waiting: noticed within about 2 s
-  const std::string whole_body = json{{"prompt", kQuestion}, {"max_tokens", n}}.dump();
-  const std::string whole = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(whole_body.size()) + "\r\n\r\n" + whole_body;
   const double before = metric(s, "tokens_predicted_total");
-  const int fd2 = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_EQ(::connect(fd2, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::write(fd2, whole.data(), whole.size()), static_cast<ssize_t>(whole.size()));
+  const int fd2 = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", n}});
+  ASSERT_GE(fd2, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ::close(fd2);
   for (int i = 0; i < 600 && metric(s, "requests_total") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -674,18 +682,9 @@ TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos"});  // plain decoding: about 4 ms a token here
   ASSERT_GT(s.port(), 0) << s.stderr_text();
-  const std::string body = json{{"prompt", kQuestion}, {"max_tokens", 600}}.dump();
   for (const std::string version : {"HTTP/1.0", "HTTP/1.1"}) {
-    const std::string request = "POST /v1/completions " + version + "\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                                "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                                "\r\n\r\n" + body;
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(s.port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 600}}, version);
+    ASSERT_GE(fd, 0);
     std::string response;
     char buf[4096];
     for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(got));

@@ -7,6 +7,7 @@
 
 #include <httplib.h>
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
@@ -353,7 +354,9 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
                r.first_draft_ms + r.decode_ms, r.decode_ms > 0 ? 1e3 * r.output_ids.size() / r.decode_ms : 0.0,
                spec.c_str(), out.finish_reason.c_str(),
                client_gone ? " (client went away)" : interrupted ? " (interrupted by shutdown)" : "");
-  if (interrupted && !client_gone)
+  // cut short by the shutdown (a generation that had just ended on its own stands)
+  if (interrupted && !client_gone && out.finish_reason == "length" &&
+      static_cast<int64_t>(r.output_ids.size()) < job.params.max_new_tokens)
     throw HttpError(503, fmt::format("the server shut down during this generation: its output stopped after {} tokens",
                                      out.completion_tokens), "unavailable_error");
   return out;
@@ -449,7 +452,9 @@ std::shared_ptr<Generation> Server::submit(Job job) {
 }
 
 void Server::slot_loop() {
-  c10::InferenceMode inference_mode;  // thread-local: every generation runs on this thread
+  // thread-local state every generation runs under: inference mode and the model's device as the current one
+  c10::InferenceMode inference_mode;
+  const c10::DeviceGuard device_guard(model_.target->device());
   for (;;) {
     std::shared_ptr<Generation> g;
     {
