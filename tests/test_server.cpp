@@ -677,7 +677,7 @@ TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
 }
 
 // A whole response that takes over a second is sent chunked (with spaces while it generates), except to an HTTP/1.0
-// client, which cannot take chunks: it gets Content-Length and the JSON alone.
+// client, which cannot take chunks: it gets Content-Length and the JSON alone, and a stream ended by the connection.
 TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos"});  // plain decoding: about 4 ms a token here
@@ -702,6 +702,20 @@ TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
       EXPECT_NE(response.find("\r\n1\r\n \r\n"), std::string::npos) << "no space sent while generating";
     }
   }
+  // a stream to an HTTP/1.0 client: plain events, ended by closing the connection
+  const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 20}, {"stream", true}},
+                               "HTTP/1.0");
+  ASSERT_GE(fd, 0);
+  std::string response;
+  char buf[4096];
+  for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(got));
+  ::close(fd);
+  const size_t split = response.find("\r\n\r\n");
+  ASSERT_NE(split, std::string::npos) << response;
+  EXPECT_EQ(response.substr(0, split).find("chunked"), std::string::npos) << response.substr(0, split);
+  std::vector<json> events = sse_events(response.substr(split + 4));
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
 }
 
 // Bad flags and a model that cannot load end the command with a message and a non-zero status.

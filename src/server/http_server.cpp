@@ -86,6 +86,8 @@ json current_error_json() {
     return error_json(500, e.what_without_backtrace(), "server_error");
   } catch (const std::exception& e) {
     return error_json(500, e.what(), "server_error");
+  } catch (...) {
+    return error_json(500, "an unknown error", "server_error");
   }
 }
 
@@ -273,8 +275,8 @@ Job Server::prepare(const CompletionRequest& request) const {
   int64_t max_tokens = request.max_tokens;
   if (max_tokens == -1 || (!request.max_tokens_given && max_tokens > room)) max_tokens = room;  // defaults fit
   if (max_tokens > room)
-    fail("field 'max_tokens': the prompt ({} tokens) + {} tokens + block {} = {} positions exceed the context size "
-         "{} (-c/--ctx-size)", n, max_tokens, m.reserve, n + max_tokens + m.reserve, m.ctx_size);
+    fail("field 'max_tokens': the prompt ({} tokens) + {} tokens + block {} exceed the context size {} (-c/--ctx-size; "
+         "at most {} tokens fit)", n, max_tokens, m.reserve, m.ctx_size, room);
   job.params.max_new_tokens = max_tokens;
   job.params.sampling = request.sampling;
   if (request.random_seed) job.params.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -287,8 +289,12 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
   const Model& m = model();
 
   std::atomic<bool> cancel{false};
-  job.params.cancel = &cancel;
   std::unique_ptr<compress::KVCompressor> compressor;
+  struct ResetParams {  // the params must not keep pointers to this call's locals, whichever way it ends
+    decode::GenerationParams& params;
+    ~ResetParams() { params.cancel = nullptr, params.observer = nullptr; }
+  } reset_params{job.params};
+  job.params.cancel = &cancel;
   if (m.policy.enabled()) {
     compressor = std::make_unique<compress::KVCompressor>(m.policy, *m.target, static_cast<int64_t>(job.prompt.size()));
     job.params.observer = compressor.get();
@@ -334,8 +340,6 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
     out.finish_reason = "length", out.stop_type = "limit";
   }
   if (compressor) out.compression = cli::compression_json(*compressor);
-  job.params.cancel = nullptr;
-  job.params.observer = nullptr;
 
   const decode::GenerationResult& r = out.result;
   {
@@ -487,17 +491,17 @@ void Server::slot_loop() {
       error = std::current_exception();
     }
     {
+      // the slot is free before the answer goes out: a client's next request must find it free
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      busy_ = false;
+    }
+    {
       std::lock_guard<std::mutex> lock(g->mutex);
       g->outcome = std::move(outcome);
       g->error = error;
       g->done = true;
     }
     g->changed.notify_all();
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      busy_ = false;
-    }
-    queue_changed_.notify_all();
   }
 }
 
@@ -555,7 +559,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [this, g](size_t, httplib::DataSink& sink) {
+    auto stream_events = [this, g](size_t, httplib::DataSink& sink) {
       auto event = [&sink](const json& j) {
         const std::string line = "data: " + dump(j) + "\n\n";
         return sink.write(line.data(), line.size());
@@ -609,7 +613,10 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       }
       sink.done();
       return true;
-    });
+    };
+    // HTTP/1.0 cannot take chunks: its stream ends with the connection
+    if (req.version == "HTTP/1.0") res.set_content_provider("text/event-stream", stream_events);
+    else res.set_chunked_content_provider("text/event-stream", stream_events);
   });
 }
 
@@ -721,7 +728,7 @@ void Server::add_routes() {
       std::vector<int32_t> ids;
       for (const auto& v : body["tokens"]) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.tokenizer->vocab_size())
-          fail("field 'tokens': {} is not a token id (0..{})", v.dump(), m.tokenizer->vocab_size() - 1);
+          fail("field 'tokens': {} is not a token id (0..{})", brief(v), m.tokenizer->vocab_size() - 1);
         ids.push_back(v.get<int32_t>());
       }
       send_json(res, 200, {{"content", m.tokenizer->decode(ids)}});
@@ -813,7 +820,14 @@ int Server::run() {
   } else if (!http_.bind_to_port(o_.host, port)) {
     fail("--host {} --port {}: cannot listen there (in use, or not an address of this machine)", o_.host, port);
   }
-  std::thread listener([this] { http_.listen_after_bind(); });
+  std::atomic<bool> listener_returned{false};
+  std::thread listener([this, &listener_returned] {
+    http_.listen_after_bind();
+    listener_returned = true;
+  });
+  // cpp-httplib's stop() does nothing until the accept loop runs: wait for it, so that a quick failure or shutdown
+  // cannot leave listener.join() waiting for a loop nobody stops
+  while (!http_.is_running() && !listener_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::fprintf(stderr, "specpress serve: listening on http://%s:%d (loading %s)\n", o_.host.c_str(), port,
                o_.model_dir.c_str());
   std::fflush(stderr);
@@ -863,7 +877,8 @@ int run_server(const ServerOptions& options) {
     fail("-n/--n-predict: must be >= 1, or -1 for as many as the context leaves; got {}", options.n_predict);
   if (options.timeout_s < 1) fail("--timeout: must be at least 1 second, got {}", options.timeout_s);
   if (options.host.empty()) fail("--host: empty (expected an address such as 127.0.0.1 or 0.0.0.0)");
-  if (options.max_queue < 0) fail("--max-queue: must be >= 0, got {}", options.max_queue);
+  if (options.max_queue < 0 || options.max_queue > 1024)
+    fail("--max-queue: must be in 0..1024 (an HTTP thread each), got {}", options.max_queue);
   decode::validate(options.sampling);
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects mid-stream is a failed write, not a dead server
   Server server(options);
