@@ -285,7 +285,8 @@ json post(const ServerProcess& s, const std::string& path, const json& body, int
   return json::parse(res->body, nullptr, /*allow_exceptions=*/false);
 }
 
-// The JSON payloads of a Server-Sent Events body, in order; "[DONE]" as a string.
+// The JSON payloads of a Server-Sent Events body, in order; "[DONE]" as a string. Comment lines (": ...", which the
+// server sends while a request waits) are skipped, as SSE clients do.
 std::vector<json> sse_events(const std::string& body) {
   std::vector<json> events;
   size_t at = 0;
@@ -294,10 +295,11 @@ std::vector<json> sse_events(const std::string& body) {
     EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << body.substr(at);
     if (end == std::string::npos) break;
     const std::string line = body.substr(at, end - at);
+    at = end + 2;
+    if (line.rfind(":", 0) == 0) continue;
     EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
     const std::string payload = line.substr(6);
     events.push_back(payload == "[DONE]" ? json("[DONE]") : json::parse(payload));
-    at = end + 2;
   }
   return events;
 }
@@ -326,20 +328,29 @@ std::string id_text(const std::vector<int64_t>& ids) {
   return s;
 }
 
-// A socket that has sent `POST path` with the JSON `body` over HTTP `version` (raw, so that a test can read part of
-// the answer and hang up); -1 where it could not connect.
-int send_raw_post(int port, const std::string& path, const json& body, const std::string& version = "HTTP/1.1") {
-  const std::string text = body.dump();
-  const std::string request = "POST " + path + " " + version + "\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                              "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
-                              "\r\n\r\n" + text;
+// A raw TCP connection to the server (so that a test can send part of a request, or read part of an answer and
+// hang up); -1 where it could not connect.
+int connect_raw(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A raw connection that has sent `POST path` with the JSON `body` over HTTP `version`; -1 on failure.
+int send_raw_post(int port, const std::string& path, const json& body, const std::string& version = "HTTP/1.1") {
+  const std::string text = body.dump();
+  const std::string request = "POST " + path + " " + version + "\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+                              "\r\n\r\n" + text;
+  const int fd = connect_raw(port);
+  if (fd >= 0 && ::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return -1;
   }
@@ -674,6 +685,39 @@ TEST(ServerHttp, ClientThatGoesAwayEndsItsGenerationAndSigtermEndsTheServer) {
   ASSERT_TRUE(cut.is_object()) << interrupted;
   EXPECT_EQ(cut["error"]["code"], 503) << interrupted;
   EXPECT_NE(cut["error"]["message"].get<std::string>().find("shut down"), std::string::npos) << interrupted;
+}
+
+// Streaming clients that leave while queued give their places back (the server's comment lines find them gone),
+// and a client still sending its request when SIGTERM comes does not hold the shutdown past its 5 s grace.
+TEST(ServerHttp, QueuedClientsThatLeaveFreeTheirPlacesAndHalfSentRequestsDoNotHoldShutdown) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos", "--max-queue", "2"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  std::thread long_request([&] {
+    // about 7 s (4 ms a token): it outlasts the wait below, so only an abandoned place can empty the queue
+    s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", 1800}}.dump(), "application/json");
+  });
+  for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int k = 0; k < 2; ++k) {
+    const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 50}, {"stream", true}});
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  for (int i = 0; i < 100 && metric(s, "requests_deferred") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(metric(s, "requests_deferred"), 2);
+  for (int i = 0; i < 200 && metric(s, "requests_deferred") > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(metric(s, "requests_deferred"), 0) << "requests whose clients left still hold the queue";
+  // a half-sent request (headers, part of the body) and SIGTERM
+  const std::string partial = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pro";
+  const int fd = connect_raw(s.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, partial.data(), partial.size()), static_cast<ssize_t>(partial.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.stop(SIGTERM, 20), 0) << s.stderr_text();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
+  ::close(fd);
+  long_request.join();
 }
 
 // A whole response that takes over a second is sent chunked (with spaces while it generates), except to an HTTP/1.0

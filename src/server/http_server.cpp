@@ -175,6 +175,8 @@ class Server {
   // Queues a generation for the slot thread; a 503 when --max-queue requests already wait (so that waiting
   // requests never hold every HTTP thread: /health and /metrics always answer).
   std::shared_ptr<Generation> submit(Job job);
+  // The client of `g` has gone away: its generation ends at its next commit, or never starts.
+  void abandon(const std::shared_ptr<Generation>& g);
   void slot_loop();
   // Runs one generation on the slot thread. `emit` gets the text each commit makes final (possibly empty) and
   // returns false once the client has gone away, which ends the generation.
@@ -455,6 +457,15 @@ std::shared_ptr<Generation> Server::submit(Job job) {
   return g;
 }
 
+void Server::abandon(const std::shared_ptr<Generation>& g) {
+  g->client_gone = true;
+  {
+    std::lock_guard<std::mutex> lock(queue_mutex_);
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), g), queue_.end());
+  }
+  queue_changed_.notify_all();
+}
+
 void Server::slot_loop() {
   // thread-local state every generation runs under: inference mode and the model's device as the current one
   c10::InferenceMode inference_mode;
@@ -538,7 +549,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
           if (g->done) break;
           lock.unlock();
           if (!sink.write(" ", 1)) {
-            g->client_gone = true;  // the slot thread ends the generation at its next commit
+            abandon(g);
             return false;
           }
         }
@@ -569,10 +580,13 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         json first = chunk_json(job, "", nullptr);
         first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
         if (!event(first)) {
-          g->client_gone = true;
+          abandon(g);
           return false;
         }
       }
+      // Text as it comes; after a second without any (queued, or a long prompt), an SSE comment line, which clients
+      // ignore, so that a client that has gone away is noticed even before its generation starts.
+      const std::string keep_alive = ": waiting\n\n";
       for (;;) {
         std::unique_lock<std::mutex> lock =
             g->wait([](const Generation& x) { return x.done || !x.fresh_text.empty(); }, milliseconds(1000));
@@ -580,8 +594,11 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         std::string text;
         text.swap(g->fresh_text);
         lock.unlock();
-        if (!text.empty() && !event(chunk_json(job, text, nullptr))) {
-          g->client_gone = true;
+        const bool written = !text.empty() ? event(chunk_json(job, text, nullptr))
+                             : done       ? true
+                                          : sink.write(keep_alive.data(), keep_alive.size());
+        if (!written) {
+          abandon(g);
           return false;
         }
         if (done) break;
@@ -803,9 +820,10 @@ int Server::run() {
   if (!o_.draft_dir.empty()) model::config_path_in(o_.draft_dir, "a DFlash draft directory (-md/--model-draft)");
 
   add_routes();
-  // Enough HTTP threads for every request allowed to wait, the running one and a few more, so that /health,
-  // /metrics and bad requests answer at once however busy the slot is.
-  const size_t threads = static_cast<size_t>(o_.max_queue) + 9;
+  // Enough HTTP threads for every request allowed to wait, the running one and 32 more, so that /health, /metrics
+  // and bad requests answer at once however busy the slot is. (cpp-httplib keeps a thread on each keep-alive
+  // connection for up to 5 s between requests: the 32 cover the idle connections of pooling clients.)
+  const size_t threads = static_cast<size_t>(o_.max_queue) + 33;
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server on a port in use
   // starts and silently takes half of its connections.
@@ -833,12 +851,23 @@ int Server::run() {
   std::fflush(stderr);
   // Shutdown: running generations end at their next commit and queued ones fail with 503 (the slot thread drains
   // the queue), so the HTTP threads waiting on them finish; then the slot thread ends.
-  auto stop_all = [&] {
+  // cpp-httplib's stop() also waits for connections still sending a request (up to --timeout): past 5 s the process
+  // exits without them, with `exit_code`, after printing `error` (a failed load's message) where there is one.
+  auto stop_all = [&](int exit_code, const std::string& error) {
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       shutting_down_ = true;
     }
     http_.stop();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!listener_returned && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!listener_returned) {
+      std::fprintf(stderr, "specpress serve: connections still open 5 s into the shutdown; exiting without them\n");
+      if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
+      std::fflush(stderr);
+      std::_Exit(exit_code);  // nothing to save: generations write no files
+    }
     listener.join();
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -850,7 +879,7 @@ int Server::run() {
   try {
     load();
   } catch (...) {
-    stop_all();
+    stop_all(1, current_error_json()["error"]["message"].get<std::string>());
     throw;
   }
   slot_thread_ = std::thread([this] { slot_loop(); });
@@ -864,7 +893,7 @@ int Server::run() {
   std::fflush(stderr);
   while (!g_signalled && http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "specpress serve: shutting down\n");
-  stop_all();
+  stop_all(0, "");
   return 0;
 }
 
