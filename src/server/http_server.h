@@ -9,6 +9,8 @@
 // takes over a second is sent chunked, with a space of JSON whitespace each second while it generates, so that a
 // client that goes away is noticed and its generation ends (HTTP/1.0 clients wait for Content-Length instead); an
 // error after that point is the body's error object under status 200, and a client's read timeout does not fire.
+// A stream sends an SSE comment line (": waiting") after a second without text, for the same purpose: a client that
+// leaves while its request is queued gives its place back. Shutdown waits at most 5 s for open connections.
 //
 // Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
 // /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,
