@@ -357,6 +357,16 @@ int send_raw_post(int port, const std::string& path, const json& body, const std
   return fd;
 }
 
+// Everything the server sends on a raw connection until it closes it (empty for fd -1); closes fd.
+std::string read_until_closed(int fd) {
+  std::string response;
+  if (fd < 0) return response;
+  char buf[4096];
+  for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(got));
+  ::close(fd);
+  return response;
+}
+
 // The golden pair has no tokenizer: prompts are token ids and the text is the ids, as `generate` prints them.
 TEST(ServerHttp, GoldenPairOutputsEqualTheReferenceFixtures) {
   SPECPRESS_REQUIRE_SHARED();
@@ -729,12 +739,8 @@ TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
   for (const std::string version : {"HTTP/1.0", "HTTP/1.1"}) {
     // HTTP/1.1: long enough (about 4 ms a token here) to pass the one second after which the answer is chunked
     const int64_t n = version == "HTTP/1.0" ? 600 : 1500;
-    const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", n}}, version);
-    ASSERT_GE(fd, 0);
-    std::string response;
-    char buf[4096];
-    for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(got));
-    ::close(fd);
+    const std::string response =
+        read_until_closed(send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", n}}, version));
     const size_t split = response.find("\r\n\r\n");
     ASSERT_NE(split, std::string::npos) << response;
     const std::string head = response.substr(0, split);
@@ -749,13 +755,8 @@ TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
     }
   }
   // a stream to an HTTP/1.0 client: plain events, ended by closing the connection
-  const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 20}, {"stream", true}},
-                               "HTTP/1.0");
-  ASSERT_GE(fd, 0);
-  std::string response;
-  char buf[4096];
-  for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(got));
-  ::close(fd);
+  const std::string response = read_until_closed(
+      send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 20}, {"stream", true}}, "HTTP/1.0"));
   const size_t split = response.find("\r\n\r\n");
   ASSERT_NE(split, std::string::npos) << response;
   EXPECT_EQ(response.substr(0, split).find("chunked"), std::string::npos) << response.substr(0, split);
