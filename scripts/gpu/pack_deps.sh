@@ -14,6 +14,9 @@ libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcpp-httplib0.11 libutf8proc-dev l
 libbenchmark-dev libbenchmark1debian libssl-dev zlib1g-dev libbrotli-dev libbrotli1"
 rm -rf "$OUT"
 PKGS=$PKGS bash "$SHARED/tools/gpu-deps.sh" "$OUT"
-# the added libraries' static archives are never linked (the build links their shared ones): keep the folder small
+# the device tool carries 64 MiB in all, tracked files included: the added libraries' static archives are never
+# linked (the build links their shared ones)
 rm -f "$OUT"/usr/lib/x86_64-linux-gnu/{libssl,libcrypto,libz,libbrotlicommon,libbrotlidec,libbrotlienc}.a
+# nor are the packages' documentation and googletest's sources (the build links libgtest-dev's libraries)
+rm -rf "$OUT"/usr/share/doc "$OUT"/usr/share/man "$OUT"/usr/src
 du -sh "$OUT" | cut -f1 | sed "s|^|$OUT without static archives: |"

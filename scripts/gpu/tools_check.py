@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)  # bench and diagnose write their reports there (and refuse a missing directory)
     g = torch.Generator().manual_seed(0)
     cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": V, "hidden_size": H,
            "intermediate_size": I, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
