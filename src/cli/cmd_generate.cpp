@@ -166,10 +166,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)");
   cmd->add_flag("--think", o->think, "enable_thinking in the chat template (off by default: DFlash drafts need it off)");
   cmd->add_option("-n,--n-predict", o->n_predict, "maximum number of tokens to generate")->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->capture_default_str();
+  add_sampling_flags(*cmd, o->sampling);
   cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str()->check(seed_check());
   cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");

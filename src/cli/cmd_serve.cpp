@@ -24,10 +24,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "smaller; 0: the model's maximum)");
   cmd->add_option("-n,--n-predict", o->n_predict, "default max_tokens (-1: as many as the context leaves)")
       ->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "default temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "default top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", o->sampling.top_p, "default top-p (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", o->sampling.min_p, "default min-p (0 = off)")->capture_default_str();
+  add_sampling_flags(*cmd, o->sampling, "default ");
   CLI::Option* seed =
       cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
           ->check(seed_check());

@@ -93,6 +93,13 @@ nlohmann::ordered_json result_json(const decode::GenerationResult& r) {
   return j;
 }
 
+void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix) {
+  cmd.add_option("--temp", sampling.temperature, prefix + "temperature (0 = greedy)")->capture_default_str();
+  cmd.add_option("--top-k", sampling.top_k, prefix + "top-k (0 = off)")->capture_default_str();
+  cmd.add_option("--top-p", sampling.top_p, prefix + "top-p (1 = off)")->capture_default_str();
+  cmd.add_option("--min-p", sampling.min_p, prefix + "min-p (0 = off)")->capture_default_str();
+}
+
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy) {
   CLI::Option* compress =
       cmd.add_option("--compress", method,

@@ -32,6 +32,9 @@ void print_timings(const decode::GenerationResult& result);
 // The --json summary: output_ids, timings (llama.cpp names) and, for DFlash, acceptance statistics.
 nlohmann::ordered_json result_json(const decode::GenerationResult& result);
 
+// --temp, --top-k, --top-p and --min-p into `sampling`; `prefix` starts each help text (serve: "default ").
+void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix = "");
+
 // --compress METHOD and the policy knobs (--compress-window, --compress-sinks, --compress-merge).
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy);
 // The --json "compression" object: method, events, ratio, KV bytes saved, peak slots, overhead.

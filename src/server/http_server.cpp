@@ -219,9 +219,9 @@ void Server::guarded(httplib::Response& res, const std::function<void()>& body) 
 
 void Server::load() {
   c10::InferenceMode inference_mode;
+  // run() has checked the flags that need no model (device, dtype, --block-size without a draft)
   const at::Device device = model::parse_device(o_.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o_.dtype, "--dtype");
-  model::check_dtype_on_device(dtype, device, "--dtype");
   Model m;
   m.tokenizer = cli::load_tokenizer_if_present(o_.model_dir);
   m.eos_ids = cli::default_stop_ids(o_.model_dir);
@@ -229,8 +229,6 @@ void Server::load() {
   if (!o_.draft_dir.empty()) {
     m.draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o_.draft_dir, *m.target, dtype, device));
     m.reserve = decode::resolve_block_size(*m.draft, o_.block_size);
-  } else if (o_.block_size != 0) {
-    fail("--block-size: needs a draft model (-md DIR)");
   }
   const int64_t max_positions = m.target->config().max_position_embeddings;
   m.ctx_size = o_.ctx_size == 0 ? max_positions : o_.ctx_size == -1 ? std::min<int64_t>(4096, max_positions) : o_.ctx_size;
