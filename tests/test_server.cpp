@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "server/api_request.h"
+#include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "test_util.h"
 
@@ -85,6 +86,103 @@ TEST(StopStrings, FirstToCompleteWinsAndHeldTextIsReleasedAtTheEnd) {
   EXPECT_EQ(f.push("?"), "\xc3\xa9?");
 }
 
+// ---------------------------------------------------------------- reasoning split
+
+struct Split {
+  std::string reasoning, content;
+};
+
+Split split_pieces(server::ReasoningFormat format, const std::vector<std::string>& pieces) {
+  server::ReasoningSplit s(format);
+  Split out;
+  for (const auto& p : pieces) {
+    server::ReplyParts r = s.push(p);
+    if (format == server::ReasoningFormat::kDeepseek)  // (legacy's content is the whole reply, tags and all)
+      EXPECT_TRUE(r.reasoning.empty() || out.content.empty()) << "reasoning after content";
+    out.reasoning += r.reasoning, out.content += r.content;
+  }
+  server::ReplyParts r = s.flush();
+  out.reasoning += r.reasoning, out.content += r.content;
+  return out;
+}
+
+// The same split whether the text comes whole, a byte at a time, or in pieces of 2, 3 and 5 bytes.
+Split split_every_way(server::ReasoningFormat format, const std::string& text) {
+  const Split whole = split_pieces(format, {text});
+  for (size_t step : {1, 2, 3, 5}) {
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size(); at += step) pieces.push_back(text.substr(at, step));
+    const Split parts = split_pieces(format, pieces);
+    EXPECT_EQ(parts.reasoning, whole.reasoning) << "pieces of " << step << " bytes: " << text;
+    EXPECT_EQ(parts.content, whole.content) << "pieces of " << step << " bytes: " << text;
+  }
+  return whole;
+}
+
+TEST(ReasoningSplit, ThinkBlockGoesToReasoningAndTheAnswerToContent) {
+  using F = server::ReasoningFormat;
+  const std::string reply = "<think>\nLet me add: 3 + 5 = 8.\n\nSo 8.\n</think>\n\nHe has 8 apples.";
+  Split d = split_every_way(F::kDeepseek, reply);
+  EXPECT_EQ(d.reasoning, "Let me add: 3 + 5 = 8.\n\nSo 8.");
+  EXPECT_EQ(d.content, "He has 8 apples.");
+  Split legacy = split_every_way(F::kDeepseekLegacy, reply);  // content untouched, reasoning as well
+  EXPECT_EQ(legacy.reasoning, d.reasoning);
+  EXPECT_EQ(legacy.content, reply);
+  Split none = split_every_way(F::kNone, reply);
+  EXPECT_EQ(none.reasoning, "");
+  EXPECT_EQ(none.content, reply);
+  // Qwen3 with thinking on but nothing to think: the empty block
+  d = split_every_way(F::kDeepseek, "<think>\n\n</think>\n\n8");
+  EXPECT_EQ(d.reasoning, "");
+  EXPECT_EQ(d.content, "8");
+  // whitespace before the tag is not content; a later block is content like any text
+  d = split_every_way(F::kDeepseek, "\n <think>a</think>b <think>c</think>");
+  EXPECT_EQ(d.reasoning, "a");
+  EXPECT_EQ(d.content, "b <think>c</think>");
+}
+
+TEST(ReasoningSplit, RepliesWithoutABlockOrCutOffInsideOne) {
+  using F = server::ReasoningFormat;
+  Split d = split_every_way(F::kDeepseek, "  He has 8 apples.");  // no block: all content, leading spaces kept
+  EXPECT_EQ(d.reasoning, "");
+  EXPECT_EQ(d.content, "  He has 8 apples.");
+  d = split_every_way(F::kDeepseek, "<thin");  // ended while it might have been the tag: it was text
+  EXPECT_EQ(d.content, "<thin");
+  d = split_every_way(F::kDeepseek, "<b>bold</b>");
+  EXPECT_EQ(d.content, "<b>bold</b>");
+  d = split_every_way(F::kDeepseek, "<think>\nstill thinking </thi");  // cut off (max_tokens): all reasoning
+  EXPECT_EQ(d.reasoning, "still thinking </thi");
+  EXPECT_EQ(d.content, "");
+  d = split_every_way(F::kDeepseek, "<think>x</think>  \n");
+  EXPECT_EQ(d.reasoning, "x");
+  EXPECT_EQ(d.content, "");
+  d = split_every_way(F::kDeepseek, " \n");
+  EXPECT_EQ(d.content, " \n");
+  // streamed, nothing is held longer than it must be: reasoning text goes out as it comes, up to trailing
+  // whitespace and what may begin the closing tag
+  server::ReasoningSplit s(F::kDeepseek);
+  EXPECT_EQ(s.push("<think>\nab").reasoning, "ab");
+  EXPECT_EQ(s.push(" c\n</").reasoning, " c");
+  server::ReplyParts r = s.push("think>\n\nAns");
+  EXPECT_EQ(r.reasoning, "");
+  EXPECT_EQ(r.content, "Ans");
+  EXPECT_EQ(s.push("wer").content, "wer");
+}
+
+TEST(ReasoningSplit, FormatNames) {
+  EXPECT_EQ(server::parse_reasoning_format("auto", "--reasoning-format"), server::ReasoningFormat::kDeepseek);
+  EXPECT_EQ(server::parse_reasoning_format("none", "x"), server::ReasoningFormat::kNone);
+  EXPECT_EQ(server::parse_reasoning_format("deepseek-legacy", "x"), server::ReasoningFormat::kDeepseekLegacy);
+  EXPECT_STREQ(server::reasoning_format_name(server::ReasoningFormat::kDeepseek), "deepseek");
+  try {
+    server::parse_reasoning_format("r1", "--reasoning-format");
+    ADD_FAILURE() << "accepted r1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--reasoning-format: expected none, deepseek, deepseek-legacy or auto"),
+              std::string::npos) << e.what();
+  }
+}
+
 // ---------------------------------------------------------------- request parsing
 
 server::CompletionRequest parse(const std::string& body, server::Api api = server::Api::kCompletions) {
@@ -129,6 +227,10 @@ TEST(ServerRequest, FieldsAndDefaults) {
   EXPECT_EQ(r.max_tokens, 3);
   EXPECT_TRUE(r.enable_thinking);
   EXPECT_TRUE(r.random_seed);
+  EXPECT_EQ(r.reasoning_format, server::ReasoningFormat::kDeepseek);  // chat: the server's default
+  EXPECT_EQ(parse(R"({"prompt": "x"})").reasoning_format, server::ReasoningFormat::kNone);  // completions: raw text
+  EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "none"})",
+                  server::Api::kChatCompletions).reasoning_format, server::ReasoningFormat::kNone);
   r = parse(R"({"prompt": "x", "n_predict": -1, "ignore_eos": true})", server::Api::kNativeCompletion);
   EXPECT_EQ(r.max_tokens, -1);
   EXPECT_TRUE(r.ignore_eos);
@@ -187,6 +289,7 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "logit_bias": {"1": 5}})", "field 'logit_bias'"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
       {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},
+      {R"({"prompt": "x", "reasoning_format": "none"})", "unknown field 'reasoning_format'"},
   };
   for (const auto& [body, expected] : cases) EXPECT_NE(parse_error(body).find(expected), std::string::npos) << body << ": " << parse_error(body);
   const std::vector<std::pair<std::string, std::string>> chat = {
@@ -200,6 +303,8 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": "user", "content": "x", "name": 5}]})", "messages[0].name"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "field 'tools'"},
       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "'foo'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "r1"})", "field 'reasoning_format': expected"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": 1})", "field 'reasoning_format'"},
   };
   for (const auto& [body, expected] : chat)
     EXPECT_NE(parse_error(body, server::Api::kChatCompletions).find(expected), std::string::npos)
@@ -457,6 +562,46 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   EXPECT_EQ(post(s, "/detokenize", {{"tokens", tokens["tokens"]}})["content"], templ["prompt"]);
   EXPECT_EQ(metric(s, "requests_total"), 2);
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
+// With thinking on, the demo target (trained on non-thinking turns) writes Qwen3's empty think block itself: the
+// default reasoning format takes it out of the answer, "none" and "deepseek-legacy" leave it in.
+TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--think"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 32}};
+  json none = chat;
+  none["reasoning_format"] = "none";
+  const std::string raw = post(s, "/v1/chat/completions", none)["choices"][0]["message"]["content"];
+  const std::string block = "<think>\n\n</think>\n\n";
+  ASSERT_EQ(raw.rfind(block, 0), 0u) << raw;
+  ASSERT_GT(raw.size(), block.size());
+  json whole = post(s, "/v1/chat/completions", chat);
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], raw.substr(block.size()));
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("reasoning_content")) << "empty reasoning is left out";
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 32);  // the block's tokens count
+  std::string streamed;
+  for (const json& e : post_stream(s, "/v1/chat/completions", chat)) {
+    if (e == "[DONE]") continue;
+    const json& delta = e["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("reasoning_content")) << e;
+    streamed += delta.value("content", "");
+  }
+  EXPECT_EQ(streamed, raw.substr(block.size()));
+  json legacy = chat;
+  legacy["reasoning_format"] = "deepseek-legacy";
+  EXPECT_EQ(post(s, "/v1/chat/completions", legacy)["choices"][0]["message"]["content"], raw);
+  // completions return the reply as generated
+  json completion = post(s, "/v1/completions", {{"prompt", post(s, "/apply-template", chat)["prompt"]}, {"max_tokens", 32}});
+  EXPECT_EQ(completion["choices"][0]["text"], raw);
+  EXPECT_EQ(json::parse(s.client().Get("/props")->body)["default_generation_settings"]["params"]["reasoning_format"],
+            "deepseek");
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+
+  ServerProcess off({"-m", demo_dir() + "/target", "--think", "--reasoning-format", "none"});
+  ASSERT_GT(off.port(), 0) << off.stderr_text();
+  EXPECT_EQ(post(off, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
 }
 
 TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
@@ -781,6 +926,7 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "--temp", "-1"}, "--temp"},
       {{"-m", demo_dir() + "/target", "--host", ""}, "--host: empty"},
       {{"-m", demo_dir() + "/target", "--max-queue", "-1"}, "--max-queue"},
+      {{"-m", demo_dir() + "/target", "--reasoning-format", "r1"}, "--reasoning-format: expected none"},
   };
   for (const Case& c : cases) {
     ServerProcess s(c.args);

@@ -29,6 +29,10 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
           ->check(seed_check());
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
+  cmd->add_option("--reasoning-format", o->reasoning_format,
+                  "chat replies' thinking: none (left in content), deepseek (in reasoning_content), deepseek-legacy "
+                  "(both), auto (deepseek)")
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", o->ignore_eos, "never stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
   cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");

@@ -120,6 +120,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   r.sampling = defaults.sampling;
   r.random_seed = defaults.random_seed;
   r.enable_thinking = defaults.enable_thinking;
+  if (api == Api::kChatCompletions) r.reasoning_format = defaults.reasoning_format;
   std::optional<int64_t> max_completion_tokens;  // OpenAI's newer name wins over max_tokens
   const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
   bool have_prompt = false, have_stream_options = false;
@@ -191,6 +192,9 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
                "enable_thinking)", k);
         r.enable_thinking = bool_field(o, "chat_template_kwargs.enable_thinking");
       }
+    } else if (key == "reasoning_format" && chat) {
+      if (!v.is_string()) fail("field 'reasoning_format': expected a string, got {}", brief(v));
+      r.reasoning_format = parse_reasoning_format(v.get<std::string>(), "field 'reasoning_format'");
     } else if (key == "n" || key == "best_of") {
       const int64_t n = integer_field(v, key);
       require_off(v, key, n == 1, "more than one completion a request");

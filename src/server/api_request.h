@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/sampler.h"
+#include "server/reasoning.h"
 #include "tokenizer/chat_template.h"
 
 namespace specpress::server {
@@ -23,6 +24,7 @@ struct RequestDefaults {
   decode::SamplingParams sampling;
   bool random_seed = false;  // no "seed" in the request: a fresh one each time
   bool enable_thinking = false;  // chat: Qwen3's enable_thinking (off: what the DFlash drafts are trained on)
+  ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;  // chat: --reasoning-format
 };
 
 struct CompletionRequest {
@@ -32,6 +34,7 @@ struct CompletionRequest {
   std::vector<int64_t> prompt_ids;
   std::vector<tok::ChatMessage> messages;
   bool enable_thinking = false;
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // chat: the thinking's place in the reply; else none
   int64_t max_tokens = -1;  // -1: as many as the context size leaves
   bool max_tokens_given = false;  // false: the server's default, which the context may shorten
   decode::SamplingParams sampling;

@@ -36,6 +36,7 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "server/api_request.h"
+#include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
 #include "tools/prompting.h"
@@ -124,7 +125,8 @@ struct Job {
 
 struct Outcome {
   decode::GenerationResult result;
-  std::string text;
+  std::string text;       // the reply, or (chat, reasoning format not none) its answer
+  std::string reasoning;  // chat: the thinking (reasoning.h)
   int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
   std::string finish_reason;  // "stop" (eos or a stop string) or "length"
   std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
@@ -139,7 +141,7 @@ struct Generation {
   std::condition_variable changed;
   bool started = false, done = false;
   std::chrono::steady_clock::time_point started_at;
-  std::string fresh_text;     // final text the HTTP thread has not taken yet
+  std::string fresh_text, fresh_reasoning;  // final text the HTTP thread has not taken yet
   Outcome outcome;            // when done without error
   std::exception_ptr error;   // when done with one
   std::atomic<bool> client_gone{false};
@@ -156,7 +158,8 @@ struct Generation {
 
 class Server {
  public:
-  explicit Server(const ServerOptions& o) : o_(o), alias_(o.alias) {
+  explicit Server(const ServerOptions& o)
+      : o_(o), reasoning_format_(parse_reasoning_format(o.reasoning_format, "--reasoning-format")), alias_(o.alias) {
     std::filesystem::path dir = std::filesystem::path(o.model_dir).lexically_normal();
     if (!dir.has_filename()) dir = dir.parent_path();  // "models/qwen3/"
     if (alias_.empty()) alias_ = dir.filename().string();
@@ -180,10 +183,12 @@ class Server {
   void slot_loop();
   // Runs one generation on the slot thread. `emit` gets the text each commit makes final (possibly empty) and
   // returns false once the client has gone away, which ends the generation.
-  Outcome generate(Job& job, const std::function<bool(const std::string&)>& emit);
+  Outcome generate(Job& job, const std::function<bool(const ReplyParts&)>& emit);
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
   json response_json(const Job& job, const Outcome& out) const;
-  json chunk_json(const Job& job, const std::string& text, const json& finish_reason) const;
+  // delta_field: "content", or "reasoning_content" for a chat chunk of thinking.
+  json chunk_json(const Job& job, const std::string& text, const json& finish_reason,
+                  const char* delta_field = "content") const;
   json usage_json(const Outcome& out) const;
   json timings_json(const Outcome& out) const;
   std::string metrics_text() const;
@@ -191,6 +196,7 @@ class Server {
   void guarded(httplib::Response& res, const std::function<void()>& body) const;
 
   ServerOptions o_;
+  ReasoningFormat reasoning_format_;
   std::string alias_;
   httplib::Server http_;
   Model model_;
@@ -285,7 +291,7 @@ Job Server::prepare(const CompletionRequest& request) const {
   return job;
 }
 
-Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>& emit) {
+Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&)>& emit) {
   const Model& m = model();
 
   std::atomic<bool> cancel{false};
@@ -301,13 +307,16 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
   }
   Outcome out;
   StopStrings stops(job.request.stop);
+  ReasoningSplit split(job.request.reasoning_format);
   std::optional<tok::StreamDecoder> decoder;
   if (m.tokenizer) decoder.emplace(*m.tokenizer, /*skip_special=*/true);
   bool client_gone = false, interrupted = false;
-  auto deliver = [&](const std::string& final_text) {
-    out.text += final_text;
-    if (emit && !client_gone && !emit(final_text)) client_gone = true;
+  auto deliver_parts = [&](const ReplyParts& parts) {
+    out.reasoning += parts.reasoning;
+    out.text += parts.content;
+    if (emit && !client_gone && !emit(parts)) client_gone = true;
   };
+  auto deliver = [&](const std::string& final_text) { deliver_parts(split.push(final_text)); };
   // Token by token, so that the text (and the tokens counted for it) end where a stop string completes, however
   // many tokens a DFlash block commits at once.
   decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens) {
@@ -332,6 +341,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const std::string&)>
     if (!stops.stopped()) rest += stops.flush();
     deliver(rest);
   }
+  deliver_parts(split.flush());
   if (stops.stopped()) {
     out.finish_reason = "stop", out.stop_type = "word", out.stopping_word = stops.stopping_word();
   } else if (out.result.stopped) {
@@ -403,9 +413,10 @@ json Server::response_json(const Job& job, const Outcome& out) const {
          {"timings", timings_json(out)}};
   } else {
     json choice = {{"index", 0}};
-    if (job.request.api == Api::kChatCompletions)
+    if (job.request.api == Api::kChatCompletions) {
       choice["message"] = {{"role", "assistant"}, {"content", out.text}};
-    else
+      if (!out.reasoning.empty()) choice["message"]["reasoning_content"] = out.reasoning;
+    } else
       choice["text"] = out.text;
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = out.finish_reason;
@@ -422,11 +433,12 @@ json Server::response_json(const Job& job, const Outcome& out) const {
 }
 
 // One streamed chunk of text (finish_reason null) or the last one (text empty, finish_reason set).
-json Server::chunk_json(const Job& job, const std::string& text, const json& finish_reason) const {
+json Server::chunk_json(const Job& job, const std::string& text, const json& finish_reason,
+                        const char* delta_field) const {
   if (job.request.api == Api::kNativeCompletion) return {{"content", text}, {"id_slot", 0}, {"stop", false}};
   json choice = {{"index", 0}};
   if (job.request.api == Api::kChatCompletions)
-    choice["delta"] = finish_reason.is_null() ? json{{"content", text}} : json::object();
+    choice["delta"] = finish_reason.is_null() ? json{{delta_field, text}} : json::object();
   else
     choice["text"] = text;
   choice["logprobs"] = nullptr;
@@ -488,10 +500,11 @@ void Server::slot_loop() {
     std::exception_ptr error;
     try {
       if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
-      outcome = generate(g->job, [&g](const std::string& text) {
-        if (!text.empty()) {
+      outcome = generate(g->job, [&g](const ReplyParts& parts) {
+        if (!parts.reasoning.empty() || !parts.content.empty()) {
           std::lock_guard<std::mutex> lock(g->mutex);
-          g->fresh_text += text;
+          g->fresh_reasoning += parts.reasoning;
+          g->fresh_text += parts.content;
         }
         g->changed.notify_all();
         return !g->client_gone;
@@ -521,6 +534,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
     defaults.sampling = o_.sampling;
     defaults.random_seed = o_.random_seed;
     defaults.enable_thinking = o_.enable_thinking;
+    defaults.reasoning_format = reasoning_format_;
     std::shared_ptr<Generation> g = submit(prepare(parse_completion_request(parse_body(req.body), api, defaults)));
     using std::chrono::milliseconds;
     if (!g->job.request.stream) {
@@ -586,15 +600,20 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       // ignore, so that a client that has gone away is noticed even before its generation starts.
       const std::string keep_alive = ": waiting\n\n";
       for (;;) {
-        std::unique_lock<std::mutex> lock =
-            g->wait([](const Generation& x) { return x.done || !x.fresh_text.empty(); }, milliseconds(1000));
+        std::unique_lock<std::mutex> lock = g->wait(
+            [](const Generation& x) { return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty(); },
+            milliseconds(1000));
         const bool done = g->done;
-        std::string text;
+        std::string text, reasoning;
         text.swap(g->fresh_text);
+        reasoning.swap(g->fresh_reasoning);
         lock.unlock();
-        const bool written = !text.empty() ? event(chunk_json(job, text, nullptr))
-                             : done       ? true
-                                          : sink.write(keep_alive.data(), keep_alive.size());
+        // the reasoning first: all of it comes before any of the answer
+        bool written = reasoning.empty() || event(chunk_json(job, reasoning, nullptr, "reasoning_content"));
+        if (written)
+          written = !text.empty() ? event(chunk_json(job, text, nullptr))
+                    : done || !reasoning.empty() ? true
+                                                 : sink.write(keep_alive.data(), keep_alive.size());
         if (!written) {
           abandon(g);
           return false;
@@ -688,7 +707,8 @@ void Server::add_routes() {
       json params = {{"n_predict", o_.n_predict},      {"temperature", o_.sampling.temperature},
                      {"top_k", o_.sampling.top_k},      {"top_p", o_.sampling.top_p},
                      {"min_p", o_.sampling.min_p},      {"seed", o_.sampling.seed},
-                     {"enable_thinking", o_.enable_thinking}, {"ignore_eos", o_.ignore_eos}};
+                     {"enable_thinking", o_.enable_thinking}, {"ignore_eos", o_.ignore_eos},
+                     {"reasoning_format", reasoning_format_name(reasoning_format_)}};
       send_json(res, 200, {{"default_generation_settings", {{"n_ctx", m.ctx_size}, {"params", params}}},
                            {"total_slots", 1},
                            {"model_alias", alias_},

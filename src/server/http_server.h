@@ -12,6 +12,9 @@
 // A stream sends an SSE comment line (": waiting") after a second without text, for the same purpose: a client that
 // leaves while its request is queued gives its place back. Shutdown waits at most 5 s for open connections.
 //
+// Chat replies put Qwen3's thinking in reasoning_content (reasoning.h; --reasoning-format, or a request's
+// reasoning_format); stop strings apply to the reply as generated, thinking included, before that split.
+//
 // Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
 // /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,
 // /detokenize, /apply-template; OPTIONS (CORS preflight) everywhere.
@@ -37,6 +40,7 @@ struct ServerOptions {
   bool random_seed = true;          // requests without a seed draw one (false: sampling.seed, set by --seed)
   int64_t max_queue = 32;           // requests that may wait for the slot; past that, 503 at once
   bool enable_thinking = false;     // chat default
+  std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)
   bool ignore_eos = false;
   std::string alias;         // the model id clients see; empty: the model directory's name
   std::string api_key;       // when set, every route but /health needs "Authorization: Bearer KEY"
