@@ -180,6 +180,8 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
     EXPECT_EQ(sum["acceptance_histogram"].size(), 4u);
     EXPECT_EQ(sum["per_position_acceptance"].size(), 3u);
     EXPECT_DOUBLE_EQ(sum["identical_outputs"].get<double>(), 1.0);
+    EXPECT_EQ(j["temperature"], 0.0);  // the sampling the report was made with
+    EXPECT_EQ(j["min_p"], 0.0);
     if (s.name == "gsm8k") EXPECT_DOUBLE_EQ(sum["answers_agree"].get<double>(), 1.0);
     EXPECT_NE(r.out.find("**speedup"), std::string::npos);
     EXPECT_TRUE(fs::exists(md));
@@ -245,6 +247,7 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
       {base + "--dataset humaneval --data " + data("humaneval.jsonl") + " --check-answers --max-samples 1",
        "--check-answers: only gsm8k and math500"},
       {base + "--dataset gsm8k --data " + data("math500.jsonl"), "missing string field 'question'"},
+      {base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --min-p 1.5", "--min-p: must be in [0, 1)"},
       {"diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --max-new-tokens 0",
        "--max-new-tokens: must be at least 1"},
   };

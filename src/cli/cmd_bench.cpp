@@ -157,9 +157,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   b->max_new_tokens = 2048;
   CLI::App* bench = add_common(app, "bench", "plain vs DFlash decoding on a dataset: speedup, tau, acceptance", *b);
   bench->add_option("--max-new-tokens", b->max_new_tokens, "tokens per sample")->capture_default_str();
-  bench->add_option("--temp", b->sampling.temperature, "temperature (0 = greedy)")->capture_default_str();
-  bench->add_option("--top-k", b->sampling.top_k, "top-k (0 = off)")->capture_default_str();
-  bench->add_option("--top-p", b->sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  add_sampling_flags(*bench, b->sampling);
   bench->add_option("--block-size", b->block_size, "DFlash block size (default: the draft's trained size)");
   bench->add_flag("--check-answers", b->check_answers, "gsm8k/math500: compare final boxed answers");
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");

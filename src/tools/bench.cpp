@@ -162,6 +162,9 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["block_size"] = r.block_size;
   j["max_new_tokens"] = r.options.max_new_tokens;
   j["temperature"] = r.options.sampling.temperature;
+  j["top_k"] = r.options.sampling.top_k;
+  j["top_p"] = r.options.sampling.top_p;
+  j["min_p"] = r.options.sampling.min_p;
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
   nlohmann::ordered_json s;
