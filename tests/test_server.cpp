@@ -592,6 +592,49 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   json legacy = chat;
   legacy["reasoning_format"] = "deepseek-legacy";
   EXPECT_EQ(post(s, "/v1/chat/completions", legacy)["choices"][0]["message"]["content"], raw);
+  // Sampled replies with text in the block: seed 37 (16 tokens) is cut off inside it, seed 102 (48 tokens) closes it and
+  // answers, on the CPU build (found by trying seeds). Over HTTP, whole and streamed, the split is ReasoningSplit's
+  // over the reply as generated; deepseek-legacy keeps that reply as the content and streams no reasoning deltas.
+  bool cut_off_seen = false, answer_seen = false;
+  for (auto [seed, max_tokens] : {std::pair{37, 16}, std::pair{102, 48}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    json sampled = chat;
+    sampled.update({{"temperature", 1.0}, {"top_k", 40}, {"max_tokens", max_tokens}, {"seed", seed}});
+    json unsplit = sampled;
+    unsplit["reasoning_format"] = "none";
+    const std::string sampled_raw = post(s, "/v1/chat/completions", unsplit)["choices"][0]["message"]["content"];
+    server::ReasoningSplit split(server::ReasoningFormat::kDeepseek);
+    server::ReplyParts parts = split.push(sampled_raw), rest = split.flush();
+    parts.reasoning += rest.reasoning, parts.content += rest.content;
+    cut_off_seen |= !parts.reasoning.empty() && parts.content.empty();
+    answer_seen |= !parts.reasoning.empty() && !parts.content.empty();
+    json message = post(s, "/v1/chat/completions", sampled)["choices"][0]["message"];
+    EXPECT_EQ(message.value("reasoning_content", ""), parts.reasoning) << sampled_raw;
+    EXPECT_EQ(message["content"], parts.content) << sampled_raw;
+    std::string streamed_reasoning, streamed_content;
+    for (const json& e : post_stream(s, "/v1/chat/completions", sampled)) {
+      if (e == "[DONE]") continue;
+      const json& delta = e["choices"][0]["delta"];
+      if (delta.contains("reasoning_content")) EXPECT_EQ(streamed_content, "") << "reasoning after content";
+      streamed_reasoning += delta.value("reasoning_content", "");
+      streamed_content += delta.value("content", "");
+    }
+    EXPECT_EQ(streamed_reasoning, parts.reasoning);
+    EXPECT_EQ(streamed_content, parts.content);
+    sampled["reasoning_format"] = "deepseek-legacy";
+    message = post(s, "/v1/chat/completions", sampled)["choices"][0]["message"];
+    EXPECT_EQ(message["content"], sampled_raw);
+    EXPECT_EQ(message.value("reasoning_content", ""), parts.reasoning);
+    streamed_content.clear();
+    for (const json& e : post_stream(s, "/v1/chat/completions", sampled)) {
+      if (e == "[DONE]") continue;
+      EXPECT_FALSE(e["choices"][0]["delta"].contains("reasoning_content")) << e;
+      streamed_content += e["choices"][0]["delta"].value("content", "");
+    }
+    EXPECT_EQ(streamed_content, sampled_raw);
+  }
+  EXPECT_TRUE(cut_off_seen && answer_seen) << "the seeds no longer give both kinds of reply on this build: pick others";
+
   // completions return the reply as generated
   json completion = post(s, "/v1/completions", {{"prompt", post(s, "/apply-template", chat)["prompt"]}, {"max_tokens", 32}});
   EXPECT_EQ(completion["choices"][0]["text"], raw);

@@ -125,7 +125,7 @@ struct Job {
 
 struct Outcome {
   decode::GenerationResult result;
-  std::string text;       // the reply, or (chat, reasoning format not none) its answer
+  std::string text;       // the reply, or (chat, deepseek reasoning format) its answer
   std::string reasoning;  // chat: the thinking (reasoning.h)
   int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
   std::string finish_reason;  // "stop" (eos or a stop string) or "length"
@@ -608,7 +608,9 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         text.swap(g->fresh_text);
         reasoning.swap(g->fresh_reasoning);
         lock.unlock();
-        // the reasoning first: all of it comes before any of the answer
+        // deepseek: the reasoning first, as all of it comes before any of the answer; deepseek-legacy streams the
+        // reply whole in content (tags included) and no reasoning deltas, as llama-server does
+        if (job.request.reasoning_format == ReasoningFormat::kDeepseekLegacy) reasoning.clear();
         bool written = reasoning.empty() || event(chunk_json(job, reasoning, nullptr, "reasoning_content"));
         if (written)
           written = !text.empty() ? event(chunk_json(job, text, nullptr))

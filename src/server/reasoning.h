@@ -1,10 +1,12 @@
 // reasoning.h — a chat reply's thinking split from its answer, as llama-server's --reasoning-format does. Qwen3 in
 // thinking mode writes "<think>\n…\n</think>\n\n" before its answer. "deepseek" (and "auto", Qwen3's format) returns
 // the text inside as message.reasoning_content (delta.reasoning_content when streamed) and the answer, without the
-// block, as content; "deepseek-legacy" returns the reasoning too but leaves content whole, tags included; "none"
-// leaves everything in content. Only a think block at the very start of the reply counts (after whitespace); a reply
-// cut off inside it is all reasoning. The whitespace around the reasoning and before the answer is dropped. The split
-// is the same however the text is pushed: a piece that may begin "<think>" or "</think>" is held until it is known.
+// block, as content; "deepseek-legacy" leaves content whole, tags included, and adds reasoning_content to a whole
+// response (a stream carries only the content: the server sends no reasoning deltas, as llama-server); "none" leaves
+// everything in content. Only a think block at the very start of the reply counts (after whitespace); a reply cut off
+// inside it is all reasoning. The whitespace around the reasoning and before the answer is dropped. The split is the
+// same however the text is pushed: leading whitespace, a piece that may begin "<think>" or "</think>", and the
+// reasoning's trailing whitespace are held until their part is known.
 #pragma once
 #include <string>
 #include <string_view>
