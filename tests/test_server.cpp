@@ -642,9 +642,12 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
             "deepseek");
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 
-  ServerProcess off({"-m", demo_dir() + "/target", "--think", "--reasoning-format", "none"});
+  ServerProcess off({"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"enable_thinking\": true}",
+                     "--reasoning-format", "none"});
   ASSERT_GT(off.port(), 0) << off.stderr_text();
   EXPECT_EQ(post(off, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
+  EXPECT_EQ(json::parse(off.client().Get("/props")->body)["default_generation_settings"]["params"]["enable_thinking"],
+            true);
 }
 
 TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
@@ -970,6 +973,10 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "--host", ""}, "--host: empty"},
       {{"-m", demo_dir() + "/target", "--max-queue", "-1"}, "--max-queue"},
       {{"-m", demo_dir() + "/target", "--reasoning-format", "r1"}, "--reasoning-format: expected none"},
+      {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"enable_thinking\": 1}"},
+       "--chat-template-kwargs: enable_thinking must be true or false"},
+      {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"tools\": []}"}, "--chat-template-kwargs: 'tools'"},
+      {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{enable_thinking}"}, "--chat-template-kwargs: not valid JSON"},
   };
   for (const Case& c : cases) {
     ServerProcess s(c.args);

@@ -29,6 +29,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
           ->check(seed_check());
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
+  cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
+                  "JSON object of template parameters for every chat request, as llama-server takes it: "
+                  "{\"enable_thinking\": true|false} (overrides --think)");
   cmd->add_option("--reasoning-format", o->reasoning_format,
                   "chat replies' thinking: none (left in content), deepseek (in reasoning_content), deepseek-legacy "
                   "(both), auto (deepseek)")

@@ -929,8 +929,24 @@ int run_server(const ServerOptions& options) {
   if (options.max_queue < 0 || options.max_queue > 1024)
     fail("--max-queue: must be in 0..1024 (an HTTP thread each), got {}", options.max_queue);
   decode::validate(options.sampling);
+  ServerOptions o = options;
+  if (!o.chat_template_kwargs.empty()) {
+    nlohmann::json kwargs;
+    try {
+      kwargs = nlohmann::json::parse(o.chat_template_kwargs);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("--chat-template-kwargs: not valid JSON ({})", e.what());
+    }
+    if (!kwargs.is_object()) fail("--chat-template-kwargs: expected a JSON object, got {}", kwargs.type_name());
+    for (const auto& [key, value] : kwargs.items()) {
+      if (key != "enable_thinking")
+        fail("--chat-template-kwargs: '{}' is not supported (the built-in Qwen3 template takes enable_thinking)", key);
+      if (!value.is_boolean()) fail("--chat-template-kwargs: enable_thinking must be true or false, got {}", brief(value));
+      o.enable_thinking = value.get<bool>();
+    }
+  }
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects mid-stream is a failed write, not a dead server
-  Server server(options);
+  Server server(o);
   return server.run();
 }
 

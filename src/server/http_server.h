@@ -40,6 +40,7 @@ struct ServerOptions {
   bool random_seed = true;          // requests without a seed draw one (false: sampling.seed, set by --seed)
   int64_t max_queue = 32;           // requests that may wait for the slot; past that, 503 at once
   bool enable_thinking = false;     // chat default
+  std::string chat_template_kwargs;  // llama-server's flag: a JSON object; {"enable_thinking": B} sets the default
   std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)
   bool ignore_eos = false;
   std::string alias;         // the model id clients see; empty: the model directory's name
