@@ -592,8 +592,8 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   json legacy = chat;
   legacy["reasoning_format"] = "deepseek-legacy";
   EXPECT_EQ(post(s, "/v1/chat/completions", legacy)["choices"][0]["message"]["content"], raw);
-  // Sampled replies with text in the block: seed 37 (16 tokens) is cut off inside it, seed 102 (48 tokens) closes it and
-  // answers, on the CPU build (found by trying seeds). Over HTTP, whole and streamed, the split is ReasoningSplit's
+  // Sampled replies with text in the block: seed 37 (16 tokens) is cut off inside it, seed 102 (48 tokens) closes it
+  // and answers, on the CPU build (found by trying seeds). Over HTTP, whole and streamed, the split is ReasoningSplit's
   // over the reply as generated; deepseek-legacy keeps that reply as the content and streams no reasoning deltas.
   bool cut_off_seen = false, answer_seen = false;
   for (auto [seed, max_tokens] : {std::pair{37, 16}, std::pair{102, 48}}) {
