@@ -427,6 +427,19 @@ double metric(const ServerProcess& s, const std::string& name) {
   return std::regex_search(res->body, m, line) ? std::stod(m[1]) : -1;
 }
 
+// The per-position acceptance counters of /metrics (position 1 first).
+std::vector<double> accepted_per_position(const ServerProcess& s) {
+  std::vector<double> values;
+  auto res = s.client().Get("/metrics");
+  if (!res) return values;
+  const std::regex line("\nspecpress:draft_accepted_per_position_total\\{position=\"([0-9]+)\"\\} ([0-9.e+-]+)");
+  for (auto it = std::sregex_iterator(res->body.begin(), res->body.end(), line); it != std::sregex_iterator(); ++it) {
+    EXPECT_EQ(std::stoul((*it)[1]), values.size() + 1) << "positions out of order";
+    values.push_back(std::stod((*it)[2]));
+  }
+  return values;
+}
+
 std::string id_text(const std::vector<int64_t>& ids) {
   std::string s;
   for (int64_t t : ids) s += std::to_string(t) + " ";
@@ -561,6 +574,19 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   EXPECT_EQ(tokens["tokens"].size(), whole["usage"]["prompt_tokens"].get<size_t>());
   EXPECT_EQ(post(s, "/detokenize", {{"tokens", tokens["tokens"]}})["content"], templ["prompt"]);
   EXPECT_EQ(metric(s, "requests_total"), 2);
+  // the DFlash counters: verify steps and per-position acceptance add up to the responses' draft counts
+  const double steps = metric(s, "verify_steps_total");
+  EXPECT_EQ(steps, 2 * whole["timings"]["draft_n"].get<double>() / 15);  // two requests, 15 drafted tokens a step
+  const std::vector<double> per_position = accepted_per_position(s);
+  ASSERT_EQ(per_position.size(), 15u);
+  double accepted = 0;
+  for (size_t i = 0; i < per_position.size(); ++i) {
+    accepted += per_position[i];
+    EXPECT_LE(per_position[i], i == 0 ? steps : per_position[i - 1]) << "position " << i + 1;
+  }
+  EXPECT_EQ(accepted, metric(s, "draft_tokens_accepted_total"));
+  EXPECT_EQ(accepted, 2 * whole["timings"]["draft_n_accepted"].get<double>());
+  EXPECT_GT(per_position[0], 0);
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 

@@ -211,6 +211,8 @@ class Server {
   // metrics
   mutable std::mutex metrics_mutex_;
   int64_t requests_ = 0, prompt_tokens_ = 0, predicted_tokens_ = 0, draft_tokens_ = 0, accepted_tokens_ = 0;
+  int64_t verify_steps_ = 0;
+  std::vector<int64_t> accepted_at_;  // [i - 1]: verify steps that accepted the block's drafted token i
   double prompt_seconds_ = 0, predicted_seconds_ = 0;
 };
 
@@ -359,7 +361,13 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&)>&
     predicted_tokens_ += out.completion_tokens;
     prompt_seconds_ += r.prefill_ms / 1e3;
     predicted_seconds_ += (r.first_draft_ms + r.decode_ms) / 1e3;
-    if (r.block_size > 1) draft_tokens_ += r.drafted_tokens(), accepted_tokens_ += r.accepted_tokens();
+    if (r.block_size > 1) {
+      draft_tokens_ += r.drafted_tokens(), accepted_tokens_ += r.accepted_tokens();
+      verify_steps_ += static_cast<int64_t>(r.acceptance_lengths.size());
+      if (accepted_at_.size() < static_cast<size_t>(r.block_size - 1)) accepted_at_.resize(r.block_size - 1, 0);
+      for (int64_t length : r.acceptance_lengths)  // a + 1: drafted tokens 1..a accepted
+        for (int64_t i = 1; i < length; ++i) ++accepted_at_[i - 1];
+    }
   }
   std::string spec;
   if (r.block_size > 1) spec = fmt::format(", tau {:.2f}", r.mean_acceptance_length());
@@ -672,6 +680,17 @@ std::string Server::metrics_text() const {
   metric("draft_tokens_total", "counter", "Tokens proposed by the DFlash draft.", static_cast<double>(draft_tokens_));
   metric("draft_tokens_accepted_total", "counter", "Draft tokens accepted by the target.",
          static_cast<double>(accepted_tokens_));
+  metric("verify_steps_total", "counter", "DFlash verify steps (a block each; tau = 1 + accepted / steps).",
+         static_cast<double>(verify_steps_));
+  // per block position, as vLLM's spec_decode_num_accepted_tokens_per_pos: from the block size once loaded
+  const size_t positions = std::max(accepted_at_.size(), ready_ && model_.draft ? static_cast<size_t>(model_.reserve - 1) : 0);
+  if (positions > 0) {
+    s += "# HELP specpress:draft_accepted_per_position_total Verify steps that accepted the drafted token at this block "
+         "position (1: the first after the bonus token).\n# TYPE specpress:draft_accepted_per_position_total counter\n";
+    for (size_t i = 0; i < positions; ++i)
+      s += fmt::format("specpress:draft_accepted_per_position_total{{position=\"{}\"}} {}\n", i + 1,
+                       i < accepted_at_.size() ? accepted_at_[i] : 0);
+  }
   std::lock_guard<std::mutex> queue_lock(queue_mutex_);
   metric("requests_processing", "gauge", "Generations running (0 or 1).", busy_ ? 1.0 : 0.0);
   metric("requests_deferred", "gauge", "Generations waiting for the slot.", static_cast<double>(queue_.size()));
