@@ -683,7 +683,8 @@ std::string Server::metrics_text() const {
   metric("verify_steps_total", "counter", "DFlash verify steps (a block each; tau = 1 + accepted / steps).",
          static_cast<double>(verify_steps_));
   // per block position, as vLLM's spec_decode_num_accepted_tokens_per_pos: from the block size once loaded
-  const size_t positions = std::max(accepted_at_.size(), ready_ && model_.draft ? static_cast<size_t>(model_.reserve - 1) : 0);
+  const size_t block_positions = ready_ && model_.draft ? static_cast<size_t>(model_.reserve - 1) : 0;
+  const size_t positions = std::max(accepted_at_.size(), block_positions);
   if (positions > 0) {
     s += "# HELP specpress:draft_accepted_per_position_total Verify steps that accepted the drafted token at this block "
          "position (1: the first after the bonus token).\n# TYPE specpress:draft_accepted_per_position_total counter\n";
@@ -960,7 +961,8 @@ int run_server(const ServerOptions& options) {
     for (const auto& [key, value] : kwargs.items()) {
       if (key != "enable_thinking")
         fail("--chat-template-kwargs: '{}' is not supported (the built-in Qwen3 template takes enable_thinking)", key);
-      if (!value.is_boolean()) fail("--chat-template-kwargs: enable_thinking must be true or false, got {}", brief(value));
+      if (!value.is_boolean())
+        fail("--chat-template-kwargs: enable_thinking must be true or false, got {}", brief(value));
       o.enable_thinking = value.get<bool>();
     }
   }

@@ -66,7 +66,8 @@ void ReasoningSplit::advance(ReplyParts& out, bool end) {
       case State::kStart: {
         const size_t first = held_.find_first_not_of(kSpace);
         if (first == std::string::npos && !end) return;  // only whitespace so far
-        const std::string_view rest = first == std::string::npos ? std::string_view() : std::string_view(held_).substr(first);
+        const std::string_view rest =
+            first == std::string::npos ? std::string_view() : std::string_view(held_).substr(first);
         if (rest.starts_with(kOpen)) {
           held_.erase(0, first + kOpen.size());
           state_ = State::kThinkingStart;
