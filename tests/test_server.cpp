@@ -302,13 +302,22 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": 5, "content": "x"}]})", "'role' must be a string"},
       {R"({"messages": [{"role": "user", "content": "x", "name": 5}]})", "messages[0].name"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "field 'tools'"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "'foo'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "\"foo\" is not"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "r1"})", "field 'reasoning_format': expected"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": 1})", "field 'reasoning_format'"},
   };
   for (const auto& [body, expected] : chat)
     EXPECT_NE(parse_error(body, server::Api::kChatCompletions).find(expected), std::string::npos)
         << body << ": " << parse_error(body, server::Api::kChatCompletions);
+  // a long bad value is shortened in the message, not echoed whole
+  const std::string long_value(100000, 'x');
+  for (const json& body : {json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"reasoning_format", long_value}},
+                           json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                {"chat_template_kwargs", {{long_value, true}}}}}) {
+    const std::string error = parse_error(body.dump(), server::Api::kChatCompletions);
+    EXPECT_LT(error.size(), 200u) << error.substr(0, 200);
+    EXPECT_NE(error.find("..."), std::string::npos) << error.substr(0, 200);
+  }
   EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).find("'n_predict'"),
             std::string::npos);
 }
@@ -1001,7 +1010,8 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "--reasoning-format", "r1"}, "--reasoning-format: expected none"},
       {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"enable_thinking\": 1}"},
        "--chat-template-kwargs: enable_thinking must be true or false"},
-      {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"tools\": []}"}, "--chat-template-kwargs: 'tools'"},
+      {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"tools\": []}"}, "--chat-template-kwargs: \"tools\""},
+      {{"-m", demo_dir() + "/target", "--chat-template-kwargs", ""}, "--chat-template-kwargs: expected a JSON object"},
       {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{enable_thinking}"}, "--chat-template-kwargs: not valid JSON"},
   };
   for (const Case& c : cases) {

@@ -29,12 +29,12 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
           ->check(seed_check());
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
-  cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
-                  "JSON object of template parameters for every chat request, as llama-server takes it: "
-                  "{\"enable_thinking\": true|false} (overrides --think)");
+  [[maybe_unused]] CLI::Option* kwargs = cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
+                                        "JSON object of template parameters for every chat request, as llama-server "
+                                        "takes it: {\"enable_thinking\": true|false} (overrides --think)");
   cmd->add_option("--reasoning-format", o->reasoning_format,
                   "chat replies' thinking: none (left in content), deepseek (in reasoning_content), deepseek-legacy "
-                  "(both), auto (deepseek)")
+                  "(content whole; reasoning_content too in whole responses), auto (deepseek)")
       ->capture_default_str();
   cmd->add_flag("--ignore-eos", o->ignore_eos, "never stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
@@ -48,8 +48,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   add_compression_flags(*cmd, o->compress, o->policy);
 #ifdef SPECPRESS_HAVE_SERVER
-  cmd->callback([&run, o, seed]() {
+  cmd->callback([&run, o, seed, kwargs]() {
     o->random_seed = seed->count() == 0;
+    o->chat_template_kwargs_given = kwargs->count() > 0;
     run = [o]() { return server::run_server(*o); };
   });
 #else

@@ -188,8 +188,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       if (!v.is_object()) fail("field 'chat_template_kwargs': expected an object, got {}", v.type_name());
       for (const auto& [k, o] : v.items()) {
         if (k != "enable_thinking")
-          fail("field 'chat_template_kwargs': '{}' is not supported (the built-in Qwen3 template takes "
-               "enable_thinking)", k);
+          fail("field 'chat_template_kwargs': {} is not supported (the built-in Qwen3 template takes "
+               "enable_thinking)", brief(json(k)));
         r.enable_thinking = bool_field(o, "chat_template_kwargs.enable_thinking");
       }
     } else if (key == "reasoning_format" && chat) {

@@ -950,7 +950,8 @@ int run_server(const ServerOptions& options) {
     fail("--max-queue: must be in 0..1024 (an HTTP thread each), got {}", options.max_queue);
   decode::validate(options.sampling);
   ServerOptions o = options;
-  if (!o.chat_template_kwargs.empty()) {
+  if (o.chat_template_kwargs_given) {
+    if (o.chat_template_kwargs.empty()) fail("--chat-template-kwargs: expected a JSON object, found an empty string");
     nlohmann::json kwargs;
     try {
       kwargs = nlohmann::json::parse(o.chat_template_kwargs);
@@ -960,7 +961,8 @@ int run_server(const ServerOptions& options) {
     if (!kwargs.is_object()) fail("--chat-template-kwargs: expected a JSON object, got {}", kwargs.type_name());
     for (const auto& [key, value] : kwargs.items()) {
       if (key != "enable_thinking")
-        fail("--chat-template-kwargs: '{}' is not supported (the built-in Qwen3 template takes enable_thinking)", key);
+        fail("--chat-template-kwargs: {} is not supported (the built-in Qwen3 template takes enable_thinking)",
+             brief(nlohmann::json(key)));
       if (!value.is_boolean())
         fail("--chat-template-kwargs: enable_thinking must be true or false, got {}", brief(value));
       o.enable_thinking = value.get<bool>();

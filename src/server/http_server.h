@@ -41,6 +41,7 @@ struct ServerOptions {
   int64_t max_queue = 32;           // requests that may wait for the slot; past that, 503 at once
   bool enable_thinking = false;     // chat default
   std::string chat_template_kwargs;  // llama-server's flag: a JSON object; {"enable_thinking": B} sets the default
+  bool chat_template_kwargs_given = false;  // the flag was given (an empty value is refused)
   std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)
   bool ignore_eos = false;
   std::string alias;         // the model id clients see; empty: the model directory's name

@@ -32,7 +32,9 @@ ReasoningFormat parse_reasoning_format(const std::string& value, const std::stri
   if (value == "none") return ReasoningFormat::kNone;
   if (value == "deepseek" || value == "auto") return ReasoningFormat::kDeepseek;
   if (value == "deepseek-legacy") return ReasoningFormat::kDeepseekLegacy;
-  fail("{}: expected none, deepseek, deepseek-legacy or auto, got '{}'", what, value);
+  // at most 40 bytes of the value: a request's field may be of any length
+  fail("{}: expected none, deepseek, deepseek-legacy or auto, got '{}'", what,
+       value.size() <= 40 ? value : value.substr(0, 37) + "...");
 }
 
 const char* reasoning_format_name(ReasoningFormat format) {
