@@ -87,6 +87,8 @@ struct GenerationResult {
   double mean_acceptance_length() const;  // tau of this generation
   int64_t drafted_tokens() const;         // draft_n: tokens proposed (block - 1 per step)
   int64_t accepted_tokens() const;        // draft_n_accepted
+  // steps that accepted the drafted token at position i (1-based, index i-1): steps with a >= i
+  std::vector<int64_t> accepted_per_position() const;
   // acceptance rate at draft position i (1-based, index i-1): fraction of steps with a >= i
   std::vector<double> per_position_acceptance() const;
 };

@@ -21,12 +21,19 @@ int64_t GenerationResult::accepted_tokens() const {
   return n;
 }
 
-std::vector<double> GenerationResult::per_position_acceptance() const {
-  std::vector<double> rate(block_size > 1 ? block_size - 1 : 0, 0.0);
-  if (acceptance_lengths.empty()) return rate;
+std::vector<int64_t> GenerationResult::accepted_per_position() const {
+  std::vector<int64_t> count(block_size > 1 ? block_size - 1 : 0, 0);
   for (int64_t len : acceptance_lengths)
-    for (int64_t i = 1; i < len && i <= static_cast<int64_t>(rate.size()); ++i) rate[i - 1] += 1.0;
-  for (auto& r : rate) r /= static_cast<double>(acceptance_lengths.size());
+    for (int64_t i = 1; i < len && i <= static_cast<int64_t>(count.size()); ++i) ++count[i - 1];
+  return count;
+}
+
+std::vector<double> GenerationResult::per_position_acceptance() const {
+  const std::vector<int64_t> count = accepted_per_position();
+  std::vector<double> rate(count.size(), 0.0);
+  if (acceptance_lengths.empty()) return rate;
+  for (size_t i = 0; i < count.size(); ++i)
+    rate[i] = static_cast<double>(count[i]) / static_cast<double>(acceptance_lengths.size());
   return rate;
 }
 

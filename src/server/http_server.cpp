@@ -364,9 +364,9 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&)>&
     if (r.block_size > 1) {
       draft_tokens_ += r.drafted_tokens(), accepted_tokens_ += r.accepted_tokens();
       verify_steps_ += static_cast<int64_t>(r.acceptance_lengths.size());
-      if (accepted_at_.size() < static_cast<size_t>(r.block_size - 1)) accepted_at_.resize(r.block_size - 1, 0);
-      for (int64_t length : r.acceptance_lengths)  // a + 1: drafted tokens 1..a accepted
-        for (int64_t i = 1; i < length; ++i) ++accepted_at_[i - 1];
+      const std::vector<int64_t> accepted_at = r.accepted_per_position();
+      if (accepted_at_.size() < accepted_at.size()) accepted_at_.resize(accepted_at.size(), 0);
+      for (size_t i = 0; i < accepted_at.size(); ++i) accepted_at_[i] += accepted_at[i];
     }
   }
   std::string spec;
