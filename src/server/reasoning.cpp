@@ -3,9 +3,9 @@
 // and a possible partial tag held), the answer's start (whitespace dropped), the answer.
 #include "server/reasoning.h"
 
-#include <algorithm>
 
 #include "core/error.h"
+#include "server/stop_strings.h"
 
 namespace specpress::server {
 namespace {
@@ -17,13 +17,6 @@ bool is_space(char c) { return kSpace.find(c) != std::string_view::npos; }
 std::string_view rstrip(std::string_view s) {
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-// The length of the longest proper prefix of `tag` that `s` ends with.
-size_t partial_tag_at_end(std::string_view s, std::string_view tag) {
-  for (size_t n = std::min(tag.size() - 1, s.size()); n > 0; --n)
-    if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
-  return 0;
 }
 
 }  // namespace
@@ -102,7 +95,7 @@ void ReasoningSplit::advance(ReplyParts& out, bool end) {
           return;
         }
         // Hold back what may begin "</think>" and the whitespace before it (dropped if the tag follows).
-        size_t cut = held_.size() - partial_tag_at_end(held_, kClose);
+        size_t cut = held_.size() - partial_match_at_end(held_, kClose);
         while (cut > 0 && is_space(held_[cut - 1])) --cut;
         out.reasoning.append(held_, 0, cut);
         held_.erase(0, cut);

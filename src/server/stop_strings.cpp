@@ -6,6 +6,12 @@
 
 namespace specpress::server {
 
+size_t partial_match_at_end(std::string_view text, std::string_view word) {
+  for (size_t n = std::min(word.empty() ? 0 : word.size() - 1, text.size()); n > 0; --n)
+    if (text.substr(text.size() - n) == word.substr(0, n)) return n;
+  return 0;
+}
+
 std::string StopStrings::push(std::string_view text) {
   if (stopped_) return {};
   held_.append(text);
@@ -29,14 +35,7 @@ std::string StopStrings::push(std::string_view text) {
   }
   // Hold back the longest tail of held_ that is a proper prefix of some stop string.
   size_t keep = 0;
-  for (const std::string& stop : stops_) {
-    for (size_t n = std::min(stop.size() - 1, held_.size()); n > keep; --n) {
-      if (held_.compare(held_.size() - n, n, stop, 0, n) == 0) {
-        keep = n;
-        break;
-      }
-    }
-  }
+  for (const std::string& stop : stops_) keep = std::max(keep, partial_match_at_end(held_, stop));
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return out;

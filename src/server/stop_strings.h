@@ -8,6 +8,9 @@
 
 namespace specpress::server {
 
+// The length of the longest proper prefix of `word` that `text` ends with (text that may still become `word`).
+size_t partial_match_at_end(std::string_view text, std::string_view word);
+
 class StopStrings {
  public:
   // `stops` must be non-empty strings (the request parser checks); none means every push is released whole.
