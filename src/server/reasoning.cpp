@@ -3,7 +3,6 @@
 // and a possible partial tag held), the answer's start (whitespace dropped), the answer.
 #include "server/reasoning.h"
 
-
 #include "core/error.h"
 #include "server/stop_strings.h"
 
