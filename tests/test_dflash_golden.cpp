@@ -114,7 +114,7 @@ TEST_F(DFlashGolden, CancelEndsTheGenerationAfterTheCommitInProgress) {
       decode::GenerationParams p = full_params;
       p.cancel = &cancel;
       int64_t seen = 0, commits_after_cancel = 0;
-      decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens) {
+      decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens, const auto&) {
         if (cancel) ++commits_after_cancel;
         seen += static_cast<int64_t>(tokens.size());
         if (seen >= after) cancel = true;

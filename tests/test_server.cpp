@@ -9,6 +9,7 @@
 #include <chrono>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #ifdef SPECPRESS_HAVE_SERVER
 #include <arpa/inet.h>
@@ -246,6 +247,35 @@ TEST(ServerRequest, FieldsAndDefaults) {
                    .random_seed);
 }
 
+// logprobs in each API's own fields: chat's logprobs and top_logprobs, completions' logprobs, llama.cpp's n_probs.
+TEST(ServerRequest, LogprobsFieldsOfEachApi) {
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  auto chat = [&](const std::string& fields) { return "{" + messages + fields + "}"; };
+  const auto kChat = server::Api::kChatCompletions, kNative = server::Api::kNativeCompletion;
+  EXPECT_EQ(parse(chat(""), kChat).logprobs, -1);
+  EXPECT_EQ(parse(chat(R"(, "logprobs": false)"), kChat).logprobs, -1);
+  EXPECT_EQ(parse(chat(R"(, "logprobs": true)"), kChat).logprobs, 0);
+  EXPECT_EQ(parse(chat(R"(, "top_logprobs": 20, "logprobs": true)"), kChat).logprobs, 20);
+  EXPECT_EQ(parse(chat(R"(, "logprobs": true, "top_logprobs": null)"), kChat).logprobs, 0);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 0})").logprobs, 0);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 5})").logprobs, 5);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": null})").logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "n_probs": 0})", kNative).logprobs, -1);  // llama.cpp: 0 = none
+  EXPECT_EQ(parse(R"({"prompt": "x", "n_probs": 3})", kNative).logprobs, 3);
+  const std::vector<std::tuple<std::string, server::Api, std::string>> bad = {
+      {chat(R"(, "top_logprobs": 2)"), kChat, "field 'top_logprobs': only allowed with \"logprobs\": true"},
+      {chat(R"(, "logprobs": false, "top_logprobs": 2)"), kChat, "only allowed with \"logprobs\": true"},
+      {chat(R"(, "logprobs": 1)"), kChat, "field 'logprobs': expected true or false"},
+      {chat(R"(, "logprobs": true, "top_logprobs": 21)"), kChat, "field 'top_logprobs': must be 0..20, got 21"},
+      {chat(R"(, "logprobs": true, "top_logprobs": -1)"), kChat, "field 'top_logprobs': must be 0..20"},
+      {R"({"prompt": "x", "logprobs": 2})", kNative, "unknown field 'logprobs'"},
+      {R"({"prompt": "x", "n_probs": 99})", kNative, "field 'n_probs': must be 0..20"},
+      {R"({"prompt": "x", "n_probs": 1.5})", kNative, "field 'n_probs': expected an integer"},
+  };
+  for (const auto& [body, api, expected] : bad)
+    EXPECT_NE(parse_error(body, api).find(expected), std::string::npos) << body << ": " << parse_error(body, api);
+}
+
 TEST(ServerRequest, DeepNestingIsRefusedWhileParsing) {
   const int depth = 100000;  // copied or printed recursively, this overflowed the stack
   const std::string body = R"({"prompt": "x", "n": )" + std::string(depth, '[') + std::string(depth, ']') + "}";
@@ -284,7 +314,10 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "only allowed with \"stream\": true"},
       {R"({"prompt": "x", "n": 2})", "field 'n': more than one completion"},
       {R"({"prompt": "x", "echo": true})", "field 'echo'"},
-      {R"({"prompt": "x", "logprobs": 5})", "field 'logprobs'"},
+      {R"({"prompt": "x", "logprobs": 21})", "field 'logprobs': must be 0..20"},
+      {R"({"prompt": "x", "logprobs": true})", "field 'logprobs': expected an integer 0..20"},
+      {R"({"prompt": "x", "top_logprobs": 2})", "unknown field 'top_logprobs'"},
+      {R"({"prompt": "x", "n_probs": 2})", "unknown field 'n_probs'"},
       {R"({"prompt": "x", "presence_penalty": 0.5})", "field 'presence_penalty'"},
       {R"({"prompt": "x", "logit_bias": {"1": 5}})", "field 'logit_bias'"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
@@ -683,6 +716,135 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   EXPECT_EQ(post(off, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
   EXPECT_EQ(json::parse(off.client().Get("/props")->body)["default_generation_settings"]["params"]["enable_thinking"],
             true);
+}
+
+// The bytes of a token entry ("bytes": [...]) as a string.
+std::string entry_bytes(const json& entry) {
+  std::string b;
+  for (const json& v : entry["bytes"]) b += static_cast<char>(v.get<int>());
+  return b;
+}
+
+// Logprobs over HTTP, whole and streamed, in each API's form, against `specpress generate --json --logprobs` (the same
+// engine and greedy output) and against plain decoding (DFlash reports the target's own distribution).
+TEST(ServerHttp, LogprobsInEveryApiWholeAndStreamedEqualGenerates) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
+  const std::string args = std::string(" -p \"") + kQuestion + "\" --chat -n 24 --json --logprobs 3";
+  CommandResult cli = run_specpress("generate " + pair + args);
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  const json expected = json::parse(cli.out)["logprobs"];
+  CommandResult plain_cli = run_specpress("generate -m " + demo_dir() + "/target" + args);
+  ASSERT_EQ(plain_cli.exit_code, 0) << plain_cli.err;
+  const json plain = json::parse(plain_cli.out)["logprobs"];
+  ASSERT_EQ(expected.size(), 24u);
+  ASSERT_EQ(plain.size(), 24u);
+  for (size_t i = 0; i < expected.size(); ++i) {  // DFlash's logprobs are plain decoding's
+    EXPECT_EQ(expected[i]["id"], plain[i]["id"]) << i;
+    EXPECT_NEAR(expected[i]["logprob"].get<double>(), plain[i]["logprob"].get<double>(), 1e-4) << i;
+    ASSERT_EQ(expected[i]["top_logprobs"].size(), 3u) << i;
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_NEAR(expected[i]["top_logprobs"][k]["logprob"].get<double>(),
+                  plain[i]["top_logprobs"][k]["logprob"].get<double>(), 1e-4) << i << " " << k;
+  }
+  CommandResult refused = run_specpress("generate " + pair + " -p hi --logprobs 2");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("--logprobs: needs --json"), std::string::npos) << refused.err;
+
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 24},
+                     {"logprobs", true}, {"top_logprobs", 3}};
+  // chat, whole: OpenAI's content list, one entry a returned token
+  json whole = post(s, "/v1/chat/completions", chat);
+  const json content = whole["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), whole["usage"]["completion_tokens"].get<size_t>());
+  ASSERT_EQ(content.size(), expected.size());
+  std::string token_text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    EXPECT_EQ(content[i]["token"], expected[i]["token"]) << i;
+    EXPECT_EQ(content[i]["bytes"], expected[i]["bytes"]) << i;
+    EXPECT_NEAR(content[i]["logprob"].get<double>(), expected[i]["logprob"].get<double>(), 1e-6) << i;
+    ASSERT_EQ(content[i]["top_logprobs"].size(), 3u) << i;
+    EXPECT_EQ(content[i]["top_logprobs"][0]["token"], content[i]["token"]) << i << ": greedy takes the likeliest";
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(content[i]["top_logprobs"][k]["token"], expected[i]["top_logprobs"][k]["token"]) << i << " " << k;
+      EXPECT_FALSE(content[i]["top_logprobs"][k].contains("id")) << "OpenAI's entries have no id";
+    }
+    token_text += entry_bytes(content[i]);
+  }
+  ASSERT_EQ(whole["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(token_text, whole["choices"][0]["message"]["content"]);
+  // chat, streamed: the chunks' entries add up to the whole's, and never trail the text they came with
+  json streamed_content = json::array();
+  std::string streamed_text, streamed_tokens;
+  for (const json& e : post_stream(s, "/v1/chat/completions", chat)) {
+    if (e == "[DONE]" || e["choices"].empty()) continue;
+    const json& choice = e["choices"][0];
+    streamed_text += choice["delta"].value("content", "");
+    if (choice["logprobs"].is_null()) continue;
+    for (const json& entry : choice["logprobs"]["content"]) {
+      streamed_content.push_back(entry);
+      streamed_tokens += entry_bytes(entry);
+    }
+    EXPECT_EQ(streamed_tokens.rfind(streamed_text, 0), 0u) << "text '" << streamed_text << "' ahead of its tokens";
+  }
+  EXPECT_EQ(streamed_content, content);
+  EXPECT_EQ(streamed_text, token_text);
+  // without logprobs: null, as before
+  json no_logprobs = chat;
+  no_logprobs.erase("logprobs");
+  no_logprobs.erase("top_logprobs");
+  EXPECT_TRUE(post(s, "/v1/chat/completions", no_logprobs)["choices"][0]["logprobs"].is_null());
+
+  // completions on the same prompt: the legacy columns; top_logprobs maps the top 2 and the chosen token
+  const json prompt = post(s, "/apply-template", {{"messages", chat["messages"]}})["prompt"];
+  const json completion_request = {{"prompt", prompt}, {"max_tokens", 24}, {"logprobs", 2}};
+  json completion = post(s, "/v1/completions", completion_request);
+  const json columns = completion["choices"][0]["logprobs"];
+  ASSERT_EQ(columns["tokens"].size(), 24u);
+  int64_t offset = 0;
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(columns["tokens"][i], content[i]["token"]) << i;
+    EXPECT_NEAR(columns["token_logprobs"][i].get<double>(), content[i]["logprob"].get<double>(), 1e-6) << i;
+    const json& top = columns["top_logprobs"][i];
+    EXPECT_EQ(top.size(), 2u) << i << ": greedy's token is the likeliest, so no third entry";
+    EXPECT_TRUE(top.contains(content[i]["token"].get<std::string>())) << i;
+    EXPECT_EQ(columns["text_offset"][i], offset) << i;
+    offset += static_cast<int64_t>(content[i]["token"].get<std::string>().size());  // ASCII text
+  }
+  json tokens = json::array();
+  for (const json& e : post_stream(s, "/v1/completions", completion_request)) {
+    if (e == "[DONE]" || e["choices"][0]["logprobs"].is_null()) continue;
+    const json& chunk = e["choices"][0]["logprobs"];
+    EXPECT_EQ(chunk["text_offset"][0], columns["text_offset"][tokens.size()]) << "offsets run on across chunks";
+    for (const json& t : chunk["tokens"]) tokens.push_back(t);
+  }
+  EXPECT_EQ(tokens, columns["tokens"]);
+  // a stop string ends the entries with the token that completes it, as the usage counts
+  const std::string text = completion["choices"][0]["text"];
+  json stopped_request = completion_request;
+  stopped_request["stop"] = text.substr(text.size() / 2, 3);
+  json stopped = post(s, "/v1/completions", stopped_request);
+  EXPECT_LT(stopped["usage"]["completion_tokens"].get<int>(), 24);
+  EXPECT_EQ(stopped["choices"][0]["logprobs"]["tokens"].size(), stopped["usage"]["completion_tokens"].get<size_t>());
+
+  // llama.cpp's /completion with n_probs: generate's entries, ids included
+  json native = post(s, "/completion", {{"prompt", prompt}, {"n_predict", 24}, {"n_probs", 3}});
+  const json probabilities = native["completion_probabilities"];
+  ASSERT_EQ(probabilities.size(), 24u);
+  for (size_t i = 0; i < 24; ++i) {
+    EXPECT_EQ(probabilities[i]["id"], expected[i]["id"]) << i;
+    EXPECT_EQ(probabilities[i]["top_logprobs"].size(), 3u) << i;
+    EXPECT_EQ(probabilities[i]["top_logprobs"][1]["id"], expected[i]["top_logprobs"][1]["id"]) << i;
+  }
+  json native_streamed = json::array();
+  for (const json& e : post_stream(s, "/completion", {{"prompt", prompt}, {"n_predict", 24}, {"n_probs", 3}}))
+    if (e != "[DONE]")
+      for (const json& entry : e.value("completion_probabilities", json::array())) native_streamed.push_back(entry);
+  EXPECT_EQ(native_streamed, probabilities);
+  EXPECT_FALSE(post(s, "/completion", {{"prompt", prompt}, {"n_predict", 4}}).contains("completion_probabilities"));
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
 TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {

@@ -1,6 +1,7 @@
 // cmd_generate.cpp — `specpress generate -m TARGET [-md DRAFT] (--prompt-ids IDS | -p TEXT) -n N ...`.
 // Streams committed tokens to stdout (ids, or text when the model directory has a tokenizer), prints
-// llama.cpp-style timings to stderr, and with --json prints one JSON object to stdout instead.
+// llama.cpp-style timings to stderr, and with --json prints one JSON object to stdout instead (with --logprobs,
+// each output token's log-probability in llama.cpp's completion_probabilities form).
 #include "cli/cmd_generate.h"
 
 #include <c10/core/InferenceMode.h>
@@ -16,6 +17,7 @@
 #include "decode/generation.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
+#include "server/logprobs_json.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/utf8.h"
 #include "tools/prompting.h"
@@ -32,6 +34,7 @@ struct GenerateOptions {
   std::string device = "cpu", dtype = "f32";
   int64_t n_predict = 128;
   int64_t block_size = 0;
+  int64_t logprobs = -1;
   bool ignore_eos = false, json = false, reference_path = false;
   decode::SamplingParams sampling;
 };
@@ -82,6 +85,8 @@ int run_generate(const GenerateOptions& o) {
   params.sampling = o.sampling;
   params.block_size = o.block_size;
   params.record_steps = o.json;
+  if (o.logprobs != -1 && !o.json) fail("--logprobs: needs --json (the log-probabilities are printed in its object)");
+  params.logprobs = o.logprobs;
   if (!o.stop_ids.empty()) {
     params.stop_ids = parse_id_list(o.stop_ids, "--stop-ids");
   } else if (!o.ignore_eos) {
@@ -108,7 +113,7 @@ int run_generate(const GenerateOptions& o) {
   }
   decode::TokenCallback stream;
   if (!o.json) {
-    stream = [&](const std::vector<int64_t>& tokens) {
+    stream = [&](const std::vector<int64_t>& tokens, const std::vector<decode::TokenLogprob>&) {
       for (int64_t t : tokens) {
         if (!text_stream) {
           std::printf("%lld ", static_cast<long long>(t));
@@ -130,6 +135,11 @@ int run_generate(const GenerateOptions& o) {
       tools::DecodedText text = tools::decode_output(*tokenizer, result.output_ids);
       j["text"] = text.text;
       if (text.dropped_ids > 0) j["ids_outside_tokenizer"] = text.dropped_ids;
+    }
+    if (params.logprobs >= 0) {
+      std::vector<server::LoggedToken> tokens;
+      for (size_t i = 0; i < result.output_ids.size(); ++i) tokens.push_back({result.output_ids[i], result.logprobs[i]});
+      j["logprobs"] = server::LogprobsJson(tokenizer).native(tokens);
     }
     if (compressor) j["compression"] = compression_json(*compressor);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -175,6 +185,9 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   cmd->add_flag("--json", o->json, "print one JSON object with output_ids, timings and statistics");
+  cmd->add_option("--logprobs", o->logprobs,
+                  "with --json: each output token's log-probability under the target and its N most likely "
+                  "alternatives (0..20)");
   add_compression_flags(*cmd, o->compress, o->policy);
   cmd->callback([&run, o]() { run = [o]() { return run_generate(*o); }; });
 }

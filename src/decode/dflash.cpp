@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "decode/generation.h"
+#include "decode/logprobs.h"
 #include "decode/output.h"
 
 namespace specpress::decode {
@@ -45,6 +46,8 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, target_cache,
                                             {false, dc.target_layer_ids, false});
   int64_t bonus = sampler.sample(out.logits)[0];
+  BlockLogprobs logprobs(params);
+  logprobs.first_bonus(out.logits, bonus);
   at::Tensor context_features = out.taps;  // rows for positions draft_cache.length .. start-1
   result.prefill_ms = elapsed_ms(t0);
 
@@ -94,11 +97,11 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
       params.observer->on_commit(target_cache, span);
     }
     context_features = out.taps.narrow(0, 0, a + 1);
-    const bool more = output.commit(committed);
+    const bool more = output.commit(committed, logprobs.commit(out.logits, posterior, a));
     // The reference checks for a stop token in everything written so far, the new bonus included.
     if (!more) break;
     if (start >= max_length || std::find(params.stop_ids.begin(), params.stop_ids.end(), bonus) != params.stop_ids.end()) {
-      output.commit({bonus});
+      output.commit({bonus}, logprobs.bonus());
       break;
     }
   }

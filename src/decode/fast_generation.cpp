@@ -55,11 +55,13 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
 
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
-  int64_t next = sampler.sample(engine.prefill(prompt))[0];
+  const at::Tensor prefill_logits = engine.prefill(prompt);
+  int64_t next = sampler.sample(prefill_logits)[0];
+  std::vector<TokenLogprob> next_logprobs = logprobs_if_asked(params, prefill_logits, {next});
   result.prefill_ms = elapsed_ms(t0);
 
   auto t1 = std::chrono::steady_clock::now();
-  if (greedy && pipelined_loops()) {
+  if (greedy && pipelined_loops() && params.logprobs < 0) {
     // Pipelined: step s + 1 (its input is step s's argmax, already on the device) is queued before step s's
     // token is read, so the GPU never waits for the host. A step is queued only while the output has room
     // for two more tokens (as many steps as the synchronous loop runs at most); after a stop token the one
@@ -81,11 +83,17 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
     return result;
   }
   bool first = true;
-  while (output.commit({next})) {
+  while (output.commit({next}, next_logprobs)) {
     if (first || !greedy) engine.set_token(next);  // greedy: the graph's argmax already is the next input
     first = false;
     engine.decode_step();
-    next = greedy ? engine.read_token() : sampler.sample(engine.decode_logits())[0];
+    if (greedy && params.logprobs < 0) {
+      next = engine.read_token();
+    } else {
+      const at::Tensor logits = engine.decode_logits();
+      next = greedy ? engine.read_token() : sampler.sample(logits)[0];
+      next_logprobs = logprobs_if_asked(params, logits, {next});
+    }
   }
   result.decode_ms = elapsed_ms(t1);
   return result;
@@ -112,7 +120,10 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
 
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
-  int64_t bonus = sampler.sample(engine.prefill(prompt))[0];
+  const at::Tensor prefill_logits = engine.prefill(prompt);
+  int64_t bonus = sampler.sample(prefill_logits)[0];
+  BlockLogprobs logprobs(params);
+  logprobs.first_bonus(prefill_logits, bonus);
   result.prefill_ms = elapsed_ms(t0);
 
   // The first draft call consumes every prompt row; like the reference, it is timed apart from decoding.
@@ -125,7 +136,7 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
 
   int64_t start = N;
   std::vector<int64_t> block(B), posterior(B);
-  if (greedy && pipelined_loops()) {
+  if (greedy && pipelined_loops() && !logprobs.on()) {
     // Pipelined: cycle k + 1 (draft, verify, accept: everything it needs is on the device after cycle k's
     // accept) is queued before cycle k's record is read, so the GPU never waits for the host's sync, its
     // read of the record and its next launches. Cycle k commits at most B tokens, so while start + B <
@@ -156,7 +167,8 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
       const int64_t a = rec[2 * B];
       result.draft_ms += timers[k % 2].ms(0, 1);
       result.verify_ms += timers[k % 2].ms(1, 2);
-      if (!finish_verify_step(output, result, params, block, posterior, a, max_length, start, bonus)) break;
+      if (!finish_verify_step(output, result, params, block, posterior, a, max_length, start, bonus, logprobs, {}))
+        break;
       if (!ahead) queue_cycle(k + 1);
     }
     result.decode_ms = elapsed_ms(decode_start);  // the output is complete here
@@ -170,10 +182,12 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
     first_cycle = false;
     timer.mark(1, stream);
     engine.verify_step();
+    at::Tensor logits;  // the verify's rows, read back for sampling or the logprobs
+    if (!greedy || logprobs.on()) logits = engine.verify_logits();
     if (greedy) {
       engine.accept();
     } else {
-      std::vector<int64_t> sampled = sampler.sample(engine.verify_logits());
+      std::vector<int64_t> sampled = sampler.sample(logits);
       engine.accept(&sampled);
     }
     timer.mark(2, stream);
@@ -184,7 +198,8 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
     result.draft_ms += timer.ms(0, 1);
     result.verify_ms += timer.ms(1, 2);
 
-    if (!finish_verify_step(output, result, params, block, posterior, a, max_length, start, bonus)) break;
+    if (!finish_verify_step(output, result, params, block, posterior, a, max_length, start, bonus, logprobs, logits))
+      break;
   }
   result.decode_ms = elapsed_ms(decode_start);
   return result;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "decode/sampler.h"
@@ -51,6 +52,15 @@ model::ForwardOutput observed_forward(const model::Qwen3Model& target, const at:
                                       model::KVCache& cache, const model::ForwardOptions& options,
                                       CommitObserver* observer, at::Tensor* features);
 
+// One output token's log-probability under the target: log_softmax of the raw logits row it was chosen from
+// (before temperature, top-k, top-p or min-p, as vLLM's default raw logprobs), and that row's `logprobs` most
+// likely tokens, most likely first.
+struct TokenLogprob {
+  float logprob = 0.f;
+  std::vector<std::pair<int64_t, float>> top;  // (token id, log-probability)
+};
+constexpr int64_t kMaxLogprobs = 20;  // top alternatives a token may report, as OpenAI's top_logprobs
+
 struct GenerationParams {
   int64_t max_new_tokens = 64;
   std::vector<int64_t> stop_ids;
@@ -61,6 +71,9 @@ struct GenerationParams {
   // When set (by the token callback or another thread), the generation ends after the commit in progress,
   // as if the output were complete: a server's client that went away, or a stop string in the text.
   const std::atomic<bool>* cancel = nullptr;
+  // -1: none; 0..kMaxLogprobs: GenerationResult::logprobs, each with that many top alternatives. The fast path
+  // then reads the logits back every step and does not pipeline its greedy loops.
+  int64_t logprobs = -1;
 };
 
 struct StepRecord {
@@ -74,6 +87,7 @@ struct GenerationResult {
   std::vector<int64_t> output_ids;          // generated ids only, stop token included
   std::vector<int64_t> acceptance_lengths;  // a+1 per verify step (DFlash)
   std::vector<StepRecord> steps;            // when record_steps
+  std::vector<TokenLogprob> logprobs;       // one per output id, when params.logprobs >= 0
   int64_t block_size = 1;
   int64_t prompt_tokens = 0;
   double prefill_ms = 0;      // time to first token
@@ -93,8 +107,10 @@ struct GenerationResult {
   std::vector<double> per_position_acceptance() const;
 };
 
-// Called with each newly committed run of output tokens (already trimmed), for streaming.
-using TokenCallback = std::function<void(const std::vector<int64_t>& tokens)>;
+// Called with each newly committed run of output tokens (already trimmed), for streaming; `logprobs` holds one
+// entry a token when GenerationParams::logprobs >= 0, else none.
+using TokenCallback =
+    std::function<void(const std::vector<int64_t>& tokens, const std::vector<TokenLogprob>& logprobs)>;
 
 GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                 const GenerationParams& params, const TokenCallback& on_tokens = {});

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "decode/generation.h"
+#include "decode/logprobs.h"
 #include "decode/output.h"
 
 namespace specpress::decode {
@@ -17,6 +18,8 @@ void validate_generation(const model::Qwen3Model& target, const std::vector<int6
   for (int64_t id : params.stop_ids)
     if (id < 0 || id >= vocab) fail("--stop-ids: id {} is outside the vocabulary 0..{}", id, vocab - 1);
   if (params.max_new_tokens < 1) fail("-n/--n-predict: must be at least 1, found {}", params.max_new_tokens);
+  if (params.logprobs < -1 || params.logprobs > kMaxLogprobs)
+    fail("--logprobs: must be 0..{} top alternatives (or -1: none), found {}", kMaxLogprobs, params.logprobs);
   validate(params.sampling);
   const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_new_tokens + block_size;
   if (needed > target.config().max_position_embeddings)
@@ -40,12 +43,13 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
   auto t0 = std::chrono::steady_clock::now();
   model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, cache, {});
   int64_t next = sampler.sample(out.logits)[0];
+  std::vector<TokenLogprob> next_logprobs = logprobs_if_asked(params, out.logits, {next});
   result.prefill_ms = elapsed_ms(t0);
 
   auto t1 = std::chrono::steady_clock::now();
   int64_t position = N;
   CommittedSpan span;  // what the observer is told; features only when it asks for them
-  while (output.commit({next})) {
+  while (output.commit({next}, next_logprobs)) {
     token.fill_(next);
     out = observed_forward(target, token, position, cache, {}, params.observer, &span.features);
     if (params.observer != nullptr) {
@@ -55,6 +59,7 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
       params.observer->on_commit(cache, span);
     }
     next = sampler.sample(out.logits)[0];
+    next_logprobs = logprobs_if_asked(params, out.logits, {next});
     ++position;
   }
   result.decode_ms = elapsed_ms(t1);

@@ -35,6 +35,14 @@ bool bool_field(const json& v, const std::string& field) {
   return v.get<bool>();
 }
 
+// top_logprobs, /v1/completions' logprobs, n_probs: how many alternatives a token reports.
+int64_t top_logprobs_field(const json& v, const std::string& field) {
+  if (v.is_boolean()) fail("field '{}': expected an integer 0..{}, got {}", field, decode::kMaxLogprobs, brief(v));
+  const int64_t n = integer_field(v, field);
+  if (n < 0 || n > decode::kMaxLogprobs) fail("field '{}': must be 0..{}, got {}", field, decode::kMaxLogprobs, n);
+  return n;
+}
+
 // A field the engine does not implement: accepted only at the value that means "off".
 void require_off(const json& v, const std::string& field, bool off, const std::string& what) {
   if (!off) fail("field '{}': {} is not supported (got {})", field, what, brief(v));
@@ -123,7 +131,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   if (api == Api::kChatCompletions) r.reasoning_format = defaults.reasoning_format;
   std::optional<int64_t> max_completion_tokens;  // OpenAI's newer name wins over max_tokens
   const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
-  bool have_prompt = false, have_stream_options = false;
+  bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
+  std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "prompt" && !chat) {
@@ -200,8 +209,13 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       require_off(v, key, n == 1, "more than one completion a request");
     } else if (key == "echo" && !chat) {
       require_off(v, key, v == false, "echoing the prompt");
-    } else if (key == "logprobs" || key == "top_logprobs" || key == "n_probs") {
-      require_off(v, key, v == false || v == 0, "returning log-probabilities");
+    } else if (key == "logprobs" && chat) {
+      chat_logprobs = bool_field(v, key);
+    } else if (key == "top_logprobs" && chat) {
+      top_logprobs = top_logprobs_field(v, key);
+    } else if ((key == "logprobs" && !chat && !native) || (key == "n_probs" && native)) {
+      const int64_t n = top_logprobs_field(v, key);
+      r.logprobs = native && n == 0 ? -1 : n;  // llama.cpp's n_probs 0: none
     } else if (key == "presence_penalty" || key == "frequency_penalty") {
       require_off(v, key, v.is_number() && v.get<double>() == 0, "a repetition penalty (it would change the target's distribution)");
     } else if (key == "repeat_penalty" && native) {
@@ -223,6 +237,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     }
   }
   if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
+  if (top_logprobs && !chat_logprobs) fail("field 'top_logprobs': only allowed with \"logprobs\": true");
+  if (chat_logprobs) r.logprobs = top_logprobs.value_or(0);
   if (!have_prompt) fail("field '{}' is missing", chat ? "messages" : "prompt");
   if (have_stream_options && !r.stream) fail("field 'stream_options': only allowed with \"stream\": true");
   return r;

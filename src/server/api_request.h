@@ -1,6 +1,6 @@
 // api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
 // OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion. Every field the
-// engine cannot honour is refused by name (n > 1, echo, logprobs, penalties, tools, ...) rather than
+// engine cannot honour is refused by name (n > 1, echo, penalties, tools, ...) rather than
 // ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
 #pragma once
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "decode/generation.h"
 #include "decode/sampler.h"
 #include "server/reasoning.h"
 #include "tokenizer/chat_template.h"
@@ -43,6 +44,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;
+  // -1: none; else each output token's log-probability with this many alternatives (chat: logprobs and
+  // top_logprobs; /v1/completions: logprobs; /completion: n_probs)
+  int64_t logprobs = -1;
   std::string model;  // as the client named it (echoed back; one model is served)
 };
 

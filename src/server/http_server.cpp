@@ -36,6 +36,7 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "server/api_request.h"
+#include "server/logprobs_json.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
@@ -142,6 +143,7 @@ struct Generation {
   bool started = false, done = false;
   std::chrono::steady_clock::time_point started_at;
   std::string fresh_text, fresh_reasoning;  // final text the HTTP thread has not taken yet
+  std::vector<LoggedToken> fresh_logprobs;   // and the logprobs of the tokens counted since (when asked for)
   Outcome outcome;            // when done without error
   std::exception_ptr error;   // when done with one
   std::atomic<bool> client_gone{false};
@@ -181,9 +183,10 @@ class Server {
   // The client of `g` has gone away: its generation ends at its next commit, or never starts.
   void abandon(const std::shared_ptr<Generation>& g);
   void slot_loop();
-  // Runs one generation on the slot thread. `emit` gets the text each commit makes final (possibly empty) and
-  // returns false once the client has gone away, which ends the generation.
-  Outcome generate(Job& job, const std::function<bool(const ReplyParts&)>& emit);
+  // Runs one generation on the slot thread. `emit` gets the text each commit makes final (possibly empty), with the
+  // logprobs of the tokens counted since its last call when the request asks for them (their text may still be
+  // held back), and returns false once the client has gone away, which ends the generation.
+  Outcome generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit);
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
   json response_json(const Job& job, const Outcome& out) const;
   // delta_field: "content", or "reasoning_content" for a chat chunk of thinking.
@@ -191,6 +194,9 @@ class Server {
                   const char* delta_field = "content") const;
   json usage_json(const Outcome& out) const;
   json timings_json(const Outcome& out) const;
+  // When the request asks for logprobs: `tokens`' as its API writes them, into a response or chunk (`j`).
+  // text_offset: /v1/completions' characters before tokens[0], advanced past them.
+  void add_logprobs(json& j, const Job& job, const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
   std::string metrics_text() const;
   // Runs `body` for a route: errors become OpenAI error objects (400 for bad input, 500 for the engine's).
   void guarded(httplib::Response& res, const std::function<void()>& body) const;
@@ -289,11 +295,12 @@ Job Server::prepare(const CompletionRequest& request) const {
   job.params.sampling = request.sampling;
   if (request.random_seed) job.params.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   job.params.block_size = o_.block_size;
+  job.params.logprobs = request.logprobs;
   if (!request.ignore_eos && !o_.ignore_eos) job.params.stop_ids = m.eos_ids;
   return job;
 }
 
-Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&)>& emit) {
+Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit) {
   const Model& m = model();
 
   std::atomic<bool> cancel{false};
@@ -313,19 +320,24 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&)>&
   std::optional<tok::StreamDecoder> decoder;
   if (m.tokenizer) decoder.emplace(*m.tokenizer, /*skip_special=*/true);
   bool client_gone = false, interrupted = false;
+  std::vector<LoggedToken> logprobs;  // the counted tokens' since the last delivery, when the request asks
   auto deliver_parts = [&](const ReplyParts& parts) {
     out.reasoning += parts.reasoning;
     out.text += parts.content;
-    if (emit && !client_gone && !emit(parts)) client_gone = true;
+    if (emit && !client_gone && !emit(parts, std::move(logprobs))) client_gone = true;
+    logprobs.clear();
   };
   auto deliver = [&](const std::string& final_text) { deliver_parts(split.push(final_text)); };
   // Token by token, so that the text (and the tokens counted for it) end where a stop string completes, however
   // many tokens a DFlash block commits at once.
-  decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens) {
+  decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens,
+                                        const std::vector<decode::TokenLogprob>& token_logprobs) {
     std::string released;
-    for (int64_t t : tokens) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int64_t t = tokens[i];
       if (stops.stopped()) break;
       ++out.completion_tokens;
+      if (!token_logprobs.empty()) logprobs.push_back({t, token_logprobs[i]});
       if (!decoder) {
         released += stops.push(fmt::format("{} ", t));  // no tokenizer: the ids as text, as `generate` prints them
       } else if (t >= 0 && t < m.tokenizer->vocab_size()) {
@@ -405,6 +417,16 @@ json Server::timings_json(const Outcome& out) const {
   return t;
 }
 
+void Server::add_logprobs(json& j, const Job& job, const std::vector<LoggedToken>& tokens, int64_t& text_offset) const {
+  if (job.request.logprobs < 0) return;
+  const LogprobsJson format(model().tokenizer);
+  switch (job.request.api) {
+    case Api::kNativeCompletion: j["completion_probabilities"] = format.native(tokens); break;
+    case Api::kChatCompletions: j["choices"][0]["logprobs"] = format.chat(tokens); break;
+    case Api::kCompletions: j["choices"][0]["logprobs"] = format.completion(tokens, text_offset); break;
+  }
+}
+
 json Server::response_json(const Job& job, const Outcome& out) const {
   const std::string& model_name = job.request.model.empty() ? alias_ : job.request.model;
   json j;
@@ -437,6 +459,13 @@ json Server::response_json(const Job& job, const Outcome& out) const {
          {"timings", timings_json(out)}};
   }
   if (!out.compression.is_null()) j["compression"] = out.compression;
+  // the returned tokens': those the usage counts (up to the one completing a stop string)
+  std::vector<LoggedToken> returned;
+  const decode::GenerationResult& r = out.result;
+  for (int64_t i = 0; i < out.completion_tokens && i < static_cast<int64_t>(r.logprobs.size()); ++i)
+    returned.push_back({r.output_ids[i], r.logprobs[i]});
+  int64_t text_offset = 0;
+  add_logprobs(j, job, returned, text_offset);
   return j;
 }
 
@@ -508,11 +537,12 @@ void Server::slot_loop() {
     std::exception_ptr error;
     try {
       if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
-      outcome = generate(g->job, [&g](const ReplyParts& parts) {
-        if (!parts.reasoning.empty() || !parts.content.empty()) {
+      outcome = generate(g->job, [&g](const ReplyParts& parts, std::vector<LoggedToken>&& logprobs) {
+        if (!parts.reasoning.empty() || !parts.content.empty() || !logprobs.empty()) {
           std::lock_guard<std::mutex> lock(g->mutex);
           g->fresh_reasoning += parts.reasoning;
           g->fresh_text += parts.content;
+          g->fresh_logprobs.insert(g->fresh_logprobs.end(), logprobs.begin(), logprobs.end());
         }
         g->changed.notify_all();
         return !g->client_gone;
@@ -605,8 +635,17 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         }
       }
       // Text as it comes; after a second without any (queued, or a long prompt), an SSE comment line, which clients
-      // ignore, so that a client that has gone away is noticed even before its generation starts.
+      // ignore, so that a client that has gone away is noticed even before its generation starts. Logprobs go out
+      // with the next chunk of text (or the last chunk): a token's text may be held back after its logprob came.
       const std::string keep_alive = ": waiting\n\n";
+      std::vector<LoggedToken> logprobs;
+      int64_t text_offset = 0;
+      auto text_event = [&](const std::string& text, const char* field) {
+        json chunk = chunk_json(job, text, nullptr, field);
+        add_logprobs(chunk, job, logprobs, text_offset);
+        logprobs.clear();
+        return event(chunk);
+      };
       for (;;) {
         std::unique_lock<std::mutex> lock = g->wait(
             [](const Generation& x) { return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty(); },
@@ -615,13 +654,15 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         std::string text, reasoning;
         text.swap(g->fresh_text);
         reasoning.swap(g->fresh_reasoning);
+        logprobs.insert(logprobs.end(), g->fresh_logprobs.begin(), g->fresh_logprobs.end());
+        g->fresh_logprobs.clear();
         lock.unlock();
         // deepseek: the reasoning first, as all of it comes before any of the answer; deepseek-legacy streams the
         // reply whole in content (tags included) and no reasoning deltas, as llama-server does
         if (job.request.reasoning_format == ReasoningFormat::kDeepseekLegacy) reasoning.clear();
-        bool written = reasoning.empty() || event(chunk_json(job, reasoning, nullptr, "reasoning_content"));
+        bool written = reasoning.empty() || text_event(reasoning, "reasoning_content");
         if (written)
-          written = !text.empty() ? event(chunk_json(job, text, nullptr))
+          written = !text.empty() ? text_event(text, "content")
                     : done || !reasoning.empty() ? true
                                                  : sink.write(keep_alive.data(), keep_alive.size());
         if (!written) {
@@ -639,10 +680,12 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       } else if (job.request.api == Api::kNativeCompletion) {
         json last = response_json(job, g->outcome);
         last["content"] = "";
+        add_logprobs(last, job, logprobs, text_offset);  // only the tokens no chunk carried
         event(last);
       } else {
         const Outcome& out = g->outcome;
         json last = chunk_json(job, "", out.finish_reason);
+        if (!logprobs.empty()) add_logprobs(last, job, logprobs, text_offset);
         last["timings"] = timings_json(out);
         if (!out.compression.is_null()) last["compression"] = out.compression;
         event(last);

@@ -14,6 +14,8 @@
 //
 // Chat replies put Qwen3's thinking in reasoning_content (reasoning.h; --reasoning-format, or a request's
 // reasoning_format); stop strings apply to the reply as generated, thinking included, before that split.
+// Logprobs (logprobs_json.h): one entry a token the usage counts, in each API's form; the generation then runs the
+// fast path's unpipelined loop. A stream sends each token's entry with the first chunk of text after it.
 //
 // Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
 // /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,

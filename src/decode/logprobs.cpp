@@ -1,0 +1,56 @@
+// logprobs.cpp — see logprobs.h.
+#include "decode/logprobs.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace specpress::decode {
+
+std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens, int64_t top_n) {
+  const int64_t R = static_cast<int64_t>(tokens.size());
+  if (logits.dim() != 2 || logits.size(0) != R)
+    fail("internal: logprobs of {} tokens from logits of {} dimensions and {} rows", R, logits.dim(),
+         logits.dim() > 0 ? logits.size(0) : 0);
+  if (top_n < 0 || top_n > kMaxLogprobs) fail("internal: {} top logprobs (expected 0..{})", top_n, kMaxLogprobs);
+  const at::Tensor lsm = at::log_softmax(logits.to(at::kFloat), -1);
+  const at::Tensor ids = at::tensor(tokens, at::kLong).to(lsm.device()).unsqueeze(1);
+  const at::Tensor chosen = lsm.gather(1, ids).squeeze(1).contiguous().to(at::kCPU);
+  at::Tensor top_values, top_ids;
+  if (top_n > 0) {
+    auto top = lsm.topk(top_n, /*dim=*/-1, /*largest=*/true, /*sorted=*/true);
+    top_values = std::get<0>(top).contiguous().to(at::kCPU);
+    top_ids = std::get<1>(top).contiguous().to(at::kCPU);
+  }
+  std::vector<TokenLogprob> out(R);
+  for (int64_t r = 0; r < R; ++r) {
+    out[r].logprob = chosen.data_ptr<float>()[r];
+    auto& top = out[r].top;
+    for (int64_t k = 0; k < top_n; ++k)
+      top.emplace_back(top_ids.data_ptr<int64_t>()[r * top_n + k], top_values.data_ptr<float>()[r * top_n + k]);
+    // equal values in id order, whatever order the device's topk left them in
+    std::stable_sort(top.begin(), top.end(), [](const auto& x, const auto& y) {
+      return x.second > y.second || (x.second == y.second && x.first < y.first);
+    });
+  }
+  return out;
+}
+
+std::vector<TokenLogprob> logprobs_if_asked(const GenerationParams& params, const at::Tensor& logits,
+                                            const std::vector<int64_t>& tokens) {
+  if (params.logprobs < 0) return {};
+  return token_logprobs(logits, tokens, params.logprobs);
+}
+
+std::vector<TokenLogprob> BlockLogprobs::commit(const at::Tensor& logits, const std::vector<int64_t>& posterior,
+                                                int64_t a) {
+  if (!on()) return {};
+  std::vector<int64_t> chosen(posterior.begin(), posterior.begin() + a + 1);
+  std::vector<TokenLogprob> rows = token_logprobs(logits.narrow(0, 0, a + 1), chosen, params_.logprobs);
+  std::vector<TokenLogprob> committed = bonus_;
+  committed.insert(committed.end(), rows.begin(), rows.begin() + a);
+  bonus_.assign(1, rows[a]);
+  return committed;
+}
+
+}  // namespace specpress::decode

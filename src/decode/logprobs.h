@@ -1,0 +1,43 @@
+// logprobs.h — the log-probabilities a loop reports with its output (GenerationParams::logprobs): each token's
+// from the raw logits row it was chosen from, as vLLM reports them with speculative decoding. In a DFlash cycle
+// the committed block[0] (the bonus) was chosen from the previous verify's row a (or the prefill's last row),
+// block[1..a] from this verify's rows 0..a-1, and the new bonus from its row a; BlockLogprobs keeps that chain.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "decode/generation.h"
+
+namespace specpress::decode {
+
+// logits: [R, V] raw logits (any float dtype, any device); tokens: the R tokens chosen from them. Each row's
+// log_softmax in fp32, the chosen token's entry and the top_n largest (those topk returns; equal values in id order).
+std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens, int64_t top_n);
+
+// token_logprobs for params.logprobs >= 0, else nothing.
+std::vector<TokenLogprob> logprobs_if_asked(const GenerationParams& params, const at::Tensor& logits,
+                                            const std::vector<int64_t>& tokens);
+
+// The DFlash loops' chain of logprobs; every method does nothing when the params ask for none.
+class BlockLogprobs {
+ public:
+  explicit BlockLogprobs(const GenerationParams& params) : params_(params) {}
+  bool on() const { return params_.logprobs >= 0; }
+  // The first bonus, chosen from the prefill's last row.
+  void first_bonus(const at::Tensor& prefill_logits, int64_t bonus) {
+    bonus_ = logprobs_if_asked(params_, prefill_logits, {bonus});
+  }
+  // After a verify that accepted a drafted tokens: the logprobs of the committed block[0..a]; keeps row a's for
+  // the new bonus posterior[a]. logits: the verify's rows (at least a + 1).
+  std::vector<TokenLogprob> commit(const at::Tensor& logits, const std::vector<int64_t>& posterior, int64_t a);
+  // The pending bonus's, for its commit on its own (a stop token, or the length reached).
+  const std::vector<TokenLogprob>& bonus() const { return bonus_; }
+
+ private:
+  const GenerationParams& params_;
+  std::vector<TokenLogprob> bonus_;
+};
+
+}  // namespace specpress::decode

@@ -1,0 +1,196 @@
+// test_logprobs.cpp — GenerationParams::logprobs on the reference loops (float32 golden pair): each output token's
+// log-probability is the raw log_softmax of the target's row for it, as a teacher-forced forward of the prompt and
+// the output computes it; DFlash reports plain decoding's (the bonus chain across cycles, stops and length cuts);
+// sampling reports the raw distribution's, not the tempered one; the stream callback carries each commit's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "decode/generation.h"
+#include "golden_pair.h"
+#include "test_util.h"
+
+using namespace specpress;
+using namespace specpress::test;
+
+namespace {
+
+using Logprobs = GoldenPair;
+constexpr double kTol = 1e-4;
+
+// log_softmax of the target's logits for every output token, from one forward of prompt + output[:-1]: [n, V].
+at::Tensor teacher_forced(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                          const std::vector<int64_t>& output) {
+  std::vector<int64_t> ids = prompt;
+  ids.insert(ids.end(), output.begin(), output.end() - 1);
+  model::KVCache cache = target.make_cache(static_cast<int64_t>(ids.size()) + 1);
+  model::ForwardOutput out = target.forward(at::tensor(ids, at::kLong).to(target.device()), 0, cache, {true});
+  const int64_t n = static_cast<int64_t>(output.size());
+  return at::log_softmax(out.logits.narrow(0, static_cast<int64_t>(prompt.size()) - 1, n).to(at::kCPU), -1);
+}
+
+// r's logprobs against the teacher-forced rows: the chosen token's, and the top entries (descending, each the
+// row's value for its id, the k-th the row's k-th largest).
+void expect_teacher_forced(const decode::GenerationResult& r, const at::Tensor& rows, int64_t top_n,
+                           const std::string& where) {
+  ASSERT_EQ(r.logprobs.size(), r.output_ids.size()) << where;
+  const at::Tensor sorted = std::get<0>(rows.sort(-1, /*descending=*/true));
+  for (size_t i = 0; i < r.output_ids.size(); ++i) {
+    const auto& lp = r.logprobs[i];
+    const int64_t row = static_cast<int64_t>(i);
+    EXPECT_NEAR(lp.logprob, rows[row][r.output_ids[i]].item<double>(), kTol) << where << " token " << i;
+    ASSERT_EQ(static_cast<int64_t>(lp.top.size()), top_n) << where << " token " << i;
+    for (int64_t k = 0; k < top_n; ++k) {
+      const auto& [id, value] = lp.top[k];
+      EXPECT_NEAR(value, rows[row][id].item<double>(), kTol) << where << " token " << i << " top " << k;
+      EXPECT_NEAR(value, sorted[row][k].item<double>(), kTol) << where << " token " << i << " top " << k;
+      if (k > 0) EXPECT_GE(lp.top[k - 1].second, value) << where << " token " << i << " top " << k;
+    }
+  }
+}
+
+// Two runs' logprobs equal within kTol (ids compared where the values are kTol apart from their neighbours).
+void expect_same_logprobs(const decode::GenerationResult& a, const decode::GenerationResult& b, const std::string& where) {
+  ASSERT_EQ(a.output_ids, b.output_ids) << where;
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << where;
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    EXPECT_NEAR(a.logprobs[i].logprob, b.logprobs[i].logprob, kTol) << where << " token " << i;
+    const auto &ta = a.logprobs[i].top, &tb = b.logprobs[i].top;
+    ASSERT_EQ(ta.size(), tb.size()) << where << " token " << i;
+    for (size_t k = 0; k < ta.size(); ++k) {
+      EXPECT_NEAR(ta[k].second, tb[k].second, kTol) << where << " token " << i << " top " << k;
+      const bool apart = (k == 0 || ta[k - 1].second - ta[k].second > kTol) &&
+                         (k + 1 == ta.size() || ta[k].second - ta[k + 1].second > kTol);
+      if (apart) EXPECT_EQ(ta[k].first, tb[k].first) << where << " token " << i << " top " << k;
+    }
+  }
+}
+
+TEST_F(Logprobs, PlainGreedyReportsTheTeacherForcedRows) {
+  for (int index : {0, 5}) {
+    const auto run = golden_runs()[index];
+    decode::GenerationParams p;
+    p.max_new_tokens = 24;
+    p.logprobs = 5;
+    decode::GenerationResult r = decode::generate_plain(*target_, run.prompt, p);
+    ASSERT_EQ(r.output_ids.size(), 24u);
+    const std::string where = "run " + std::to_string(index);
+    expect_teacher_forced(r, teacher_forced(*target_, run.prompt, r.output_ids), 5, where);
+    for (size_t i = 0; i < r.output_ids.size(); ++i)  // greedy: the chosen token is the row's most likely
+      EXPECT_NEAR(r.logprobs[i].top[0].second, r.logprobs[i].logprob, 1e-6) << where << " token " << i;
+  }
+}
+
+TEST_F(Logprobs, DFlashReportsPlainDecodingsAtEveryBlockSize) {
+  for (const auto& run : golden_runs()) {
+    decode::GenerationParams p;
+    p.max_new_tokens = 40;
+    p.stop_ids = run.stop_ids;
+    p.logprobs = 3;
+    const decode::GenerationResult plain = decode::generate_plain(*target_, run.prompt, p);
+    for (int64_t b : {2, 5, 8}) {
+      p.block_size = b;
+      decode::GenerationResult r = decode::generate_dflash(*target_, *draft_, run.prompt, p);
+      expect_same_logprobs(plain, r, "block size " + std::to_string(b));
+    }
+  }
+}
+
+TEST_F(Logprobs, DFlashKeepsTheChainAcrossStopsAndLengthCuts) {
+  const auto run = golden_runs()[0];
+  auto both = [&](decode::GenerationParams p, const std::string& where) {
+    p.logprobs = 2;
+    const decode::GenerationResult plain = decode::generate_plain(*target_, run.prompt, p);
+    const decode::GenerationResult r = decode::generate_dflash(*target_, *draft_, run.prompt, p);
+    expect_same_logprobs(plain, r, where);
+    EXPECT_EQ(r.logprobs.size(), r.output_ids.size()) << where;
+  };
+  for (int64_t k : {0, 3, 7, 20}) {  // a stop token inside an accepted block, and as the bonus
+    decode::GenerationParams p;
+    p.max_new_tokens = 64;
+    p.stop_ids = {run.ar_output[k]};
+    both(p, "stop at output index " + std::to_string(k));
+  }
+  for (int64_t n : {1, 2, 7, 8, 9, 33}) {
+    decode::GenerationParams p;
+    p.max_new_tokens = n;
+    both(p, "n " + std::to_string(n));
+  }
+}
+
+TEST_F(Logprobs, SamplingReportsTheRawDistributionNotTheTemperedOne) {
+  const auto run = golden_runs()[3];
+  decode::GenerationParams p;
+  p.max_new_tokens = 20;
+  p.logprobs = 4;
+  p.sampling.temperature = 0.6;
+  p.sampling.top_k = 3;
+  for (uint64_t seed : {7u, 8u}) {
+    p.sampling.seed = seed;
+    for (bool speculative : {false, true}) {
+      const decode::GenerationResult r = speculative ? decode::generate_dflash(*target_, *draft_, run.prompt, p)
+                                                     : decode::generate_plain(*target_, run.prompt, p);
+      const std::string where = "seed " + std::to_string(seed) + (speculative ? " dflash" : " plain");
+      const at::Tensor rows = teacher_forced(*target_, run.prompt, r.output_ids);
+      expect_teacher_forced(r, rows, 4, where);
+      // the tempered distribution would differ from the raw one for the chosen tokens: at least one is off by more
+      const at::Tensor tempered = at::log_softmax(rows * (1.0 / 0.6), -1);
+      double most = 0;
+      for (size_t i = 0; i < r.output_ids.size(); ++i)
+        most = std::max(most, std::abs(tempered[static_cast<int64_t>(i)][r.output_ids[i]].item<double>() -
+                                       r.logprobs[i].logprob));
+      EXPECT_GT(most, 1e-2) << where;
+    }
+  }
+}
+
+TEST_F(Logprobs, TheCallbackCarriesEachCommitsLogprobs) {
+  const auto run = golden_runs()[1];
+  for (int64_t logprobs : {-1, 0, 2}) {
+    for (bool speculative : {false, true}) {
+      decode::GenerationParams p;
+      p.max_new_tokens = 30;
+      p.logprobs = logprobs;
+      std::vector<int64_t> ids;
+      std::vector<decode::TokenLogprob> seen;
+      decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens,
+                                            const std::vector<decode::TokenLogprob>& lps) {
+        EXPECT_EQ(lps.size(), logprobs >= 0 ? tokens.size() : 0u);
+        ids.insert(ids.end(), tokens.begin(), tokens.end());
+        seen.insert(seen.end(), lps.begin(), lps.end());
+      };
+      const decode::GenerationResult r = speculative ? decode::generate_dflash(*target_, *draft_, run.prompt, p, on_tokens)
+                                                     : decode::generate_plain(*target_, run.prompt, p, on_tokens);
+      const std::string where = "logprobs " + std::to_string(logprobs) + (speculative ? " dflash" : " plain");
+      EXPECT_EQ(ids, r.output_ids) << where;
+      ASSERT_EQ(seen.size(), r.logprobs.size()) << where;
+      EXPECT_EQ(r.logprobs.size(), logprobs >= 0 ? r.output_ids.size() : 0u) << where;
+      for (size_t i = 0; i < seen.size(); ++i) {
+        EXPECT_EQ(seen[i].logprob, r.logprobs[i].logprob) << where << " token " << i;
+        EXPECT_EQ(seen[i].top, r.logprobs[i].top) << where << " token " << i;
+        EXPECT_EQ(static_cast<int64_t>(seen[i].top.size()), logprobs) << where << " token " << i;
+      }
+    }
+  }
+}
+
+TEST_F(Logprobs, OutOfRangeCountsAreRefusedByFlagName) {
+  const auto run = golden_runs()[0];
+  for (int64_t bad : {-2, 21}) {
+    decode::GenerationParams p;
+    p.logprobs = bad;
+    for (bool speculative : {false, true}) {
+      try {
+        if (speculative) decode::generate_dflash(*target_, *draft_, run.prompt, p);
+        else decode::generate_plain(*target_, run.prompt, p);
+        ADD_FAILURE() << "logprobs " << bad << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--logprobs: must be 0..20"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+}  // namespace
