@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # server_check.sh — `specpress serve` on the CUDA fast path (GPU machine, after gpu_build of specpress): serves a pair,
 # checks that /props reports the fast path and that a greedy chat completion, whole and streamed, equals `specpress
-# generate` with the same flags, and prints both tokens/s. The demo pair's head_dim (16) is not a fast-path width, so
+# generate` with the same flags, and prints both tokens/s. generate runs with --logprobs 3 (its loop then reads the
+# logits back every cycle, unpipelined): its text must still equal the server's pipelined reply, and its logprobs
+# the server's for a request with logprobs, whole and streamed. The demo pair's head_dim (16) is not a fast-path width, so
 # on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
 # (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
@@ -21,7 +23,7 @@ export SPECPRESS_WG16_AUTO=${SPECPRESS_WG16_AUTO:-0} SPECPRESS_LT_TUNE=${SPECPRE
 QUESTION="Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did she sell altogether?"
 FLAGS=(-m "$PAIR/target" -md "$PAIR/draft" --device "$DEVICE" --dtype "$DTYPE")
 tmp=$(mktemp -d)
-"$BIN" generate "${FLAGS[@]}" -p "$QUESTION" --chat -n "$N" --json > "$tmp/generate.json" 2> "$tmp/generate.err"
+"$BIN" generate "${FLAGS[@]}" -p "$QUESTION" --chat -n "$N" --json --logprobs 3 > "$tmp/generate.json" 2> "$tmp/generate.err"
 log=$tmp/serve.err
 "$BIN" serve "${FLAGS[@]}" --port 0 2> "$log" &
 pid=$!
@@ -51,6 +53,22 @@ print(f"server_check: fast_path={props['fast_path']} text_equal={text == expecte
       f"stream_equal={streamed == text} tokens={whole['usage']['completion_tokens']} tau={t.get('tau', 0):.2f}")
 print(f"server_check: server decode {t['predicted_per_second']:.1f} tokens/s, request wall {t_whole * 1e3:.1f} ms; "
       f"generate decode {expected['timings']['predicted_per_second']:.1f} tokens/s")
-ok = text == expected["text"] and streamed == text and (props["fast_path"] or not fast)
+# logprobs: OpenAI's content list, whole and streamed, against generate's entries (the same kernels)
+lp_body = dict(body, logprobs=True, top_logprobs=3)
+content = json.loads(post("/v1/chat/completions", lp_body))["choices"][0]["logprobs"]["content"]
+lp_events = [json.loads(l[6:]) for l in post("/v1/chat/completions", dict(lp_body, stream=True)).split("\n\n")
+             if l.startswith("data: ") and l != "data: [DONE]"]
+streamed_lp = [e for ev in lp_events if ev["choices"] and ev["choices"][0]["logprobs"]
+               for e in ev["choices"][0]["logprobs"]["content"]]
+ref = expected["logprobs"]
+lp_equal = len(content) == len(ref) and all(
+    c["token"] == r["token"] and abs(c["logprob"] - r["logprob"]) < 1e-6 and
+    [t["token"] for t in c["top_logprobs"]] == [t["token"] for t in r["top_logprobs"]] for c, r in zip(content, ref))
+greedy_top = all(c["top_logprobs"][0]["logprob"] == c["logprob"] for c in content)
+print(f"server_check: logprobs {len(content)} entries, equal to generate's={lp_equal}, "
+      f"streamed equal={streamed_lp == content}, chosen is the likeliest={greedy_top}, "
+      f"first {[(c['token'], round(c['logprob'], 4)) for c in content[:3]]}")
+ok = (text == expected["text"] and streamed == text and (props["fast_path"] or not fast) and lp_equal and
+      streamed_lp == content and greedy_top)
 sys.exit(0 if ok else 1)
 PY

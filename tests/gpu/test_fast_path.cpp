@@ -493,6 +493,74 @@ TEST_F(FastPathGolden, QkvNormInTheProductMatchesTheSideRowRms) {
               engines[0]->qkv_norm_layers(), static_cast<long long>(L), static_cast<long long>(cycles));
 }
 
+// GenerationParams::logprobs on the fast path: the loops then read each step's logits back (and do not pipeline),
+// which must leave their tokens as they were; each entry is the row's log_softmax (greedy: the chosen token is the
+// row's likeliest), within bf16 noise of the reference path's, and DFlash reports plain decoding's.
+TEST_F(FastPathGolden, LogprobsLeaveTheTokensAndMatchTheReferencePath) {
+  // Two graphs' bf16 logits: the chosen (likely) tokens' log-probabilities within 0.05; the unlikely alternatives' (near
+  // -10, where a bf16 logit's step is 1/16) within a few steps: 0.05 + 3% of the value; all of a run's values within
+  // the 1e-2 relative error (norm-wise, as the logits are held to). A wrong row would be off by whole units.
+  auto expect_close = [&](const decode::GenerationResult& a, const decode::GenerationResult& b, const std::string& where) {
+    ASSERT_EQ(a.output_ids, b.output_ids) << where;
+    ASSERT_EQ(a.logprobs.size(), a.output_ids.size()) << where;
+    ASSERT_EQ(b.logprobs.size(), b.output_ids.size()) << where;
+    std::vector<float> va, vb;
+    for (size_t i = 0; i < a.logprobs.size(); ++i) {
+      EXPECT_NEAR(a.logprobs[i].logprob, b.logprobs[i].logprob, 5e-2) << where << " token " << i;
+      va.push_back(a.logprobs[i].logprob), vb.push_back(b.logprobs[i].logprob);
+      ASSERT_EQ(a.logprobs[i].top.size(), b.logprobs[i].top.size()) << where << " token " << i;
+      for (size_t k = 0; k < a.logprobs[i].top.size(); ++k) {
+        const float x = a.logprobs[i].top[k].second, y = b.logprobs[i].top[k].second;
+        EXPECT_NEAR(x, y, 5e-2 + 3e-2 * std::fabs(y)) << where << " token " << i << " top " << k;
+        va.push_back(x), vb.push_back(y);
+      }
+    }
+    const at::Tensor ta = at::tensor(va, at::kDouble), tb = at::tensor(vb, at::kDouble);
+    EXPECT_LT(((ta - tb).norm() / tb.norm()).item<double>(), 1e-2) << where;
+  };
+  for (int r : {0, 3}) {
+    const GoldenRun run = golden_runs()[static_cast<size_t>(r)];
+    const std::string where = "run " + std::to_string(r);
+    decode::GenerationParams p;
+    p.max_new_tokens = run.max_new_tokens;
+    p.stop_ids = run.stop_ids;
+    const decode::GenerationResult plain = decode::generate_fast(*target_, nullptr, run.prompt, p);
+    const decode::GenerationResult spec = decode::generate_fast(*target_, draft_.get(), run.prompt, p);
+    p.logprobs = 3;
+    const decode::GenerationResult plain_lp = decode::generate_fast(*target_, nullptr, run.prompt, p);
+    const decode::GenerationResult spec_lp = decode::generate_fast(*target_, draft_.get(), run.prompt, p);
+    const decode::GenerationResult ref_lp = decode::generate_plain(*target_, run.prompt, p);
+    EXPECT_EQ(plain_lp.output_ids, plain.output_ids) << where;
+    EXPECT_EQ(spec_lp.output_ids, spec.output_ids) << where;
+    EXPECT_EQ(spec_lp.acceptance_lengths, spec.acceptance_lengths) << where;
+    for (const auto* result : {&plain_lp, &spec_lp}) {
+      for (size_t i = 0; i < result->logprobs.size(); ++i) {
+        const decode::TokenLogprob& lp = result->logprobs[i];
+        ASSERT_EQ(lp.top.size(), 3u) << where << " token " << i;
+        EXPECT_EQ(lp.top[0].second, lp.logprob) << where << " token " << i << ": greedy takes the likeliest";
+        EXPECT_LE(lp.logprob, 0.f) << where << " token " << i;
+      }
+    }
+    expect_close(plain_lp, ref_lp, where + " fast plain vs reference");
+    expect_close(spec_lp, plain_lp, where + " fast DFlash vs fast plain");
+  }
+  // sampling: reading the logprobs does not move the sampler's stream
+  decode::GenerationParams p;
+  p.max_new_tokens = 32;
+  p.sampling.temperature = 0.8;
+  p.sampling.seed = 11;
+  const std::vector<int64_t> prompt = golden_runs()[1].prompt;
+  for (const model::DFlashDraft* draft : {static_cast<const model::DFlashDraft*>(nullptr),
+                                          static_cast<const model::DFlashDraft*>(draft_.get())}) {
+    p.logprobs = -1;
+    const decode::GenerationResult without = decode::generate_fast(*target_, draft, prompt, p);
+    p.logprobs = 0;
+    const decode::GenerationResult with = decode::generate_fast(*target_, draft, prompt, p);
+    EXPECT_EQ(with.output_ids, without.output_ids) << (draft ? "DFlash" : "plain");
+    EXPECT_EQ(with.logprobs.size(), with.output_ids.size());
+  }
+}
+
 TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
   decode::GenerationParams p;
   p.max_new_tokens = 40;
