@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "server/api_request.h"
+#include "server/logprobs_json.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "test_util.h"
@@ -262,18 +263,57 @@ TEST(ServerRequest, LogprobsFieldsOfEachApi) {
   EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": null})").logprobs, -1);
   EXPECT_EQ(parse(R"({"prompt": "x", "n_probs": 0})", kNative).logprobs, -1);  // llama.cpp: 0 = none
   EXPECT_EQ(parse(R"({"prompt": "x", "n_probs": 3})", kNative).logprobs, 3);
+  // off in another API's fields, as clients that send every field write them: accepted, none
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": false, "top_logprobs": 0, "n_probs": 0})").logprobs, -1);
+  EXPECT_EQ(parse(chat(R"(, "n_probs": 0)"), kChat).logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": false, "top_logprobs": 0})", kNative).logprobs, -1);
   const std::vector<std::tuple<std::string, server::Api, std::string>> bad = {
       {chat(R"(, "top_logprobs": 2)"), kChat, "field 'top_logprobs': only allowed with \"logprobs\": true"},
       {chat(R"(, "logprobs": false, "top_logprobs": 2)"), kChat, "only allowed with \"logprobs\": true"},
       {chat(R"(, "logprobs": 1)"), kChat, "field 'logprobs': expected true or false"},
       {chat(R"(, "logprobs": true, "top_logprobs": 21)"), kChat, "field 'top_logprobs': must be 0..20, got 21"},
       {chat(R"(, "logprobs": true, "top_logprobs": -1)"), kChat, "field 'top_logprobs': must be 0..20"},
-      {R"({"prompt": "x", "logprobs": 2})", kNative, "unknown field 'logprobs'"},
+      {R"({"prompt": "x", "logprobs": 2})", kNative, "field 'logprobs': /completion takes 'n_probs'"},
+      {chat(R"(, "n_probs": 2)"), kChat, "field 'n_probs': /v1/chat/completions takes 'logprobs': true"},
       {R"({"prompt": "x", "n_probs": 99})", kNative, "field 'n_probs': must be 0..20"},
       {R"({"prompt": "x", "n_probs": 1.5})", kNative, "field 'n_probs': expected an integer"},
   };
   for (const auto& [body, api, expected] : bad)
     EXPECT_NE(parse_error(body, api).find(expected), std::string::npos) << body << ": " << parse_error(body, api);
+}
+
+// The completions columns with the real Qwen3 tokenizer: text_offset counts the returned text, which leaves special
+// tokens out, and characters split over two tokens once; top_logprobs keeps the likeliest first and adds the chosen
+// token; a token that is part of a character reads U+FFFD, its bytes exact.
+TEST(ServerLogprobsJson, CompletionColumnsAndEntries) {
+  const std::string dir = shared_dir() + "/data/qwen3-tokenizer";
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) GTEST_SKIP() << dir << " missing";
+  const std::optional<tok::Tokenizer> tokenizer = tok::Tokenizer::from_dir(dir);
+  const server::LogprobsJson format(tokenizer);
+  const std::vector<int32_t> hello = tokenizer->encode("Hello");
+  const int64_t im_end = *tokenizer->token_to_id("<|im_end|>");
+  const int64_t byte_c3 = *tokenizer->token_to_id("\xC3\x83");  // the byte alphabet's 0xC3: a lead byte alone
+  ASSERT_EQ(hello.size(), 1u);
+  auto logged = [](int64_t id, float lp, std::vector<std::pair<int64_t, float>> top) {
+    return server::LoggedToken{id, decode::TokenLogprob{lp, std::move(top)}};
+  };
+  const std::vector<server::LoggedToken> tokens = {
+      logged(hello[0], -0.5f, {{im_end, -0.1f}, {hello[0], -0.5f}}), logged(im_end, -1.0f, {{im_end, -1.0f}}),
+      logged(byte_c3, -2.0f, {{hello[0], -0.3f}}), logged(hello[0], -0.25f, {})};
+  int64_t offset = 3;
+  const nlohmann::ordered_json c = format.completion(tokens, offset);
+  EXPECT_EQ(c["tokens"], (nlohmann::ordered_json{"Hello", "<|im_end|>", "\xEF\xBF\xBD", "Hello"}));
+  EXPECT_EQ(c["text_offset"], (nlohmann::ordered_json{3, 8, 8, 9})) << "after <|im_end|>: the returned text skips it";
+  EXPECT_EQ(offset, 14);
+  EXPECT_EQ(c["top_logprobs"][0].dump(), R"({"<|im_end|>":-0.10000000149011612,"Hello":-0.5})");
+  EXPECT_EQ(c["top_logprobs"][2].dump(), R"({"Hello":-0.30000001192092896,"�":-2.0})") << "the chosen token added";
+  EXPECT_EQ(c["token_logprobs"][3], -0.25);
+  const nlohmann::ordered_json entry = format.native(tokens)[2];
+  EXPECT_EQ(entry.dump(), R"({"id":)" + std::to_string(byte_c3) +
+                              R"(,"token":"�","logprob":-2.0,"bytes":[195],"top_logprobs":[{"id":)" +
+                              std::to_string(hello[0]) + R"(,"token":"Hello","logprob":-0.30000001192092896,)" +
+                              R"("bytes":[72,101,108,108,111]}]})");
+  EXPECT_FALSE(format.chat(tokens)["content"][0].contains("id"));
 }
 
 TEST(ServerRequest, DeepNestingIsRefusedWhileParsing) {
@@ -316,8 +356,8 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "echo": true})", "field 'echo'"},
       {R"({"prompt": "x", "logprobs": 21})", "field 'logprobs': must be 0..20"},
       {R"({"prompt": "x", "logprobs": true})", "field 'logprobs': expected an integer 0..20"},
-      {R"({"prompt": "x", "top_logprobs": 2})", "unknown field 'top_logprobs'"},
-      {R"({"prompt": "x", "n_probs": 2})", "unknown field 'n_probs'"},
+      {R"({"prompt": "x", "top_logprobs": 2})", "field 'top_logprobs': /v1/completions takes 'logprobs'"},
+      {R"({"prompt": "x", "n_probs": 2})", "field 'n_probs': /v1/completions takes 'logprobs'"},
       {R"({"prompt": "x", "presence_penalty": 0.5})", "field 'presence_penalty'"},
       {R"({"prompt": "x", "logit_bias": {"1": 5}})", "field 'logit_bias'"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},

@@ -187,7 +187,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--json", o->json, "print one JSON object with output_ids, timings and statistics");
   cmd->add_option("--logprobs", o->logprobs,
                   "with --json: each output token's log-probability under the target and its N most likely "
-                  "alternatives (0..20)");
+                  "alternatives (0..20)")
+      ->check(CLI::Range(int64_t{0}, decode::kMaxLogprobs));
   add_compression_flags(*cmd, o->compress, o->policy);
   cmd->callback([&run, o]() { run = [o]() { return run_generate(*o); }; });
 }

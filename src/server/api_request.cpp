@@ -214,8 +214,15 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "top_logprobs" && chat) {
       top_logprobs = top_logprobs_field(v, key);
     } else if ((key == "logprobs" && !chat && !native) || (key == "n_probs" && native)) {
+      if (v == false) continue;  // none, as clients that send every field write it
       const int64_t n = top_logprobs_field(v, key);
       r.logprobs = native && n == 0 ? -1 : n;  // llama.cpp's n_probs 0: none
+    } else if (key == "logprobs" || key == "top_logprobs" || key == "n_probs") {
+      // another API's field: accepted where it means none
+      if (!(v == false || v == 0))
+        fail("field '{}': {} takes {} for log-probabilities (got {})", key,
+             chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions",
+             chat ? "'logprobs': true and 'top_logprobs'" : native ? "'n_probs'" : "'logprobs'", brief(v));
     } else if (key == "presence_penalty" || key == "frequency_penalty") {
       require_off(v, key, v.is_number() && v.get<double>() == 0, "a repetition penalty (it would change the target's distribution)");
     } else if (key == "repeat_penalty" && native) {

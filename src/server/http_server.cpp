@@ -542,7 +542,8 @@ void Server::slot_loop() {
           std::lock_guard<std::mutex> lock(g->mutex);
           g->fresh_reasoning += parts.reasoning;
           g->fresh_text += parts.content;
-          g->fresh_logprobs.insert(g->fresh_logprobs.end(), logprobs.begin(), logprobs.end());
+          if (g->job.request.stream)  // a whole response takes them from the result
+            g->fresh_logprobs.insert(g->fresh_logprobs.end(), logprobs.begin(), logprobs.end());
         }
         g->changed.notify_all();
         return !g->client_gone;

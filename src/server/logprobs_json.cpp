@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 namespace specpress::server {
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 // characters of UTF-8 bytes: those that are not continuation bytes (10xxxxxx)
@@ -40,17 +40,19 @@ json LogprobsJson::token_entry(int64_t id, float logprob, bool with_id) const {
   return entry;
 }
 
-json LogprobsJson::chat(const std::vector<LoggedToken>& tokens) const {
-  json content = json::array();
+json LogprobsJson::entries(const std::vector<LoggedToken>& tokens, bool with_id) const {
+  json out = json::array();
   for (const LoggedToken& t : tokens) {
-    json entry = token_entry(t.id, t.logprob.logprob, false);
+    json entry = token_entry(t.id, t.logprob.logprob, with_id);
     json top = json::array();
-    for (const auto& [id, lp] : t.logprob.top) top.push_back(token_entry(id, lp, false));
+    for (const auto& [id, lp] : t.logprob.top) top.push_back(token_entry(id, lp, with_id));
     entry["top_logprobs"] = top;
-    content.push_back(entry);
+    out.push_back(entry);
   }
-  return {{"content", content}};
+  return out;
 }
+
+json LogprobsJson::chat(const std::vector<LoggedToken>& tokens) const { return {{"content", entries(tokens, false)}}; }
 
 json LogprobsJson::completion(const std::vector<LoggedToken>& tokens, int64_t& text_offset) const {
   json texts = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
@@ -66,21 +68,16 @@ json LogprobsJson::completion(const std::vector<LoggedToken>& tokens, int64_t& t
     if (!top.contains(s)) top[s] = t.logprob.logprob;
     tops.push_back(top);
     offsets.push_back(text_offset);
-    text_offset += code_points(bytes(t.id));  // a character split over two tokens counts once
+    // the text the server returns skips special tokens; a character split over two tokens counts once
+    std::string returned;
+    if (!tokenizer_) returned = s;
+    else if (t.id >= 0 && t.id < tokenizer_->vocab_size())
+      tokenizer_->append_token_bytes(static_cast<int32_t>(t.id), returned, /*skip_special=*/true);
+    text_offset += code_points(returned);
   }
   return {{"tokens", texts}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json LogprobsJson::native(const std::vector<LoggedToken>& tokens) const {
-  json out = json::array();
-  for (const LoggedToken& t : tokens) {
-    json entry = token_entry(t.id, t.logprob.logprob, true);
-    json top = json::array();
-    for (const auto& [id, lp] : t.logprob.top) top.push_back(token_entry(id, lp, true));
-    entry["top_logprobs"] = top;
-    out.push_back(entry);
-  }
-  return out;
-}
+json LogprobsJson::native(const std::vector<LoggedToken>& tokens) const { return entries(tokens, true); }
 
 }  // namespace specpress::server

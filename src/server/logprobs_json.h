@@ -1,9 +1,10 @@
 // logprobs_json.h — the output tokens' log-probabilities (decode::TokenLogprob) as each API returns them:
 // OpenAI chat's {"content": [{token, logprob, bytes, top_logprobs}]}, OpenAI completions' columns {tokens,
 // token_logprobs, top_logprobs, text_offset} (top_logprobs: the top alternatives plus the chosen token, as vLLM),
-// and llama.cpp's completion_probabilities [{id, token, bytes, logprob, top_logprobs}]. A token's text is its own
-// decoding (special tokens written out; U+FFFD for a part of a UTF-8 character, whose exact bytes `bytes`
-// keeps); without a tokenizer it is the id and a space, as the server writes ids.
+// and llama.cpp's completion_probabilities [{id, token, logprob, bytes, top_logprobs}]; keys in that order, and the
+// alternatives most likely first. A token's text is its own decoding (special tokens written out; U+FFFD for a part
+// of a UTF-8 character, whose exact bytes `bytes` keeps); without a tokenizer it is the id and a space, as the
+// server writes ids.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,17 +26,19 @@ struct LoggedToken {
 class LogprobsJson {
  public:
   explicit LogprobsJson(const std::optional<tok::Tokenizer>& tokenizer) : tokenizer_(tokenizer) {}
-  nlohmann::json chat(const std::vector<LoggedToken>& tokens) const;
+  nlohmann::ordered_json chat(const std::vector<LoggedToken>& tokens) const;
   // text_offset: characters (Unicode code points) of the output's tokens before tokens[0] (special tokens
   // written out); advanced past them.
-  nlohmann::json completion(const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
-  nlohmann::json native(const std::vector<LoggedToken>& tokens) const;
+  nlohmann::ordered_json completion(const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
+  nlohmann::ordered_json native(const std::vector<LoggedToken>& tokens) const;
   // One token's text and bytes (see above).
   std::string text(int64_t id) const;
   std::string bytes(int64_t id) const;
 
  private:
-  nlohmann::json token_entry(int64_t id, float logprob, bool with_id) const;
+  nlohmann::ordered_json token_entry(int64_t id, float logprob, bool with_id) const;
+  // [{(id,) token, logprob, bytes, top_logprobs: [...]}]: chat's content list, or (with ids) llama.cpp's
+  nlohmann::ordered_json entries(const std::vector<LoggedToken>& tokens, bool with_id) const;
   const std::optional<tok::Tokenizer>& tokenizer_;
 };
 
