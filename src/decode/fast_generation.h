@@ -23,7 +23,7 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
 // before the host reads the current one's result, so the GPU does not wait for the host's sync, its
 // bookkeeping and its next launches; the output is the synchronous loop's, token for token (a step or cycle
 // queued past a stop token is discarded). Sampling (T > 0) needs the host's draw before the next step, so
-// it stays synchronous, as do loops that report logprobs (they copy each step's logits to the host).
+// it stays synchronous, as do loops that report logprobs (they wait for each step's logits).
 // SPECPRESS_PIPELINE=0 turns pipelining off (another value than 0 or 1 fails, naming the variable);
 // set_pipelined_loops overrides it for the process (tests, benchmarks).
 bool pipelined_loops();

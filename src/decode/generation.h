@@ -72,7 +72,7 @@ struct GenerationParams {
   // as if the output were complete: a server's client that went away, or a stop string in the text.
   const std::atomic<bool>* cancel = nullptr;
   // -1: none; 0..kMaxLogprobs: GenerationResult::logprobs, each with that many top alternatives. The fast path
-  // then reads the logits back every step and does not pipeline its greedy loops.
+  // then waits for every step's logits and does not pipeline its greedy loops.
   int64_t logprobs = -1;
 };
 
