@@ -15,19 +15,20 @@ std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::ve
   if (top_n < 0 || top_n > kMaxLogprobs) fail("internal: {} top logprobs (expected 0..{})", top_n, kMaxLogprobs);
   const at::Tensor lsm = at::log_softmax(logits.to(at::kFloat), -1);
   const at::Tensor ids = at::tensor(tokens, at::kLong).to(lsm.device()).unsqueeze(1);
-  const at::Tensor chosen = lsm.gather(1, ids).squeeze(1).contiguous().to(at::kCPU);
-  at::Tensor top_values, top_ids;
+  // one copy to the host: [chosen, top values..., top ids...] a row, in fp64 (exact for both)
+  at::Tensor packed = lsm.gather(1, ids).to(at::kDouble);
   if (top_n > 0) {
     auto top = lsm.topk(top_n, /*dim=*/-1, /*largest=*/true, /*sorted=*/true);
-    top_values = std::get<0>(top).contiguous().to(at::kCPU);
-    top_ids = std::get<1>(top).contiguous().to(at::kCPU);
+    packed = at::cat({packed, std::get<0>(top).to(at::kDouble), std::get<1>(top).to(at::kDouble)}, 1);
   }
+  packed = packed.contiguous().to(at::kCPU);
+  const double* row = packed.data_ptr<double>();
   std::vector<TokenLogprob> out(R);
-  for (int64_t r = 0; r < R; ++r) {
-    out[r].logprob = chosen.data_ptr<float>()[r];
+  for (int64_t r = 0; r < R; ++r, row += 1 + 2 * top_n) {
+    out[r].logprob = static_cast<float>(row[0]);
     auto& top = out[r].top;
     for (int64_t k = 0; k < top_n; ++k)
-      top.emplace_back(top_ids.data_ptr<int64_t>()[r * top_n + k], top_values.data_ptr<float>()[r * top_n + k]);
+      top.emplace_back(static_cast<int64_t>(row[1 + top_n + k]), static_cast<float>(row[1 + k]));
     // equal values in id order, whatever order the device's topk left them in
     std::stable_sort(top.begin(), top.end(), [](const auto& x, const auto& y) {
       return x.second > y.second || (x.second == y.second && x.first < y.first);
