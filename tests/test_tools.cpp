@@ -207,6 +207,26 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   int64_t binned = 0;
   for (const auto& b : j["calibration"]) binned += b["count"].get<int64_t>();
   EXPECT_EQ(binned, counted);  // every scored draft position lands in one calibration bin
+  // and in one target-entropy bin; the bins' agreement, weighted by their counts, is the positions'
+  const auto& entropy = j["by_target_entropy"];
+  ASSERT_EQ(entropy.size(), 7u);
+  int64_t entropy_binned = 0;
+  double agreeing = 0, agreeing_by_position = 0;
+  for (size_t e = 0; e < entropy.size(); ++e) {
+    const auto& b = entropy[e];
+    const int64_t n = b["count"].get<int64_t>();
+    entropy_binned += n;
+    agreeing += n * b["top1_agreement"].get<double>();
+    EXPECT_EQ(b["hi"].is_null(), e + 1 == entropy.size());
+    if (n > 0) {
+      EXPECT_GE(b["mean_entropy"].get<double>(), b["lo"].get<double>());
+      if (!b["hi"].is_null()) EXPECT_LT(b["mean_entropy"].get<double>(), b["hi"].get<double>());
+    }
+  }
+  for (const auto& p : j["positions"]) agreeing_by_position += p["count"].get<int64_t>() * p["top1_agreement"].get<double>();
+  EXPECT_EQ(entropy_binned, counted);
+  EXPECT_NEAR(agreeing, agreeing_by_position, 1e-9);
+  EXPECT_GT(entropy_binned - entropy[0]["count"].get<int64_t>(), 0) << "every position in the lowest bin: no spread";
   const auto& layers = j["layer_top1_agreement"];
   ASSERT_EQ(layers.size(), 4u);  // embedding + 3 layers (the last is the final norm output)
   EXPECT_DOUBLE_EQ(layers[3].get<double>(), 1.0);
@@ -215,6 +235,8 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   std::string page((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
   EXPECT_NE(page.find("<!DOCTYPE html>"), std::string::npos);
   EXPECT_GE(std::count(page.begin(), page.end(), '<') , 50);
+  EXPECT_NE(page.find("By the target's entropy"), std::string::npos);
+  EXPECT_NE(page.find("&ge; 4"), std::string::npos);
   size_t svgs = 0;
   for (size_t p = page.find("<svg"); p != std::string::npos; p = page.find("<svg", p + 1)) ++svgs;
   EXPECT_EQ(svgs, 5u);

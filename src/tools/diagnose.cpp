@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -24,6 +25,8 @@ struct Sums {
   std::vector<int64_t> count;
   std::vector<int64_t> bin_count;
   std::vector<double> bin_conf, bin_correct;
+  std::vector<int64_t> ent_count;
+  std::vector<double> ent_sum, ent_correct, ent_kl;
   std::vector<double> layer_agree;
   int64_t layer_positions = 0;
   std::vector<MixResult> mixing;
@@ -53,6 +56,10 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   sums.bin_conf.assign(options.calibration_bins, 0);
   sums.bin_correct.assign(options.calibration_bins, 0);
   sums.layer_agree.assign(L + 1, 0);
+  const size_t entropy_bins = kEntropyEdges.size() + 1;
+  sums.ent_count.assign(entropy_bins, 0);
+  sums.ent_sum.assign(entropy_bins, 0);
+  sums.ent_correct = sums.ent_kl = sums.ent_sum;
   for (double w : options.mix_weights) {
     sums.mixing.push_back({"draft", w, 0, 0});
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
@@ -112,10 +119,12 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       at::Tensor rank = (draft_logits > tgt_draft_logit).sum(1).to(at::kCPU);
       at::Tensor kl = (tgt_logp.exp() * (tgt_logp - draft_logp)).sum(1).to(at::kCPU);
       at::Tensor conf = std::get<0>(draft_logp.max(-1)).exp().to(at::kCPU);
+      at::Tensor entropy = -(tgt_logp.exp() * tgt_logp).sum(1).to(at::kCPU);
       auto correct_a = correct.accessor<bool, 1>();
       auto rank_a = rank.accessor<int64_t, 1>();
       auto kl_a = kl.accessor<float, 1>();
       auto conf_a = conf.accessor<float, 1>();
+      auto entropy_a = entropy.accessor<float, 1>();
       bool chain = true;
       for (int64_t k = 0; k < K; ++k) {
         const bool ok = correct_a[k];
@@ -130,6 +139,12 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
         sums.bin_count[bin] += 1;
         sums.bin_conf[bin] += c;
         sums.bin_correct[bin] += ok;
+        const double h = std::max(0.0, static_cast<double>(entropy_a[k]));  // -0 or a rounding below 0: no entropy
+        const size_t e = std::upper_bound(kEntropyEdges.begin(), kEntropyEdges.end(), h) - kEntropyEdges.begin();
+        sums.ent_count[e] += 1;
+        sums.ent_sum[e] += h;
+        sums.ent_correct[e] += ok;
+        sums.ent_kl[e] += kl_a[k];
       }
       // Draft-guided decoding at the first block position (the draft's next-token prediction) and
       // with each tapped layer's logit-lens distribution at the same row.
@@ -179,6 +194,19 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     }
     report.calibration.push_back(c);
   }
+  for (size_t e = 0; e < entropy_bins; ++e) {
+    EntropyBin b;
+    b.lo = e == 0 ? 0.0 : kEntropyEdges[e - 1];
+    b.hi = e < kEntropyEdges.size() ? kEntropyEdges[e] : std::numeric_limits<double>::infinity();
+    b.count = sums.ent_count[e];
+    if (b.count > 0) {
+      const double n = static_cast<double>(b.count);
+      b.mean_entropy = sums.ent_sum[e] / n;
+      b.top1 = sums.ent_correct[e] / n;
+      b.kl = sums.ent_kl[e] / n;
+    }
+    report.by_target_entropy.push_back(b);
+  }
   for (double a : sums.layer_agree)
     report.layer_top1.push_back(sums.layer_positions > 0 ? a / sums.layer_positions : 0.0);
   report.mixing = sums.mixing;
@@ -205,6 +233,12 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
     cal.push_back({{"lo", c.lo}, {"hi", c.hi}, {"count", c.count}, {"mean_confidence", c.mean_confidence},
                    {"accuracy", c.accuracy}});
   j["calibration"] = cal;
+  nlohmann::ordered_json ent = nlohmann::ordered_json::array();
+  for (const auto& b : r.by_target_entropy)  // the last bin's hi (infinity) as null, which JSON can say
+    ent.push_back({{"lo", b.lo}, {"hi", std::isfinite(b.hi) ? nlohmann::ordered_json(b.hi) : nullptr},
+                   {"count", b.count}, {"mean_entropy", b.mean_entropy}, {"top1_agreement", b.top1},
+                   {"kl_target_draft", b.kl}});
+  j["by_target_entropy"] = ent;
   j["layer_top1_agreement"] = r.layer_top1;
   nlohmann::ordered_json mix = nlohmann::ordered_json::array();
   for (const auto& m : r.mixing)

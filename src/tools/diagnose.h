@@ -4,6 +4,8 @@
 //    under the draft, KL(target || draft), and the acceptance the speculative loop would get (all of
 //    positions 1..k matching);
 //  * calibration: draft confidence (max probability) in bins vs how often its top-1 is the target token;
+//  * by target entropy: the draft positions binned by the entropy of the target's distribution there (nats; edges
+//    kEntropyEdges), with the draft's top-1 agreement and KL in each: how agreement falls as the target grows unsure;
 //  * logit lens: every target layer's residual through the final norm and LM head, top-1 agreement
 //    with the final layer;
 //  * "draft-guided decoding": whether mixing the draft's (or an intermediate layer's) log-probabilities
@@ -41,6 +43,14 @@ struct CalibrationBin {
   double mean_confidence = 0, accuracy = 0;
 };
 
+struct EntropyBin {
+  double lo = 0, hi = 0;  // nats; the last bin's hi is infinity
+  int64_t count = 0;
+  double mean_entropy = 0, top1 = 0, kl = 0;
+};
+// The target-entropy bins' edges (nats): [0, 0.01), [0.01, 0.1), ..., [4, inf).
+inline const std::vector<double> kEntropyEdges = {0.01, 0.1, 0.5, 1.0, 2.0, 4.0};
+
 struct MixResult {
   std::string source;   // "draft" or "layer N"
   double weight = 0;
@@ -52,6 +62,7 @@ struct DiagnoseReport {
   int64_t block_size = 0, samples = 0, trajectory_tokens = 0, block_starts = 0;
   std::vector<PositionStats> positions;
   std::vector<CalibrationBin> calibration;
+  std::vector<EntropyBin> by_target_entropy;
   std::vector<double> layer_top1;   // index l: layer l's logit-lens top-1 agreement with the final layer (l = 0: embedding)
   std::vector<MixResult> mixing;
   std::vector<int64_t> tap_layers;

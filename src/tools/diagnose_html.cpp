@@ -1,6 +1,8 @@
 // diagnose_html.cpp — the diagnose report as one self-contained HTML page with inline SVG charts.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "tools/diagnose.h"
 #include "tools/svg.h"
 
@@ -64,6 +66,13 @@ std::string diagnose_html(const DiagnoseReport& r) {
   for (size_t k = 0; k < r.positions.size(); ++k)
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td><td>{:.3f}</td></tr>\n", k + 1,
                         r.positions[k].count, top1[k], acc[k], rank[k], kl[k]);
+  html += "</table>\n<h2>By the target's entropy</h2>\n<p>Draft positions binned by the entropy (nats) of the "
+          "target's distribution at them: how the draft's agreement falls as the target grows unsure.</p>\n"
+          "<table><tr><th>entropy</th><th>count</th><th>mean entropy</th><th>top-1</th><th>KL</th></tr>\n";
+  for (const auto& b : r.by_target_entropy)
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.3f}</td></tr>\n",
+                        std::isfinite(b.hi) ? fmt::format("[{}, {})", b.lo, b.hi) : fmt::format("&ge; {}", b.lo),
+                        b.count, b.mean_entropy, b.top1, b.kl);
   html += "</table>\n<h2>Draft-guided decoding</h2>\n<p>Fraction of greedy tokens that change when the target's "
           "log-probabilities are mixed with weight &lambda; with another source.</p>\n<table><tr><th>source</th>"
           "<th>&lambda;</th><th>positions</th><th>changed</th><th>fraction</th></tr>\n";
