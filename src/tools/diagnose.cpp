@@ -25,8 +25,6 @@ struct Sums {
   std::vector<int64_t> count;
   std::vector<int64_t> bin_count;
   std::vector<double> bin_conf, bin_correct;
-  std::vector<int64_t> ent_count;
-  std::vector<double> ent_sum, ent_correct, ent_kl;
   std::vector<double> layer_agree;
   int64_t layer_positions = 0;
   std::vector<MixResult> mixing;
@@ -56,10 +54,11 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   sums.bin_conf.assign(options.calibration_bins, 0);
   sums.bin_correct.assign(options.calibration_bins, 0);
   sums.layer_agree.assign(L + 1, 0);
-  const size_t entropy_bins = kEntropyEdges.size() + 1;
-  sums.ent_count.assign(entropy_bins, 0);
-  sums.ent_sum.assign(entropy_bins, 0);
-  sums.ent_correct = sums.ent_kl = sums.ent_sum;
+  // the target-entropy bins hold their sums until the end, then their means
+  for (size_t e = 0; e <= kEntropyEdges.size(); ++e)
+    report.by_target_entropy.push_back({e == 0 ? 0.0 : kEntropyEdges[e - 1],
+                                        e < kEntropyEdges.size() ? kEntropyEdges[e]
+                                                                 : std::numeric_limits<double>::infinity()});
   for (double w : options.mix_weights) {
     sums.mixing.push_back({"draft", w, 0, 0});
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
@@ -140,11 +139,12 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
         sums.bin_conf[bin] += c;
         sums.bin_correct[bin] += ok;
         const double h = std::max(0.0, static_cast<double>(entropy_a[k]));  // -0 or a rounding below 0: no entropy
-        const size_t e = std::upper_bound(kEntropyEdges.begin(), kEntropyEdges.end(), h) - kEntropyEdges.begin();
-        sums.ent_count[e] += 1;
-        sums.ent_sum[e] += h;
-        sums.ent_correct[e] += ok;
-        sums.ent_kl[e] += kl_a[k];
+        EntropyBin& eb = report.by_target_entropy[std::upper_bound(kEntropyEdges.begin(), kEntropyEdges.end(), h) -
+                                                  kEntropyEdges.begin()];
+        eb.count += 1;
+        eb.mean_entropy += h;
+        eb.top1 += ok;
+        eb.kl += kl_a[k];
       }
       // Draft-guided decoding at the first block position (the draft's next-token prediction) and
       // with each tapped layer's logit-lens distribution at the same row.
@@ -194,18 +194,9 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     }
     report.calibration.push_back(c);
   }
-  for (size_t e = 0; e < entropy_bins; ++e) {
-    EntropyBin b;
-    b.lo = e == 0 ? 0.0 : kEntropyEdges[e - 1];
-    b.hi = e < kEntropyEdges.size() ? kEntropyEdges[e] : std::numeric_limits<double>::infinity();
-    b.count = sums.ent_count[e];
-    if (b.count > 0) {
-      const double n = static_cast<double>(b.count);
-      b.mean_entropy = sums.ent_sum[e] / n;
-      b.top1 = sums.ent_correct[e] / n;
-      b.kl = sums.ent_kl[e] / n;
-    }
-    report.by_target_entropy.push_back(b);
+  for (EntropyBin& b : report.by_target_entropy) {
+    const double n = static_cast<double>(std::max<int64_t>(b.count, 1));
+    b.mean_entropy /= n, b.top1 /= n, b.kl /= n;
   }
   for (double a : sums.layer_agree)
     report.layer_top1.push_back(sums.layer_positions > 0 ? a / sums.layer_positions : 0.0);
