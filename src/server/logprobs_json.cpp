@@ -15,10 +15,11 @@ int64_t code_points(const std::string& s) {
 }
 }  // namespace
 
-std::string LogprobsJson::bytes(int64_t id) const {
+std::string LogprobsJson::bytes(int64_t id, bool skip_special) const {
   if (!tokenizer_) return fmt::format("{} ", id);
   std::string out;
-  if (id >= 0 && id < tokenizer_->vocab_size()) tokenizer_->append_token_bytes(static_cast<int32_t>(id), out);
+  if (id >= 0 && id < tokenizer_->vocab_size())
+    tokenizer_->append_token_bytes(static_cast<int32_t>(id), out, skip_special);
   return out;  // ids past the tokenizer's vocabulary (embedding padding rows) have no text
 }
 
@@ -69,11 +70,7 @@ json LogprobsJson::completion(const std::vector<LoggedToken>& tokens, int64_t& t
     tops.push_back(top);
     offsets.push_back(text_offset);
     // the text the server returns skips special tokens; a character split over two tokens counts once
-    std::string returned;
-    if (!tokenizer_) returned = s;
-    else if (t.id >= 0 && t.id < tokenizer_->vocab_size())
-      tokenizer_->append_token_bytes(static_cast<int32_t>(t.id), returned, /*skip_special=*/true);
-    text_offset += code_points(returned);
+    text_offset += code_points(bytes(t.id, /*skip_special=*/true));
   }
   return {{"tokens", texts}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }

@@ -31,9 +31,9 @@ class LogprobsJson {
   // written out); advanced past them.
   nlohmann::ordered_json completion(const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
   nlohmann::ordered_json native(const std::vector<LoggedToken>& tokens) const;
-  // One token's text and bytes (see above).
+  // One token's text and bytes (see above); skip_special: none for a special token, as the returned text has.
   std::string text(int64_t id) const;
-  std::string bytes(int64_t id) const;
+  std::string bytes(int64_t id, bool skip_special = false) const;
 
  private:
   nlohmann::ordered_json token_entry(int64_t id, float logprob, bool with_id) const;
