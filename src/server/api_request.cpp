@@ -1,10 +1,8 @@
 // api_request.cpp — see api_request.h. A null field counts as absent, as OpenAI's clients send them.
 #include "server/api_request.h"
 
-#include <cmath>
-#include <limits>
-
 #include "core/error.h"
+#include "server/json_fields.h"
 
 namespace specpress::server {
 namespace {
@@ -12,40 +10,12 @@ using json = nlohmann::json;
 
 constexpr int kMaxDepth = 32;
 
-int64_t integer_field(const json& v, const std::string& field) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail("field '{}': {} is too large", field, v.get<uint64_t>());
-    return v.get<int64_t>();
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
-  }
-  fail("field '{}': expected an integer, got {}", field, brief(v));
-}
-
-double number_field(const json& v, const std::string& field) {
-  if (!v.is_number()) fail("field '{}': expected a number, got {}", field, brief(v));
-  return v.get<double>();
-}
-
-bool bool_field(const json& v, const std::string& field) {
-  if (!v.is_boolean()) fail("field '{}': expected true or false, got {}", field, brief(v));
-  return v.get<bool>();
-}
-
 // top_logprobs, /v1/completions' logprobs, n_probs: how many alternatives a token reports.
 int64_t top_logprobs_field(const json& v, const std::string& field) {
   if (v.is_boolean()) fail("field '{}': expected an integer 0..{}, got {}", field, decode::kMaxLogprobs, brief(v));
   const int64_t n = integer_field(v, field);
   if (n < 0 || n > decode::kMaxLogprobs) fail("field '{}': must be 0..{}, got {}", field, decode::kMaxLogprobs, n);
   return n;
-}
-
-// A field the engine does not implement: accepted only at the value that means "off".
-void require_off(const json& v, const std::string& field, bool off, const std::string& what) {
-  if (!off) fail("field '{}': {} is not supported (got {})", field, what, brief(v));
 }
 
 // Completions' prompt: a string, token ids, or a batch of one of those.
@@ -148,37 +118,10 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       if (key == "max_completion_tokens") max_completion_tokens = n;
       else if (!max_completion_tokens) r.max_tokens = n;
       r.max_tokens_given = true;
-    } else if (key == "temperature") {
-      r.sampling.temperature = number_field(v, key);
-      if (!(r.sampling.temperature >= 0) || !std::isfinite(r.sampling.temperature))
-        fail("field 'temperature': must be a finite number >= 0 (0 = greedy), got {}", brief(v));
-    } else if (key == "top_p") {
-      r.sampling.top_p = number_field(v, key);
-      if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) fail("field 'top_p': must be in (0, 1], got {}", brief(v));
-    } else if (key == "top_k") {
-      r.sampling.top_k = integer_field(v, key);
-      if (r.sampling.top_k < 0) fail("field 'top_k': must be >= 0 (0 = off), got {}", r.sampling.top_k);
-    } else if (key == "min_p") {
-      r.sampling.min_p = number_field(v, key);
-      if (!(r.sampling.min_p >= 0 && r.sampling.min_p < 1)) fail("field 'min_p': must be in [0, 1), got {}", brief(v));
-    } else if (key == "seed") {
-      if (v.is_number_unsigned()) {
-        r.sampling.seed = v.get<uint64_t>();
-        r.random_seed = false;
-      } else {
-        const int64_t seed = integer_field(v, key);
-        if (seed < -1) fail("field 'seed': must be -1 (random) or in 0..2^64-1, got {}", seed);
-        r.random_seed = seed == -1;
-        if (seed >= 0) r.sampling.seed = static_cast<uint64_t>(seed);
-      }
+    } else if (read_sampling_field(key, v, r.sampling, r.random_seed)) {
+      // temperature, top_p, top_k, min_p, seed
     } else if (key == "stop") {
-      std::vector<json> items = v.is_array() ? std::vector<json>(v.begin(), v.end()) : std::vector<json>{v};
-      if (items.size() > 16) fail("field 'stop': {} strings; at most 16 are supported", items.size());
-      for (const json& s : items) {
-        if (!s.is_string() || s.get<std::string>().empty())
-          fail("field 'stop': expected a non-empty string or an array of them, got {}", brief(s));
-        r.stop.push_back(s.get<std::string>());
-      }
+      r.stop = stop_strings_field(v, key);
     } else if (key == "stream") {
       r.stream = bool_field(v, key);
     } else if (key == "stream_options" && !native) {
@@ -191,8 +134,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "ignore_eos") {
       r.ignore_eos = bool_field(v, key);
     } else if (key == "model") {
-      if (!v.is_string()) fail("field 'model': expected a string, got {}", v.type_name());
-      r.model = v.get<std::string>();
+      r.model = string_field(v, key);
     } else if (key == "chat_template_kwargs" && chat) {
       if (!v.is_object()) fail("field 'chat_template_kwargs': expected an object, got {}", v.type_name());
       for (const auto& [k, o] : v.items()) {
