@@ -1,8 +1,8 @@
 // test_server.cpp — `specpress serve`: stop strings and request parsing on their own, then the server itself
 // as users run it (the binary on a free port, talked to over HTTP): greedy outputs equal the reference fixtures
 // and `specpress generate`, streamed text equals the whole response, stop strings end the output before them,
-// bad requests get OpenAI error objects naming the field, queued requests all finish, a client that goes
-// away ends its generation, and SIGTERM shuts the server down mid-generation.
+// bad requests get OpenAI error objects naming the field (Anthropic's on /v1/messages), queued requests all finish,
+// a client that goes away ends its generation, and SIGTERM shuts the server down mid-generation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +27,7 @@
 #include "server/logprobs_json.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
+#include "sse_events.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -472,21 +473,12 @@ json post(const ServerProcess& s, const std::string& path, const json& body, int
   return json::parse(res->body, nullptr, /*allow_exceptions=*/false);
 }
 
-// The JSON payloads of a Server-Sent Events body, in order; "[DONE]" as a string. Comment lines (": ...", which the
-// server sends while a request waits) are skipped, as SSE clients do.
+// The JSON payloads of an OpenAI-style SSE body (data lines only), in order; "[DONE]" as a string.
 std::vector<json> sse_events(const std::string& body) {
   std::vector<json> events;
-  size_t at = 0;
-  while (at < body.size()) {
-    const size_t end = body.find("\n\n", at);
-    EXPECT_NE(end, std::string::npos) << "an event without its blank line: " << body.substr(at);
-    if (end == std::string::npos) break;
-    const std::string line = body.substr(at, end - at);
-    at = end + 2;
-    if (line.rfind(":", 0) == 0) continue;
-    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
-    const std::string payload = line.substr(6);
-    events.push_back(payload == "[DONE]" ? json("[DONE]") : json::parse(payload));
+  for (auto& [name, data] : sse_frames<json>(body)) {
+    EXPECT_EQ(name, "") << data;
+    events.push_back(std::move(data));
   }
   return events;
 }
@@ -887,6 +879,159 @@ TEST(ServerHttp, LogprobsInEveryApiWholeAndStreamedEqualGenerates) {
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
+// Anthropic's SSE body: (event name, data) pairs, every event named; ping events dropped.
+std::vector<std::pair<std::string, json>> anthropic_events(const std::string& body) {
+  std::vector<std::pair<std::string, json>> events;
+  for (auto& [name, data] : sse_frames<json>(body)) {
+    EXPECT_NE(name, "") << data;
+    if (name != "ping") events.emplace_back(name, std::move(data));
+  }
+  return events;
+}
+
+// A streamed /v1/messages reply put back together: its events' names, thinking and text, and the final delta.
+struct StreamedMessage {
+  std::vector<std::string> names;
+  std::string thinking, text;
+  json start, last_delta;
+};
+
+StreamedMessage post_messages_stream(const ServerProcess& s, json body) {
+  body["stream"] = true;
+  StreamedMessage m;
+  auto res = s.client().Post("/v1/messages", body.dump(), "application/json");
+  EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+  if (!res) return m;
+  EXPECT_NE(res->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  for (const auto& [name, data] : anthropic_events(res->body)) {
+    m.names.push_back(name);
+    if (name == "message_start") m.start = data["message"];
+    if (name == "message_delta") m.last_delta = data;
+    if (name == "content_block_delta") {
+      m.thinking += data["delta"].value("thinking", "");
+      m.text += data["delta"].value("text", "");
+    }
+  }
+  return m;
+}
+
+// Anthropic's Messages API on the demo pair: the reply equals `specpress generate --chat` and the chat API's, whole
+// and streamed; count_tokens, stop sequences, a prefilled assistant turn, thinking blocks and errors in its form.
+TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
+  CommandResult cli = run_specpress("generate " + pair + " -p \"" + kQuestion + "\" --chat -sys \"Be brief.\" -n 48");
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  ASSERT_FALSE(cli.out.empty());
+  const std::string expected = cli.out.substr(0, cli.out.size() - 1);  // generate ends with a newline
+
+  // thinking on by default (--think): the requests below turn it off, but for the sampled thinking ones
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--alias", "demo", "--think"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json off = {{"type", "disabled"}};
+  const json request = {{"model", "claude-whatever"},
+                        {"max_tokens", 48},
+                        {"system", {{{"type", "text"}, {"text", "Be brief."}}}},
+                        {"thinking", off},
+                        {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", kQuestion}}}}}}}};
+  json whole = post(s, "/v1/messages", request);
+  EXPECT_EQ(whole["type"], "message");
+  EXPECT_EQ(whole["role"], "assistant");
+  EXPECT_EQ(whole["model"], "claude-whatever");
+  EXPECT_EQ(whole["id"].get<std::string>().rfind("msg_", 0), 0u) << whole["id"];
+  ASSERT_EQ(whole["content"].size(), 1u) << whole;
+  EXPECT_EQ(whole["content"][0]["type"], "text");
+  EXPECT_EQ(whole["content"][0]["text"], expected);
+  EXPECT_GT(whole["timings"]["tau"].get<double>(), 1.0);
+  const json chat_request = {
+      {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", kQuestion}}}},
+      {"max_tokens", 48},
+      {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  const json chat = post(s, "/v1/chat/completions", chat_request);
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], expected);
+  EXPECT_EQ(whole["stop_reason"], chat["choices"][0]["finish_reason"] == "length" ? "max_tokens" : "end_turn");
+  EXPECT_EQ(whole["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+  EXPECT_EQ(whole["usage"]["output_tokens"], chat["usage"]["completion_tokens"]);
+  json count = request;
+  count.erase("max_tokens");
+  EXPECT_EQ(post(s, "/v1/messages/count_tokens", count), json({{"input_tokens", whole["usage"]["input_tokens"]}}));
+
+  StreamedMessage streamed = post_messages_stream(s, request);
+  EXPECT_EQ(streamed.text, expected);
+  EXPECT_EQ(streamed.thinking, "");
+  ASSERT_GE(streamed.names.size(), 6u);
+  EXPECT_EQ(streamed.names.front(), "message_start");
+  EXPECT_EQ(streamed.names[1], "content_block_start");
+  EXPECT_EQ(streamed.names[streamed.names.size() - 3], "content_block_stop");
+  EXPECT_EQ(streamed.names[streamed.names.size() - 2], "message_delta");
+  EXPECT_EQ(streamed.names.back(), "message_stop");
+  EXPECT_GT(std::count(streamed.names.begin(), streamed.names.end(), "content_block_delta"), 1)
+      << "text arrives in several deltas, as blocks are committed";
+  EXPECT_EQ(streamed.start["usage"]["input_tokens"], whole["usage"]["input_tokens"]);
+  EXPECT_EQ(streamed.last_delta["delta"]["stop_reason"], whole["stop_reason"]);
+  EXPECT_EQ(streamed.last_delta["usage"]["output_tokens"], whole["usage"]["output_tokens"]);
+  EXPECT_EQ(streamed.last_delta["timings"]["draft_n_accepted"], whole["timings"]["draft_n_accepted"]);
+
+  // a stop sequence ends the text before it, whole and streamed
+  ASSERT_GT(expected.size(), 40u);
+  const std::string stop = expected.substr(expected.size() / 2, 4);
+  json stopped = request;
+  stopped["stop_sequences"] = {"never appears \x01", stop};
+  json r = post(s, "/v1/messages", stopped);
+  EXPECT_EQ(r["content"][0]["text"], expected.substr(0, expected.find(stop)));
+  EXPECT_EQ(r["stop_reason"], "stop_sequence");
+  EXPECT_EQ(r["stop_sequence"], stop);
+  streamed = post_messages_stream(s, stopped);
+  EXPECT_EQ(streamed.text, r["content"][0]["text"]);
+  EXPECT_EQ(streamed.last_delta["delta"]["stop_sequence"], stop);
+
+  // a last assistant turn is continued: the same as completing the rendered conversation plus its text
+  json prefilled = request;
+  prefilled["messages"].push_back({{"role", "assistant"}, {"content", "He has"}});
+  json template_request = chat_request;
+  template_request.erase("max_tokens");
+  const std::string rendered = post(s, "/apply-template", template_request)["prompt"];
+  json completion = post(s, "/v1/completions", {{"prompt", rendered + "He has"}, {"max_tokens", 48}});
+  r = post(s, "/v1/messages", prefilled);
+  EXPECT_EQ(r["content"][0]["text"], completion["choices"][0]["text"]);
+  EXPECT_EQ(r["usage"]["input_tokens"], completion["usage"]["prompt_tokens"]);
+
+  // thinking (the server's --think, sampled with a seed whose reply closes its think block and answers: see
+  // ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat): the thinking block and the text are the chat API's split
+  json sampled = {{"max_tokens", 48}, {"temperature", 1.0}, {"top_k", 40}, {"seed", 102},
+                  {"messages", {{{"role", "user"}, {"content", kQuestion}}}}};
+  const json chat_message = post(s, "/v1/chat/completions", sampled)["choices"][0]["message"];
+  ASSERT_FALSE(chat_message.value("reasoning_content", "").empty()) << chat_message;
+  r = post(s, "/v1/messages", sampled);
+  ASSERT_EQ(r["content"].size(), 2u) << r;
+  EXPECT_EQ(r["content"][0],
+            json({{"type", "thinking"}, {"thinking", chat_message["reasoning_content"]}, {"signature", ""}}));
+  EXPECT_EQ(r["content"][1]["text"], chat_message["content"]);
+  streamed = post_messages_stream(s, sampled);
+  EXPECT_EQ(streamed.thinking, chat_message["reasoning_content"]);
+  EXPECT_EQ(streamed.text, chat_message["content"]);
+  const auto thinking_start = std::find(streamed.names.begin(), streamed.names.end(), "content_block_start");
+  EXPECT_EQ(std::count(streamed.names.begin(), streamed.names.end(), "content_block_start"), 2);
+  EXPECT_NE(thinking_start, streamed.names.end());
+
+  // errors in Anthropic's form, on every /v1/messages route
+  for (const auto& [path, body, status] :
+       {std::tuple<std::string, std::string, int>{
+            "/v1/messages", R"({"messages": [{"role": "user", "content": [{"type": "image"}]}]})", 400},
+        {"/v1/messages", "{nope", 400},
+        {"/v1/messages/count_tokens", R"({"messages": [], "max_tokens": 4})", 400},
+        {"/v1/messages/batches", "{}", 404}}) {
+    auto res = s.client().Post(path.c_str(), body, "application/json");
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, status) << path << " " << body << " -> " << res->body;
+    const json error = json::parse(res->body, nullptr, false);
+    EXPECT_EQ(error["type"], "error") << res->body;
+    EXPECT_EQ(error["error"]["type"], status == 400 ? "invalid_request_error" : "not_found_error") << res->body;
+    EXPECT_FALSE(error["error"].value("message", "").empty()) << res->body;
+  }
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
 TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
@@ -994,6 +1139,15 @@ TEST(ServerHttp, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(json::parse(denied->body)["error"]["type"], "authentication_error");
   httplib::Headers auth = {{"Authorization", "Bearer sesame"}};
   EXPECT_EQ(s.client().Get("/v1/models", auth)->status, 200);
+  // Anthropic's clients send x-api-key and get its error form
+  const std::string body = R"({"messages": [{"role": "user", "content": "x"}]})";
+  denied = s.client().Post("/v1/messages/count_tokens", body, "application/json");
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(json::parse(denied->body), json::parse(R"({"type": "error", "error": {"type": "authentication_error",
+                                                                                  "message": "Invalid API Key"}})"));
+  auto counted = s.client().Post("/v1/messages/count_tokens", httplib::Headers{{"x-api-key", "sesame"}}, body,
+                                 "application/json");
+  EXPECT_EQ(counted->status, 200) << counted->body;
 }
 
 // Requests that arrive together queue for the one slot; each gets its own, complete answer.

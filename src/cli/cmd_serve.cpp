@@ -14,7 +14,8 @@ namespace specpress::cli {
 void add_serve_command(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<server::ServerOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, SSE streaming, /health, /metrics)");
+      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, Anthropic's /v1/messages, "
+               "SSE streaming, /health, /metrics)");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
   cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md): every request decodes with it");
   cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
@@ -39,7 +40,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "never stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
   cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");
-  cmd->add_option("--api-key", o->api_key, "require \"Authorization: Bearer KEY\" on every route but /health");
+  cmd->add_option("--api-key", o->api_key,
+                  "require \"Authorization: Bearer KEY\" (or \"X-Api-Key: KEY\") on every route but /health");
   cmd->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "requests that may wait for the generation slot (more: 503 at once)")
       ->capture_default_str();

@@ -1,5 +1,6 @@
 // api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
-// OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion. Every field the
+// OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion (Anthropic's /v1/messages:
+// messages_request.h, into the same CompletionRequest). Every field the
 // engine cannot honour is refused by name (n > 1, echo, penalties, tools, ...) rather than
 // ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
 #pragma once
@@ -17,7 +18,7 @@
 
 namespace specpress::server {
 
-enum class Api { kCompletions, kChatCompletions, kNativeCompletion };
+enum class Api { kCompletions, kChatCompletions, kNativeCompletion, kMessages };
 
 // What a request gets for the fields it leaves out: the server's flags.
 struct RequestDefaults {
@@ -34,8 +35,12 @@ struct CompletionRequest {
   std::optional<std::string> prompt_text;
   std::vector<int64_t> prompt_ids;
   std::vector<tok::ChatMessage> messages;
+  // Messages API: the text of a last assistant message, which the reply continues (after the template's empty think
+  // block, as HF's continue_final_message renders Qwen3's last assistant turn; the request's thinking does not apply)
+  std::optional<std::string> assistant_prefill;
   bool enable_thinking = false;
-  ReasoningFormat reasoning_format = ReasoningFormat::kNone;  // chat: the thinking's place in the reply; else none
+  // chat and messages: the thinking's place in the reply (messages: kDeepseek = thinking blocks); else none
+  ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   int64_t max_tokens = -1;  // -1: as many as the context size leaves
   bool max_tokens_given = false;  // false: the server's default, which the context may shorten
   decode::SamplingParams sampling;

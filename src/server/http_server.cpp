@@ -36,7 +36,10 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "server/api_request.h"
+#include "server/generation_job.h"
 #include "server/logprobs_json.h"
+#include "server/messages_json.h"
+#include "server/messages_request.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
@@ -93,6 +96,18 @@ json current_error_json() {
   }
 }
 
+// The Messages API's routes answer errors in Anthropic's form.
+bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+
+// The error object of a generation that failed.
+json error_json_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (...) {
+    return current_error_json();
+  }
+}
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -100,7 +115,7 @@ int64_t unix_time() {
 std::string completion_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t salt = std::random_device{}();
-  return fmt::format("{}-{:x}{:06x}", prefix, salt & 0xffffffff, counter++);
+  return fmt::format("{}{:x}{:06x}", prefix, salt & 0xffffffff, counter++);
 }
 
 // What the model load produces; read-only once `ready` is set.
@@ -113,26 +128,6 @@ struct Model {
   std::vector<int64_t> eos_ids;
   int64_t ctx_size = 0;
   int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
-};
-
-// A checked request, ready for the slot.
-struct Job {
-  CompletionRequest request;
-  std::vector<int64_t> prompt;
-  decode::GenerationParams params;
-  std::string id;
-  int64_t created = 0;
-};
-
-struct Outcome {
-  decode::GenerationResult result;
-  std::string text;       // the reply, or (chat, deepseek reasoning format) its answer
-  std::string reasoning;  // chat: the thinking (reasoning.h)
-  int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
-  std::string finish_reason;  // "stop" (eos or a stop string) or "length"
-  std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
-  std::string stopping_word;
-  json compression;           // null unless the server compresses
 };
 
 // One queued generation, as the slot thread and the request's HTTP thread share it (under `mutex`).
@@ -176,6 +171,9 @@ class Server {
     if (!ready_) throw HttpError(503, "Loading model", "unavailable_error");
     return model_;
   }
+  RequestDefaults request_defaults() const;
+  // The prompt's token ids (chat and messages: through the chat template), checked against the vocabulary.
+  std::vector<int64_t> prompt_ids(const CompletionRequest& request) const;
   Job prepare(const CompletionRequest& request) const;
   // Queues a generation for the slot thread; a 503 when --max-queue requests already wait (so that waiting
   // requests never hold every HTTP thread: /health and /metrics always answer).
@@ -188,6 +186,17 @@ class Server {
   // held back), and returns false once the client has gone away, which ends the generation.
   Outcome generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit);
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
+  // A stream's text, as the slot makes it final: the SSE frames for a piece of reasoning and answer (either may be
+  // empty), given the logprobs of the tokens counted since the last piece.
+  using Frames = std::function<std::string(const std::string& reasoning, const std::string& text,
+                                           std::vector<LoggedToken>&& logprobs)>;
+  // Relays g's text to `sink` until the generation is done: `frames` for each piece, `keep_alive` after a second
+  // without any (queued, or a long prompt), so that a client that has gone away is noticed even before its generation
+  // starts. Returns false when a write failed (the generation is then abandoned).
+  bool relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink, const std::string& keep_alive,
+             const Frames& frames);
+  // The model name a reply gives: the request's, else the alias.
+  const std::string& model_name(const Job& job) const { return job.request.model.empty() ? alias_ : job.request.model; }
   json response_json(const Job& job, const Outcome& out) const;
   // delta_field: "content", or "reasoning_content" for a chat chunk of thinking.
   json chunk_json(const Job& job, const std::string& text, const json& finish_reason,
@@ -198,8 +207,10 @@ class Server {
   // text_offset: /v1/completions' characters before tokens[0], advanced past them.
   void add_logprobs(json& j, const Job& job, const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
   std::string metrics_text() const;
-  // Runs `body` for a route: errors become OpenAI error objects (400 for bad input, 500 for the engine's).
-  void guarded(httplib::Response& res, const std::function<void()>& body) const;
+  // Runs `body` for a route: errors become OpenAI error objects (400 for bad input, 500 for the engine's), or, for
+  // the Messages API's routes (`anthropic`), Anthropic's.
+  void guarded(httplib::Response& res, const std::function<void()>& body) const { guarded(res, false, body); }
+  void guarded(httplib::Response& res, bool anthropic, const std::function<void()>& body) const;
 
   ServerOptions o_;
   ReasoningFormat reasoning_format_;
@@ -222,12 +233,12 @@ class Server {
   double prompt_seconds_ = 0, predicted_seconds_ = 0;
 };
 
-void Server::guarded(httplib::Response& res, const std::function<void()>& body) const {
+void Server::guarded(httplib::Response& res, bool anthropic, const std::function<void()>& body) const {
   try {
     body();
   } catch (...) {
     const json error = current_error_json();
-    send_json(res, error["error"]["code"].get<int>(), error);
+    send_json(res, error["error"]["code"].get<int>(), anthropic ? anthropic_error(error) : error);
   }
 }
 
@@ -258,29 +269,53 @@ void Server::load() {
   model_ = std::move(m);
 }
 
+RequestDefaults Server::request_defaults() const {
+  RequestDefaults defaults;
+  defaults.max_tokens = o_.n_predict;
+  defaults.sampling = o_.sampling;
+  defaults.random_seed = o_.random_seed;
+  defaults.enable_thinking = o_.enable_thinking;
+  defaults.reasoning_format = reasoning_format_;
+  return defaults;
+}
+
+std::vector<int64_t> Server::prompt_ids(const CompletionRequest& request) const {
+  const Model& m = model();
+  const bool text_prompt = request.prompt_text.has_value() || !request.messages.empty();
+  if (text_prompt && !m.tokenizer)
+    throw HttpError(400, fmt::format("the model directory {} has no tokenizer.json: send the prompt as token ids",
+                                     o_.model_dir));
+  std::vector<int64_t> prompt;
+  if (request.assistant_prefill) {
+    // the reply continues the last assistant turn: the template's closed (empty) think block, then its text
+    std::vector<int32_t> ids = m.tokenizer->encode(
+        tok::render_qwen3_chat(request.messages, true, /*enable_thinking=*/false) + *request.assistant_prefill);
+    prompt.assign(ids.begin(), ids.end());
+  } else if (!request.messages.empty()) {
+    prompt = tools::chat_prompt_ids(*m.tokenizer, request.messages, request.enable_thinking);
+  } else if (request.prompt_text) {
+    std::vector<int32_t> ids = m.tokenizer->encode(*request.prompt_text);
+    prompt.assign(ids.begin(), ids.end());
+  } else {
+    prompt = request.prompt_ids;
+  }
+  if (prompt.empty()) fail("field 'prompt': the text encodes to no tokens");
+  const int64_t vocab = m.target->config().vocab_size;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= vocab)
+      fail("field 'prompt': token id {} at index {} is outside the vocabulary 0..{}", prompt[i], i, vocab - 1);
+  return prompt;
+}
+
 Job Server::prepare(const CompletionRequest& request) const {
   const Model& m = model();
   Job job;
   job.request = request;
   job.created = unix_time();
-  job.id = completion_id(request.api == Api::kChatCompletions ? "chatcmpl" : "cmpl");
-  const bool text_prompt = request.prompt_text.has_value() || !request.messages.empty();
-  if (text_prompt && !m.tokenizer)
-    throw HttpError(400, fmt::format("the model directory {} has no tokenizer.json: send the prompt as token ids",
-                                     o_.model_dir));
-  if (!request.messages.empty()) {
-    job.prompt = tools::chat_prompt_ids(*m.tokenizer, request.messages, request.enable_thinking);
-  } else if (request.prompt_text) {
-    std::vector<int32_t> ids = m.tokenizer->encode(*request.prompt_text);
-    job.prompt.assign(ids.begin(), ids.end());
-  } else {
-    job.prompt = request.prompt_ids;
-  }
-  if (job.prompt.empty()) fail("field 'prompt': the text encodes to no tokens");
-  const int64_t vocab = m.target->config().vocab_size;
-  for (size_t i = 0; i < job.prompt.size(); ++i)
-    if (job.prompt[i] < 0 || job.prompt[i] >= vocab)
-      fail("field 'prompt': token id {} at index {} is outside the vocabulary 0..{}", job.prompt[i], i, vocab - 1);
+  job.id = completion_id(request.api == Api::kChatCompletions ? "chatcmpl-"
+                         : request.api == Api::kMessages      ? "msg_"
+                                                              : "cmpl-");
+  job.prompt = prompt_ids(request);
   const int64_t n = static_cast<int64_t>(job.prompt.size());
   const int64_t room = m.ctx_size - n - m.reserve;
   if (room < 1)
@@ -424,11 +459,13 @@ void Server::add_logprobs(json& j, const Job& job, const std::vector<LoggedToken
     case Api::kNativeCompletion: j["completion_probabilities"] = format.native(tokens); break;
     case Api::kChatCompletions: j["choices"][0]["logprobs"] = format.chat(tokens); break;
     case Api::kCompletions: j["choices"][0]["logprobs"] = format.completion(tokens, text_offset); break;
+    case Api::kMessages: break;  // the Messages API has no logprobs (its parser takes none)
   }
 }
 
 json Server::response_json(const Job& job, const Outcome& out) const {
-  const std::string& model_name = job.request.model.empty() ? alias_ : job.request.model;
+  const std::string& model_name = this->model_name(job);
+  if (job.request.api == Api::kMessages) return messages_response(job, out, model_name, timings_json(out));
   json j;
   if (job.request.api == Api::kNativeCompletion) {
     j = {{"content", out.text},
@@ -483,7 +520,7 @@ json Server::chunk_json(const Job& job, const std::string& text, const json& fin
   json j = {{"id", job.id},
             {"object", job.request.api == Api::kChatCompletions ? "chat.completion.chunk" : "text_completion"},
             {"created", job.created},
-            {"model", job.request.model.empty() ? alias_ : job.request.model},
+            {"model", model_name(job)},
             {"choices", json::array({choice})}};
   if (job.request.include_usage) j["usage"] = nullptr;
   return j;
@@ -567,15 +604,20 @@ void Server::slot_loop() {
 }
 
 void Server::complete(const httplib::Request& req, httplib::Response& res, Api api) {
-  guarded(res, [&] {
-    RequestDefaults defaults;
-    defaults.max_tokens = o_.n_predict;
-    defaults.sampling = o_.sampling;
-    defaults.random_seed = o_.random_seed;
-    defaults.enable_thinking = o_.enable_thinking;
-    defaults.reasoning_format = reasoning_format_;
-    std::shared_ptr<Generation> g = submit(prepare(parse_completion_request(parse_body(req.body), api, defaults)));
+  const bool messages = api == Api::kMessages;
+  guarded(res, messages, [&] {
+    const RequestDefaults defaults = request_defaults();
+    const nlohmann::json body = parse_body(req.body);
+    const CompletionRequest request = messages ? parse_messages_request(body, MessagesRoute::kGenerate, defaults)
+                                               : parse_completion_request(body, api, defaults);
+    std::shared_ptr<Generation> g = submit(prepare(request));
     using std::chrono::milliseconds;
+    // the body of a finished generation: its response, or its error object
+    auto final_body = [this, g, messages] {
+      if (!g->error) return dump(response_json(g->job, g->outcome));
+      const json error = error_json_of(g->error);
+      return dump(messages ? anthropic_error(error) : error);
+    };
     if (!g->job.request.stream) {
       // A generation that ends within a second of its start (or an HTTP/1.0 request, which cannot be chunked) gets
       // its answer with its own status. A longer one is answered chunked: a space (JSON whitespace) goes out each
@@ -594,7 +636,8 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         }
         if (settled(*g)) break;
       }
-      res.set_chunked_content_provider("application/json; charset=utf-8", [this, g](size_t, httplib::DataSink& sink) {
+      res.set_chunked_content_provider("application/json; charset=utf-8", [this, g, final_body](size_t,
+                                                                                              httplib::DataSink& sink) {
         for (;;) {
           std::unique_lock<std::mutex> lock = g->wait([](const Generation& x) { return x.done; }, milliseconds(1000));
           if (g->done) break;
@@ -604,16 +647,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
             return false;
           }
         }
-        std::string body;
-        if (g->error) {
-          try {
-            std::rethrow_exception(g->error);
-          } catch (...) {
-            body = dump(current_error_json());
-          }
-        } else {
-          body = dump(response_json(g->job, g->outcome));
-        }
+        const std::string body = final_body();
         sink.write(body.data(), body.size());
         sink.done();
         return true;
@@ -621,91 +655,124 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    auto stream_events = [this, g](size_t, httplib::DataSink& sink) {
-      auto event = [&sink](const json& j) {
-        const std::string line = "data: " + dump(j) + "\n\n";
-        return sink.write(line.data(), line.size());
-      };
-      const Job& job = g->job;
-      if (job.request.api == Api::kChatCompletions) {
-        json first = chunk_json(job, "", nullptr);
-        first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
-        if (!event(first)) {
+    httplib::ContentProviderWithoutLength stream_events;
+    if (messages) {
+      stream_events = [this, g](size_t, httplib::DataSink& sink) {
+        MessagesStream stream(g->job, model_name(g->job));
+        std::string start = stream.start();
+        if (!sink.write(start.data(), start.size())) {
           abandon(g);
           return false;
         }
-      }
-      // Text as it comes; after a second without any (queued, or a long prompt), an SSE comment line, which clients
-      // ignore, so that a client that has gone away is noticed even before its generation starts. Logprobs go out
-      // with the next chunk of text (or the last chunk): a token's text may be held back after its logprob came.
-      const std::string keep_alive = ": waiting\n\n";
-      std::vector<LoggedToken> logprobs;
-      int64_t text_offset = 0;
-      auto text_event = [&](const std::string& text, const char* field) {
-        json chunk = chunk_json(job, text, nullptr, field);
-        add_logprobs(chunk, job, logprobs, text_offset);
-        logprobs.clear();
-        return event(chunk);
+        // Anthropic's keep-alive is a ping event
+        const bool relayed =
+            relay(g, sink, MessagesStream::ping(),
+                  [&](const std::string& reasoning, const std::string& text, std::vector<LoggedToken>&&) {
+                    return stream.text(reasoning, text);
+                  });
+        if (!relayed) return false;
+        // an error event and no message_stop: the stream did not complete
+        const std::string end = g->error ? MessagesStream::error(error_json_of(g->error))
+                                         : stream.finish(g->outcome, timings_json(g->outcome));
+        sink.write(end.data(), end.size());
+        sink.done();
+        return true;
       };
-      for (;;) {
-        std::unique_lock<std::mutex> lock = g->wait(
-            [](const Generation& x) { return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty(); },
-            milliseconds(1000));
-        const bool done = g->done;
-        std::string text, reasoning;
-        text.swap(g->fresh_text);
-        reasoning.swap(g->fresh_reasoning);
-        logprobs.insert(logprobs.end(), g->fresh_logprobs.begin(), g->fresh_logprobs.end());
-        g->fresh_logprobs.clear();
-        lock.unlock();
-        // deepseek: the reasoning first, as all of it comes before any of the answer; deepseek-legacy streams the
-        // reply whole in content (tags included) and no reasoning deltas, as llama-server does
-        if (job.request.reasoning_format == ReasoningFormat::kDeepseekLegacy) reasoning.clear();
-        bool written = reasoning.empty() || text_event(reasoning, "reasoning_content");
-        if (written)
-          written = !text.empty() ? text_event(text, "content")
-                    : done || !reasoning.empty() ? true
-                                                 : sink.write(keep_alive.data(), keep_alive.size());
-        if (!written) {
-          abandon(g);
-          return false;
+    } else {
+      stream_events = [this, g](size_t, httplib::DataSink& sink) {
+        auto event = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
+        const Job& job = g->job;
+        if (job.request.api == Api::kChatCompletions) {
+          json first = chunk_json(job, "", nullptr);
+          first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+          const std::string line = event(first);
+          if (!sink.write(line.data(), line.size())) {
+            abandon(g);
+            return false;
+          }
         }
-        if (done) break;
-      }
-      if (g->error) {
-        try {
-          std::rethrow_exception(g->error);
-        } catch (...) {
-          event(current_error_json());  // and no [DONE]: the stream did not complete
+        // Logprobs go out with the next chunk of text (or the last chunk): a token's text may be held back after its
+        // logprob came.
+        std::vector<LoggedToken> logprobs;
+        int64_t text_offset = 0;
+        auto text_event = [&](const std::string& text, const char* field) {
+          json chunk = chunk_json(job, text, nullptr, field);
+          add_logprobs(chunk, job, logprobs, text_offset);
+          logprobs.clear();
+          return event(chunk);
+        };
+        // An SSE comment line keeps a quiet stream alive (clients ignore it)
+        const bool relayed = relay(g, sink, ": waiting\n\n",
+                                   [&](const std::string& reasoning, const std::string& text,
+                                       std::vector<LoggedToken>&& fresh_logprobs) {
+                                     logprobs.insert(logprobs.end(), fresh_logprobs.begin(), fresh_logprobs.end());
+                                     // deepseek: the reasoning first, as all of it comes before any of the answer;
+                                     // deepseek-legacy streams the reply whole in content (tags included) and no
+                                     // reasoning deltas, as llama-server does
+                                     std::string frames;
+                                     if (!reasoning.empty() &&
+                                         job.request.reasoning_format != ReasoningFormat::kDeepseekLegacy)
+                                       frames += text_event(reasoning, "reasoning_content");
+                                     if (!text.empty()) frames += text_event(text, "content");
+                                     return frames;
+                                   });
+        if (!relayed) return false;
+        std::string end;
+        if (g->error) {
+          end = event(error_json_of(g->error));  // and no [DONE]: the stream did not complete
+        } else if (job.request.api == Api::kNativeCompletion) {
+          json last = response_json(job, g->outcome);
+          last["content"] = "";
+          add_logprobs(last, job, logprobs, text_offset);  // only the tokens no chunk carried
+          end = event(last);
+        } else {
+          const Outcome& out = g->outcome;
+          json last = chunk_json(job, "", out.finish_reason);
+          if (!logprobs.empty()) add_logprobs(last, job, logprobs, text_offset);
+          last["timings"] = timings_json(out);
+          if (!out.compression.is_null()) last["compression"] = out.compression;
+          end = event(last);
+          if (job.request.include_usage) {
+            json usage = chunk_json(job, "", nullptr);
+            usage["choices"] = json::array();
+            usage["usage"] = usage_json(out);
+            end += event(usage);
+          }
+          end += "data: [DONE]\n\n";
         }
-      } else if (job.request.api == Api::kNativeCompletion) {
-        json last = response_json(job, g->outcome);
-        last["content"] = "";
-        add_logprobs(last, job, logprobs, text_offset);  // only the tokens no chunk carried
-        event(last);
-      } else {
-        const Outcome& out = g->outcome;
-        json last = chunk_json(job, "", out.finish_reason);
-        if (!logprobs.empty()) add_logprobs(last, job, logprobs, text_offset);
-        last["timings"] = timings_json(out);
-        if (!out.compression.is_null()) last["compression"] = out.compression;
-        event(last);
-        if (job.request.include_usage) {
-          json usage = chunk_json(job, "", nullptr);
-          usage["choices"] = json::array();
-          usage["usage"] = usage_json(out);
-          event(usage);
-        }
-        const std::string done = "data: [DONE]\n\n";
-        sink.write(done.data(), done.size());
-      }
-      sink.done();
-      return true;
-    };
+        sink.write(end.data(), end.size());
+        sink.done();
+        return true;
+      };
+    }
     // HTTP/1.0 cannot take chunks: its stream ends with the connection
     if (req.version == "HTTP/1.0") res.set_content_provider("text/event-stream", stream_events);
     else res.set_chunked_content_provider("text/event-stream", stream_events);
   });
+}
+
+bool Server::relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink, const std::string& keep_alive,
+                   const Frames& frames) {
+  using std::chrono::milliseconds;
+  for (;;) {
+    std::unique_lock<std::mutex> lock = g->wait(
+        [](const Generation& x) { return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty(); },
+        milliseconds(1000));
+    const bool done = g->done;
+    std::string text, reasoning;
+    text.swap(g->fresh_text);
+    reasoning.swap(g->fresh_reasoning);
+    std::vector<LoggedToken> logprobs;
+    logprobs.swap(g->fresh_logprobs);
+    lock.unlock();
+    std::string out = frames(reasoning, text, std::move(logprobs));
+    if (out.empty() && !done) out = keep_alive;
+    if (!out.empty() && !sink.write(out.data(), out.size())) {
+      abandon(g);
+      return false;
+    }
+    if (done) return true;
+  }
 }
 
 std::string Server::metrics_text() const {
@@ -796,6 +863,15 @@ void Server::add_routes() {
   http_.Post("/chat/completions",
              [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kChatCompletions); });
   http_.Post("/completion", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kNativeCompletion); });
+  http_.Post("/v1/messages",
+             [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kMessages); });
+  http_.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, /*anthropic=*/true, [&] {
+      const CompletionRequest r =
+          parse_messages_request(parse_body(req.body), MessagesRoute::kCountTokens, request_defaults());
+      send_json(res, 200, {{"input_tokens", prompt_ids(r).size()}});
+    });
+  });
   http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       const Model& m = model();
@@ -848,7 +924,8 @@ void Server::add_routes() {
   http_.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   http_.Options(R"(.*)", [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+    res.set_header("Access-Control-Allow-Headers",
+                   "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta");
     res.status = 204;
   });
   if (!o_.api_key.empty()) {
@@ -857,23 +934,26 @@ void Server::add_routes() {
         return httplib::Server::HandlerResponse::Unhandled;
       if (req.get_header_value("Authorization") == "Bearer " + o_.api_key || req.get_header_value("X-Api-Key") == o_.api_key)
         return httplib::Server::HandlerResponse::Unhandled;
-      send_json(res, 401, error_json(401, "Invalid API Key", "authentication_error"));
+      const json error = error_json(401, "Invalid API Key", "authentication_error");
+      send_json(res, 401, anthropic_route(req.path) ? anthropic_error(error) : error);
       return httplib::Server::HandlerResponse::Handled;
     });
   }
   http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a route's own error
+    json error;
     if (res.status == 404) {
-      send_json(res, 404, error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error"));
+      error = error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error");
     } else if (res.status == 413) {
       // cpp-httplib caps form-encoded bodies (curl -d's default Content-Type) at 8 KiB
       const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
-      send_json(res, 413, error_json(413, form ? "request body: over 8192 bytes with Content-Type "
-                                                 "application/x-www-form-urlencoded; send Content-Type: application/json"
-                                               : "request body: larger than 64 MiB", "invalid_request_error"));
+      error = error_json(413, form ? "request body: over 8192 bytes with Content-Type "
+                                     "application/x-www-form-urlencoded; send Content-Type: application/json"
+                                   : "request body: larger than 64 MiB", "invalid_request_error");
     } else {
-      send_json(res, res.status, error_json(res.status, fmt::format("HTTP status {}", res.status), "invalid_request_error"));
+      error = error_json(res.status, fmt::format("HTTP status {}", res.status), "invalid_request_error");
     }
+    send_json(res, res.status, anthropic_route(req.path) ? anthropic_error(error) : error);
   });
   http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string message = "unknown error";

@@ -1,8 +1,8 @@
-// http_server.h — `specpress serve`: an OpenAI-compatible HTTP server over one target (and optionally its
-// DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before the model
-// loads (/health answers 503 until ready), runs one generation at a time on one thread (batch 1: requests queue,
-// up to --max-queue, then 503), streams Server-Sent Events as blocks are committed and puts llama.cpp's `timings`
-// (with draft_n and draft_n_accepted) on every completion.
+// http_server.h — `specpress serve`: an OpenAI-compatible (and Anthropic Messages) HTTP server over one target
+// (and optionally its DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before
+// the model loads (/health answers 503 until ready), runs one generation at a time on one thread (batch 1: requests
+// queue, up to --max-queue, then 503), streams Server-Sent Events as blocks are committed and puts llama.cpp's
+// `timings` (with draft_n and draft_n_accepted) on every completion.
 //
 // Counting: `usage` and `timings.predicted_n` count the returned tokens (up to a stop string, whatever a DFlash
 // block committed past it); draft_n and draft_n_accepted are the engine's. A whole (non-streamed) response that
@@ -17,9 +17,13 @@
 // Logprobs (logprobs_json.h): one entry a token the usage counts, in each API's form; the generation then runs the
 // fast path's unpipelined loop. A stream sends each token's entry with the first chunk of text after it.
 //
+// Anthropic's Messages API (messages_request.h, messages_json.h) runs the same generations: its replies, event streams
+// (a ping event, not a comment line, keeps a quiet one alive) and errors (the /v1/messages routes' 401 and 404 too)
+// take Anthropic's form; x-api-key is accepted as well as the Bearer header.
+//
 // Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
-// /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /tokenize,
-// /detokenize, /apply-template; OPTIONS (CORS preflight) everywhere.
+// /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /v1/messages,
+// /v1/messages/count_tokens (Anthropic), /tokenize, /detokenize, /apply-template; OPTIONS (CORS preflight) everywhere.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -47,7 +51,7 @@ struct ServerOptions {
   std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)
   bool ignore_eos = false;
   std::string alias;         // the model id clients see; empty: the model directory's name
-  std::string api_key;       // when set, every route but /health needs "Authorization: Bearer KEY"
+  std::string api_key;  // when set, every route but /health needs "Authorization: Bearer KEY" or "X-Api-Key: KEY"
   std::string device = "cpu", dtype = "f32";
   bool reference_path = false;
   std::string compress = "none";

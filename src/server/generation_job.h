@@ -1,0 +1,34 @@
+// generation_job.h — a checked request ready for the generation slot (Job) and what its generation produced
+// (Outcome), as the server's routes and each API's response writers (http_server.cpp, messages_json.h) share them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "decode/generation.h"
+#include "server/api_request.h"
+
+namespace specpress::server {
+
+struct Job {
+  CompletionRequest request;
+  std::vector<int64_t> prompt;
+  decode::GenerationParams params;
+  std::string id;
+  int64_t created = 0;
+};
+
+struct Outcome {
+  decode::GenerationResult result;
+  std::string text;       // the reply, or (chat and messages, deepseek reasoning format) its answer
+  std::string reasoning;  // chat and messages: the thinking (reasoning.h)
+  int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
+  std::string finish_reason;  // "stop" (eos or a stop string) or "length"
+  std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
+  std::string stopping_word;
+  nlohmann::ordered_json compression;  // null unless the server compresses
+};
+
+}  // namespace specpress::server

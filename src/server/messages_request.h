@@ -1,0 +1,26 @@
+// messages_request.h — Anthropic's Messages API request (POST /v1/messages, /v1/messages/count_tokens), as
+// llama-server and vLLM take it for Anthropic clients, parsed into the server's CompletionRequest:
+//   - `system`: a string or text blocks, the system turn; `messages`: user and assistant turns whose content is a
+//     string or text blocks (an assistant's thinking blocks are dropped: Qwen3's template drops earlier thinking);
+//     a last assistant message is a prefill that the reply continues;
+//   - max_tokens, stop_sequences, stream, temperature, top_p, top_k, metadata (ignored), and, as llama.cpp's
+//     extensions, min_p and seed;
+//   - thinking {"type": "enabled", "budget_tokens": N} turns Qwen3's thinking on (its text comes back as thinking
+//     blocks), {"type": "disabled"} off. The budget is checked as Anthropic checks it (>= 1024, < max_tokens) but
+//     not enforced: Qwen3 ends its thinking itself, and max_tokens bounds the whole reply.
+// Images, documents, tool use and tool results are refused by name, as are unknown fields. count_tokens takes only
+// the prompt's fields (model, system, messages, thinking, tools when empty).
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include "server/api_request.h"
+
+namespace specpress::server {
+
+enum class MessagesRoute { kGenerate, kCountTokens };
+
+// Throws specpress::Error naming the field and what was expected.
+CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRoute route,
+                                         const RequestDefaults& defaults);
+
+}  // namespace specpress::server
