@@ -3,7 +3,8 @@
 # checks that /props reports the fast path and that a greedy chat completion, whole and streamed, equals `specpress
 # generate` with the same flags, and prints both tokens/s. generate runs with --logprobs 3 (its loop then reads the
 # logits back every cycle, unpipelined): its text must still equal the server's pipelined reply, and its logprobs
-# the server's for a request with logprobs, whole and streamed. The demo pair's head_dim (16) is not a fast-path width, so
+# the server's for a request with logprobs, whole and streamed. Anthropic's /v1/messages must return the chat reply's
+# text, whole and streamed (its text_delta events). The demo pair's head_dim (16) is not a fast-path width, so
 # on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
 # (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
@@ -68,7 +69,15 @@ greedy_top = all(c["top_logprobs"][0]["logprob"] == c["logprob"] for c in conten
 print(f"server_check: logprobs {len(content)} entries, equal to generate's={lp_equal}, "
       f"streamed equal={streamed_lp == content}, chosen is the likeliest={greedy_top}, "
       f"first {[(c['token'], round(c['logprob'], 4)) for c in content[:3]]}")
+# Anthropic's Messages API: the same generation in its message object and event stream
+message = json.loads(post("/v1/messages", body))
+message_text = "".join(b["text"] for b in message["content"] if b["type"] == "text")
+deltas = [json.loads(f.split("\ndata: ", 1)[1]) for f in post("/v1/messages", dict(body, stream=True)).split("\n\n")
+          if f.startswith("event: content_block_delta")]
+message_streamed = "".join(d["delta"].get("text", "") for d in deltas)
+print(f"server_check: messages text_equal={message_text == text} stream_equal={message_streamed == text} "
+      f"stop_reason={message['stop_reason']} output_tokens={message['usage']['output_tokens']}")
 ok = (text == expected["text"] and streamed == text and (props["fast_path"] or not fast) and lp_equal and
-      streamed_lp == content and greedy_top)
+      streamed_lp == content and greedy_top and message_text == text and message_streamed == text)
 sys.exit(0 if ok else 1)
 PY
