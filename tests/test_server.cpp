@@ -748,6 +748,11 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   EXPECT_EQ(post(off, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
   EXPECT_EQ(json::parse(off.client().Get("/props")->body)["default_generation_settings"]["params"]["enable_thinking"],
             true);
+  EXPECT_EQ(off.stop(SIGTERM, 30), 0) << off.stderr_text();
+  // llama-server's --reasoning-budget -1 turns thinking on as --think does
+  ServerProcess budget({"-m", demo_dir() + "/target", "--reasoning-budget", "-1", "--reasoning-format", "none"});
+  ASSERT_GT(budget.port(), 0) << budget.stderr_text();
+  EXPECT_EQ(post(budget, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
 }
 
 // The bytes of a token entry ("bytes": [...]) as a string.
@@ -1364,6 +1369,8 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "--host", ""}, "--host: empty"},
       {{"-m", demo_dir() + "/target", "--max-queue", "-1"}, "--max-queue"},
       {{"-m", demo_dir() + "/target", "--reasoning-format", "r1"}, "--reasoning-format: expected none"},
+      {{"-m", demo_dir() + "/target", "--reasoning-budget", "512"}, "--reasoning-budget: 512 is not supported"},
+      {{"-m", demo_dir() + "/target", "--reasoning-budget", "0", "--think"}, "--reasoning-budget 0 (thinking off) contradicts"},
       {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"enable_thinking\": 1}"},
        "--chat-template-kwargs: enable_thinking must be true or false"},
       {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"tools\": []}"}, "--chat-template-kwargs: \"tools\""},

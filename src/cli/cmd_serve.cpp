@@ -30,9 +30,11 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
           ->check(seed_check());
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
+  cmd->add_option("--reasoning-budget", o->reasoning_budget,
+                  "llama-server's: -1 thinking on by default, 0 off (as --think / its absence); no other budget");
   [[maybe_unused]] CLI::Option* kwargs = cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
                                         "JSON object of template parameters for every chat request, as llama-server "
-                                        "takes it: {\"enable_thinking\": true|false} (overrides --think)");
+                                        "takes it: {\"enable_thinking\": true|false} (overrides --think and --reasoning-budget)");
   cmd->add_option("--reasoning-format", o->reasoning_format,
                   "chat replies' thinking: none (left in content), deepseek (in reasoning_content), deepseek-legacy "
                   "(content whole; reasoning_content too in whole responses), auto (deepseek)")

@@ -1074,6 +1074,13 @@ int run_server(const ServerOptions& options) {
     fail("--max-queue: must be in 0..1024 (an HTTP thread each), got {}", options.max_queue);
   decode::validate(options.sampling);
   ServerOptions o = options;
+  if (o.reasoning_budget != ServerOptions::kNotGiven) {
+    if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
+      fail("--reasoning-budget: {} is not supported: -1 (thinking on) or 0 (thinking off), as llama-server takes it",
+           o.reasoning_budget);
+    if (o.reasoning_budget == 0 && o.enable_thinking) fail("--reasoning-budget 0 (thinking off) contradicts --think");
+    o.enable_thinking = o.reasoning_budget == -1;
+  }
   if (o.chat_template_kwargs_given) {
     if (o.chat_template_kwargs.empty()) fail("--chat-template-kwargs: expected a JSON object, found an empty string");
     nlohmann::json kwargs;
