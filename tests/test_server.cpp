@@ -1019,6 +1019,14 @@ TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
   EXPECT_EQ(std::count(streamed.names.begin(), streamed.names.end(), "content_block_start"), 2);
   EXPECT_NE(thinking_start, streamed.names.end());
 
+  // a browser's preflight gets the headers it asks for (Anthropic's SDK adds its own)
+  httplib::Headers asked = {{"Origin", "http://example.org"}, {"Access-Control-Request-Method", "POST"},
+                            {"Access-Control-Request-Headers", "anthropic-version,x-api-key,x-stainless-os"}};
+  auto preflight = s.client().Options("/v1/messages", asked);
+  ASSERT_TRUE(preflight);
+  EXPECT_EQ(preflight->status, 204);
+  EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Headers"), "anthropic-version,x-api-key,x-stainless-os");
+
   // errors in Anthropic's form, on every /v1/messages route
   for (const auto& [path, body, status] :
        {std::tuple<std::string, std::string, int>{

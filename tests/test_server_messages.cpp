@@ -53,8 +53,7 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
                "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
                             {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
                                                               {"type": "text", "text": "c"}]},
-                            {"role": "user", "content": "d"},
-                            {"role": "assistant", "content": "\n\nThe answer is"}]})", d);
+                            {"role": "user", "content": "d"}]})", d);
   EXPECT_EQ(r.model, "claude-x");
   EXPECT_EQ(r.max_tokens, 2000);
   EXPECT_TRUE(r.max_tokens_given && r.stream);
@@ -66,7 +65,7 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
   EXPECT_EQ(r.sampling.seed, 3u);
   EXPECT_FALSE(r.random_seed);
   EXPECT_TRUE(r.enable_thinking);
-  // the system turn first, the assistant's thinking dropped, the last assistant turn a prefill (leading newlines off)
+  // the system turn first, the assistant's thinking dropped
   ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[0].content, "Be brief.");
@@ -74,8 +73,12 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
   EXPECT_EQ(r.messages[2].role, "assistant");
   EXPECT_EQ(r.messages[2].content, "c");
   EXPECT_EQ(r.messages[3].content, "d");
+  EXPECT_FALSE(r.assistant_prefill.has_value());
+  // the last assistant turn is a prefill (leading newlines off, as the template drops them)
+  r = parse(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "\n\nThe answer is"}]})");
   ASSERT_TRUE(r.assistant_prefill.has_value());
   EXPECT_EQ(*r.assistant_prefill, "The answer is");
+  EXPECT_EQ(r.messages.size(), 1u);
   // an empty last assistant turn is still a prefill (the reply starts after the closed think block)
   r = parse(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]})");
   ASSERT_TRUE(r.assistant_prefill.has_value());
@@ -135,6 +138,9 @@ TEST(ServerMessagesRequest, BadFieldsAreNamed) {
       {with(R"("thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 2048)"),
        "2048 must be less than max_tokens (2048)"},
       {with(R"("thinking": {"type": "disabled", "budget_tokens": 2048})"), "unknown field 'budget_tokens'"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+           "thinking": {"type": "enabled", "budget_tokens": 1024}})",
+       "a last assistant message (a prefill) cannot be continued with thinking enabled"},
       {with(R"("tools": [{"name": "f", "input_schema": {}}])"), "field 'tools': tool use is not supported"},
       {with(R"("tool_choice": {"type": "auto"})"), "field 'tool_choice'"},
       {with(R"("logprobs": true)"), "unknown field 'logprobs' for /v1/messages"},

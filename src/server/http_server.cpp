@@ -97,7 +97,9 @@ json current_error_json() {
 }
 
 // The Messages API's routes answer errors in Anthropic's form.
-bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+bool anthropic_route(const std::string& path) {
+  return path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0;
+}
 
 // The error object of a generation that failed.
 json error_json_of(const std::exception_ptr& error) {
@@ -914,18 +916,19 @@ void Server::add_routes() {
   http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       model();
-      RequestDefaults defaults;
-      defaults.enable_thinking = o_.enable_thinking;
-      const CompletionRequest r = parse_completion_request(parse_body(req.body), Api::kChatCompletions, defaults);
+      const CompletionRequest r =
+          parse_completion_request(parse_body(req.body), Api::kChatCompletions, request_defaults());
       send_json(res, 200, {{"prompt", tok::render_qwen3_chat(r.messages, true, r.enable_thinking)}});
     });
   });
   // CORS, as llama-server allows it: browser clients on other origins may call every route.
   http_.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
-  http_.Options(R"(.*)", [](const httplib::Request&, httplib::Response& res) {
+  // The preflight allows the headers the browser asks for (SDKs add their own, e.g. Anthropic's x-stainless-*).
+  http_.Options(R"(.*)", [](const httplib::Request& req, httplib::Response& res) {
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
     res.set_header("Access-Control-Allow-Headers",
-                   "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta");
+                   asked.empty() ? "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta" : asked);
     res.status = 204;
   });
   if (!o_.api_key.empty()) {

@@ -111,7 +111,8 @@ CompletionRequest parse_messages_request(const json& body, MessagesRoute route, 
       require_off(v, key, (v.is_array() && v.empty()) || (v.is_object() && v.value("type", "") == "none"),
                   "tool use");
     } else if (count) {
-      fail("unknown field '{}' for {} (it takes model, system, messages, thinking)", key, endpoint);
+      fail("unknown field '{}' for {} (it takes model, system, messages, thinking, and tools and tool_choice when "
+           "off)", key, endpoint);
     } else if (key == "max_tokens") {
       r.max_tokens = integer_field(v, key);
       if (r.max_tokens < 1) fail("field 'max_tokens': must be at least 1, got {}", r.max_tokens);
@@ -129,6 +130,9 @@ CompletionRequest parse_messages_request(const json& body, MessagesRoute route, 
     }
   }
   if (!body.contains("messages") || body["messages"].is_null()) fail("field 'messages' is missing");
+  // as llama.cpp and Anthropic: a prefilled reply cannot think (the template closes the think block before it)
+  if (budget >= 0 && r.assistant_prefill)
+    fail("field 'messages': a last assistant message (a prefill) cannot be continued with thinking enabled");
   if (budget >= 0 && r.max_tokens_given && budget >= r.max_tokens)
     fail("field 'thinking.budget_tokens': {} must be less than max_tokens ({})", budget, r.max_tokens);
   if (have_system) r.messages.insert(r.messages.begin(), tok::ChatMessage{"system", system});

@@ -1,13 +1,15 @@
-// messages_request.h — Anthropic's Messages API request (POST /v1/messages, /v1/messages/count_tokens), as
-// llama-server and vLLM take it for Anthropic clients, parsed into the server's CompletionRequest:
+// messages_request.h — Anthropic's Messages API request (POST /v1/messages, /v1/messages/count_tokens), which
+// llama-server and vLLM also serve to Anthropic clients, parsed into the server's CompletionRequest:
 //   - `system`: a string or text blocks, the system turn; `messages`: user and assistant turns whose content is a
-//     string or text blocks (an assistant's thinking blocks are dropped: Qwen3's template drops earlier thinking);
-//     a last assistant message is a prefill that the reply continues;
+//     string or text blocks, joined as they are (no separator, as the chat API joins text parts; an assistant's
+//     thinking blocks are dropped: Qwen3's template drops earlier thinking); a last assistant message is a prefill
+//     that the reply continues (refused with thinking enabled by the request, as llama.cpp refuses it);
 //   - max_tokens, stop_sequences, stream, temperature, top_p, top_k, metadata (ignored), and, as llama.cpp's
 //     extensions, min_p and seed;
 //   - thinking {"type": "enabled", "budget_tokens": N} turns Qwen3's thinking on (its text comes back as thinking
-//     blocks), {"type": "disabled"} off. The budget is checked as Anthropic checks it (>= 1024, < max_tokens) but
-//     not enforced: Qwen3 ends its thinking itself, and max_tokens bounds the whole reply.
+//     blocks), {"type": "disabled"} off; without it the server's default applies (off unless --think). The budget
+//     is checked as Anthropic checks it (>= 1024, < max_tokens) but not enforced: Qwen3 ends its thinking itself,
+//     and max_tokens bounds the whole reply.
 // Images, documents, tool use and tool results are refused by name, as are unknown fields. count_tokens takes only
 // the prompt's fields (model, system, messages, thinking, tools when empty).
 #pragma once
