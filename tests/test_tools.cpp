@@ -19,7 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string data(const std::string& file) { return shared_dir() + "/data/" + file; }
+// The shared data folder and a file in it (append, not operator+: GCC 12 warns falsely on the inlined concatenation).
+std::string data_dir() { return shared_dir().append("/data"); }
+std::string data(const std::string& file) { return data_dir().append("/").append(file); }
 
 struct DatasetFile {
   std::string name, file;
@@ -148,44 +150,92 @@ class ToolsEndToEnd : public ::testing::Test {
 };
 ScratchDir* ToolsEndToEnd::dir_ = nullptr;
 
-TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
-  for (const auto& s : kSets) {
-    const std::string out = (dir_->path / ("bench-" + s.name + ".json")).string();
-    const std::string md = (dir_->path / ("bench-" + s.name + ".md")).string();
-    CommandResult r = run_specpress("bench " + models() + " --dataset " + s.name + " --data " + data(s.file) +
-                                    " --max-samples 2 --max-new-tokens 6 --no-progress --json " + out + " --markdown " + md +
-                                    (s.name == "gsm8k" ? " --check-answers" : ""));
-    ASSERT_EQ(r.exit_code, 0) << s.name << ": " << r.err;
-    std::ifstream in(out);
-    auto j = nlohmann::json::parse(in);
-    const auto& recs = j["records"];
-    ASSERT_EQ(recs.size(), s.name == "mt-bench" ? 4u : 2u) << s.name;  // mt-bench: two turns per sample
-    double tau = 0, plain_tpot = 0, dflash_tpot = 0;
-    for (const auto& rec : recs) {
-      tau += rec["dflash"]["tau"].get<double>() / recs.size();
-      plain_tpot += rec["plain"]["tpot_ms"].get<double>() / recs.size();
-      dflash_tpot += rec["dflash"]["tpot_ms"].get<double>() / recs.size();
-      EXPECT_TRUE(rec["outputs_equal"].get<bool>()) << s.name;  // greedy DFlash is lossless
-      double mean = 0;
-      for (int64_t len : rec["dflash"]["acceptance_lengths"]) mean += static_cast<double>(len);
-      mean /= rec["dflash"]["acceptance_lengths"].size();
-      EXPECT_NEAR(rec["dflash"]["tau"].get<double>(), mean, 1e-9);
-    }
-    const auto& sum = j["summary"];
-    EXPECT_NEAR(sum["tau"].get<double>(), tau, 1e-9) << "tau is the mean of per-sample means";
-    EXPECT_NEAR(sum["speedup"].get<double>(), plain_tpot / dflash_tpot, 1e-9) << "speedup is the TPOT ratio";
-    double hist = 0;
-    for (double h : sum["acceptance_histogram"]) hist += h;
-    EXPECT_NEAR(hist, 1.0, 1e-9);
-    EXPECT_EQ(sum["acceptance_histogram"].size(), 4u);
-    EXPECT_EQ(sum["per_position_acceptance"].size(), 3u);
-    EXPECT_DOUBLE_EQ(sum["identical_outputs"].get<double>(), 1.0);
-    EXPECT_EQ(j["temperature"], 0.0);  // the sampling the report was made with
-    EXPECT_EQ(j["min_p"], 0.0);
-    if (s.name == "gsm8k") EXPECT_DOUBLE_EQ(sum["answers_agree"].get<double>(), 1.0);
-    EXPECT_NE(r.out.find("**speedup"), std::string::npos);
-    EXPECT_TRUE(fs::exists(md));
+// One dataset's report (bench_json): its records and the metric definitions of its summary.
+void check_bench_report(const nlohmann::json& j, const std::string& name) {
+  SCOPED_TRACE(name);
+  EXPECT_EQ(j["dataset"], name);
+  const auto& recs = j["records"];
+  ASSERT_EQ(recs.size(), name == "mt-bench" ? 4u : 2u);  // mt-bench: two turns per sample
+  double tau = 0, plain_tpot = 0, dflash_tpot = 0;
+  for (const auto& rec : recs) {
+    tau += rec["dflash"]["tau"].get<double>() / recs.size();
+    plain_tpot += rec["plain"]["tpot_ms"].get<double>() / recs.size();
+    dflash_tpot += rec["dflash"]["tpot_ms"].get<double>() / recs.size();
+    EXPECT_TRUE(rec["outputs_equal"].get<bool>());  // greedy DFlash is lossless
+    double mean = 0;
+    for (int64_t len : rec["dflash"]["acceptance_lengths"]) mean += static_cast<double>(len);
+    mean /= rec["dflash"]["acceptance_lengths"].size();
+    EXPECT_NEAR(rec["dflash"]["tau"].get<double>(), mean, 1e-9);
   }
+  const auto& sum = j["summary"];
+  EXPECT_NEAR(sum["tau"].get<double>(), tau, 1e-9) << "tau is the mean of per-sample means";
+  EXPECT_NEAR(sum["speedup"].get<double>(), plain_tpot / dflash_tpot, 1e-9) << "speedup is the TPOT ratio";
+  double hist = 0;
+  for (double h : sum["acceptance_histogram"]) hist += h;
+  EXPECT_NEAR(hist, 1.0, 1e-9);
+  EXPECT_EQ(sum["acceptance_histogram"].size(), 4u);
+  EXPECT_EQ(sum["per_position_acceptance"].size(), 3u);
+  EXPECT_DOUBLE_EQ(sum["identical_outputs"].get<double>(), 1.0);
+  EXPECT_EQ(j["temperature"], 0.0);  // the sampling the report was made with
+  EXPECT_EQ(j["min_p"], 0.0);
+  // --check-answers applies where the set has final answers
+  EXPECT_EQ(sum.contains("answers_agree"), name == "gsm8k" || name == "math500");
+  if (sum.contains("answers_agree")) EXPECT_DOUBLE_EQ(sum["answers_agree"].get<double>(), 1.0);
+}
+
+// Every dataset in one run (the models load once; --data the shared folder), then one dataset alone (its report as
+// the JSON's top level).
+TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
+  const std::string out = (dir_->path / "bench-all.json").string(), md = (dir_->path / "bench-all.md").string();
+  CommandResult r = run_specpress("bench " + models() + " --dataset all --data " + data_dir() +
+                                  " --max-samples 2 --max-new-tokens 6 --no-progress --check-answers --json " + out +
+                                  " --markdown " + md);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(out);
+  auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["datasets"].size(), std::size(kSets));
+  double speedups = 0, taus = 0;
+  for (size_t i = 0; i < std::size(kSets); ++i) {
+    const auto& report = j["datasets"][i];
+    check_bench_report(report, kSets[i].name);
+    const auto& row = j["summary"]["datasets"][i];
+    EXPECT_EQ(row["dataset"], kSets[i].name);
+    EXPECT_EQ(row["samples"], report["samples"]);
+    EXPECT_EQ(row["speedup"], report["summary"]["speedup"]);
+    EXPECT_EQ(row["tau"], report["summary"]["tau"]);
+    speedups += row["speedup"].get<double>() / std::size(kSets);
+    taus += row["tau"].get<double>() / std::size(kSets);
+  }
+  EXPECT_NEAR(j["summary"]["mean_speedup"].get<double>(), speedups, 1e-9) << "the paper's Avg.: a plain mean";
+  EXPECT_NEAR(j["summary"]["mean_tau"].get<double>(), taus, 1e-9);
+  // stdout and --markdown: every dataset's table, then the summary with a row each and the mean
+  std::ifstream m(md);
+  const std::string table((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
+  for (const std::string& text : {r.out, table}) {
+    for (const auto& s : kSets) {
+      EXPECT_NE(text.find("## specpress bench: " + s.name + "\n"), std::string::npos) << s.name;
+      EXPECT_NE(text.find("\n| " + s.name + " | "), std::string::npos) << s.name;
+    }
+    EXPECT_NE(text.find("## specpress bench: summary"), std::string::npos);
+    EXPECT_NE(text.find("\n| mean | | "), std::string::npos);
+  }
+
+  const std::string one = (dir_->path / "bench-gsm8k.json").string();
+  r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
+                    " --max-samples 2 --max-new-tokens 6 --no-progress --check-answers --json " + one);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream single(one);
+  const auto report = nlohmann::json::parse(single);
+  check_bench_report(report, "gsm8k");
+  // the same samples, decoded the same way, whether the run holds one dataset or all of them
+  for (size_t i = 0; i < report["records"].size(); ++i) {
+    const auto &alone = report["records"][i], &among = j["datasets"][0]["records"][i];
+    EXPECT_EQ(alone["id"], among["id"]);
+    EXPECT_EQ(alone["dflash"]["acceptance_lengths"], among["dflash"]["acceptance_lengths"]);
+    EXPECT_EQ(alone["answers"], among["answers"]);
+  }
+  EXPECT_NE(r.out.find("**speedup"), std::string::npos);
+  EXPECT_EQ(r.out.find("summary"), std::string::npos) << "one dataset: no summary table";
 }
 
 TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
@@ -272,6 +322,15 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
       {base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --min-p 1.5", "--min-p: must be in [0, 1)"},
       {"diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --max-new-tokens 0",
        "--max-new-tokens: must be at least 1"},
+      {base + "--dataset all --data " + data("gsm8k_test.jsonl"), "is not a folder; with several datasets"},
+      {base + "--dataset gsm8k,mbpp,gsm8k --data " + data_dir(), "'gsm8k' is named twice"},
+      {base + "--dataset gsm8k,,mbpp --data " + data_dir(), "--dataset: an empty name"},
+      {base + "--dataset gsm8k,gsm9k --data " + data_dir(), "--dataset: unknown dataset 'gsm9k'"},
+      {base + "--dataset humaneval,mbpp --data " + data_dir() + " --check-answers",
+       "--check-answers: only gsm8k and math500"},
+      {base + "--dataset gsm8k --data " + shared_dir(), "has no gsm8k_test.jsonl (dataset gsm8k"},
+      {"diagnose " + models() + " --dataset gsm8k,mbpp --data " + data_dir(),
+       "--dataset: one dataset at a time here"},
   };
   for (const auto& c : cases) {
     CommandResult r = run_specpress(c.args);
@@ -285,6 +344,11 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
   write_text(d.path / "empty.json", "[]");
   r = run_specpress(base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --indices " + (d.path / "empty.json").string());
   EXPECT_NE(r.err.find("is empty"), std::string::npos) << r.err;
+  write_text(d.path / "rows.json", "[0, 1]");  // one list of rows cannot serve several datasets
+  r = run_specpress(base + "--dataset gsm8k,math500 --data " + data_dir() + " --indices " +
+                    (d.path / "rows.json").string());
+  EXPECT_NE(r.err.find("rows.json is one list of rows; with several datasets give dflash_subsets.json"),
+            std::string::npos) << r.err;
 }
 
 TEST_F(ToolsEndToEnd, GenerateStreamsText) {

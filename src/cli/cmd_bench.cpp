@@ -1,9 +1,11 @@
 // cmd_bench.cpp — the bench and diagnose subcommands: shared flags (models, dataset, selection,
-// device), then tools::run_bench / tools::run_diagnose and their reports.
+// device), then tools::run_bench / tools::run_diagnose and their reports. bench takes several datasets in one run
+// (the models load once), as the DFlash reference's benchmark script runs them one after another.
 #include "cli/cmd_bench.h"
 
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -38,20 +40,54 @@ struct Loaded {
   std::unique_ptr<model::Qwen3Model> target;
   std::unique_ptr<model::DFlashDraft> draft;
   std::unique_ptr<tok::Tokenizer> tokenizer;
-  std::vector<tools::BenchSample> samples;
   std::vector<int64_t> stop_ids;
 };
 
-Loaded load_all(const ToolOptions& o) {
-  // Cheap checks first, so bad flags fail before a model loads.
-  tools::check_dataset_name(o.dataset);
+// One dataset to run: its name and its selected samples.
+struct DatasetRun {
+  std::string name;
+  std::vector<tools::BenchSample> samples;
+};
+
+// --dataset and --data: each dataset with its selected samples. `several`: --dataset may list several (or all), and
+// --data must then be the folder holding their files as ../shared/data names them; a folder also serves one dataset.
+std::vector<DatasetRun> select_datasets(const ToolOptions& o, bool several) {
+  std::vector<std::string> names = several ? tools::parse_dataset_list(o.dataset) : std::vector<std::string>{o.dataset};
+  if (!several && o.dataset.find(',') != std::string::npos)
+    fail("--dataset: one dataset at a time here (got '{}')", o.dataset);
+  for (const std::string& name : names) tools::check_dataset_name(name);
   if (o.subset != nullptr && o.subset->count() > 0 && o.selection.indices_file.empty())
     fail("--subset: needs --indices (the dflash_subsets.json whose list it names)");
-  std::vector<tools::BenchSample> all = tools::load_dataset(o.dataset, o.data);
-  Loaded l;
-  l.samples = tools::select_samples(all, o.dataset, o.selection);
+  std::error_code ec;
+  const bool folder = std::filesystem::is_directory(o.data, ec);
+  if (names.size() > 1 && !folder)
+    fail("--data: {} is not a folder; with several datasets (--dataset {}) it must be the folder that holds their "
+         "files as ../shared/data names them (e.g. {})", o.data, o.dataset, tools::shared_data_file(names[0]));
+  if (names.size() > 1 && !o.selection.indices_file.empty()) {
+    // a plain list of rows would select the same rows from every dataset
+    nlohmann::json indices = nlohmann::json::parse(io::read_text_file(o.selection.indices_file), nullptr, false);
+    if (!indices.is_discarded() && !indices.is_object())
+      fail("--indices: {} is one list of rows; with several datasets give dflash_subsets.json, which lists rows for "
+           "each", o.selection.indices_file);
+  }
+  std::vector<DatasetRun> runs;
+  for (const std::string& name : names) {
+    std::string file = o.data;
+    if (folder) {
+      file = (std::filesystem::path(o.data) / tools::shared_data_file(name)).string();
+      if (!std::filesystem::is_regular_file(file, ec))
+        fail("--data: the folder {} has no {} (dataset {}, named as in ../shared/data)", o.data,
+             tools::shared_data_file(name), name);
+    }
+    runs.push_back({name, tools::select_samples(tools::load_dataset(name, file), name, o.selection)});
+  }
+  return runs;
+}
+
+Loaded load_models(const ToolOptions& o) {
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
   if (!tokenizer) fail("{}: no tokenizer.json (bench and diagnose apply the chat template to text prompts)", o.model_dir);
+  Loaded l;
   l.tokenizer = std::make_unique<tok::Tokenizer>(*tokenizer);
   // The reference benchmark stops on tokenizer.eos_token_id only (<|im_end|> for Qwen3).
   std::vector<int32_t> eos = l.tokenizer->eos_ids();
@@ -66,10 +102,10 @@ Loaded load_all(const ToolOptions& o) {
   return l;
 }
 
-void write_output(const std::string& path, const std::string& text, const std::string& what) {
+void write_output(const std::string& path, const std::string& text, const std::string& what, bool say = true) {
   if (path.empty()) return;
   io::write_file_atomic(path, text);
-  std::fprintf(stderr, "wrote %s to %s\n", what.c_str(), path.c_str());
+  if (say) std::fprintf(stderr, "wrote %s to %s\n", what.c_str(), path.c_str());
 }
 
 // The run's inputs, which no output may write over (io::check_output_files).
@@ -87,26 +123,50 @@ int run_bench(const ToolOptions& o) {
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
   io::check_output_files({{"--json", o.json_out}, {"--markdown", o.markdown_out}}, inputs_of(o));
   decode::validate(o.sampling);
-  Loaded l = load_all(o);
+  // Cheap checks first, so bad flags and data fail before a model loads.
+  const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/true);
+  const auto answered = [](const std::string& name) { return name == "gsm8k" || name == "math500"; };
+  if (o.check_answers && std::none_of(runs.begin(), runs.end(), [&](const DatasetRun& r) { return answered(r.name); }))
+    fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset {})", o.dataset);
+  Loaded l = load_models(o);
   tools::BenchOptions b;
-  b.dataset = o.dataset;
   b.max_new_tokens = o.max_new_tokens;
   b.sampling = o.sampling;
   b.block_size = o.block_size;
   b.think = o.think;
-  b.check_answers = o.check_answers;
   b.progress = !o.no_progress;
   b.reference_path = o.reference_path;
   b.compress = compress::resolve_compress(o.compress, "--compress", o.policy, *l.target);
   compress::validate(b.compress);
-  if (o.check_answers && o.dataset != "gsm8k" && o.dataset != "math500")
-    fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset is {})", o.dataset);
-  tools::BenchReport report = tools::run_bench(*l.target, *l.draft, *l.tokenizer, l.samples, b, l.stop_ids);
-  const std::string md = tools::bench_markdown(report);
-  std::printf("%s", md.c_str());
-  write_output(o.markdown_out, md, "the Markdown table");
-  write_output(o.json_out, tools::bench_json(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-               "per-sample records");
+  // One dataset writes its report as before; several write theirs in turn and then the summary table. The files are
+  // rewritten (atomically) after each dataset, so that a long run keeps the datasets it has finished.
+  std::vector<tools::BenchReport> reports;
+  std::string md;
+  for (const DatasetRun& run : runs) {
+    b.dataset = run.name;
+    b.check_answers = o.check_answers && answered(run.name);
+    if (runs.size() > 1 && b.progress) std::fprintf(stderr, "bench: dataset %s (%zu of %zu)\n", run.name.c_str(),
+                                                    reports.size() + 1, runs.size());
+    reports.push_back(tools::run_bench(*l.target, *l.draft, *l.tokenizer, run.samples, b, l.stop_ids));
+    const std::string dataset_md = tools::bench_markdown(reports.back());
+    std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
+    std::fflush(stdout);
+    md += (reports.size() > 1 ? "\n" : "") + dataset_md;
+    nlohmann::ordered_json j;
+    if (runs.size() == 1) {
+      j = tools::bench_json(reports.back());
+    } else {
+      j["summary"] = tools::bench_summary_json(reports);
+      j["datasets"] = nlohmann::ordered_json::array();
+      for (const tools::BenchReport& r : reports) j["datasets"].push_back(tools::bench_json(r));
+    }
+    const bool last = reports.size() == runs.size();
+    const std::string summary = runs.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "";
+    write_output(o.markdown_out, md + summary, "the Markdown table", /*say=*/last);
+    write_output(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                 "per-sample records", /*say=*/last);
+  }
+  if (runs.size() > 1) std::printf("\n%s", tools::bench_summary_markdown(reports).c_str());
   return 0;
 }
 
@@ -114,13 +174,14 @@ int run_diagnose(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
   io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o));
-  Loaded l = load_all(o);
+  const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/false);
+  Loaded l = load_models(o);
   tools::DiagnoseOptions d;
   d.dataset = o.dataset;
   d.max_new_tokens = o.max_new_tokens;
   d.think = o.think;
   d.progress = !o.no_progress;
-  tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.draft, *l.tokenizer, l.samples, d, l.stop_ids);
+  tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.draft, *l.tokenizer, runs[0].samples, d, l.stop_ids);
   nlohmann::ordered_json j = tools::diagnose_json(report);
   std::printf("%s\n", j.dump(2).c_str());
   write_output(o.json_out, j.dump(2) + "\n", "the JSON report");
@@ -132,8 +193,15 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("-m,--model", o.model_dir, "target model directory (HF Qwen3, with tokenizer.json)")->required();
   cmd->add_option("--model-draft", o.draft_dir, "DFlash draft directory (also -md)")->required();
-  cmd->add_option("--dataset", o.dataset, "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca")->required();
-  cmd->add_option("--data", o.data, "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl)")->required();
+  cmd->add_option("--dataset", o.dataset,
+                  name == "bench" ? "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca; several separated by commas, or "
+                                    "all (one model load; a summary table at the end)"
+                                  : "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca")
+      ->required();
+  cmd->add_option("--data", o.data,
+                  "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder holding the files as "
+                  "../shared/data names them (needed for several datasets)")
+      ->required();
   cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
   cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")
       ->capture_default_str()

@@ -281,4 +281,45 @@ std::string bench_markdown(const BenchReport& r) {
   return md;
 }
 
+namespace {
+double mean_of(const std::vector<BenchReport>& reports, double BenchReport::*field) {
+  double sum = 0;
+  for (const BenchReport& r : reports) sum += r.*field;
+  return reports.empty() ? 0.0 : sum / static_cast<double>(reports.size());
+}
+}  // namespace
+
+std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
+  std::string md = "## specpress bench: summary\n\n";
+  md += "| dataset | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | answers agree |\n";
+  md += "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const BenchReport& r : reports) {
+    const std::string answers = r.answered > 0 ? fmt::format("{:.0f}% of {}", 100 * r.answers_agree, r.answered) : "-";
+    md += fmt::format("| {} | {} | {:.2f}x | {:.2f} | {:.1f} | {:.1f} | {:.0f}% | {} |\n", r.options.dataset,
+                      r.records.size(), r.speedup, r.tau, r.plain_tokens_per_s, r.dflash_tokens_per_s,
+                      100 * r.identical_outputs, answers);
+  }
+  md += fmt::format("| mean | | {:.2f}x | {:.2f} | | | | |\n", mean_of(reports, &BenchReport::speedup),
+                    mean_of(reports, &BenchReport::tau));
+  return md;
+}
+
+nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& reports) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const BenchReport& r : reports) {
+    nlohmann::ordered_json row = {{"dataset", r.options.dataset},
+                                  {"samples", r.records.size()},
+                                  {"speedup", r.speedup},
+                                  {"tau", r.tau},
+                                  {"plain_tokens_per_s", r.plain_tokens_per_s},
+                                  {"dflash_tokens_per_s", r.dflash_tokens_per_s},
+                                  {"identical_outputs", r.identical_outputs}};
+    if (r.answered > 0) row["answers_agree"] = r.answers_agree;
+    rows.push_back(std::move(row));
+  }
+  return {{"datasets", rows},
+          {"mean_speedup", mean_of(reports, &BenchReport::speedup)},
+          {"mean_tau", mean_of(reports, &BenchReport::tau)}};
+}
+
 }  // namespace specpress::tools

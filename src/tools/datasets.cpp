@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <random>
 #include <set>
 
@@ -85,6 +86,31 @@ void check_dataset_name(const std::string& name) {
   const auto& names = dataset_names();
   if (std::find(names.begin(), names.end(), name) == names.end())
     fail("--dataset: unknown dataset '{}' (expected one of {})", name, fmt::join(names, ", "));
+}
+
+std::vector<std::string> parse_dataset_list(const std::string& value) {
+  if (value == "all") return dataset_names();
+  std::vector<std::string> names;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = value.find(',', at);
+    const std::string name = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (name.empty()) fail("--dataset: an empty name in '{}' (expected names separated by commas, or all)", value);
+    check_dataset_name(name);
+    if (std::find(names.begin(), names.end(), name) != names.end())
+      fail("--dataset: '{}' is named twice in '{}'", name, value);
+    names.push_back(name);
+    if (comma == std::string::npos) return names;
+    at = comma + 1;
+  }
+}
+
+const std::string& shared_data_file(const std::string& name) {
+  static const std::map<std::string, std::string> files = {
+      {"gsm8k", "gsm8k_test.jsonl"},     {"math500", "math500.jsonl"},     {"humaneval", "humaneval.jsonl"},
+      {"mbpp", "mbpp_sanitized_test.jsonl"}, {"mt-bench", "mt_bench.jsonl"}, {"alpaca", "alpaca_first335.jsonl"}};
+  check_dataset_name(name);
+  return files.at(name);
 }
 
 std::vector<std::string> format_turns(const std::string& name, const std::string& record_json, const std::string& where) {

@@ -21,6 +21,11 @@ struct BenchSample {
 const std::vector<std::string>& dataset_names();
 // Throws naming the flag and the accepted names for anything else.
 void check_dataset_name(const std::string& name);
+// --dataset's value: one name, a comma-separated list of distinct names, or "all" (every name, in dataset_names()
+// order). Throws naming the flag.
+std::vector<std::string> parse_dataset_list(const std::string& value);
+// The file that holds dataset `name` in ../shared/data (what `--data DIR` looks for in DIR).
+const std::string& shared_data_file(const std::string& name);
 
 // Reads `path` (JSONL, or a JSON array as sanitized-mbpp.json / alpaca_data.json ship) for dataset
 // `name`. Errors name the file and the line (or array index) and the missing field.
