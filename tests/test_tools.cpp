@@ -241,7 +241,8 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
 TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   const std::string html = (dir_->path / "diag.html").string(), json = (dir_->path / "diag.json").string();
   CommandResult r = run_specpress("diagnose " + models() + " --dataset humaneval --data " + data("humaneval.jsonl") +
-                                  " --max-samples 2 --max-new-tokens 10 --no-progress --json " + json + " --html " + html);
+                                  " --max-samples 2 --max-new-tokens 10 --no-progress --json " + json + " --html " + html +
+                                  " --temps 0,1,1000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(json);
   auto j = nlohmann::json::parse(in);
@@ -277,6 +278,36 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   EXPECT_EQ(entropy_binned, counted);
   EXPECT_NEAR(agreeing, agreeing_by_position, 1e-9);
   EXPECT_GT(entropy_binned - entropy[0]["count"].get<int64_t>(), 0) << "every position in the lowest bin: no spread";
+  // --temps: a step's expected acceptance when sampling, from every block start; at T = 0 the greedy chain
+  const auto& sampled = j["sampled_acceptance"];
+  ASSERT_EQ(sampled.size(), 3u);
+  const int64_t starts = j["block_starts"].get<int64_t>();
+  for (size_t t = 0; t < sampled.size(); ++t) {
+    const auto& a = sampled[t];
+    EXPECT_EQ(a["temperature"], std::vector<double>({0, 1, 1000})[t]);
+    EXPECT_EQ(a["block_starts"], starts);
+    const auto& p = a["per_position"];
+    ASSERT_EQ(p.size(), 3u);
+    double sum = 1;
+    for (size_t k = 0; k < p.size(); ++k) {
+      sum += p[k].get<double>();
+      EXPECT_GE(p[k].get<double>(), 0.0);
+      EXPECT_LE(p[k].get<double>(), k == 0 ? 1.0 : p[k - 1].get<double>() + 1e-12) << "a chain: never rising";
+    }
+    EXPECT_NEAR(a["expected_acceptance_length"].get<double>(), sum, 1e-9);
+  }
+  // T = 0: position 1 is scored at every start in both; later positions also at the trajectory's last starts, where
+  // the greedy chain has no target token to compare, so the verified chain holds at least as often and at most that
+  // many times more
+  const auto& greedy = sampled[0]["per_position"];
+  EXPECT_NEAR(greedy[0].get<double>(), j["positions"][0]["acceptance"].get<double>(), 1e-12);
+  for (size_t k = 1; k < greedy.size(); ++k) {
+    const auto& pos = j["positions"][k];
+    const double chained = pos["acceptance"].get<double>() * pos["count"].get<double>();
+    EXPECT_GE(greedy[k].get<double>() * starts, chained - 1e-9) << k;
+    EXPECT_LE(greedy[k].get<double>() * starts, chained + (starts - pos["count"].get<double>()) + 1e-9) << k;
+  }
+  EXPECT_LT(sampled[2]["per_position"][0].get<double>(), 1e-3) << "T = 1000: nearly uniform over the vocabulary";
   const auto& layers = j["layer_top1_agreement"];
   ASSERT_EQ(layers.size(), 4u);  // embedding + 3 layers (the last is the final norm output)
   EXPECT_DOUBLE_EQ(layers[3].get<double>(), 1.0);
@@ -287,6 +318,7 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   EXPECT_GE(std::count(page.begin(), page.end(), '<') , 50);
   EXPECT_NE(page.find("By the target's entropy"), std::string::npos);
   EXPECT_NE(page.find("&ge; 4"), std::string::npos);
+  EXPECT_NE(page.find("Acceptance when sampling"), std::string::npos);
   size_t svgs = 0;
   for (size_t p = page.find("<svg"); p != std::string::npos; p = page.find("<svg", p + 1)) ++svgs;
   EXPECT_EQ(svgs, 5u);
@@ -305,6 +337,7 @@ TEST_F(ToolsEndToEnd, DiagnoseEveryDataset) {
     EXPECT_EQ(j["samples"], 1);
     EXPECT_EQ(j["trajectory_tokens"], 6);
     EXPECT_EQ(j["block_starts"], 5);
+    EXPECT_FALSE(j.contains("sampled_acceptance")) << "only with --temps";
   }
 }
 

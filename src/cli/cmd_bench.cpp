@@ -34,6 +34,7 @@ struct ToolOptions {
   std::string compress = "none";
   compress::Policy policy;
   const CLI::Option* subset = nullptr;  // --subset, to tell a given value from the default
+  std::vector<double> temperatures;     // diagnose --temps
 };
 
 struct Loaded {
@@ -181,6 +182,7 @@ int run_diagnose(const ToolOptions& o) {
   d.max_new_tokens = o.max_new_tokens;
   d.think = o.think;
   d.progress = !o.no_progress;
+  d.temperatures = o.temperatures;
   tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.draft, *l.tokenizer, runs[0].samples, d, l.stop_ids);
   nlohmann::ordered_json j = tools::diagnose_json(report);
   std::printf("%s\n", j.dump(2).c_str());
@@ -238,6 +240,10 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   CLI::App* diag = add_common(app, "diagnose", "draft-vs-target analysis along the target's greedy trajectory", *d);
   diag->add_option("--max-new-tokens", d->max_new_tokens, "length of each greedy trajectory")->capture_default_str();
   diag->add_option("--html", d->html_out, "write a self-contained HTML report with SVG charts");
+  diag->add_option("--temps", d->temperatures,
+                   "also the expected acceptance of a step sampled at these temperatures (comma-separated, e.g. "
+                   "0,0.6,1): a target verify of each drafted block")
+      ->delimiter(',');
   diag->callback([&run, d]() { run = [d]() { return run_diagnose(*d); }; });
 }
 

@@ -30,6 +30,33 @@ struct Sums {
   std::vector<MixResult> mixing;
 };
 
+// The target verifies the block [bonus, drafted...] at positions s.. (the cache holding the trajectory's true tokens
+// before s: each start rewrites position s with the true token, and later starts only read positions before
+// theirs), and each temperature's step acceptance is added in: drafted token k is accepted with probability
+// prod_{j<=k} p_T(d_j | context, d_<j); at T = 0, p_T is 1 for the target's argmax and 0 elsewhere.
+void add_sampled_acceptance(const model::Qwen3Model& target, model::KVCache& cache, int64_t s, int64_t bonus,
+                            const at::Tensor& drafted, std::vector<SampledAcceptance>& sampled) {
+  const int64_t drafts = drafted.size(0);
+  cache.rollback(s);
+  at::Tensor ids = at::cat({at::full({1}, bonus, drafted.options()), drafted});
+  model::ForwardOptions opts;
+  opts.all_logits = true;
+  at::Tensor logits = target.forward(ids, s, cache, opts).logits.narrow(0, 0, drafts);  // row k-1 predicts position k
+  at::Tensor index = drafted.unsqueeze(1);
+  for (SampledAcceptance& a : sampled) {
+    at::Tensor p = a.temperature == 0 ? logits.argmax(-1).eq(drafted).to(at::kDouble)
+                                      : at::softmax(logits / a.temperature, -1).gather(1, index).squeeze(1).to(at::kDouble);
+    at::Tensor accepted = at::cumprod(p, 0).to(at::kCPU);
+    auto acc = accepted.accessor<double, 1>();
+    a.block_starts += 1;
+    a.expected_length += 1;
+    for (int64_t k = 0; k < drafts; ++k) {
+      a.per_position[k] += acc[k];
+      a.expected_length += acc[k];
+    }
+  }
+}
+
 }  // namespace
 
 DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlashDraft& draft,
@@ -38,6 +65,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   if (options.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", options.max_new_tokens);
   if (options.calibration_bins < 1) fail("--calibration-bins: must be at least 1");
   if (samples.empty()) fail("diagnose: no samples selected");
+  for (double t : options.temperatures)
+    if (!(t >= 0) || !std::isfinite(t)) fail("--temps: each temperature must be a finite number >= 0, got {}", t);
   c10::InferenceMode inference_mode;
   const model::DFlashConfig& dc = draft.config();
   const int64_t B = dc.block_size, L = target.config().num_layers;
@@ -59,6 +88,7 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     report.by_target_entropy.push_back({e == 0 ? 0.0 : kEntropyEdges[e - 1],
                                         e < kEntropyEdges.size() ? kEntropyEdges[e]
                                                                  : std::numeric_limits<double>::infinity()});
+  for (double t : options.temperatures) report.sampled.push_back({t, 0, 0, std::vector<double>(B - 1, 0.0)});
   for (double w : options.mix_weights) {
     sums.mixing.push_back({"draft", w, 0, 0});
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
@@ -80,8 +110,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     const int64_t N = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(traj.size());
     report.trajectory_tokens += T - N;
 
-    // Teacher-forced target pass over the whole trajectory.
-    model::KVCache cache = target.make_cache(T);
+    // Teacher-forced target pass over the whole trajectory (room for a verified block after its last position).
+    model::KVCache cache = target.make_cache(T + B);
     model::ForwardOutput full = target.forward(at::tensor(traj, at::kLong).to(device), 0, cache,
                                                {true, dc.target_layer_ids, true});
     at::Tensor target_logp = at::log_softmax(full.logits, -1);  // row j predicts token j+1
@@ -108,7 +138,11 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       block_ids.copy_(at::tensor(block, at::kLong));
       at::Tensor hidden = draft.forward(full.taps.narrow(0, dcache.length, n_ctx), block_ids, dcache);
       const int64_t K = std::min<int64_t>(B - 1, T - 1 - s);  // positions with a known target token
-      at::Tensor draft_logits = target.lm_head_logits(hidden.narrow(0, 1, K));
+      // --temps: the whole drafted block is verified (near the trajectory's end, past it: the target takes any tokens)
+      const bool verify = !options.temperatures.empty();
+      at::Tensor block_logits = target.lm_head_logits(hidden.narrow(0, 1, verify ? B - 1 : K));
+      if (verify) add_sampled_acceptance(target, cache, s, traj[s], block_logits.argmax(-1), report.sampled);
+      at::Tensor draft_logits = block_logits.narrow(0, 0, K);
       at::Tensor draft_logp = at::log_softmax(draft_logits, -1);
       at::Tensor tgt_logp = target_logp.narrow(0, s, K);  // row s+k-1 predicts position s+k
       at::Tensor tgt_tokens = at::tensor(std::vector<int64_t>(traj.begin() + s + 1, traj.begin() + s + 1 + K), at::kLong).to(device);
@@ -201,6 +235,11 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   for (double a : sums.layer_agree)
     report.layer_top1.push_back(sums.layer_positions > 0 ? a / sums.layer_positions : 0.0);
   report.mixing = sums.mixing;
+  for (SampledAcceptance& a : report.sampled) {
+    const double n = static_cast<double>(std::max<int64_t>(a.block_starts, 1));
+    a.expected_length /= n;
+    for (double& p : a.per_position) p /= n;
+  }
   return report;
 }
 
@@ -236,6 +275,13 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
     mix.push_back({{"source", m.source}, {"weight", m.weight}, {"positions", m.positions}, {"changed", m.changed},
                    {"changed_fraction", m.positions > 0 ? static_cast<double>(m.changed) / m.positions : 0.0}});
   j["mixing"] = mix;
+  if (!r.sampled.empty()) {
+    nlohmann::ordered_json sampled = nlohmann::ordered_json::array();
+    for (const auto& a : r.sampled)
+      sampled.push_back({{"temperature", a.temperature}, {"block_starts", a.block_starts},
+                         {"expected_acceptance_length", a.expected_length}, {"per_position", a.per_position}});
+    j["sampled_acceptance"] = sampled;
+  }
   return j;
 }
 

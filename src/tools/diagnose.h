@@ -9,7 +9,11 @@
 //  * logit lens: every target layer's residual through the final norm and LM head, top-1 agreement
 //    with the final layer;
 //  * "draft-guided decoding": whether mixing the draft's (or an intermediate layer's) log-probabilities
-//    into the target's, with weight lambda, would change any greedy token.
+//    into the target's, with weight lambda, would change any greedy token;
+//  * with --temps: the acceptance a speculative step would get when sampling at each temperature T, in expectation
+//    and exactly (no sampling noise): at every block start the target verifies the draft's whole block in one
+//    forward, as the DFlash loop does, and drafted token k is accepted with probability prod_{j<=k} p_T(d_j | context,
+//    d_<j) (sample-and-match with greedy drafts, dflash-spec.md §3.5). T = 0 reproduces the greedy acceptance.
 #pragma once
 #include <string>
 #include <vector>
@@ -30,6 +34,7 @@ struct DiagnoseOptions {
   bool progress = true;
   int64_t calibration_bins = 10;
   std::vector<double> mix_weights = {0.1, 0.25, 0.5};
+  std::vector<double> temperatures;  // --temps: expected acceptance when sampling at these (empty: not computed)
 };
 
 struct PositionStats {   // one per draft block position k = 1..B-1
@@ -51,6 +56,15 @@ struct EntropyBin {
 // The target-entropy bins' edges (nats): [0, 0.01), [0.01, 0.1), ..., [4, inf).
 inline const std::vector<double> kEntropyEdges = {0.01, 0.1, 0.5, 1.0, 2.0, 4.0};
 
+// The expected acceptance of one speculative step sampled at `temperature`, over every block start of the greedy
+// trajectory (the whole drafted block verified, also where it reaches past the trajectory's end).
+struct SampledAcceptance {
+  double temperature = 0;
+  int64_t block_starts = 0;
+  double expected_length = 0;        // 1 + expected accepted drafted tokens: tau's expectation
+  std::vector<double> per_position;  // index k-1: probability that drafted token k is accepted
+};
+
 struct MixResult {
   std::string source;   // "draft" or "layer N"
   double weight = 0;
@@ -65,6 +79,7 @@ struct DiagnoseReport {
   std::vector<EntropyBin> by_target_entropy;
   std::vector<double> layer_top1;   // index l: layer l's logit-lens top-1 agreement with the final layer (l = 0: embedding)
   std::vector<MixResult> mixing;
+  std::vector<SampledAcceptance> sampled;  // one per options.temperatures entry
   std::vector<int64_t> tap_layers;
 };
 

@@ -79,7 +79,21 @@ std::string diagnose_html(const DiagnoseReport& r) {
   for (const auto& m : r.mixing)
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>\n", html_escape(m.source), m.weight,
                         m.positions, m.changed, m.positions > 0 ? static_cast<double>(m.changed) / m.positions : 0.0);
-  html += "</table>\n</body></html>\n";
+  html += "</table>\n";
+  if (!r.sampled.empty()) {
+    html += "<h2>Acceptance when sampling</h2>\n<p>The expected acceptance of one speculative step sampled at each "
+            "temperature, from every block start of the greedy trajectory (exact: the target verifies the draft's block "
+            "there; T = 0 is greedy).</p>\n<table><tr><th>T</th><th>block starts</th><th>expected tau</th>";
+    for (size_t k = 1; k <= r.sampled[0].per_position.size(); ++k) html += fmt::format("<th>p{}</th>", k);
+    html += "</tr>\n";
+    for (const auto& a : r.sampled) {
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td>", a.temperature, a.block_starts, a.expected_length);
+      for (double p : a.per_position) html += fmt::format("<td>{:.3f}</td>", p);
+      html += "</tr>\n";
+    }
+    html += "</table>\n";
+  }
+  html += "</body></html>\n";
   return html;
 }
 
