@@ -238,6 +238,32 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
   EXPECT_EQ(r.out.find("summary"), std::string::npos) << "one dataset: no summary table";
 }
 
+// Block sizes swept in one run: each dataset at each size, in that order, each lossless with its own histogram.
+TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
+  const std::string out = (dir_->path / "bench-blocks.json").string();
+  CommandResult r = run_specpress("bench " + models() + " --dataset gsm8k,humaneval --data " + data_dir() +
+                                  " --block-size 2,4 --max-samples 1 --max-new-tokens 6 --no-progress --json " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["datasets"].size(), 4u);
+  const std::vector<std::pair<std::string, int64_t>> order = {{"gsm8k", 2}, {"gsm8k", 4}, {"humaneval", 2}, {"humaneval", 4}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& report = j["datasets"][i];
+    SCOPED_TRACE(report["dataset"].get<std::string>() + " block " + std::to_string(report["block_size"].get<int64_t>()));
+    EXPECT_EQ(report["dataset"], order[i].first);
+    EXPECT_EQ(report["block_size"], order[i].second);
+    EXPECT_EQ(j["summary"]["datasets"][i]["block_size"], order[i].second);
+    EXPECT_EQ(report["summary"]["acceptance_histogram"].size(), static_cast<size_t>(order[i].second));
+    EXPECT_DOUBLE_EQ(report["summary"]["identical_outputs"].get<double>(), 1.0);
+    for (const auto& step : report["records"][0]["dflash"]["acceptance_lengths"]) EXPECT_LE(step.get<int64_t>(), order[i].second);
+  }
+  EXPECT_NE(r.out.find("| gsm8k | 4 | 1 | "), std::string::npos) << r.out;
+  r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data_dir() + " --block-size 2,2 --no-progress");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--block-size: 2 is given twice"), std::string::npos) << r.err;
+}
+
 TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   const std::string html = (dir_->path / "diag.html").string(), json = (dir_->path / "diag.json").string();
   CommandResult r = run_specpress("diagnose " + models() + " --dataset humaneval --data " + data("humaneval.jsonl") +

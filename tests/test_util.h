@@ -16,7 +16,10 @@
 namespace specpress::test {
 
 inline std::string shared_dir() { return SPECPRESS_SHARED_DIR; }
-inline bool have_shared() { return std::filesystem::exists(shared_dir() + "/golden/dflash-tiny-a/target/config.json"); }
+// (paths appended, not built with operator+: GCC 12 warns falsely on that once inlined, -Wstringop-overflow)
+inline bool have_shared() {
+  return std::filesystem::exists(shared_dir().append("/golden/dflash-tiny-a/target/config.json"));
+}
 #define SPECPRESS_REQUIRE_SHARED()                                                                      \
   do {                                                                                                  \
     if (!::specpress::test::have_shared())                                                              \
@@ -31,7 +34,7 @@ inline std::string test_device_name() {
 
 inline std::string golden_dir() {
   std::string dir = shared_dir();
-  dir.append("/golden/dflash-tiny-a");  // appended, not operator+: GCC 12 warns falsely on that (-Wstringop-overflow)
+  dir.append("/golden/dflash-tiny-a");
   return dir;
 }
 

@@ -27,7 +27,7 @@ struct ToolOptions {
   std::string model_dir, draft_dir, dataset, data, device = "cpu", dtype = "f32";
   tools::Selection selection;
   int64_t max_new_tokens = 0;  // 0 = the tool's default
-  int64_t block_size = 0;
+  std::vector<int64_t> block_sizes;  // bench --block-size: one run each (empty: the draft's trained size)
   decode::SamplingParams sampling;
   bool think = false, check_answers = false, no_progress = false, reference_path = false;
   std::string json_out, markdown_out, html_out;
@@ -129,45 +129,59 @@ int run_bench(const ToolOptions& o) {
   const auto answered = [](const std::string& name) { return name == "gsm8k" || name == "math500"; };
   if (o.check_answers && std::none_of(runs.begin(), runs.end(), [&](const DatasetRun& r) { return answered(r.name); }))
     fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset {})", o.dataset);
+  for (size_t i = 0; i < o.block_sizes.size(); ++i)
+    if (std::find(o.block_sizes.begin(), o.block_sizes.begin() + i, o.block_sizes[i]) != o.block_sizes.begin() + i)
+      fail("--block-size: {} is given twice", o.block_sizes[i]);
   Loaded l = load_models(o);
   tools::BenchOptions b;
   b.max_new_tokens = o.max_new_tokens;
   b.sampling = o.sampling;
-  b.block_size = o.block_size;
   b.think = o.think;
   b.progress = !o.no_progress;
   b.reference_path = o.reference_path;
   b.compress = compress::resolve_compress(o.compress, "--compress", o.policy, *l.target);
   compress::validate(b.compress);
-  // One dataset writes its report as before; several write theirs in turn and then the summary table. The files are
-  // rewritten (atomically) after each dataset, so that a long run keeps the datasets it has finished.
+  // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
+  // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
+  const std::vector<int64_t> block_sizes = o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes;
+  for (int64_t size : block_sizes) decode::resolve_block_size(*l.draft, size);  // every size checked before any run
+  struct Run {
+    const DatasetRun* dataset;
+    int64_t block_size;
+  };
+  std::vector<Run> plan;
+  for (const DatasetRun& run : runs)
+    for (int64_t size : block_sizes) plan.push_back({&run, size});
   std::vector<tools::BenchReport> reports;
   std::string md;
-  for (const DatasetRun& run : runs) {
-    b.dataset = run.name;
-    b.check_answers = o.check_answers && answered(run.name);
-    if (runs.size() > 1 && b.progress) std::fprintf(stderr, "bench: dataset %s (%zu of %zu)\n", run.name.c_str(),
-                                                    reports.size() + 1, runs.size());
-    reports.push_back(tools::run_bench(*l.target, *l.draft, *l.tokenizer, run.samples, b, l.stop_ids));
+  for (const auto& [run, block_size] : plan) {
+    b.dataset = run->name;
+    b.block_size = block_size;
+    b.check_answers = o.check_answers && answered(run->name);
+    if (plan.size() > 1 && b.progress)
+      std::fprintf(stderr, "bench: %s, block size %s (%zu of %zu)\n", run->name.c_str(),
+                   block_size == 0 ? "of the draft" : std::to_string(block_size).c_str(), reports.size() + 1,
+                   plan.size());
+    reports.push_back(tools::run_bench(*l.target, *l.draft, *l.tokenizer, run->samples, b, l.stop_ids));
     const std::string dataset_md = tools::bench_markdown(reports.back());
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
     std::fflush(stdout);
     md += (reports.size() > 1 ? "\n" : "") + dataset_md;
     nlohmann::ordered_json j;
-    if (runs.size() == 1) {
+    if (plan.size() == 1) {
       j = tools::bench_json(reports.back());
     } else {
       j["summary"] = tools::bench_summary_json(reports);
       j["datasets"] = nlohmann::ordered_json::array();
       for (const tools::BenchReport& r : reports) j["datasets"].push_back(tools::bench_json(r));
     }
-    const bool last = reports.size() == runs.size();
-    const std::string summary = runs.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "";
+    const bool last = reports.size() == plan.size();
+    const std::string summary = plan.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "";
     write_output(o.markdown_out, md + summary, "the Markdown table", /*say=*/last);
     write_output(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                  "per-sample records", /*say=*/last);
   }
-  if (runs.size() > 1) std::printf("\n%s", tools::bench_summary_markdown(reports).c_str());
+  if (plan.size() > 1) std::printf("\n%s", tools::bench_summary_markdown(reports).c_str());
   return 0;
 }
 
@@ -228,7 +242,10 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   CLI::App* bench = add_common(app, "bench", "plain vs DFlash decoding on a dataset: speedup, tau, acceptance", *b);
   bench->add_option("--max-new-tokens", b->max_new_tokens, "tokens per sample")->capture_default_str();
   add_sampling_flags(*bench, b->sampling);
-  bench->add_option("--block-size", b->block_size, "DFlash block size (default: the draft's trained size)");
+  bench->add_option("--block-size", b->block_sizes,
+                    "DFlash block size (default: the draft's trained size); several separated by commas run each "
+                    "dataset at each size")
+      ->delimiter(',');
   bench->add_flag("--check-answers", b->check_answers, "gsm8k/math500: compare final boxed answers");
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
   add_compression_flags(*bench, b->compress, b->policy);

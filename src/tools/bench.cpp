@@ -291,15 +291,16 @@ double mean_of(const std::vector<BenchReport>& reports, double BenchReport::*fie
 
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
   std::string md = "## specpress bench: summary\n\n";
-  md += "| dataset | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | answers agree |\n";
-  md += "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  md += "| dataset | block | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | "
+        "answers agree |\n";
+  md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchReport& r : reports) {
     const std::string answers = r.answered > 0 ? fmt::format("{:.0f}% of {}", 100 * r.answers_agree, r.answered) : "-";
-    md += fmt::format("| {} | {} | {:.2f}x | {:.2f} | {:.1f} | {:.1f} | {:.0f}% | {} |\n", r.options.dataset,
-                      r.records.size(), r.speedup, r.tau, r.plain_tokens_per_s, r.dflash_tokens_per_s,
+    md += fmt::format("| {} | {} | {} | {:.2f}x | {:.2f} | {:.1f} | {:.1f} | {:.0f}% | {} |\n", r.options.dataset,
+                      r.block_size, r.records.size(), r.speedup, r.tau, r.plain_tokens_per_s, r.dflash_tokens_per_s,
                       100 * r.identical_outputs, answers);
   }
-  md += fmt::format("| mean | | {:.2f}x | {:.2f} | | | | |\n", mean_of(reports, &BenchReport::speedup),
+  md += fmt::format("| mean | | | {:.2f}x | {:.2f} | | | | |\n", mean_of(reports, &BenchReport::speedup),
                     mean_of(reports, &BenchReport::tau));
   return md;
 }
@@ -308,6 +309,7 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const BenchReport& r : reports) {
     nlohmann::ordered_json row = {{"dataset", r.options.dataset},
+                                  {"block_size", r.block_size},
                                   {"samples", r.records.size()},
                                   {"speedup", r.speedup},
                                   {"tau", r.tau},
