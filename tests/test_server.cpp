@@ -753,6 +753,7 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   ServerProcess budget({"-m", demo_dir() + "/target", "--reasoning-budget", "-1", "--reasoning-format", "none"});
   ASSERT_GT(budget.port(), 0) << budget.stderr_text();
   EXPECT_EQ(post(budget, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
+  EXPECT_EQ(budget.stop(SIGTERM, 30), 0) << budget.stderr_text();
 }
 
 // The bytes of a token entry ("bytes": [...]) as a string.
@@ -1378,6 +1379,7 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "--max-queue", "-1"}, "--max-queue"},
       {{"-m", demo_dir() + "/target", "--reasoning-format", "r1"}, "--reasoning-format: expected none"},
       {{"-m", demo_dir() + "/target", "--reasoning-budget", "512"}, "--reasoning-budget: 512 is not supported"},
+      {{"-m", demo_dir() + "/target", "--reasoning-budget", "-2"}, "--reasoning-budget: -2 is not supported"},
       {{"-m", demo_dir() + "/target", "--reasoning-budget", "0", "--think"}, "--reasoning-budget 0 (thinking off) contradicts"},
       {{"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"enable_thinking\": 1}"},
        "--chat-template-kwargs: enable_thinking must be true or false"},

@@ -206,8 +206,10 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
     speedups += row["speedup"].get<double>() / std::size(kSets);
     taus += row["tau"].get<double>() / std::size(kSets);
   }
-  EXPECT_NEAR(j["summary"]["mean_speedup"].get<double>(), speedups, 1e-9) << "the paper's Avg.: a plain mean";
-  EXPECT_NEAR(j["summary"]["mean_tau"].get<double>(), taus, 1e-9);
+  ASSERT_EQ(j["summary"]["means"].size(), 1u);  // one block size
+  EXPECT_NEAR(j["summary"]["means"][0]["mean_speedup"].get<double>(), speedups, 1e-9) << "the paper's Avg.: a mean";
+  EXPECT_NEAR(j["summary"]["means"][0]["mean_tau"].get<double>(), taus, 1e-9);
+  EXPECT_EQ(j["summary"]["runs_planned"], std::size(kSets));
   // stdout and --markdown: every dataset's table, then the summary with a row each and the mean
   std::ifstream m(md);
   const std::string table((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
@@ -217,7 +219,7 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
       EXPECT_NE(text.find("\n| " + s.name + " | "), std::string::npos) << s.name;
     }
     EXPECT_NE(text.find("## specpress bench: summary"), std::string::npos);
-    EXPECT_NE(text.find("\n| mean | | "), std::string::npos);
+    EXPECT_NE(text.find("\n| mean | 4 | | "), std::string::npos);
   }
 
   const std::string one = (dir_->path / "bench-gsm8k.json").string();
@@ -259,9 +261,61 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
     for (const auto& step : report["records"][0]["dflash"]["acceptance_lengths"]) EXPECT_LE(step.get<int64_t>(), order[i].second);
   }
   EXPECT_NE(r.out.find("| gsm8k | 4 | 1 | "), std::string::npos) << r.out;
-  r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data_dir() + " --block-size 2,2 --no-progress");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("--block-size: 2 is given twice"), std::string::npos) << r.err;
+  // a mean for each block size, over its datasets
+  const auto& means = j["summary"]["means"];
+  ASSERT_EQ(means.size(), 2u);
+  for (size_t m = 0; m < 2; ++m) {
+    const auto& rows = j["summary"]["datasets"];
+    EXPECT_EQ(means[m]["block_size"], m == 0 ? 2 : 4);
+    EXPECT_EQ(means[m]["runs"], 2);
+    EXPECT_NEAR(means[m]["mean_tau"].get<double>(), (rows[m]["tau"].get<double>() + rows[m + 2]["tau"].get<double>()) / 2,
+                1e-9);
+  }
+  EXPECT_NE(r.out.find("| mean | 2 | | "), std::string::npos) << r.out;
+  // sizes are checked before a run: twice (0 is the draft's 4), below 2
+  for (const auto& [sizes, message] : {std::pair<std::string, std::string>{"2,2", "--block-size: 2 is given twice"},
+                                       {"0,4", "--block-size: 4 is given twice"},
+                                       {"1", "--block-size: must be at least 2"},
+                                       {"8", "--block-size: 8 exceeds the draft's trained block_size 4"}}) {
+    r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data_dir() + " --block-size " + sizes +
+                      " --no-progress");
+    EXPECT_NE(r.exit_code, 0) << sizes;
+    EXPECT_NE(r.err.find(message), std::string::npos) << sizes << ": " << r.err;
+  }
+}
+
+// diagnose --temps: one entry a temperature over the starts whose block lies in the trajectory (those the last
+// position counts); expected tau is 1 plus the per-position probabilities, which never rise along the block; at T = 0
+// the last position is the greedy chain exactly, and the others lie within what the trajectory's last starts (scored
+// by the greedy chain, not by the verify) allow.
+void check_sampled_acceptance(const nlohmann::json& j, const std::vector<double>& temperatures) {
+  const auto& sampled = j["sampled_acceptance"];
+  ASSERT_EQ(sampled.size(), temperatures.size());
+  const auto& positions = j["positions"];
+  const size_t drafts = positions.size();
+  const double starts = positions[drafts - 1]["count"].get<double>();
+  ASSERT_GT(starts, 0);
+  for (size_t t = 0; t < sampled.size(); ++t) {
+    const auto& a = sampled[t];
+    EXPECT_EQ(a["temperature"], temperatures[t]);
+    EXPECT_EQ(a["block_starts"].get<double>(), starts);
+    const auto& p = a["per_position"];
+    ASSERT_EQ(p.size(), drafts);
+    double sum = 1;
+    for (size_t k = 0; k < drafts; ++k) {
+      sum += p[k].get<double>();
+      EXPECT_GE(p[k].get<double>(), 0.0);
+      EXPECT_LE(p[k].get<double>(), k == 0 ? 1.0 : p[k - 1].get<double>() + 1e-12) << "a chain: never rising";
+    }
+    EXPECT_NEAR(a["expected_acceptance_length"].get<double>(), sum, 1e-9);
+    if (temperatures[t] != 0) continue;
+    EXPECT_NEAR(p[drafts - 1].get<double>(), positions[drafts - 1]["acceptance"].get<double>(), 1e-12);
+    for (size_t k = 0; k + 1 < drafts; ++k) {
+      const double chained = positions[k]["acceptance"].get<double>() * positions[k]["count"].get<double>();
+      EXPECT_LE(p[k].get<double>() * starts, chained + 1e-9) << k;
+      EXPECT_GE(p[k].get<double>() * starts, chained - (positions[k]["count"].get<double>() - starts) - 1e-9) << k;
+    }
+  }
 }
 
 TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
@@ -304,36 +358,8 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   EXPECT_EQ(entropy_binned, counted);
   EXPECT_NEAR(agreeing, agreeing_by_position, 1e-9);
   EXPECT_GT(entropy_binned - entropy[0]["count"].get<int64_t>(), 0) << "every position in the lowest bin: no spread";
-  // --temps: a step's expected acceptance when sampling, from every block start; at T = 0 the greedy chain
-  const auto& sampled = j["sampled_acceptance"];
-  ASSERT_EQ(sampled.size(), 3u);
-  const int64_t starts = j["block_starts"].get<int64_t>();
-  for (size_t t = 0; t < sampled.size(); ++t) {
-    const auto& a = sampled[t];
-    EXPECT_EQ(a["temperature"], std::vector<double>({0, 1, 1000})[t]);
-    EXPECT_EQ(a["block_starts"], starts);
-    const auto& p = a["per_position"];
-    ASSERT_EQ(p.size(), 3u);
-    double sum = 1;
-    for (size_t k = 0; k < p.size(); ++k) {
-      sum += p[k].get<double>();
-      EXPECT_GE(p[k].get<double>(), 0.0);
-      EXPECT_LE(p[k].get<double>(), k == 0 ? 1.0 : p[k - 1].get<double>() + 1e-12) << "a chain: never rising";
-    }
-    EXPECT_NEAR(a["expected_acceptance_length"].get<double>(), sum, 1e-9);
-  }
-  // T = 0: position 1 is scored at every start in both; later positions also at the trajectory's last starts, where
-  // the greedy chain has no target token to compare, so the verified chain holds at least as often and at most that
-  // many times more
-  const auto& greedy = sampled[0]["per_position"];
-  EXPECT_NEAR(greedy[0].get<double>(), j["positions"][0]["acceptance"].get<double>(), 1e-12);
-  for (size_t k = 1; k < greedy.size(); ++k) {
-    const auto& pos = j["positions"][k];
-    const double chained = pos["acceptance"].get<double>() * pos["count"].get<double>();
-    EXPECT_GE(greedy[k].get<double>() * starts, chained - 1e-9) << k;
-    EXPECT_LE(greedy[k].get<double>() * starts, chained + (starts - pos["count"].get<double>()) + 1e-9) << k;
-  }
-  EXPECT_LT(sampled[2]["per_position"][0].get<double>(), 1e-3) << "T = 1000: nearly uniform over the vocabulary";
+  check_sampled_acceptance(j, {0, 1, 1000});
+  EXPECT_LT(j["sampled_acceptance"][2]["per_position"][0].get<double>(), 1e-3) << "T = 1000: nearly uniform";
   const auto& layers = j["layer_top1_agreement"];
   ASSERT_EQ(layers.size(), 4u);  // embedding + 3 layers (the last is the final norm output)
   EXPECT_DOUBLE_EQ(layers[3].get<double>(), 1.0);
@@ -408,6 +434,38 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
                     (d.path / "rows.json").string());
   EXPECT_NE(r.err.find("rows.json is one list of rows; with several datasets give dflash_subsets.json"),
             std::string::npos) << r.err;
+}
+
+// On the demo pair, whose draft accepts most of its blocks greedily (the random pair's may accept none), so that the
+// T = 0 agreement of the verified chain with the teacher-forced one is not vacuous.
+TEST(DiagnoseDemoPair, SampledAcceptanceAtZeroIsTheGreedyChain) {
+  SPECPRESS_REQUIRE_SHARED();
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!fs::exists(demo + "/target/tokenizer.json")) GTEST_SKIP() << demo << "/target/tokenizer.json missing (setup.sh)";
+  ScratchDir d("diag-demo");
+  const std::string json = (d.path / "diag.json").string();
+  CommandResult r = run_specpress("diagnose -m " + demo + "/target -md " + demo + "/draft --dataset gsm8k --data " +
+                                  data_dir() + " --max-samples 1 --max-new-tokens 40 --no-progress --temps 0,0.6 --json " +
+                                  json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  // the demo draft accepts most first tokens and some whole blocks (0.24 of the starts on this sample)
+  EXPECT_GT(j["positions"][0]["acceptance"].get<double>(), 0.5);
+  EXPECT_GT(j["positions"][14]["acceptance"].get<double>(), 0.1);
+  check_sampled_acceptance(j, {0, 0.6});
+  // bad --temps are named before the models load
+  for (const auto& [temps, message] : {std::pair<std::string, std::string>{"0,,1", "--temps: '' is not a temperature"},
+                                       {"-1", "--temps: '-1' is not"},
+                                       {"1,x", "--temps: 'x' is not"},
+                                       {"nan", "--temps: 'nan' is not"},
+                                       {"1,1", "--temps: 1 is given twice"},
+                                       {"''", "--temps: empty"}}) {
+    r = run_specpress("diagnose -m " + demo + "/target -md " + demo + "/draft --dataset gsm8k --data " + data_dir() +
+                      " --temps " + temps);
+    EXPECT_NE(r.exit_code, 0) << temps;
+    EXPECT_NE(r.err.find(message), std::string::npos) << temps << ": " << r.err;
+  }
 }
 
 TEST_F(ToolsEndToEnd, GenerateStreamsText) {

@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -34,7 +35,8 @@ struct ToolOptions {
   std::string compress = "none";
   compress::Policy policy;
   const CLI::Option* subset = nullptr;  // --subset, to tell a given value from the default
-  std::vector<double> temperatures;     // diagnose --temps
+  std::string temperatures;             // diagnose --temps, comma-separated
+  const CLI::Option* temps = nullptr;   // --temps, to tell an empty value from none
 };
 
 struct Loaded {
@@ -85,6 +87,30 @@ std::vector<DatasetRun> select_datasets(const ToolOptions& o, bool several) {
   return runs;
 }
 
+// diagnose --temps: distinct finite numbers >= 0, separated by commas.
+std::vector<double> temperature_list(const std::string& text) {
+  std::vector<double> temps;
+  if (text.empty()) return temps;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    size_t used = 0;
+    double t = -1;
+    try {
+      t = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || !std::isfinite(t) || t < 0)
+      fail("--temps: '{}' is not a temperature (a finite number >= 0) in '{}'", item, text);
+    if (std::find(temps.begin(), temps.end(), t) != temps.end()) fail("--temps: {} is given twice in '{}'", t, text);
+    temps.push_back(t);
+    if (comma == std::string::npos) return temps;
+    at = comma + 1;
+  }
+}
+
 Loaded load_models(const ToolOptions& o) {
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
   if (!tokenizer) fail("{}: no tokenizer.json (bench and diagnose apply the chat template to text prompts)", o.model_dir);
@@ -129,9 +155,9 @@ int run_bench(const ToolOptions& o) {
   const auto answered = [](const std::string& name) { return name == "gsm8k" || name == "math500"; };
   if (o.check_answers && std::none_of(runs.begin(), runs.end(), [&](const DatasetRun& r) { return answered(r.name); }))
     fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset {})", o.dataset);
-  for (size_t i = 0; i < o.block_sizes.size(); ++i)
-    if (std::find(o.block_sizes.begin(), o.block_sizes.begin() + i, o.block_sizes[i]) != o.block_sizes.begin() + i)
-      fail("--block-size: {} is given twice", o.block_sizes[i]);
+  for (int64_t size : o.block_sizes)
+    if (size < 2 && size != 0)
+      fail("--block-size: must be at least 2 for speculative decoding (0: the draft's trained size), found {}", size);
   Loaded l = load_models(o);
   tools::BenchOptions b;
   b.max_new_tokens = o.max_new_tokens;
@@ -143,8 +169,14 @@ int run_bench(const ToolOptions& o) {
   compress::validate(b.compress);
   // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
   // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
-  const std::vector<int64_t> block_sizes = o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes;
-  for (int64_t size : block_sizes) decode::resolve_block_size(*l.draft, size);  // every size checked before any run
+  // every size checked against the draft before any run; 0 is the trained size, which may not be given twice
+  std::vector<int64_t> block_sizes;
+  for (int64_t size : o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes) {
+    const int64_t resolved = decode::resolve_block_size(*l.draft, size);
+    if (std::find(block_sizes.begin(), block_sizes.end(), resolved) != block_sizes.end())
+      fail("--block-size: {} is given twice (0 is the draft's trained size)", resolved);
+    block_sizes.push_back(resolved);
+  }
   struct Run {
     const DatasetRun* dataset;
     int64_t block_size;
@@ -159,9 +191,8 @@ int run_bench(const ToolOptions& o) {
     b.block_size = block_size;
     b.check_answers = o.check_answers && answered(run->name);
     if (plan.size() > 1 && b.progress)
-      std::fprintf(stderr, "bench: %s, block size %s (%zu of %zu)\n", run->name.c_str(),
-                   block_size == 0 ? "of the draft" : std::to_string(block_size).c_str(), reports.size() + 1,
-                   plan.size());
+      std::fprintf(stderr, "bench: %s, block size %lld (%zu of %zu)\n", run->name.c_str(),
+                 static_cast<long long>(block_size), reports.size() + 1, plan.size());
     reports.push_back(tools::run_bench(*l.target, *l.draft, *l.tokenizer, run->samples, b, l.stop_ids));
     const std::string dataset_md = tools::bench_markdown(reports.back());
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
@@ -172,6 +203,7 @@ int run_bench(const ToolOptions& o) {
       j = tools::bench_json(reports.back());
     } else {
       j["summary"] = tools::bench_summary_json(reports);
+      j["summary"]["runs_planned"] = plan.size();  // more than the datasets' reports: an unfinished run's file
       j["datasets"] = nlohmann::ordered_json::array();
       for (const tools::BenchReport& r : reports) j["datasets"].push_back(tools::bench_json(r));
     }
@@ -190,13 +222,16 @@ int run_diagnose(const ToolOptions& o) {
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
   io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o));
   const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/false);
+  if (o.temps != nullptr && o.temps->count() > 0 && o.temperatures.empty())
+    fail("--temps: empty (expected temperatures separated by commas, e.g. 0,0.6,1)");
+  const std::vector<double> temperatures = temperature_list(o.temperatures);  // checked before the models load
   Loaded l = load_models(o);
   tools::DiagnoseOptions d;
   d.dataset = o.dataset;
   d.max_new_tokens = o.max_new_tokens;
   d.think = o.think;
   d.progress = !o.no_progress;
-  d.temperatures = o.temperatures;
+  d.temperatures = temperatures;
   tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.draft, *l.tokenizer, runs[0].samples, d, l.stop_ids);
   nlohmann::ordered_json j = tools::diagnose_json(report);
   std::printf("%s\n", j.dump(2).c_str());
@@ -257,10 +292,9 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   CLI::App* diag = add_common(app, "diagnose", "draft-vs-target analysis along the target's greedy trajectory", *d);
   diag->add_option("--max-new-tokens", d->max_new_tokens, "length of each greedy trajectory")->capture_default_str();
   diag->add_option("--html", d->html_out, "write a self-contained HTML report with SVG charts");
-  diag->add_option("--temps", d->temperatures,
+  d->temps = diag->add_option("--temps", d->temperatures,
                    "also the expected acceptance of a step sampled at these temperatures (comma-separated, e.g. "
-                   "0,0.6,1): a target verify of each drafted block")
-      ->delimiter(',');
+                   "0,0.6,1): a target verify of each drafted block");
   diag->callback([&run, d]() { run = [d]() { return run_diagnose(*d); }; });
 }
 

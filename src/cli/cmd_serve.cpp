@@ -30,8 +30,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
           ->check(seed_check());
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
-  cmd->add_option("--reasoning-budget", o->reasoning_budget,
-                  "llama-server's: -1 thinking on by default, 0 off (as --think / its absence); no other budget");
+  [[maybe_unused]] CLI::Option* budget = cmd->add_option(
+      "--reasoning-budget", o->reasoning_budget,
+      "llama-server's: -1 thinking on by default, 0 off (as --think / its absence); no other budget");
   [[maybe_unused]] CLI::Option* kwargs = cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
                                         "JSON object of template parameters for every chat request, as llama-server "
                                         "takes it: {\"enable_thinking\": true|false} (overrides --think and --reasoning-budget)");
@@ -52,8 +53,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   add_compression_flags(*cmd, o->compress, o->policy);
 #ifdef SPECPRESS_HAVE_SERVER
-  cmd->callback([&run, o, seed, kwargs]() {
+  cmd->callback([&run, o, seed, kwargs, budget]() {
     o->random_seed = seed->count() == 0;
+    o->reasoning_budget_given = budget->count() > 0;
     o->chat_template_kwargs_given = kwargs->count() > 0;
     run = [o]() { return server::run_server(*o); };
   });

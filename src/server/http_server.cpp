@@ -1077,7 +1077,7 @@ int run_server(const ServerOptions& options) {
     fail("--max-queue: must be in 0..1024 (an HTTP thread each), got {}", options.max_queue);
   decode::validate(options.sampling);
   ServerOptions o = options;
-  if (o.reasoning_budget != ServerOptions::kNotGiven) {
+  if (o.reasoning_budget_given) {
     if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
       fail("--reasoning-budget: {} is not supported: -1 (thinking on) or 0 (thinking off), as llama-server takes it",
            o.reasoning_budget);

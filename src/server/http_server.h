@@ -46,9 +46,9 @@ struct ServerOptions {
   bool random_seed = true;          // requests without a seed draw one (false: sampling.seed, set by --seed)
   int64_t max_queue = 32;           // requests that may wait for the slot; past that, 503 at once
   bool enable_thinking = false;     // chat default
-  // llama-server's --reasoning-budget: -1 thinking on, 0 off (the chat default, as --think sets it); kNotGiven: unset
-  static constexpr int64_t kNotGiven = -2;
-  int64_t reasoning_budget = kNotGiven;
+  // llama-server's --reasoning-budget: -1 thinking on, 0 off (the chat default, as --think sets it), when given
+  int64_t reasoning_budget = -1;
+  bool reasoning_budget_given = false;
   std::string chat_template_kwargs;  // llama-server's flag: a JSON object; {"enable_thinking": B} sets the default
   bool chat_template_kwargs_given = false;  // the flag was given (an empty value is refused)
   std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)

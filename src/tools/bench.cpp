@@ -1,6 +1,8 @@
 // bench.cpp — the benchmark driver and its report (see bench.h).
 #include "tools/bench.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -282,10 +284,21 @@ std::string bench_markdown(const BenchReport& r) {
 }
 
 namespace {
-double mean_of(const std::vector<BenchReport>& reports, double BenchReport::*field) {
-  double sum = 0;
-  for (const BenchReport& r : reports) sum += r.*field;
-  return reports.empty() ? 0.0 : sum / static_cast<double>(reports.size());
+// The block sizes of `reports`, in their first order, each with the unweighted mean speedup and tau of its runs.
+struct BlockMean {
+  int64_t block_size = 0;
+  int64_t runs = 0;
+  double speedup = 0, tau = 0;
+};
+std::vector<BlockMean> means_by_block(const std::vector<BenchReport>& reports) {
+  std::vector<BlockMean> means;
+  for (const BenchReport& r : reports) {
+    auto it = std::find_if(means.begin(), means.end(), [&](const BlockMean& m) { return m.block_size == r.block_size; });
+    if (it == means.end()) it = means.insert(means.end(), BlockMean{r.block_size});
+    it->runs += 1, it->speedup += r.speedup, it->tau += r.tau;
+  }
+  for (BlockMean& m : means) m.speedup /= static_cast<double>(m.runs), m.tau /= static_cast<double>(m.runs);
+  return means;
 }
 }  // namespace
 
@@ -300,13 +313,13 @@ std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
                       r.block_size, r.records.size(), r.speedup, r.tau, r.plain_tokens_per_s, r.dflash_tokens_per_s,
                       100 * r.identical_outputs, answers);
   }
-  md += fmt::format("| mean | | | {:.2f}x | {:.2f} | | | | |\n", mean_of(reports, &BenchReport::speedup),
-                    mean_of(reports, &BenchReport::tau));
+  for (const BlockMean& m : means_by_block(reports))
+    md += fmt::format("| mean | {} | | {:.2f}x | {:.2f} | | | | |\n", m.block_size, m.speedup, m.tau);
   return md;
 }
 
 nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& reports) {
-  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array(), means = nlohmann::ordered_json::array();
   for (const BenchReport& r : reports) {
     nlohmann::ordered_json row = {{"dataset", r.options.dataset},
                                   {"block_size", r.block_size},
@@ -319,9 +332,9 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
     if (r.answered > 0) row["answers_agree"] = r.answers_agree;
     rows.push_back(std::move(row));
   }
-  return {{"datasets", rows},
-          {"mean_speedup", mean_of(reports, &BenchReport::speedup)},
-          {"mean_tau", mean_of(reports, &BenchReport::tau)}};
+  for (const BlockMean& m : means_by_block(reports))
+    means.push_back({{"block_size", m.block_size}, {"runs", m.runs}, {"mean_speedup", m.speedup}, {"mean_tau", m.tau}});
+  return {{"datasets", rows}, {"means", means}};
 }
 
 }  // namespace specpress::tools

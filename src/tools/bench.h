@@ -75,7 +75,8 @@ nlohmann::ordered_json bench_json(const BenchReport& report);
 std::string bench_markdown(const BenchReport& report);
 
 // Several runs' reports side by side, as the DFlash paper tabulates them: a row per run (dataset, block size,
-// samples, speedup, tau, tokens/s, identical outputs, answers) and their unweighted mean ("mean": the paper's Avg.).
+// samples, speedup, tau, tokens/s, identical outputs, answers) and, for each block size, the unweighted mean of its
+// runs' speedup and tau ("mean": the paper's Avg.).
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports);
 nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& reports);
 

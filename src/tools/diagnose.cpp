@@ -32,20 +32,28 @@ struct Sums {
 
 // The target verifies the block [bonus, drafted...] at positions s.. (the cache holding the trajectory's true tokens
 // before s: each start rewrites position s with the true token, and later starts only read positions before
-// theirs), and each temperature's step acceptance is added in: drafted token k is accepted with probability
-// prod_{j<=k} p_T(d_j | context, d_<j); at T = 0, p_T is 1 for the target's argmax and 0 elsewhere.
+// theirs), and, where `scored`, each temperature's step acceptance is added in: drafted token k is accepted with
+// probability prod_{j<=k} p_T(d_j | context, d_<j); greedy temperatures (below the sampler's 1e-5) take p_T as 1 for
+// the target's argmax and 0 elsewhere.
 void add_sampled_acceptance(const model::Qwen3Model& target, model::KVCache& cache, int64_t s, int64_t bonus,
-                            const at::Tensor& drafted, std::vector<SampledAcceptance>& sampled) {
+                            const at::Tensor& drafted, bool scored, std::vector<SampledAcceptance>& sampled) {
   const int64_t drafts = drafted.size(0);
   cache.rollback(s);
-  at::Tensor ids = at::cat({at::full({1}, bonus, drafted.options()), drafted});
+  at::Tensor bonus_id = at::full({1}, bonus, drafted.options());
+  if (!scored) {  // the true token's K/V at s is all that later starts need
+    target.forward(bonus_id, s, cache, {});
+    return;
+  }
   model::ForwardOptions opts;
   opts.all_logits = true;
-  at::Tensor logits = target.forward(ids, s, cache, opts).logits.narrow(0, 0, drafts);  // row k-1 predicts position k
+  // row k-1 predicts position k (the last row, the bonus after the block, is not needed)
+  at::Tensor logits = target.forward(at::cat({bonus_id, drafted}), s, cache, opts).logits.narrow(0, 0, drafts);
   at::Tensor index = drafted.unsqueeze(1);
   for (SampledAcceptance& a : sampled) {
-    at::Tensor p = a.temperature == 0 ? logits.argmax(-1).eq(drafted).to(at::kDouble)
-                                      : at::softmax(logits / a.temperature, -1).gather(1, index).squeeze(1).to(at::kDouble);
+    decode::SamplingParams sampling;
+    sampling.temperature = a.temperature;
+    at::Tensor p = sampling.greedy() ? logits.argmax(-1).eq(drafted).to(at::kDouble)
+                                     : at::softmax(logits / a.temperature, -1).gather(1, index).squeeze(1).to(at::kDouble);
     at::Tensor accepted = at::cumprod(p, 0).to(at::kCPU);
     auto acc = accepted.accessor<double, 1>();
     a.block_starts += 1;
@@ -110,8 +118,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     const int64_t N = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(traj.size());
     report.trajectory_tokens += T - N;
 
-    // Teacher-forced target pass over the whole trajectory (room for a verified block after its last position).
-    model::KVCache cache = target.make_cache(T + B);
+    // Teacher-forced target pass over the whole trajectory (--temps' verified blocks end inside it too).
+    model::KVCache cache = target.make_cache(T);
     model::ForwardOutput full = target.forward(at::tensor(traj, at::kLong).to(device), 0, cache,
                                                {true, dc.target_layer_ids, true});
     at::Tensor target_logp = at::log_softmax(full.logits, -1);  // row j predicts token j+1
@@ -138,11 +146,11 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       block_ids.copy_(at::tensor(block, at::kLong));
       at::Tensor hidden = draft.forward(full.taps.narrow(0, dcache.length, n_ctx), block_ids, dcache);
       const int64_t K = std::min<int64_t>(B - 1, T - 1 - s);  // positions with a known target token
-      // --temps: the whole drafted block is verified (near the trajectory's end, past it: the target takes any tokens)
-      const bool verify = !options.temperatures.empty();
-      at::Tensor block_logits = target.lm_head_logits(hidden.narrow(0, 1, verify ? B - 1 : K));
-      if (verify) add_sampled_acceptance(target, cache, s, traj[s], block_logits.argmax(-1), report.sampled);
-      at::Tensor draft_logits = block_logits.narrow(0, 0, K);
+      at::Tensor draft_logits = target.lm_head_logits(hidden.narrow(0, 1, K));
+      // --temps: starts whose whole block lies in the trajectory (K = B-1) verify it; the others still write
+      // position s with the true token, which the next starts read
+      if (!options.temperatures.empty())
+        add_sampled_acceptance(target, cache, s, traj[s], draft_logits.argmax(-1), K == B - 1, report.sampled);
       at::Tensor draft_logp = at::log_softmax(draft_logits, -1);
       at::Tensor tgt_logp = target_logp.narrow(0, s, K);  // row s+k-1 predicts position s+k
       at::Tensor tgt_tokens = at::tensor(std::vector<int64_t>(traj.begin() + s + 1, traj.begin() + s + 1 + K), at::kLong).to(device);

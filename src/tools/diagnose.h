@@ -11,9 +11,10 @@
 //  * "draft-guided decoding": whether mixing the draft's (or an intermediate layer's) log-probabilities
 //    into the target's, with weight lambda, would change any greedy token;
 //  * with --temps: the acceptance a speculative step would get when sampling at each temperature T, in expectation
-//    and exactly (no sampling noise): at every block start the target verifies the draft's whole block in one
-//    forward, as the DFlash loop does, and drafted token k is accepted with probability prod_{j<=k} p_T(d_j | context,
-//    d_<j) (sample-and-match with greedy drafts, dflash-spec.md §3.5). T = 0 reproduces the greedy acceptance.
+//    and exactly (no sampling noise): at each block start whose block lies in the trajectory the target verifies the
+//    draft's whole block in one forward, as the DFlash loop does, and drafted token k is accepted with probability
+//    prod_{j<=k} p_T(d_j | context, d_<j) (sample-and-match with greedy drafts, dflash-spec.md §3.5). T = 0 reproduces
+//    the greedy acceptance over those starts.
 #pragma once
 #include <string>
 #include <vector>
@@ -56,8 +57,8 @@ struct EntropyBin {
 // The target-entropy bins' edges (nats): [0, 0.01), [0.01, 0.1), ..., [4, inf).
 inline const std::vector<double> kEntropyEdges = {0.01, 0.1, 0.5, 1.0, 2.0, 4.0};
 
-// The expected acceptance of one speculative step sampled at `temperature`, over every block start of the greedy
-// trajectory (the whole drafted block verified, also where it reaches past the trajectory's end).
+// The expected acceptance of one speculative step sampled at `temperature`, pooled over the block starts whose whole
+// block lies in the greedy trajectory (the starts positions[B-2] counts; at T = 0 its acceptance is the last entry).
 struct SampledAcceptance {
   double temperature = 0;
   int64_t block_starts = 0;

@@ -82,8 +82,8 @@ std::string diagnose_html(const DiagnoseReport& r) {
   html += "</table>\n";
   if (!r.sampled.empty()) {
     html += "<h2>Acceptance when sampling</h2>\n<p>The expected acceptance of one speculative step sampled at each "
-            "temperature, from every block start of the greedy trajectory (exact: the target verifies the draft's block "
-            "there; T = 0 is greedy).</p>\n<table><tr><th>T</th><th>block starts</th><th>expected tau</th>";
+            "temperature, from the block starts of the greedy trajectory whose block lies in it (exact: the target "
+            "verifies the draft's block there; T = 0 is greedy).</p>\n<table><tr><th>T</th><th>block starts</th><th>expected tau</th>";
     for (size_t k = 1; k <= r.sampled[0].per_position.size(); ++k) html += fmt::format("<th>p{}</th>", k);
     html += "</tr>\n";
     for (const auto& a : r.sampled) {
