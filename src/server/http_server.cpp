@@ -40,6 +40,7 @@
 #include "server/logprobs_json.h"
 #include "server/messages_json.h"
 #include "server/messages_request.h"
+#include "server/openai_json.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
@@ -199,15 +200,8 @@ class Server {
              const Frames& frames);
   // The model name a reply gives: the request's, else the alias.
   const std::string& model_name(const Job& job) const { return job.request.model.empty() ? alias_ : job.request.model; }
-  json response_json(const Job& job, const Outcome& out) const;
-  // delta_field: "content", or "reasoning_content" for a chat chunk of thinking.
-  json chunk_json(const Job& job, const std::string& text, const json& finish_reason,
-                  const char* delta_field = "content") const;
-  json usage_json(const Outcome& out) const;
-  json timings_json(const Outcome& out) const;
-  // When the request asks for logprobs: `tokens`' as its API writes them, into a response or chunk (`j`).
-  // text_offset: /v1/completions' characters before tokens[0], advanced past them.
-  void add_logprobs(json& j, const Job& job, const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
+  // The whole reply in the request's API (openai_json.h, messages_json.h).
+  json reply_json(const Job& job, const Outcome& out) const;
   std::string metrics_text() const;
   // Runs `body` for a route: errors become OpenAI error objects (400 for bad input, 500 for the engine's), or, for
   // the Messages API's routes (`anthropic`), Anthropic's.
@@ -433,99 +427,9 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   return out;
 }
 
-json Server::usage_json(const Outcome& out) const {
-  const int64_t p = out.result.prompt_tokens, c = out.completion_tokens;
-  return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
-}
-
-// llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash. predicted_n counts the
-// returned tokens (up to a stop string, as usage does); the draft counts are the engine's.
-json Server::timings_json(const Outcome& out) const {
-  json full = cli::result_json(out.result);
-  json t = full["timings"];
-  const double ms = out.result.decode_ms;
-  t["predicted_n"] = out.completion_tokens;
-  t["predicted_per_token_ms"] = out.completion_tokens > 0 ? ms / static_cast<double>(out.completion_tokens) : 0.0;
-  t["predicted_per_second"] = ms > 0 ? 1e3 * static_cast<double>(out.completion_tokens) / ms : 0.0;
-  if (out.result.block_size > 1) {
-    t["tau"] = full["mean_acceptance_length"];
-    t["block_size"] = out.result.block_size;
-  }
-  return t;
-}
-
-void Server::add_logprobs(json& j, const Job& job, const std::vector<LoggedToken>& tokens, int64_t& text_offset) const {
-  if (job.request.logprobs < 0) return;
-  const LogprobsJson format(model().tokenizer);
-  switch (job.request.api) {
-    case Api::kNativeCompletion: j["completion_probabilities"] = format.native(tokens); break;
-    case Api::kChatCompletions: j["choices"][0]["logprobs"] = format.chat(tokens); break;
-    case Api::kCompletions: j["choices"][0]["logprobs"] = format.completion(tokens, text_offset); break;
-    case Api::kMessages: break;  // the Messages API has no logprobs (its parser takes none)
-  }
-}
-
-json Server::response_json(const Job& job, const Outcome& out) const {
-  const std::string& model_name = this->model_name(job);
-  if (job.request.api == Api::kMessages) return messages_response(job, out, model_name, timings_json(out));
-  json j;
-  if (job.request.api == Api::kNativeCompletion) {
-    j = {{"content", out.text},
-         {"id_slot", 0},
-         {"stop", true},
-         {"model", model_name},
-         {"tokens_predicted", out.completion_tokens},
-         {"tokens_evaluated", out.result.prompt_tokens},
-         {"stop_type", out.stop_type},
-         {"stopping_word", out.stopping_word},
-         {"truncated", false},
-         {"timings", timings_json(out)}};
-  } else {
-    json choice = {{"index", 0}};
-    if (job.request.api == Api::kChatCompletions) {
-      choice["message"] = {{"role", "assistant"}, {"content", out.text}};
-      if (!out.reasoning.empty()) choice["message"]["reasoning_content"] = out.reasoning;
-    } else
-      choice["text"] = out.text;
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = out.finish_reason;
-    j = {{"id", job.id},
-         {"object", job.request.api == Api::kChatCompletions ? "chat.completion" : "text_completion"},
-         {"created", job.created},
-         {"model", model_name},
-         {"choices", json::array({choice})},
-         {"usage", usage_json(out)},
-         {"timings", timings_json(out)}};
-  }
-  if (!out.compression.is_null()) j["compression"] = out.compression;
-  // the returned tokens': those the usage counts (up to the one completing a stop string)
-  std::vector<LoggedToken> returned;
-  const decode::GenerationResult& r = out.result;
-  for (int64_t i = 0; i < out.completion_tokens && i < static_cast<int64_t>(r.logprobs.size()); ++i)
-    returned.push_back({r.output_ids[i], r.logprobs[i]});
-  int64_t text_offset = 0;
-  add_logprobs(j, job, returned, text_offset);
-  return j;
-}
-
-// One streamed chunk of text (finish_reason null) or the last one (text empty, finish_reason set).
-json Server::chunk_json(const Job& job, const std::string& text, const json& finish_reason,
-                        const char* delta_field) const {
-  if (job.request.api == Api::kNativeCompletion) return {{"content", text}, {"id_slot", 0}, {"stop", false}};
-  json choice = {{"index", 0}};
-  if (job.request.api == Api::kChatCompletions)
-    choice["delta"] = finish_reason.is_null() ? json{{delta_field, text}} : json::object();
-  else
-    choice["text"] = text;
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason;
-  json j = {{"id", job.id},
-            {"object", job.request.api == Api::kChatCompletions ? "chat.completion.chunk" : "text_completion"},
-            {"created", job.created},
-            {"model", model_name(job)},
-            {"choices", json::array({choice})}};
-  if (job.request.include_usage) j["usage"] = nullptr;
-  return j;
+json Server::reply_json(const Job& job, const Outcome& out) const {
+  if (job.request.api == Api::kMessages) return messages_response(job, out, model_name(job), timings_json(out));
+  return response_json(job, out, model_name(job), LogprobsJson(model().tokenizer));
 }
 
 std::shared_ptr<Generation> Server::submit(Job job) {
@@ -616,7 +520,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
     using std::chrono::milliseconds;
     // the body of a finished generation: its response, or its error object
     auto final_body = [this, g, messages] {
-      if (!g->error) return dump(response_json(g->job, g->outcome));
+      if (!g->error) return dump(reply_json(g->job, g->outcome));
       const json error = error_json_of(g->error);
       return dump(messages ? anthropic_error(error) : error);
     };
@@ -633,7 +537,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         std::unique_lock<std::mutex> lock = g->wait(settled, milliseconds(100));
         if (g->done) {
           if (g->error) std::rethrow_exception(g->error);
-          send_json(res, 200, response_json(g->job, g->outcome));
+          send_json(res, 200, reply_json(g->job, g->outcome));
           return;
         }
         if (settled(*g)) break;
@@ -684,8 +588,10 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       stream_events = [this, g](size_t, httplib::DataSink& sink) {
         auto event = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
         const Job& job = g->job;
+        const std::string& name = model_name(job);
+        const LogprobsJson format(model().tokenizer);
         if (job.request.api == Api::kChatCompletions) {
-          json first = chunk_json(job, "", nullptr);
+          json first = chunk_json(job, name, "", nullptr);
           first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
           const std::string line = event(first);
           if (!sink.write(line.data(), line.size())) {
@@ -698,8 +604,8 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         std::vector<LoggedToken> logprobs;
         int64_t text_offset = 0;
         auto text_event = [&](const std::string& text, const char* field) {
-          json chunk = chunk_json(job, text, nullptr, field);
-          add_logprobs(chunk, job, logprobs, text_offset);
+          json chunk = chunk_json(job, name, text, nullptr, field);
+          add_logprobs(chunk, job, format, logprobs, text_offset);
           logprobs.clear();
           return event(chunk);
         };
@@ -723,19 +629,19 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         if (g->error) {
           end = event(error_json_of(g->error));  // and no [DONE]: the stream did not complete
         } else if (job.request.api == Api::kNativeCompletion) {
-          json last = response_json(job, g->outcome);
+          json last = response_json(job, g->outcome, name, format);
           last["content"] = "";
-          add_logprobs(last, job, logprobs, text_offset);  // only the tokens no chunk carried
+          add_logprobs(last, job, format, logprobs, text_offset);  // only the tokens no chunk carried
           end = event(last);
         } else {
           const Outcome& out = g->outcome;
-          json last = chunk_json(job, "", out.finish_reason);
-          if (!logprobs.empty()) add_logprobs(last, job, logprobs, text_offset);
+          json last = chunk_json(job, name, "", out.finish_reason);
+          if (!logprobs.empty()) add_logprobs(last, job, format, logprobs, text_offset);
           last["timings"] = timings_json(out);
           if (!out.compression.is_null()) last["compression"] = out.compression;
           end = event(last);
           if (job.request.include_usage) {
-            json usage = chunk_json(job, "", nullptr);
+            json usage = chunk_json(job, name, "", nullptr);
             usage["choices"] = json::array();
             usage["usage"] = usage_json(out);
             end += event(usage);

@@ -1,0 +1,32 @@
+// openai_json.h — the replies of the OpenAI-compatible routes (/v1/completions, /v1/chat/completions) and of
+// llama.cpp's /completion: whole responses, stream chunks, usage, llama.cpp's timings (with tau and the DFlash draft
+// counts) and the logprobs in each API's form (logprobs_json.h). Anthropic's replies are messages_json.h's.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation_job.h"
+#include "server/logprobs_json.h"
+
+namespace specpress::server {
+
+// prompt_tokens, completion_tokens (the returned tokens, up to a stop string), total_tokens.
+nlohmann::ordered_json usage_json(const Outcome& out);
+// llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash.
+nlohmann::ordered_json timings_json(const Outcome& out);
+// When the request asks for logprobs: `tokens`' as its API writes them, into a response or chunk (`j`).
+// text_offset: /v1/completions' characters before tokens[0], advanced past them.
+void add_logprobs(nlohmann::ordered_json& j, const Job& job, const LogprobsJson& format,
+                  const std::vector<LoggedToken>& tokens, int64_t& text_offset);
+// The whole response (completions, chat or llama.cpp's), with the logprobs of the tokens the usage counts.
+nlohmann::ordered_json response_json(const Job& job, const Outcome& out, const std::string& model_name,
+                                     const LogprobsJson& format);
+// One streamed chunk of text (finish_reason null) or the last one (text empty, finish_reason set). delta_field:
+// "content", or "reasoning_content" for a chat chunk of thinking.
+nlohmann::ordered_json chunk_json(const Job& job, const std::string& model_name, const std::string& text,
+                                  const nlohmann::ordered_json& finish_reason, const char* delta_field = "content");
+
+}  // namespace specpress::server
