@@ -454,6 +454,13 @@ TEST(DiagnoseDemoPair, SampledAcceptanceAtZeroIsTheGreedyChain) {
   EXPECT_GT(j["positions"][0]["acceptance"].get<double>(), 0.5);
   EXPECT_GT(j["positions"][14]["acceptance"].get<double>(), 0.1);
   check_sampled_acceptance(j, {0, 0.6});
+  // a trajectory shorter than a block has no start to score: nulls, not zeros
+  r = run_specpress("diagnose -m " + demo + "/target -md " + demo + "/draft --dataset gsm8k --data " + data_dir() +
+                    " --max-samples 1 --max-new-tokens 5 --no-progress --temps 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto short_run = nlohmann::json::parse(r.out)["sampled_acceptance"][0];
+  EXPECT_EQ(short_run["block_starts"], 0);
+  EXPECT_TRUE(short_run["expected_acceptance_length"].is_null() && short_run["per_position"].is_null()) << short_run;
   // bad --temps are named before the models load
   for (const auto& [temps, message] : {std::pair<std::string, std::string>{"0,,1", "--temps: '' is not a temperature"},
                                        {"-1", "--temps: '-1' is not"},

@@ -167,8 +167,6 @@ int run_bench(const ToolOptions& o) {
   b.reference_path = o.reference_path;
   b.compress = compress::resolve_compress(o.compress, "--compress", o.policy, *l.target);
   compress::validate(b.compress);
-  // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
-  // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
   // every size checked against the draft before any run; 0 is the trained size, which may not be given twice
   std::vector<int64_t> block_sizes;
   for (int64_t size : o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes) {
@@ -184,6 +182,8 @@ int run_bench(const ToolOptions& o) {
   std::vector<Run> plan;
   for (const DatasetRun& run : runs)
     for (int64_t size : block_sizes) plan.push_back({&run, size});
+  // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
+  // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
   std::vector<tools::BenchReport> reports;
   std::string md;
   for (const auto& [run, block_size] : plan) {
@@ -192,7 +192,7 @@ int run_bench(const ToolOptions& o) {
     b.check_answers = o.check_answers && answered(run->name);
     if (plan.size() > 1 && b.progress)
       std::fprintf(stderr, "bench: %s, block size %lld (%zu of %zu)\n", run->name.c_str(),
-                 static_cast<long long>(block_size), reports.size() + 1, plan.size());
+                   static_cast<long long>(block_size), reports.size() + 1, plan.size());
     reports.push_back(tools::run_bench(*l.target, *l.draft, *l.tokenizer, run->samples, b, l.stop_ids));
     const std::string dataset_md = tools::bench_markdown(reports.back());
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());

@@ -285,9 +285,13 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
   j["mixing"] = mix;
   if (!r.sampled.empty()) {
     nlohmann::ordered_json sampled = nlohmann::ordered_json::array();
-    for (const auto& a : r.sampled)
-      sampled.push_back({{"temperature", a.temperature}, {"block_starts", a.block_starts},
-                         {"expected_acceptance_length", a.expected_length}, {"per_position", a.per_position}});
+    for (const auto& a : r.sampled) {  // no start with a whole block (trajectories shorter than it): nulls
+      const bool scored = a.block_starts > 0;
+      sampled.push_back({{"temperature", a.temperature},
+                         {"block_starts", a.block_starts},
+                         {"expected_acceptance_length", scored ? nlohmann::ordered_json(a.expected_length) : nullptr},
+                         {"per_position", scored ? nlohmann::ordered_json(a.per_position) : nullptr}});
+    }
     j["sampled_acceptance"] = sampled;
   }
   return j;

@@ -87,6 +87,10 @@ std::string diagnose_html(const DiagnoseReport& r) {
     for (size_t k = 1; k <= r.sampled[0].per_position.size(); ++k) html += fmt::format("<th>p{}</th>", k);
     html += "</tr>\n";
     for (const auto& a : r.sampled) {
+      if (a.block_starts == 0) {  // trajectories shorter than a block
+        html += fmt::format("<tr><td>{}</td><td>0</td><td>-</td></tr>\n", a.temperature);
+        continue;
+      }
       html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td>", a.temperature, a.block_starts, a.expected_length);
       for (double p : a.per_position) html += fmt::format("<td>{:.3f}</td>", p);
       html += "</tr>\n";
