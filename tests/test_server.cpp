@@ -1020,6 +1020,16 @@ TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
   EXPECT_EQ(std::count(streamed.names.begin(), streamed.names.end(), "content_block_start"), 2);
   EXPECT_NE(thinking_start, streamed.names.end());
 
+  // /v1/models also in Anthropic's form (its fields beside OpenAI's)
+  const json models = json::parse(s.client().Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["type"], "model");
+  EXPECT_EQ(models["data"][0]["display_name"], "demo");
+  EXPECT_TRUE(std::regex_match(models["data"][0]["created_at"].get<std::string>(),
+                               std::regex("20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]Z")))
+      << models;
+  EXPECT_EQ(models["has_more"], false);
+  EXPECT_EQ(models["first_id"], "demo");
+  EXPECT_EQ(models["object"], "list");
   // a browser's preflight gets the headers it asks for (Anthropic's SDK adds its own)
   httplib::Headers asked = {{"Origin", "http://example.org"}, {"Access-Control-Request-Method", "POST"},
                             {"Access-Control-Request-Headers", "anthropic-version,x-api-key,x-stainless-os"}};

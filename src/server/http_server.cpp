@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <exception>
 #include <filesystem>
@@ -27,6 +28,8 @@
 #include <thread>
 
 #include <sys/socket.h>
+
+#include <fmt/chrono.h>
 
 #include "cli/common.h"
 #include "compress/beacon.h"
@@ -732,12 +735,22 @@ void Server::add_routes() {
                    {"n_vocab", m.target->config().vocab_size},
                    {"draft", o_.draft_dir.empty() ? json(nullptr) : json(o_.draft_dir)},
                    {"block_size", m.reserve}};
+      // OpenAI's list, with Anthropic's fields beside (type, display_name, created_at; has_more, first/last_id), so
+      // that both APIs' clients can list the one model
+      const std::string created_at =
+          fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(started_)));
       send_json(res, 200, {{"object", "list"},
                            {"data", json::array({{{"id", alias_},
                                                   {"object", "model"},
                                                   {"created", started_},
                                                   {"owned_by", "specpress"},
-                                                  {"meta", meta}}})}});
+                                                  {"type", "model"},
+                                                  {"display_name", alias_},
+                                                  {"created_at", created_at},
+                                                  {"meta", meta}}})},
+                           {"has_more", false},
+                           {"first_id", alias_},
+                           {"last_id", alias_}});
     });
   };
   http_.Get("/v1/models", models);
