@@ -92,6 +92,7 @@ json parse_body(const std::string& body) {
 }
 
 CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults) {
+  if (api == Api::kMessages) fail("internal: Messages API requests are parse_messages_request's (messages_request.h)");
   CompletionRequest r;
   r.api = api;
   r.max_tokens = defaults.max_tokens;

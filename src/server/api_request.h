@@ -55,7 +55,7 @@ struct CompletionRequest {
   std::string model;  // as the client named it (echoed back; one model is served)
 };
 
-// Throws specpress::Error naming the field and what was expected.
+// Throws specpress::Error naming the field and what was expected. `api`: any but kMessages (messages_request.h).
 CompletionRequest parse_completion_request(const nlohmann::json& body, Api api, const RequestDefaults& defaults);
 
 // The request body as JSON, or an Error saying why it is not a JSON object (also for values nested deeper than
