@@ -284,6 +284,106 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
   }
 }
 
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+// bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from
+// where it stopped, reusing those records (their timings too) and decoding the rest as the uninterrupted run did; a
+// bench whose every record is in the checkpoint reprints its report exactly (the records round-trip losslessly, also
+// the compression statistics). The settings, the prompt and the file itself are checked.
+TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
+  const fs::path d = dir_->path / "bench-ckpt";
+  fs::create_directories(d);
+  const auto bench = [&](int max_new_tokens, int window) {
+    return "bench " + models() + " --dataset gsm8k,mt-bench --data " + data_dir() + " --max-samples 2 --max-new-tokens " +
+           std::to_string(max_new_tokens) + " --no-progress --compress keep-last --compress-window " +
+           std::to_string(window) + " --compress-merge 2 --check-answers";
+  };
+  const std::string base = bench(12, 2);
+  const fs::path full_ckpt = d / "full.ckpt", part_ckpt = d / "part.ckpt";
+  CommandResult r = run_specpress(base + " --checkpoint " + full_ckpt.string() + " --json " + (d / "full.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto full = read_json(d / "full.json");
+  auto ckpt = read_json(full_ckpt);
+  EXPECT_EQ(ckpt["format"], "specpress bench checkpoint");
+  ASSERT_EQ(ckpt["records"].size(), 6u);  // 2 gsm8k samples, 2 mt-bench samples of 2 turns
+  EXPECT_EQ(ckpt["settings"]["max_new_tokens"], 12);
+  int64_t events = 0;
+  for (const auto& e : ckpt["records"]) events += e["record"]["compression"]["stats"]["events"].get<int64_t>();
+  EXPECT_GT(events, 0) << "the compression statistics are exercised";
+
+  // interrupted after mt-bench's first turn of its first sample
+  ckpt["records"].erase(ckpt["records"].begin() + 3, ckpt["records"].end());
+  write_text(part_ckpt, ckpt.dump());
+  r = run_specpress(base + " --checkpoint " + part_ckpt.string() + " --resume --json " + (d / "resumed.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto resumed = read_json(d / "resumed.json");
+  ASSERT_EQ(resumed["datasets"].size(), 2u);
+  EXPECT_EQ(resumed["datasets"][0]["resumed_records"], 2);
+  EXPECT_EQ(resumed["datasets"][1]["resumed_records"], 1);
+  EXPECT_NE(r.out.find("1 of the 4 samples resumed from --checkpoint"), std::string::npos) << r.out;
+  for (size_t s = 0; s < 2; ++s) {
+    const auto &a = full["datasets"][s], &b = resumed["datasets"][s];
+    ASSERT_EQ(a["records"].size(), b["records"].size());
+    for (size_t i = 0; i < a["records"].size(); ++i) {
+      SCOPED_TRACE(a["dataset"].get<std::string>() + " record " + std::to_string(i));
+      const auto &x = a["records"][i], &y = b["records"][i];
+      const bool reused = s == 0 || i == 0;
+      EXPECT_EQ(y.value("resumed", false), reused);
+      EXPECT_EQ(x["dflash"]["acceptance_lengths"], y["dflash"]["acceptance_lengths"]);  // greedy: the same decoding
+      EXPECT_EQ(x["compressed"]["first_divergence"], y["compressed"]["first_divergence"]);
+      EXPECT_EQ(x.value("answers", nlohmann::json()), y.value("answers", nlohmann::json()));
+      if (reused) EXPECT_EQ(x["dflash"]["tpot_ms"], y["dflash"]["tpot_ms"]) << "a reused record keeps its timing";
+    }
+    EXPECT_EQ(a["summary"]["tau"], b["summary"]["tau"]);
+    EXPECT_EQ(a["summary"]["compression"]["mean_kl"], b["summary"]["compression"]["mean_kl"]);
+  }
+  EXPECT_EQ(read_json(part_ckpt)["records"].size(), 6u) << "the resumed run's records are kept too";
+
+  // nothing left to run: the same report, every number the same
+  r = run_specpress(base + " --checkpoint " + part_ckpt.string() + " --resume --json " + (d / "again.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto again = read_json(d / "again.json"), before = resumed;
+  for (auto* j : {&again, &before})
+    for (auto& report : (*j)["datasets"]) {
+      report.erase("resumed_records");
+      for (auto& rec : report["records"]) rec.erase("resumed");
+    }
+  EXPECT_EQ(again, before);
+
+  // the checks: settings, prompt, the file
+  const std::string resume = " --checkpoint " + part_ckpt.string() + " --resume";
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {base + " --checkpoint " + part_ckpt.string(), "already exists; pass --resume to continue the bench"},
+      {base + " --checkpoint " + (d / "none.ckpt").string() + " --resume", "none.ckpt does not exist"},
+      {base + " --resume", "--resume: needs --checkpoint"},
+      {bench(13, 2) + resume,
+       "holds records made with max_new_tokens = 12, but this run has max_new_tokens = 13"},
+      {base + resume + " --temp 0.5", "holds records made with temperature = 0.0"},
+      {bench(12, 3) + resume, "holds records made with compress = "},
+      {base + " --checkpoint " + (d / "full.json").string() + " --resume", "full.json is not a bench checkpoint"},
+  };
+  for (const auto& c : cases) {
+    r = run_specpress(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  auto edited = read_json(full_ckpt);
+  edited["records"][1]["record"]["prompt_fingerprint"] = "0000000000000000:1";
+  write_text(d / "edited.ckpt", edited.dump());
+  r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
+  EXPECT_NE(r.err.find("was made from another prompt"), std::string::npos) << r.err;
+  edited = read_json(full_ckpt);
+  edited["records"][1]["record"]["dflash"].erase("decode_ms");
+  write_text(d / "edited.ckpt", edited.dump());
+  r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
+  EXPECT_NE(r.err.find("edited.ckpt: record 2, dflash: missing field 'decode_ms'"), std::string::npos) << r.err;
+}
+
 // diagnose --temps: one entry a temperature over the starts whose block lies in the trajectory (those the last
 // position counts); expected tau is 1 plus the per-position probabilities, which never rise along the block; at T = 0
 // the last position is the greedy chain exactly, and the others lie within what the trajectory's last starts (scored

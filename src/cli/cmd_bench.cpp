@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "cli/common.h"
 #include "compress/beacon.h"
@@ -19,6 +20,7 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "tools/bench.h"
+#include "tools/bench_checkpoint.h"
 #include "tools/diagnose.h"
 
 namespace specpress::cli {
@@ -32,6 +34,8 @@ struct ToolOptions {
   decode::SamplingParams sampling;
   bool think = false, check_answers = false, no_progress = false, reference_path = false;
   std::string json_out, markdown_out, html_out;
+  std::string checkpoint;  // bench --checkpoint
+  bool resume = false;     // bench --resume
   std::string compress = "none";
   compress::Policy policy;
   const CLI::Option* subset = nullptr;  // --subset, to tell a given value from the default
@@ -145,10 +149,34 @@ std::vector<io::NamedPath> inputs_of(const ToolOptions& o) {
           {"--compress", std::filesystem::is_directory(o.compress, ec) ? o.compress : ""}};  // a beacon directory
 }
 
+// What makes a checkpoint's records reusable by this run: every setting that changes what a sample generates or how it
+// is timed (the dataset, block size, sample and turn are each record's own; its prompt is checked when reused).
+nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
+  std::error_code ec;
+  const auto where = [&](const std::string& dir) { return std::filesystem::weakly_canonical(dir, ec).string(); };
+  return {{"model", where(o.model_dir)},
+          {"model_draft", where(o.draft_dir)},
+          {"device", o.device},
+          {"dtype", o.dtype},
+          {"reference_path", o.reference_path},
+          {"max_new_tokens", o.max_new_tokens},
+          {"temperature", o.sampling.temperature},
+          {"top_k", o.sampling.top_k},
+          {"top_p", o.sampling.top_p},
+          {"min_p", o.sampling.min_p},
+          {"seed", o.sampling.seed},
+          {"enable_thinking", o.think},
+          {"check_answers", o.check_answers},
+          {"compress", compress::policy_json(b.compress)}};
+}
+
 int run_bench(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
-  io::check_output_files({{"--json", o.json_out}, {"--markdown", o.markdown_out}}, inputs_of(o));
+  io::check_output_files({{"--json", o.json_out}, {"--markdown", o.markdown_out}, {"--checkpoint", o.checkpoint}},
+                         inputs_of(o));
+  if (o.resume && o.checkpoint.empty()) fail("--resume: needs --checkpoint (the file of the bench to continue)");
+  if (!o.checkpoint.empty()) tools::BenchCheckpoint::check_path(o.checkpoint, o.resume);
   decode::validate(o.sampling);
   // Cheap checks first, so bad flags and data fail before a model loads.
   const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/true);
@@ -182,6 +210,8 @@ int run_bench(const ToolOptions& o) {
   std::vector<Run> plan;
   for (const DatasetRun& run : runs)
     for (int64_t size : block_sizes) plan.push_back({&run, size});
+  std::optional<tools::BenchCheckpoint> checkpoint;
+  if (!o.checkpoint.empty()) checkpoint.emplace(o.checkpoint, checkpoint_settings(o, b), o.resume);
   // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
   // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
   std::vector<tools::BenchReport> reports;
@@ -190,6 +220,12 @@ int run_bench(const ToolOptions& o) {
     b.dataset = run->name;
     b.block_size = block_size;
     b.check_answers = o.check_answers && answered(run->name);
+    if (checkpoint) {
+      b.resume_records = checkpoint->records(run->name, block_size);
+      b.on_record = [&checkpoint, name = run->name, block_size](const tools::BenchRecord& rec) {
+        checkpoint->add(name, block_size, rec);
+      };
+    }
     if (plan.size() > 1 && b.progress)
       std::fprintf(stderr, "bench: %s, block size %lld (%zu of %zu)\n", run->name.c_str(),
                    static_cast<long long>(block_size), reports.size() + 1, plan.size());
@@ -285,6 +321,11 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
   add_compression_flags(*bench, b->compress, b->policy);
   bench->add_flag("--reference-path", b->reference_path, "use the reference ATen path even where the CUDA fast path applies");
+  bench->add_option("--checkpoint", b->checkpoint,
+                    "keep every finished sample in this file (rewritten atomically after each), so that --resume can "
+                    "continue an interrupted bench");
+  bench->add_flag("--resume", b->resume,
+                  "continue the bench in --checkpoint: reuse its samples (same settings, checked) and run the rest");
   bench->callback([&run, b]() { run = [b]() { return run_bench(*b); }; });
 
   auto d = std::make_shared<ToolOptions>();

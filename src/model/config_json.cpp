@@ -50,11 +50,21 @@ double ConfigReader::number_or(const std::string& key, double fallback) const {
   return has(key) ? number(key) : fallback;
 }
 
+bool ConfigReader::boolean(const std::string& key) const {
+  if (!has(key)) fail("{}: missing field '{}' (expected true or false)", source, key);
+  return boolean_or(key, false);
+}
+
 bool ConfigReader::boolean_or(const std::string& key, bool fallback) const {
   if (!has(key)) return fallback;
   const auto& v = json[key];
   if (!v.is_boolean()) fail("{}: field '{}' must be true or false, found {}", source, key, v.dump());
   return v.get<bool>();
+}
+
+std::string ConfigReader::string(const std::string& key) const {
+  if (!has(key)) fail("{}: missing field '{}' (expected a string)", source, key);
+  return string_or(key, "");
 }
 
 std::string ConfigReader::string_or(const std::string& key, const std::string& fallback) const {
@@ -73,6 +83,18 @@ std::vector<int64_t> ConfigReader::integer_list(const std::string& key) const {
   for (const auto& x : v) {
     if (!x.is_number_integer()) fail("{}: field '{}' must hold integers, found {}", source, key, x.dump());
     out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
+std::vector<double> ConfigReader::number_list(const std::string& key) const {
+  std::vector<double> out;
+  if (!has(key)) return out;
+  const auto& v = json[key];
+  if (!v.is_array()) fail("{}: field '{}' must be an array of numbers, found {}", source, key, v.dump());
+  for (const auto& x : v) {
+    if (!x.is_number()) fail("{}: field '{}' must hold numbers, found {}", source, key, x.dump());
+    out.push_back(x.get<double>());
   }
   return out;
 }

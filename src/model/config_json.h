@@ -18,9 +18,12 @@ struct ConfigReader {
   int64_t integer_or(const std::string& key, int64_t fallback) const;
   double number(const std::string& key) const;
   double number_or(const std::string& key, double fallback) const;
+  bool boolean(const std::string& key) const;
   bool boolean_or(const std::string& key, bool fallback) const;
+  std::string string(const std::string& key) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> integer_list(const std::string& key) const;  // accepts an integer or an array
+  std::vector<double> number_list(const std::string& key) const;    // an array of numbers (absent: empty)
 };
 
 // The path of `dir`/config.json, after checking that `dir` exists, is a directory and holds one; each failure names

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tools/answers.h"
+#include "tools/bench_checkpoint.h"
 #include "tools/progress.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
@@ -20,10 +21,21 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   if (samples.empty()) fail("bench: no samples selected");
   BenchReport report;
   report.options = options;
+  report.options.resume_records.clear();  // the report keeps its own records
+  report.options.on_record = nullptr;
   report.block_size = decode::resolve_block_size(draft, options.block_size);
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
-  ProgressBar bar("bench " + options.dataset, total_turns, options.progress);
+  // the checkpoint's records this run asks for again (its samples' turns, each at most once)
+  auto find_resumed = [&](const std::string& id, int64_t turn) -> const BenchRecord* {
+    for (const BenchRecord& r : options.resume_records)
+      if (r.id == id && r.turn == turn) return &r;
+    return nullptr;
+  };
+  int64_t resumable = 0;
+  for (const auto& s : samples)
+    for (size_t t = 0; t < s.turns.size(); ++t) resumable += find_resumed(s.id, static_cast<int64_t>(t)) ? 1 : 0;
+  ProgressBar bar("bench " + options.dataset, total_turns, options.progress, resumable);
 
   // Compressed runs edit the reference cache; the uncompressed runs they are compared with must then
   // use the same path, or the comparison would mix kernels.
@@ -40,10 +52,29 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
     for (size_t t = 0; t < sample.turns.size(); ++t) {
       messages.push_back({"user", sample.turns[t], std::nullopt});
       std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, messages, options.think);
+      const std::string fingerprint = prompt_fingerprint(prompt);
+      if (const BenchRecord* done_before = find_resumed(sample.id, static_cast<int64_t>(t))) {
+        if (done_before->prompt_fingerprint != fingerprint)
+          fail("--resume: the checkpoint's record of {} sample {} turn {} was made from another prompt ({} tokens, "
+               "fingerprint {}; now {} tokens, {}): the dataset file, the chat template or a setting changed; give "
+               "another --checkpoint",
+               options.dataset, sample.id, t + 1, done_before->prompt_tokens, done_before->prompt_fingerprint,
+               prompt.size(), fingerprint);
+        BenchRecord rec = *done_before;
+        rec.resumed = true;
+        messages.push_back({"assistant", decode_output(tokenizer, rec.dflash.output_ids).text, std::nullopt});
+        tau_sum += rec.dflash.mean_acceptance_length();
+        report.records.push_back(std::move(rec));
+        ++report.resumed;
+        ++done;
+        bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
+        continue;
+      }
       BenchRecord rec;
       rec.id = sample.id;
       rec.turn = static_cast<int64_t>(t);
       rec.prompt_tokens = static_cast<int64_t>(prompt.size());
+      rec.prompt_fingerprint = fingerprint;
       params.block_size = 0;
       rec.plain = runner.plain(prompt, params);
       params.block_size = report.block_size;
@@ -74,6 +105,7 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       }
       messages.push_back({"assistant", dflash_text, std::nullopt});
       tau_sum += rec.dflash.mean_acceptance_length();
+      if (options.on_record) options.on_record(rec);
       report.records.push_back(std::move(rec));
       ++done;
       bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
@@ -169,6 +201,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["min_p"] = r.options.sampling.min_p;
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
+  if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them
   nlohmann::ordered_json s;
   s["speedup"] = r.speedup;
   s["tau"] = r.tau;
@@ -230,6 +263,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
                    {"tau", rec.dflash.mean_acceptance_length()}, {"acceptance_lengths", rec.dflash.acceptance_lengths},
                    {"stop_reason", rec.dflash.stopped ? "stop" : "length"}};
     x["outputs_equal"] = rec.outputs_equal;
+    if (rec.resumed) x["resumed"] = true;
     if (rec.has_compression)
       x["compressed"] = {{"output_tokens", rec.compressed.output_ids.size()}, {"tau", rec.compressed.mean_acceptance_length()},
                          {"tpot_ms", rec.compressed.tpot_ms()}, {"first_divergence", rec.first_divergence},
@@ -249,6 +283,9 @@ std::string bench_markdown(const BenchReport& r) {
   md += fmt::format("{} samples, block size {}, max new tokens {}, temperature {}, thinking {}, {} path\n\n", r.records.size(),
                     r.block_size, r.options.max_new_tokens, r.options.sampling.temperature, r.options.think ? "on" : "off",
                     r.fast_path ? "CUDA fast" : "reference");
+  if (r.resumed > 0)
+    md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
+                      r.records.size());
   md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";
   md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
   md += fmt::format("| tokens/s | {:.1f} | {:.1f} |\n", r.plain_tokens_per_s, r.dflash_tokens_per_s);

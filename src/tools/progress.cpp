@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -17,8 +18,8 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-ProgressBar::ProgressBar(std::string label, int64_t total, bool enabled)
-    : label_(std::move(label)), total_(total), enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1),
+ProgressBar::ProgressBar(std::string label, int64_t total, bool enabled, int64_t resumed)
+    : label_(std::move(label)), total_(total), resumed_(resumed), enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()) {
   last_draw_ = start_ - std::chrono::seconds(1);
   draw(true);
@@ -50,11 +51,12 @@ void ProgressBar::draw(bool force) {
   const int filled = total_ > 0 ? static_cast<int>(width * done_ / total_) : width;
   std::string bar(filled, '#');
   bar.resize(width, '.');
-  const double eta = done_ > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_) : -1;
+  const int64_t done_here = done_ - std::min(resumed_, done_);  // the resumed units took no time here
+  const double eta = done_ >= total_ ? 0 : done_here > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_here) : -1;
   std::fprintf(stderr, tty_ ? "\r%s [%s] %lld/%lld  %s elapsed, ETA %s  %s\x1b[K" : "%s [%s] %lld/%lld  %s elapsed, ETA %s  %s\n",
                label_.c_str(), bar.c_str(),
                static_cast<long long>(done_), static_cast<long long>(total_), format_duration(elapsed).c_str(),
-               done_ > 0 ? format_duration(eta).c_str() : "?", status_.c_str());
+               eta >= 0 ? format_duration(eta).c_str() : "?", status_.c_str());
   std::fflush(stderr);
 }
 

@@ -9,7 +9,8 @@ namespace specpress::tools {
 
 class ProgressBar {
  public:
-  ProgressBar(std::string label, int64_t total, bool enabled = true);
+  // `resumed`: units a resumed job finished before this process; the ETA counts only this process's rate.
+  ProgressBar(std::string label, int64_t total, bool enabled = true, int64_t resumed = 0);
   // Sets the number of finished units and a short status text (e.g. "tau 6.2").
   void update(int64_t done, const std::string& status = "");
   void finish(const std::string& status = "");
@@ -17,7 +18,7 @@ class ProgressBar {
  private:
   void draw(bool force);
   std::string label_, status_;
-  int64_t total_, done_ = 0;
+  int64_t total_, resumed_, done_ = 0;
   bool enabled_, tty_, finished_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };

@@ -1,0 +1,53 @@
+// bench_checkpoint.h — `bench --checkpoint FILE [--resume]`: a long bench keeps every finished sample (each turn of
+// mt-bench) of every run in one JSON file, rewritten atomically after each, beside the settings that produced them.
+// With --resume, a run reuses the records of the samples it asks for again (same dataset, block size, sample and turn,
+// checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours continues
+// where it stopped. A record holds what the report needs, losslessly: outputs, acceptance lengths, timings, answers,
+// compression statistics. Records are reused only under the same settings (models, device, dtype, path, sampling,
+// lengths, compression); the file says which setting differs otherwise.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/bench.h"
+
+namespace specpress::tools {
+
+// FNV-1a of the prompt's ids, as hex: a record is reused only for the prompt it was made from.
+std::string prompt_fingerprint(const std::vector<int64_t>& prompt);
+
+// A record as the checkpoint holds it, and back; `where` starts every error ("FILE: record 3").
+nlohmann::ordered_json checkpoint_record_json(const BenchRecord& record);
+BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::string& where);
+
+class BenchCheckpoint {
+ public:
+  // Opens `path` for a run with `settings` (a flat JSON object). `resume` false: the file must not exist yet (an
+  // existing one is refused, naming --resume). `resume` true: it must exist, be a bench checkpoint and hold records
+  // made with equal settings; errors name the file and the first setting that differs.
+  BenchCheckpoint(std::string path, nlohmann::ordered_json settings, bool resume);
+  // The first of those checks alone (the file exists exactly when resuming), cheap enough for before the models load.
+  static void check_path(const std::string& path, bool resume);
+
+  // The records held for (dataset, block size), in the order they were made.
+  std::vector<BenchRecord> records(const std::string& dataset, int64_t block_size) const;
+  // Adds a finished record (replacing one with the same dataset, block size, sample and turn) and rewrites the file.
+  void add(const std::string& dataset, int64_t block_size, const BenchRecord& record);
+  int64_t size() const { return static_cast<int64_t>(entries_.size()); }
+
+ private:
+  struct Entry {
+    std::string dataset;
+    int64_t block_size = 0;
+    BenchRecord record;
+  };
+  void save() const;
+  std::string path_;
+  nlohmann::ordered_json settings_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace specpress::tools
