@@ -289,6 +289,19 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(in);
 }
 
+// A JSON Lines file's lines, parsed.
+std::vector<nlohmann::json> read_json_lines(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+std::string json_lines(const std::vector<nlohmann::json>& lines) {
+  std::string text;
+  for (const auto& j : lines) text += j.dump() + "\n";
+  return text;
+}
+
 // bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from
 // where it stopped, reusing those records (their timings too) and decoding the rest as the uninterrupted run did; a
 // bench whose every record is in the checkpoint reprints its report exactly (the records round-trip losslessly, also
@@ -306,19 +319,20 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   CommandResult r = run_specpress(base + " --checkpoint " + full_ckpt.string() + " --json " + (d / "full.json").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto full = read_json(d / "full.json");
-  auto ckpt = read_json(full_ckpt);
-  EXPECT_EQ(ckpt["format"], "specpress bench checkpoint");
-  ASSERT_EQ(ckpt["records"].size(), 6u);  // 2 gsm8k samples, 2 mt-bench samples of 2 turns
-  EXPECT_EQ(ckpt["settings"]["max_new_tokens"], 12);
+  const auto ckpt = read_json_lines(full_ckpt);  // the settings, then a record a line
+  EXPECT_EQ(ckpt[0]["format"], "specpress bench checkpoint");
+  EXPECT_EQ(ckpt[0]["settings"]["max_new_tokens"], 12);
+  ASSERT_EQ(ckpt.size(), 7u);  // 2 gsm8k samples, 2 mt-bench samples of 2 turns
   int64_t events = 0;
-  for (const auto& e : ckpt["records"]) events += e["record"]["compression"]["stats"]["events"].get<int64_t>();
+  for (size_t i = 1; i < ckpt.size(); ++i) events += ckpt[i]["record"]["compression"]["stats"]["events"].get<int64_t>();
   EXPECT_GT(events, 0) << "the compression statistics are exercised";
 
-  // interrupted after mt-bench's first turn of its first sample
-  ckpt["records"].erase(ckpt["records"].begin() + 3, ckpt["records"].end());
-  write_text(part_ckpt, ckpt.dump());
+  // interrupted after mt-bench's first turn of its first sample, while writing the second turn's line
+  const std::string fourth = ckpt[4].dump();
+  write_text(part_ckpt, json_lines({ckpt.begin(), ckpt.begin() + 4}) + fourth.substr(0, fourth.size() / 2));
   r = run_specpress(base + " --checkpoint " + part_ckpt.string() + " --resume --json " + (d / "resumed.json").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("part.ckpt: dropping its torn last line"), std::string::npos) << r.err;
   const auto resumed = read_json(d / "resumed.json");
   ASSERT_EQ(resumed["datasets"].size(), 2u);
   EXPECT_EQ(resumed["datasets"][0]["resumed_records"], 2);
@@ -340,7 +354,7 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
     EXPECT_EQ(a["summary"]["tau"], b["summary"]["tau"]);
     EXPECT_EQ(a["summary"]["compression"]["mean_kl"], b["summary"]["compression"]["mean_kl"]);
   }
-  EXPECT_EQ(read_json(part_ckpt)["records"].size(), 6u) << "the resumed run's records are kept too";
+  EXPECT_EQ(read_json_lines(part_ckpt).size(), 7u) << "the torn line cut off, the resumed run's records appended";
 
   // nothing left to run: the same report, every number the same
   r = run_specpress(base + " --checkpoint " + part_ckpt.string() + " --resume --json " + (d / "again.json").string());
@@ -372,16 +386,19 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
   }
-  auto edited = read_json(full_ckpt);
-  edited["records"][1]["record"]["prompt_fingerprint"] = "0000000000000000:1";
-  write_text(d / "edited.ckpt", edited.dump());
+  auto edited = ckpt;
+  edited[2]["record"]["prompt_fingerprint"] = "0000000000000000:1";
+  write_text(d / "edited.ckpt", json_lines(edited));
   r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
   EXPECT_NE(r.err.find("was made from another prompt"), std::string::npos) << r.err;
-  edited = read_json(full_ckpt);
-  edited["records"][1]["record"]["dflash"].erase("decode_ms");
-  write_text(d / "edited.ckpt", edited.dump());
+  edited = ckpt;
+  edited[2]["record"]["dflash"].erase("decode_ms");
+  write_text(d / "edited.ckpt", json_lines(edited));
   r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
-  EXPECT_NE(r.err.find("edited.ckpt: record 2, dflash: missing field 'decode_ms'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("edited.ckpt: line 3, dflash: missing field 'decode_ms'"), std::string::npos) << r.err;
+  write_text(d / "edited.ckpt", json_lines({ckpt.begin(), ckpt.begin() + 2}) + "{\"dataset\": \n" + ckpt[2].dump() + "\n");
+  r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
+  EXPECT_NE(r.err.find("edited.ckpt: line 3: invalid JSON"), std::string::npos) << r.err;
 }
 
 // diagnose --temps: one entry a temperature over the starts whose block lies in the trajectory (those the last

@@ -322,7 +322,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   add_compression_flags(*bench, b->compress, b->policy);
   bench->add_flag("--reference-path", b->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   bench->add_option("--checkpoint", b->checkpoint,
-                    "keep every finished sample in this file (rewritten atomically after each), so that --resume can "
+                    "append every finished sample to this file (JSON Lines, fsynced after each), so that --resume can "
                     "continue an interrupted bench");
   bench->add_flag("--resume", b->resume,
                   "continue the bench in --checkpoint: reuse its samples (same settings, checked) and run the rest");

@@ -107,4 +107,30 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
 }
 
+void append_line_synced(const std::string& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) fail("{}: cannot append: {}", path, std::strerror(errno));
+  const std::string bytes = line + "\n";
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("{}: cannot append: {}", path, std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  int err = synced ? 0 : errno;
+  if (::close(fd) != 0 && synced) err = errno;
+  if (err != 0) fail("{}: cannot append: fsync/close failed ({})", path, std::strerror(err));
+}
+
+void truncate_file(const std::string& path, uint64_t size) {
+  if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0)
+    fail("{}: cannot cut it to {} bytes: {}", path, size, std::strerror(errno));
+}
+
 }  // namespace specpress::io

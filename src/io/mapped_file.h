@@ -37,4 +37,10 @@ std::string read_text_file(const std::string& path);
 // names is replaced, the link kept).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+// Appends `line` and a newline to the existing file `path` and fsyncs it, so that the line is on disk when this
+// returns. A crash while writing leaves at most a torn last line (no newline), which the file's reader drops and cuts
+// off with `truncate_file` before appending again. Errors name `path` and the reason.
+void append_line_synced(const std::string& path, const std::string& line);
+void truncate_file(const std::string& path, uint64_t size);
+
 }  // namespace specpress::io

@@ -2,6 +2,7 @@
 #include "tools/bench_checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -194,22 +195,50 @@ void BenchCheckpoint::check_path(const std::string& path, bool resume) {
 BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
     : path_(std::move(path)), settings_(std::move(settings)) {
   check_path(path_, resume);
-  if (!resume) {
-    save();  // an empty checkpoint now, so that a path that cannot be written fails before any sample is run
+  if (!resume) {  // the settings line now, so that a path that cannot be written fails before any sample is run
+    const Json header = {{"format", kFormat}, {"version", kVersion}, {"settings", settings_}};
+    io::write_file_atomic(path_, header.dump() + "\n");
     return;
   }
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(io::read_text_file(path_));
-  } catch (const nlohmann::json::exception& e) {
-    fail("--resume: {}: invalid JSON: {}", path_, e.what());
+  const std::string text = io::read_text_file(path_);
+  size_t at = 0, line_number = 0;
+  size_t good = 0;  // bytes up to the end of the last whole line
+  while (at < text.size()) {
+    const size_t newline = text.find('\n', at);
+    ++line_number;
+    if (newline == std::string::npos) {  // a line the run was writing when it stopped
+      if (line_number == 1) break;         // nothing whole: reported below as not a checkpoint
+      std::fprintf(stderr, "--resume: %s: dropping its torn last line (%zu bytes, written when the run stopped)\n",
+                   path_.c_str(), text.size() - at);
+      io::truncate_file(path_, good);
+      break;
+    }
+    const std::string where = fmt::format("{}: line {}", path_, line_number);
+    nlohmann::json j = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(at),
+                                             text.begin() + static_cast<std::ptrdiff_t>(newline), nullptr, false);
+    at = good = newline + 1;
+    if (line_number == 1) {
+      if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != kFormat)
+        fail("--resume: {} is not a bench checkpoint (its first line must be a JSON object with \"format\": \"{}\")",
+             path_, kFormat);
+      check_settings(j, where);
+      continue;
+    }
+    if (j.is_discarded()) fail("{}: invalid JSON (a line holds one record)", where);
+    if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
+    const ConfigReader r{j, where};
+    keep({r.string("dataset"), r.integer("block_size"), checkpoint_record_from_json(object_field(j, "record", where), where)});
   }
-  if (!j.is_object() || !j.contains("format") || j["format"] != kFormat)
-    fail("--resume: {} is not a bench checkpoint (expected a JSON object with \"format\": \"{}\")", path_, kFormat);
-  const ConfigReader top{j, path_};
+  if (line_number == 0 || (line_number == 1 && good == 0))
+    fail("--resume: {} is not a bench checkpoint (no settings line; expected a JSON object with \"format\": \"{}\")",
+         path_, kFormat);
+}
+
+void BenchCheckpoint::check_settings(const nlohmann::json& header, const std::string& where) const {
+  const ConfigReader top{header, where};
   if (top.integer("version") != kVersion)
-    fail("{}: field 'version' is {}; this specpress reads version {}", path_, top.integer("version"), kVersion);
-  const nlohmann::json& saved = object_field(j, "settings", path_);
+    fail("{}: field 'version' is {}; this specpress reads version {}", where, top.integer("version"), kVersion);
+  const nlohmann::json& saved = object_field(header, "settings", where);
   const nlohmann::json now = nlohmann::json::parse(settings_.dump());
   for (const auto& [key, value] : now.items()) {
     const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
@@ -222,16 +251,6 @@ BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
     if (!now.contains(key))
       fail("--resume: {} holds records made with setting '{}' = {}, which this specpress does not know", path_, key,
            value.dump());
-  if (!j.contains("records") || !j["records"].is_array())
-    fail("{}: field 'records' must be an array", path_);
-  for (size_t i = 0; i < j["records"].size(); ++i) {
-    const nlohmann::json& e = j["records"][i];
-    const std::string where = fmt::format("{}: record {}", path_, i + 1);
-    if (!e.is_object()) fail("{}: expected a JSON object, found {}", where, e.dump());
-    const ConfigReader r{e, where};
-    entries_.push_back({r.string("dataset"), r.integer("block_size"),
-                        checkpoint_record_from_json(object_field(e, "record", where), where)});
-  }
 }
 
 std::vector<BenchRecord> BenchCheckpoint::records(const std::string& dataset, int64_t block_size) const {
@@ -241,27 +260,20 @@ std::vector<BenchRecord> BenchCheckpoint::records(const std::string& dataset, in
   return out;
 }
 
-void BenchCheckpoint::add(const std::string& dataset, int64_t block_size, const BenchRecord& record) {
+void BenchCheckpoint::keep(Entry entry) {
   auto same = [&](const Entry& e) {
-    return e.dataset == dataset && e.block_size == block_size && e.record.id == record.id &&
-           e.record.turn == record.turn;
+    return e.dataset == entry.dataset && e.block_size == entry.block_size && e.record.id == entry.record.id &&
+           e.record.turn == entry.record.turn;
   };
   auto it = std::find_if(entries_.begin(), entries_.end(), same);
-  if (it != entries_.end()) it->record = record;
-  else entries_.push_back({dataset, block_size, record});
-  save();
+  if (it != entries_.end()) *it = std::move(entry);
+  else entries_.push_back(std::move(entry));
 }
 
-void BenchCheckpoint::save() const {
-  Json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["settings"] = settings_;
-  j["records"] = Json::array();
-  for (const Entry& e : entries_)
-    j["records"].push_back({{"dataset", e.dataset}, {"block_size", e.block_size},
-                            {"record", checkpoint_record_json(e.record)}});
-  io::write_file_atomic(path_, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+void BenchCheckpoint::add(const std::string& dataset, int64_t block_size, const BenchRecord& record) {
+  const Json line = {{"dataset", dataset}, {"block_size", block_size}, {"record", checkpoint_record_json(record)}};
+  io::append_line_synced(path_, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  keep({dataset, block_size, record});
 }
 
 }  // namespace specpress::tools

@@ -1,5 +1,7 @@
 // bench_checkpoint.h — `bench --checkpoint FILE [--resume]`: a long bench keeps every finished sample (each turn of
-// mt-bench) of every run in one JSON file, rewritten atomically after each, beside the settings that produced them.
+// mt-bench) of every run in one JSON Lines file: a first line with the settings that produced them, then a line a
+// record, each appended and fsynced as it is finished (a file of thousands of records is never rewritten; a crash
+// while appending leaves a torn last line, which --resume drops and cuts off).
 // With --resume, a run reuses the records of the samples it asks for again (same dataset, block size, sample and turn,
 // checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours continues
 // where it stopped. A record holds what the report needs, losslessly: outputs, acceptance lengths, timings, answers,
@@ -34,7 +36,8 @@ class BenchCheckpoint {
 
   // The records held for (dataset, block size), in the order they were made.
   std::vector<BenchRecord> records(const std::string& dataset, int64_t block_size) const;
-  // Adds a finished record (replacing one with the same dataset, block size, sample and turn) and rewrites the file.
+  // Adds a finished record (a later one with the same dataset, block size, sample and turn replaces an earlier one)
+  // and appends it to the file.
   void add(const std::string& dataset, int64_t block_size, const BenchRecord& record);
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
 
@@ -44,7 +47,8 @@ class BenchCheckpoint {
     int64_t block_size = 0;
     BenchRecord record;
   };
-  void save() const;
+  void keep(Entry entry);  // in entries_, replacing one with the same key
+  void check_settings(const nlohmann::json& header, const std::string& where) const;
   std::string path_;
   nlohmann::ordered_json settings_;
   std::vector<Entry> entries_;
