@@ -11,6 +11,7 @@
 #include "model_fixtures.h"
 #include "test_util.h"
 #include "tools/answers.h"
+#include "tools/bench.h"
 #include "tools/datasets.h"
 
 using namespace specpress;
@@ -116,6 +117,62 @@ TEST(Datasets, Selection) {
             std::string::npos);
 }
 
+// A record with one sample id and turn, its plain and DFlash TPOT (ms) and its DFlash acceptance lengths.
+tools::BenchRecord bench_record(const std::string& id, double plain_tpot, double dflash_tpot, std::vector<int64_t> lengths) {
+  tools::BenchRecord r;
+  r.id = id;
+  r.plain.output_ids.assign(10, 1);
+  r.plain.decode_ms = 10 * plain_tpot;
+  r.dflash.output_ids.assign(10, 1);
+  r.dflash.decode_ms = 10 * dflash_tpot;
+  r.dflash.block_size = 4;
+  r.dflash.acceptance_lengths = std::move(lengths);
+  return r;
+}
+
+// The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
+// time, and a sample's records (mt-bench's turns) drawn together.
+TEST(BenchIntervals, BootstrapOverSamples) {
+  tools::Interval speedup, tau;
+  tools::bootstrap_intervals({bench_record("a", 4, 2, {3, 1})}, speedup, tau);
+  EXPECT_DOUBLE_EQ(speedup.lo, 2.0);
+  EXPECT_DOUBLE_EQ(speedup.hi, 2.0);
+  EXPECT_DOUBLE_EQ(tau.lo, 2.0);
+  EXPECT_DOUBLE_EQ(tau.hi, 2.0);
+  // two samples of two turns: a's turns tau 1 and 3, b's 2 and 2; every draw of whole samples has mean tau 2, while
+  // turns drawn one by one would spread from 1 to 3
+  tools::bootstrap_intervals({bench_record("a", 3, 1, {1}), bench_record("a", 3, 1, {3}), bench_record("b", 3, 1, {2}),
+                              bench_record("b", 3, 1, {2})},
+                             speedup, tau);
+  EXPECT_DOUBLE_EQ(tau.lo, 2.0);
+  EXPECT_DOUBLE_EQ(tau.hi, 2.0);
+  EXPECT_DOUBLE_EQ(speedup.lo, 3.0);
+  EXPECT_DOUBLE_EQ(speedup.hi, 3.0);
+  // twenty samples of different speed: an interval that holds the point values, narrower than the samples' range
+  std::vector<tools::BenchRecord> records;
+  for (int i = 0; i < 20; ++i)
+    records.push_back(bench_record(std::to_string(i), 2 + 0.1 * i, 1, {1 + i % 4, 1 + (i * 7) % 4}));
+  tools::BenchReport report;
+  report.block_size = 4;
+  report.records = records;
+  tools::aggregate(report);
+  EXPECT_LT(report.speedup_lo, report.speedup);
+  EXPECT_GT(report.speedup_hi, report.speedup);
+  EXPECT_GT(report.speedup_lo, 2.3);  // the samples range over 2 .. 3.9
+  EXPECT_LT(report.speedup_hi, 3.6);
+  EXPECT_LT(report.tau_lo, report.tau);
+  EXPECT_GT(report.tau_hi, report.tau);
+  tools::bootstrap_intervals(records, speedup, tau);
+  EXPECT_EQ(speedup.lo, report.speedup_lo);  // the same draws
+  EXPECT_EQ(tau.hi, report.tau_hi);
+  const auto j = tools::bench_json(report);
+  EXPECT_EQ(j["summary"]["tau_ci95"][0], report.tau_lo);
+  EXPECT_EQ(j["summary"]["speedup_ci95"][1], report.speedup_hi);
+  EXPECT_NE(tools::bench_summary_markdown({report}).find(
+                fmt::format("{:.2f}x ({:.2f}-{:.2f})", report.speedup, report.speedup_lo, report.speedup_hi)),
+            std::string::npos);
+}
+
 TEST(Answers, BoxedAndNormalised) {
   EXPECT_EQ(tools::last_boxed("so \\boxed{1} then \\boxed{\\frac{1}{2}}.").value_or(""), "\\frac{1}{2}");
   EXPECT_FALSE(tools::last_boxed("no box here").has_value());
@@ -170,6 +227,11 @@ void check_bench_report(const nlohmann::json& j, const std::string& name) {
   const auto& sum = j["summary"];
   EXPECT_NEAR(sum["tau"].get<double>(), tau, 1e-9) << "tau is the mean of per-sample means";
   EXPECT_NEAR(sum["speedup"].get<double>(), plain_tpot / dflash_tpot, 1e-9) << "speedup is the TPOT ratio";
+  for (const char* key : {"speedup", "tau"}) {  // the bootstrap's interval holds the point value
+    const auto& ci = sum[std::string(key) + "_ci95"];
+    EXPECT_LE(ci[0].get<double>(), sum[key].get<double>() + 1e-12) << key;
+    EXPECT_GE(ci[1].get<double>(), sum[key].get<double>() - 1e-12) << key;
+  }
   double hist = 0;
   for (double h : sum["acceptance_histogram"]) hist += h;
   EXPECT_NEAR(hist, 1.0, 1e-9);

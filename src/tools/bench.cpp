@@ -2,6 +2,8 @@
 #include "tools/bench.h"
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -120,6 +122,44 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   return report;
 }
 
+void bootstrap_intervals(const std::vector<BenchRecord>& records, Interval& speedup, Interval& tau, int resamples) {
+  // the records of each sample id, in first-seen order
+  std::vector<std::vector<size_t>> samples;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < records.size(); ++i) {
+    auto it = std::find(ids.begin(), ids.end(), records[i].id);
+    if (it == ids.end()) {
+      ids.push_back(records[i].id);
+      samples.emplace_back();
+      it = ids.end() - 1;
+    }
+    samples[static_cast<size_t>(it - ids.begin())].push_back(i);
+  }
+  std::vector<double> speedups, taus;
+  std::mt19937_64 rng(20261205);
+  std::uniform_int_distribution<size_t> pick(0, samples.empty() ? 0 : samples.size() - 1);
+  for (int b = 0; b < resamples && !samples.empty(); ++b) {
+    double plain = 0, dflash = 0, tau_sum = 0, n = 0;
+    for (size_t k = 0; k < samples.size(); ++k)
+      for (size_t i : samples[pick(rng)]) {
+        plain += records[i].plain.tpot_ms();
+        dflash += records[i].dflash.tpot_ms();
+        tau_sum += records[i].dflash.mean_acceptance_length();
+        n += 1;
+      }
+    if (dflash > 0) speedups.push_back(plain / dflash);
+    taus.push_back(tau_sum / n);
+  }
+  auto percentiles = [](std::vector<double>& v) {
+    if (v.empty()) return Interval{};
+    std::sort(v.begin(), v.end());
+    auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
+    return Interval{at(0.025), at(0.975)};
+  };
+  speedup = percentiles(speedups);
+  tau = percentiles(taus);
+}
+
 void aggregate(BenchReport& r) {
   const double n = static_cast<double>(r.records.size());
   if (n == 0) return;
@@ -185,6 +225,9 @@ void aggregate(BenchReport& r) {
     r.overhead_ms_per_event = events > 0 ? overhead / events : 0;
   }
   r.speedup = r.dflash_tpot_ms > 0 ? r.plain_tpot_ms / r.dflash_tpot_ms : 0;
+  Interval speedup_ci, tau_ci;
+  bootstrap_intervals(r.records, speedup_ci, tau_ci);
+  r.speedup_lo = speedup_ci.lo, r.speedup_hi = speedup_ci.hi, r.tau_lo = tau_ci.lo, r.tau_hi = tau_ci.hi;
   r.plain_tokens_per_s = r.plain_tpot_ms > 0 ? 1e3 / r.plain_tpot_ms : 0;
   r.dflash_tokens_per_s = r.dflash_tpot_ms > 0 ? 1e3 / r.dflash_tpot_ms : 0;
 }
@@ -204,7 +247,9 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them
   nlohmann::ordered_json s;
   s["speedup"] = r.speedup;
+  s["speedup_ci95"] = {r.speedup_lo, r.speedup_hi};
   s["tau"] = r.tau;
+  s["tau_ci95"] = {r.tau_lo, r.tau_hi};
   s["plain_tpot_ms"] = r.plain_tpot_ms;
   s["dflash_tpot_ms"] = r.dflash_tpot_ms;
   s["plain_tokens_per_s"] = r.plain_tokens_per_s;
@@ -292,6 +337,8 @@ std::string bench_markdown(const BenchReport& r) {
   md += fmt::format("| TTFT (ms) | {:.2f} | {:.2f} |\n", r.plain_ttft_ms, r.dflash_ttft_ms);
   md += fmt::format("\n**speedup {:.2f}x, tau {:.2f}**, identical outputs {:.0f}%\n", r.speedup, r.tau,
                     100 * r.identical_outputs);
+  md += fmt::format("\n95% bootstrap intervals over the samples: speedup {:.2f}x to {:.2f}x, tau {:.2f} to {:.2f}\n",
+                    r.speedup_lo, r.speedup_hi, r.tau_lo, r.tau_hi);
   if (r.answered > 0)
     md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
                       100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy);
@@ -340,15 +387,16 @@ std::vector<BlockMean> means_by_block(const std::vector<BenchReport>& reports) {
 }  // namespace
 
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
-  std::string md = "## specpress bench: summary\n\n";
+  std::string md = "## specpress bench: summary\n\n(in parentheses: 95% bootstrap intervals over each run's samples)\n\n";
   md += "| dataset | block | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | "
         "answers agree |\n";
   md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchReport& r : reports) {
     const std::string answers = r.answered > 0 ? fmt::format("{:.0f}% of {}", 100 * r.answers_agree, r.answered) : "-";
-    md += fmt::format("| {} | {} | {} | {:.2f}x | {:.2f} | {:.1f} | {:.1f} | {:.0f}% | {} |\n", r.options.dataset,
-                      r.block_size, r.records.size(), r.speedup, r.tau, r.plain_tokens_per_s, r.dflash_tokens_per_s,
-                      100 * r.identical_outputs, answers);
+    md += fmt::format("| {} | {} | {} | {:.2f}x ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.1f} | {:.0f}% | {} |\n",
+                      r.options.dataset, r.block_size, r.records.size(), r.speedup, r.speedup_lo, r.speedup_hi, r.tau,
+                      r.tau_lo, r.tau_hi, r.plain_tokens_per_s, r.dflash_tokens_per_s, 100 * r.identical_outputs,
+                      answers);
   }
   for (const BlockMean& m : means_by_block(reports))
     md += fmt::format("| mean | {} | | {:.2f}x | {:.2f} | | | | |\n", m.block_size, m.speedup, m.tau);
@@ -362,7 +410,9 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
                                   {"block_size", r.block_size},
                                   {"samples", r.records.size()},
                                   {"speedup", r.speedup},
+                                  {"speedup_ci95", {r.speedup_lo, r.speedup_hi}},
                                   {"tau", r.tau},
+                                  {"tau_ci95", {r.tau_lo, r.tau_hi}},
                                   {"plain_tokens_per_s", r.plain_tokens_per_s},
                                   {"dflash_tokens_per_s", r.dflash_tokens_per_s},
                                   {"identical_outputs", r.identical_outputs}};

@@ -60,6 +60,9 @@ struct BenchReport {
   // aggregates
   double speedup = 0, tau = 0, plain_tpot_ms = 0, dflash_tpot_ms = 0, plain_ttft_ms = 0, dflash_ttft_ms = 0;
   double plain_tokens_per_s = 0, dflash_tokens_per_s = 0, identical_outputs = 0;
+  // 95% intervals of speedup and tau: percentiles 2.5 and 97.5 of a bootstrap over the samples (mt-bench's turns
+  // of one sample resampled together), so that two drafts' or block sizes' numbers can be told apart from noise
+  double speedup_lo = 0, speedup_hi = 0, tau_lo = 0, tau_hi = 0;
   std::vector<double> histogram;              // index b-1: fraction of steps with acceptance length b
   std::vector<double> per_position_acceptance;  // index i-1: fraction of steps accepting draft position i
   double answers_agree = 0, plain_accuracy = 0, dflash_accuracy = 0;
@@ -78,6 +81,15 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
 
 // Aggregates from the records (exposed so tests can check the definitions on known records).
 void aggregate(BenchReport& report);
+
+// The bootstrap behind BenchReport's intervals: `resamples` draws (fixed seed) of the records' sample ids with
+// replacement, each drawn id bringing all its records; speedup = sum of plain TPOTs / sum of DFlash TPOTs and tau = the
+// mean of per-record taus over the drawn records, as the report's point values are over all of them.
+struct Interval {
+  double lo = 0, hi = 0;
+};
+void bootstrap_intervals(const std::vector<BenchRecord>& records, Interval& speedup, Interval& tau,
+                         int resamples = 2000);
 
 nlohmann::ordered_json bench_json(const BenchReport& report);
 std::string bench_markdown(const BenchReport& report);
