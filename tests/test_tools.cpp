@@ -321,7 +321,13 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
     EXPECT_EQ(report["summary"]["acceptance_histogram"].size(), static_cast<size_t>(order[i].second));
     EXPECT_DOUBLE_EQ(report["summary"]["identical_outputs"].get<double>(), 1.0);
     for (const auto& step : report["records"][0]["dflash"]["acceptance_lengths"]) EXPECT_LE(step.get<int64_t>(), order[i].second);
+    // plain decoding does not depend on the block size: the second size's runs take the first's, timings and all
+    const bool second = order[i].second == 4;
+    EXPECT_EQ(report.value("plain_reused_records", 0), second ? 1 : 0);
+    EXPECT_EQ(report["records"][0].value("plain_reused", false), second);
+    if (second) EXPECT_EQ(report["records"][0]["plain"], j["datasets"][i - 1]["records"][0]["plain"]);
   }
+  EXPECT_NE(r.out.find("plain decoding of 1 of the 1 samples from an earlier run of this bench"), std::string::npos);
   EXPECT_NE(r.out.find("| gsm8k | 4 | 1 | "), std::string::npos) << r.out;
   // a mean for each block size, over its datasets
   const auto& means = j["summary"]["means"];

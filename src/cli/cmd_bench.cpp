@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -216,6 +217,8 @@ int run_bench(const ToolOptions& o) {
   // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
   std::vector<tools::BenchReport> reports;
   std::string md;
+  std::map<std::string, decode::GenerationResult> plain_results;  // by prompt: one plain decoding serves every size
+  b.plain_results = &plain_results;
   for (const auto& [run, block_size] : plan) {
     b.dataset = run->name;
     b.block_size = block_size;

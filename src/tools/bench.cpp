@@ -25,6 +25,7 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   report.options = options;
   report.options.resume_records.clear();  // the report keeps its own records
   report.options.on_record = nullptr;
+  report.options.plain_results = nullptr;
   report.block_size = decode::resolve_block_size(draft, options.block_size);
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
@@ -64,6 +65,7 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
                prompt.size(), fingerprint);
         BenchRecord rec = *done_before;
         rec.resumed = true;
+        if (options.plain_results != nullptr) options.plain_results->emplace(fingerprint, rec.plain);
         messages.push_back({"assistant", decode_output(tokenizer, rec.dflash.output_ids).text, std::nullopt});
         tau_sum += rec.dflash.mean_acceptance_length();
         report.records.push_back(std::move(rec));
@@ -78,7 +80,16 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       rec.prompt_tokens = static_cast<int64_t>(prompt.size());
       rec.prompt_fingerprint = fingerprint;
       params.block_size = 0;
-      rec.plain = runner.plain(prompt, params);
+      const auto known = options.plain_results != nullptr ? options.plain_results->find(fingerprint)
+                                                          : std::map<std::string, decode::GenerationResult>::iterator();
+      if (options.plain_results != nullptr && known != options.plain_results->end()) {
+        rec.plain = known->second;
+        rec.plain_reused = true;
+        ++report.plain_reused;
+      } else {
+        rec.plain = runner.plain(prompt, params);
+        if (options.plain_results != nullptr) options.plain_results->emplace(fingerprint, rec.plain);
+      }
       params.block_size = report.block_size;
       rec.dflash = runner.dflash(prompt, params);
       rec.outputs_equal = rec.plain.output_ids == rec.dflash.output_ids;
@@ -245,6 +256,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
   if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them
+  if (r.plain_reused > 0) j["plain_reused_records"] = r.plain_reused;  // plain decoding from an earlier block size
   nlohmann::ordered_json s;
   s["speedup"] = r.speedup;
   s["speedup_ci95"] = {r.speedup_lo, r.speedup_hi};
@@ -309,6 +321,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
                    {"stop_reason", rec.dflash.stopped ? "stop" : "length"}};
     x["outputs_equal"] = rec.outputs_equal;
     if (rec.resumed) x["resumed"] = true;
+    if (rec.plain_reused) x["plain_reused"] = true;
     if (rec.has_compression)
       x["compressed"] = {{"output_tokens", rec.compressed.output_ids.size()}, {"tau", rec.compressed.mean_acceptance_length()},
                          {"tpot_ms", rec.compressed.tpot_ms()}, {"first_divergence", rec.first_divergence},
@@ -331,6 +344,9 @@ std::string bench_markdown(const BenchReport& r) {
   if (r.resumed > 0)
     md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
                       r.records.size());
+  if (r.plain_reused > 0)
+    md += fmt::format("plain decoding of {} of the {} samples from an earlier run of this bench (the same prompt; it does "
+                      "not depend on the block size)\n\n", r.plain_reused, r.records.size());
   md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";
   md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
   md += fmt::format("| tokens/s | {:.1f} | {:.1f} |\n", r.plain_tokens_per_s, r.dflash_tokens_per_s);

@@ -137,6 +137,7 @@ Json checkpoint_record_json(const BenchRecord& rec) {
   j["prompt_tokens"] = rec.prompt_tokens;
   j["prompt_fingerprint"] = rec.prompt_fingerprint;
   j["outputs_equal"] = rec.outputs_equal;
+  if (rec.plain_reused) j["plain_reused"] = true;
   j["dflash"] = result_json(rec.dflash, true);
   j["plain"] = result_json(rec.plain, !rec.outputs_equal);  // the DFlash ids where they are the same
   if (rec.has_answers)
@@ -158,6 +159,7 @@ BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::stri
   rec.prompt_tokens = r.integer("prompt_tokens");
   rec.prompt_fingerprint = r.string("prompt_fingerprint");
   rec.outputs_equal = r.boolean("outputs_equal");
+  rec.plain_reused = r.boolean_or("plain_reused", false);
   rec.dflash = result_from_json(object_field(j, "dflash", where), where + ", dflash", nullptr);
   rec.plain = result_from_json(object_field(j, "plain", where), where + ", plain",
                                rec.outputs_equal ? &rec.dflash.output_ids : nullptr);
