@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "model_fixtures.h"
@@ -197,6 +199,7 @@ class ToolsEndToEnd : public ::testing::Test {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
       fs::copy_file(shared_dir() + "/data/qwen3-tokenizer/" + f, dir_->path / "target" / f);
     write_random_dflash((dir_->path / "draft").string(), s, 1, 4, 3, {0, 2}, 151669);
+    write_random_dflash((dir_->path / "draft-b").string(), s, 2, 3, 3, {1}, 151669, /*seed=*/5);  // bench's draft list
   }
   static void TearDownTestSuite() { delete dir_; }
   void SetUp() override { SPECPRESS_REQUIRE_SHARED(); }
@@ -467,6 +470,66 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   write_text(d / "edited.ckpt", json_lines({ckpt.begin(), ckpt.begin() + 2}) + "{\"dataset\": \n" + ckpt[2].dump() + "\n");
   r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
   EXPECT_NE(r.err.find("edited.ckpt: line 3: invalid JSON"), std::string::npos) << r.err;
+}
+
+// Several drafts in one bench: each dataset with each draft at its trained block size, one plain decoding of each
+// prompt serving both drafts, a draft column and a mean per draft in the summary; the checkpoint keeps each draft's
+// records apart.
+TEST_F(ToolsEndToEnd, BenchComparesDrafts) {
+  const std::string a = (dir_->path / "draft").string(), b = (dir_->path / "draft-b").string();
+  const std::string out = (dir_->path / "bench-drafts.json").string(), ckpt = (dir_->path / "bench-drafts.ckpt").string();
+  fs::remove(ckpt);
+  const std::string args = "bench -m " + (dir_->path / "target").string() + " -md " + a + "," + b +
+                           " --dataset gsm8k,humaneval --data " + data_dir() +
+                           " --max-samples 1 --max-new-tokens 6 --no-progress --json " + out + " --checkpoint " + ckpt;
+  CommandResult r = run_specpress(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = read_json(out);
+  ASSERT_EQ(j["datasets"].size(), 4u);
+  const std::vector<std::tuple<std::string, std::string, int64_t>> order = {
+      {"gsm8k", a, 4}, {"gsm8k", b, 3}, {"humaneval", a, 4}, {"humaneval", b, 3}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& report = j["datasets"][i];
+    const auto& [dataset, draft, block] = order[i];
+    SCOPED_TRACE(dataset + " " + draft);
+    EXPECT_EQ(report["dataset"], dataset);
+    EXPECT_EQ(report["draft"], draft);
+    EXPECT_EQ(report["block_size"], block);
+    EXPECT_EQ(j["summary"]["datasets"][i]["draft"], draft);
+    EXPECT_DOUBLE_EQ(report["summary"]["identical_outputs"].get<double>(), 1.0);
+    EXPECT_EQ(report.value("plain_reused_records", 0), draft == b ? 1 : 0) << "one plain decoding for both drafts";
+    if (draft == b) EXPECT_EQ(report["records"][0]["plain"], j["datasets"][i - 1]["records"][0]["plain"]);
+  }
+  const auto& means = j["summary"]["means"];
+  ASSERT_EQ(means.size(), 2u);
+  EXPECT_EQ(means[0]["draft"], a);
+  EXPECT_EQ(means[1]["draft"], b);
+  EXPECT_EQ(means[1]["block_size"], 3);
+  EXPECT_NE(r.out.find("| dataset | draft | block |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| mean | " + b + " | 3 | "), std::string::npos) << r.out;
+  // the checkpoint: each record line names its draft; resumed, every record comes back to its own draft's run
+  std::set<std::string> drafts;
+  const auto lines = read_json_lines(ckpt);
+  for (size_t i = 1; i < lines.size(); ++i) drafts.insert(lines[i]["draft"].get<std::string>());
+  EXPECT_EQ(drafts, (std::set<std::string>{fs::weakly_canonical(a).string(), fs::weakly_canonical(b).string()}));
+  r = run_specpress(args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto again = read_json(out);
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(again["datasets"][i]["resumed_records"], 1);
+    EXPECT_EQ(again["datasets"][i]["records"][0]["dflash"], j["datasets"][i]["records"][0]["dflash"]);
+  }
+  for (const auto& [drafts_flag, message] :
+       {std::pair<std::string, std::string>{a + "," + a, "--model-draft: " + a + " is given twice"},
+        {a + ",", "--model-draft: an empty directory"}}) {
+    r = run_specpress("bench -m " + (dir_->path / "target").string() + " -md " + drafts_flag + " --dataset gsm8k --data " +
+                      data_dir() + " --no-progress");
+    EXPECT_NE(r.exit_code, 0) << drafts_flag;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  r = run_specpress("diagnose -m " + (dir_->path / "target").string() + " -md " + a + "," + b + " --dataset gsm8k --data " +
+                    data("gsm8k_test.jsonl"));
+  EXPECT_NE(r.err.find("--model-draft: one draft at a time here"), std::string::npos) << r.err;
 }
 
 // diagnose --temps: one entry a temperature over the starts whose block lies in the trajectory (those the last

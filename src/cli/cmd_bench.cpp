@@ -46,7 +46,7 @@ struct ToolOptions {
 
 struct Loaded {
   std::unique_ptr<model::Qwen3Model> target;
-  std::unique_ptr<model::DFlashDraft> draft;
+  std::vector<std::unique_ptr<model::DFlashDraft>> drafts;  // --model-draft's, in its order
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::vector<int64_t> stop_ids;
 };
@@ -116,7 +116,29 @@ std::vector<double> temperature_list(const std::string& text) {
   }
 }
 
-Loaded load_models(const ToolOptions& o) {
+// --model-draft: bench compares several drafts separated by commas (one plain decoding of each prompt serves them
+// all); diagnose studies one. A directory given twice is refused (also under another spelling of its path).
+std::vector<std::string> draft_list(const std::string& value, bool several) {
+  std::vector<std::string> dirs, seen;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = value.find(',', at);
+    const std::string dir = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (dir.empty()) fail("--model-draft: an empty directory in '{}' (expected directories separated by commas)", value);
+    std::error_code ec;
+    const std::string canonical = std::filesystem::weakly_canonical(dir, ec).string();
+    if (std::find(seen.begin(), seen.end(), canonical) != seen.end())
+      fail("--model-draft: {} is given twice in '{}'", dir, value);
+    dirs.push_back(dir);
+    seen.push_back(canonical);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (!several && dirs.size() > 1) fail("--model-draft: one draft at a time here (got '{}')", value);
+  return dirs;
+}
+
+Loaded load_models(const ToolOptions& o, const std::vector<std::string>& draft_dirs) {
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
   if (!tokenizer) fail("{}: no tokenizer.json (bench and diagnose apply the chat template to text prompts)", o.model_dir);
   Loaded l;
@@ -130,7 +152,8 @@ Loaded load_models(const ToolOptions& o) {
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
   model::check_dtype_on_device(dtype, device, "--dtype");
   l.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o.model_dir, dtype, device));
-  l.draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, *l.target, dtype, device));
+  for (const std::string& dir : draft_dirs)
+    l.drafts.push_back(std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(dir, *l.target, dtype, device)));
   return l;
 }
 
@@ -141,22 +164,26 @@ void write_output(const std::string& path, const std::string& text, const std::s
 }
 
 // The run's inputs, which no output may write over (io::check_output_files).
-std::vector<io::NamedPath> inputs_of(const ToolOptions& o) {
+std::vector<io::NamedPath> inputs_of(const ToolOptions& o, const std::vector<std::string>& draft_dirs) {
   std::error_code ec;
-  return {{"--data", o.data},
-          {"--indices", o.selection.indices_file},
-          {"-m/--model", o.model_dir},
-          {"--model-draft", o.draft_dir},
-          {"--compress", std::filesystem::is_directory(o.compress, ec) ? o.compress : ""}};  // a beacon directory
+  std::vector<io::NamedPath> inputs = {
+      {"--data", o.data},
+      {"--indices", o.selection.indices_file},
+      {"-m/--model", o.model_dir},
+      {"--compress", std::filesystem::is_directory(o.compress, ec) ? o.compress : ""}};  // a beacon directory
+  for (const std::string& dir : draft_dirs) inputs.push_back({"--model-draft", dir});
+  return inputs;
+}
+
+std::string canonical_path(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::weakly_canonical(path, ec).string();
 }
 
 // What makes a checkpoint's records reusable by this run: every setting that changes what a sample generates or how it
-// is timed (the dataset, block size, sample and turn are each record's own; its prompt is checked when reused).
+// is timed (the dataset, draft, block size, sample and turn are each record's own; its prompt is checked when reused).
 nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
-  std::error_code ec;
-  const auto where = [&](const std::string& dir) { return std::filesystem::weakly_canonical(dir, ec).string(); };
-  return {{"model", where(o.model_dir)},
-          {"model_draft", where(o.draft_dir)},
+  return {{"model", canonical_path(o.model_dir)},
           {"device", o.device},
           {"dtype", o.dtype},
           {"reference_path", o.reference_path},
@@ -174,8 +201,9 @@ nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::Be
 int run_bench(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
+  const std::vector<std::string> draft_dirs = draft_list(o.draft_dir, /*several=*/true);
   io::check_output_files({{"--json", o.json_out}, {"--markdown", o.markdown_out}, {"--checkpoint", o.checkpoint}},
-                         inputs_of(o));
+                         inputs_of(o, draft_dirs));
   if (o.resume && o.checkpoint.empty()) fail("--resume: needs --checkpoint (the file of the bench to continue)");
   if (!o.checkpoint.empty()) tools::BenchCheckpoint::check_path(o.checkpoint, o.resume);
   decode::validate(o.sampling);
@@ -187,7 +215,7 @@ int run_bench(const ToolOptions& o) {
   for (int64_t size : o.block_sizes)
     if (size < 2 && size != 0)
       fail("--block-size: must be at least 2 for speculative decoding (0: the draft's trained size), found {}", size);
-  Loaded l = load_models(o);
+  Loaded l = load_models(o, draft_dirs);
   tools::BenchOptions b;
   b.max_new_tokens = o.max_new_tokens;
   b.sampling = o.sampling;
@@ -196,43 +224,51 @@ int run_bench(const ToolOptions& o) {
   b.reference_path = o.reference_path;
   b.compress = compress::resolve_compress(o.compress, "--compress", o.policy, *l.target);
   compress::validate(b.compress);
-  // every size checked against the draft before any run; 0 is the trained size, which may not be given twice
-  std::vector<int64_t> block_sizes;
-  for (int64_t size : o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes) {
-    const int64_t resolved = decode::resolve_block_size(*l.draft, size);
-    if (std::find(block_sizes.begin(), block_sizes.end(), resolved) != block_sizes.end())
-      fail("--block-size: {} is given twice (0 is the draft's trained size)", resolved);
-    block_sizes.push_back(resolved);
-  }
+  // every size checked against each draft before any run; 0 is the trained size, which may not be given twice
+  std::vector<std::vector<int64_t>> block_sizes(l.drafts.size());
+  for (size_t d = 0; d < l.drafts.size(); ++d)
+    for (int64_t size : o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes) {
+      const int64_t resolved = decode::resolve_block_size(*l.drafts[d], size);
+      if (std::find(block_sizes[d].begin(), block_sizes[d].end(), resolved) != block_sizes[d].end())
+        fail("--block-size: {} is given twice (0 is the draft's trained size{})", resolved,
+             l.drafts.size() > 1 ? ", here " + draft_dirs[d] + "'s" : "");
+      block_sizes[d].push_back(resolved);
+    }
   struct Run {
     const DatasetRun* dataset;
+    size_t draft;
     int64_t block_size;
   };
   std::vector<Run> plan;
   for (const DatasetRun& run : runs)
-    for (int64_t size : block_sizes) plan.push_back({&run, size});
+    for (size_t d = 0; d < l.drafts.size(); ++d)
+      for (int64_t size : block_sizes[d]) plan.push_back({&run, d, size});
   std::optional<tools::BenchCheckpoint> checkpoint;
   if (!o.checkpoint.empty()) checkpoint.emplace(o.checkpoint, checkpoint_settings(o, b), o.resume);
   // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
   // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
   std::vector<tools::BenchReport> reports;
   std::string md;
-  std::map<std::string, decode::GenerationResult> plain_results;  // by prompt: one plain decoding serves every size
+  // by prompt: one plain decoding serves every draft and block size
+  std::map<std::string, decode::GenerationResult> plain_results;
   b.plain_results = &plain_results;
-  for (const auto& [run, block_size] : plan) {
+  for (const auto& [run, draft, block_size] : plan) {
     b.dataset = run->name;
+    b.draft = draft_dirs[draft];
     b.block_size = block_size;
     b.check_answers = o.check_answers && answered(run->name);
     if (checkpoint) {
-      b.resume_records = checkpoint->records(run->name, block_size);
-      b.on_record = [&checkpoint, name = run->name, block_size](const tools::BenchRecord& rec) {
-        checkpoint->add(name, block_size, rec);
+      const std::string draft_key = canonical_path(draft_dirs[draft]);
+      b.resume_records = checkpoint->records(run->name, draft_key, block_size);
+      b.on_record = [&checkpoint, name = run->name, draft_key, block_size](const tools::BenchRecord& rec) {
+        checkpoint->add(name, draft_key, block_size, rec);
       };
     }
     if (plan.size() > 1 && b.progress)
-      std::fprintf(stderr, "bench: %s, block size %lld (%zu of %zu)\n", run->name.c_str(),
+      std::fprintf(stderr, "bench: %s, %sblock size %lld (%zu of %zu)\n", run->name.c_str(),
+                   l.drafts.size() > 1 ? ("draft " + draft_dirs[draft] + ", ").c_str() : "",
                    static_cast<long long>(block_size), reports.size() + 1, plan.size());
-    reports.push_back(tools::run_bench(*l.target, *l.draft, *l.tokenizer, run->samples, b, l.stop_ids));
+    reports.push_back(tools::run_bench(*l.target, *l.drafts[draft], *l.tokenizer, run->samples, b, l.stop_ids));
     const std::string dataset_md = tools::bench_markdown(reports.back());
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
     std::fflush(stdout);
@@ -259,19 +295,20 @@ int run_bench(const ToolOptions& o) {
 int run_diagnose(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
-  io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o));
+  const std::vector<std::string> draft_dirs = draft_list(o.draft_dir, /*several=*/false);
+  io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o, draft_dirs));
   const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/false);
   if (o.temps != nullptr && o.temps->count() > 0 && o.temperatures.empty())
     fail("--temps: empty (expected temperatures separated by commas, e.g. 0,0.6,1)");
   const std::vector<double> temperatures = temperature_list(o.temperatures);  // checked before the models load
-  Loaded l = load_models(o);
+  Loaded l = load_models(o, draft_dirs);
   tools::DiagnoseOptions d;
   d.dataset = o.dataset;
   d.max_new_tokens = o.max_new_tokens;
   d.think = o.think;
   d.progress = !o.no_progress;
   d.temperatures = temperatures;
-  tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.draft, *l.tokenizer, runs[0].samples, d, l.stop_ids);
+  tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
   nlohmann::ordered_json j = tools::diagnose_json(report);
   std::printf("%s\n", j.dump(2).c_str());
   write_output(o.json_out, j.dump(2) + "\n", "the JSON report");
@@ -282,7 +319,11 @@ int run_diagnose(const ToolOptions& o) {
 CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& help, ToolOptions& o) {
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("-m,--model", o.model_dir, "target model directory (HF Qwen3, with tokenizer.json)")->required();
-  cmd->add_option("--model-draft", o.draft_dir, "DFlash draft directory (also -md)")->required();
+  cmd->add_option("--model-draft", o.draft_dir,
+                  name == "bench" ? "DFlash draft directory (also -md); several separated by commas are compared in one "
+                                    "run (each prompt decoded plainly once for all)"
+                                  : "DFlash draft directory (also -md)")
+      ->required();
   cmd->add_option("--dataset", o.dataset,
                   name == "bench" ? "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca; several separated by commas, or "
                                     "all (one model load; a summary table at the end)"

@@ -246,6 +246,7 @@ void aggregate(BenchReport& r) {
 nlohmann::ordered_json bench_json(const BenchReport& r) {
   nlohmann::ordered_json j;
   j["dataset"] = r.options.dataset;
+  if (!r.options.draft.empty()) j["draft"] = r.options.draft;
   j["samples"] = r.records.size();
   j["block_size"] = r.block_size;
   j["max_new_tokens"] = r.options.max_new_tokens;
@@ -338,6 +339,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
 
 std::string bench_markdown(const BenchReport& r) {
   std::string md = fmt::format("## specpress bench: {}\n\n", r.options.dataset);
+  if (!r.options.draft.empty()) md += fmt::format("draft {}\n\n", r.options.draft);
   md += fmt::format("{} samples, block size {}, max new tokens {}, temperature {}, thinking {}, {} path\n\n", r.records.size(),
                     r.block_size, r.options.max_new_tokens, r.options.sampling.temperature, r.options.think ? "on" : "off",
                     r.fast_path ? "CUDA fast" : "reference");
@@ -384,8 +386,10 @@ std::string bench_markdown(const BenchReport& r) {
 }
 
 namespace {
-// The block sizes of `reports`, in their first order, each with the unweighted mean speedup and tau of its runs.
+// The (draft, block size) pairs of `reports`, in their first order, each with the unweighted mean speedup and tau of
+// its runs.
 struct BlockMean {
+  std::string draft;
   int64_t block_size = 0;
   int64_t runs = 0;
   double speedup = 0, tau = 0;
@@ -393,29 +397,38 @@ struct BlockMean {
 std::vector<BlockMean> means_by_block(const std::vector<BenchReport>& reports) {
   std::vector<BlockMean> means;
   for (const BenchReport& r : reports) {
-    auto it = std::find_if(means.begin(), means.end(), [&](const BlockMean& m) { return m.block_size == r.block_size; });
-    if (it == means.end()) it = means.insert(means.end(), BlockMean{r.block_size});
+    auto it = std::find_if(means.begin(), means.end(), [&](const BlockMean& m) {
+      return m.draft == r.options.draft && m.block_size == r.block_size;
+    });
+    if (it == means.end()) it = means.insert(means.end(), BlockMean{r.options.draft, r.block_size});
     it->runs += 1, it->speedup += r.speedup, it->tau += r.tau;
   }
   for (BlockMean& m : means) m.speedup /= static_cast<double>(m.runs), m.tau /= static_cast<double>(m.runs);
   return means;
 }
+bool several_drafts(const std::vector<BenchReport>& reports) {
+  return std::any_of(reports.begin(), reports.end(),
+                     [&](const BenchReport& r) { return r.options.draft != reports.front().options.draft; });
+}
 }  // namespace
 
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
+  const bool drafts = several_drafts(reports);
+  const std::string draft_head = drafts ? "draft | " : "", draft_rule = drafts ? "--- | " : "";
   std::string md = "## specpress bench: summary\n\n(in parentheses: 95% bootstrap intervals over each run's samples)\n\n";
-  md += "| dataset | block | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | "
-        "answers agree |\n";
-  md += "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  md += "| dataset | " + draft_head +
+        "block | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | answers agree |\n";
+  md += "| --- | " + draft_rule + "--- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchReport& r : reports) {
     const std::string answers = r.answered > 0 ? fmt::format("{:.0f}% of {}", 100 * r.answers_agree, r.answered) : "-";
-    md += fmt::format("| {} | {} | {} | {:.2f}x ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.1f} | {:.0f}% | {} |\n",
-                      r.options.dataset, r.block_size, r.records.size(), r.speedup, r.speedup_lo, r.speedup_hi, r.tau,
-                      r.tau_lo, r.tau_hi, r.plain_tokens_per_s, r.dflash_tokens_per_s, 100 * r.identical_outputs,
-                      answers);
+    md += fmt::format("| {} | {}{} | {} | {:.2f}x ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.1f} | {:.0f}% | {} |\n",
+                      r.options.dataset, drafts ? r.options.draft + " | " : "", r.block_size, r.records.size(),
+                      r.speedup, r.speedup_lo, r.speedup_hi, r.tau, r.tau_lo, r.tau_hi, r.plain_tokens_per_s,
+                      r.dflash_tokens_per_s, 100 * r.identical_outputs, answers);
   }
   for (const BlockMean& m : means_by_block(reports))
-    md += fmt::format("| mean | {} | | {:.2f}x | {:.2f} | | | | |\n", m.block_size, m.speedup, m.tau);
+    md += fmt::format("| mean | {}{} | | {:.2f}x | {:.2f} | | | | |\n", drafts ? m.draft + " | " : "", m.block_size,
+                      m.speedup, m.tau);
   return md;
 }
 
@@ -423,6 +436,7 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
   nlohmann::ordered_json rows = nlohmann::ordered_json::array(), means = nlohmann::ordered_json::array();
   for (const BenchReport& r : reports) {
     nlohmann::ordered_json row = {{"dataset", r.options.dataset},
+                                  {"draft", r.options.draft},
                                   {"block_size", r.block_size},
                                   {"samples", r.records.size()},
                                   {"speedup", r.speedup},
@@ -436,7 +450,11 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
     rows.push_back(std::move(row));
   }
   for (const BlockMean& m : means_by_block(reports))
-    means.push_back({{"block_size", m.block_size}, {"runs", m.runs}, {"mean_speedup", m.speedup}, {"mean_tau", m.tau}});
+    means.push_back({{"draft", m.draft},
+                     {"block_size", m.block_size},
+                     {"runs", m.runs},
+                     {"mean_speedup", m.speedup},
+                     {"mean_tau", m.tau}});
   return {{"datasets", rows}, {"means", means}};
 }
 

@@ -39,6 +39,7 @@ struct BenchRecord {
 
 struct BenchOptions {
   std::string dataset;
+  std::string draft;  // the draft's directory as given (bench compares several drafts in one run)
   int64_t max_new_tokens = 2048;
   decode::SamplingParams sampling;
   int64_t block_size = 0;   // 0 = the draft's trained size
@@ -102,7 +103,8 @@ std::string bench_markdown(const BenchReport& report);
 
 // Several runs' reports side by side, as the DFlash paper tabulates them: a row per run (dataset, block size,
 // samples, speedup, tau, tokens/s, identical outputs, answers) and, for each block size, the unweighted mean of its
-// runs' speedup and tau ("mean": the paper's Avg.).
+// runs' speedup and tau ("mean": the paper's Avg.). Runs of several drafts get a draft column, and a mean for each
+// draft and block size.
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports);
 nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& reports);
 

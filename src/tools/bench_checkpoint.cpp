@@ -229,7 +229,8 @@ BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
     if (j.is_discarded()) fail("{}: invalid JSON (a line holds one record)", where);
     if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
     const ConfigReader r{j, where};
-    keep({r.string("dataset"), r.integer("block_size"), checkpoint_record_from_json(object_field(j, "record", where), where)});
+    keep({r.string("dataset"), r.string("draft"), r.integer("block_size"),
+          checkpoint_record_from_json(object_field(j, "record", where), where)});
   }
   if (line_number == 0 || (line_number == 1 && good == 0))
     fail("--resume: {} is not a bench checkpoint (no settings line; expected a JSON object with \"format\": \"{}\")",
@@ -255,27 +256,30 @@ void BenchCheckpoint::check_settings(const nlohmann::json& header, const std::st
            value.dump());
 }
 
-std::vector<BenchRecord> BenchCheckpoint::records(const std::string& dataset, int64_t block_size) const {
+std::vector<BenchRecord> BenchCheckpoint::records(const std::string& dataset, const std::string& draft,
+                                                 int64_t block_size) const {
   std::vector<BenchRecord> out;
   for (const Entry& e : entries_)
-    if (e.dataset == dataset && e.block_size == block_size) out.push_back(e.record);
+    if (e.dataset == dataset && e.draft == draft && e.block_size == block_size) out.push_back(e.record);
   return out;
 }
 
 void BenchCheckpoint::keep(Entry entry) {
   auto same = [&](const Entry& e) {
-    return e.dataset == entry.dataset && e.block_size == entry.block_size && e.record.id == entry.record.id &&
-           e.record.turn == entry.record.turn;
+    return e.dataset == entry.dataset && e.draft == entry.draft && e.block_size == entry.block_size &&
+           e.record.id == entry.record.id && e.record.turn == entry.record.turn;
   };
   auto it = std::find_if(entries_.begin(), entries_.end(), same);
   if (it != entries_.end()) *it = std::move(entry);
   else entries_.push_back(std::move(entry));
 }
 
-void BenchCheckpoint::add(const std::string& dataset, int64_t block_size, const BenchRecord& record) {
-  const Json line = {{"dataset", dataset}, {"block_size", block_size}, {"record", checkpoint_record_json(record)}};
+void BenchCheckpoint::add(const std::string& dataset, const std::string& draft, int64_t block_size,
+                          const BenchRecord& record) {
+  const Json line = {
+      {"dataset", dataset}, {"draft", draft}, {"block_size", block_size}, {"record", checkpoint_record_json(record)}};
   io::append_line_synced(path_, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-  keep({dataset, block_size, record});
+  keep({dataset, draft, block_size, record});
 }
 
 }  // namespace specpress::tools

@@ -2,11 +2,12 @@
 // mt-bench) of every run in one JSON Lines file: a first line with the settings that produced them, then a line a
 // record, each appended and fsynced as it is finished (a file of thousands of records is never rewritten; a crash
 // while appending leaves a torn last line, which --resume drops and cuts off).
-// With --resume, a run reuses the records of the samples it asks for again (same dataset, block size, sample and turn,
-// checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours continues
+// With --resume, a run reuses the records of the samples it asks for again (same dataset, draft, block size, sample and
+// turn, checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours continues
 // where it stopped. A record holds what the report needs, losslessly: outputs, acceptance lengths, timings, answers,
 // compression statistics. Records are reused only under the same settings (models, device, dtype, path, sampling,
-// lengths, compression); the file says which setting differs otherwise.
+// lengths, compression); the file says which setting differs otherwise. Drafts are told apart by their directory's
+// canonical path.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,16 +35,16 @@ class BenchCheckpoint {
   // The first of those checks alone (the file exists exactly when resuming), cheap enough for before the models load.
   static void check_path(const std::string& path, bool resume);
 
-  // The records held for (dataset, block size), in the order they were made.
-  std::vector<BenchRecord> records(const std::string& dataset, int64_t block_size) const;
-  // Adds a finished record (a later one with the same dataset, block size, sample and turn replaces an earlier one)
-  // and appends it to the file.
-  void add(const std::string& dataset, int64_t block_size, const BenchRecord& record);
+  // The records held for (dataset, draft, block size), in the order they were made.
+  std::vector<BenchRecord> records(const std::string& dataset, const std::string& draft, int64_t block_size) const;
+  // Adds a finished record (a later one with the same dataset, draft, block size, sample and turn replaces an earlier
+  // one) and appends it to the file.
+  void add(const std::string& dataset, const std::string& draft, int64_t block_size, const BenchRecord& record);
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
 
  private:
   struct Entry {
-    std::string dataset;
+    std::string dataset, draft;
     int64_t block_size = 0;
     BenchRecord record;
   };
