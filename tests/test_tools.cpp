@@ -3,8 +3,12 @@
 // target + DFlash draft with the real Qwen3 vocabulary and tokenizer, checking the report structure
 // and that the metric definitions hold (tau = mean of per-sample means, histogram sums to 1,
 // speedup = TPOT ratio, lossless greedy outputs). Bad input gives clear errors.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <set>
 #include <tuple>
@@ -89,6 +93,13 @@ TEST(Datasets, BadInputIsNamed) {
             std::string::npos);
   write_text(d.path / "empty.jsonl", "\n\n");
   EXPECT_NE(error_of([&] { tools::load_dataset("gsm8k", (d.path / "empty.jsonl").string()); }).find("empty data file"),
+            std::string::npos);
+  // reports and checkpoints tell samples apart by id
+  write_text(d.path / "ids.jsonl", "{\"id\": \"q\", \"question\": \"a\", \"answer\": \"#### 1\"}\n"
+                                   "{\"id\": \"r\", \"question\": \"b\", \"answer\": \"#### 2\"}\n"
+                                   "{\"id\": \"q\", \"question\": \"c\", \"answer\": \"#### 3\"}\n");
+  EXPECT_NE(error_of([&] { tools::load_dataset("gsm8k", (d.path / "ids.jsonl").string()); })
+                .find("ids.jsonl:3: the sample id 'q' is also the id of " + (d.path / "ids.jsonl").string() + ":1"),
             std::string::npos);
 }
 
@@ -437,6 +448,20 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
       for (auto& rec : report["records"]) rec.erase("resumed");
     }
   EXPECT_EQ(again, before);
+  // --dtype float32 is f32; a blank line an editor left at the end is skipped
+  std::ofstream(part_ckpt, std::ios::app) << "\n";
+  r = run_specpress(base + " --dtype float32 --checkpoint " + part_ckpt.string() + " --resume");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bench: reused 6 of the 6 records --resume found in"), std::string::npos) << r.err;
+  {  // another bench holding the file
+    const int fd = ::open(part_ckpt.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    r = run_specpress(base + " --checkpoint " + part_ckpt.string() + " --resume");
+    ::close(fd);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("part.ckpt is in use by another specpress bench"), std::string::npos) << r.err;
+  }
 
   // the checks: settings, prompt, the file
   const std::string resume = " --checkpoint " + part_ckpt.string() + " --resume";
@@ -507,10 +532,13 @@ TEST_F(ToolsEndToEnd, BenchComparesDrafts) {
   EXPECT_EQ(means[1]["block_size"], 3);
   EXPECT_NE(r.out.find("| dataset | draft | block |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| mean | " + b + " | 3 | "), std::string::npos) << r.out;
-  // the checkpoint: each record line names its draft; resumed, every record comes back to its own draft's run
+  // the checkpoint: each record line names its draft (and its files); resumed, every record comes back to its run
   std::set<std::string> drafts;
   const auto lines = read_json_lines(ckpt);
-  for (size_t i = 1; i < lines.size(); ++i) drafts.insert(lines[i]["draft"].get<std::string>());
+  for (size_t i = 1; i < lines.size(); ++i) {  // the canonical path, then the fingerprint of its files
+    const std::string key = lines[i]["draft"].get<std::string>();
+    drafts.insert(key.substr(0, key.rfind(' ')));
+  }
   EXPECT_EQ(drafts, (std::set<std::string>{fs::weakly_canonical(a).string(), fs::weakly_canonical(b).string()}));
   r = run_specpress(args + " --resume");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -529,7 +557,15 @@ TEST_F(ToolsEndToEnd, BenchComparesDrafts) {
   }
   r = run_specpress("diagnose -m " + (dir_->path / "target").string() + " -md " + a + "," + b + " --dataset gsm8k --data " +
                     data("gsm8k_test.jsonl"));
-  EXPECT_NE(r.err.find("--model-draft: one draft at a time here"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("diagnose studies one draft at a time"), std::string::npos) << r.err;
+  // B retrained in place (a file's time changes): its records are not B's any more; A's are reused
+  fs::last_write_time(fs::path(b) / "config.json", fs::last_write_time(fs::path(b) / "config.json") + std::chrono::hours(1));
+  r = run_specpress(args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto retrained = read_json(out);
+  for (size_t i = 0; i < order.size(); ++i)
+    EXPECT_EQ(retrained["datasets"][i].value("resumed_records", 0), std::get<1>(order[i]) == a ? 1 : 0) << i;
+  EXPECT_NE(r.err.find("bench: reused 2 of the 4 records --resume found in"), std::string::npos) << r.err;
 }
 
 // diagnose --temps: one entry a temperature over the starts whose block lies in the trajectory (those the last

@@ -22,6 +22,8 @@
 #include "model/qwen3.h"
 #include "tools/bench.h"
 #include "tools/bench_checkpoint.h"
+#include "tools/runner.h"
+#include "tokenizer/utf8.h"
 #include "tools/diagnose.h"
 
 namespace specpress::cli {
@@ -119,6 +121,11 @@ std::vector<double> temperature_list(const std::string& text) {
 // --model-draft: bench compares several drafts separated by commas (one plain decoding of each prompt serves them
 // all); diagnose studies one. A directory given twice is refused (also under another spelling of its path).
 std::vector<std::string> draft_list(const std::string& value, bool several) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(value, ec)) return {value};  // one, its name perhaps with a comma
+  if (!several && value.find(',') != std::string::npos)
+    fail("--model-draft: '{}' is not a directory; diagnose studies one draft at a time (bench compares several)", value);
+  if (!several) return {value};
   std::vector<std::string> dirs, seen;
   size_t at = 0;
   for (;;) {
@@ -134,7 +141,6 @@ std::vector<std::string> draft_list(const std::string& value, bool several) {
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
-  if (!several && dirs.size() > 1) fail("--model-draft: one draft at a time here (got '{}')", value);
   return dirs;
 }
 
@@ -180,12 +186,24 @@ std::string canonical_path(const std::string& path) {
   return std::filesystem::weakly_canonical(path, ec).string();
 }
 
+// A model directory as a checkpoint names it: its canonical path, which must be UTF-8 (JSON text), then its files'
+// fingerprint, so that a model replaced in place is not taken for the old one.
+std::string checkpoint_model_key(const std::string& dir, const std::string& flag) {
+  const std::string path = canonical_path(dir);
+  if (tok::utf8::find_invalid(path) != tok::utf8::npos)
+    fail("{}: {} is not valid UTF-8, and bench --checkpoint keeps it in a JSON file; rename it or drop --checkpoint",
+         flag, dir);
+  return path + " " + tools::model_files_fingerprint(dir);
+}
+
 // What makes a checkpoint's records reusable by this run: every setting that changes what a sample generates or how it
-// is timed (the dataset, draft, block size, sample and turn are each record's own; its prompt is checked when reused).
-nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
-  return {{"model", canonical_path(o.model_dir)},
-          {"device", o.device},
-          {"dtype", o.dtype},
+// is timed (the dataset, draft, block size, sample and turn are each record's own; its prompt is checked when reused),
+// all but the compression policy, which needs the target loaded (checkpoint_settings adds it).
+nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
+  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  return {{"model", checkpoint_model_key(o.model_dir, "-m/--model")},
+          {"device", tools::device_description(model::parse_device(o.device, "--device"))},
+          {"dtype", dtype == at::kFloat ? "f32" : dtype == at::kBFloat16 ? "bf16" : "f16"},
           {"reference_path", o.reference_path},
           {"max_new_tokens", o.max_new_tokens},
           {"temperature", o.sampling.temperature},
@@ -194,8 +212,12 @@ nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::Be
           {"min_p", o.sampling.min_p},
           {"seed", o.sampling.seed},
           {"enable_thinking", o.think},
-          {"check_answers", o.check_answers},
-          {"compress", compress::policy_json(b.compress)}};
+          {"check_answers", o.check_answers}};
+}
+nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
+  nlohmann::ordered_json settings = checkpoint_base_settings(o);
+  settings["compress"] = compress::policy_json(b.compress);
+  return settings;
 }
 
 int run_bench(const ToolOptions& o) {
@@ -205,7 +227,10 @@ int run_bench(const ToolOptions& o) {
   io::check_output_files({{"--json", o.json_out}, {"--markdown", o.markdown_out}, {"--checkpoint", o.checkpoint}},
                          inputs_of(o, draft_dirs));
   if (o.resume && o.checkpoint.empty()) fail("--resume: needs --checkpoint (the file of the bench to continue)");
-  if (!o.checkpoint.empty()) tools::BenchCheckpoint::check_path(o.checkpoint, o.resume);
+  if (!o.checkpoint.empty()) {  // before the models load
+    for (const std::string& dir : draft_dirs) checkpoint_model_key(dir, "--model-draft");
+    tools::BenchCheckpoint::check_early(o.checkpoint, o.resume, checkpoint_base_settings(o));
+  }
   decode::validate(o.sampling);
   // Cheap checks first, so bad flags and data fail before a model loads.
   const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/true);
@@ -245,6 +270,7 @@ int run_bench(const ToolOptions& o) {
       for (int64_t size : block_sizes[d]) plan.push_back({&run, d, size});
   std::optional<tools::BenchCheckpoint> checkpoint;
   if (!o.checkpoint.empty()) checkpoint.emplace(o.checkpoint, checkpoint_settings(o, b), o.resume);
+  const int64_t checkpoint_found = checkpoint ? checkpoint->size() : 0;
   // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
   // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
   std::vector<tools::BenchReport> reports;
@@ -258,7 +284,7 @@ int run_bench(const ToolOptions& o) {
     b.block_size = block_size;
     b.check_answers = o.check_answers && answered(run->name);
     if (checkpoint) {
-      const std::string draft_key = canonical_path(draft_dirs[draft]);
+      const std::string draft_key = checkpoint_model_key(draft_dirs[draft], "--model-draft");
       b.resume_records = checkpoint->records(run->name, draft_key, block_size);
       b.on_record = [&checkpoint, name = run->name, draft_key, block_size](const tools::BenchRecord& rec) {
         checkpoint->add(name, draft_key, block_size, rec);
@@ -289,6 +315,14 @@ int run_bench(const ToolOptions& o) {
                  "per-sample records", /*say=*/last);
   }
   if (plan.size() > 1) std::printf("\n%s", tools::bench_summary_markdown(reports).c_str());
+  if (checkpoint && o.resume) {
+    int64_t reused = 0;
+    for (const tools::BenchReport& r : reports) reused += r.resumed;
+    std::fprintf(stderr, "bench: reused %lld of the %lld records --resume found in %s%s\n", static_cast<long long>(reused),
+                 static_cast<long long>(checkpoint_found), o.checkpoint.c_str(),
+                 reused < checkpoint_found ? " (the rest are of samples, drafts or block sizes this run did not ask for)"
+                                           : "");
+  }
   return 0;
 }
 

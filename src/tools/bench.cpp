@@ -56,16 +56,18 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       messages.push_back({"user", sample.turns[t], std::nullopt});
       std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, messages, options.think);
       const std::string fingerprint = prompt_fingerprint(prompt);
+      // a plain decoding serves the runs on the same path (the fast path applies per draft)
+      const std::string plain_key = fingerprint + (runner.fast() ? " fast" : " reference");
       if (const BenchRecord* done_before = find_resumed(sample.id, static_cast<int64_t>(t))) {
         if (done_before->prompt_fingerprint != fingerprint)
           fail("--resume: the checkpoint's record of {} sample {} turn {} was made from another prompt ({} tokens, "
                "fingerprint {}; now {} tokens, {}): the dataset file, the chat template or a setting changed; give "
                "another --checkpoint",
-               options.dataset, sample.id, t + 1, done_before->prompt_tokens, done_before->prompt_fingerprint,
+               options.dataset, sample.id, t, done_before->prompt_tokens, done_before->prompt_fingerprint,
                prompt.size(), fingerprint);
         BenchRecord rec = *done_before;
         rec.resumed = true;
-        if (options.plain_results != nullptr) options.plain_results->emplace(fingerprint, rec.plain);
+        if (options.plain_results != nullptr) options.plain_results->emplace(plain_key, rec.plain);
         messages.push_back({"assistant", decode_output(tokenizer, rec.dflash.output_ids).text, std::nullopt});
         tau_sum += rec.dflash.mean_acceptance_length();
         report.records.push_back(std::move(rec));
@@ -80,15 +82,15 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       rec.prompt_tokens = static_cast<int64_t>(prompt.size());
       rec.prompt_fingerprint = fingerprint;
       params.block_size = 0;
-      const auto known = options.plain_results != nullptr ? options.plain_results->find(fingerprint)
-                                                          : std::map<std::string, decode::GenerationResult>::iterator();
-      if (options.plain_results != nullptr && known != options.plain_results->end()) {
+      auto* cache = options.plain_results;
+      if (const auto known = cache != nullptr ? cache->find(plain_key) : decltype(cache->end()){};
+          cache != nullptr && known != cache->end()) {
         rec.plain = known->second;
         rec.plain_reused = true;
         ++report.plain_reused;
       } else {
         rec.plain = runner.plain(prompt, params);
-        if (options.plain_results != nullptr) options.plain_results->emplace(fingerprint, rec.plain);
+        if (cache != nullptr) cache->emplace(plain_key, rec.plain);
       }
       params.block_size = report.block_size;
       rec.dflash = runner.dflash(prompt, params);
@@ -131,6 +133,13 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   aggregate(report);
   bar.finish(fmt::format("tau {:.2f}, speedup {:.2f}x", report.tau, report.speedup));
   return report;
+}
+
+int64_t distinct_samples(const std::vector<BenchRecord>& records) {
+  std::vector<std::string> ids;
+  for (const BenchRecord& r : records)
+    if (std::find(ids.begin(), ids.end(), r.id) == ids.end()) ids.push_back(r.id);
+  return static_cast<int64_t>(ids.size());
 }
 
 void bootstrap_intervals(const std::vector<BenchRecord>& records, Interval& speedup, Interval& tau, int resamples) {
@@ -239,6 +248,7 @@ void aggregate(BenchReport& r) {
   Interval speedup_ci, tau_ci;
   bootstrap_intervals(r.records, speedup_ci, tau_ci);
   r.speedup_lo = speedup_ci.lo, r.speedup_hi = speedup_ci.hi, r.tau_lo = tau_ci.lo, r.tau_hi = tau_ci.hi;
+  r.interval_samples = distinct_samples(r.records);
   r.plain_tokens_per_s = r.plain_tpot_ms > 0 ? 1e3 / r.plain_tpot_ms : 0;
   r.dflash_tokens_per_s = r.dflash_tpot_ms > 0 ? 1e3 / r.dflash_tpot_ms : 0;
 }
@@ -263,6 +273,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   s["speedup_ci95"] = {r.speedup_lo, r.speedup_hi};
   s["tau"] = r.tau;
   s["tau_ci95"] = {r.tau_lo, r.tau_hi};
+  s["ci95_samples"] = r.interval_samples;  // the bootstrap's unit (mt-bench: a sample of two turns)
   s["plain_tpot_ms"] = r.plain_tpot_ms;
   s["dflash_tpot_ms"] = r.dflash_tpot_ms;
   s["plain_tokens_per_s"] = r.plain_tokens_per_s;
@@ -347,16 +358,18 @@ std::string bench_markdown(const BenchReport& r) {
     md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
                       r.records.size());
   if (r.plain_reused > 0)
-    md += fmt::format("plain decoding of {} of the {} samples from an earlier run of this bench (the same prompt; it does "
-                      "not depend on the block size)\n\n", r.plain_reused, r.records.size());
+    md += fmt::format("plain decoding of {} of the {} samples from an earlier run of this bench or its --checkpoint (the "
+                      "same prompt and path; it depends on neither the draft nor the block size)\n\n",
+                      r.plain_reused, r.records.size());
   md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";
   md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
   md += fmt::format("| tokens/s | {:.1f} | {:.1f} |\n", r.plain_tokens_per_s, r.dflash_tokens_per_s);
   md += fmt::format("| TTFT (ms) | {:.2f} | {:.2f} |\n", r.plain_ttft_ms, r.dflash_ttft_ms);
   md += fmt::format("\n**speedup {:.2f}x, tau {:.2f}**, identical outputs {:.0f}%\n", r.speedup, r.tau,
                     100 * r.identical_outputs);
-  md += fmt::format("\n95% bootstrap intervals over the samples: speedup {:.2f}x to {:.2f}x, tau {:.2f} to {:.2f}\n",
-                    r.speedup_lo, r.speedup_hi, r.tau_lo, r.tau_hi);
+  if (r.interval_samples >= kIntervalMinSamples)
+    md += fmt::format("\n95% bootstrap intervals over the {} samples: speedup {:.2f}x to {:.2f}x, tau {:.2f} to {:.2f}\n",
+                      r.interval_samples, r.speedup_lo, r.speedup_hi, r.tau_lo, r.tau_hi);
   if (r.answered > 0)
     md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
                       100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy);
@@ -415,16 +428,21 @@ bool several_drafts(const std::vector<BenchReport>& reports) {
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
   const bool drafts = several_drafts(reports);
   const std::string draft_head = drafts ? "draft | " : "", draft_rule = drafts ? "--- | " : "";
-  std::string md = "## specpress bench: summary\n\n(in parentheses: 95% bootstrap intervals over each run's samples)\n\n";
+  std::string md = fmt::format(
+      "## specpress bench: summary\n\n(in parentheses: 95% bootstrap intervals over each run's samples, for runs of "
+      "{} samples or more; runs over the same prompts are paired, so their difference varies less)\n\n",
+      kIntervalMinSamples);
   md += "| dataset | " + draft_head +
         "block | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | answers agree |\n";
   md += "| --- | " + draft_rule + "--- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchReport& r : reports) {
     const std::string answers = r.answered > 0 ? fmt::format("{:.0f}% of {}", 100 * r.answers_agree, r.answered) : "-";
-    md += fmt::format("| {} | {}{} | {} | {:.2f}x ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.1f} | {:.0f}% | {} |\n",
-                      r.options.dataset, drafts ? r.options.draft + " | " : "", r.block_size, r.records.size(),
-                      r.speedup, r.speedup_lo, r.speedup_hi, r.tau, r.tau_lo, r.tau_hi, r.plain_tokens_per_s,
-                      r.dflash_tokens_per_s, 100 * r.identical_outputs, answers);
+    const bool intervals = r.interval_samples >= kIntervalMinSamples;
+    const std::string speedup_ci = intervals ? fmt::format(" ({:.2f}-{:.2f})", r.speedup_lo, r.speedup_hi) : "";
+    const std::string tau_ci = intervals ? fmt::format(" ({:.2f}-{:.2f})", r.tau_lo, r.tau_hi) : "";
+    md += fmt::format("| {} | {}{} | {} | {:.2f}x{} | {:.2f}{} | {:.1f} | {:.1f} | {:.0f}% | {} |\n", r.options.dataset,
+                      drafts ? r.options.draft + " | " : "", r.block_size, r.records.size(), r.speedup, speedup_ci,
+                      r.tau, tau_ci, r.plain_tokens_per_s, r.dflash_tokens_per_s, 100 * r.identical_outputs, answers);
   }
   for (const BlockMean& m : means_by_block(reports))
     md += fmt::format("| mean | {}{} | | {:.2f}x | {:.2f} | | | | |\n", drafts ? m.draft + " | " : "", m.block_size,
@@ -443,6 +461,7 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
                                   {"speedup_ci95", {r.speedup_lo, r.speedup_hi}},
                                   {"tau", r.tau},
                                   {"tau_ci95", {r.tau_lo, r.tau_hi}},
+                                  {"ci95_samples", r.interval_samples},
                                   {"plain_tokens_per_s", r.plain_tokens_per_s},
                                   {"dflash_tokens_per_s", r.dflash_tokens_per_s},
                                   {"identical_outputs", r.identical_outputs}};

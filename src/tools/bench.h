@@ -52,8 +52,9 @@ struct BenchOptions {
   // come again and its prompt is the one rendered now), and a call after each record this run makes (to keep it)
   std::vector<BenchRecord> resume_records;
   std::function<void(const BenchRecord&)> on_record;
-  // Plain decoding by prompt fingerprint, shared by the runs of one bench: it does not depend on the block size, so a
-  // sweep decodes each prompt plainly once and every block size's speedup has the same baseline (null: not shared).
+  // Plain decoding by prompt fingerprint and path (fast or reference), shared by the runs of one bench: it does not
+  // depend on the draft or the block size, so a sweep decodes each prompt plainly once and every run's speedup has the
+  // same baseline (null: not shared).
   std::map<std::string, decode::GenerationResult>* plain_results = nullptr;
 };
 
@@ -67,9 +68,12 @@ struct BenchReport {
   // aggregates
   double speedup = 0, tau = 0, plain_tpot_ms = 0, dflash_tpot_ms = 0, plain_ttft_ms = 0, dflash_ttft_ms = 0;
   double plain_tokens_per_s = 0, dflash_tokens_per_s = 0, identical_outputs = 0;
-  // 95% intervals of speedup and tau: percentiles 2.5 and 97.5 of a bootstrap over the samples (mt-bench's turns
-  // of one sample resampled together), so that two drafts' or block sizes' numbers can be told apart from noise
+  // 95% intervals of speedup and tau: percentiles 2.5 and 97.5 of a bootstrap over the `interval_samples` samples
+  // (mt-bench's turns of one sample resampled together): how far each run's numbers could move with other prompts
+  // of the same kind. Runs over the same prompts are paired (and share one plain decoding), so the difference of two
+  // runs varies less than their intervals suggest. Reports print them from kIntervalMinSamples samples up.
   double speedup_lo = 0, speedup_hi = 0, tau_lo = 0, tau_hi = 0;
+  int64_t interval_samples = 0;
   std::vector<double> histogram;              // index b-1: fraction of steps with acceptance length b
   std::vector<double> per_position_acceptance;  // index i-1: fraction of steps accepting draft position i
   double answers_agree = 0, plain_accuracy = 0, dflash_accuracy = 0;
@@ -95,6 +99,8 @@ void aggregate(BenchReport& report);
 struct Interval {
   double lo = 0, hi = 0;
 };
+constexpr int64_t kIntervalMinSamples = 10;  // fewer: the percentiles are the few samples' extremes
+int64_t distinct_samples(const std::vector<BenchRecord>& records);
 void bootstrap_intervals(const std::vector<BenchRecord>& records, Interval& speedup, Interval& tau,
                          int resamples = 2000);
 

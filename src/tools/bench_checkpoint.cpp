@@ -1,7 +1,13 @@
 // bench_checkpoint.cpp — see bench_checkpoint.h.
 #include "tools/bench_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 
@@ -130,6 +136,22 @@ std::string prompt_fingerprint(const std::vector<int64_t>& prompt) {
   return fmt::format("{:016x}:{}", h, prompt.size());
 }
 
+std::string model_files_fingerprint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> entries;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file(ec)) continue;
+    const auto time = fs::last_write_time(e.path(), ec).time_since_epoch().count();
+    entries.push_back(fmt::format("{}:{}:{}", e.path().filename().string(), e.file_size(ec), time));
+  }
+  std::sort(entries.begin(), entries.end());
+  uint64_t h = 1469598103934665603ull;
+  for (const std::string& e : entries)
+    for (unsigned char c : e + "\n") h = (h ^ c) * 1099511628211ull;
+  return fmt::format("{:016x}:{}", h, entries.size());
+}
+
 Json checkpoint_record_json(const BenchRecord& rec) {
   Json j;
   j["id"] = rec.id;
@@ -185,7 +207,9 @@ BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::stri
   return rec;
 }
 
-void BenchCheckpoint::check_path(const std::string& path, bool resume) {
+namespace {
+
+void check_path(const std::string& path, bool resume) {
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
   if (exists && !resume)
@@ -194,66 +218,98 @@ void BenchCheckpoint::check_path(const std::string& path, bool resume) {
   if (!exists && resume) fail("--resume: {} does not exist (no bench to continue; drop --resume to start one)", path);
 }
 
+// The settings line of the checkpoint `text` (its first line), checked to be one.
+nlohmann::json read_header(const std::string& text, const std::string& path) {
+  const size_t newline = text.find('\n');
+  nlohmann::json j = nlohmann::json::parse(text.substr(0, newline), nullptr, false);
+  if (newline == std::string::npos || j.is_discarded() || !j.is_object() || !j.contains("format") ||
+      j["format"] != kFormat)
+    fail("--resume: {} is not a bench checkpoint (its first line must be a JSON object with \"format\": \"{}\")", path,
+         kFormat);
+  const std::string where = path + ": line 1";
+  const ConfigReader top{j, where};
+  if (top.integer("version") != kVersion)
+    fail("{}: field 'version' is {}; this specpress reads version {}", where, top.integer("version"), kVersion);
+  object_field(j, "settings", where);
+  return j;
+}
+
+// Fails naming the first setting of `now` that the header's differs in; `all`: also a saved setting `now` lacks.
+void compare_settings(const nlohmann::json& header, const Json& now_ordered, const std::string& path, bool all) {
+  const nlohmann::json& saved = header["settings"];
+  const nlohmann::json now = nlohmann::json::parse(now_ordered.dump());
+  for (const auto& [key, value] : now.items()) {
+    const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
+    if (old != value)
+      fail("--resume: {} holds records made with {} = {}, but this run has {} = {}; resume with the original flags, or "
+           "give another --checkpoint",
+           path, key, old.dump(), key, value.dump());
+  }
+  if (all)
+    for (const auto& [key, value] : saved.items())
+      if (!now.contains(key))
+        fail("--resume: {} holds records made with setting '{}' = {}, which this specpress does not know", path, key,
+             value.dump());
+}
+
+}  // namespace
+
+void BenchCheckpoint::check_early(const std::string& path, bool resume, const Json& settings) {
+  check_path(path, resume);
+  if (resume) compare_settings(read_header(io::read_text_file(path), path), settings, path, /*all=*/false);
+}
+
 BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
     : path_(std::move(path)), settings_(std::move(settings)) {
   check_path(path_, resume);
   if (!resume) {  // the settings line now, so that a path that cannot be written fails before any sample is run
     const Json header = {{"format", kFormat}, {"version", kVersion}, {"settings", settings_}};
-    io::write_file_atomic(path_, header.dump() + "\n");
+    try {
+      io::write_file_atomic(path_, header.dump() + "\n");
+    } catch (const Error& e) {
+      fail("--checkpoint: {}", e.what());
+    }
+    lock();
     return;
   }
+  lock();  // before reading, so that no other bench appends meanwhile
   const std::string text = io::read_text_file(path_);
-  size_t at = 0, line_number = 0;
-  size_t good = 0;  // bytes up to the end of the last whole line
+  compare_settings(read_header(text, path_), settings_, path_, /*all=*/true);
+  size_t at = text.find('\n') + 1, line_number = 1;
+  size_t good = at;  // bytes up to the end of the last whole line
   while (at < text.size()) {
     const size_t newline = text.find('\n', at);
     ++line_number;
     if (newline == std::string::npos) {  // a line the run was writing when it stopped
-      if (line_number == 1) break;         // nothing whole: reported below as not a checkpoint
       std::fprintf(stderr, "--resume: %s: dropping its torn last line (%zu bytes, written when the run stopped)\n",
                    path_.c_str(), text.size() - at);
       io::truncate_file(path_, good);
       break;
     }
-    const std::string where = fmt::format("{}: line {}", path_, line_number);
-    nlohmann::json j = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(at),
-                                             text.begin() + static_cast<std::ptrdiff_t>(newline), nullptr, false);
+    const std::string line = text.substr(at, newline - at);
     at = good = newline + 1;
-    if (line_number == 1) {
-      if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != kFormat)
-        fail("--resume: {} is not a bench checkpoint (its first line must be a JSON object with \"format\": \"{}\")",
-             path_, kFormat);
-      check_settings(j, where);
-      continue;
-    }
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line (an editor's)
+    const std::string where = fmt::format("{}: line {}", path_, line_number);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded()) fail("{}: invalid JSON (a line holds one record)", where);
     if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
     const ConfigReader r{j, where};
     keep({r.string("dataset"), r.string("draft"), r.integer("block_size"),
           checkpoint_record_from_json(object_field(j, "record", where), where)});
   }
-  if (line_number == 0 || (line_number == 1 && good == 0))
-    fail("--resume: {} is not a bench checkpoint (no settings line; expected a JSON object with \"format\": \"{}\")",
-         path_, kFormat);
 }
 
-void BenchCheckpoint::check_settings(const nlohmann::json& header, const std::string& where) const {
-  const ConfigReader top{header, where};
-  if (top.integer("version") != kVersion)
-    fail("{}: field 'version' is {}; this specpress reads version {}", where, top.integer("version"), kVersion);
-  const nlohmann::json& saved = object_field(header, "settings", where);
-  const nlohmann::json now = nlohmann::json::parse(settings_.dump());
-  for (const auto& [key, value] : now.items()) {
-    const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
-    if (old != value)
-      fail("--resume: {} holds records made with {} = {}, but this run has {} = {}; resume with the original flags, or "
-           "give another --checkpoint",
-           path_, key, old.dump(), key, value.dump());
-  }
-  for (const auto& [key, value] : saved.items())
-    if (!now.contains(key))
-      fail("--resume: {} holds records made with setting '{}' = {}, which this specpress does not know", path_, key,
-           value.dump());
+BenchCheckpoint::~BenchCheckpoint() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+void BenchCheckpoint::lock() {
+  lock_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd_ < 0) fail("--checkpoint: {}: cannot open it: {}", path_, std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    fail("--checkpoint: {} is in use by another specpress bench (it holds the file's lock); wait for it to end or give "
+         "another file",
+         path_);
 }
 
 std::vector<BenchRecord> BenchCheckpoint::records(const std::string& dataset, const std::string& draft,

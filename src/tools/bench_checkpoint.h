@@ -21,6 +21,9 @@ namespace specpress::tools {
 
 // FNV-1a of the prompt's ids, as hex: a record is reused only for the prompt it was made from.
 std::string prompt_fingerprint(const std::vector<int64_t>& prompt);
+// FNV-1a of a model directory's file names, sizes and modification times (not their bytes: cheap for 16 GB): a model
+// retrained or replaced in place gets another, so records made with the old one are not reused.
+std::string model_files_fingerprint(const std::string& dir);
 
 // A record as the checkpoint holds it, and back; `where` starts every error ("FILE: record 3").
 nlohmann::ordered_json checkpoint_record_json(const BenchRecord& record);
@@ -31,9 +34,14 @@ class BenchCheckpoint {
   // Opens `path` for a run with `settings` (a flat JSON object). `resume` false: the file must not exist yet (an
   // existing one is refused, naming --resume). `resume` true: it must exist, be a bench checkpoint and hold records
   // made with equal settings; errors name the file and the first setting that differs.
+  // The file is locked (flock) while this object lives: a second bench on the same file is refused.
   BenchCheckpoint(std::string path, nlohmann::ordered_json settings, bool resume);
-  // The first of those checks alone (the file exists exactly when resuming), cheap enough for before the models load.
-  static void check_path(const std::string& path, bool resume);
+  ~BenchCheckpoint();
+  BenchCheckpoint(const BenchCheckpoint&) = delete;
+  BenchCheckpoint& operator=(const BenchCheckpoint&) = delete;
+  // Those checks before the models load: the file exists exactly when resuming, and a resumed one is a checkpoint
+  // whose settings equal `settings` where both name a setting (the rest are checked by the constructor).
+  static void check_early(const std::string& path, bool resume, const nlohmann::ordered_json& settings);
 
   // The records held for (dataset, draft, block size), in the order they were made.
   std::vector<BenchRecord> records(const std::string& dataset, const std::string& draft, int64_t block_size) const;
@@ -41,6 +49,7 @@ class BenchCheckpoint {
   // one) and appends it to the file.
   void add(const std::string& dataset, const std::string& draft, int64_t block_size, const BenchRecord& record);
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
+  const std::string& path() const { return path_; }
 
  private:
   struct Entry {
@@ -49,8 +58,9 @@ class BenchCheckpoint {
     BenchRecord record;
   };
   void keep(Entry entry);  // in entries_, replacing one with the same key
-  void check_settings(const nlohmann::json& header, const std::string& where) const;
+  void lock();
   std::string path_;
+  int lock_fd_ = -1;
   nlohmann::ordered_json settings_;
   std::vector<Entry> entries_;
 };

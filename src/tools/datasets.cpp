@@ -150,6 +150,7 @@ std::vector<BenchSample> load_dataset(const std::string& name, const std::string
     }
   }
   std::vector<BenchSample> out;
+  std::map<std::string, std::string> first_with_id;  // id -> where it first appeared
   int64_t row = 0;
   for (auto& [where, rec] : records) {
     if (!rec.is_object()) fail("{}: expected a JSON object", where);
@@ -164,6 +165,9 @@ std::vector<BenchSample> load_dataset(const std::string& name, const std::string
     s.turns = turns_of(name, rec, where);
     s.answer = answer_of(name, rec);
     s.id = id_of(name, rec, s.row);
+    // reports, checkpoints and --resume tell samples apart by their id
+    if (const auto [it, fresh] = first_with_id.emplace(s.id, where); !fresh)
+      fail("{}: the sample id '{}' is also the id of {}; each sample needs its own id", where, s.id, it->second);
     if (rec.contains("turns") && rec.contains("source") && rec["turns"] != json(s.turns))
       fail("{}: the record's 'turns' differ from the DFlash format applied to its 'source' (wrong --dataset?)", where);
     out.push_back(std::move(s));

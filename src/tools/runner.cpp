@@ -2,14 +2,29 @@
 // rebuilt only when a longer one comes (building one fuses weights and captures CUDA graphs).
 #include "tools/runner.h"
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 #ifdef SPECPRESS_FAST_PATH
+#include <cuda_runtime.h>
+
 #include "decode/fast_generation.h"
 #include "model/qwen3_fast.h"
 #endif
 
 namespace specpress::tools {
+
+std::string device_description(const at::Device& device) {
+  if (!device.is_cuda()) return device.str();
+  int index = device.has_index() ? device.index() : 0;
+#ifdef SPECPRESS_FAST_PATH
+  if (!device.has_index() && cudaGetDevice(&index) != cudaSuccess) index = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) == cudaSuccess) return fmt::format("cuda:{} {}", index, prop.name);
+#endif
+  return fmt::format("cuda:{}", index);
+}
 
 #ifdef SPECPRESS_FAST_PATH
 struct GenerationRunner::FastEngines {

@@ -4,6 +4,7 @@
 // generate all go through it, so speedups are measured on the path users run.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "decode/generation.h"
@@ -11,6 +12,9 @@
 #include "model/qwen3.h"
 
 namespace specpress::tools {
+
+// The device as reports and checkpoints name it: "cpu", or "cuda:0 NVIDIA H200" (its name in CUDA builds).
+std::string device_description(const at::Device& device);
 
 class GenerationRunner {
  public:
