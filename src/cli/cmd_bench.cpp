@@ -21,10 +21,10 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "tools/bench.h"
-#include "tools/bench_checkpoint.h"
-#include "tools/runner.h"
 #include "tokenizer/utf8.h"
+#include "tools/bench_checkpoint.h"
 #include "tools/diagnose.h"
+#include "tools/runner.h"
 
 namespace specpress::cli {
 namespace {
@@ -118,6 +118,11 @@ std::vector<double> temperature_list(const std::string& text) {
   }
 }
 
+std::string canonical_path(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::weakly_canonical(path, ec).string();
+}
+
 // --model-draft: bench compares several drafts separated by commas (one plain decoding of each prompt serves them
 // all); diagnose studies one. A directory given twice is refused (also under another spelling of its path).
 std::vector<std::string> draft_list(const std::string& value, bool several) {
@@ -132,8 +137,7 @@ std::vector<std::string> draft_list(const std::string& value, bool several) {
     const size_t comma = value.find(',', at);
     const std::string dir = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     if (dir.empty()) fail("--model-draft: an empty directory in '{}' (expected directories separated by commas)", value);
-    std::error_code ec;
-    const std::string canonical = std::filesystem::weakly_canonical(dir, ec).string();
+    const std::string canonical = canonical_path(dir);
     if (std::find(seen.begin(), seen.end(), canonical) != seen.end())
       fail("--model-draft: {} is given twice in '{}'", dir, value);
     dirs.push_back(dir);
@@ -179,11 +183,6 @@ std::vector<io::NamedPath> inputs_of(const ToolOptions& o, const std::vector<std
       {"--compress", std::filesystem::is_directory(o.compress, ec) ? o.compress : ""}};  // a beacon directory
   for (const std::string& dir : draft_dirs) inputs.push_back({"--model-draft", dir});
   return inputs;
-}
-
-std::string canonical_path(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::weakly_canonical(path, ec).string();
 }
 
 // A model directory as a checkpoint names it: its canonical path, which must be UTF-8 (JSON text), then its files'
@@ -269,13 +268,18 @@ int run_bench(const ToolOptions& o) {
     for (size_t d = 0; d < l.drafts.size(); ++d)
       for (int64_t size : block_sizes[d]) plan.push_back({&run, d, size});
   std::optional<tools::BenchCheckpoint> checkpoint;
-  if (!o.checkpoint.empty()) checkpoint.emplace(o.checkpoint, checkpoint_settings(o, b), o.resume);
+  std::vector<std::string> draft_keys;  // each draft as the checkpoint names it
+  if (!o.checkpoint.empty()) {
+    checkpoint.emplace(o.checkpoint, checkpoint_settings(o, b), o.resume);
+    for (const std::string& dir : draft_dirs) draft_keys.push_back(checkpoint_model_key(dir, "--model-draft"));
+  }
   const int64_t checkpoint_found = checkpoint ? checkpoint->size() : 0;
-  // One run (a dataset at a block size) writes its report as before; several write theirs in turn and then the
-  // summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it finished.
+  // One run (a dataset with a draft at a block size) writes its report as before; several write theirs in turn and
+  // then the summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it
+  // finished (and --checkpoint each sample).
   std::vector<tools::BenchReport> reports;
   std::string md;
-  // by prompt: one plain decoding serves every draft and block size
+  // by prompt and path: one plain decoding serves every draft and block size
   std::map<std::string, decode::GenerationResult> plain_results;
   b.plain_results = &plain_results;
   for (const auto& [run, draft, block_size] : plan) {
@@ -284,7 +288,7 @@ int run_bench(const ToolOptions& o) {
     b.block_size = block_size;
     b.check_answers = o.check_answers && answered(run->name);
     if (checkpoint) {
-      const std::string draft_key = checkpoint_model_key(draft_dirs[draft], "--model-draft");
+      const std::string& draft_key = draft_keys[draft];
       b.resume_records = checkpoint->records(run->name, draft_key, block_size);
       b.on_record = [&checkpoint, name = run->name, draft_key, block_size](const tools::BenchRecord& rec) {
         checkpoint->add(name, draft_key, block_size, rec);

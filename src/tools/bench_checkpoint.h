@@ -2,12 +2,12 @@
 // mt-bench) of every run in one JSON Lines file: a first line with the settings that produced them, then a line a
 // record, each appended and fsynced as it is finished (a file of thousands of records is never rewritten; a crash
 // while appending leaves a torn last line, which --resume drops and cuts off).
-// With --resume, a run reuses the records of the samples it asks for again (same dataset, draft, block size, sample and
-// turn, checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours continues
-// where it stopped. A record holds what the report needs, losslessly: outputs, acceptance lengths, timings, answers,
-// compression statistics. Records are reused only under the same settings (models, device, dtype, path, sampling,
-// lengths, compression); the file says which setting differs otherwise. Drafts are told apart by their directory's
-// canonical path.
+// With --resume, a run reuses the records of the samples it asks for again (same dataset, draft, block size, sample
+// and turn, checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours
+// continues where it stopped. A record holds what the report needs, losslessly: outputs, acceptance lengths, timings,
+// answers, compression statistics. Records are reused only under the same settings (target, device by name, dtype,
+// path, sampling, lengths, compression); the file says which setting differs otherwise. Models are named by their
+// directory's canonical path and a fingerprint of its files. A bench holds the file's lock while it runs.
 #pragma once
 #include <cstdint>
 #include <string>
