@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -18,6 +19,7 @@
 #include "test_util.h"
 #include "tools/answers.h"
 #include "tools/bench.h"
+#include "tools/bench_checkpoint.h"
 #include "tools/datasets.h"
 
 using namespace specpress;
@@ -184,6 +186,31 @@ TEST(BenchIntervals, BootstrapOverSamples) {
   EXPECT_NE(tools::bench_summary_markdown({report}).find(
                 fmt::format("{:.2f}x ({:.2f}-{:.2f})", report.speedup, report.speedup_lo, report.speedup_hi)),
             std::string::npos);
+}
+
+// A checkpoint record through JSON text and back: every number exact, and a value that is not finite (JSON has none;
+// written as null) read back as NaN rather than making the file unreadable.
+TEST(BenchCheckpointRecord, RoundTripsExactlyAndNonFiniteAsNaN) {
+  tools::BenchRecord r = bench_record("s", 3.1, 1.0 / 3.0, {4, 1, 2});
+  r.prompt_fingerprint = tools::prompt_fingerprint({1, 2, 3});
+  r.outputs_equal = true;
+  r.has_compression = true;
+  r.compressed = r.dflash;
+  r.compression.overhead_ms = std::numeric_limits<double>::infinity();
+  r.fidelity.count = {2, 1};
+  r.fidelity.top1 = {1.0, 0.1};
+  r.fidelity.kl = {0.25, std::numeric_limits<double>::quiet_NaN()};
+  r.fidelity.tv = {0.5, 0.7};
+  const std::string text = tools::checkpoint_record_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const tools::BenchRecord back = tools::checkpoint_record_from_json(nlohmann::json::parse(text), "test");
+  EXPECT_EQ(back.dflash.decode_ms, r.dflash.decode_ms);  // 10/3, exactly
+  EXPECT_EQ(back.plain.output_ids, r.plain.output_ids);   // left out of the text (equal to DFlash's), restored
+  EXPECT_EQ(back.dflash.acceptance_lengths, r.dflash.acceptance_lengths);
+  EXPECT_EQ(back.fidelity.top1, r.fidelity.top1);
+  EXPECT_EQ(back.fidelity.kl[0], 0.25);
+  EXPECT_TRUE(std::isnan(back.fidelity.kl[1]));
+  EXPECT_TRUE(std::isnan(back.compression.overhead_ms));
+  EXPECT_EQ(back.prompt_fingerprint, r.prompt_fingerprint);
 }
 
 TEST(Answers, BoxedAndNormalised) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -43,6 +44,22 @@ Json result_json(const decode::GenerationResult& r, bool with_ids) {
   return j;
 }
 
+// JSON has no NaN or infinity: nlohmann writes them as null, and a checkpoint reads null back as NaN (a value that was
+// not finite), so that one such value does not make the whole file unreadable.
+double number_or_nan(const nlohmann::json& j, const ConfigReader& r, const std::string& key) {
+  return j.contains(key) && j[key].is_null() ? std::numeric_limits<double>::quiet_NaN() : r.number(key);
+}
+std::vector<double> numbers_or_nan(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  std::vector<double> out;
+  if (!j.contains(key)) return out;
+  if (!j[key].is_array()) fail("{}: field '{}' must be an array of numbers, found {}", where, key, j[key].dump());
+  for (const auto& x : j[key]) {
+    if (!x.is_number() && !x.is_null()) fail("{}: field '{}' must hold numbers, found {}", where, key, x.dump());
+    out.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
+  }
+  return out;
+}
+
 const nlohmann::json& object_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_object()) fail("{}: field '{}' must be an object", where, key);
   return j[key];
@@ -59,11 +76,11 @@ decode::GenerationResult result_from_json(const nlohmann::json& j, const std::st
   g.acceptance_lengths = r.integer_list("acceptance_lengths");
   g.block_size = r.integer("block_size");
   g.prompt_tokens = r.integer("prompt_tokens");
-  g.prefill_ms = r.number("prefill_ms");
-  g.first_draft_ms = r.number("first_draft_ms");
-  g.decode_ms = r.number("decode_ms");
-  g.draft_ms = r.number("draft_ms");
-  g.verify_ms = r.number("verify_ms");
+  g.prefill_ms = number_or_nan(j, r, "prefill_ms");
+  g.first_draft_ms = number_or_nan(j, r, "first_draft_ms");
+  g.decode_ms = number_or_nan(j, r, "decode_ms");
+  g.draft_ms = number_or_nan(j, r, "draft_ms");
+  g.verify_ms = number_or_nan(j, r, "verify_ms");
   g.stopped = r.boolean("stopped");
   for (int64_t a : g.acceptance_lengths)
     if (a < 1 || a > g.block_size)
@@ -90,7 +107,7 @@ compress::CompressionStats stats_from_json(const nlohmann::json& j, const std::s
   s.tokens_compressed = r.integer("tokens_compressed");
   s.slots_freed = r.integer("slots_freed");
   s.peak_slots = r.integer("peak_slots");
-  s.overhead_ms = r.number("overhead_ms");
+  s.overhead_ms = number_or_nan(j, r, "overhead_ms");
   s.event_positions = r.integer_list("event_positions");
   s.feature_buffer_bytes = r.integer("feature_buffer_bytes");
   s.positions = r.integer("positions");
@@ -111,14 +128,14 @@ compress::FidelityResult fidelity_from_json(const nlohmann::json& j, const std::
   compress::FidelityResult f;
   f.max_offset = r.integer("max_offset");
   f.count = r.integer_list("count");
-  f.top1 = r.number_list("top1");
-  f.kl = r.number_list("kl");
-  f.tv = r.number_list("tv");
+  f.top1 = numbers_or_nan(j, "top1", where);
+  f.kl = numbers_or_nan(j, "kl", where);
+  f.tv = numbers_or_nan(j, "tv", where);
   if (f.top1.size() != f.count.size() || f.kl.size() != f.count.size() || f.tv.size() != f.count.size())
     fail("{}: fields 'count', 'top1', 'kl' and 'tv' must have one entry an offset each (found {}, {}, {}, {})", where,
          f.count.size(), f.top1.size(), f.kl.size(), f.tv.size());
-  f.nll_uncompressed = r.number("nll_uncompressed");
-  f.nll_compressed = r.number("nll_compressed");
+  f.nll_uncompressed = number_or_nan(j, r, "nll_uncompressed");
+  f.nll_compressed = number_or_nan(j, r, "nll_compressed");
   f.scored_tokens = r.integer("scored_tokens");
   f.stats = stats_from_json(object_field(j, "stats", where), where + ", stats");
   return f;
