@@ -188,6 +188,46 @@ TEST(BenchIntervals, BootstrapOverSamples) {
             std::string::npos);
 }
 
+// Paired comparisons: a run whose every sample gains exactly 1 in tau and halves its DFlash TPOT differs by exactly
+// +1 and 2x in every draw, although each run's own intervals are wide (the prompts vary); runs of another dataset are
+// compared with their own first run only.
+TEST(BenchIntervals, PairedComparisonsAgainstTheDatasetsFirstRun) {
+  std::vector<tools::BenchReport> reports(3);
+  for (int i = 0; i < 20; ++i) {
+    const std::vector<int64_t> lengths = {1 + i % 3, 1 + (i * 5) % 3};
+    std::vector<int64_t> longer = lengths;
+    for (int64_t& l : longer) l += 1;
+    reports[0].records.push_back(bench_record(std::to_string(i), 2 + 0.1 * i, 1, lengths));
+    reports[1].records.push_back(bench_record(std::to_string(i), 2 + 0.1 * i, 0.5, longer));
+    reports[2].records.push_back(bench_record(std::to_string(i), 2, 1, lengths));
+  }
+  for (size_t k = 0; k < 3; ++k) {
+    reports[k].options.dataset = k < 2 ? "gsm8k" : "mbpp";
+    reports[k].block_size = 4;
+    tools::aggregate(reports[k]);
+  }
+  EXPECT_GT(reports[0].tau_hi - reports[0].tau_lo, 0.2) << "each run's own interval spans the prompts' spread";
+  const auto c = tools::paired_comparisons(reports);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].base, 0u);
+  EXPECT_EQ(c[0].run, 1u);
+  EXPECT_EQ(c[0].samples, 20);
+  EXPECT_DOUBLE_EQ(c[0].tau_diff, 1.0);
+  EXPECT_DOUBLE_EQ(c[0].tau_diff_lo, 1.0);
+  EXPECT_DOUBLE_EQ(c[0].tau_diff_hi, 1.0);
+  EXPECT_DOUBLE_EQ(c[0].speedup_ratio, 2.0);
+  EXPECT_DOUBLE_EQ(c[0].speedup_ratio_lo, 2.0);
+  EXPECT_DOUBLE_EQ(c[0].speedup_ratio_hi, 2.0);
+  const auto j = tools::bench_summary_json(reports);
+  ASSERT_EQ(j["paired"].size(), 1u);
+  EXPECT_EQ(j["paired"][0]["run_index"], 1);
+  EXPECT_EQ(j["paired"][0]["tau_difference_ci95"][0], 1.0);
+  EXPECT_NE(tools::bench_summary_markdown(reports).find("| gsm8k | block 4 | block 4 | 20 | +1.00 (+1.00 to +1.00) | 2.000x "
+                                                         "(2.000-2.000) |"),
+            std::string::npos)
+      << tools::bench_summary_markdown(reports);
+}
+
 // A checkpoint record through JSON text and back: every number exact, and a value that is not finite (JSON has none;
 // written as null) read back as NaN rather than making the file unreadable.
 TEST(BenchCheckpointRecord, RoundTripsExactlyAndNonFiniteAsNaN) {
@@ -381,6 +421,18 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
                 1e-9);
   }
   EXPECT_NE(r.out.find("| mean | 2 | | "), std::string::npos) << r.out;
+  // each dataset's block 4 against its block 2, paired over their one sample
+  const auto& paired = j["summary"]["paired"];
+  ASSERT_EQ(paired.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(paired[k]["dataset"], k == 0 ? "gsm8k" : "humaneval");
+    EXPECT_EQ(paired[k]["run_index"], 2 * k + 1);
+    EXPECT_EQ(paired[k]["against_index"], 2 * k);
+    EXPECT_EQ(paired[k]["samples"], 1);
+    EXPECT_NEAR(paired[k]["tau_difference"].get<double>(),
+                j["datasets"][2 * k + 1]["summary"]["tau"].get<double>() - j["datasets"][2 * k]["summary"]["tau"].get<double>(),
+                1e-12);
+  }
   // sizes are checked before a run: twice (0 is the draft's 4), below 2
   for (const auto& [sizes, message] : {std::pair<std::string, std::string>{"2,2", "--block-size: 2 is given twice"},
                                        {"0,4", "--block-size: 4 is given twice"},

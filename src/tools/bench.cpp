@@ -425,12 +425,70 @@ bool several_drafts(const std::vector<BenchReport>& reports) {
 }
 }  // namespace
 
+std::vector<PairedComparison> paired_comparisons(const std::vector<BenchReport>& reports, int resamples) {
+  std::vector<PairedComparison> out;
+  for (size_t k = 0; k < reports.size(); ++k) {
+    size_t base = 0;
+    while (reports[base].options.dataset != reports[k].options.dataset) ++base;
+    if (base == k) continue;  // the dataset's first run
+    // the records both runs made, by sample id (a sample's turns together)
+    std::vector<std::string> ids;
+    std::vector<std::vector<std::pair<const BenchRecord*, const BenchRecord*>>> pairs;
+    for (const BenchRecord& a : reports[base].records)
+      for (const BenchRecord& b : reports[k].records)
+        if (a.id == b.id && a.turn == b.turn) {
+          auto it = std::find(ids.begin(), ids.end(), a.id);
+          if (it == ids.end()) ids.push_back(a.id), pairs.emplace_back(), it = ids.end() - 1;
+          pairs[static_cast<size_t>(it - ids.begin())].push_back({&a, &b});
+        }
+    if (ids.empty()) continue;
+    // tau difference and speedup ratio over the drawn samples' records
+    auto measure = [&](const std::vector<size_t>& drawn, double& tau_diff, double& ratio) {
+      double n = 0, tau = 0, plain_a = 0, dflash_a = 0, plain_b = 0, dflash_b = 0;
+      for (size_t i : drawn)
+        for (const auto& [a, b] : pairs[i]) {
+          tau += b->dflash.mean_acceptance_length() - a->dflash.mean_acceptance_length();
+          plain_a += a->plain.tpot_ms(), dflash_a += a->dflash.tpot_ms();
+          plain_b += b->plain.tpot_ms(), dflash_b += b->dflash.tpot_ms();
+          n += 1;
+        }
+      tau_diff = tau / n;
+      ratio = dflash_a > 0 && dflash_b > 0 && plain_a > 0 ? (plain_b / dflash_b) / (plain_a / dflash_a) : 0;
+    };
+    PairedComparison c;
+    c.dataset = reports[k].options.dataset, c.base = base, c.run = k;
+    c.samples = static_cast<int64_t>(ids.size());
+    std::vector<size_t> all(ids.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    measure(all, c.tau_diff, c.speedup_ratio);
+    std::mt19937_64 rng(20261205);
+    std::uniform_int_distribution<size_t> pick(0, ids.size() - 1);
+    std::vector<double> taus, ratios;
+    std::vector<size_t> drawn(ids.size());
+    for (int r = 0; r < resamples; ++r) {
+      for (size_t& i : drawn) i = pick(rng);
+      double t = 0, q = 0;
+      measure(drawn, t, q);
+      taus.push_back(t), ratios.push_back(q);
+    }
+    std::sort(taus.begin(), taus.end());
+    std::sort(ratios.begin(), ratios.end());
+    auto at = [](const std::vector<double>& v, double q) {
+      return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
+    };
+    c.tau_diff_lo = at(taus, 0.025), c.tau_diff_hi = at(taus, 0.975);
+    c.speedup_ratio_lo = at(ratios, 0.025), c.speedup_ratio_hi = at(ratios, 0.975);
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
   const bool drafts = several_drafts(reports);
   const std::string draft_head = drafts ? "draft | " : "", draft_rule = drafts ? "--- | " : "";
   std::string md = fmt::format(
       "## specpress bench: summary\n\n(in parentheses: 95% bootstrap intervals over each run's samples, for runs of "
-      "{} samples or more; runs over the same prompts are paired, so their difference varies less)\n\n",
+      "{} samples or more; two runs over the same prompts are compared paired, below)\n\n",
       kIntervalMinSamples);
   md += "| dataset | " + draft_head +
         "block | samples | speedup | tau | plain tokens/s | DFlash tokens/s | identical outputs | answers agree |\n";
@@ -447,6 +505,23 @@ std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
   for (const BlockMean& m : means_by_block(reports))
     md += fmt::format("| mean | {}{} | | {:.2f}x | {:.2f} | | | | |\n", drafts ? m.draft + " | " : "", m.block_size,
                       m.speedup, m.tau);
+  const std::vector<PairedComparison> comparisons = paired_comparisons(reports);
+  if (comparisons.empty()) return md;
+  md += fmt::format("\nEach run against its dataset's first, paired over the samples both decoded (95% bootstrap "
+                    "intervals from {} samples up):\n\n",
+                    kIntervalMinSamples);
+  md += "| dataset | run | against | samples | tau difference | speedup ratio |\n| --- | --- | --- | --- | --- | --- |\n";
+  const auto label = [&](const BenchReport& r) {
+    return drafts ? fmt::format("{} block {}", r.options.draft, r.block_size) : fmt::format("block {}", r.block_size);
+  };
+  for (const PairedComparison& c : comparisons) {
+    const bool intervals = c.samples >= kIntervalMinSamples;
+    md += fmt::format("| {} | {} | {} | {} | {:+.2f}{} | {:.3f}x{} |\n", c.dataset, label(reports[c.run]),
+                      label(reports[c.base]), c.samples, c.tau_diff,
+                      intervals ? fmt::format(" ({:+.2f} to {:+.2f})", c.tau_diff_lo, c.tau_diff_hi) : "",
+                      c.speedup_ratio,
+                      intervals ? fmt::format(" ({:.3f}-{:.3f})", c.speedup_ratio_lo, c.speedup_ratio_hi) : "");
+  }
   return md;
 }
 
@@ -474,7 +549,17 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
                      {"runs", m.runs},
                      {"mean_speedup", m.speedup},
                      {"mean_tau", m.tau}});
-  return {{"datasets", rows}, {"means", means}};
+  nlohmann::ordered_json comparisons = nlohmann::ordered_json::array();
+  for (const PairedComparison& c : paired_comparisons(reports))
+    comparisons.push_back({{"dataset", c.dataset},
+                           {"run_index", c.run},       // into "datasets"
+                           {"against_index", c.base},
+                           {"samples", c.samples},
+                           {"tau_difference", c.tau_diff},
+                           {"tau_difference_ci95", {c.tau_diff_lo, c.tau_diff_hi}},
+                           {"speedup_ratio", c.speedup_ratio},
+                           {"speedup_ratio_ci95", {c.speedup_ratio_lo, c.speedup_ratio_hi}}});
+  return {{"datasets", rows}, {"means", means}, {"paired", comparisons}};
 }
 
 }  // namespace specpress::tools

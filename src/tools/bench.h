@@ -71,7 +71,8 @@ struct BenchReport {
   // 95% intervals of speedup and tau: percentiles 2.5 and 97.5 of a bootstrap over the `interval_samples` samples
   // (mt-bench's turns of one sample resampled together): how far each run's numbers could move with other prompts
   // of the same kind. Runs over the same prompts are paired (and share one plain decoding), so the difference of two
-  // runs varies less than their intervals suggest. Reports print them from kIntervalMinSamples samples up.
+  // runs varies less than their intervals suggest: paired_comparisons measures it. Reports print them from
+  // kIntervalMinSamples samples up.
   double speedup_lo = 0, speedup_hi = 0, tau_lo = 0, tau_hi = 0;
   int64_t interval_samples = 0;
   std::vector<double> histogram;              // index b-1: fraction of steps with acceptance length b
@@ -113,5 +114,18 @@ std::string bench_markdown(const BenchReport& report);
 // draft and block size.
 std::string bench_summary_markdown(const std::vector<BenchReport>& reports);
 nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& reports);
+
+// Each run against its dataset's first run (another draft or block size), paired over the samples both decoded: tau
+// run - tau first and speedup run / speedup first, with 95% intervals from one bootstrap draw of sample ids applied to
+// both runs (a sample's turns together). Pairing removes the spread of the prompts themselves, so these intervals say
+// whether two runs differ where the runs' own intervals overlap.
+struct PairedComparison {
+  std::string dataset;
+  size_t base = 0, run = 0;  // indices into the reports
+  int64_t samples = 0;       // sample ids both runs decoded
+  double tau_diff = 0, tau_diff_lo = 0, tau_diff_hi = 0;
+  double speedup_ratio = 0, speedup_ratio_lo = 0, speedup_ratio_hi = 0;
+};
+std::vector<PairedComparison> paired_comparisons(const std::vector<BenchReport>& reports, int resamples = 2000);
 
 }  // namespace specpress::tools
