@@ -135,6 +135,16 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   return report;
 }
 
+namespace {
+// Percentiles 2.5 and 97.5 of bootstrap values (sorted here); none: zeros.
+Interval percentile_interval(std::vector<double>& v) {
+  if (v.empty()) return Interval{};
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
+  return Interval{at(0.025), at(0.975)};
+}
+}  // namespace
+
 int64_t distinct_samples(const std::vector<BenchRecord>& records) {
   std::vector<std::string> ids;
   for (const BenchRecord& r : records)
@@ -170,14 +180,8 @@ void bootstrap_intervals(const std::vector<BenchRecord>& records, Interval& spee
     if (dflash > 0) speedups.push_back(plain / dflash);
     taus.push_back(tau_sum / n);
   }
-  auto percentiles = [](std::vector<double>& v) {
-    if (v.empty()) return Interval{};
-    std::sort(v.begin(), v.end());
-    auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
-    return Interval{at(0.025), at(0.975)};
-  };
-  speedup = percentiles(speedups);
-  tau = percentiles(taus);
+  speedup = percentile_interval(speedups);
+  tau = percentile_interval(taus);
 }
 
 void aggregate(BenchReport& r) {
@@ -471,13 +475,9 @@ std::vector<PairedComparison> paired_comparisons(const std::vector<BenchReport>&
       measure(drawn, t, q);
       taus.push_back(t), ratios.push_back(q);
     }
-    std::sort(taus.begin(), taus.end());
-    std::sort(ratios.begin(), ratios.end());
-    auto at = [](const std::vector<double>& v, double q) {
-      return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
-    };
-    c.tau_diff_lo = at(taus, 0.025), c.tau_diff_hi = at(taus, 0.975);
-    c.speedup_ratio_lo = at(ratios, 0.025), c.speedup_ratio_hi = at(ratios, 0.975);
+    const Interval tau_ci = percentile_interval(taus), ratio_ci = percentile_interval(ratios);
+    c.tau_diff_lo = tau_ci.lo, c.tau_diff_hi = tau_ci.hi;
+    c.speedup_ratio_lo = ratio_ci.lo, c.speedup_ratio_hi = ratio_ci.hi;
     out.push_back(c);
   }
   return out;
