@@ -129,14 +129,16 @@ std::vector<std::string> draft_list(const std::string& value, bool several) {
   std::error_code ec;
   if (std::filesystem::is_directory(value, ec)) return {value};  // one, its name perhaps with a comma
   if (!several && value.find(',') != std::string::npos)
-    fail("--model-draft: '{}' is not a directory; diagnose studies one draft at a time (bench compares several)", value);
+    fail("--model-draft: '{}' is not a directory; diagnose studies one draft at a time (bench compares several)",
+         value);
   if (!several) return {value};
   std::vector<std::string> dirs, seen;
   size_t at = 0;
   for (;;) {
     const size_t comma = value.find(',', at);
     const std::string dir = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (dir.empty()) fail("--model-draft: an empty directory in '{}' (expected directories separated by commas)", value);
+    if (dir.empty())
+      fail("--model-draft: an empty directory in '{}' (expected directories separated by commas)", value);
     const std::string canonical = canonical_path(dir);
     if (std::find(seen.begin(), seen.end(), canonical) != seen.end())
       fail("--model-draft: {} is given twice in '{}'", dir, value);
@@ -322,10 +324,11 @@ int run_bench(const ToolOptions& o) {
   if (checkpoint && o.resume) {
     int64_t reused = 0;
     for (const tools::BenchReport& r : reports) reused += r.resumed;
-    std::fprintf(stderr, "bench: reused %lld of the %lld records --resume found in %s%s\n", static_cast<long long>(reused),
-                 static_cast<long long>(checkpoint_found), o.checkpoint.c_str(),
-                 reused < checkpoint_found ? " (the rest are of samples, drafts or block sizes this run did not ask for)"
-                                           : "");
+    std::fprintf(stderr, "bench: reused %lld of the %lld records --resume found in %s%s\n",
+                 static_cast<long long>(reused), static_cast<long long>(checkpoint_found), o.checkpoint.c_str(),
+                 reused < checkpoint_found
+                     ? " (the rest are of samples, drafts or block sizes this run did not ask for)"
+                     : "");
   }
   return 0;
 }
@@ -346,7 +349,8 @@ int run_diagnose(const ToolOptions& o) {
   d.think = o.think;
   d.progress = !o.no_progress;
   d.temperatures = temperatures;
-  tools::DiagnoseReport report = tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
+  tools::DiagnoseReport report =
+      tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
   nlohmann::ordered_json j = tools::diagnose_json(report);
   std::printf("%s\n", j.dump(2).c_str());
   write_output(o.json_out, j.dump(2) + "\n", "the JSON report");
@@ -358,8 +362,8 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("-m,--model", o.model_dir, "target model directory (HF Qwen3, with tokenizer.json)")->required();
   cmd->add_option("--model-draft", o.draft_dir,
-                  name == "bench" ? "DFlash draft directory (also -md); several separated by commas are compared in one "
-                                    "run (each prompt decoded plainly once for all)"
+                  name == "bench" ? "DFlash draft directory (also -md); several separated by commas are compared "
+                                    "in one run (each prompt decoded plainly once for all)"
                                   : "DFlash draft directory (also -md)")
       ->required();
   cmd->add_option("--dataset", o.dataset,

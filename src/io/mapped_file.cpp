@@ -60,6 +60,20 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+// Writes all of `bytes` to `fd` (retrying short writes and EINTR); 0, or the errno of the failing write.
+int write_all(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
   // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
@@ -81,17 +95,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("{}: cannot write: writing {} failed ({})", path, tmp, std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
+  if (const int err = write_all(fd, bytes); err != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail("{}: cannot write: writing {} failed ({})", path, tmp, std::strerror(err));
   }
   const bool synced = ::fsync(fd) == 0;
   int err = synced ? 0 : errno;
@@ -110,17 +117,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 void append_line_synced(const std::string& path, const std::string& line) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) fail("{}: cannot append: {}", path, std::strerror(errno));
-  const std::string bytes = line + "\n";
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail("{}: cannot append: {}", path, std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
+  if (const int err = write_all(fd, line + "\n"); err != 0) {
+    ::close(fd);
+    fail("{}: cannot append: {}", path, std::strerror(err));
   }
   const bool synced = ::fsync(fd) == 0;
   int err = synced ? 0 : errno;

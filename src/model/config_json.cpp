@@ -87,16 +87,4 @@ std::vector<int64_t> ConfigReader::integer_list(const std::string& key) const {
   return out;
 }
 
-std::vector<double> ConfigReader::number_list(const std::string& key) const {
-  std::vector<double> out;
-  if (!has(key)) return out;
-  const auto& v = json[key];
-  if (!v.is_array()) fail("{}: field '{}' must be an array of numbers, found {}", source, key, v.dump());
-  for (const auto& x : v) {
-    if (!x.is_number()) fail("{}: field '{}' must hold numbers, found {}", source, key, x.dump());
-    out.push_back(x.get<double>());
-  }
-  return out;
-}
-
 }  // namespace specpress::model

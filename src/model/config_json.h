@@ -23,7 +23,6 @@ struct ConfigReader {
   std::string string(const std::string& key) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> integer_list(const std::string& key) const;  // accepts an integer or an array
-  std::vector<double> number_list(const std::string& key) const;    // an array of numbers (absent: empty)
 };
 
 // The path of `dir`/config.json, after checking that `dir` exists, is a directory and holds one; each failure names

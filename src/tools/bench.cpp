@@ -362,8 +362,8 @@ std::string bench_markdown(const BenchReport& r) {
     md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
                       r.records.size());
   if (r.plain_reused > 0)
-    md += fmt::format("plain decoding of {} of the {} samples from an earlier run of this bench or its --checkpoint (the "
-                      "same prompt and path; it depends on neither the draft nor the block size)\n\n",
+    md += fmt::format("plain decoding of {} of the {} samples from an earlier run of this bench or its --checkpoint "
+                      "(the same prompt and path; it depends on neither the draft nor the block size)\n\n",
                       r.plain_reused, r.records.size());
   md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";
   md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
@@ -372,7 +372,8 @@ std::string bench_markdown(const BenchReport& r) {
   md += fmt::format("\n**speedup {:.2f}x, tau {:.2f}**, identical outputs {:.0f}%\n", r.speedup, r.tau,
                     100 * r.identical_outputs);
   if (r.interval_samples >= kIntervalMinSamples)
-    md += fmt::format("\n95% bootstrap intervals over the {} samples: speedup {:.2f}x to {:.2f}x, tau {:.2f} to {:.2f}\n",
+    md += fmt::format("\n95% bootstrap intervals over the {} samples: speedup {:.2f}x to {:.2f}x, tau {:.2f} to "
+                      "{:.2f}\n",
                       r.interval_samples, r.speedup_lo, r.speedup_hi, r.tau_lo, r.tau_hi);
   if (r.answered > 0)
     md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
@@ -510,7 +511,8 @@ std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
   md += fmt::format("\nEach run against its dataset's first, paired over the samples both decoded (95% bootstrap "
                     "intervals from {} samples up):\n\n",
                     kIntervalMinSamples);
-  md += "| dataset | run | against | samples | tau difference | speedup ratio |\n| --- | --- | --- | --- | --- | --- |\n";
+  md += "| dataset | run | against | samples | tau difference | speedup ratio |\n";
+  md += "| --- | --- | --- | --- | --- | --- |\n";
   const auto label = [&](const BenchReport& r) {
     return drafts ? fmt::format("{} block {}", r.options.draft, r.block_size) : fmt::format("block {}", r.block_size);
   };

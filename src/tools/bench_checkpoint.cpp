@@ -143,13 +143,15 @@ compress::FidelityResult fidelity_from_json(const nlohmann::json& j, const std::
 
 }  // namespace
 
+namespace {
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+uint64_t fnv1a(uint64_t h, unsigned char byte) { return (h ^ byte) * 1099511628211ull; }
+}  // namespace
+
 std::string prompt_fingerprint(const std::vector<int64_t>& prompt) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffset;
   for (int64_t id : prompt)
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= static_cast<uint64_t>(id) >> (8 * byte) & 0xff;
-      h *= 1099511628211ull;
-    }
+    for (int byte = 0; byte < 8; ++byte) h = fnv1a(h, static_cast<unsigned char>(static_cast<uint64_t>(id) >> (8 * byte)));
   return fmt::format("{:016x}:{}", h, prompt.size());
 }
 
@@ -163,9 +165,9 @@ std::string model_files_fingerprint(const std::string& dir) {
     entries.push_back(fmt::format("{}:{}:{}", e.path().filename().string(), e.file_size(ec), time));
   }
   std::sort(entries.begin(), entries.end());
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffset;
   for (const std::string& e : entries)
-    for (unsigned char c : e + "\n") h = (h ^ c) * 1099511628211ull;
+    for (unsigned char c : e + "\n") h = fnv1a(h, c);
   return fmt::format("{:016x}:{}", h, entries.size());
 }
 

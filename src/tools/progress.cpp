@@ -52,7 +52,9 @@ void ProgressBar::draw(bool force) {
   std::string bar(filled, '#');
   bar.resize(width, '.');
   const int64_t done_here = done_ - std::min(resumed_, done_);  // the resumed units took no time here
-  const double eta = done_ >= total_ ? 0 : done_here > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_here) : -1;
+  const double eta = done_ >= total_ ? 0
+                     : done_here > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_here)
+                                     : -1;
   std::fprintf(stderr, tty_ ? "\r%s [%s] %lld/%lld  %s elapsed, ETA %s  %s\x1b[K" : "%s [%s] %lld/%lld  %s elapsed, ETA %s  %s\n",
                label_.c_str(), bar.c_str(),
                static_cast<long long>(done_), static_cast<long long>(total_), format_duration(elapsed).c_str(),
