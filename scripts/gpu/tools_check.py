@@ -57,6 +57,18 @@ def main():
     json.dump(cfg | {"num_hidden_layers": 2, "block_size": 8, "num_target_layers": L,
                      "dflash_config": {"target_layer_ids": [1, 2], "mask_token_id": 151669}},
               open(os.path.join(dd, "config.json"), "w"))
+    # a second draft (other weights, block 4) for the multi-draft + checkpoint run
+    g2 = torch.Generator().manual_seed(1)
+    d2 = {"fc.weight": (torch.randn(H, 2 * H, generator=g2) * 0.05).to(torch.bfloat16),
+          "hidden_norm.weight": torch.ones(H, dtype=torch.bfloat16), "norm.weight": torch.ones(H, dtype=torch.bfloat16)}
+    for i in range(2):
+        d2 |= layer(f"layers.{i}.", g2)
+    dd2 = os.path.join(a.work, "draft2")
+    os.makedirs(dd2, exist_ok=True)
+    save_file(d2, os.path.join(dd2, "model.safetensors"))
+    json.dump(cfg | {"num_hidden_layers": 2, "block_size": 4, "num_target_layers": L,
+                     "dflash_config": {"target_layer_ids": [1, 2], "mask_token_id": 151669}},
+              open(os.path.join(dd2, "config.json"), "w"))
     data = os.path.join(a.shared, "data/gsm8k_test.jsonl")
     summary = {}
     for mode in ["fast", "reference"]:
@@ -73,6 +85,7 @@ def main():
         s = j["summary"]
         summary[mode] = {"path": j["path"], "tau": s["tau"], "speedup": s["speedup"], "identical_outputs": s["identical_outputs"],
                          "plain_tpot_ms": s["plain_tpot_ms"], "dflash_tpot_ms": s["dflash_tpot_ms"]}
+    summary["checkpoint"] = checkpoint_run(a, td, dd, dd2, data, os.path.join(a.out, "bench_fast.json"))
     r = subprocess.run([a.specpress, "diagnose", "-m", td, "-md", dd, "--dataset", "gsm8k", "--data", data,
                         "--max-samples", "2", "--max-new-tokens", "24", "--device", "cuda", "--dtype", "bf16",
                         "--no-progress", "--html", os.path.join(a.out, "diagnose.html")], capture_output=True, text=True)
@@ -82,6 +95,39 @@ def main():
     line = json.dumps(summary)
     print(line)
     open(os.path.join(a.out, "tools_check.json"), "w").write(line + "\n")
+
+
+def checkpoint_run(a, td, dd, dd2, data, fast_json):
+    """bench -md A,B --checkpoint on 2 samples, then --resume on 3: the resumed run decodes only the third sample
+    of each draft, the reused records come back unchanged, and draft A's records equal the plain fast bench's."""
+    ckpt = os.path.join(a.work, "bench.ckpt")
+    if os.path.exists(ckpt):
+        os.remove(ckpt)
+    base = [a.specpress, "bench", "-m", td, "-md", dd + "," + dd2, "--dataset", "gsm8k", "--data", data,
+            "--max-new-tokens", "48", "--device", "cuda", "--dtype", "bf16", "--no-progress", "--checkpoint", ckpt]
+    reports = []
+    for n, extra in [(2, []), (3, ["--resume"])]:
+        out = os.path.join(a.out, f"bench_checkpoint_{n}.json")
+        r = subprocess.run(base + ["--max-samples", str(n), "--json", out] + extra, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"bench --checkpoint ({n} samples{' --resume' if extra else ''}) failed")
+        reports.append((json.load(open(out)), r.stderr))
+    (first, _), (resumed, err) = reports
+    fast = json.load(open(fast_json))["datasets"][0]["records"]
+    ok = "bench: reused 4 of the 4 records" in err
+    for i, (x, y) in enumerate(zip(first["datasets"], resumed["datasets"])):
+        ok &= y["resumed_records"] == 2 and len(y["records"]) == 3
+        ok &= y["summary"]["identical_outputs"] == 1.0 and y["block_size"] == (8 if i == 0 else 4)
+        for k in range(2):
+            ok &= y["records"][k].get("resumed", False) and y["records"][k]["dflash"] == x["records"][k]["dflash"]
+        ok &= not y["records"][2].get("resumed", False)
+    ok &= all(r["dflash"]["acceptance_lengths"] == f["dflash"]["acceptance_lengths"]
+              for r, f in zip(resumed["datasets"][0]["records"], fast))
+    ok &= resumed["datasets"][1].get("plain_reused_records", 0) >= 1  # the third sample's plain decoding
+    return {"ok": bool(ok), "reused_line": [l for l in err.splitlines() if "reused" in l],
+            "tau": [d["summary"]["tau"] for d in resumed["datasets"]],
+            "plain_reused_records": [d.get("plain_reused_records", 0) for d in resumed["datasets"]]}
 
 
 if __name__ == "__main__":
