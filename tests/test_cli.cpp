@@ -2,12 +2,13 @@
 // and DFlash outputs (with acceptance lengths and per-step records) for all 8 golden runs, the bundled
 // demo pair runs with its bundled beacon compressor, bad flags exit non-zero with a message naming
 // the flag, and outputs are checked before a run (never written over a device, a directory, an input or
-// each other; a failed write to standard output fails the run).
+// each other; a failed write to standard output fails the run), and --version names the build.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "test_util.h"
 
@@ -84,6 +85,15 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   r = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2,3 -n 4 --compress " + demo + "/draft");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
+}
+
+// --version: the version, the commit built (or "unknown" outside a git checkout), the build kind and LibTorch.
+TEST(Cli, VersionNamesTheBuild) {
+  const CommandResult r = run_specpress("--version");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::regex line(R"(specpress \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}(-dirty)?|unknown), (CPU|CUDA) build, )"
+                        R"(LibTorch \d+\.\d+\.\d+[^)]*\)\n)");
+  EXPECT_TRUE(std::regex_match(r.out, line)) << r.out;
 }
 
 TEST(Cli, BadFlagsNameTheFlag) {

@@ -641,6 +641,7 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   json models = json::parse(s.client().Get("/v1/models")->body);
   EXPECT_EQ(models["data"][0]["id"], "demo");
   EXPECT_EQ(models["data"][0]["meta"]["block_size"], 16);
+  EXPECT_EQ(json::parse(s.client().Get("/props")->body)["build_info"].get<std::string>().rfind("specpress ", 0), 0u);
   // /apply-template renders what chat requests are tokenized from; /tokenize and /detokenize round-trip it
   json templ = post(s, "/apply-template", {{"messages", chat["messages"]}});
   EXPECT_NE(templ["prompt"].get<std::string>().find("<|im_start|>assistant\n<think>\n\n</think>\n\n"), std::string::npos);

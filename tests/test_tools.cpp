@@ -483,6 +483,11 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   const auto ckpt = read_json_lines(full_ckpt);  // the settings, then a record a line
   EXPECT_EQ(ckpt[0]["format"], "specpress bench checkpoint");
   EXPECT_EQ(ckpt[0]["settings"]["max_new_tokens"], 12);
+  const std::string made_by = ckpt[0]["made_by"].get<std::string>();  // the build, as --version names it
+  EXPECT_EQ(made_by.rfind("specpress ", 0), 0u) << made_by;
+  EXPECT_NE(made_by.find("(commit " + full["build"]["commit"].get<std::string>() + ", "), std::string::npos) << made_by;
+  EXPECT_EQ(full["device"], "cpu");
+  EXPECT_EQ(full["dtype"], "f32");
   ASSERT_EQ(ckpt.size(), 7u);  // 2 gsm8k samples, 2 mt-bench samples of 2 turns
   int64_t events = 0;
   for (size_t i = 1; i < ckpt.size(); ++i) events += ckpt[i]["record"]["compression"]["stats"]["events"].get<int64_t>();
@@ -571,6 +576,15 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   write_text(d / "edited.ckpt", json_lines(edited));
   r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
   EXPECT_NE(r.err.find("edited.ckpt: line 3, dflash: missing field 'decode_ms'"), std::string::npos) << r.err;
+  edited = ckpt;  // begun by another build: said, and its records reused
+  edited[0]["made_by"] = "specpress 0.0.1 (commit 0123456789ab, CPU build, LibTorch 1.13.0)";
+  write_text(d / "edited.ckpt", json_lines(edited));
+  r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("edited.ckpt was begun by specpress 0.0.1 (commit 0123456789ab, CPU build, LibTorch 1.13.0); "
+                       "this is " + made_by + " (the records it holds keep that build's timings)"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bench: reused 6 of the 6 records"), std::string::npos) << r.err;
   write_text(d / "edited.ckpt", json_lines({ckpt.begin(), ckpt.begin() + 2}) + "{\"dataset\": \n" + ckpt[2].dump() + "\n");
   r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
   EXPECT_NE(r.err.find("edited.ckpt: line 3: invalid JSON"), std::string::npos) << r.err;
@@ -690,6 +704,8 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   std::ifstream in(json);
   auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["samples"], 2);
+  EXPECT_TRUE(j["build"]["version"].is_string() && j["build"]["commit"].is_string()) << j["build"].dump();
+  EXPECT_EQ(j["device"], "cpu");
   ASSERT_EQ(j["positions"].size(), 3u);
   int64_t counted = 0;
   for (const auto& p : j["positions"]) {
@@ -734,6 +750,7 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   EXPECT_NE(page.find("By the target's entropy"), std::string::npos);
   EXPECT_NE(page.find("&ge; 4"), std::string::npos);
   EXPECT_NE(page.find("Acceptance when sampling"), std::string::npos);
+  EXPECT_NE(page.find("<p><small>specpress "), std::string::npos) << "the build that made the page";
   size_t svgs = 0;
   for (size_t p = page.find("<svg"); p != std::string::npos; p = page.find("<svg", p + 1)) ++svgs;
   EXPECT_EQ(svgs, 5u);

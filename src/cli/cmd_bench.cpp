@@ -23,6 +23,7 @@
 #include "tools/bench.h"
 #include "tokenizer/utf8.h"
 #include "tools/bench_checkpoint.h"
+#include "tools/build_info.h"
 #include "tools/diagnose.h"
 #include "tools/runner.h"
 
@@ -200,11 +201,23 @@ std::string checkpoint_model_key(const std::string& dir, const std::string& flag
 // What makes a checkpoint's records reusable by this run: every setting that changes what a sample generates or how it
 // is timed (the dataset, draft, block size, sample and turn are each record's own; its prompt is checked when reused),
 // all but the compression policy, which needs the target loaded (checkpoint_settings adds it).
-nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
+std::string dtype_name(const ToolOptions& o) {
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  return dtype == at::kFloat ? "f32" : dtype == at::kBFloat16 ? "bf16" : "f16";
+}
+std::string device_name(const ToolOptions& o) {
+  return tools::device_description(model::parse_device(o.device, "--device"));
+}
+
+// What a report was measured with, at its top: the build, the device and the dtype.
+nlohmann::ordered_json provenance(const ToolOptions& o) {
+  return {{"build", tools::build_json()}, {"device", device_name(o)}, {"dtype", dtype_name(o)}};
+}
+
+nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
   return {{"model", checkpoint_model_key(o.model_dir, "-m/--model")},
-          {"device", tools::device_description(model::parse_device(o.device, "--device"))},
-          {"dtype", dtype == at::kFloat ? "f32" : dtype == at::kBFloat16 ? "bf16" : "f16"},
+          {"device", device_name(o)},
+          {"dtype", dtype_name(o)},
           {"reference_path", o.reference_path},
           {"max_new_tokens", o.max_new_tokens},
           {"temperature", o.sampling.temperature},
@@ -305,9 +318,10 @@ int run_bench(const ToolOptions& o) {
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
     std::fflush(stdout);
     md += (reports.size() > 1 ? "\n" : "") + dataset_md;
-    nlohmann::ordered_json j;
+    nlohmann::ordered_json j = provenance(o);
     if (plan.size() == 1) {
-      j = tools::bench_json(reports.back());
+      const nlohmann::ordered_json report = tools::bench_json(reports.back());
+      for (const auto& [key, value] : report.items()) j[key] = value;
     } else {
       j["summary"] = tools::bench_summary_json(reports);
       j["summary"]["runs_planned"] = plan.size();  // more than the datasets' reports: an unfinished run's file
@@ -351,7 +365,9 @@ int run_diagnose(const ToolOptions& o) {
   d.temperatures = temperatures;
   tools::DiagnoseReport report =
       tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
-  nlohmann::ordered_json j = tools::diagnose_json(report);
+  nlohmann::ordered_json j = provenance(o);
+  const nlohmann::ordered_json body = tools::diagnose_json(report);
+  for (const auto& [key, value] : body.items()) j[key] = value;
   std::printf("%s\n", j.dump(2).c_str());
   write_output(o.json_out, j.dump(2) + "\n", "the JSON report");
   write_output(o.html_out, tools::diagnose_html(report), "the HTML report");

@@ -18,6 +18,7 @@
 #include "cli/cmd_serve.h"
 #include "cli/cmd_train.h"
 #include "core/error.h"
+#include "tools/build_info.h"
 
 namespace {
 // Output that did not reach standard output (a full disk, a closed descriptor) is an error, not a success.
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"specpress — DFlash speculative decoding and accepted-span compression for Qwen3"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", [] { return specpress::tools::build_line(); },
+                       "print the version, source commit and LibTorch (and CUDA) versions, and exit");
   std::function<int()> run;
   specpress::cli::add_generate_command(app, run);
   specpress::cli::add_dump_command(app, run);

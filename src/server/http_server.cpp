@@ -47,6 +47,7 @@
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
+#include "tools/build_info.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
 
@@ -771,7 +772,8 @@ void Server::add_routes() {
                            {"block_size", m.reserve},
                            {"fast_path", m.runner->fast()},
                            {"compress", compress::policy_json(m.policy)},
-                           {"chat_template", "Qwen3 (built in)"}});
+                           {"chat_template", "Qwen3 (built in)"},
+                           {"build_info", tools::build_line()}});
     });
   });
   http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

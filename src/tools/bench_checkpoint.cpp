@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "model/config_json.h"
+#include "tools/build_info.h"
 
 namespace specpress::tools {
 namespace {
@@ -282,7 +283,7 @@ BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
     : path_(std::move(path)), settings_(std::move(settings)) {
   check_path(path_, resume);
   if (!resume) {  // the settings line now, so that a path that cannot be written fails before any sample is run
-    const Json header = {{"format", kFormat}, {"version", kVersion}, {"settings", settings_}};
+    const Json header = {{"format", kFormat}, {"version", kVersion}, {"made_by", build_line()}, {"settings", settings_}};
     try {
       io::write_file_atomic(path_, header.dump() + "\n");
     } catch (const Error& e) {
@@ -293,7 +294,14 @@ BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
   }
   lock();  // before reading, so that no other bench appends meanwhile
   const std::string text = io::read_text_file(path_);
-  compare_settings(read_header(text, path_), settings_, path_, /*all=*/true);
+  const nlohmann::json header = read_header(text, path_);
+  compare_settings(header, settings_, path_, /*all=*/true);
+  // another build may time (not decode: the settings match) differently; said, not refused
+  const auto made = header.find("made_by");
+  const std::string made_by = made != header.end() && made->is_string() ? made->get<std::string>() : "an unnamed build";
+  if (made_by != build_line())
+    std::fprintf(stderr, "--resume: %s was begun by %s; this is %s (the records it holds keep that build's timings)\n",
+                 path_.c_str(), made_by.c_str(), build_line().c_str());
   size_t at = text.find('\n') + 1, line_number = 1;
   size_t good = at;  // bytes up to the end of the last whole line
   while (at < text.size()) {

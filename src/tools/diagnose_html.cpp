@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "tools/build_info.h"
 #include "tools/diagnose.h"
 #include "tools/svg.h"
 
@@ -47,6 +48,7 @@ std::string diagnose_html(const DiagnoseReport& r) {
                       "tapped layers {}</p>\n",
                       html_escape(r.options.dataset), r.samples, r.trajectory_tokens, r.block_starts, r.block_size,
                       fmt::join(r.tap_layers, ", "));
+  html += fmt::format("<p><small>{}</small></p>\n", html_escape(build_line()));
   double expected_len = 1.0;
   for (double a : acc) expected_len += a;
   html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b></p>\n", expected_len);
