@@ -114,7 +114,7 @@ def checkpoint_run(a, td, dd, dd2, data, fast_json):
             raise SystemExit(f"bench --checkpoint ({n} samples{' --resume' if extra else ''}) failed")
         reports.append((json.load(open(out)), r.stderr))
     (first, _), (resumed, err) = reports
-    fast = json.load(open(fast_json))["datasets"][0]["records"]
+    fast = json.load(open(fast_json))["records"]  # one run's report: its records at the top
     ok = "bench: reused 4 of the 4 records" in err
     for i, (x, y) in enumerate(zip(first["datasets"], resumed["datasets"])):
         ok &= y["resumed_records"] == 2 and len(y["records"]) == 3
@@ -122,10 +122,10 @@ def checkpoint_run(a, td, dd, dd2, data, fast_json):
         for k in range(2):
             ok &= y["records"][k].get("resumed", False) and y["records"][k]["dflash"] == x["records"][k]["dflash"]
         ok &= not y["records"][2].get("resumed", False)
-    ok &= all(r["dflash"]["acceptance_lengths"] == f["dflash"]["acceptance_lengths"]
-              for r, f in zip(resumed["datasets"][0]["records"], fast))
+    ok &= all(r["dflash"]["acceptance_lengths"] == f["dflash"]["acceptance_lengths"] and
+              r["dflash"]["output_ids"] == f["dflash"]["output_ids"] for r, f in zip(resumed["datasets"][0]["records"], fast))
     ok &= resumed["datasets"][1].get("plain_reused_records", 0) >= 1  # the third sample's plain decoding
-    return {"ok": bool(ok), "reused_line": [l for l in err.splitlines() if "reused" in l],
+    return {"ok": bool(ok), "build": resumed["build"], "device": resumed["device"], "reused_line": [l for l in err.splitlines() if "reused" in l],
             "tau": [d["summary"]["tau"] for d in resumed["datasets"]],
             "plain_reused_records": [d.get("plain_reused_records", 0) for d in resumed["datasets"]]}
 
