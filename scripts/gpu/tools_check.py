@@ -122,8 +122,9 @@ def checkpoint_run(a, td, dd, dd2, data, fast_json):
         for k in range(2):
             ok &= y["records"][k].get("resumed", False) and y["records"][k]["dflash"] == x["records"][k]["dflash"]
         ok &= not y["records"][2].get("resumed", False)
-    ok &= all(r["dflash"]["acceptance_lengths"] == f["dflash"]["acceptance_lengths"] and
-              r["dflash"]["output_tokens"] == f["dflash"]["output_tokens"] and r["outputs_equal"] for r, f in zip(resumed["datasets"][0]["records"], fast))
+    ok &= all(r["dflash"]["acceptance_lengths"] == f["dflash"]["acceptance_lengths"] and r["outputs_equal"] and
+              r["dflash"]["output_tokens"] == f["dflash"]["output_tokens"]
+              for r, f in zip(resumed["datasets"][0]["records"], fast))
     ok &= resumed["datasets"][1].get("plain_reused_records", 0) >= 1  # the third sample's plain decoding
     return {"ok": bool(ok), "build": resumed["build"], "device": resumed["device"], "reused_line": [l for l in err.splitlines() if "reused" in l],
             "tau": [d["summary"]["tau"] for d in resumed["datasets"]],
