@@ -126,7 +126,8 @@ def checkpoint_run(a, td, dd, dd2, data, fast_json):
               r["dflash"]["output_tokens"] == f["dflash"]["output_tokens"]
               for r, f in zip(resumed["datasets"][0]["records"], fast))
     ok &= resumed["datasets"][1].get("plain_reused_records", 0) >= 1  # the third sample's plain decoding
-    return {"ok": bool(ok), "build": resumed["build"], "device": resumed["device"], "reused_line": [l for l in err.splitlines() if "reused" in l],
+    return {"ok": bool(ok), "build": resumed["build"], "device": resumed["device"],
+            "reused_line": [l for l in err.splitlines() if "reused" in l],
             "tau": [d["summary"]["tau"] for d in resumed["datasets"]],
             "plain_reused_records": [d.get("plain_reused_records", 0) for d in resumed["datasets"]]}
 
