@@ -50,6 +50,7 @@ events = [l[6:] for l in post("/v1/chat/completions", dict(body, stream=True)).s
 streamed = "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1] if e != "[DONE]")
 text = whole["choices"][0]["message"]["content"]
 t = whole["timings"]
+print(f"server_check: build_info={props['build_info']}")
 print(f"server_check: fast_path={props['fast_path']} text_equal={text == expected['text']} "
       f"stream_equal={streamed == text} tokens={whole['usage']['completion_tokens']} tau={t.get('tau', 0):.2f}")
 print(f"server_check: server decode {t['predicted_per_second']:.1f} tokens/s, request wall {t_whole * 1e3:.1f} ms; "
@@ -78,6 +79,7 @@ message_streamed = "".join(d["delta"].get("text", "") for d in deltas)
 print(f"server_check: messages text_equal={message_text == text} stream_equal={message_streamed == text} "
       f"stop_reason={message['stop_reason']} output_tokens={message['usage']['output_tokens']}")
 ok = (text == expected["text"] and streamed == text and (props["fast_path"] or not fast) and lp_equal and
-      streamed_lp == content and greedy_top and message_text == text and message_streamed == text)
+      streamed_lp == content and greedy_top and message_text == text and message_streamed == text and
+      props["build_info"].startswith("specpress ") and ("CUDA build" in props["build_info"] or not fast))
 sys.exit(0 if ok else 1)
 PY
