@@ -10,7 +10,9 @@ if(GIT_FOUND)
   # SRC's own repository only, not one a copy of it happens to sit in
   execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SRC}" rev-parse --show-toplevel
                   OUTPUT_VARIABLE top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SRC}" rev-parse --short=12 HEAD
+  # the commit's hash (no tag names: the pattern matches none), "-dirty" after refreshing the index's stat data
+  execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SRC}" describe --match=no-tag-is-named-this --always --abbrev=12
+                          --dirty
                   OUTPUT_VARIABLE head RESULT_VARIABLE head_rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
   file(REAL_PATH "${SRC}" src_real)
   if(NOT top STREQUAL "")
@@ -18,11 +20,6 @@ if(GIT_FOUND)
   endif()
   if(head_rc EQUAL 0 AND NOT head STREQUAL "" AND top STREQUAL src_real)
     set(commit "${head}")
-    execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SRC}" diff-index --quiet HEAD --
-                    RESULT_VARIABLE dirty_rc ERROR_QUIET)
-    if(NOT dirty_rc EQUAL 0)
-      string(APPEND commit "-dirty")
-    endif()
   endif()
 endif()
 if("$ENV{SPECPRESS_BUILD_COMMIT}" MATCHES "^[0-9A-Za-z._-]+$")

@@ -297,6 +297,7 @@ int run_bench(const ToolOptions& o) {
   // by prompt and path: one plain decoding serves every draft and block size
   std::map<std::string, decode::GenerationResult> plain_results;
   b.plain_results = &plain_results;
+  const nlohmann::ordered_json measured_with = provenance(o);
   for (const auto& [run, draft, block_size] : plan) {
     b.dataset = run->name;
     b.draft = draft_dirs[draft];
@@ -318,7 +319,7 @@ int run_bench(const ToolOptions& o) {
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
     std::fflush(stdout);
     md += (reports.size() > 1 ? "\n" : "") + dataset_md;
-    nlohmann::ordered_json j = provenance(o);
+    nlohmann::ordered_json j = measured_with;
     if (plan.size() == 1) {
       const nlohmann::ordered_json report = tools::bench_json(reports.back());
       for (const auto& [key, value] : report.items()) j[key] = value;
