@@ -363,6 +363,10 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
     }
     EXPECT_NE(text.find("## specpress bench: summary"), std::string::npos);
     EXPECT_NE(text.find("\n| mean | 4 | | "), std::string::npos);
+    const std::string footer = "\nMeasured by specpress ";  // the last line: the build, the device, the dtype
+    ASSERT_NE(text.rfind(footer), std::string::npos) << text;
+    EXPECT_NE(text.substr(text.rfind(footer)).find(" build, LibTorch "), std::string::npos) << text;
+    EXPECT_TRUE(text.ends_with(" on cpu, f32.\n")) << text;
   }
 
   const std::string one = (dir_->path / "bench-gsm8k.json").string();

@@ -4,6 +4,7 @@
 #include "cli/cmd_bench.h"
 
 #include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -298,6 +299,10 @@ int run_bench(const ToolOptions& o) {
   std::map<std::string, decode::GenerationResult> plain_results;
   b.plain_results = &plain_results;
   const nlohmann::ordered_json measured_with = provenance(o);
+  // under the tables, as under a paper's: what measured them
+  const std::string footer = fmt::format("\nMeasured by {} on {}, {}.\n", tools::build_line(),
+                                         measured_with["device"].get<std::string>(),
+                                         measured_with["dtype"].get<std::string>());
   for (const auto& [run, draft, block_size] : plan) {
     b.dataset = run->name;
     b.draft = draft_dirs[draft];
@@ -331,11 +336,12 @@ int run_bench(const ToolOptions& o) {
     }
     const bool last = reports.size() == plan.size();
     const std::string summary = plan.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "";
-    write_output(o.markdown_out, md + summary, "the Markdown table", /*say=*/last);
+    write_output(o.markdown_out, md + summary + footer, "the Markdown table", /*say=*/last);
     write_output(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                  "per-sample records", /*say=*/last);
   }
   if (plan.size() > 1) std::printf("\n%s", tools::bench_summary_markdown(reports).c_str());
+  std::printf("%s", footer.c_str());
   if (checkpoint && o.resume) {
     int64_t reused = 0;
     for (const tools::BenchReport& r : reports) reused += r.resumed;
