@@ -649,6 +649,9 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   EXPECT_EQ(tokens["tokens"].size(), whole["usage"]["prompt_tokens"].get<size_t>());
   EXPECT_EQ(post(s, "/detokenize", {{"tokens", tokens["tokens"]}})["content"], templ["prompt"]);
   EXPECT_EQ(metric(s, "requests_total"), 2);
+  const std::regex build_info(R"(\nspecpress:build_info\{version="[0-9.]+",commit="[^"]+",torch="[^"]+",)"
+                              R"(cuda_runtime="[^"]*"\} 1\n)");
+  EXPECT_TRUE(std::regex_search(s.client().Get("/metrics")->body, build_info)) << "the build as a gauge's labels";
   // the DFlash counters: verify steps and per-position acceptance add up to the responses' draft counts
   const double steps = metric(s, "verify_steps_total");
   EXPECT_EQ(steps, 2 * whole["timings"]["draft_n"].get<double>() / 15);  // two requests, 15 drafted tokens a step

@@ -693,6 +693,18 @@ std::string Server::metrics_text() const {
   auto metric = [&](const char* name, const char* type, const char* help, double value) {
     s += fmt::format("# HELP specpress:{} {}\n# TYPE specpress:{} {}\nspecpress:{} {}\n", name, help, name, type, name, value);
   };
+  {  // the build as labels of a constant 1, as Prometheus exporters' *_build_info
+    const tools::BuildInfo b = tools::build_info();
+    auto label = [](const std::string& v) {  // the exposition format's escapes
+      std::string out;
+      for (char c : v) out += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+      return out;
+    };
+    s += fmt::format("# HELP specpress:build_info The build serving: version, source commit, LibTorch, CUDA.\n"
+                     "# TYPE specpress:build_info gauge\nspecpress:build_info{{version=\"{}\",commit=\"{}\","
+                     "torch=\"{}\",cuda_runtime=\"{}\"}} 1\n",
+                     label(b.version), label(b.commit), label(b.torch), label(b.cuda_runtime));
+  }
   metric("requests_total", "counter", "Generations run (to their end, a stop, or a client that left).",
          static_cast<double>(requests_));
   metric("prompt_tokens_total", "counter", "Prompt tokens processed.", static_cast<double>(prompt_tokens_));
