@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "decode/generation.h"
+#include "decode/logprobs.h"
 #include "golden_pair.h"
 #include "test_util.h"
 
@@ -174,6 +175,37 @@ TEST_F(Logprobs, TheCallbackCarriesEachCommitsLogprobs) {
       }
     }
   }
+}
+
+// The prompt's own logprobs (the server's echo): the teacher-forced rows, whatever pieces the forward runs in; over
+// a generation's prompt + output, the output's entries are those the generation reported.
+TEST_F(Logprobs, PromptLogprobsAreTheTeacherForcedRowsInAnyPieces) {
+  const auto run = golden_runs()[0];
+  decode::GenerationParams p;
+  p.max_new_tokens = 20;
+  p.logprobs = 4;
+  const decode::GenerationResult generated = decode::generate_plain(*target_, run.prompt, p);
+  ASSERT_EQ(generated.output_ids.size(), 20u);
+  std::vector<int64_t> all = run.prompt;
+  all.insert(all.end(), generated.output_ids.begin(), generated.output_ids.end());
+  const int64_t n = static_cast<int64_t>(run.prompt.size()), total = static_cast<int64_t>(all.size());
+  // every row's log_softmax from one forward of all but the last token
+  decode::GenerationResult whole;
+  whole.output_ids.assign(all.begin() + 1, all.end());
+  const at::Tensor rows = teacher_forced(*target_, {all[0]}, whole.output_ids);
+  for (int64_t chunk : std::vector<int64_t>{1, 3, 7, total - 1, 256}) {
+    const std::string where = "pieces of " + std::to_string(chunk);
+    const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(*target_, all, 4, chunk);
+    ASSERT_EQ(static_cast<int64_t>(scored.size()), total - 1) << where;
+    whole.logprobs = scored;
+    expect_teacher_forced(whole, rows, 4, where);
+    decode::GenerationResult tail;  // the output's entries
+    tail.output_ids = generated.output_ids;
+    tail.logprobs.assign(scored.begin() + (n - 1), scored.end());
+    expect_same_logprobs(generated, tail, where);
+  }
+  EXPECT_TRUE(decode::prompt_logprobs(*target_, {all[0]}, 2).empty()) << "nothing predicts a lone token";
+  EXPECT_EQ(decode::prompt_logprobs(*target_, {all[0], all[1]}, 0)[0].top.size(), 0u);
 }
 
 TEST_F(Logprobs, OutOfRangeCountsAreRefusedByFlagName) {

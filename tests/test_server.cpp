@@ -315,6 +315,21 @@ TEST(ServerLogprobsJson, CompletionColumnsAndEntries) {
                               std::to_string(hello[0]) + R"(,"token":"Hello","logprob":-0.30000001192092896,)" +
                               R"("bytes":[72,101,108,108,111]}]})");
   EXPECT_FALSE(format.chat(tokens)["content"][0].contains("id"));
+
+  // an echoed prompt: its first token unscored (null, as OpenAI writes it), its special tokens counted in
+  // text_offset (the echoed text has them), the output's after it skipped as before
+  std::vector<server::LoggedToken> echoed = {logged(im_end, 0.0f, {}), logged(hello[0], -0.5f, {{im_end, -0.1f}}),
+                                             logged(im_end, -1.0f, {}), logged(im_end, -1.5f, {})};
+  echoed[0].scored = false;
+  for (int i = 0; i < 3; ++i) echoed[i].echoed = true;
+  int64_t echo_offset = 0;
+  const nlohmann::ordered_json e = format.completion(echoed, echo_offset);
+  EXPECT_EQ(e["tokens"], (nlohmann::ordered_json{"<|im_end|>", "Hello", "<|im_end|>", "<|im_end|>"}));
+  EXPECT_EQ(e["token_logprobs"].dump(), "[null,-0.5,-1.0,-1.5]");
+  EXPECT_TRUE(e["top_logprobs"][0].is_null());
+  EXPECT_EQ(e["top_logprobs"][1].dump(), R"({"<|im_end|>":-0.10000000149011612,"Hello":-0.5})");
+  EXPECT_EQ(e["text_offset"], (nlohmann::ordered_json{0, 10, 15, 25}));
+  EXPECT_EQ(echo_offset, 25) << "the output's <|im_end|> is not in the returned text";
 }
 
 TEST(ServerRequest, DeepNestingIsRefusedWhileParsing) {
@@ -339,7 +354,10 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": 5})", "field 'prompt'"},
       {R"({"prompt": ["a", "b"]})", "a batch of 2 prompts"},
       {R"({"prompt": [1, "x"]})", "element 1"},
-      {R"({"prompt": "x", "max_tokens": 0})", "field 'max_tokens': must be at least 1"},
+      {R"({"prompt": "x", "max_tokens": 0})", "field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\""},
+      {R"({"prompt": "x", "max_tokens": 0, "echo": false})", "field 'max_tokens': must be at least 1"},
+      {R"({"prompt": "x", "max_tokens": -1, "echo": true})", "field 'max_tokens': must be at least 1, got -1"},
+      {R"({"prompt": "x", "echo": 1})", "field 'echo': expected true or false"},
       {R"({"prompt": "x", "max_tokens": 2.5})", "field 'max_tokens': expected an integer"},
       {R"({"prompt": "x", "temperature": -1})", "field 'temperature'"},
       {R"({"prompt": "x", "top_p": 0})", "field 'top_p'"},
@@ -354,7 +372,6 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "stream": "yes"})", "field 'stream'"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "only allowed with \"stream\": true"},
       {R"({"prompt": "x", "n": 2})", "field 'n': more than one completion"},
-      {R"({"prompt": "x", "echo": true})", "field 'echo'"},
       {R"({"prompt": "x", "logprobs": 21})", "field 'logprobs': must be 0..20"},
       {R"({"prompt": "x", "logprobs": true})", "field 'logprobs': expected an integer 0..20"},
       {R"({"prompt": "x", "top_logprobs": 2})", "field 'top_logprobs': /v1/completions takes 'logprobs'"},
@@ -393,6 +410,30 @@ TEST(ServerRequest, BadFieldsAreNamed) {
     EXPECT_NE(error.find("..."), std::string::npos) << error.substr(0, 200);
   }
   EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).find("'n_predict'"),
+            std::string::npos);
+}
+
+// /v1/completions' echo (the prompt's text and, with logprobs, its tokens' own), with max_tokens 0 to score the
+// prompt alone, as lm-evaluation-harness's loglikelihood sends it; the other routes refuse it by name.
+TEST(ServerRequest, EchoIsCompletionsOwnAndAllowsNoOutput) {
+  EXPECT_FALSE(parse(R"({"prompt": "x"})").echo);
+  EXPECT_FALSE(parse(R"({"prompt": "x", "echo": false})").echo);
+  EXPECT_FALSE(parse(R"({"prompt": "x", "echo": null})").echo);
+  const server::CompletionRequest r = parse(R"({"prompt": [[1, 2, 3]], "max_tokens": 1, "logprobs": 1, "echo": true,
+                                                "temperature": 0, "seed": 1234})");
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(r.logprobs, 1);
+  EXPECT_EQ(parse(R"({"max_tokens": 0, "prompt": "x", "echo": true})").max_tokens, 0) << "either order";
+  EXPECT_EQ(parse(R"({"prompt": "x", "echo": true, "max_tokens": 0, "stream": true})").max_tokens, 0);
+  EXPECT_NE(parse_error(R"({"prompt": "x", "echo": true})", server::Api::kNativeCompletion)
+                .find("field 'echo': echoing the prompt on /completion (/v1/completions does) is not supported"),
+            std::string::npos);
+  EXPECT_EQ(parse(R"({"prompt": "x", "echo": false})", server::Api::kNativeCompletion).echo, false);
+  EXPECT_NE(parse_error(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})",
+                        server::Api::kChatCompletions).find("unknown field 'echo'"), std::string::npos);
+  EXPECT_NE(parse_error(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})",
+                        server::Api::kChatCompletions).find("field 'max_tokens': must be at least 1, got 0"),
             std::string::npos);
 }
 
@@ -886,6 +927,127 @@ TEST(ServerHttp, LogprobsInEveryApiWholeAndStreamedEqualGenerates) {
       for (const json& entry : e.value("completion_probabilities", json::array())) native_streamed.push_back(entry);
   EXPECT_EQ(native_streamed, probabilities);
   EXPECT_FALSE(post(s, "/completion", {{"prompt", prompt}, {"n_predict", 4}}).contains("completion_probabilities"));
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
+// Unicode code points of UTF-8 text.
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// /v1/completions' echo: the prompt's text before the reply, and with logprobs the prompt tokens' own entries (the
+// first null) before the reply's, unchanged. Scoring a generation's prompt + output ids with max_tokens 0 gives back
+// the logprobs the generation reported, the greedy tokens each its row's likeliest, as lm-evaluation-harness's
+// loglikelihood requests (its exact payload) read them.
+TEST(ServerHttp, EchoReturnsThePromptAndScoresItAsGenerationReportedIt) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const std::string prompt = post(s, "/apply-template", {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}})["prompt"];
+  const json request = {{"prompt", prompt}, {"max_tokens", 16}, {"logprobs", 3}};
+  const json reply = post(s, "/v1/completions", request);
+  const std::string reply_text = reply["choices"][0]["text"];
+  const json reply_columns = reply["choices"][0]["logprobs"];
+  ASSERT_EQ(reply_columns["tokens"].size(), 16u);
+
+  json echo_request = request;
+  echo_request["echo"] = true;
+  const json echoed = post(s, "/v1/completions", echo_request);
+  const int64_t n = echoed["usage"]["prompt_tokens"];
+  EXPECT_EQ(echoed["usage"], reply["usage"]);
+  EXPECT_EQ(echoed["choices"][0]["text"], prompt + reply_text);
+  const json columns = echoed["choices"][0]["logprobs"];
+  ASSERT_EQ(columns["tokens"].size(), static_cast<size_t>(n + 16));
+  EXPECT_TRUE(columns["token_logprobs"][0].is_null());
+  EXPECT_TRUE(columns["top_logprobs"][0].is_null());
+  std::string prompt_tokens_text;
+  for (int64_t i = 0; i < n; ++i) prompt_tokens_text += columns["tokens"][i].get<std::string>();
+  EXPECT_EQ(prompt_tokens_text, prompt) << "the template's special tokens written out";
+  for (int64_t i = 1; i < n; ++i) {
+    EXPECT_LE(columns["token_logprobs"][i].get<double>(), 0.0) << i;
+    EXPECT_GE(columns["top_logprobs"][i].size(), 3u) << i;
+    EXPECT_LE(columns["top_logprobs"][i].size(), 4u) << i << ": the top 3 and the prompt's token";
+  }
+  int64_t offset = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(columns["text_offset"][i], offset) << i;
+    offset += code_points(columns["tokens"][i].get<std::string>());
+  }
+  for (size_t i = 0; i < 16; ++i) {  // the reply's entries as without echo, their offsets after the prompt's text
+    EXPECT_EQ(columns["tokens"][n + i], reply_columns["tokens"][i]) << i;
+    EXPECT_EQ(columns["token_logprobs"][n + i], reply_columns["token_logprobs"][i]) << i;
+    EXPECT_EQ(columns["top_logprobs"][n + i], reply_columns["top_logprobs"][i]) << i;
+    EXPECT_EQ(columns["text_offset"][n + i].get<int64_t>(), code_points(prompt) + reply_columns["text_offset"][i].get<int64_t>()) << i;
+  }
+  // streamed: the prompt's text and entries first, then the reply's, adding up to the whole response's
+  std::string streamed_text;
+  json streamed = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"text_offset", json::array()}};
+  bool first = true;
+  for (const json& e : post_stream(s, "/v1/completions", echo_request)) {
+    if (e == "[DONE]") continue;
+    const json& choice = e["choices"][0];
+    if (first) EXPECT_EQ(choice["text"], prompt) << "the first chunk is the prompt";
+    first = false;
+    streamed_text += choice["text"].get<std::string>();
+    if (choice["logprobs"].is_null()) continue;
+    for (const char* k : {"tokens", "token_logprobs", "text_offset"})
+      for (const json& v : choice["logprobs"][k]) streamed[k].push_back(v);
+  }
+  EXPECT_EQ(streamed_text, prompt + reply_text);
+  for (const char* k : {"tokens", "token_logprobs", "text_offset"}) EXPECT_EQ(streamed[k], columns[k]) << k;
+  // without logprobs: the text alone
+  json echo_only = echo_request;
+  echo_only.erase("logprobs");
+  const json plain_echo = post(s, "/v1/completions", echo_only);
+  EXPECT_EQ(plain_echo["choices"][0]["text"], prompt + reply_text);
+  EXPECT_TRUE(plain_echo["choices"][0]["logprobs"].is_null());
+
+  // score the prompt + output ids (llama.cpp's /completion names the output's): no output, and the output's entries
+  // are the generation's
+  const json native = post(s, "/completion", {{"prompt", prompt}, {"n_predict", 16}, {"n_probs", 3}});
+  json ids = post(s, "/tokenize", {{"content", prompt}})["tokens"];
+  ASSERT_EQ(static_cast<int64_t>(ids.size()), n);
+  for (const json& entry : native["completion_probabilities"]) ids.push_back(entry["id"]);
+  const json scored = post(s, "/v1/completions", {{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 3}});
+  EXPECT_EQ(scored["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(scored["usage"]["prompt_tokens"], n + 16);
+  EXPECT_EQ(scored["timings"]["predicted_n"], 0);
+  const json scored_columns = scored["choices"][0]["logprobs"];
+  ASSERT_EQ(scored_columns["tokens"].size(), static_cast<size_t>(n + 16));
+  EXPECT_EQ(scored["choices"][0]["text"], prompt + reply_text) << "the ids decoded, special tokens written out";
+  for (int64_t i = 0; i < n; ++i)  // the prompt's rows as the echo of the text prompt computed them
+    EXPECT_NEAR(scored_columns["token_logprobs"][i].is_null() ? 1.0 : scored_columns["token_logprobs"][i].get<double>(),
+                columns["token_logprobs"][i].is_null() ? 1.0 : columns["token_logprobs"][i].get<double>(), 1e-5) << i;
+  for (size_t i = 0; i < 16; ++i) {
+    const json& entry = native["completion_probabilities"][i];
+    EXPECT_EQ(scored_columns["tokens"][n + i], entry["token"]) << i;
+    EXPECT_NEAR(scored_columns["token_logprobs"][n + i].get<double>(), entry["logprob"].get<double>(), 1e-4) << i;
+    for (const json& alternative : entry["top_logprobs"]) {
+      const std::string key = alternative["token"];
+      ASSERT_TRUE(scored_columns["top_logprobs"][n + i].contains(key)) << i << " " << key;
+      EXPECT_NEAR(scored_columns["top_logprobs"][n + i][key].get<double>(), alternative["logprob"].get<double>(), 1e-4)
+          << i << " " << key;
+    }
+  }
+  // lm-evaluation-harness's loglikelihood request (openai_completions.py) and its reading of the answer
+  const json harness = post(s, "/v1/completions", {{"model", "target"}, {"prompt", json::array({ids})},
+                                                   {"temperature", 0}, {"max_tokens", 1}, {"logprobs", 1},
+                                                   {"seed", 1234}, {"echo", true}});
+  const json h = harness["choices"][0]["logprobs"];
+  ASSERT_EQ(h["token_logprobs"].size(), static_cast<size_t>(n + 17)) << "the context, the continuation, one more";
+  double sum = 0, expected_sum = 0;
+  for (size_t i = 0; i < 16; ++i) {
+    const double lp = h["token_logprobs"][n + i].get<double>();
+    sum += lp;
+    expected_sum += native["completion_probabilities"][i]["logprob"].get<double>();
+    double best = -1e30;
+    for (const auto& [key, value] : h["top_logprobs"][n + i].items()) best = std::max(best, value.get<double>());
+    EXPECT_EQ(lp, best) << i << ": the greedy continuation is its rows' likeliest (is_greedy)";
+  }
+  EXPECT_NEAR(sum, expected_sum, 1e-3);
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 

@@ -4,7 +4,10 @@
 # generate` with the same flags, and prints both tokens/s. generate runs with --logprobs 3 (its loop then reads the
 # logits back every cycle, unpipelined): its text must still equal the server's pipelined reply, and its logprobs
 # the server's for a request with logprobs, whole and streamed. Anthropic's /v1/messages must return the chat reply's
-# text, whole and streamed (its text_delta events). The demo pair's head_dim (16) is not a fast-path width, so
+# text, whole and streamed (its text_delta events). /v1/completions with echo and max_tokens 0 scores the chat prompt +
+# generate's output ids (the reference forward, in the server's dtype): nothing generated, the first entry null, and
+# the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds against the
+# reference path); it prints the scoring time. The demo pair's head_dim (16) is not a fast-path width, so
 # on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
 # (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
@@ -78,8 +81,23 @@ deltas = [json.loads(f.split("\ndata: ", 1)[1]) for f in post("/v1/messages", di
 message_streamed = "".join(d["delta"].get("text", "") for d in deltas)
 print(f"server_check: messages text_equal={message_text == text} stream_equal={message_streamed == text} "
       f"stop_reason={message['stop_reason']} output_tokens={message['usage']['output_tokens']}")
+# echo: the prompt + generate's output scored by the reference forward, nothing generated
+prompt = json.loads(post("/apply-template", {"messages": body["messages"]}))["prompt"]
+ids = json.loads(post("/tokenize", {"content": prompt}))["tokens"] + expected["output_ids"]
+t0 = time.perf_counter()
+scored = json.loads(post("/v1/completions", {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1}))
+t_score = time.perf_counter() - t0
+cols = scored["choices"][0]["logprobs"]
+tail = cols["token_logprobs"][len(ids) - len(ref):]
+worst = max(abs(a - r["logprob"]) - 0.03 * abs(r["logprob"]) for a, r in zip(tail, ref))
+max_abs = max(abs(a - r["logprob"]) for a, r in zip(tail, ref))
+echo_ok = (scored["usage"]["completion_tokens"] == 0 and len(cols["tokens"]) == len(ids) and
+           cols["token_logprobs"][0] is None and len(tail) == len(ref) and worst <= 0.05)
+print(f"server_check: echo {len(ids)} tokens scored in {t_score * 1e3:.1f} ms (request wall), "
+      f"output logprobs within 0.05 + 3% of generate's={worst <= 0.05} (largest difference {max_abs:.4f}), "
+      f"ok={echo_ok}")
 ok = (text == expected["text"] and streamed == text and (props["fast_path"] or not fast) and lp_equal and
       streamed_lp == content and greedy_top and message_text == text and message_streamed == text and
-      props["build_info"].startswith("specpress ") and ("CUDA build" in props["build_info"] or not fast))
+      props["build_info"].startswith("specpress ") and ("CUDA build" in props["build_info"] or not fast) and echo_ok)
 sys.exit(0 if ok else 1)
 PY

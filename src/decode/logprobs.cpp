@@ -2,6 +2,7 @@
 #include "decode/logprobs.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -33,6 +34,28 @@ std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::ve
     std::stable_sort(top.begin(), top.end(), [](const auto& x, const auto& y) {
       return x.second > y.second || (x.second == y.second && x.first < y.first);
     });
+  }
+  return out;
+}
+
+std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                          int64_t top_n, int64_t chunk) {
+  const int64_t N = static_cast<int64_t>(prompt.size());
+  if (N < 1) fail("internal: the logprobs of an empty prompt");
+  if (chunk < 1) fail("internal: prompt logprobs in pieces of {} tokens", chunk);
+  std::vector<TokenLogprob> out;
+  out.reserve(N - 1);
+  if (N == 1) return out;
+  model::KVCache cache = target.make_cache(N - 1);
+  const at::Tensor ids = at::tensor(prompt, at::kLong).to(target.device());
+  model::ForwardOptions options;
+  options.all_logits = true;
+  for (int64_t start = 0; start < N - 1; start += chunk) {
+    const int64_t T = std::min(chunk, N - 1 - start);  // rows start .. start+T-1 predict tokens start+1 .. start+T
+    const model::ForwardOutput f = target.forward(ids.narrow(0, start, T), start, cache, options);
+    const std::vector<int64_t> next(prompt.begin() + start + 1, prompt.begin() + start + 1 + T);
+    std::vector<TokenLogprob> rows = token_logprobs(f.logits, next, top_n);
+    out.insert(out.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
   }
   return out;
 }

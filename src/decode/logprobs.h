@@ -9,12 +9,20 @@
 #include <ATen/ATen.h>
 
 #include "decode/generation.h"
+#include "model/qwen3.h"
 
 namespace specpress::decode {
 
 // logits: [R, V] raw logits (any float dtype, any device); tokens: the R tokens chosen from them. Each row's
 // log_softmax in fp32, the chosen token's entry and the top_n largest (those topk returns; equal values in id order).
 std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens, int64_t top_n);
+
+// The prompt's own log-probabilities, as OpenAI's completions report them with "echo": entry i - 1 is token i's given
+// tokens 0..i-1 (nothing predicts token 0), with top_n alternatives. The reference forward runs over the prompt in
+// pieces of at most `chunk` tokens, so that one piece's fp32 logits ([chunk, V]) are all it holds at once; the last
+// prompt token needs no forward. The prompt must fit the model's max_position_embeddings.
+std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                          int64_t top_n, int64_t chunk = 256);
 
 // token_logprobs for params.logprobs >= 0, else nothing.
 std::vector<TokenLogprob> logprobs_if_asked(const GenerationParams& params, const at::Tensor& logits,

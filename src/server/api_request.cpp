@@ -115,7 +115,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat) || (key == "n_predict" && native)) {
       const int64_t n = integer_field(v, key);
       if (native && n == -1) continue;  // llama.cpp: -1 = no limit (here: the context size)
-      if (n < 1) fail("field '{}': must be at least 1, got {}", key, n);
+      if (n < 0 || (n == 0 && api != Api::kCompletions)) fail("field '{}': must be at least 1, got {}", key, n);
       if (key == "max_completion_tokens") max_completion_tokens = n;
       else if (!max_completion_tokens) r.max_tokens = n;
       r.max_tokens_given = true;
@@ -150,8 +150,10 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "n" || key == "best_of") {
       const int64_t n = integer_field(v, key);
       require_off(v, key, n == 1, "more than one completion a request");
-    } else if (key == "echo" && !chat) {
-      require_off(v, key, v == false, "echoing the prompt");
+    } else if (key == "echo" && api == Api::kCompletions) {
+      r.echo = bool_field(v, key);
+    } else if (key == "echo" && native) {
+      require_off(v, key, v == false, "echoing the prompt on /completion (/v1/completions does)");
     } else if (key == "logprobs" && chat) {
       chat_logprobs = bool_field(v, key);
     } else if (key == "top_logprobs" && chat) {
@@ -187,6 +189,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     }
   }
   if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
+  if (r.max_tokens_given && r.max_tokens == 0 && !r.echo)
+    fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");
   if (top_logprobs && !chat_logprobs) fail("field 'top_logprobs': only allowed with \"logprobs\": true");
   if (chat_logprobs) r.logprobs = top_logprobs.value_or(0);
   if (!have_prompt) fail("field '{}' is missing", chat ? "messages" : "prompt");

@@ -1,7 +1,7 @@
 // api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
 // OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion (Anthropic's /v1/messages:
 // messages_request.h, into the same CompletionRequest). Every field the
-// engine cannot honour is refused by name (n > 1, echo, penalties, tools, ...) rather than
+// engine cannot honour is refused by name (n > 1, penalties, tools, ...) rather than
 // ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
 #pragma once
 #include <cstdint>
@@ -41,7 +41,7 @@ struct CompletionRequest {
   bool enable_thinking = false;
   // chat and messages: the thinking's place in the reply (messages: kDeepseek = thinking blocks); else none
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
-  int64_t max_tokens = -1;  // -1: as many as the context size leaves
+  int64_t max_tokens = -1;  // -1: as many as the context size leaves; 0 (echo only): the prompt scored, no output
   bool max_tokens_given = false;  // false: the server's default, which the context may shorten
   decode::SamplingParams sampling;
   bool random_seed = false;  // seed -1 (or none, where the server's default is random): the server draws one
@@ -52,6 +52,9 @@ struct CompletionRequest {
   // -1: none; else each output token's log-probability with this many alternatives (chat: logprobs and
   // top_logprobs; /v1/completions: logprobs; /completion: n_probs)
   int64_t logprobs = -1;
+  // /v1/completions: the prompt's text before the reply, and with logprobs the prompt tokens' own (the first null),
+  // as OpenAI's legacy completions and vLLM return them for scoring (lm-evaluation-harness's loglikelihood)
+  bool echo = false;
   std::string model;  // as the client named it (echoed back; one model is served)
 };
 

@@ -9,6 +9,7 @@
 
 #include "decode/generation.h"
 #include "server/api_request.h"
+#include "server/logprobs_json.h"
 
 namespace specpress::server {
 
@@ -22,13 +23,16 @@ struct Job {
 
 struct Outcome {
   decode::GenerationResult result;
-  std::string text;       // the reply, or (chat and messages, deepseek reasoning format) its answer
+  std::string text;       // the reply (after the prompt's text, with echo), or (chat and messages, deepseek
+                          // reasoning format) its answer
   std::string reasoning;  // chat and messages: the thinking (reasoning.h)
   int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
   std::string finish_reason;  // "stop" (eos or a stop string) or "length"
   std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
   std::string stopping_word;
   nlohmann::ordered_json compression;  // null unless the server compresses
+  // echo with logprobs: the prompt tokens' entries (the first unscored), before the output's
+  std::vector<LoggedToken> echo_logprobs;
 };
 
 }  // namespace specpress::server

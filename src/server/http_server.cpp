@@ -35,6 +35,7 @@
 #include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
+#include "decode/logprobs.h"
 #include "model/config_json.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
@@ -317,6 +318,12 @@ Job Server::prepare(const CompletionRequest& request) const {
                                                               : "cmpl-");
   job.prompt = prompt_ids(request);
   const int64_t n = static_cast<int64_t>(job.prompt.size());
+  if (request.max_tokens == 0) {  // echo only: the prompt scored, nothing generated
+    if (n > m.ctx_size) fail("the prompt ({} tokens) exceeds the context size {} (-c/--ctx-size)", n, m.ctx_size);
+    job.params.max_new_tokens = 0;
+    job.params.logprobs = request.logprobs;
+    return job;
+  }
   const int64_t room = m.ctx_size - n - m.reserve;
   if (room < 1)
     fail("the prompt ({} tokens) leaves no room for output in the context size {} (-c/--ctx-size; block {})", n,
@@ -363,6 +370,30 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     logprobs.clear();
   };
   auto deliver = [&](const std::string& final_text) { deliver_parts(split.push(final_text)); };
+  const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
+  if (job.request.echo) {
+    // the prompt's text (as sent, or its ids decoded with special tokens written out) and, with logprobs, its
+    // tokens' own from the reference forward; stop strings and the reasoning split see only the reply
+    const auto t0 = std::chrono::steady_clock::now();
+    if (job.params.logprobs >= 0) {
+      const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(*m.target, job.prompt,
+                                                                               job.params.logprobs);
+      for (int64_t i = 0; i < n_prompt; ++i)
+        out.echo_logprobs.push_back(
+            {job.prompt[i], i > 0 ? scored[i - 1] : decode::TokenLogprob{}, /*echoed=*/true, /*scored=*/i > 0});
+    }
+    out.result.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::string prompt_text;
+    if (job.request.prompt_text) {
+      prompt_text = *job.request.prompt_text;
+    } else {
+      const LogprobsJson format(m.tokenizer);
+      for (int64_t id : job.prompt) prompt_text += format.bytes(id);
+    }
+    logprobs = out.echo_logprobs;
+    deliver_parts({"", prompt_text});
+  }
+  const double scoring_ms = out.result.prefill_ms;
   // Token by token, so that the text (and the tokens counted for it) end where a stop string completes, however
   // many tokens a DFlash block commits at once.
   decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens,
@@ -383,8 +414,12 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     if (stops.stopped() || client_gone) cancel = true;
     if (shutting_down_) cancel = true, interrupted = true;
   };
-  out.result = m.draft ? m.runner->dflash(job.prompt, job.params, on_tokens)
-                       : m.runner->plain(job.prompt, job.params, on_tokens);
+  if (job.params.max_new_tokens > 0) {
+    out.result = m.draft ? m.runner->dflash(job.prompt, job.params, on_tokens)
+                         : m.runner->plain(job.prompt, job.params, on_tokens);
+  } else {
+    out.result.prompt_tokens = n_prompt;
+  }
   if (!stops.stopped()) {
     std::string rest = decoder ? stops.push(decoder->flush()) : std::string();
     if (!stops.stopped()) rest += stops.flush();
@@ -418,6 +453,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   }
   std::string spec;
   if (r.block_size > 1) spec = fmt::format(", tau {:.2f}", r.mean_acceptance_length());
+  if (job.request.echo && job.params.logprobs >= 0) spec += fmt::format(", prompt scored in {:.1f} ms", scoring_ms);
   std::fprintf(stderr, "%s: prompt %lld tokens in %.1f ms, %zu tokens generated in %.1f ms (%.2f tokens/s%s), %s%s\n",
                job.id.c_str(), static_cast<long long>(r.prompt_tokens), r.prefill_ms, r.output_ids.size(),
                r.first_draft_ms + r.decode_ms, r.decode_ms > 0 ? 1e3 * r.output_ids.size() / r.decode_ms : 0.0,

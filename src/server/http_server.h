@@ -16,6 +16,8 @@
 // reasoning_format); stop strings apply to the reply as generated, thinking included, before that split.
 // Logprobs (logprobs_json.h): one entry a token the usage counts, in each API's form; the generation then runs the
 // fast path's unpipelined loop. A stream sends each token's entry with the first chunk of text after it.
+// /v1/completions' echo puts the prompt's text first (a stream's first chunk) and, with logprobs, the prompt tokens'
+// entries (decode::prompt_logprobs, the reference forward) before the reply's; max_tokens 0 with echo generates nothing.
 //
 // Anthropic's Messages API (messages_request.h, messages_json.h) runs the same generations: its replies, event streams
 // (a ping event, not a comment line, keeps a quiet one alive) and errors (the /v1/messages routes' 401 and 404 too)

@@ -60,6 +60,15 @@ json LogprobsJson::completion(const std::vector<LoggedToken>& tokens, int64_t& t
   for (const LoggedToken& t : tokens) {
     const std::string s = text(t.id);
     texts.push_back(s);
+    offsets.push_back(text_offset);
+    // the text the server returns skips the output's special tokens (an echoed prompt has them); a character split
+    // over two tokens counts once
+    text_offset += code_points(bytes(t.id, /*skip_special=*/!t.echoed));
+    if (!t.scored) {  // the echoed prompt's first token
+      logprobs.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
     logprobs.push_back(t.logprob.logprob);
     json top = json::object();
     for (const auto& [id, lp] : t.logprob.top) {
@@ -68,9 +77,6 @@ json LogprobsJson::completion(const std::vector<LoggedToken>& tokens, int64_t& t
     }
     if (!top.contains(s)) top[s] = t.logprob.logprob;
     tops.push_back(top);
-    offsets.push_back(text_offset);
-    // the text the server returns skips special tokens; a character split over two tokens counts once
-    text_offset += code_points(bytes(t.id, /*skip_special=*/true));
   }
   return {{"tokens", texts}, {"token_logprobs", logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }

@@ -4,7 +4,8 @@
 // and llama.cpp's completion_probabilities [{id, token, logprob, bytes, top_logprobs}]; keys in that order, and the
 // alternatives most likely first. A token's text is its own decoding (special tokens written out; U+FFFD for a part
 // of a UTF-8 character, whose exact bytes `bytes` keeps); without a tokenizer it is the id and a space, as the
-// server writes ids.
+// server writes ids. Completions' columns may start with the echoed prompt's tokens (LoggedToken::echoed), the first
+// with a null logprob and null top_logprobs, as OpenAI's echo writes it.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -21,14 +22,18 @@ namespace specpress::server {
 struct LoggedToken {
   int64_t id = 0;
   decode::TokenLogprob logprob;
+  // A prompt token /v1/completions echoes: its text counts with special tokens written out, as the echoed prompt
+  // has them; the first has no logprob (null, and null top_logprobs, as OpenAI writes it).
+  bool echoed = false;
+  bool scored = true;
 };
 
 class LogprobsJson {
  public:
   explicit LogprobsJson(const std::optional<tok::Tokenizer>& tokenizer) : tokenizer_(tokenizer) {}
   nlohmann::ordered_json chat(const std::vector<LoggedToken>& tokens) const;
-  // text_offset: characters (Unicode code points) of the output's tokens before tokens[0] (special tokens
-  // written out); advanced past them.
+  // text_offset: characters (Unicode code points) of the text before tokens[0] (output tokens' special tokens
+  // skipped, as the returned text has them); advanced past them.
   nlohmann::ordered_json completion(const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
   nlohmann::ordered_json native(const std::vector<LoggedToken>& tokens) const;
   // One token's text and bytes (see above); skip_special: none for a special token, as the returned text has.

@@ -70,7 +70,7 @@ json response_json(const Job& job, const Outcome& out, const std::string& model_
   }
   if (!out.compression.is_null()) j["compression"] = out.compression;
   // the returned tokens': those the usage counts (up to the one completing a stop string)
-  std::vector<LoggedToken> returned;
+  std::vector<LoggedToken> returned = out.echo_logprobs;
   const decode::GenerationResult& r = out.result;
   for (int64_t i = 0; i < out.completion_tokens && i < static_cast<int64_t>(r.logprobs.size()); ++i)
     returned.push_back({r.output_ids[i], r.logprobs[i]});
