@@ -330,6 +330,25 @@ TEST(ServerLogprobsJson, CompletionColumnsAndEntries) {
   EXPECT_EQ(e["top_logprobs"][1].dump(), R"({"<|im_end|>":-0.10000000149011612,"Hello":-0.5})");
   EXPECT_EQ(e["text_offset"], (nlohmann::ordered_json{0, 10, 15, 25}));
   EXPECT_EQ(echo_offset, 25) << "the output's <|im_end|> is not in the returned text";
+
+  // return_tokens_as_token_ids: "token_id:ID" everywhere a token is named, so two parts of characters (both U+FFFD)
+  // keep their own top_logprobs keys; bytes and text_offset as before
+  const int64_t byte_c4 = *tokenizer->token_to_id("\xC3\x84");  // 0xC4, another lead byte alone
+  const server::LogprobsJson as_ids(tokenizer, /*tokens_as_ids=*/true);
+  const std::vector<server::LoggedToken> parts = {logged(byte_c3, -1.0f, {{byte_c3, -1.0f}, {byte_c4, -1.2f}}),
+                                                  logged(im_end, -0.5f, {})};
+  int64_t parts_offset = 0, plain_offset = 0;
+  const nlohmann::ordered_json by_id = as_ids.completion(parts, parts_offset);
+  const std::string c3 = "token_id:" + std::to_string(byte_c3), c4 = "token_id:" + std::to_string(byte_c4);
+  EXPECT_EQ(by_id["tokens"], (nlohmann::ordered_json{c3, "token_id:" + std::to_string(im_end)}));
+  EXPECT_EQ(by_id["top_logprobs"][0].dump(), nlohmann::ordered_json({{c3, -1.0f}, {c4, -1.2f}}).dump());
+  EXPECT_EQ(format.completion(parts, plain_offset)["top_logprobs"][0].size(), 1u) << "by text the two collide";
+  EXPECT_EQ(by_id["text_offset"], (nlohmann::ordered_json{0, 1}));
+  EXPECT_EQ(parts_offset, plain_offset);
+  const nlohmann::ordered_json chat_entry = as_ids.chat(parts)["content"][0];
+  EXPECT_EQ(chat_entry["token"], c3);
+  EXPECT_EQ(chat_entry["bytes"], (nlohmann::ordered_json{195}));
+  EXPECT_EQ(chat_entry["top_logprobs"][1]["token"], c4);
 }
 
 TEST(ServerRequest, DeepNestingIsRefusedWhileParsing) {
@@ -411,6 +430,26 @@ TEST(ServerRequest, BadFieldsAreNamed) {
   }
   EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).find("'n_predict'"),
             std::string::npos);
+}
+
+// vLLM's return_tokens_as_token_ids: on chat and /v1/completions, the server's default unless the request says.
+TEST(ServerRequest, ReturnTokensAsTokenIds) {
+  EXPECT_FALSE(parse(R"({"prompt": "x"})").tokens_as_ids);
+  EXPECT_TRUE(parse(R"({"prompt": "x", "return_tokens_as_token_ids": true})").tokens_as_ids);
+  EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "x"}], "return_tokens_as_token_ids": true})",
+                    server::Api::kChatCompletions).tokens_as_ids);
+  server::RequestDefaults defaults;
+  defaults.tokens_as_ids = true;
+  EXPECT_TRUE(server::parse_completion_request(json::parse(R"({"prompt": "x"})"), server::Api::kCompletions, defaults)
+                  .tokens_as_ids);
+  EXPECT_FALSE(server::parse_completion_request(json::parse(R"({"prompt": "x", "return_tokens_as_token_ids": false})"),
+                                                server::Api::kCompletions, defaults).tokens_as_ids);
+  EXPECT_NE(parse_error(R"({"prompt": "x", "return_tokens_as_token_ids": 1})")
+                .find("field 'return_tokens_as_token_ids': expected true or false"), std::string::npos);
+  EXPECT_FALSE(server::parse_completion_request(json::parse(R"({"prompt": "x"})"), server::Api::kNativeCompletion,
+                                                defaults).tokens_as_ids);
+  EXPECT_NE(parse_error(R"({"prompt": "x", "return_tokens_as_token_ids": true})", server::Api::kNativeCompletion)
+                .find("unknown field 'return_tokens_as_token_ids' for /completion"), std::string::npos);
 }
 
 // /v1/completions' echo (the prompt's text and, with logprobs, its tokens' own), with max_tokens 0 to score the
@@ -1032,6 +1071,13 @@ TEST(ServerHttp, EchoReturnsThePromptAndScoresItAsGenerationReportedIt) {
           << i << " " << key;
     }
   }
+  // vLLM's return_tokens_as_token_ids: the entries name the ids scored, the text is unchanged
+  const json by_id = post(s, "/v1/completions", {{"prompt", ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1},
+                                                 {"return_tokens_as_token_ids", true}});
+  const json& id_tokens = by_id["choices"][0]["logprobs"]["tokens"];
+  ASSERT_EQ(id_tokens.size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(id_tokens[i], "token_id:" + ids[i].dump()) << i;
+  EXPECT_EQ(by_id["choices"][0]["text"], prompt + reply_text);
   // lm-evaluation-harness's loglikelihood request (openai_completions.py) and its reading of the answer
   const json harness = post(s, "/v1/completions", {{"model", "target"}, {"prompt", json::array({ids})},
                                                    {"temperature", 0}, {"max_tokens", 1}, {"logprobs", 1},
@@ -1048,6 +1094,32 @@ TEST(ServerHttp, EchoReturnsThePromptAndScoresItAsGenerationReportedIt) {
     EXPECT_EQ(lp, best) << i << ": the greedy continuation is its rows' likeliest (is_greedy)";
   }
   EXPECT_NEAR(sum, expected_sum, 1e-3);
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
+// --return-tokens-as-token-ids makes "token_id:ID" every request's default; a request's false wins.
+TEST(ServerHttp, ReturnTokensAsTokenIdsFlagSetsTheDefault) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--return-tokens-as-token-ids"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json body = {{"prompt", "2 + 3 ="}, {"max_tokens", 4}, {"n_probs", 1}};
+  const json native = post(s, "/completion", body);  // llama.cpp's route: its own entries (ids and text)
+  const json& entries = native["completion_probabilities"];
+  ASSERT_EQ(entries.size(), 4u);
+  json request = {{"messages", {{{"role", "user"}, {"content", "2 + 3 ="}}}}, {"max_tokens", 4}, {"logprobs", true}};
+  const json content = post(s, "/v1/chat/completions", request)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  for (const json& entry : content) EXPECT_EQ(entry["token"].get<std::string>().rfind("token_id:", 0), 0u) << entry;
+  request["return_tokens_as_token_ids"] = false;
+  const json texts = post(s, "/v1/chat/completions", request)["choices"][0]["logprobs"]["content"];
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(texts[i]["logprob"], content[i]["logprob"]) << i;
+    EXPECT_EQ(texts[i]["token"].get<std::string>().rfind("token_id:", 0), std::string::npos) << texts[i];
+  }
+  const json columns = post(s, "/v1/completions", {{"prompt", "2 + 3 ="}, {"max_tokens", 4}, {"logprobs", 0}})
+                           ["choices"][0]["logprobs"];
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(columns["tokens"][i], "token_id:" + entries[i]["id"].dump()) << i;
+  EXPECT_FALSE(entries[0]["token"].get<std::string>().rfind("token_id:", 0) == 0) << "llama.cpp's route: text";
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 

@@ -102,6 +102,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   if (api == Api::kChatCompletions) r.reasoning_format = defaults.reasoning_format;
   std::optional<int64_t> max_completion_tokens;  // OpenAI's newer name wins over max_tokens
   const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
+  r.tokens_as_ids = defaults.tokens_as_ids && !native;  // llama.cpp's entries have the id beside the text
   bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
   std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
   for (const auto& [key, v] : body.items()) {
@@ -150,6 +151,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "n" || key == "best_of") {
       const int64_t n = integer_field(v, key);
       require_off(v, key, n == 1, "more than one completion a request");
+    } else if (key == "return_tokens_as_token_ids" && !native) {
+      r.tokens_as_ids = bool_field(v, key);
     } else if (key == "echo" && api == Api::kCompletions) {
       r.echo = bool_field(v, key);
     } else if (key == "echo" && native) {

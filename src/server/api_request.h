@@ -27,6 +27,7 @@ struct RequestDefaults {
   bool random_seed = false;  // no "seed" in the request: a fresh one each time
   bool enable_thinking = false;  // chat: Qwen3's enable_thinking (off: what the DFlash drafts are trained on)
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;  // chat: --reasoning-format
+  bool tokens_as_ids = false;  // --return-tokens-as-token-ids
 };
 
 struct CompletionRequest {
@@ -55,6 +56,8 @@ struct CompletionRequest {
   // /v1/completions: the prompt's text before the reply, and with logprobs the prompt tokens' own (the first null),
   // as OpenAI's legacy completions and vLLM return them for scoring (lm-evaluation-harness's loglikelihood)
   bool echo = false;
+  // chat and /v1/completions (vLLM's return_tokens_as_token_ids): logprobs name tokens "token_id:ID"
+  bool tokens_as_ids = false;
   std::string model;  // as the client named it (echoed back; one model is served)
 };
 

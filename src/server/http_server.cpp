@@ -277,6 +277,7 @@ RequestDefaults Server::request_defaults() const {
   defaults.random_seed = o_.random_seed;
   defaults.enable_thinking = o_.enable_thinking;
   defaults.reasoning_format = reasoning_format_;
+  defaults.tokens_as_ids = o_.return_tokens_as_token_ids;
   return defaults;
 }
 
@@ -469,7 +470,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
 
 json Server::reply_json(const Job& job, const Outcome& out) const {
   if (job.request.api == Api::kMessages) return messages_response(job, out, model_name(job), timings_json(out));
-  return response_json(job, out, model_name(job), LogprobsJson(model().tokenizer));
+  return response_json(job, out, model_name(job), LogprobsJson(model().tokenizer, job.request.tokens_as_ids));
 }
 
 std::shared_ptr<Generation> Server::submit(Job job) {
@@ -629,7 +630,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         auto event = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
         const Job& job = g->job;
         const std::string& name = model_name(job);
-        const LogprobsJson format(model().tokenizer);
+        const LogprobsJson format(model().tokenizer, job.request.tokens_as_ids);
         if (job.request.api == Api::kChatCompletions) {
           json first = chunk_json(job, name, "", nullptr);
           first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};

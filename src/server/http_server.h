@@ -18,6 +18,7 @@
 // fast path's unpipelined loop. A stream sends each token's entry with the first chunk of text after it.
 // /v1/completions' echo puts the prompt's text first (a stream's first chunk) and, with logprobs, the prompt tokens'
 // entries (decode::prompt_logprobs, the reference forward) before the reply's; max_tokens 0 with echo generates nothing.
+// return_tokens_as_token_ids (or --return-tokens-as-token-ids) names logprobs' tokens "token_id:ID", as vLLM does.
 //
 // Anthropic's Messages API (messages_request.h, messages_json.h) runs the same generations: its replies, event streams
 // (a ping event, not a comment line, keeps a quiet one alive) and errors (the /v1/messages routes' 401 and 404 too)
@@ -55,6 +56,7 @@ struct ServerOptions {
   bool chat_template_kwargs_given = false;  // the flag was given (an empty value is refused)
   std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)
   bool ignore_eos = false;
+  bool return_tokens_as_token_ids = false;  // vLLM's flag: logprobs name tokens "token_id:ID" by default
   std::string alias;         // the model id clients see; empty: the model directory's name
   std::string api_key;  // when set, every route but /health needs "Authorization: Bearer KEY" or "X-Api-Key: KEY"
   std::string device = "cpu", dtype = "f32";

@@ -24,6 +24,7 @@ std::string LogprobsJson::bytes(int64_t id, bool skip_special) const {
 }
 
 std::string LogprobsJson::text(int64_t id) const {
+  if (tokens_as_ids_) return fmt::format("token_id:{}", id);
   if (!tokenizer_) return fmt::format("{} ", id);
   if (id < 0 || id >= tokenizer_->vocab_size()) return {};
   return tokenizer_->decode(std::vector<int32_t>{static_cast<int32_t>(id)});
@@ -73,7 +74,7 @@ json LogprobsJson::completion(const std::vector<LoggedToken>& tokens, int64_t& t
     json top = json::object();
     for (const auto& [id, lp] : t.logprob.top) {
       const std::string key = text(id);
-      if (!top.contains(key)) top[key] = lp;  // two tokens with one text (U+FFFD): the likelier
+      if (!top.contains(key)) top[key] = lp;  // two tokens with one text (U+FFFD): the likelier (tokens_as_ids: none)
     }
     if (!top.contains(s)) top[s] = t.logprob.logprob;
     tops.push_back(top);

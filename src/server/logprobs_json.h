@@ -30,13 +30,17 @@ struct LoggedToken {
 
 class LogprobsJson {
  public:
-  explicit LogprobsJson(const std::optional<tok::Tokenizer>& tokenizer) : tokenizer_(tokenizer) {}
+  // tokens_as_ids: every token's text is "token_id:ID" (vLLM's return_tokens_as_token_ids), so that no two
+  // tokens share one (the parts of a character all read U+FFFD) and clients map entries back to ids
+  explicit LogprobsJson(const std::optional<tok::Tokenizer>& tokenizer, bool tokens_as_ids = false)
+      : tokenizer_(tokenizer), tokens_as_ids_(tokens_as_ids) {}
   nlohmann::ordered_json chat(const std::vector<LoggedToken>& tokens) const;
   // text_offset: characters (Unicode code points) of the text before tokens[0] (output tokens' special tokens
   // skipped, as the returned text has them); advanced past them.
   nlohmann::ordered_json completion(const std::vector<LoggedToken>& tokens, int64_t& text_offset) const;
   nlohmann::ordered_json native(const std::vector<LoggedToken>& tokens) const;
-  // One token's text and bytes (see above); skip_special: none for a special token, as the returned text has.
+  // One token's text ("token_id:ID" with tokens_as_ids) and bytes (see above); skip_special: none for a special token,
+  // as the returned text has.
   std::string text(int64_t id) const;
   std::string bytes(int64_t id, bool skip_special = false) const;
 
@@ -45,6 +49,7 @@ class LogprobsJson {
   // [{(id,) token, logprob, bytes, top_logprobs: [...]}]: chat's content list, or (with ids) llama.cpp's
   nlohmann::ordered_json entries(const std::vector<LoggedToken>& tokens, bool with_id) const;
   const std::optional<tok::Tokenizer>& tokenizer_;
+  bool tokens_as_ids_;
 };
 
 }  // namespace specpress::server
