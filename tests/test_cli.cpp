@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -15,6 +16,13 @@
 using namespace specpress::test;
 
 namespace {
+
+// a value as printf's %.4f writes it
+std::string fmt_4(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f", v);
+  return buf;
+}
 
 std::string golden_args(const GoldenRun& run) {
   return "generate -m " + golden_dir() + "/target --prompt-ids \"" + join_ids(run.prompt) + "\" -n " +
@@ -85,6 +93,78 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   r = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2,3 -n 4 --compress " + demo + "/draft");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
+}
+
+// `specpress perplexity`: llama-perplexity's progress ([1]x,[2]y,...) and final line, the same value in --json with
+// the build; a text file through the tokenizer (demo target); bad input named by flag.
+TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
+  SPECPRESS_REQUIRE_SHARED();
+  std::vector<int64_t> ids;
+  for (const auto& run : golden_runs()) {
+    ids.insert(ids.end(), run.prompt.begin(), run.prompt.end());
+    ids.insert(ids.end(), run.ar_output.begin(), run.ar_output.end());
+  }
+  ids.resize(100);
+  const std::string base = "perplexity -m " + golden_dir() + "/target --prompt-ids " + join_ids(ids) + " -c 24";
+  const CommandResult r = run_specpress(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(r.out, m, std::regex(R"(Final estimate: PPL = (\d+\.\d{4}) \+/- (\d+\.\d{5})\n)")))
+      << r.out;
+  EXPECT_NE(r.err.find("100 tokens, 4 chunks of 24"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(\[1\]\d+\.\d{4},\[2\]\d+\.\d{4},\[3\]\d+\.\d{4},\[4\]\d+\.\d{4},)")))
+      << r.err;
+  const CommandResult j = run_specpress(base + " --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const nlohmann::json out = nlohmann::json::parse(j.out);
+  EXPECT_EQ(fmt_4(out["ppl"].get<double>()), m[1].str());
+  EXPECT_EQ(out["chunks"], 4);
+  EXPECT_EQ(out["tokens_scored"], 4 * 11);
+  EXPECT_EQ(out["running_ppl"].size(), 4u);
+  EXPECT_EQ(out["running_ppl"][3], out["ppl"]);
+  EXPECT_EQ(out["device"], "cpu");
+  EXPECT_NE(out["build"].get<std::string>().find("specpress "), std::string::npos);
+  const CommandResult two = run_specpress(base + " --chunks 2 --json");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(nlohmann::json::parse(two.out)["ppl"], out["running_ppl"][1]);
+
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo/target";
+  ScratchDir dir("perplexity");
+  const bool demo_tokenizer = std::filesystem::exists(demo + "/tokenizer.json");
+  if (demo_tokenizer) {
+    std::string text;
+    for (int i = 0; i < 12; ++i) text += "Tom has " + std::to_string(i) + " apples and buys 5 more. ";
+    write_text(dir.path / "text.txt", text);
+    const CommandResult f = run_specpress("perplexity -m " + demo + " -f " + (dir.path / "text.txt").string() + " -c 32");
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    EXPECT_EQ(f.out.rfind("Final estimate: PPL = ", 0), 0u) << f.out;
+    write_text(dir.path / "bad.txt", "ok \xff");
+  }
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"perplexity -m " + golden_dir() + "/target", "give exactly one of -f/--file, -p/--prompt or --prompt-ids"},
+      {base + " -p hello", "give exactly one of"},
+      {base.substr(0, base.size() - 5) + " -c 3", "-c/--ctx-size: 3 is too small"},
+      {base.substr(0, base.size() - 5) + " -c 200", "the text has 100 tokens, fewer than one chunk of -c/--ctx-size 200"},
+      {base + " --chunks -1", "--chunks: must be >= 0"},
+      {"perplexity -m " + golden_dir() + "/target -p hello", "no tokenizer.json; pass --prompt-ids"},
+      {"perplexity -m " + golden_dir() + "/target --prompt-ids 1,x", "--prompt-ids: item 2 ('x') is not a token id"},
+      {base + " --dtype f8", "--dtype: unknown dtype 'f8'"},
+  };
+  for (const auto& c : cases) {
+    const CommandResult e = run_specpress(c.args);
+    EXPECT_NE(e.exit_code, 0) << c.args;
+    EXPECT_NE(e.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << e.err;
+  }
+  if (demo_tokenizer) {
+    const CommandResult missing = run_specpress("perplexity -m " + demo + " -f " + (dir.path / "none.txt").string());
+    EXPECT_NE(missing.exit_code, 0);
+    EXPECT_NE(missing.err.find("-f/--file: "), std::string::npos) << missing.err;
+    const CommandResult bad = run_specpress("perplexity -m " + demo + " -f " + (dir.path / "bad.txt").string());
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_NE(bad.err.find("invalid UTF-8 at byte 3"), std::string::npos) << bad.err;
+  }
 }
 
 // --version: the version, the commit built ("unknown" outside a git checkout), the build kind and LibTorch.

@@ -15,12 +15,14 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "golden_pair.h"
 #include "model_fixtures.h"
 #include "test_util.h"
 #include "tools/answers.h"
 #include "tools/bench.h"
 #include "tools/bench_checkpoint.h"
 #include "tools/datasets.h"
+#include "tools/perplexity.h"
 
 using namespace specpress;
 using namespace specpress::test;
@@ -147,6 +149,70 @@ tools::BenchRecord bench_record(const std::string& id, double plain_tpot, double
 
 // The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
 // time, and a sample's records (mt-bench's turns) drawn together.
+// tools::perplexity (float32 golden target) against llama-perplexity's rule computed here from one forward a chunk:
+// the second half of each chunk scored, PPL = exp(mean NLL), its error the standard error of the mean times PPL.
+using Perplexity = GoldenPair;
+TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
+  std::vector<int64_t> tokens;
+  for (const auto& run : golden_runs()) {
+    tokens.insert(tokens.end(), run.prompt.begin(), run.prompt.end());
+    tokens.insert(tokens.end(), run.ar_output.begin(), run.ar_output.end());
+  }
+  const int64_t n_ctx = 24;
+  ASSERT_GE(static_cast<int64_t>(tokens.size()), 3 * n_ctx + 5) << "golden runs too short for three chunks";
+  const int64_t chunks = static_cast<int64_t>(tokens.size()) / n_ctx;
+  std::vector<double> nlls, running;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
+    model::KVCache cache = target_->make_cache(n_ctx);
+    const at::Tensor rows = at::log_softmax(
+        target_->forward(at::tensor(chunk, at::kLong).to(target_->device()), 0, cache, {true}).logits.to(at::kCPU), -1);
+    for (int64_t j = n_ctx / 2; j < n_ctx - 1; ++j) nlls.push_back(-rows[j][chunk[j + 1]].item<double>());
+    double sum = 0;
+    for (double x : nlls) sum += x;
+    running.push_back(std::exp(sum / static_cast<double>(nlls.size())));
+  }
+  double mean = 0, sq = 0;
+  for (double x : nlls) mean += x, sq += x * x;
+  const double n = static_cast<double>(nlls.size());
+  mean /= n;
+  const double stderr_nll = std::sqrt((sq / n - mean * mean) / (n - 1));
+
+  std::vector<std::pair<int64_t, double>> progress;
+  const tools::PerplexityResult r =
+      tools::perplexity(*target_, tokens, n_ctx, 0, [&](int64_t done, double ppl) { progress.push_back({done, ppl}); });
+  EXPECT_EQ(r.chunks, chunks);
+  EXPECT_EQ(r.tokens_scored, chunks * (n_ctx - n_ctx / 2 - 1));
+  EXPECT_NEAR(r.nll_mean, mean, 1e-5);
+  EXPECT_NEAR(r.ppl, std::exp(mean), 1e-5 * std::exp(mean));
+  EXPECT_NEAR(r.nll_stderr, stderr_nll, 1e-5);
+  EXPECT_NEAR(r.ppl_stderr, std::exp(mean) * stderr_nll, 1e-4 * std::exp(mean) * stderr_nll);
+  ASSERT_EQ(r.running_ppl.size(), running.size());
+  ASSERT_EQ(progress.size(), running.size());
+  for (size_t c = 0; c < running.size(); ++c) {
+    EXPECT_NEAR(r.running_ppl[c], running[c], 1e-5 * running[c]) << c;
+    EXPECT_EQ(progress[c].first, static_cast<int64_t>(c) + 1);
+    EXPECT_EQ(progress[c].second, r.running_ppl[c]);
+  }
+  const tools::PerplexityResult two = tools::perplexity(*target_, tokens, n_ctx, 2);
+  EXPECT_EQ(two.chunks, 2);
+  EXPECT_EQ(two.ppl, r.running_ppl[1]) << "--chunks 2 is the first two chunks' running value";
+
+  const std::vector<std::pair<std::function<void()>, std::string>> bad = {
+      {[&] { tools::perplexity(*target_, tokens, 3); }, "-c/--ctx-size: 3 is too small"},
+      {[&] { tools::perplexity(*target_, tokens, 1 << 30); }, "exceeds the model's max_position_embeddings"},
+      {[&] { tools::perplexity(*target_, {1, 2, 3, 4, 5}, 8); }, "the text has 5 tokens, fewer than one chunk"},
+      {[&] { tools::perplexity(*target_, tokens, n_ctx, -1); }, "--chunks: must be >= 0"},
+      {[&] {
+         std::vector<int64_t> outside = tokens;
+         outside[30] = target_->config().vocab_size;
+         tools::perplexity(*target_, outside, n_ctx);
+       },
+       "token id " + std::to_string(target_->config().vocab_size) + " at index 30 is outside the vocabulary"},
+  };
+  for (const auto& [fn, message] : bad) EXPECT_NE(error_of(fn).find(message), std::string::npos) << error_of(fn);
+}
+
 TEST(BenchIntervals, BootstrapOverSamples) {
   tools::Interval speedup, tau;
   tools::bootstrap_intervals({bench_record("a", 4, 2, {3, 1})}, speedup, tau);

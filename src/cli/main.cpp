@@ -13,6 +13,7 @@
 
 #include "cli/cmd_bench.h"
 #include "cli/cmd_dump.h"
+#include "cli/cmd_perplexity.h"
 #include "cli/cmd_tokenize.h"
 #include "cli/cmd_generate.h"
 #include "cli/cmd_serve.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   specpress::cli::add_generate_command(app, run);
   specpress::cli::add_dump_command(app, run);
+  specpress::cli::add_perplexity_command(app, run);
   specpress::cli::add_tokenize_commands(app, run);
   specpress::cli::add_bench_commands(app, run);
   specpress::cli::add_train_commands(app, run);

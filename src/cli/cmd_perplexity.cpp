@@ -1,0 +1,117 @@
+// cmd_perplexity.cpp — `specpress perplexity -m DIR (-f FILE | -p TEXT | --prompt-ids IDS) [-c 512] [--chunks N]`.
+// Prints each chunk's running perplexity to stderr as llama-perplexity does ([1]x,[2]y,...), then
+// "Final estimate: PPL = x +/- y" to stdout, or with --json one JSON object (with the build, device and dtype).
+#include "cli/cmd_perplexity.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "core/error.h"
+#include "io/mapped_file.h"
+#include "model/qwen3.h"
+#include "tokenizer/utf8.h"
+#include "tools/build_info.h"
+#include "tools/perplexity.h"
+#include "tools/runner.h"
+
+namespace specpress::cli {
+namespace {
+
+struct PerplexityOptions {
+  std::string model_dir, prompt_ids, prompt_text, prompt_file, device = "cpu", dtype = "f32";
+  int64_t ctx_size = 512, chunks = 0;
+  bool json = false;
+};
+
+int run_perplexity(const PerplexityOptions& o) {
+  c10::InferenceMode inference_mode;
+  const at::Device device = model::parse_device(o.device, "--device");
+  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
+  model::check_dtype_on_device(dtype, device, "--dtype");
+  const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
+  if (given != 1) fail("perplexity: give exactly one of -f/--file, -p/--prompt or --prompt-ids");
+  std::vector<int64_t> tokens;
+  if (!o.prompt_ids.empty()) {
+    tokens = parse_id_list(o.prompt_ids, "--prompt-ids");
+  } else {
+    const std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
+    if (!tokenizer)
+      fail("{}: -f/-p need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids",
+           o.model_dir);
+    const std::string origin = o.prompt_file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt_file;
+    std::string text = o.prompt_text;
+    if (!o.prompt_file.empty()) {
+      try {
+        text = io::read_text_file(o.prompt_file);
+      } catch (const Error& e) {
+        fail("-f/--file: {}", e.what());
+      }
+    }
+    if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
+      fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
+    const std::vector<int32_t> ids = tokenizer->encode(text);
+    tokens.assign(ids.begin(), ids.end());
+  }
+
+  const model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
+  const int64_t n_chunks = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(o.ctx_size, 1);
+  std::fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld (scoring the second half of each)\n",
+               tokens.size(), static_cast<long long>(o.chunks > 0 ? std::min(o.chunks, n_chunks) : n_chunks),
+               static_cast<long long>(o.ctx_size));
+  const auto t0 = std::chrono::steady_clock::now();
+  const tools::PerplexityResult r = tools::perplexity(target, tokens, o.ctx_size, o.chunks, [](int64_t done, double ppl) {
+    std::fprintf(stderr, "[%lld]%.4f,", static_cast<long long>(done), ppl);
+    std::fflush(stderr);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "\nperplexity: %lld tokens scored in %.2f s (%.1f tokens/s evaluated)\n",
+               static_cast<long long>(r.tokens_scored), seconds,
+               seconds > 0 ? static_cast<double>(r.chunks * r.n_ctx) / seconds : 0.0);
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["build"] = tools::build_line();
+    j["device"] = tools::device_description(device);
+    j["dtype"] = o.dtype;
+    j["model"] = o.model_dir;
+    j["ctx_size"] = r.n_ctx;
+    j["chunks"] = r.chunks;
+    j["tokens"] = tokens.size();
+    j["tokens_scored"] = r.tokens_scored;
+    j["ppl"] = r.ppl;
+    j["ppl_stderr"] = r.ppl_stderr;
+    j["nll_mean"] = r.nll_mean;
+    j["nll_stderr"] = r.nll_stderr;
+    j["running_ppl"] = r.running_ppl;
+    j["seconds"] = seconds;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_stderr);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
+  auto o = std::make_shared<PerplexityOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "perplexity", "the target's perplexity over a text, as llama-perplexity measures it (second half of each chunk)");
+  cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
+  cmd->add_option("-f,--file", o->prompt_file, "the text to score (a file's exact bytes, e.g. wikitext-2's test set)");
+  cmd->add_option("-p,--prompt", o->prompt_text, "the text to score");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "token ids to score, comma-separated");
+  cmd->add_option("-c,--ctx-size", o->ctx_size, "tokens a chunk (its second half is scored)")->capture_default_str();
+  cmd->add_option("--chunks", o->chunks, "score at most this many chunks (0: all)")->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object (perplexity, its error, each chunk's running value, build)");
+  cmd->callback([&run, o]() { run = [o]() { return run_perplexity(*o); }; });
+}
+
+}  // namespace specpress::cli
