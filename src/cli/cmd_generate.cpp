@@ -13,13 +13,11 @@
 #include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
-#include "io/mapped_file.h"
 #include "decode/generation.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "server/logprobs_json.h"
 #include "tokenizer/stream_decoder.h"
-#include "tokenizer/utf8.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
 
@@ -57,16 +55,7 @@ int run_generate(const GenerateOptions& o) {
     if (!tokenizer)
       fail("{}: -p/-f need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", o.model_dir);
     const std::string origin = o.prompt_file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt_file;
-    std::string text = o.prompt_text;
-    if (!o.prompt_file.empty()) {
-      try {
-        text = io::read_text_file(o.prompt_file);
-      } catch (const Error& e) {
-        fail("-f/--file: {}", e.what());
-      }
-    }
-    if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
-      fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
+    const std::string text = read_prompt_text(o.prompt_text, o.prompt_file);
     if (o.chat || !o.system.empty()) {
       std::vector<tok::ChatMessage> messages;
       if (!o.system.empty()) messages.push_back({"system", o.system, std::nullopt});

@@ -13,9 +13,7 @@
 
 #include "cli/common.h"
 #include "core/error.h"
-#include "io/mapped_file.h"
 #include "model/qwen3.h"
-#include "tokenizer/utf8.h"
 #include "tools/build_info.h"
 #include "tools/perplexity.h"
 #include "tools/runner.h"
@@ -44,18 +42,7 @@ int run_perplexity(const PerplexityOptions& o) {
     if (!tokenizer)
       fail("{}: -f/-p need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids",
            o.model_dir);
-    const std::string origin = o.prompt_file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt_file;
-    std::string text = o.prompt_text;
-    if (!o.prompt_file.empty()) {
-      try {
-        text = io::read_text_file(o.prompt_file);
-      } catch (const Error& e) {
-        fail("-f/--file: {}", e.what());
-      }
-    }
-    if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
-      fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
-    const std::vector<int32_t> ids = tokenizer->encode(text);
+    const std::vector<int32_t> ids = tokenizer->encode(read_prompt_text(o.prompt_text, o.prompt_file));
     tokens.assign(ids.begin(), ids.end());
   }
 

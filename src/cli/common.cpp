@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/mapped_file.h"
 #include "model/config_json.h"
+#include "tokenizer/utf8.h"
 
 namespace specpress::cli {
 namespace fs = std::filesystem;
@@ -116,6 +118,21 @@ void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy&
   cmd.add_option("--compress-merge", policy.merge_tokens, "0: one unit per verify span; m: units of m tokens")
       ->capture_default_str()
       ->needs(compress);
+}
+
+std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file) {
+  const std::string origin = prompt_file.empty() ? "-p/--prompt" : "-f/--file " + prompt_file;
+  std::string text = prompt_text;
+  if (!prompt_file.empty()) {
+    try {
+      text = io::read_text_file(prompt_file);
+    } catch (const Error& e) {
+      fail("-f/--file: {}", e.what());
+    }
+  }
+  if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
+    fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
+  return text;
 }
 
 nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {
