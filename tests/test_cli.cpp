@@ -127,6 +127,22 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   const CommandResult two = run_specpress(base + " --chunks 2 --json");
   ASSERT_EQ(two.exit_code, 0) << two.err;
   EXPECT_EQ(nlohmann::json::parse(two.out)["ppl"], out["running_ppl"][1]);
+  // bfloat16 against the float32 base: llama-perplexity's --kl-divergence lines, and the same in --json
+  const CommandResult kl = run_specpress(base + " --dtype bf16 --kl-base-dtype f32");
+  ASSERT_EQ(kl.exit_code, 0) << kl.err;
+  const std::regex kl_lines(R"(Final estimate: PPL = \d+\.\d{4} \+/- \d+\.\d{5}\nBase \(cpu, f32\): PPL = )" +
+                            m[1].str() + R"(\nMean PPL\(model\)/PPL\(base\): \d\.\d{6}\nMean KLD: \d\.\d{8} \+/- \d\.\d{8}\n)"
+                            R"(Maximum KLD: \d+\.\d{8}\n99\.0% KLD: \d+\.\d{8}\nSame top token: \d+\.\d{3}%\n)");
+  EXPECT_TRUE(std::regex_match(kl.out, kl_lines)) << kl.out;
+  const CommandResult kl_json = run_specpress(base + " --dtype bf16 --kl-base-dtype f32 --json");
+  ASSERT_EQ(kl_json.exit_code, 0) << kl_json.err;
+  const nlohmann::json k = nlohmann::json::parse(kl_json.out);
+  EXPECT_EQ(k["dtype"], "bf16");
+  EXPECT_EQ(k["kl"]["base_dtype"], "f32");
+  EXPECT_EQ(k["kl"]["base_device"], "cpu");
+  EXPECT_EQ(k["kl"]["base_ppl"], out["ppl"]) << "the base is the float32 run";
+  EXPECT_GT(k["kl"]["kld_mean"].get<double>(), 0.0);
+  EXPECT_FALSE(out.contains("kl"));
 
   const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo/target";
   ScratchDir dir("perplexity");
@@ -151,6 +167,8 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
       {"perplexity -m " + golden_dir() + "/target -p hello", "no tokenizer.json; pass --prompt-ids"},
       {"perplexity -m " + golden_dir() + "/target --prompt-ids 1,x", "--prompt-ids: item 2 ('x') is not a token id"},
       {base + " --dtype f8", "--dtype: unknown dtype 'f8'"},
+      {base + " --kl-base-dtype f8", "--kl-base-dtype: unknown dtype 'f8'"},
+      {base + " --kl-base-device tpu", "--kl-base-device: unknown device 'tpu'"},
   };
   for (const auto& c : cases) {
     const CommandResult e = run_specpress(c.args);

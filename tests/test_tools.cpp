@@ -161,13 +161,21 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   const int64_t n_ctx = 24;
   ASSERT_GE(static_cast<int64_t>(tokens.size()), 3 * n_ctx + 5) << "golden runs too short for three chunks";
   const int64_t chunks = static_cast<int64_t>(tokens.size()) / n_ctx;
-  std::vector<double> nlls, running;
+  const model::Qwen3Model bf16 = model::Qwen3Model::load(golden_dir() + "/target", at::kBFloat16, target_->device());
+  // every row's log_softmax (float64) from one forward of a chunk
+  auto rows_of = [&](const model::Qwen3Model& m, const std::vector<int64_t>& chunk) {
+    model::KVCache cache = m.make_cache(n_ctx);
+    const at::Tensor logits = m.forward(at::tensor(chunk, at::kLong).to(m.device()), 0, cache, {true}).logits;
+    return at::log_softmax(logits.to(at::kCPU).to(at::kDouble), -1);
+  };
+  std::vector<double> nlls, running, klds;  // klds: KL(float32 || bfloat16) a scored row
   for (int64_t c = 0; c < chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
-    model::KVCache cache = target_->make_cache(n_ctx);
-    const at::Tensor rows = at::log_softmax(
-        target_->forward(at::tensor(chunk, at::kLong).to(target_->device()), 0, cache, {true}).logits.to(at::kCPU), -1);
-    for (int64_t j = n_ctx / 2; j < n_ctx - 1; ++j) nlls.push_back(-rows[j][chunk[j + 1]].item<double>());
+    const at::Tensor rows = rows_of(*target_, chunk), low = rows_of(bf16, chunk);
+    for (int64_t j = n_ctx / 2; j < n_ctx - 1; ++j) {
+      nlls.push_back(-rows[j][chunk[j + 1]].item<double>());
+      klds.push_back((rows[j].exp() * (rows[j] - low[j])).sum().item<double>());
+    }
     double sum = 0;
     for (double x : nlls) sum += x;
     running.push_back(std::exp(sum / static_cast<double>(nlls.size())));
@@ -183,6 +191,7 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
       tools::perplexity(*target_, tokens, n_ctx, 0, [&](int64_t done, double ppl) { progress.push_back({done, ppl}); });
   EXPECT_EQ(r.chunks, chunks);
   EXPECT_EQ(r.tokens_scored, chunks * (n_ctx - n_ctx / 2 - 1));
+  EXPECT_FALSE(r.kl.has_value());
   EXPECT_NEAR(r.nll_mean, mean, 1e-5);
   EXPECT_NEAR(r.ppl, std::exp(mean), 1e-5 * std::exp(mean));
   EXPECT_NEAR(r.nll_stderr, stderr_nll, 1e-5);
@@ -194,6 +203,29 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
     EXPECT_EQ(progress[c].first, static_cast<int64_t>(c) + 1);
     EXPECT_EQ(progress[c].second, r.running_ppl[c]);
   }
+  // the checkpoint against itself: no divergence; against its bfloat16 copy, a small one, with PPL and the ratio
+  const tools::PerplexityResult itself = tools::perplexity(*target_, tokens, n_ctx, 0, {}, target_.get());
+  ASSERT_TRUE(itself.kl.has_value());
+  EXPECT_EQ(itself.ppl, r.ppl);
+  EXPECT_EQ(itself.kl->base_ppl, r.ppl);
+  EXPECT_EQ(itself.kl->ppl_ratio, 1.0);
+  EXPECT_EQ(itself.kl->kld_mean, 0.0);
+  EXPECT_EQ(itself.kl->kld_max, 0.0);
+  EXPECT_EQ(itself.kl->same_top, 1.0);
+  const tools::PerplexityResult against = tools::perplexity(bf16, tokens, n_ctx, 0, {}, target_.get());
+  ASSERT_TRUE(against.kl.has_value());
+  EXPECT_NEAR(against.kl->base_ppl, r.ppl, 1e-9 * r.ppl) << "the base's perplexity is the float32 run's";
+  EXPECT_NEAR(against.kl->ppl_ratio, against.ppl / r.ppl, 1e-12);
+  double kld_mean = 0, kld_max = 0;
+  for (double k : klds) kld_mean += k / static_cast<double>(klds.size()), kld_max = std::max(kld_max, k);
+  EXPECT_NEAR(against.kl->kld_mean, kld_mean, 1e-9 + 1e-6 * kld_mean);
+  EXPECT_NEAR(against.kl->kld_max, kld_max, 1e-9 + 1e-6 * kld_max);
+  EXPECT_GT(against.kl->kld_mean, 0.0);
+  EXPECT_LT(against.kl->kld_mean, 0.05) << "bfloat16 rounding, not another model";
+  EXPECT_LE(against.kl->kld_p99, against.kl->kld_max);
+  EXPECT_GE(against.kl->kld_max, against.kl->kld_mean);
+  EXPECT_GT(against.kl->same_top, 0.8);
+  EXPECT_LE(against.kl->same_top, 1.0);
   const tools::PerplexityResult two = tools::perplexity(*target_, tokens, n_ctx, 2);
   EXPECT_EQ(two.chunks, 2);
   EXPECT_EQ(two.ppl, r.running_ppl[1]) << "--chunks 2 is the first two chunks' running value";

@@ -5,7 +5,9 @@ For each model directory: the first GSM8K test questions and answers, tokenized 
 --chunks chunks of --ctx tokens; HF's AutoModelForCausalLM scores the second half of each chunk (llama-perplexity's
 rule, as tools/perplexity.h) in float32 and bfloat16 on the GPU; `specpress perplexity --prompt-ids ... --json` does
 the same with --device cuda --dtype f32 and bf16. Float32 must agree within 1e-4 relative, bfloat16 within 2e-2
-(other kernels, bf16 rounding). Prints one JSON line per model and exits non-zero on a mismatch.
+(other kernels, bf16 rounding). Then `--dtype bf16 --kl-base-dtype f32`'s mean KL(f32 || bf16) beside HF's over the
+same rows: the two bf16 forwards round differently, so they must agree within a factor of 2, not exactly. Prints one
+JSON line per model and exits non-zero on a mismatch.
 
 Usage: python3 scripts/gpu/ppl_check.py --specpress build-gpu/bin/specpress --shared .gpu-shared \
            --model demo/target --model /tmp/tc/target [--ctx 128] [--chunks 4]
@@ -15,23 +17,28 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
-def hf_ppl(model_dir, ids, ctx, chunks, dtype):
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype).cuda().eval()
-    nlls = []
+def hf_rows(model_dir, ids, ctx, chunks, dtype):
+    """Each chunk's scored rows' log_softmax (float64) and next tokens."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).cuda().eval()
+    out = []
     with torch.no_grad():
         for c in range(chunks):
             chunk = torch.tensor(ids[c * ctx:(c + 1) * ctx], device="cuda")[None]
-            logp = torch.log_softmax(model(input_ids=chunk).logits[0].float(), -1)
-            for j in range(ctx // 2, ctx - 1):
-                nlls.append(-logp[j, chunk[0, j + 1]].item())
+            logp = torch.log_softmax(model(input_ids=chunk).logits[0].float().double(), -1)
+            out.append((logp[ctx // 2:ctx - 1], chunk[0, ctx // 2 + 1:]))
     del model
     torch.cuda.empty_cache()
-    return math.exp(sum(nlls) / len(nlls)), len(nlls)
+    return out
 
 
-def specpress_ppl(binary, model_dir, ids, ctx, chunks, dtype):
+def ppl_of(rows):
+    nlls = torch.cat([-r.gather(1, t[:, None])[:, 0] for r, t in rows])
+    return math.exp(nlls.mean().item()), nlls.numel()
+
+
+def specpress_ppl(binary, model_dir, ids, ctx, chunks, dtype, *extra):
     r = subprocess.run([binary, "perplexity", "-m", model_dir, "--prompt-ids", ",".join(map(str, ids)), "-c", str(ctx),
-                        "--chunks", str(chunks), "--device", "cuda", "--dtype", dtype, "--json"],
+                        "--chunks", str(chunks), "--device", "cuda", "--dtype", dtype, "--json", *extra],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"specpress perplexity failed on {model_dir} ({dtype}):\n{r.stderr}")
@@ -47,21 +54,30 @@ def main():
     ap.add_argument("--chunks", type=int, default=4)
     a = ap.parse_args()
     tok = AutoTokenizer.from_pretrained(os.path.join(a.shared, "data/qwen3-tokenizer"))
-    rows = [json.loads(l) for l in open(os.path.join(a.shared, "data/gsm8k_test.jsonl"))][:60]
-    ids = tok("\n\n".join(r["prompt"] + "\n" + r["answer"] for r in rows))["input_ids"][:a.ctx * a.chunks]
+    data = [json.loads(l) for l in open(os.path.join(a.shared, "data/gsm8k_test.jsonl"))][:60]
+    ids = tok("\n\n".join(r["prompt"] + "\n" + r["answer"] for r in data))["input_ids"][:a.ctx * a.chunks]
     if len(ids) < a.ctx * a.chunks:
         raise SystemExit(f"{len(ids)} tokens: too few for {a.chunks} chunks of {a.ctx}")
     ok = True
     for m in a.model:
         line = {"model": m, "ctx": a.ctx, "chunks": a.chunks}
+        rows = {}
         for name, dtype, tol in [("f32", torch.float32, 1e-4), ("bf16", torch.bfloat16, 2e-2)]:
-            hf, n = hf_ppl(m, ids, a.ctx, a.chunks, dtype)
+            rows[name] = hf_rows(m, ids, a.ctx, a.chunks, dtype)
+            hf, n = ppl_of(rows[name])
             sp = specpress_ppl(a.specpress, m, ids, a.ctx, a.chunks, name)
             rel = abs(sp["ppl"] - hf) / hf
             good = rel <= tol and sp["tokens_scored"] == n
             ok &= good
             line[name] = {"hf": hf, "specpress": sp["ppl"], "specpress_stderr": sp["ppl_stderr"], "rel": rel,
                           "tol": tol, "tokens_scored": n, "ok": good, "seconds": sp["seconds"]}
+        hf_kld = torch.cat([(b.exp() * (b - l)).sum(-1) for (b, _), (l, _) in zip(rows["f32"], rows["bf16"])]).mean().item()
+        sp = specpress_ppl(a.specpress, m, ids, a.ctx, a.chunks, "bf16", "--kl-base-dtype", "f32")
+        ratio = sp["kl"]["kld_mean"] / hf_kld if hf_kld > 0 else float("inf")
+        good = 0.5 <= ratio <= 2.0
+        ok &= good
+        line["kl_f32_bf16"] = {"hf": hf_kld, "specpress": sp["kl"]["kld_mean"], "ratio": ratio,
+                               "same_top": sp["kl"]["same_top"], "ok": good}
         line["build"] = sp["build"]
         line["device"] = sp["device"]
         print(json.dumps(line))

@@ -38,23 +38,35 @@ std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::ve
   return out;
 }
 
-std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
-                                          int64_t top_n, int64_t chunk) {
-  const int64_t N = static_cast<int64_t>(prompt.size());
-  if (N < 1) fail("internal: the logprobs of an empty prompt");
-  if (chunk < 1) fail("internal: prompt logprobs in pieces of {} tokens", chunk);
-  std::vector<TokenLogprob> out;
-  out.reserve(N - 1);
-  if (N == 1) return out;
-  model::KVCache cache = target.make_cache(N - 1);
-  const at::Tensor ids = at::tensor(prompt, at::kLong).to(target.device());
+ForwardPieces::ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece)
+    : target_(target), rows_(static_cast<int64_t>(tokens.size()) - 1), piece_(piece) {
+  if (rows_ < 0) fail("internal: a forward over no tokens");
+  if (piece < 1) fail("internal: a forward in pieces of {} tokens", piece);
+  if (rows_ == 0) return;
+  cache_ = target.make_cache(rows_);
+  ids_ = at::tensor(tokens, at::kLong).to(target.device());
+}
+
+at::Tensor ForwardPieces::next() {
+  if (next_start_ >= rows_) return {};
+  start_ = next_start_;
+  const int64_t T = std::min(piece_, rows_ - start_);
+  next_start_ += T;
   model::ForwardOptions options;
   options.all_logits = true;
-  for (int64_t start = 0; start < N - 1; start += chunk) {
-    const int64_t T = std::min(chunk, N - 1 - start);  // rows start .. start+T-1 predict tokens start+1 .. start+T
-    const model::ForwardOutput f = target.forward(ids.narrow(0, start, T), start, cache, options);
-    const std::vector<int64_t> next(prompt.begin() + start + 1, prompt.begin() + start + 1 + T);
-    std::vector<TokenLogprob> rows = token_logprobs(f.logits, next, top_n);
+  return target_.forward(ids_.narrow(0, start_, T), start_, cache_, options).logits;
+}
+
+std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                          int64_t top_n, int64_t chunk) {
+  if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
+  std::vector<TokenLogprob> out;
+  out.reserve(prompt.size() - 1);
+  ForwardPieces pieces(target, prompt, chunk);
+  for (at::Tensor logits = pieces.next(); logits.defined(); logits = pieces.next()) {
+    // rows start .. start+T-1 predict tokens start+1 .. start+T
+    const auto first = prompt.begin() + pieces.start() + 1;
+    std::vector<TokenLogprob> rows = token_logprobs(logits, std::vector<int64_t>(first, first + logits.size(0)), top_n);
     out.insert(out.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
   }
   return out;

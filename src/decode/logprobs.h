@@ -17,10 +17,25 @@ namespace specpress::decode {
 // log_softmax in fp32, the chosen token's entry and the top_n largest (those topk returns; equal values in id order).
 std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens, int64_t top_n);
 
+// The reference forward over `tokens` from position 0 in pieces of at most `piece` tokens, one piece a next() call:
+// the fp32 logits [T, V] of rows start() .. start()+T-1, every row that predicts a next token (0 .. N-2), then an
+// undefined tensor. Holds its own KV cache (N - 1 positions); one piece's logits are all it keeps.
+class ForwardPieces {
+ public:
+  ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece = 256);
+  at::Tensor next();
+  int64_t start() const { return start_; }  // the first row of the last piece next() returned
+
+ private:
+  const model::Qwen3Model& target_;
+  int64_t rows_, piece_, start_ = 0, next_start_ = 0;
+  at::Tensor ids_;
+  model::KVCache cache_;
+};
+
 // The prompt's own log-probabilities, as OpenAI's completions report them with "echo": entry i - 1 is token i's given
-// tokens 0..i-1 (nothing predicts token 0), with top_n alternatives. The reference forward runs over the prompt in
-// pieces of at most `chunk` tokens, so that one piece's fp32 logits ([chunk, V]) are all it holds at once; the last
-// prompt token needs no forward. The prompt must fit the model's max_position_embeddings.
+// tokens 0..i-1 (nothing predicts token 0), with top_n alternatives, from ForwardPieces of at most `chunk` tokens
+// (the last prompt token needs no forward). The prompt must fit the model's max_position_embeddings.
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                           int64_t top_n, int64_t chunk = 256);
 

@@ -8,9 +8,23 @@
 #include "decode/logprobs.h"
 
 namespace specpress::tools {
+namespace {
+
+// The mean of xs and its standard error.
+std::pair<double, double> mean_and_stderr(const std::vector<double>& xs) {
+  const double n = static_cast<double>(xs.size());
+  double sum = 0, sum_sq = 0;
+  for (double x : xs) sum += x, sum_sq += x * x;
+  const double mean = sum / n;
+  const double variance = std::max(0.0, sum_sq / n - mean * mean);
+  return {mean, n > 1 ? std::sqrt(variance / (n - 1)) : 0.0};
+}
+
+}  // namespace
 
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
-                            int64_t max_chunks, const std::function<void(int64_t, double)>& on_chunk) {
+                            int64_t max_chunks, const std::function<void(int64_t, double)>& on_chunk,
+                            const model::Qwen3Model* base) {
   const int64_t max_positions = target.config().max_position_embeddings;
   if (n_ctx < 4) fail("-c/--ctx-size: {} is too small to score anything (at least 4)", n_ctx);
   if (n_ctx > max_positions) fail("-c/--ctx-size: {} exceeds the model's max_position_embeddings {}", n_ctx, max_positions);
@@ -23,32 +37,63 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
   for (int64_t i = 0; i < n_tokens; ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab)
       fail("token id {} at index {} is outside the vocabulary 0..{}", tokens[i], i, vocab - 1);
+  if (base && base->config().vocab_size != vocab)
+    fail("the base model's vocabulary ({}) differs from the model's ({})", base->config().vocab_size, vocab);
 
   PerplexityResult r;
   r.n_ctx = n_ctx;
   r.chunks = n_tokens / n_ctx;
   if (max_chunks > 0 && max_chunks < r.chunks) r.chunks = max_chunks;
   const int64_t first = n_ctx / 2;  // the first scored row: the prediction of token first + 1
-  double sum = 0, sum_sq = 0;       // of the NLLs, for the mean and its standard error
+  std::vector<double> nlls, base_nlls, klds;
+  int64_t same_top = 0;
   for (int64_t c = 0; c < r.chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
-    // entry j - 1: token j's log-probability given tokens 0 .. j-1 of the chunk
-    const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(target, chunk, 0);
-    for (int64_t j = first + 1; j < n_ctx; ++j) {
-      const double nll = -static_cast<double>(scored[j - 1].logprob);
-      sum += nll;
-      sum_sq += nll * nll;
-      ++r.tokens_scored;
+    decode::ForwardPieces pieces(target, chunk);
+    std::optional<decode::ForwardPieces> base_pieces;
+    if (base) base_pieces.emplace(*base, chunk);
+    for (at::Tensor logits = pieces.next(); logits.defined(); logits = pieces.next()) {
+      const at::Tensor base_logits = base ? base_pieces->next() : at::Tensor();
+      const int64_t start = pieces.start(), T = logits.size(0);
+      const int64_t lo = std::max(start, first);  // the piece's scored rows: lo .. start+T-1
+      if (lo >= start + T) continue;
+      // log_softmax in float64: float32's sum over a 151936-token vocabulary is off by about 1e-5 nats a row
+      const at::Tensor rows = at::log_softmax(logits.narrow(0, lo - start, start + T - lo).to(at::kDouble), -1);
+      const at::Tensor next = at::tensor(std::vector<int64_t>(chunk.begin() + lo + 1, chunk.begin() + start + T + 1),
+                                         at::kLong).to(rows.device()).unsqueeze(1);
+      const at::Tensor chosen = rows.gather(1, next).squeeze(1).cpu();
+      for (int64_t i = 0; i < chosen.size(0); ++i) nlls.push_back(-chosen[i].item<double>());
+      if (!base) continue;
+      // KL(base || model) on the model's device
+      const at::Tensor base_rows =
+          at::log_softmax(base_logits.narrow(0, lo - start, start + T - lo).to(rows.device()).to(at::kDouble), -1);
+      const at::Tensor kld = (base_rows.exp() * (base_rows - rows)).sum(-1).cpu();
+      const at::Tensor base_chosen = base_rows.gather(1, next).squeeze(1).cpu();
+      same_top += rows.argmax(-1).eq(base_rows.argmax(-1)).sum().item<int64_t>();
+      for (int64_t i = 0; i < kld.size(0); ++i) {
+        klds.push_back(kld[i].item<double>());
+        base_nlls.push_back(-base_chosen[i].item<double>());
+      }
     }
-    r.running_ppl.push_back(std::exp(sum / static_cast<double>(r.tokens_scored)));
+    r.running_ppl.push_back(std::exp(mean_and_stderr(nlls).first));
     if (on_chunk) on_chunk(c + 1, r.running_ppl.back());
   }
-  const double n = static_cast<double>(r.tokens_scored);
-  r.nll_mean = sum / n;
-  const double variance = std::max(0.0, sum_sq / n - r.nll_mean * r.nll_mean);
-  r.nll_stderr = n > 1 ? std::sqrt(variance / (n - 1)) : 0.0;
+  r.tokens_scored = static_cast<int64_t>(nlls.size());
+  std::tie(r.nll_mean, r.nll_stderr) = mean_and_stderr(nlls);
   r.ppl = std::exp(r.nll_mean);
   r.ppl_stderr = r.ppl * r.nll_stderr;
+  if (base) {
+    KlDivergence kl;
+    kl.base_ppl = std::exp(mean_and_stderr(base_nlls).first);
+    kl.ppl_ratio = r.ppl / kl.base_ppl;
+    std::tie(kl.kld_mean, kl.kld_stderr) = mean_and_stderr(klds);
+    std::vector<double> sorted = klds;
+    std::sort(sorted.begin(), sorted.end());
+    kl.kld_max = sorted.back();
+    kl.kld_p99 = sorted[static_cast<size_t>(std::floor(0.99 * static_cast<double>(sorted.size() - 1)))];
+    kl.same_top = static_cast<double>(same_top) / static_cast<double>(sorted.size());
+    r.kl = kl;
+  }
   return r;
 }
 
