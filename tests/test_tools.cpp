@@ -147,8 +147,6 @@ tools::BenchRecord bench_record(const std::string& id, double plain_tpot, double
   return r;
 }
 
-// The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
-// time, and a sample's records (mt-bench's turns) drawn together.
 // tools::perplexity (float32 golden target) against llama-perplexity's rule computed here from one forward a chunk:
 // the second half of each chunk scored, PPL = exp(mean NLL), its error the standard error of the mean times PPL.
 using Perplexity = GoldenPair;
@@ -245,6 +243,8 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   for (const auto& [fn, message] : bad) EXPECT_NE(error_of(fn).find(message), std::string::npos) << error_of(fn);
 }
 
+// The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
+// time, and a sample's records (mt-bench's turns) drawn together.
 TEST(BenchIntervals, BootstrapOverSamples) {
   tools::Interval speedup, tau;
   tools::bootstrap_intervals({bench_record("a", 4, 2, {3, 1})}, speedup, tau);
