@@ -58,12 +58,12 @@ at::Tensor ForwardPieces::next() {
 }
 
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
-                                          int64_t top_n, int64_t chunk) {
+                                          int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going) {
   if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
   std::vector<TokenLogprob> out;
   out.reserve(prompt.size() - 1);
   ForwardPieces pieces(target, prompt, chunk);
-  for (at::Tensor logits = pieces.next(); logits.defined(); logits = pieces.next()) {
+  for (at::Tensor logits; (!keep_going || keep_going()) && (logits = pieces.next()).defined();) {
     // rows start .. start+T-1 predict tokens start+1 .. start+T
     const auto first = prompt.begin() + pieces.start() + 1;
     std::vector<TokenLogprob> rows = token_logprobs(logits, std::vector<int64_t>(first, first + logits.size(0)), top_n);

@@ -4,6 +4,7 @@
 // block[1..a] from this verify's rows 0..a-1, and the new bonus from its row a; BlockLogprobs keeps that chain.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -35,9 +36,11 @@ class ForwardPieces {
 
 // The prompt's own log-probabilities, as OpenAI's completions report them with "echo": entry i - 1 is token i's given
 // tokens 0..i-1 (nothing predicts token 0), with top_n alternatives, from ForwardPieces of at most `chunk` tokens
-// (the last prompt token needs no forward). The prompt must fit the model's max_position_embeddings.
+// (the last prompt token needs no forward). The prompt must fit the model's max_position_embeddings. keep_going,
+// when given, is asked before each piece: false stops there and returns the entries so far (fewer than N - 1).
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
-                                          int64_t top_n, int64_t chunk = 256);
+                                          int64_t top_n, int64_t chunk = 256,
+                                          const std::function<bool()>& keep_going = {});
 
 // token_logprobs for params.logprobs >= 0, else nothing.
 std::vector<TokenLogprob> logprobs_if_asked(const GenerationParams& params, const at::Tensor& logits,

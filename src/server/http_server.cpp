@@ -353,7 +353,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     ~ResetParams() { params.cancel = nullptr, params.observer = nullptr; }
   } reset_params{job.params};
   job.params.cancel = &cancel;
-  if (m.policy.enabled()) {
+  if (m.policy.enabled() && job.params.max_new_tokens > 0) {
     compressor = std::make_unique<compress::KVCompressor>(m.policy, *m.target, static_cast<int64_t>(job.prompt.size()));
     job.params.observer = compressor.get();
   }
@@ -377,8 +377,20 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     // tokens' own from the reference forward; stop strings and the reasoning split see only the reply
     const auto t0 = std::chrono::steady_clock::now();
     if (job.params.logprobs >= 0) {
-      const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(*m.target, job.prompt,
-                                                                               job.params.logprobs);
+      // between pieces: stop for a shutdown or a client that went away (an empty emit asks whether it is there)
+      auto keep_going = [&] {
+        if (emit && !client_gone && !emit({}, {})) client_gone = true;
+        return !client_gone && !shutting_down_;
+      };
+      const std::vector<decode::TokenLogprob> scored =
+          decode::prompt_logprobs(*m.target, job.prompt, job.params.logprobs, 256, keep_going);
+      if (static_cast<int64_t>(scored.size()) < n_prompt - 1) {
+        if (!client_gone)
+          throw HttpError(503, "the server shut down while this request's prompt was scored", "unavailable_error");
+        std::fprintf(stderr, "%s: the client went away while its prompt was scored\n", job.id.c_str());
+        out.result.prompt_tokens = n_prompt;
+        return out;
+      }
       for (int64_t i = 0; i < n_prompt; ++i)
         out.echo_logprobs.push_back(
             {job.prompt[i], i > 0 ? scored[i - 1] : decode::TokenLogprob{}, /*echoed=*/true, /*scored=*/i > 0});
@@ -418,6 +430,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   if (job.params.max_new_tokens > 0) {
     out.result = m.draft ? m.runner->dflash(job.prompt, job.params, on_tokens)
                          : m.runner->plain(job.prompt, job.params, on_tokens);
+    out.result.prefill_ms += scoring_ms;  // the prompt's processing: the echo's scoring, then the prefill
   } else {
     out.result.prompt_tokens = n_prompt;
   }
@@ -440,7 +453,8 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     ++requests_;
-    prompt_tokens_ += r.prompt_tokens;
+    // an echo of max_tokens 0 without logprobs runs no model
+    if (job.params.max_new_tokens > 0 || job.params.logprobs >= 0) prompt_tokens_ += r.prompt_tokens;
     predicted_tokens_ += out.completion_tokens;
     prompt_seconds_ += r.prefill_ms / 1e3;
     predicted_seconds_ += (r.first_draft_ms + r.decode_ms) / 1e3;
