@@ -224,6 +224,15 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   EXPECT_GE(against.kl->kld_max, against.kl->kld_mean);
   EXPECT_GT(against.kl->same_top, 0.8);
   EXPECT_LE(against.kl->same_top, 1.0);
+  // pieces of 5 tokens (several forwards a chunk, the first pieces unscored, the base kept in step): the same numbers
+  const tools::PerplexityResult pieces = tools::perplexity(bf16, tokens, n_ctx, -1, {}, target_.get(), 5);
+  EXPECT_EQ(pieces.tokens_scored, against.tokens_scored);
+  EXPECT_NEAR(pieces.ppl, against.ppl, 1e-3 * against.ppl) << "bfloat16 forwards of other lengths round differently";
+  EXPECT_NEAR(pieces.kl->base_ppl, against.kl->base_ppl, 1e-6 * against.kl->base_ppl);  // float32 GEMMs of other shapes
+  EXPECT_NEAR(pieces.kl->kld_mean, against.kl->kld_mean, 0.2 * against.kl->kld_mean);
+  const tools::PerplexityResult f32_pieces = tools::perplexity(*target_, tokens, n_ctx, 0, {}, nullptr, 5);
+  EXPECT_NEAR(f32_pieces.ppl, r.ppl, 1e-6 * r.ppl);
+  for (size_t c = 0; c < running.size(); ++c) EXPECT_NEAR(f32_pieces.running_ppl[c], r.running_ppl[c], 1e-6 * running[c]);
   const tools::PerplexityResult two = tools::perplexity(*target_, tokens, n_ctx, 2);
   EXPECT_EQ(two.chunks, 2);
   EXPECT_EQ(two.ppl, r.running_ppl[1]) << "--chunks 2 is the first two chunks' running value";
@@ -232,7 +241,7 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
       {[&] { tools::perplexity(*target_, tokens, 3); }, "-c/--ctx-size: 3 is too small"},
       {[&] { tools::perplexity(*target_, tokens, 1 << 30); }, "exceeds the model's max_position_embeddings"},
       {[&] { tools::perplexity(*target_, {1, 2, 3, 4, 5}, 8); }, "the text has 5 tokens, fewer than one chunk"},
-      {[&] { tools::perplexity(*target_, tokens, n_ctx, -1); }, "--chunks: must be >= 0"},
+      {[&] { tools::perplexity(*target_, tokens, n_ctx, -2); }, "--chunks: must be >= 0 (0 or -1: all), got -2"},
       {[&] {
          std::vector<int64_t> outside = tokens;
          outside[30] = target_->config().vocab_size;

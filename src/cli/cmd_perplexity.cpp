@@ -123,7 +123,7 @@ void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-p,--prompt", o->prompt_text, "the text to score");
   cmd->add_option("--prompt-ids", o->prompt_ids, "token ids to score, comma-separated");
   cmd->add_option("-c,--ctx-size", o->ctx_size, "tokens a chunk (its second half is scored)")->capture_default_str();
-  cmd->add_option("--chunks", o->chunks, "score at most this many chunks (0: all)")->capture_default_str();
+  cmd->add_option("--chunks", o->chunks, "score at most this many chunks (0 or -1: all)")->capture_default_str();
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
   cmd->add_option("--kl-base-dtype", o->base_dtype,

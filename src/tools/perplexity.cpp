@@ -24,11 +24,11 @@ std::pair<double, double> mean_and_stderr(const std::vector<double>& xs) {
 
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
                             int64_t max_chunks, const std::function<void(int64_t, double)>& on_chunk,
-                            const model::Qwen3Model* base) {
+                            const model::Qwen3Model* base, int64_t piece) {
   const int64_t max_positions = target.config().max_position_embeddings;
   if (n_ctx < 4) fail("-c/--ctx-size: {} is too small to score anything (at least 4)", n_ctx);
   if (n_ctx > max_positions) fail("-c/--ctx-size: {} exceeds the model's max_position_embeddings {}", n_ctx, max_positions);
-  if (max_chunks < 0) fail("--chunks: must be >= 0 (0: all), got {}", max_chunks);
+  if (max_chunks < -1) fail("--chunks: must be >= 0 (0 or -1: all), got {}", max_chunks);
   const int64_t n_tokens = static_cast<int64_t>(tokens.size());
   if (n_tokens < n_ctx)
     fail("the text has {} tokens, fewer than one chunk of -c/--ctx-size {}: give a longer text or a smaller -c",
@@ -49,9 +49,9 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
   int64_t same_top = 0;
   for (int64_t c = 0; c < r.chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
-    decode::ForwardPieces pieces(target, chunk);
-    std::optional<decode::ForwardPieces> base_pieces;
-    if (base) base_pieces.emplace(*base, chunk);
+    decode::ForwardPieces pieces(target, chunk, piece);
+    std::optional<decode::ForwardPieces> base_pieces;  // in step with `pieces`: the same rows each next()
+    if (base) base_pieces.emplace(*base, chunk, piece);
     for (at::Tensor logits = pieces.next(); logits.defined(); logits = pieces.next()) {
       const at::Tensor base_logits = base ? base_pieces->next() : at::Tensor();
       const int64_t start = pieces.start(), T = logits.size(0);
@@ -90,7 +90,9 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
     std::vector<double> sorted = klds;
     std::sort(sorted.begin(), sorted.end());
     kl.kld_max = sorted.back();
-    kl.kld_p99 = sorted[static_cast<size_t>(std::floor(0.99 * static_cast<double>(sorted.size() - 1)))];
+    const double at = 0.99 * static_cast<double>(sorted.size() - 1);  // linear between the two nearest ranks
+    const size_t lo = static_cast<size_t>(std::floor(at)), hi = std::min(lo + 1, sorted.size() - 1);
+    kl.kld_p99 = sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
     kl.same_top = static_cast<double>(same_top) / static_cast<double>(sorted.size());
     r.kl = kl;
   }

@@ -21,7 +21,7 @@ namespace specpress::tools {
 
 struct KlDivergence {
   double base_ppl = 0, ppl_ratio = 0;  // ppl_ratio: the model's PPL / the base's
-  double kld_mean = 0, kld_stderr = 0, kld_max = 0, kld_p99 = 0;  // nats a row
+  double kld_mean = 0, kld_stderr = 0, kld_max = 0, kld_p99 = 0;  // nats a row; p99 interpolated between neighbours
   double same_top = 0;                 // share of rows whose argmax agrees
 };
 
@@ -33,11 +33,12 @@ struct PerplexityResult {
   std::optional<KlDivergence> kl;       // with a base model
 };
 
-// Chunks: floor(tokens / n_ctx), at most max_chunks (0: all). Errors name -c/--ctx-size (n_ctx < 4 or past the
-// model's max_position_embeddings) and the token count (fewer than n_ctx tokens). on_chunk(done, running_ppl)
-// after each chunk, for progress. `base`: null, or the model to compare with (same vocabulary).
+// Chunks: floor(tokens / n_ctx), at most max_chunks (0 or -1: all, -1 as llama-perplexity's default). Errors name
+// -c/--ctx-size (n_ctx < 4 or past the model's max_position_embeddings), --chunks and the token count (fewer than
+// n_ctx tokens). on_chunk(done, running_ppl) after each chunk, for progress. `base`: null, or the model to compare
+// with (same vocabulary). `piece`: tokens a forward (decode::ForwardPieces), which bounds the logits held at once.
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
                             int64_t max_chunks = 0, const std::function<void(int64_t, double)>& on_chunk = {},
-                            const model::Qwen3Model* base = nullptr);
+                            const model::Qwen3Model* base = nullptr, int64_t piece = 256);
 
 }  // namespace specpress::tools
