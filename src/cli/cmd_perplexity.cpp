@@ -11,8 +11,6 @@
 #include <cstdio>
 #include <memory>
 
-#include <fmt/format.h>
-
 #include "cli/common.h"
 #include "core/error.h"
 #include "model/qwen3.h"
