@@ -20,6 +20,13 @@ std::pair<double, double> mean_and_stderr(const std::vector<double>& xs) {
   return {mean, n > 1 ? std::sqrt(variance / (n - 1)) : 0.0};
 }
 
+// Appends a 1-D tensor's values, times `sign`, to `out` (one copy to the host).
+void append(std::vector<double>& out, const at::Tensor& values, double sign = 1.0) {
+  const at::Tensor host = values.to(at::kCPU, at::kDouble).contiguous();
+  const double* v = host.data_ptr<double>();
+  for (int64_t i = 0; i < host.numel(); ++i) out.push_back(sign * v[i]);
+}
+
 }  // namespace
 
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
@@ -46,6 +53,7 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
   if (max_chunks > 0 && max_chunks < r.chunks) r.chunks = max_chunks;
   const int64_t first = n_ctx / 2;  // the first scored row: the prediction of token first + 1
   std::vector<double> nlls, base_nlls, klds;
+  double nll_sum = 0;  // of nlls, for each chunk's running value
   int64_t same_top = 0;
   for (int64_t c = 0; c < r.chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
@@ -61,21 +69,18 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
       const at::Tensor rows = at::log_softmax(logits.narrow(0, lo - start, start + T - lo).to(at::kDouble), -1);
       const at::Tensor next = at::tensor(std::vector<int64_t>(chunk.begin() + lo + 1, chunk.begin() + start + T + 1),
                                          at::kLong).to(rows.device()).unsqueeze(1);
-      const at::Tensor chosen = rows.gather(1, next).squeeze(1).cpu();
-      for (int64_t i = 0; i < chosen.size(0); ++i) nlls.push_back(-chosen[i].item<double>());
+      const size_t scored_before = nlls.size();
+      append(nlls, rows.gather(1, next).squeeze(1), -1.0);
+      for (size_t i = scored_before; i < nlls.size(); ++i) nll_sum += nlls[i];
       if (!base) continue;
       // KL(base || model) on the model's device
       const at::Tensor base_rows =
           at::log_softmax(base_logits.narrow(0, lo - start, start + T - lo).to(rows.device()).to(at::kDouble), -1);
-      const at::Tensor kld = (base_rows.exp() * (base_rows - rows)).sum(-1).cpu();
-      const at::Tensor base_chosen = base_rows.gather(1, next).squeeze(1).cpu();
+      append(klds, (base_rows.exp() * (base_rows - rows)).sum(-1));
+      append(base_nlls, base_rows.gather(1, next).squeeze(1), -1.0);
       same_top += rows.argmax(-1).eq(base_rows.argmax(-1)).sum().item<int64_t>();
-      for (int64_t i = 0; i < kld.size(0); ++i) {
-        klds.push_back(kld[i].item<double>());
-        base_nlls.push_back(-base_chosen[i].item<double>());
-      }
     }
-    r.running_ppl.push_back(std::exp(mean_and_stderr(nlls).first));
+    r.running_ppl.push_back(std::exp(nll_sum / static_cast<double>(nlls.size())));
     if (on_chunk) on_chunk(c + 1, r.running_ppl.back());
   }
   r.tokens_scored = static_cast<int64_t>(nlls.size());
