@@ -17,12 +17,16 @@ using namespace specpress::test;
 
 namespace {
 
-// a value as printf's %.4f writes it
-std::string fmt_4(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.4f", v);
+// what printf writes
+template <typename... Args>
+std::string printf_string(const char* format, Args... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), format, args...);
   return buf;
 }
+
+// a value as printf's %.4f writes it
+std::string fmt_4(double v) { return printf_string("%.4f", v); }
 
 std::string golden_args(const GoldenRun& run) {
   return "generate -m " + golden_dir() + "/target --prompt-ids \"" + join_ids(run.prompt) + "\" -n " +
@@ -130,18 +134,60 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   // bfloat16 against the float32 base: llama-perplexity's --kl-divergence lines, and the same in --json
   const CommandResult kl = run_specpress(base + " --dtype bf16 --kl-base-dtype f32");
   ASSERT_EQ(kl.exit_code, 0) << kl.err;
-  const std::regex kl_lines(R"(Final estimate: PPL = \d+\.\d{4} \+/- \d+\.\d{5}\nBase \(cpu, f32\): PPL = )" +
-                            m[1].str() + R"(\nMean PPL\(model\)/PPL\(base\): \d\.\d{6}\nMean KLD: \d\.\d{8} \+/- \d\.\d{8}\n)"
-                            R"(Maximum KLD: \d+\.\d{8}\n99\.0% KLD: \d+\.\d{8}\nSame top token: \d+\.\d{3}%\n)");
-  EXPECT_TRUE(std::regex_match(kl.out, kl_lines)) << kl.out;
+  const std::string number = R"(-?\d+\.\d+)", pm = " \u00b1 ";
+  std::string blocks = R"(Final estimate: PPL = \d+\.\d{4} \+/- \d+\.\d{5}\n\n====== Perplexity statistics ======\n)";
+  for (const char* label : {R"(Mean PPL\(Q\)                   )", R"(Mean PPL\(base\)                )"})
+    blocks += std::string(label) + ": +" + number + pm + " *" + number + "\n";
+  blocks += R"(Cor\(ln\(PPL\(Q\)\), ln\(PPL\(base\)\)\): +\d+\.\d\d%\n)";
+  for (const char* label : {R"(Mean ln\(PPL\(Q\)/PPL\(base\)\)     )", R"(Mean PPL\(Q\)/PPL\(base\)         )",
+                            R"(Mean PPL\(Q\)-PPL\(base\)         )"})
+    blocks += std::string(label) + ": +" + number + pm + " *" + number + "\n";
+  blocks += "\n====== KL divergence statistics ======\nMean    KLD: +" + number + pm + " *" + number + "\n";
+  for (const char* label : {"Maximum ", R"(99\.9%   )", R"(99\.0%   )", R"(95\.0%   )", R"(90\.0%   )", "Median  ",
+                            R"(10\.0%   )", R"( 5\.0%   )", R"( 1\.0%   )", R"( 0\.1%   )", "Minimum "})
+    blocks += std::string(label) + "KLD: +" + number + "\n";
+  blocks += "\n====== Token probability statistics ======\nMean    \u0394p: +" + number + pm + number + " %\n";
+  for (const char* label : {"Maximum ", R"(99\.9%   )", R"(99\.0%   )", R"(95\.0%   )", R"(90\.0%   )", R"(75\.0%   )",
+                            "Median  ", R"(25\.0%   )", R"(10\.0%   )", R"( 5\.0%   )", R"( 1\.0%   )", R"( 0\.1%   )",
+                            "Minimum "})
+    blocks += std::string(label) + "\u0394p: +" + number + "%\n";
+  blocks += "RMS \u0394p    : +" + number + pm + number + " %\nSame top p: +" + number + pm + number + " %\n";
+  EXPECT_TRUE(std::regex_match(kl.out, std::regex(blocks))) << kl.out;
+  // the per-chunk table on stderr: its header and a row a chunk
+  EXPECT_NE(kl.err.find("perplexity: base " + golden_dir() + "/target (cpu, f32)\nchunk             PPL"),
+            std::string::npos) << kl.err;
+  EXPECT_TRUE(std::regex_search(kl.err, std::regex(R"(\n    4 +\d+\.\d{4})" + pm + R"( *\d+\.\d{4} +-?\d\.\d{5})" + pm)))
+      << kl.err;
   const CommandResult kl_json = run_specpress(base + " --dtype bf16 --kl-base-dtype f32 --json");
   ASSERT_EQ(kl_json.exit_code, 0) << kl_json.err;
   const nlohmann::json k = nlohmann::json::parse(kl_json.out);
   EXPECT_EQ(k["dtype"], "bf16");
+  EXPECT_EQ(k["kl"]["base_model"], golden_dir() + "/target");
   EXPECT_EQ(k["kl"]["base_dtype"], "f32");
   EXPECT_EQ(k["kl"]["base_device"], "cpu");
   EXPECT_EQ(k["kl"]["base_ppl"], out["ppl"]) << "the base is the float32 run";
-  EXPECT_GT(k["kl"]["kld_mean"].get<double>(), 0.0);
+  EXPECT_GT(k["kl"]["kld"]["mean"].get<double>(), 0.0);
+  EXPECT_EQ(k["kl"]["kld"]["quantiles"].size(), 13u);
+  EXPECT_EQ(k["kl"]["kld"]["quantiles"]["p99.9"].get<double>() <= k["kl"]["kld"]["quantiles"]["max"].get<double>(), true);
+  EXPECT_TRUE(k["kl"]["delta_p"]["quantiles"].contains("p0.1"));
+  // the printed lines are the JSON's numbers
+  auto line_of = [&](const std::string& label) {
+    const size_t at = kl.out.find(label);
+    return at == std::string::npos ? std::string() : kl.out.substr(at, kl.out.find('\n', at) - at);
+  };
+  EXPECT_EQ(line_of("Mean PPL(base)"), printf_string("Mean PPL(base)                : %10.6f \u00b1 %10.6f",
+                                                     k["kl"]["base_ppl"].get<double>(),
+                                                     k["kl"]["base_ppl_stderr"].get<double>()));
+  EXPECT_EQ(line_of("Median  KLD"),
+            printf_string("Median  KLD: %10.6f", k["kl"]["kld"]["quantiles"]["median"].get<double>()));
+  EXPECT_EQ(line_of("Same top p"), printf_string("Same top p: %6.3f \u00b1 %5.3f %%",
+                                                 100 * k["kl"]["same_top"].get<double>(),
+                                                 100 * k["kl"]["same_top_stderr"].get<double>()));
+  // another checkpoint as the base: the same checkpoint named by --kl-base-model gives the same numbers
+  const CommandResult named =
+      run_specpress(base + " --dtype bf16 --kl-base-model " + golden_dir() + "/target --kl-base-dtype f32 --json");
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_EQ(nlohmann::json::parse(named.out)["kl"], k["kl"]);
   EXPECT_FALSE(out.contains("kl"));
 
   const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo/target";
@@ -169,6 +215,9 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
       {base + " --dtype f8", "--dtype: unknown dtype 'f8'"},
       {base + " --kl-base-dtype f8", "--kl-base-dtype: unknown dtype 'f8'"},
       {base + " --kl-base-device tpu", "--kl-base-device: unknown device 'tpu'"},
+      {base + " --kl-base-model " + std::string(SPECPRESS_SOURCE_DIR) + "/demo/target",
+       "the base model's vocabulary (151936) differs from the model's (1024)"},
+      {base + " --kl-base-model /nonexistent/base", "/nonexistent/base"},
   };
   for (const auto& c : cases) {
     const CommandResult e = run_specpress(c.args);

@@ -160,19 +160,25 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   ASSERT_GE(static_cast<int64_t>(tokens.size()), 3 * n_ctx + 5) << "golden runs too short for three chunks";
   const int64_t chunks = static_cast<int64_t>(tokens.size()) / n_ctx;
   const model::Qwen3Model bf16 = model::Qwen3Model::load(golden_dir() + "/target", at::kBFloat16, target_->device());
-  // every row's log_softmax (float64) from one forward of a chunk
+  // every row's log_softmax (float64) from one forward of a chunk less its last token (no row predicts past it; the
+  // same GEMM shapes as the tool's, whose bfloat16 products another M may round otherwise, as oneDNN's do on Zen 4)
   auto rows_of = [&](const model::Qwen3Model& m, const std::vector<int64_t>& chunk) {
-    model::KVCache cache = m.make_cache(n_ctx);
-    const at::Tensor logits = m.forward(at::tensor(chunk, at::kLong).to(m.device()), 0, cache, {true}).logits;
+    model::KVCache cache = m.make_cache(n_ctx - 1);
+    const std::vector<int64_t> inputs(chunk.begin(), chunk.end() - 1);
+    const at::Tensor logits = m.forward(at::tensor(inputs, at::kLong).to(m.device()), 0, cache, {true}).logits;
     return at::log_softmax(logits.to(at::kCPU).to(at::kDouble), -1);
   };
   std::vector<double> nlls, running, klds;  // klds: KL(float32 || bfloat16) a scored row
+  std::vector<double> low_nlls, dps, same;  // the bfloat16 copy's NLLs, its Δp against float32, argmax agreement
   for (int64_t c = 0; c < chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
     const at::Tensor rows = rows_of(*target_, chunk), low = rows_of(bf16, chunk);
     for (int64_t j = n_ctx / 2; j < n_ctx - 1; ++j) {
       nlls.push_back(-rows[j][chunk[j + 1]].item<double>());
       klds.push_back((rows[j].exp() * (rows[j] - low[j])).sum().item<double>());
+      low_nlls.push_back(-low[j][chunk[j + 1]].item<double>());
+      dps.push_back(std::exp(-low_nlls.back()) - std::exp(-nlls.back()));
+      same.push_back(rows[j].argmax().item<int64_t>() == low[j].argmax().item<int64_t>() ? 1.0 : 0.0);
     }
     double sum = 0;
     for (double x : nlls) sum += x;
@@ -185,8 +191,10 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   const double stderr_nll = std::sqrt((sq / n - mean * mean) / (n - 1));
 
   std::vector<std::pair<int64_t, double>> progress;
-  const tools::PerplexityResult r =
-      tools::perplexity(*target_, tokens, n_ctx, 0, [&](int64_t done, double ppl) { progress.push_back({done, ppl}); });
+  const tools::PerplexityResult r = tools::perplexity(*target_, tokens, n_ctx, 0, [&](int64_t done, const auto& so_far) {
+    progress.push_back({done, so_far.ppl});
+    EXPECT_FALSE(so_far.kl.has_value());
+  });
   EXPECT_EQ(r.chunks, chunks);
   EXPECT_EQ(r.tokens_scored, chunks * (n_ctx - n_ctx / 2 - 1));
   EXPECT_FALSE(r.kl.has_value());
@@ -207,29 +215,74 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   EXPECT_EQ(itself.ppl, r.ppl);
   EXPECT_EQ(itself.kl->base_ppl, r.ppl);
   EXPECT_EQ(itself.kl->ppl_ratio, 1.0);
-  EXPECT_EQ(itself.kl->kld_mean, 0.0);
-  EXPECT_EQ(itself.kl->kld_max, 0.0);
+  EXPECT_EQ(itself.kl->kld.mean, 0.0);
+  EXPECT_EQ(itself.kl->kld.quantiles.front(), 0.0);
+  EXPECT_EQ(itself.kl->delta_p.quantiles.front(), 0.0);
+  EXPECT_EQ(itself.kl->delta_p.quantiles.back(), 0.0);
+  EXPECT_EQ(itself.kl->ppl_diff, 0.0);
+  EXPECT_NEAR(itself.kl->ln_ppl_ratio_stderr, 0.0, 1e-7);
+  EXPECT_NEAR(itself.kl->nll_correlation, 1.0, 1e-12);
   EXPECT_EQ(itself.kl->same_top, 1.0);
-  const tools::PerplexityResult against = tools::perplexity(bf16, tokens, n_ctx, 0, {}, target_.get());
+  EXPECT_EQ(itself.kl->same_top_stderr, 0.0);
+  std::vector<tools::PerplexityResult> kl_progress;  // each chunk's statistics so far, without quantiles
+  const tools::PerplexityResult against = tools::perplexity(
+      bf16, tokens, n_ctx, 0, [&](int64_t, const tools::PerplexityResult& so_far) { kl_progress.push_back(so_far); },
+      target_.get());
+  ASSERT_EQ(kl_progress.size(), static_cast<size_t>(chunks));
+  for (const tools::PerplexityResult& p : kl_progress) {
+    ASSERT_TRUE(p.kl.has_value());
+    EXPECT_TRUE(p.kl->kld.quantiles.empty());
+  }
+  EXPECT_EQ(kl_progress.back().kl->kld.mean, against.kl->kld.mean);
+  EXPECT_EQ(kl_progress.back().kl->same_top, against.kl->same_top);
+  EXPECT_EQ(kl_progress[0].tokens_scored, n_ctx - n_ctx / 2 - 1);
   ASSERT_TRUE(against.kl.has_value());
   EXPECT_NEAR(against.kl->base_ppl, r.ppl, 1e-9 * r.ppl) << "the base's perplexity is the float32 run's";
   EXPECT_NEAR(against.kl->ppl_ratio, against.ppl / r.ppl, 1e-12);
   double kld_mean = 0, kld_max = 0;
   for (double k : klds) kld_mean += k / static_cast<double>(klds.size()), kld_max = std::max(kld_max, k);
-  EXPECT_NEAR(against.kl->kld_mean, kld_mean, 1e-9 + 1e-6 * kld_mean);
-  EXPECT_NEAR(against.kl->kld_max, kld_max, 1e-9 + 1e-6 * kld_max);
-  EXPECT_GT(against.kl->kld_mean, 0.0);
-  EXPECT_LT(against.kl->kld_mean, 0.05) << "bfloat16 rounding, not another model";
-  EXPECT_LE(against.kl->kld_p99, against.kl->kld_max);
-  EXPECT_GE(against.kl->kld_max, against.kl->kld_mean);
+  EXPECT_NEAR(against.kl->kld.mean, kld_mean, 1e-9 + 1e-6 * kld_mean);
+  EXPECT_GT(against.kl->kld.mean, 0.0);
+  EXPECT_LT(against.kl->kld.mean, 0.05) << "bfloat16 rounding, not another model";
   EXPECT_GT(against.kl->same_top, 0.8);
   EXPECT_LE(against.kl->same_top, 1.0);
+  // llama-perplexity --kl-divergence's other statistics, against ATen's correlation, quantiles and variances
+  const at::Tensor model_nll = at::tensor(low_nlls, at::kDouble), base_nll = at::tensor(nlls, at::kDouble);
+  const at::Tensor kld_t = at::tensor(klds, at::kDouble), dp_t = at::tensor(dps, at::kDouble);
+  const double rows_n = static_cast<double>(nlls.size());
+  auto stderr_of = [&](const at::Tensor& x) { return at::std(x, /*unbiased=*/false).item<double>() / std::sqrt(rows_n - 1); };
+  const tools::KlDivergence& kl = *against.kl;
+  EXPECT_NEAR(kl.base_ppl_stderr, r.ppl_stderr, 1e-9 * r.ppl_stderr);
+  EXPECT_NEAR(kl.nll_correlation, at::corrcoef(at::stack({model_nll, base_nll}))[0][1].item<double>(), 1e-9);
+  EXPECT_GT(kl.nll_correlation, 0.99) << "bfloat16 rounding, not another model";
+  EXPECT_NEAR(kl.ln_ppl_ratio, (model_nll - base_nll).mean().item<double>(), 1e-9);
+  EXPECT_NEAR(kl.ln_ppl_ratio_stderr, stderr_of(model_nll - base_nll), 1e-7) << "the error of the paired difference";
+  EXPECT_NEAR(kl.ppl_ratio_stderr, kl.ppl_ratio * kl.ln_ppl_ratio_stderr, 1e-12);
+  EXPECT_NEAR(kl.ppl_diff, against.ppl - kl.base_ppl, 1e-9 * against.ppl);
+  EXPECT_GT(kl.ppl_diff_stderr, 0.0);
+  EXPECT_LT(kl.ppl_diff_stderr, 0.5 * (against.ppl_stderr + kl.base_ppl_stderr)) << "paired: far under the two errors";
+  EXPECT_NEAR(kl.kld.stderr_mean, stderr_of(kld_t), 1e-9);
+  EXPECT_NEAR(kl.delta_p.mean, dp_t.mean().item<double>(), 1e-9);
+  EXPECT_NEAR(kl.delta_p.stderr_mean, stderr_of(dp_t), 1e-9);
+  EXPECT_NEAR(kl.rms_delta_p, std::sqrt((dp_t * dp_t).mean().item<double>()), 1e-9);
+  EXPECT_NEAR(kl.rms_delta_p_stderr, 0.5 * stderr_of(dp_t * dp_t) / kl.rms_delta_p, 1e-9);
+  const double same_top = at::tensor(same, at::kDouble).mean().item<double>();
+  EXPECT_NEAR(kl.same_top, same_top, 1e-12);
+  EXPECT_NEAR(kl.same_top_stderr, std::sqrt(same_top * (1 - same_top) / (rows_n - 1)), 1e-12);
+  ASSERT_EQ(kl.kld.quantiles.size(), tools::kPerplexityQuantiles.size());
+  ASSERT_EQ(kl.delta_p.quantiles.size(), tools::kPerplexityQuantiles.size());
+  for (size_t i = 0; i < tools::kPerplexityQuantiles.size(); ++i) {
+    const double q = tools::kPerplexityQuantiles[i];  // at::quantile's default: linear between the nearest ranks
+    EXPECT_NEAR(kl.kld.quantiles[i], at::quantile(kld_t, q).item<double>(), 1e-9 + 1e-6 * kld_mean) << q;
+    EXPECT_NEAR(kl.delta_p.quantiles[i], at::quantile(dp_t, q).item<double>(), 1e-9) << q;
+  }
+  EXPECT_NEAR(kl.kld.quantiles.front(), kld_max, 1e-9 + 1e-6 * kld_max) << "the 1 quantile is the maximum";
   // pieces of 5 tokens (several forwards a chunk, the first pieces unscored, the base kept in step): the same numbers
   const tools::PerplexityResult pieces = tools::perplexity(bf16, tokens, n_ctx, -1, {}, target_.get(), 5);
   EXPECT_EQ(pieces.tokens_scored, against.tokens_scored);
   EXPECT_NEAR(pieces.ppl, against.ppl, 1e-3 * against.ppl) << "bfloat16 forwards of other lengths round differently";
   EXPECT_NEAR(pieces.kl->base_ppl, against.kl->base_ppl, 1e-6 * against.kl->base_ppl);  // float32 GEMMs of other shapes
-  EXPECT_NEAR(pieces.kl->kld_mean, against.kl->kld_mean, 0.2 * against.kl->kld_mean);
+  EXPECT_NEAR(pieces.kl->kld.mean, against.kl->kld.mean, 0.2 * against.kl->kld.mean);
   const tools::PerplexityResult f32_pieces = tools::perplexity(*target_, tokens, n_ctx, 0, {}, nullptr, 5);
   EXPECT_NEAR(f32_pieces.ppl, r.ppl, 1e-6 * r.ppl);
   for (size_t c = 0; c < running.size(); ++c) EXPECT_NEAR(f32_pieces.running_ppl[c], r.running_ppl[c], 1e-6 * running[c]);

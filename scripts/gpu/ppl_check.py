@@ -74,11 +74,11 @@ def main():
                           "tol": tol, "tokens_scored": n, "ok": good, "seconds": sp["seconds"]}
         hf_kld = torch.cat([(b.exp() * (b - l)).sum(-1) for (b, _), (l, _) in zip(rows["f32"], rows["bf16"])]).mean().item()
         sp = specpress_ppl(a.specpress, m, ids, a.ctx, a.chunks, "bf16", "--kl-base-dtype", "f32")
-        both_zero = abs(hf_kld) < 1e-12 and abs(sp["kl"]["kld_mean"]) < 1e-12
-        ratio = 1.0 if both_zero else sp["kl"]["kld_mean"] / hf_kld if hf_kld != 0 else float("inf")
+        both_zero = abs(hf_kld) < 1e-12 and abs(sp["kl"]["kld"]["mean"]) < 1e-12
+        ratio = 1.0 if both_zero else sp["kl"]["kld"]["mean"] / hf_kld if hf_kld != 0 else float("inf")
         good = both_zero or 0.5 <= ratio <= 2.0
         ok &= good
-        line["kl_f32_bf16"] = {"hf": hf_kld, "specpress": sp["kl"]["kld_mean"], "ratio": ratio, "both_zero": both_zero,
+        line["kl_f32_bf16"] = {"hf": hf_kld, "specpress": sp["kl"]["kld"]["mean"], "ratio": ratio, "both_zero": both_zero,
                                "same_top": sp["kl"]["same_top"], "ok": good}
         line["build"] = sp["build"]
         line["device"] = sp["device"]

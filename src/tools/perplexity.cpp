@@ -10,16 +10,6 @@
 namespace specpress::tools {
 namespace {
 
-// The mean of xs and its standard error.
-std::pair<double, double> mean_and_stderr(const std::vector<double>& xs) {
-  const double n = static_cast<double>(xs.size());
-  double sum = 0, sum_sq = 0;
-  for (double x : xs) sum += x, sum_sq += x * x;
-  const double mean = sum / n;
-  const double variance = std::max(0.0, sum_sq / n - mean * mean);
-  return {mean, n > 1 ? std::sqrt(variance / (n - 1)) : 0.0};
-}
-
 // Appends a 1-D tensor's values, times `sign`, to `out` (one copy to the host).
 void append(std::vector<double>& out, const at::Tensor& values, double sign = 1.0) {
   const at::Tensor host = values.to(at::kCPU, at::kDouble).contiguous();
@@ -27,14 +17,84 @@ void append(std::vector<double>& out, const at::Tensor& values, double sign = 1.
   for (int64_t i = 0; i < host.numel(); ++i) out.push_back(sign * v[i]);
 }
 
+// Running sums over the scored rows, from which every mean, error and the correlation follow; summing as rows come
+// keeps each chunk's progress report O(1).
+struct Sums {
+  double n = 0, nll = 0, nll_sq = 0, base_nll = 0, base_nll_sq = 0, nll_base_nll = 0;
+  double kld = 0, kld_sq = 0, dp = 0, dp_sq = 0, dp_4 = 0, same_top = 0;
+};
+
+double population_variance(double sum, double sum_sq, double n) {
+  const double mean = sum / n;
+  return std::max(0.0, sum_sq / n - mean * mean);
+}
+
+// The standard error of a mean of n rows whose population variance is `variance` (0 for one row).
+double stderr_of_mean(double variance, double n) { return n > 1 ? std::sqrt(variance / (n - 1)) : 0.0; }
+
+// The value at `fraction` of ascending `sorted`, interpolated linearly between the two nearest ranks.
+double quantile(const std::vector<double>& sorted, double fraction) {
+  const double at = fraction * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(at)), hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+std::vector<double> quantiles(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  std::vector<double> out;
+  for (double f : kPerplexityQuantiles) out.push_back(quantile(values, f));
+  return out;
+}
+
+// The statistics of the rows summed so far (quantiles not included).
+void summarize(const Sums& s, bool with_base, PerplexityResult& r) {
+  const double n = s.n;
+  r.tokens_scored = static_cast<int64_t>(n);
+  const double nll_var = population_variance(s.nll, s.nll_sq, n);
+  r.nll_mean = s.nll / n;
+  r.nll_stderr = stderr_of_mean(nll_var, n);
+  r.ppl = std::exp(r.nll_mean);
+  r.ppl_stderr = r.ppl * r.nll_stderr;
+  if (!with_base) return;
+  KlDivergence& kl = r.kl ? *r.kl : r.kl.emplace();
+  const double base_mean = s.base_nll / n, base_var = population_variance(s.base_nll, s.base_nll_sq, n);
+  const double base_stderr = stderr_of_mean(base_var, n);
+  kl.base_ppl = std::exp(base_mean);
+  kl.base_ppl_stderr = kl.base_ppl * base_stderr;
+  const double covariance = s.nll_base_nll / n - r.nll_mean * base_mean;  // population covariance of the NLLs
+  kl.nll_correlation = nll_var > 0 && base_var > 0 ? covariance / std::sqrt(nll_var * base_var) : 1.0;
+  const double mean_covariance = n > 1 ? covariance / (n - 1) : 0.0;     // covariance of the two means
+  kl.ln_ppl_ratio = r.nll_mean - base_mean;
+  kl.ln_ppl_ratio_stderr =
+      std::sqrt(std::max(0.0, r.nll_stderr * r.nll_stderr + base_stderr * base_stderr - 2 * mean_covariance));
+  kl.ppl_ratio = std::exp(kl.ln_ppl_ratio);
+  kl.ppl_ratio_stderr = kl.ppl_ratio * kl.ln_ppl_ratio_stderr;
+  kl.ppl_diff = r.ppl - kl.base_ppl;
+  kl.ppl_diff_stderr = std::sqrt(std::max(0.0, r.ppl_stderr * r.ppl_stderr + kl.base_ppl_stderr * kl.base_ppl_stderr -
+                                                   2 * r.ppl * kl.base_ppl * mean_covariance));
+  kl.kld.mean = s.kld / n;
+  kl.kld.stderr_mean = stderr_of_mean(population_variance(s.kld, s.kld_sq, n), n);
+  kl.delta_p.mean = s.dp / n;
+  kl.delta_p.stderr_mean = stderr_of_mean(population_variance(s.dp, s.dp_sq, n), n);
+  kl.rms_delta_p = std::sqrt(s.dp_sq / n);
+  // the error of sqrt(mean Δp²) from the error of mean Δp², to first order
+  const double dp_sq_stderr = stderr_of_mean(population_variance(s.dp_sq, s.dp_4, n), n);
+  kl.rms_delta_p_stderr = kl.rms_delta_p > 0 ? 0.5 * dp_sq_stderr / kl.rms_delta_p : 0.0;
+  kl.same_top = s.same_top / n;
+  kl.same_top_stderr = stderr_of_mean(kl.same_top * (1 - kl.same_top), n);
+}
+
 }  // namespace
 
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
-                            int64_t max_chunks, const std::function<void(int64_t, double)>& on_chunk,
+                            int64_t max_chunks, const std::function<void(int64_t, const PerplexityResult&)>& on_chunk,
                             const model::Qwen3Model* base, int64_t piece) {
   const int64_t max_positions = target.config().max_position_embeddings;
   if (n_ctx < 4) fail("-c/--ctx-size: {} is too small to score anything (at least 4)", n_ctx);
   if (n_ctx > max_positions) fail("-c/--ctx-size: {} exceeds the model's max_position_embeddings {}", n_ctx, max_positions);
+  if (base && n_ctx > base->config().max_position_embeddings)
+    fail("-c/--ctx-size: {} exceeds the base model's max_position_embeddings {}", n_ctx,
+         base->config().max_position_embeddings);
   if (max_chunks < -1) fail("--chunks: must be >= 0 (0 or -1: all), got {}", max_chunks);
   const int64_t n_tokens = static_cast<int64_t>(tokens.size());
   if (n_tokens < n_ctx)
@@ -52,9 +112,9 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
   r.chunks = n_tokens / n_ctx;
   if (max_chunks > 0 && max_chunks < r.chunks) r.chunks = max_chunks;
   const int64_t first = n_ctx / 2;  // the first scored row: the prediction of token first + 1
-  std::vector<double> nlls, base_nlls, klds;
-  double nll_sum = 0;  // of nlls, for each chunk's running value
-  int64_t same_top = 0;
+  Sums sums;
+  std::vector<double> nlls, base_nlls, klds, same_top;  // this piece's rows
+  std::vector<double> all_klds, all_dps;                // every row's, for the quantiles
   for (int64_t c = 0; c < r.chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
     decode::ForwardPieces pieces(target, chunk, piece);
@@ -69,37 +129,36 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
       const at::Tensor rows = at::log_softmax(logits.narrow(0, lo - start, start + T - lo).to(at::kDouble), -1);
       const at::Tensor next = at::tensor(std::vector<int64_t>(chunk.begin() + lo + 1, chunk.begin() + start + T + 1),
                                          at::kLong).to(rows.device()).unsqueeze(1);
-      const size_t scored_before = nlls.size();
+      nlls.clear();
       append(nlls, rows.gather(1, next).squeeze(1), -1.0);
-      for (size_t i = scored_before; i < nlls.size(); ++i) nll_sum += nlls[i];
-      if (!base) continue;
-      // KL(base || model) on the model's device
-      const at::Tensor base_rows =
-          at::log_softmax(base_logits.narrow(0, lo - start, start + T - lo).to(rows.device()).to(at::kDouble), -1);
-      append(klds, (base_rows.exp() * (base_rows - rows)).sum(-1));
-      append(base_nlls, base_rows.gather(1, next).squeeze(1), -1.0);
-      same_top += rows.argmax(-1).eq(base_rows.argmax(-1)).sum().item<int64_t>();
+      if (base) {
+        // KL(base || model) on the model's device
+        const at::Tensor base_rows =
+            at::log_softmax(base_logits.narrow(0, lo - start, start + T - lo).to(rows.device()).to(at::kDouble), -1);
+        klds.clear(), base_nlls.clear(), same_top.clear();
+        append(klds, (base_rows.exp() * (base_rows - rows)).sum(-1));
+        append(base_nlls, base_rows.gather(1, next).squeeze(1), -1.0);
+        append(same_top, rows.argmax(-1).eq(base_rows.argmax(-1)));
+      }
+      for (size_t i = 0; i < nlls.size(); ++i) {
+        sums.n += 1, sums.nll += nlls[i], sums.nll_sq += nlls[i] * nlls[i];
+        if (!base) continue;
+        const double b = base_nlls[i], dp = std::exp(-nlls[i]) - std::exp(-b);
+        sums.base_nll += b, sums.base_nll_sq += b * b, sums.nll_base_nll += nlls[i] * b;
+        sums.kld += klds[i], sums.kld_sq += klds[i] * klds[i];
+        sums.dp += dp, sums.dp_sq += dp * dp, sums.dp_4 += dp * dp * dp * dp;
+        sums.same_top += same_top[i];
+        all_klds.push_back(klds[i]);
+        all_dps.push_back(dp);
+      }
     }
-    r.running_ppl.push_back(std::exp(nll_sum / static_cast<double>(nlls.size())));
-    if (on_chunk) on_chunk(c + 1, r.running_ppl.back());
+    summarize(sums, base != nullptr, r);
+    r.running_ppl.push_back(r.ppl);
+    if (on_chunk) on_chunk(c + 1, r);
   }
-  r.tokens_scored = static_cast<int64_t>(nlls.size());
-  std::tie(r.nll_mean, r.nll_stderr) = mean_and_stderr(nlls);
-  r.ppl = std::exp(r.nll_mean);
-  r.ppl_stderr = r.ppl * r.nll_stderr;
-  if (base) {
-    KlDivergence kl;
-    kl.base_ppl = std::exp(mean_and_stderr(base_nlls).first);
-    kl.ppl_ratio = r.ppl / kl.base_ppl;
-    std::tie(kl.kld_mean, kl.kld_stderr) = mean_and_stderr(klds);
-    std::vector<double> sorted = klds;
-    std::sort(sorted.begin(), sorted.end());
-    kl.kld_max = sorted.back();
-    const double at = 0.99 * static_cast<double>(sorted.size() - 1);  // linear between the two nearest ranks
-    const size_t lo = static_cast<size_t>(std::floor(at)), hi = std::min(lo + 1, sorted.size() - 1);
-    kl.kld_p99 = sorted[lo] + (at - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
-    kl.same_top = static_cast<double>(same_top) / static_cast<double>(sorted.size());
-    r.kl = kl;
+  if (r.kl) {
+    r.kl->kld.quantiles = quantiles(std::move(all_klds));
+    r.kl->delta_p.quantiles = quantiles(std::move(all_dps));
   }
   return r;
 }

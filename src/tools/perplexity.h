@@ -5,11 +5,14 @@
 // Each row's log_softmax is taken in float64 (from the forward's fp32 logits).
 // Numbers compare with llama-perplexity's at the same -c on the same text (Qwen3 adds no BOS token).
 //
-// With a base model (the same checkpoint in another dtype or on another device), the same rows are also scored by
-// the base, as llama-perplexity's --kl-divergence compares a quantized model with its base: the KL divergence
-// KL(base || model) of each scored row's distributions, the share of rows whose most likely token agrees, and both
-// perplexities.
+// With a base model (the same checkpoint in another dtype or on another device, or another checkpoint with the same
+// vocabulary), the same rows are also scored by the base, and the result carries every statistic llama-perplexity's
+// --kl-divergence prints, computed the same way: both perplexities, the correlation of the rows' NLLs, the log PPL
+// ratio with its paired error, KL(base || model) a row (exact, over the whole vocabulary; llama.cpp's stored base
+// drops tokens under e^-16), the change of the next token's probability (Δp) and the share of rows whose most
+// likely token agrees, with percentiles interpolated linearly between the two nearest ranks.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -19,10 +22,27 @@
 
 namespace specpress::tools {
 
+// The fractions at which the KL and Δp distributions are read, from the maximum (1) to the minimum (0); llama's KLD
+// lines print all but 0.75 and 0.25.
+inline constexpr std::array<double, 13> kPerplexityQuantiles = {1.0, 0.999, 0.99, 0.95, 0.90, 0.75, 0.5,
+                                                                0.25, 0.10, 0.05, 0.01, 0.001, 0.0};
+
+// A per-row quantity's mean, the mean's standard error and (in the final result only) its quantiles.
+struct RowDistribution {
+  double mean = 0, stderr_mean = 0;
+  std::vector<double> quantiles;  // at kPerplexityQuantiles; empty in progress reports
+};
+
 struct KlDivergence {
-  double base_ppl = 0, ppl_ratio = 0;  // ppl_ratio: the model's PPL / the base's
-  double kld_mean = 0, kld_stderr = 0, kld_max = 0, kld_p99 = 0;  // nats a row; p99 interpolated between neighbours
-  double same_top = 0;                 // share of rows whose argmax agrees
+  double base_ppl = 0, base_ppl_stderr = 0;
+  double nll_correlation = 0;                    // Pearson's, of the rows' NLLs under the model and the base
+  double ln_ppl_ratio = 0, ln_ppl_ratio_stderr = 0;  // mean NLL(model) - NLL(base), its error paired by row
+  double ppl_ratio = 0, ppl_ratio_stderr = 0;    // the model's PPL / the base's
+  double ppl_diff = 0, ppl_diff_stderr = 0;      // the model's PPL - the base's
+  RowDistribution kld;                           // KL(base || model), nats a row
+  RowDistribution delta_p;                       // p_model(next token) - p_base(next token)
+  double rms_delta_p = 0, rms_delta_p_stderr = 0;
+  double same_top = 0, same_top_stderr = 0;      // share of rows whose argmax agrees
 };
 
 struct PerplexityResult {
@@ -35,10 +55,12 @@ struct PerplexityResult {
 
 // Chunks: floor(tokens / n_ctx), at most max_chunks (0 or -1: all, -1 as llama-perplexity's default). Errors name
 // -c/--ctx-size (n_ctx < 4 or past the model's max_position_embeddings), --chunks and the token count (fewer than
-// n_ctx tokens). on_chunk(done, running_ppl) after each chunk, for progress. `base`: null, or the model to compare
-// with (same vocabulary). `piece`: tokens a forward (decode::ForwardPieces), which bounds the logits held at once.
+// n_ctx tokens). on_chunk(done, so_far) after each chunk, for progress: the statistics of the chunks done, without
+// quantiles. `base`: null, or the model to compare with (same vocabulary). `piece`: tokens a forward
+// (decode::ForwardPieces), which bounds the logits held at once.
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
-                            int64_t max_chunks = 0, const std::function<void(int64_t, double)>& on_chunk = {},
+                            int64_t max_chunks = 0,
+                            const std::function<void(int64_t, const PerplexityResult&)>& on_chunk = {},
                             const model::Qwen3Model* base = nullptr, int64_t piece = 256);
 
 }  // namespace specpress::tools
