@@ -140,6 +140,85 @@ TEST(Sampler, GreedyAndTransforms) {
   EXPECT_THROW(decode::Sampler(decode::SamplingParams{1.0, 0, 1.5, 0.0, 0}), Error);
 }
 
+// llama.cpp's penalties: a token seen c times in the window of the last repeat_last_n context tokens (the prompt's
+// included) has its logit divided by repeat_penalty (multiplied where <= 0), then lowered by c * frequency_penalty +
+// presence_penalty; row r of a verify block also sees block[1..r].
+TEST(Sampler, PenaltiesAreLlamaCppsOverTheWindowAndEachRowsPrefix) {
+  const at::Tensor logits = at::tensor({2.0f, -1.0f, 0.5f, 3.0f, 0.0f, 1.0f}).unsqueeze(0).repeat({3, 1});
+  decode::SamplingParams p;
+  p.repeat_penalty = 2.0;
+  p.frequency_penalty = 0.25;
+  p.presence_penalty = 0.5;
+  p.repeat_last_n = 4;
+  ASSERT_TRUE(p.penalized());
+  decode::Sampler sampler(p);
+  sampler.begin({3, 3, 5, 0});  // the window of 4: 3 twice, 5, 0
+  sampler.accept(1);           // now 3, 5, 0, 1: one 3 left the window
+  auto expect_row = [](const at::Tensor& row, const std::vector<float>& want, const std::string& what) {
+    for (size_t t = 0; t < want.size(); ++t) EXPECT_FLOAT_EQ(row[t].item<float>(), want[t]) << what << ", token " << t;
+  };
+  // counts 3:1 5:1 0:1 1:1; x > 0: x / 2 - (0.25 + 0.5); x <= 0: x * 2 - 0.75
+  const std::vector<float> row0 = {2.0f / 2 - 0.75f, -1.0f * 2 - 0.75f, 0.5f, 3.0f / 2 - 0.75f, 0.0f, 1.0f / 2 - 0.75f};
+  at::Tensor out = sampler.penalized(logits.narrow(0, 0, 1));
+  expect_row(out[0], row0, "one row after the accepted tokens");
+  // a verify block [bonus=1, 4, 4]: row 1 sees 5 0 1 4 (3 left), row 2 sees 0 1 4 4 (5 left, 4 twice)
+  out = sampler.penalized(logits, {1, 4, 4});
+  expect_row(out[0], row0, "row 0");
+  expect_row(out[1], {2.0f / 2 - 0.75f, -1.0f * 2 - 0.75f, 0.5f, 3.0f, 0.0f * 2 - 0.75f, 1.0f / 2 - 0.75f}, "row 1");
+  expect_row(out[2], {2.0f / 2 - 0.75f, -1.0f * 2 - 0.75f, 0.5f, 3.0f, 0.0f * 2 - 2 * 0.25f - 0.5f, 1.0f}, "row 2");
+  EXPECT_TRUE(logits.equal(at::tensor({2.0f, -1.0f, 0.5f, 3.0f, 0.0f, 1.0f}).unsqueeze(0).repeat({3, 1})))
+      << "the input is not modified";
+  // greedy follows the penalised logits: in row 0 token 3 falls to 0.75, still above token 0's 0.25
+  EXPECT_EQ(sampler.sample(logits.narrow(0, 0, 1))[0], 3);
+  EXPECT_EQ(sampler.sample(logits, {1, 4, 4}), (std::vector<int64_t>{3, 3, 3}));
+  p.presence_penalty = 2.0;  // now 3.0 / 2 - 2.25 = -0.75: token 0 (2.0, not in the context {3}) wins
+  decode::Sampler strong(p);
+  strong.begin({3});
+  EXPECT_EQ(strong.sample(logits.narrow(0, 0, 1))[0], 0);
+  // the distribution sampled from is the penalised one
+  p.temperature = 1.0;
+  decode::Sampler warm(p);
+  warm.begin({3});
+  at::Tensor pen = logits[0].to(at::kDouble).clone();
+  pen[3] = 3.0 / 2 - 2.25;
+  EXPECT_TRUE(at::allclose(warm.probabilities(logits.narrow(0, 0, 1))[0], at::softmax(pen, 0), 1e-6, 1e-9));
+  // -1: the whole context; 0: off (as 1 / 0 / 0 are)
+  p = decode::SamplingParams{};
+  p.repeat_penalty = 2.0;
+  p.repeat_last_n = -1;
+  decode::Sampler whole(p);
+  whole.begin({3, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_FLOAT_EQ(whole.penalized(logits.narrow(0, 0, 1))[0][3].item<float>(), 1.5f);
+  p.repeat_last_n = 2;
+  decode::Sampler near(p);
+  near.begin({3, 0, 0});
+  EXPECT_FLOAT_EQ(near.penalized(logits.narrow(0, 0, 1))[0][3].item<float>(), 3.0f) << "3 is outside the window";
+  p.repeat_last_n = 0;
+  EXPECT_FALSE(p.penalized());
+  decode::Sampler off(p);
+  off.begin({3});
+  EXPECT_TRUE(off.penalized(logits).equal(logits));
+  // a verify block must cover its rows
+  p.repeat_last_n = 64;
+  decode::Sampler short_block(p);
+  EXPECT_THROW(short_block.sample(logits, {1}), Error);
+  // bad values name their flags
+  const std::vector<std::pair<decode::SamplingParams, std::string>> bad = {
+      {[] { decode::SamplingParams b; b.repeat_penalty = 0; return b; }(), "--repeat-penalty: must be > 0"},
+      {[] { decode::SamplingParams b; b.frequency_penalty = 2.5; return b; }(), "--frequency-penalty: must be in"},
+      {[] { decode::SamplingParams b; b.presence_penalty = -3; return b; }(), "--presence-penalty: must be in [-2, 2]"},
+      {[] { decode::SamplingParams b; b.repeat_last_n = -2; return b; }(), "--repeat-last-n: must be >= 0 tokens"},
+  };
+  for (const auto& [params, message] : bad) {
+    try {
+      decode::validate(params);
+      ADD_FAILURE() << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
 using DFlashSampling = GoldenPair;
 
 TEST_F(DFlashSampling, MatchesPlainSamplingIncludingAfterRejections) {
@@ -207,6 +286,49 @@ TEST_F(DFlashSampling, MatchesPlainSamplingIncludingAfterRejections) {
   if (p_full[rejected_draft[x0]] > 0.2) {
     EXPECT_LT(gof_p(after_reject[x0], p_full), 1e-3);
   }
+}
+
+// Under penalties DFlash stays lossless: greedy, its output is plain decoding's at every block size (and differs from
+// the unpenalised output, so the penalties act); sampled, the first tokens' marginals match plain sampling's.
+TEST_F(DFlashSampling, PenaltiesKeepDFlashLossless) {
+  const std::vector<int64_t> repetitive = golden_runs()[5].prompt;  // 36 of its 64 greedy tokens repeat its context
+  decode::GenerationParams p;
+  p.max_new_tokens = 64;
+  p.sampling.repeat_penalty = 4.0;  // strong: the tiny target's logits have wide margins
+  p.sampling.frequency_penalty = 1.0;
+  p.sampling.presence_penalty = 2.0;
+  p.sampling.repeat_last_n = -1;
+  const decode::GenerationResult plain = decode::generate_plain(*target_, repetitive, p);
+  decode::GenerationParams unpenalized = p;
+  unpenalized.sampling = decode::SamplingParams{};
+  EXPECT_NE(plain.output_ids, decode::generate_plain(*target_, repetitive, unpenalized).output_ids)
+      << "the penalties change the greedy output";
+  for (int64_t block : std::vector<int64_t>{2, 4, 8, draft_->config().block_size}) {
+    p.block_size = block;
+    const decode::GenerationResult spec = decode::generate_dflash(*target_, *draft_, repetitive, p);
+    EXPECT_EQ(spec.output_ids, plain.output_ids) << "block size " << block;
+    EXPECT_GT(spec.acceptance_lengths.size(), 0u);
+  }
+  const std::vector<int64_t> full_prompt = golden_runs()[3].prompt;
+  const std::vector<int64_t> prompt(full_prompt.begin(), full_prompt.begin() + 12);
+  p.sampling.repeat_penalty = 1.3;
+  p.sampling.frequency_penalty = 0.3;
+  p.sampling.presence_penalty = 0.4;
+  p.sampling.repeat_last_n = 8;
+  const int kRuns = 300, kPositions = 4;
+  p.max_new_tokens = kPositions;
+  p.block_size = 4;
+  p.sampling.temperature = 0.8;
+  std::vector<std::map<int64_t, int>> spec(kPositions), reference(kPositions);
+  for (int i = 0; i < kRuns; ++i) {
+    p.sampling.seed = 2000 + i;
+    const decode::GenerationResult s = decode::generate_dflash(*target_, *draft_, prompt, p);
+    p.sampling.seed = 700000 + i;
+    const decode::GenerationResult g = decode::generate_plain(*target_, prompt, p);
+    ASSERT_EQ(static_cast<int>(s.output_ids.size()), kPositions);
+    for (int k = 0; k < kPositions; ++k) spec[k][s.output_ids[k]]++, reference[k][g.output_ids[k]]++;
+  }
+  for (int k = 0; k < kPositions; ++k) EXPECT_GT(two_sample_p(spec[k], reference[k]), 1e-3) << "position " << k;
 }
 
 }  // namespace

@@ -213,6 +213,20 @@ TEST(ServerRequest, FieldsAndDefaults) {
   EXPECT_EQ(r.sampling.temperature, 0.5);
   EXPECT_EQ(r.sampling.top_k, 5);
   EXPECT_EQ(r.sampling.seed, 9u);
+  EXPECT_FALSE(r.sampling.penalized());
+  // llama-server's penalties, on each route
+  for (const auto& [api, body] : std::vector<std::pair<server::Api, std::string>>{
+           {server::Api::kCompletions, R"("prompt": "x")"},
+           {server::Api::kNativeCompletion, R"("prompt": "x")"},
+           {server::Api::kChatCompletions, R"("messages": [{"role": "user", "content": "x"}])"}}) {
+    r = parse("{" + body + R"(, "repeat_penalty": 1.1, "repeat_last_n": -1, "presence_penalty": 1.5,
+                               "frequency_penalty": -0.5})", api);
+    EXPECT_EQ(r.sampling.repeat_penalty, 1.1);
+    EXPECT_EQ(r.sampling.repeat_last_n, -1);
+    EXPECT_EQ(r.sampling.presence_penalty, 1.5);
+    EXPECT_EQ(r.sampling.frequency_penalty, -0.5);
+    EXPECT_TRUE(r.sampling.penalized());
+  }
   r = parse(R"({"prompt": [[1, 2, 3]], "max_tokens": 4, "stop": "x", "stream": true,
                "stream_options": {"include_usage": true}, "n": 1, "logprobs": null, "user": "u"})");
   EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
@@ -395,7 +409,11 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "logprobs": true})", "field 'logprobs': expected an integer 0..20"},
       {R"({"prompt": "x", "top_logprobs": 2})", "field 'top_logprobs': /v1/completions takes 'logprobs'"},
       {R"({"prompt": "x", "n_probs": 2})", "field 'n_probs': /v1/completions takes 'logprobs'"},
-      {R"({"prompt": "x", "presence_penalty": 0.5})", "field 'presence_penalty'"},
+      {R"({"prompt": "x", "presence_penalty": 2.5})", "field 'presence_penalty': must be in [-2, 2]"},
+      {R"({"prompt": "x", "frequency_penalty": "a"})", "field 'frequency_penalty'"},
+      {R"({"prompt": "x", "repeat_penalty": 0})", "field 'repeat_penalty': must be a finite number > 0"},
+      {R"({"prompt": "x", "repeat_last_n": -2})", "field 'repeat_last_n': must be >= 0 tokens"},
+      {R"({"prompt": "x", "repeat_last_n": 1.5})", "field 'repeat_last_n': expected an integer"},
       {R"({"prompt": "x", "logit_bias": {"1": 5}})", "field 'logit_bias'"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
       {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},
@@ -745,6 +763,19 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   EXPECT_EQ(accepted, metric(s, "draft_tokens_accepted_total"));
   EXPECT_EQ(accepted, 2 * whole["timings"]["draft_n_accepted"].get<double>());
   EXPECT_GT(per_position[0], 0);
+  // llama-server's penalties: the request's fields do what generate's flags do (the demo target's loop is broken)
+  EXPECT_EQ(json::parse(s.client().Get("/props")->body)["default_generation_settings"]["params"]["repeat_last_n"], 64);
+  CommandResult penalized =
+      run_specpress("generate " + pair + " -p \"" + kQuestion + "\" --chat -n 48 --repeat-penalty 1.3 "
+                    "--presence-penalty 0.5 --frequency-penalty 0.1 --repeat-last-n 32");
+  ASSERT_EQ(penalized.exit_code, 0) << penalized.err;
+  json with_penalties = chat;
+  with_penalties.update({{"repeat_penalty", 1.3}, {"presence_penalty", 0.5}, {"frequency_penalty", 0.1},
+                         {"repeat_last_n", 32}});
+  const std::string penalized_text =
+      post(s, "/v1/chat/completions", with_penalties)["choices"][0]["message"]["content"];
+  EXPECT_EQ(penalized_text, penalized.out.substr(0, penalized.out.size() - 1));
+  EXPECT_NE(penalized_text, expected);
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 

@@ -216,18 +216,21 @@ nlohmann::ordered_json provenance(const ToolOptions& o) {
 }
 
 nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
-  return {{"model", checkpoint_model_key(o.model_dir, "-m/--model")},
-          {"device", device_name(o)},
-          {"dtype", dtype_name(o)},
-          {"reference_path", o.reference_path},
-          {"max_new_tokens", o.max_new_tokens},
-          {"temperature", o.sampling.temperature},
-          {"top_k", o.sampling.top_k},
-          {"top_p", o.sampling.top_p},
-          {"min_p", o.sampling.min_p},
-          {"seed", o.sampling.seed},
-          {"enable_thinking", o.think},
-          {"check_answers", o.check_answers}};
+  nlohmann::ordered_json settings = {{"model", checkpoint_model_key(o.model_dir, "-m/--model")},
+                                     {"device", device_name(o)},
+                                     {"dtype", dtype_name(o)},
+                                     {"reference_path", o.reference_path},
+                                     {"max_new_tokens", o.max_new_tokens},
+                                     {"temperature", o.sampling.temperature},
+                                     {"top_k", o.sampling.top_k},
+                                     {"top_p", o.sampling.top_p},
+                                     {"min_p", o.sampling.min_p},
+                                     {"seed", o.sampling.seed},
+                                     {"enable_thinking", o.think},
+                                     {"check_answers", o.check_answers}};
+  // only when on, so that checkpoints written before penalties existed still resume
+  if (o.sampling.penalized()) settings["penalties"] = decode::penalties_json(o.sampling);
+  return settings;
 }
 nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
   nlohmann::ordered_json settings = checkpoint_base_settings(o);

@@ -100,6 +100,18 @@ void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const s
   cmd.add_option("--top-k", sampling.top_k, prefix + "top-k (0 = off)")->capture_default_str();
   cmd.add_option("--top-p", sampling.top_p, prefix + "top-p (1 = off)")->capture_default_str();
   cmd.add_option("--min-p", sampling.min_p, prefix + "min-p (0 = off)")->capture_default_str();
+  cmd.add_option("--repeat-penalty", sampling.repeat_penalty,
+                 prefix + "penalise tokens in the last --repeat-last-n: logit / p (x p where <= 0) (1 = off)")
+      ->capture_default_str();
+  cmd.add_option("--repeat-last-n", sampling.repeat_last_n,
+                 prefix + "the penalties' window: the context's last N tokens, prompt included (0 = off, -1 = all)")
+      ->capture_default_str();
+  cmd.add_option("--presence-penalty", sampling.presence_penalty,
+                 prefix + "lower the logit of every token in the window by this (0 = off)")
+      ->capture_default_str();
+  cmd.add_option("--frequency-penalty", sampling.frequency_penalty,
+                 prefix + "lower each token's logit by this times its count in the window (0 = off)")
+      ->capture_default_str();
 }
 
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy) {

@@ -45,7 +45,9 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   auto t0 = std::chrono::steady_clock::now();
   model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, target_cache,
                                             {false, dc.target_layer_ids, false});
+  sampler.begin(prompt);
   int64_t bonus = sampler.sample(out.logits)[0];
+  sampler.accept(bonus);
   BlockLogprobs logprobs(params);
   logprobs.first_bonus(out.logits, bonus);
   at::Tensor context_features = out.taps;  // rows for positions draft_cache.length .. start-1
@@ -77,9 +79,10 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
     auto tv = std::chrono::steady_clock::now();
     block_ids.copy_(at::tensor(block, at::kLong));
     out = observed_forward(target, block_ids, start, target_cache, verify_options, params.observer, &span.features);
-    std::vector<int64_t> posterior = sampler.sample(out.logits);
+    std::vector<int64_t> posterior = sampler.sample(out.logits, block);
     int64_t a = 0;
     while (a < B - 1 && block[a + 1] == posterior[a]) ++a;
+    sampler.accept(posterior.data(), a + 1);  // block[1..a] (equal to posterior[0..a-1]) and the new bonus
     result.verify_ms += elapsed_ms(tv);
 
     // ---- commit block[0..a], then the new bonus posterior[a]

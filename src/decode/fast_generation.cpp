@@ -51,12 +51,15 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  const bool greedy = params.sampling.greedy();
+  // greedy: the graph's argmax picks each token; with penalties the host picks it from the logits (sampler.sample)
+  const bool greedy = params.sampling.greedy() && !params.sampling.penalized();
 
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
   const at::Tensor prefill_logits = engine.prefill(prompt);
+  sampler.begin(prompt);
   int64_t next = sampler.sample(prefill_logits)[0];
+  sampler.accept(next);
   std::vector<TokenLogprob> next_logprobs = logprobs_if_asked(params, prefill_logits, {next});
   result.prefill_ms = elapsed_ms(t0);
 
@@ -92,6 +95,7 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
     } else {
       const at::Tensor logits = engine.decode_logits();
       next = greedy ? engine.read_token() : sampler.sample(logits)[0];
+      sampler.accept(next);
       next_logprobs = logprobs_if_asked(params, logits, {next});
     }
   }
@@ -114,14 +118,17 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  const bool greedy = params.sampling.greedy();
+  // greedy: the verify graph's argmax is the posterior; with penalties the host picks it from the logits
+  const bool greedy = params.sampling.greedy() && !params.sampling.penalized();
   CycleTimer timer;
   const cudaStream_t stream = engine.stream().stream();
 
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
   const at::Tensor prefill_logits = engine.prefill(prompt);
+  sampler.begin(prompt);
   int64_t bonus = sampler.sample(prefill_logits)[0];
+  sampler.accept(bonus);
   BlockLogprobs logprobs(params);
   logprobs.first_bonus(prefill_logits, bonus);
   result.prefill_ms = elapsed_ms(t0);
@@ -187,7 +194,12 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
     if (greedy) {
       engine.accept();
     } else {
-      std::vector<int64_t> sampled = sampler.sample(logits);
+      std::vector<int64_t> drafted;  // the block on the host: the penalties' context of each row
+      if (params.sampling.penalized()) {
+        const at::Tensor ids = engine.draft_proposals().to(at::kCPU).contiguous();
+        drafted.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + B);
+      }
+      std::vector<int64_t> sampled = sampler.sample(logits, drafted);
       engine.accept(&sampled);
     }
     timer.mark(2, stream);
@@ -197,6 +209,7 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
     const int64_t a = rec[2 * B];
     result.draft_ms += timer.ms(0, 1);
     result.verify_ms += timer.ms(1, 2);
+    sampler.accept(posterior.data(), static_cast<size_t>(a + 1));  // block[1..a] and the new bonus
 
     if (!finish_verify_step(output, result, params, block, posterior, a, max_length, start, bonus, logprobs, logits))
       break;

@@ -42,7 +42,9 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
 
   auto t0 = std::chrono::steady_clock::now();
   model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, cache, {});
+  sampler.begin(prompt);
   int64_t next = sampler.sample(out.logits)[0];
+  sampler.accept(next);
   std::vector<TokenLogprob> next_logprobs = logprobs_if_asked(params, out.logits, {next});
   result.prefill_ms = elapsed_ms(t0);
 
@@ -59,6 +61,7 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
       params.observer->on_commit(cache, span);
     }
     next = sampler.sample(out.logits)[0];
+    sampler.accept(next);
     next_logprobs = logprobs_if_asked(params, out.logits, {next});
     ++position;
   }

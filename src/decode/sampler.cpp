@@ -1,8 +1,10 @@
 // sampler.cpp — see sampler.h.
 #include "decode/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "core/error.h"
 
@@ -14,6 +16,21 @@ void validate(const SamplingParams& p) {
   if (p.top_k < 0) fail("--top-k: must be >= 0 (0 = off), found {}", p.top_k);
   if (!(p.top_p > 0.0 && p.top_p <= 1.0)) fail("--top-p: must be in (0, 1], found {}", p.top_p);
   if (!(p.min_p >= 0.0 && p.min_p < 1.0)) fail("--min-p: must be in [0, 1), found {}", p.min_p);
+  if (!(p.repeat_penalty > 0.0) || !std::isfinite(p.repeat_penalty))
+    fail("--repeat-penalty: must be > 0 and finite (1 = off), found {}", p.repeat_penalty);
+  if (!(p.frequency_penalty >= -2.0 && p.frequency_penalty <= 2.0))
+    fail("--frequency-penalty: must be in [-2, 2] (0 = off), found {}", p.frequency_penalty);
+  if (!(p.presence_penalty >= -2.0 && p.presence_penalty <= 2.0))
+    fail("--presence-penalty: must be in [-2, 2] (0 = off), found {}", p.presence_penalty);
+  if (p.repeat_last_n < -1)
+    fail("--repeat-last-n: must be >= 0 tokens (0 = off) or -1 (the whole context), found {}", p.repeat_last_n);
+}
+
+nlohmann::ordered_json penalties_json(const SamplingParams& p) {
+  return {{"repeat_penalty", p.repeat_penalty},
+          {"repeat_last_n", p.repeat_last_n},
+          {"presence_penalty", p.presence_penalty},
+          {"frequency_penalty", p.frequency_penalty}};
 }
 
 std::vector<int64_t> argmax_rows(const at::Tensor& logits) {
@@ -24,9 +41,53 @@ std::vector<int64_t> argmax_rows(const at::Tensor& logits) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params_); }
 
-at::Tensor Sampler::probabilities(const at::Tensor& logits) const {
+void Sampler::begin(const std::vector<int64_t>& prompt) {
+  context_.clear();
+  accept(prompt.data(), prompt.size());
+}
+
+void Sampler::accept(const int64_t* tokens, size_t n) {
+  if (!params_.penalized()) return;
+  context_.insert(context_.end(), tokens, tokens + n);
+  // keep only what a window can still see: the last repeat_last_n, plus a block's worth of slack to trim rarely
+  const size_t keep = static_cast<size_t>(params_.repeat_last_n);
+  if (params_.repeat_last_n > 0 && context_.size() > 2 * keep + 64)
+    context_.erase(context_.begin(), context_.end() - static_cast<std::ptrdiff_t>(keep));
+}
+
+at::Tensor Sampler::penalized(const at::Tensor& logits, const std::vector<int64_t>& block) const {
+  if (!params_.penalized()) return logits;
+  const int64_t rows = logits.size(0);
+  if (rows > 1 && static_cast<int64_t>(block.size()) < rows)
+    fail("internal: {} verify rows penalised with a block of {} tokens", rows, block.size());
+  at::Tensor out = logits.clone();
+  for (int64_t r = 0; r < rows; ++r) {
+    // row r's window: the last repeat_last_n tokens of the accepted context followed by block[1..r]
+    std::vector<int64_t> seen(context_);
+    if (r > 0) seen.insert(seen.end(), block.begin() + 1, block.begin() + 1 + r);
+    const size_t n = params_.repeat_last_n < 0 ? seen.size()
+                                               : std::min(seen.size(), static_cast<size_t>(params_.repeat_last_n));
+    std::map<int64_t, int64_t> counts;
+    for (auto it = seen.end() - static_cast<std::ptrdiff_t>(n); it != seen.end(); ++it) ++counts[*it];
+    if (counts.empty()) continue;
+    std::vector<int64_t> ids;
+    std::vector<float> count_values;
+    for (const auto& [id, c] : counts) ids.push_back(id), count_values.push_back(static_cast<float>(c));
+    const at::Tensor index = at::tensor(ids, at::kLong).to(out.device());
+    const at::Tensor c = at::tensor(count_values, at::kFloat).to(out.device()).to(out.scalar_type());
+    at::Tensor row = out[r];
+    const at::Tensor v = row.index_select(0, index);
+    const double rp = params_.repeat_penalty;
+    // as llama.cpp's penalties sampler, in the logits' float type
+    at::Tensor p = at::where(v <= 0, v * rp, v / rp) - (c * params_.frequency_penalty + params_.presence_penalty);
+    row.index_copy_(0, index, p);
+  }
+  return out;
+}
+
+at::Tensor Sampler::probabilities(const at::Tensor& raw_logits, const std::vector<int64_t>& block) const {
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  at::Tensor scores = logits.to(at::kDouble);
+  at::Tensor scores = penalized(raw_logits, block).to(at::kDouble);
   if (params_.greedy()) {
     at::Tensor idx = scores.argmax(-1, /*keepdim=*/true);
     return at::zeros_like(scores).scatter_(-1, idx, 1.0);
@@ -54,9 +115,9 @@ at::Tensor Sampler::probabilities(const at::Tensor& logits) const {
   return scores.softmax(-1);
 }
 
-std::vector<int64_t> Sampler::sample(const at::Tensor& logits) {
-  if (params_.greedy()) return argmax_rows(logits);
-  at::Tensor probs = probabilities(logits);
+std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector<int64_t>& block) {
+  if (params_.greedy()) return argmax_rows(penalized(logits, block));
+  at::Tensor probs = probabilities(logits, block);
   const int64_t rows = probs.size(0), V = probs.size(1);
   at::Tensor cdf = probs.cumsum(-1);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);

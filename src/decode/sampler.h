@@ -1,13 +1,16 @@
-// sampler.h — token selection for plain and speculative decoding. Greedy (argmax, ties to the lowest
-// id) when temperature < 1e-5, else temperature -> top-k -> top-p -> min-p (transformers' warper order)
-// and inverse-CDF sampling with a seeded host RNG, so CPU and CUDA draw the same stream for the same
-// logits. Every verify row gets exactly the transform plain decoding applies.
+// sampler.h — token selection for plain and speculative decoding. First llama.cpp's repetition penalties (repeat,
+// frequency, presence) over the last repeat_last_n tokens of the context, the prompt's included; then greedy (argmax,
+// ties to the lowest id) when temperature < 1e-5, else temperature -> top-k -> top-p -> min-p (transformers' warper
+// order) and inverse-CDF sampling with a seeded host RNG, so CPU and CUDA draw the same stream for the same logits.
+// Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
+// it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 namespace specpress::decode {
 
@@ -17,25 +20,49 @@ struct SamplingParams {
   double top_p = 1.0;        // 1 = off
   double min_p = 0.0;        // 0 = off
   uint64_t seed = 0;
+  // llama.cpp's penalties, applied to the logits before everything else: a token seen c > 0 times in the window has
+  // its logit divided by repeat_penalty (multiplied where it is <= 0), then lowered by c * frequency_penalty +
+  // presence_penalty.
+  double repeat_penalty = 1.0;     // 1 = off
+  double frequency_penalty = 0.0;  // 0 = off
+  double presence_penalty = 0.0;   // 0 = off
+  int64_t repeat_last_n = 64;      // the window: the context's last tokens; 0 = off, -1 = the whole context
   bool greedy() const { return temperature < 1e-5; }
+  bool penalized() const {
+    return repeat_last_n != 0 && (repeat_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0);
+  }
 };
 
-// Validates ranges; the error names the flag (--temp, --top-k, --top-p, --min-p).
+// Validates ranges; the error names the flag (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
+// --frequency-penalty, --presence-penalty, --repeat-last-n).
 void validate(const SamplingParams& params);
 
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
-  // logits: fp32 [rows, V]. Returns one token per row, rows sampled independently.
-  std::vector<int64_t> sample(const at::Tensor& logits);
+  // The context the penalties read: begin() with the prompt, then accept() each token as it is decided (a DFlash
+  // cycle's accepted tokens and its new bonus). Without penalties these only keep a list.
+  void begin(const std::vector<int64_t>& prompt);
+  void accept(const int64_t* tokens, size_t n);
+  void accept(int64_t token) { accept(&token, 1); }
+  // logits: fp32 [rows, V]. Returns one token per row, rows sampled independently. `block`: empty (one row, which
+  // follows the accepted tokens), or a verify block whose block[0] is the last accepted token; row r then follows
+  // the accepted tokens and block[1..r].
+  std::vector<int64_t> sample(const at::Tensor& logits, const std::vector<int64_t>& block = {});
+  // The logits after the penalties (the same tensor when there are none); rows and `block` as in sample().
+  at::Tensor penalized(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
   // The distribution sample() draws from (fp64 [rows, V]); for tests and diagnostics.
-  at::Tensor probabilities(const at::Tensor& logits) const;
+  at::Tensor probabilities(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
   const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  std::vector<int64_t> context_;  // the prompt and the accepted tokens (only kept while penalized())
 };
+
+// {repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty}, for reports and checkpoints.
+nlohmann::ordered_json penalties_json(const SamplingParams& params);
 
 // Argmax per row of fp32 logits [rows, V], ties to the lowest index.
 std::vector<int64_t> argmax_rows(const at::Tensor& logits);

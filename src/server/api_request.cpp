@@ -1,6 +1,8 @@
 // api_request.cpp — see api_request.h. A null field counts as absent, as OpenAI's clients send them.
 #include "server/api_request.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "server/json_fields.h"
 
@@ -172,9 +174,19 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
              chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions",
              chat ? "'logprobs': true and 'top_logprobs'" : native ? "'n_probs'" : "'logprobs'", brief(v));
     } else if (key == "presence_penalty" || key == "frequency_penalty") {
-      require_off(v, key, v.is_number() && v.get<double>() == 0, "a repetition penalty (it would change the target's distribution)");
-    } else if (key == "repeat_penalty" && native) {
-      require_off(v, key, v.is_number() && v.get<double>() == 1, "a repetition penalty");
+      // llama-server's penalties (over the last repeat_last_n tokens, the prompt's included), on every route as there
+      const double p = number_field(v, key);
+      if (!(p >= -2 && p <= 2)) fail("field '{}': must be in [-2, 2] (0 = off), got {}", key, brief(v));
+      (key == "presence_penalty" ? r.sampling.presence_penalty : r.sampling.frequency_penalty) = p;
+    } else if (key == "repeat_penalty") {
+      r.sampling.repeat_penalty = number_field(v, key);
+      if (!(r.sampling.repeat_penalty > 0) || !std::isfinite(r.sampling.repeat_penalty))
+        fail("field 'repeat_penalty': must be a finite number > 0 (1 = off), got {}", brief(v));
+    } else if (key == "repeat_last_n") {
+      r.sampling.repeat_last_n = integer_field(v, key);
+      if (r.sampling.repeat_last_n < -1)
+        fail("field 'repeat_last_n': must be >= 0 tokens (0 = off) or -1 (the whole context), got {}",
+             r.sampling.repeat_last_n);
     } else if (key == "logit_bias") {
       require_off(v, key, v.is_object() && v.empty(), "logit_bias");
     } else if (key == "suffix" && !chat) {

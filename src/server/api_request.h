@@ -1,7 +1,7 @@
 // api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
 // OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion (Anthropic's /v1/messages:
 // messages_request.h, into the same CompletionRequest). Every field the
-// engine cannot honour is refused by name (n > 1, penalties, tools, ...) rather than
+// engine cannot honour is refused by name (n > 1, logit_bias, tools, ...) rather than
 // ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
 #pragma once
 #include <cstdint>

@@ -825,6 +825,9 @@ void Server::add_routes() {
       json params = {{"n_predict", o_.n_predict},      {"temperature", o_.sampling.temperature},
                      {"top_k", o_.sampling.top_k},      {"top_p", o_.sampling.top_p},
                      {"min_p", o_.sampling.min_p},      {"seed", o_.sampling.seed},
+                     {"repeat_penalty", o_.sampling.repeat_penalty}, {"repeat_last_n", o_.sampling.repeat_last_n},
+                     {"presence_penalty", o_.sampling.presence_penalty},
+                     {"frequency_penalty", o_.sampling.frequency_penalty},
                      {"enable_thinking", o_.enable_thinking}, {"ignore_eos", o_.ignore_eos},
                      {"reasoning_format", reasoning_format_name(reasoning_format_)}};
       send_json(res, 200, {{"default_generation_settings", {{"n_ctx", m.ctx_size}, {"params", params}}},

@@ -268,6 +268,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["top_k"] = r.options.sampling.top_k;
   j["top_p"] = r.options.sampling.top_p;
   j["min_p"] = r.options.sampling.min_p;
+  if (r.options.sampling.penalized()) j["penalties"] = decode::penalties_json(r.options.sampling);
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
   if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them

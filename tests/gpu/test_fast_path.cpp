@@ -576,6 +576,41 @@ TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
   EXPECT_EQ(static_cast<int64_t>(c.output_ids.size()), 40);
 }
 
+// llama.cpp's penalties on the fast path: the host picks each token from the read-back logits (the graph's argmax
+// would ignore the penalties), a verify row penalised for the drafted tokens before it. Greedy, fast DFlash equals
+// fast plain decoding and the reference path's plain decoding, and the penalties change the output (golden run 5
+// repeats its context often); sampled, a seed repeats its output.
+TEST_F(FastPathGolden, PenaltiesMatchTheReferencePathAndKeepDFlashLossless) {
+  decode::GenerationParams p;
+  p.max_new_tokens = 64;
+  p.sampling.repeat_penalty = 4.0;
+  p.sampling.frequency_penalty = 1.0;
+  p.sampling.presence_penalty = 2.0;
+  p.sampling.repeat_last_n = -1;
+  const std::vector<int64_t> prompt = golden_runs()[5].prompt;
+  const decode::GenerationResult plain = decode::generate_fast(*target_, nullptr, prompt, p);
+  const decode::GenerationResult spec = decode::generate_fast(*target_, draft_.get(), prompt, p);
+  const decode::GenerationResult ref = decode::generate_plain(*target_, prompt, p);
+  const decode::GenerationResult ref_spec = decode::generate_dflash(*target_, *draft_, prompt, p);
+  EXPECT_EQ(spec.output_ids, plain.output_ids) << "fast DFlash vs fast plain";
+  EXPECT_EQ(plain.output_ids, ref.output_ids) << "fast plain vs the reference path";
+  EXPECT_EQ(ref_spec.output_ids, ref.output_ids) << "reference DFlash vs reference plain";
+  decode::GenerationParams none = p;
+  none.sampling = decode::SamplingParams{};
+  EXPECT_NE(plain.output_ids, decode::generate_fast(*target_, nullptr, prompt, none).output_ids)
+      << "the penalties change the output";
+  std::printf("penalised greedy: fast DFlash tau %.2f over %zu steps\n", spec.mean_acceptance_length(),
+              spec.acceptance_lengths.size());
+  p.sampling.temperature = 0.8;
+  p.sampling.seed = 11;
+  for (const model::DFlashDraft* draft : std::vector<const model::DFlashDraft*>{nullptr, draft_.get()}) {
+    const decode::GenerationResult a = decode::generate_fast(*target_, draft, prompt, p);
+    const decode::GenerationResult b = decode::generate_fast(*target_, draft, prompt, p);
+    EXPECT_EQ(a.output_ids, b.output_ids) << (draft ? "DFlash" : "plain");
+    EXPECT_EQ(static_cast<int64_t>(a.output_ids.size()), 64);
+  }
+}
+
 TEST_F(FastPathGolden, NoAllocationInTheSteadyStateLoop) {
   const std::vector<int64_t> prompt = golden_runs()[0].prompt;
   const int64_t B = 8, N = static_cast<int64_t>(prompt.size());
