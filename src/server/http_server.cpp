@@ -150,6 +150,8 @@ struct Generation {
   Outcome outcome;            // when done without error
   std::exception_ptr error;   // when done with one
   std::atomic<bool> client_gone{false};
+  std::atomic<int64_t> decoded{0};  // output tokens committed so far, for /slots
+  int64_t task = 0;                 // the slot's count of generations started, this one's (set when it starts)
 
   explicit Generation(Job j) : job(std::move(j)) {}
   // The HTTP thread: waits until `ready(*this)` holds or `timeout` passes; returns with the lock held.
@@ -192,7 +194,13 @@ class Server {
   // Runs one generation on the slot thread. `emit` gets the text each commit makes final (possibly empty), with the
   // logprobs of the tokens counted since its last call when the request asks for them (their text may still be
   // held back), and returns false once the client has gone away, which ends the generation.
-  Outcome generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit);
+  // `decoded` (may be null) counts the output tokens as they are committed.
+  Outcome generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit,
+                   std::atomic<int64_t>* decoded = nullptr);
+  // The sampling and length defaults requests start from (/props' params, an idle slot's in /slots).
+  json default_params_json() const;
+  // GET /slots: the slot as llama-server describes one.
+  json slots_json() const;
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
   // A stream's text, as the slot makes it final: the SSE frames for a piece of reasoning and answer (either may be
   // empty), given the logprobs of the tokens counted since the last piece.
@@ -223,6 +231,8 @@ class Server {
   mutable std::mutex queue_mutex_;
   std::condition_variable queue_changed_;
   std::deque<std::shared_ptr<Generation>> queue_;
+  std::shared_ptr<Generation> running_;  // the generation the slot runs (null while idle)
+  int64_t tasks_started_ = 0;
   bool busy_ = false, stop_slot_ = false;
   std::thread slot_thread_;
   int64_t started_ = unix_time();
@@ -343,7 +353,8 @@ Job Server::prepare(const CompletionRequest& request) const {
   return job;
 }
 
-Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit) {
+Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, std::vector<LoggedToken>&&)>& emit,
+                         std::atomic<int64_t>* decoded) {
   const Model& m = model();
 
   std::atomic<bool> cancel{false};
@@ -411,6 +422,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   // many tokens a DFlash block commits at once.
   decode::TokenCallback on_tokens = [&](const std::vector<int64_t>& tokens,
                                         const std::vector<decode::TokenLogprob>& token_logprobs) {
+    if (decoded) *decoded += static_cast<int64_t>(tokens.size());
     std::string released;
     for (size_t i = 0; i < tokens.size(); ++i) {
       const int64_t t = tokens[i];
@@ -524,6 +536,8 @@ void Server::slot_loop() {
       g = queue_.front();
       queue_.pop_front();
       busy_ = true;
+      running_ = g;
+      g->task = ++tasks_started_;
     }
     {
       std::lock_guard<std::mutex> lock(g->mutex);
@@ -545,7 +559,7 @@ void Server::slot_loop() {
         }
         g->changed.notify_all();
         return !g->client_gone;
-      });
+      }, &g->decoded);
     } catch (...) {
       error = std::current_exception();
     }
@@ -553,6 +567,7 @@ void Server::slot_loop() {
       // the slot is free before the answer goes out: a client's next request must find it free
       std::lock_guard<std::mutex> lock(queue_mutex_);
       busy_ = false;
+      running_.reset();
     }
     {
       std::lock_guard<std::mutex> lock(g->mutex);
@@ -738,6 +753,59 @@ bool Server::relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink
   }
 }
 
+namespace {
+
+// A request's sampling parameters under llama-server's names.
+json sampling_json(const decode::SamplingParams& p) {
+  return {{"temperature", p.temperature},       {"top_k", p.top_k},
+          {"top_p", p.top_p},                   {"min_p", p.min_p},
+          {"seed", p.seed},                     {"repeat_penalty", p.repeat_penalty},
+          {"repeat_last_n", p.repeat_last_n},   {"presence_penalty", p.presence_penalty},
+          {"frequency_penalty", p.frequency_penalty}};
+}
+
+}  // namespace
+
+json Server::default_params_json() const {
+  json params = sampling_json(o_.sampling);
+  params["n_predict"] = o_.n_predict;
+  params["enable_thinking"] = o_.enable_thinking;
+  params["ignore_eos"] = o_.ignore_eos;
+  params["reasoning_format"] = reasoning_format_name(reasoning_format_);
+  return params;
+}
+
+json Server::slots_json() const {
+  const Model& m = model();
+  json slot = {{"id", 0}, {"n_ctx", m.ctx_size}, {"speculative", m.draft != nullptr}};
+  if (m.draft) slot["block_size"] = m.reserve;
+  std::lock_guard<std::mutex> lock(queue_mutex_);
+  const std::shared_ptr<Generation> g = running_;
+  slot["is_processing"] = g != nullptr;
+  slot["id_task"] = g ? g->task : -1;
+  slot["n_queued"] = queue_.size();  // the slot's queue (llama-server keeps one for all slots)
+  if (!g) {
+    slot["params"] = default_params_json();
+    slot["next_token"] = {{"has_next_token", false}, {"n_remain", -1}, {"n_decoded", 0}};
+    return json::array({slot});
+  }
+  const Job& job = g->job;
+  json params = sampling_json(job.params.sampling);
+  params["n_predict"] = job.params.max_new_tokens;
+  params["stream"] = job.request.stream;
+  params["stop"] = job.request.stop;
+  params["n_probs"] = std::max<int64_t>(job.params.logprobs, 0);
+  params["ignore_eos"] = job.params.stop_ids.empty();
+  slot["params"] = params;
+  slot["id_request"] = job.id;
+  slot["n_prompt_tokens"] = job.prompt.size();
+  const int64_t decoded = g->decoded;
+  slot["next_token"] = {{"has_next_token", true},
+                        {"n_remain", std::max<int64_t>(job.params.max_new_tokens - decoded, 0)},
+                        {"n_decoded", decoded}};
+  return json::array({slot});
+}
+
 std::string Server::metrics_text() const {
   std::lock_guard<std::mutex> lock(metrics_mutex_);
   std::string s;
@@ -822,15 +890,7 @@ void Server::add_routes() {
   http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
     guarded(res, [&] {
       const Model& m = model();
-      json params = {{"n_predict", o_.n_predict},      {"temperature", o_.sampling.temperature},
-                     {"top_k", o_.sampling.top_k},      {"top_p", o_.sampling.top_p},
-                     {"min_p", o_.sampling.min_p},      {"seed", o_.sampling.seed},
-                     {"repeat_penalty", o_.sampling.repeat_penalty}, {"repeat_last_n", o_.sampling.repeat_last_n},
-                     {"presence_penalty", o_.sampling.presence_penalty},
-                     {"frequency_penalty", o_.sampling.frequency_penalty},
-                     {"enable_thinking", o_.enable_thinking}, {"ignore_eos", o_.ignore_eos},
-                     {"reasoning_format", reasoning_format_name(reasoning_format_)}};
-      send_json(res, 200, {{"default_generation_settings", {{"n_ctx", m.ctx_size}, {"params", params}}},
+      send_json(res, 200, {{"default_generation_settings", {{"n_ctx", m.ctx_size}, {"params", default_params_json()}}},
                            {"total_slots", 1},
                            {"model_alias", alias_},
                            {"model_path", o_.model_dir},
@@ -840,6 +900,23 @@ void Server::add_routes() {
                            {"compress", compress::policy_json(m.policy)},
                            {"chat_template", "Qwen3 (built in)"},
                            {"build_info", tools::build_line()}});
+    });
+  });
+  http_.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      if (!o_.slots) throw HttpError(501, "the slots endpoint is off (--no-slots)", "not_supported_error");
+      const json slots = slots_json();
+      const std::string fail = req.get_param_value("fail_on_no_slot");
+      if ((fail == "1" || fail == "true") && slots[0]["is_processing"] == true)
+        throw HttpError(503, "no slot available", "unavailable_error");
+      send_json(res, 200, slots);
+    });
+  });
+  http_.Post(R"(/slots/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const std::string action = req.get_param_value("action");
+      throw HttpError(501, fmt::format("slot action '{}': specpress keeps no prompt cache to save, restore or erase",
+                                       action.empty() ? "(none given)" : action), "not_supported_error");
     });
   });
   http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -918,17 +995,24 @@ void Server::add_routes() {
                    asked.empty() ? "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta" : asked);
     res.status = 204;
   });
-  if (!o_.api_key.empty()) {
-    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path == "/health" || req.path == "/v1/health" || req.method == "OPTIONS")
-        return httplib::Server::HandlerResponse::Unhandled;
-      if (req.get_header_value("Authorization") == "Bearer " + o_.api_key || req.get_header_value("X-Api-Key") == o_.api_key)
-        return httplib::Server::HandlerResponse::Unhandled;
-      const json error = error_json(401, "Invalid API Key", "authentication_error");
-      send_json(res, 401, anthropic_route(req.path) ? anthropic_error(error) : error);
+  // Before a body is read: a POST must say how long its body is (cpp-httplib would read one without a length until
+  // the client closes, and the client waits for the answer: both hang), and every route but /health needs the key.
+  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "POST" && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+      const json error = error_json(411, "request body: a POST needs a Content-Length header (0 for no body) or "
+                                         "Transfer-Encoding: chunked", "invalid_request_error");
+      send_json(res, 411, anthropic_route(req.path) ? anthropic_error(error) : error);
       return httplib::Server::HandlerResponse::Handled;
-    });
-  }
+    }
+    if (o_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" || req.method == "OPTIONS")
+      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + o_.api_key ||
+        req.get_header_value("X-Api-Key") == o_.api_key)
+      return httplib::Server::HandlerResponse::Unhandled;
+    const json error = error_json(401, "Invalid API Key", "authentication_error");
+    send_json(res, 401, anthropic_route(req.path) ? anthropic_error(error) : error);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a route's own error
     json error;
@@ -981,9 +1065,11 @@ int Server::run() {
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second server on a port in use
   // starts and silently takes half of its connections.
-  http_.set_socket_options([](int sock) {
+  int listen_socket = -1;  // the last socket cpp-httplib set up: the one it binds, when binding succeeds
+  http_.set_socket_options([&listen_socket](int sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_socket = sock;
   });
   int port = o_.port;
   if (port == 0) {
@@ -992,6 +1078,10 @@ int Server::run() {
   } else if (!http_.bind_to_port(o_.host, port)) {
     fail("--host {} --port {}: cannot listen there (in use, or not an address of this machine)", o_.host, port);
   }
+  // Debian's cpp-httplib (a compiled library) listens with a backlog of 5: a burst of clients past it (twelve
+  // requests at once) waited for a SYN retry and could be reset, a client's read error with no request in the log.
+  // A second listen() on the bound socket raises the backlog (the kernel caps it at net.core.somaxconn).
+  if (listen_socket >= 0) ::listen(listen_socket, 512);
   std::atomic<bool> listener_returned{false};
   std::thread listener([this, &listener_returned] {
     http_.listen_after_bind();

@@ -24,7 +24,11 @@
 // (a ping event, not a comment line, keeps a quiet one alive) and errors (the /v1/messages routes' 401 and 404 too)
 // take Anthropic's form; x-api-key is accepted as well as the Bearer header.
 //
-// Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics; POST /v1/completions,
+// GET /slots reports the one slot as llama-server's does (what it runs, with its parameters and progress;
+// ?fail_on_no_slot=1 answers 503 while it is busy); --no-slots turns it off. llama-server's slot actions (POST
+// /slots/ID?action=save|restore|erase: prompt-cache files) get a 501 naming the action: there is no prompt cache.
+//
+// Routes: GET /health, /v1/health, /v1/models, /models, /props, /metrics, /slots; POST /v1/completions,
 // /completions, /v1/chat/completions, /chat/completions, /completion (llama.cpp native), /v1/messages,
 // /v1/messages/count_tokens (Anthropic), /tokenize, /detokenize, /apply-template; OPTIONS (CORS preflight) everywhere.
 #pragma once
@@ -57,6 +61,7 @@ struct ServerOptions {
   std::string reasoning_format = "auto";  // chat default: none, deepseek, deepseek-legacy or auto (= deepseek)
   bool ignore_eos = false;
   bool return_tokens_as_token_ids = false;  // vLLM's flag: logprobs name tokens "token_id:ID" by default
+  bool slots = true;         // serve GET /slots (llama-server's --slots / --no-slots)
   std::string alias;         // the model id clients see; empty: the model directory's name
   std::string api_key;  // when set, every route but /health needs "Authorization: Bearer KEY" or "X-Api-Key: KEY"
   std::string device = "cpu", dtype = "f32";
