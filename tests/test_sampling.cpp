@@ -7,7 +7,9 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -159,10 +161,10 @@ TEST(Sampler, PenaltiesAreLlamaCppsOverTheWindowAndEachRowsPrefix) {
   };
   // counts 3:1 5:1 0:1 1:1; x > 0: x / 2 - (0.25 + 0.5); x <= 0: x * 2 - 0.75
   const std::vector<float> row0 = {2.0f / 2 - 0.75f, -1.0f * 2 - 0.75f, 0.5f, 3.0f / 2 - 0.75f, 0.0f, 1.0f / 2 - 0.75f};
-  at::Tensor out = sampler.penalized(logits.narrow(0, 0, 1));
+  at::Tensor out = sampler.adjusted(logits.narrow(0, 0, 1));
   expect_row(out[0], row0, "one row after the accepted tokens");
   // a verify block [bonus=1, 4, 4]: row 1 sees 5 0 1 4 (3 left), row 2 sees 0 1 4 4 (5 left, 4 twice)
-  out = sampler.penalized(logits, {1, 4, 4});
+  out = sampler.adjusted(logits, {1, 4, 4});
   expect_row(out[0], row0, "row 0");
   expect_row(out[1], {2.0f / 2 - 0.75f, -1.0f * 2 - 0.75f, 0.5f, 3.0f, 0.0f * 2 - 0.75f, 1.0f / 2 - 0.75f}, "row 1");
   expect_row(out[2], {2.0f / 2 - 0.75f, -1.0f * 2 - 0.75f, 0.5f, 3.0f, 0.0f * 2 - 2 * 0.25f - 0.5f, 1.0f}, "row 2");
@@ -188,16 +190,16 @@ TEST(Sampler, PenaltiesAreLlamaCppsOverTheWindowAndEachRowsPrefix) {
   p.repeat_last_n = -1;
   decode::Sampler whole(p);
   whole.begin({3, 0, 0, 0, 0, 0, 0, 0, 0, 0});
-  EXPECT_FLOAT_EQ(whole.penalized(logits.narrow(0, 0, 1))[0][3].item<float>(), 1.5f);
+  EXPECT_FLOAT_EQ(whole.adjusted(logits.narrow(0, 0, 1))[0][3].item<float>(), 1.5f);
   p.repeat_last_n = 2;
   decode::Sampler near(p);
   near.begin({3, 0, 0});
-  EXPECT_FLOAT_EQ(near.penalized(logits.narrow(0, 0, 1))[0][3].item<float>(), 3.0f) << "3 is outside the window";
+  EXPECT_FLOAT_EQ(near.adjusted(logits.narrow(0, 0, 1))[0][3].item<float>(), 3.0f) << "3 is outside the window";
   p.repeat_last_n = 0;
   EXPECT_FALSE(p.penalized());
   decode::Sampler off(p);
   off.begin({3});
-  EXPECT_TRUE(off.penalized(logits).equal(logits));
+  EXPECT_TRUE(off.adjusted(logits).equal(logits));
   // a verify block must cover its rows
   p.repeat_last_n = 64;
   decode::Sampler short_block(p);
@@ -217,6 +219,43 @@ TEST(Sampler, PenaltiesAreLlamaCppsOverTheWindowAndEachRowsPrefix) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
+}
+
+// The logit bias comes first (llama.cpp's order): added to every row, a token named twice gets both, -inf bans a token
+// for good, and the penalties then see the biased logits.
+TEST(Sampler, LogitBiasComesFirstAndBansWithMinusInfinity) {
+  const at::Tensor logits = at::tensor({2.0f, -1.0f, 0.5f, 3.0f}).unsqueeze(0).repeat({2, 1});
+  decode::SamplingParams p;
+  p.logit_bias = {{3, -std::numeric_limits<double>::infinity()}, {1, 1.0}, {1, 1.5}, {2, -1.0}};
+  ASSERT_TRUE(p.adjusts_logits());
+  ASSERT_FALSE(p.penalized());
+  decode::Sampler biased(p);
+  const at::Tensor out = biased.adjusted(logits, {0, 0});
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_FLOAT_EQ(out[r][0].item<float>(), 2.0f);
+    EXPECT_FLOAT_EQ(out[r][1].item<float>(), 1.5f) << "both biases of token 1";
+    EXPECT_FLOAT_EQ(out[r][2].item<float>(), -0.5f);
+    EXPECT_TRUE(std::isinf(out[r][3].item<float>()) && out[r][3].item<float>() < 0);
+  }
+  EXPECT_EQ(biased.sample(logits.narrow(0, 0, 1))[0], 0) << "greedy: the banned 3 cannot win";
+  p.temperature = 1.0;
+  decode::Sampler warm(p);
+  std::map<int64_t, int> counts;
+  for (int64_t t : warm.sample(logits.narrow(0, 0, 1).expand({2000, 4}).contiguous())) counts[t]++;
+  EXPECT_EQ(counts.count(3), 0u) << "never drawn";
+  // the penalties see the biased logit: token 2 at -0.5 is multiplied, not divided
+  p = decode::SamplingParams{};
+  p.logit_bias = {{2, -1.0}};
+  p.repeat_penalty = 2.0;
+  decode::Sampler both(p);
+  both.begin({2});
+  EXPECT_FLOAT_EQ(both.adjusted(logits.narrow(0, 0, 1))[0][2].item<float>(), -1.0f);
+  p.logit_bias = {{0, std::numeric_limits<double>::quiet_NaN()}};
+  EXPECT_THROW(decode::validate(p), Error);
+  p.logit_bias = {{0, std::numeric_limits<double>::infinity()}};
+  EXPECT_THROW(decode::validate(p), Error);
+  p.logit_bias = {{-1, 1.0}};
+  EXPECT_THROW(decode::validate(p), Error);
 }
 
 using DFlashSampling = GoldenPair;
@@ -329,6 +368,30 @@ TEST_F(DFlashSampling, PenaltiesKeepDFlashLossless) {
     for (int k = 0; k < kPositions; ++k) spec[k][s.output_ids[k]]++, reference[k][g.output_ids[k]]++;
   }
   for (int k = 0; k < kPositions; ++k) EXPECT_GT(two_sample_p(spec[k], reference[k]), 1e-3) << "position " << k;
+}
+
+// A logit bias keeps DFlash lossless too: banning the token greedy decoding would pick most often changes the output,
+// and DFlash's output is still plain decoding's.
+TEST_F(DFlashSampling, LogitBiasKeepsDFlashLossless) {
+  const std::vector<int64_t> prompt = golden_runs()[0].prompt;
+  decode::GenerationParams p;
+  p.max_new_tokens = 48;
+  const std::vector<int64_t> free_output = decode::generate_plain(*target_, prompt, p).output_ids;
+  std::map<int64_t, int> counts;
+  for (int64_t t : free_output) counts[t]++;
+  const int64_t most = std::max_element(counts.begin(), counts.end(), [](const auto& a, const auto& b) {
+                         return a.second < b.second;
+                       })->first;
+  p.sampling.logit_bias = {{most, -std::numeric_limits<double>::infinity()}, {free_output[0], -3.0}};
+  const decode::GenerationResult plain = decode::generate_plain(*target_, prompt, p);
+  EXPECT_NE(plain.output_ids, free_output);
+  EXPECT_EQ(std::count(plain.output_ids.begin(), plain.output_ids.end(), most), 0) << "banned";
+  for (int64_t block : std::vector<int64_t>{4, draft_->config().block_size}) {
+    p.block_size = block;
+    EXPECT_EQ(decode::generate_dflash(*target_, *draft_, prompt, p).output_ids, plain.output_ids) << "block " << block;
+  }
+  p.sampling.logit_bias = {{target_->config().vocab_size, 1.0}};
+  EXPECT_THROW(decode::generate_plain(*target_, prompt, p), Error) << "an id outside the vocabulary";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <regex>
 #include <thread>
 #include <tuple>
@@ -227,6 +228,19 @@ TEST(ServerRequest, FieldsAndDefaults) {
     EXPECT_EQ(r.sampling.frequency_penalty, -0.5);
     EXPECT_TRUE(r.sampling.penalized());
   }
+  // logit_bias: OpenAI's object of ids, llama-server's text keys and [[token, bias]] pairs; false bans
+  const double never = -std::numeric_limits<double>::infinity();
+  r = parse(R"({"prompt": "x", "logit_bias": {"15": 1.5, "7": false, "hi": -2}})");
+  EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<int64_t, double>>{{15, 1.5}, {7, never}}));
+  EXPECT_EQ(r.logit_bias_texts, (std::vector<std::pair<std::string, double>>{{"hi", -2.0}}));
+  d.sampling.logit_bias = {{1, 1.0}};
+  r = server::parse_completion_request(json::parse(R"({"prompt": "x", "logit_bias": [[3, -1], ["a b", false]]})"),
+                                       server::Api::kNativeCompletion, d);
+  EXPECT_EQ(r.sampling.logit_bias, (std::vector<std::pair<int64_t, double>>{{3, -1.0}})) << "replaces the default";
+  EXPECT_EQ(r.logit_bias_texts, (std::vector<std::pair<std::string, double>>{{"a b", never}}));
+  EXPECT_EQ(server::parse_completion_request(json::parse(R"({"prompt": "x"})"), server::Api::kCompletions, d)
+                .sampling.logit_bias.size(), 1u) << "the default without the field";
+  d.sampling.logit_bias.clear();
   r = parse(R"({"prompt": [[1, 2, 3]], "max_tokens": 4, "stop": "x", "stream": true,
                "stream_options": {"include_usage": true}, "n": 1, "logprobs": null, "user": "u"})");
   EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{1, 2, 3}));
@@ -414,7 +428,13 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "repeat_penalty": 0})", "field 'repeat_penalty': must be a finite number > 0"},
       {R"({"prompt": "x", "repeat_last_n": -2})", "field 'repeat_last_n': must be >= 0 tokens"},
       {R"({"prompt": "x", "repeat_last_n": 1.5})", "field 'repeat_last_n': expected an integer"},
-      {R"({"prompt": "x", "logit_bias": {"1": 5}})", "field 'logit_bias'"},
+      {R"({"prompt": "x", "logit_bias": {"1": "5"}})", "field 'logit_bias': \"1\": the bias must be a finite number"},
+      {R"({"prompt": "x", "logit_bias": {"1": true}})", "field 'logit_bias'"},
+      {R"({"prompt": "x", "logit_bias": [[1]]})", "field 'logit_bias': item 0: expected [token id or text, bias]"},
+      {R"({"prompt": "x", "logit_bias": [[-1, 2]]})", "field 'logit_bias': item 0: token id -1 is negative"},
+      {R"({"prompt": "x", "logit_bias": [[1.5, 2]]})", "field 'logit_bias': item 0: expected a token id or a string"},
+      {R"({"prompt": "x", "logit_bias": {"": 2}})", "an empty string names no token"},
+      {R"({"prompt": "x", "logit_bias": 3})", "field 'logit_bias': expected an object"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
       {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},
       {R"({"prompt": "x", "reasoning_format": "none"})", "unknown field 'reasoning_format'"},
@@ -776,6 +796,18 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
       post(s, "/v1/chat/completions", with_penalties)["choices"][0]["message"]["content"];
   EXPECT_EQ(penalized_text, penalized.out.substr(0, penalized.out.size() - 1));
   EXPECT_NE(penalized_text, expected);
+  // logit_bias by text (the server tokenizes it) does what generate's --logit-bias with its ids does
+  const json banned_ids = post(s, "/tokenize", {{"content", " apples"}})["tokens"];
+  ASSERT_FALSE(banned_ids.empty());
+  std::string flags;
+  for (const json& id : banned_ids) flags += " --logit-bias " + std::to_string(id.get<int64_t>()) + "-inf";
+  CommandResult biased = run_specpress("generate " + pair + " -p \"" + kQuestion + "\" --chat -n 48" + flags);
+  ASSERT_EQ(biased.exit_code, 0) << biased.err;
+  json with_bias = chat;
+  with_bias["logit_bias"] = {{" apples", false}};
+  const std::string biased_text = post(s, "/v1/chat/completions", with_bias)["choices"][0]["message"]["content"];
+  EXPECT_EQ(biased_text, biased.out.substr(0, biased.out.size() - 1));
+  EXPECT_EQ(biased_text.find(" apples"), std::string::npos) << biased_text;
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
@@ -1386,6 +1418,8 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 300})", 400, "exceed the context size 256"},
       {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "leaves no room"},
       {"/v1/completions", R"({"prompt": [1, 999999999]})", 400, "outside the vocabulary"},
+      {"/v1/completions", R"({"prompt": "x", "logit_bias": {"999999999": 1}})", 400,
+       "field 'logit_bias': token id 999999999 is outside the vocabulary"},
       {"/v1/completions", R"({"prompt": ""})", 400, "encodes to no tokens"},
       {"/v1/chat/completions", R"({"messages": []})", 400, "no messages"},
       {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "'n'"},

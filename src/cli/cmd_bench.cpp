@@ -228,8 +228,9 @@ nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
                                      {"seed", o.sampling.seed},
                                      {"enable_thinking", o.think},
                                      {"check_answers", o.check_answers}};
-  // only when on, so that checkpoints written before penalties existed still resume
+  // only when on, so that checkpoints written before penalties and biases existed still resume
   if (o.sampling.penalized()) settings["penalties"] = decode::penalties_json(o.sampling);
+  if (!o.sampling.logit_bias.empty()) settings["logit_bias"] = decode::logit_bias_json(o.sampling);
   return settings;
 }
 nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {

@@ -1,7 +1,9 @@
 // common.cpp — see common.h.
 #include "cli/common.h"
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -112,6 +114,38 @@ void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const s
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty,
                  prefix + "lower each token's logit by this times its count in the window (0 = off)")
       ->capture_default_str();
+  cmd.add_option_function<std::vector<std::string>>(
+      "--logit-bias",
+      [&sampling](const std::vector<std::string>& items) {
+        for (const std::string& item : items) sampling.logit_bias.push_back(parse_logit_bias(item));
+      },
+      prefix + "add BIAS to a token's logit, as llama.cpp's TOKEN_ID(+/-)BIAS (e.g. 15043+1.5, 15043-inf: never); "
+               "repeatable");
+}
+
+std::pair<int64_t, double> parse_logit_bias(const std::string& item) {
+  const size_t sign = item.find_first_of("+-", 1);
+  auto bad = [&](const std::string& why) {
+    return CLI::ValidationError("--logit-bias", fmt::format("'{}': {} (expected TOKEN_ID+BIAS or TOKEN_ID-BIAS, "
+                                                            "e.g. 15043+1.5 or 15043-inf)", item, why));
+  };
+  if (sign == std::string::npos) throw bad("no + or - between the token id and the bias");
+  const std::string id_text = item.substr(0, sign), bias_text = item.substr(sign);
+  if (id_text.empty() || id_text.find_first_not_of("0123456789") != std::string::npos || id_text.size() > 12)
+    throw bad("the token id is not a non-negative integer");
+  double bias = 0;
+  if (bias_text == "-inf") {
+    bias = -std::numeric_limits<double>::infinity();
+  } else {
+    size_t used = 0;
+    try {
+      bias = std::stod(bias_text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != bias_text.size() || !std::isfinite(bias)) throw bad("the bias is not a finite number or -inf");
+  }
+  return {std::stoll(id_text), bias};
 }
 
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy) {

@@ -38,6 +38,9 @@ nlohmann::ordered_json result_json(const decode::GenerationResult& result);
 
 // --temp, --top-k, --top-p and --min-p into `sampling`; `prefix` starts each help text (serve: "default ").
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix = "");
+// llama.cpp's --logit-bias item: TOKEN_ID+BIAS or TOKEN_ID-BIAS (BIAS a number, or inf after '-'); a
+// CLI::ValidationError naming the flag otherwise.
+std::pair<int64_t, double> parse_logit_bias(const std::string& item);
 
 // --compress METHOD and the policy knobs (--compress-window, --compress-sinks, --compress-merge).
 void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy& policy);

@@ -51,8 +51,8 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  // greedy: the graph's argmax picks each token; with penalties the host picks it from the logits (sampler.sample)
-  const bool greedy = params.sampling.greedy() && !params.sampling.penalized();
+  // greedy: the graph's argmax picks each token; with a bias or penalties the host picks it from the logits
+  const bool greedy = params.sampling.greedy() && !params.sampling.adjusts_logits();
 
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
@@ -118,8 +118,8 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  // greedy: the verify graph's argmax is the posterior; with penalties the host picks it from the logits
-  const bool greedy = params.sampling.greedy() && !params.sampling.penalized();
+  // greedy: the verify graph's argmax is the posterior; with a bias or penalties the host picks it from the logits
+  const bool greedy = params.sampling.greedy() && !params.sampling.adjusts_logits();
   CycleTimer timer;
   const cudaStream_t stream = engine.stream().stream();
 

@@ -17,6 +17,8 @@ void validate_generation(const model::Qwen3Model& target, const std::vector<int6
       fail("prompt: token id {} at index {} is outside the vocabulary 0..{}", prompt[i], i, vocab - 1);
   for (int64_t id : params.stop_ids)
     if (id < 0 || id >= vocab) fail("--stop-ids: id {} is outside the vocabulary 0..{}", id, vocab - 1);
+  for (const auto& [id, bias] : params.sampling.logit_bias)
+    if (id < 0 || id >= vocab) fail("--logit-bias: token id {} is outside the vocabulary 0..{}", id, vocab - 1);
   if (params.max_new_tokens < 1) fail("-n/--n-predict: must be at least 1, found {}", params.max_new_tokens);
   if (params.logprobs < -1 || params.logprobs > kMaxLogprobs)
     fail("--logprobs: must be 0..{} top alternatives (or -1: none), found {}", kMaxLogprobs, params.logprobs);

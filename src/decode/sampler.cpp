@@ -24,6 +24,11 @@ void validate(const SamplingParams& p) {
     fail("--presence-penalty: must be in [-2, 2] (0 = off), found {}", p.presence_penalty);
   if (p.repeat_last_n < -1)
     fail("--repeat-last-n: must be >= 0 tokens (0 = off) or -1 (the whole context), found {}", p.repeat_last_n);
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) fail("--logit-bias: token id {} is negative", id);
+    if (std::isnan(bias) || bias == std::numeric_limits<double>::infinity())
+      fail("--logit-bias: the bias of token {} must be a finite number or -inf (never), found {}", id, bias);
+  }
 }
 
 nlohmann::ordered_json penalties_json(const SamplingParams& p) {
@@ -31,6 +36,13 @@ nlohmann::ordered_json penalties_json(const SamplingParams& p) {
           {"repeat_last_n", p.repeat_last_n},
           {"presence_penalty", p.presence_penalty},
           {"frequency_penalty", p.frequency_penalty}};
+}
+
+nlohmann::ordered_json logit_bias_json(const SamplingParams& p) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& [id, bias] : p.logit_bias)
+    out.push_back(std::isinf(bias) ? nlohmann::ordered_json{id, false} : nlohmann::ordered_json{id, bias});
+  return out;
 }
 
 std::vector<int64_t> argmax_rows(const at::Tensor& logits) {
@@ -55,12 +67,25 @@ void Sampler::accept(const int64_t* tokens, size_t n) {
     context_.erase(context_.begin(), context_.end() - static_cast<std::ptrdiff_t>(keep));
 }
 
-at::Tensor Sampler::penalized(const at::Tensor& logits, const std::vector<int64_t>& block) const {
-  if (!params_.penalized()) return logits;
+at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t>& block) const {
+  if (!params_.adjusts_logits()) return logits;
   const int64_t rows = logits.size(0);
+  at::Tensor out = logits.clone();
+  if (!params_.logit_bias.empty()) {
+    // every row alike, a token named twice gets both biases (as llama.cpp adds them)
+    std::vector<int64_t> ids;
+    std::vector<float> biases;
+    for (const auto& [id, bias] : params_.logit_bias) {
+      if (id >= out.size(1)) fail("--logit-bias: token id {} is outside the vocabulary 0..{}", id, out.size(1) - 1);
+      ids.push_back(id), biases.push_back(static_cast<float>(bias));
+    }
+    const at::Tensor index = at::tensor(ids, at::kLong).to(out.device());
+    const at::Tensor add = at::tensor(biases, at::kFloat).to(out.device()).to(out.scalar_type());
+    out.index_add_(1, index, add.unsqueeze(0).expand({rows, static_cast<int64_t>(ids.size())}).contiguous());
+  }
+  if (!params_.penalized()) return out;
   if (rows > 1 && static_cast<int64_t>(block.size()) < rows)
     fail("internal: {} verify rows penalised with a block of {} tokens", rows, block.size());
-  at::Tensor out = logits.clone();
   for (int64_t r = 0; r < rows; ++r) {
     // row r's window: the last repeat_last_n tokens of the accepted context followed by block[1..r]
     std::vector<int64_t> seen(context_);
@@ -87,7 +112,7 @@ at::Tensor Sampler::penalized(const at::Tensor& logits, const std::vector<int64_
 
 at::Tensor Sampler::probabilities(const at::Tensor& raw_logits, const std::vector<int64_t>& block) const {
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  at::Tensor scores = penalized(raw_logits, block).to(at::kDouble);
+  at::Tensor scores = adjusted(raw_logits, block).to(at::kDouble);
   if (params_.greedy()) {
     at::Tensor idx = scores.argmax(-1, /*keepdim=*/true);
     return at::zeros_like(scores).scatter_(-1, idx, 1.0);
@@ -116,7 +141,7 @@ at::Tensor Sampler::probabilities(const at::Tensor& raw_logits, const std::vecto
 }
 
 std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector<int64_t>& block) {
-  if (params_.greedy()) return argmax_rows(penalized(logits, block));
+  if (params_.greedy()) return argmax_rows(adjusted(logits, block));
   at::Tensor probs = probabilities(logits, block);
   const int64_t rows = probs.size(0), V = probs.size(1);
   at::Tensor cdf = probs.cumsum(-1);

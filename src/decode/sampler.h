@@ -1,5 +1,6 @@
-// sampler.h — token selection for plain and speculative decoding. First llama.cpp's repetition penalties (repeat,
-// frequency, presence) over the last repeat_last_n tokens of the context, the prompt's included; then greedy (argmax,
+// sampler.h — token selection for plain and speculative decoding. First the logit bias, then llama.cpp's repetition
+// penalties (repeat, frequency, presence) over the last repeat_last_n tokens of the context, the prompt's included
+// (llama.cpp's sampler order); then greedy (argmax,
 // ties to the lowest id) when temperature < 1e-5, else temperature -> top-k -> top-p -> min-p (transformers' warper
 // order) and inverse-CDF sampling with a seeded host RNG, so CPU and CUDA draw the same stream for the same logits.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
@@ -7,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -27,14 +29,18 @@ struct SamplingParams {
   double frequency_penalty = 0.0;  // 0 = off
   double presence_penalty = 0.0;   // 0 = off
   int64_t repeat_last_n = 64;      // the window: the context's last tokens; 0 = off, -1 = the whole context
+  // (token id, bias) pairs added to the logits first (OpenAI's and llama.cpp's logit_bias); -inf bans the token
+  std::vector<std::pair<int64_t, double>> logit_bias;
   bool greedy() const { return temperature < 1e-5; }
   bool penalized() const {
     return repeat_last_n != 0 && (repeat_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0);
   }
+  bool adjusts_logits() const { return penalized() || !logit_bias.empty(); }  // a bias or penalties
 };
 
 // Validates ranges; the error names the flag (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
-// --frequency-penalty, --presence-penalty, --repeat-last-n).
+// --frequency-penalty, --presence-penalty, --repeat-last-n, --logit-bias). Token ids are checked against the
+// vocabulary by validate_generation.
 void validate(const SamplingParams& params);
 
 class Sampler {
@@ -49,8 +55,9 @@ class Sampler {
   // follows the accepted tokens), or a verify block whose block[0] is the last accepted token; row r then follows
   // the accepted tokens and block[1..r].
   std::vector<int64_t> sample(const at::Tensor& logits, const std::vector<int64_t>& block = {});
-  // The logits after the penalties (the same tensor when there are none); rows and `block` as in sample().
-  at::Tensor penalized(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
+  // The logits after the bias and the penalties (the same tensor when there are none); rows and `block` as in
+  // sample().
+  at::Tensor adjusted(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
   // The distribution sample() draws from (fp64 [rows, V]); for tests and diagnostics.
   at::Tensor probabilities(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
   const SamplingParams& params() const { return params_; }
@@ -63,6 +70,8 @@ class Sampler {
 
 // {repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty}, for reports and checkpoints.
 nlohmann::ordered_json penalties_json(const SamplingParams& params);
+// [[id, bias], ...] (-inf as false, as llama-server reads it), for reports and checkpoints.
+nlohmann::ordered_json logit_bias_json(const SamplingParams& params);
 
 // Argmax per row of fp32 logits [rows, V], ties to the lowest index.
 std::vector<int64_t> argmax_rows(const at::Tensor& logits);

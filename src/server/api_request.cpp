@@ -2,6 +2,7 @@
 #include "server/api_request.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "server/json_fields.h"
@@ -92,6 +93,52 @@ json parse_body(const std::string& body) {
   if (!j.is_object()) fail("request body: expected a JSON object, got {}", j.type_name());
   return j;
 }
+
+namespace {
+
+// OpenAI's logit_bias ({"TOKEN_ID": bias}) and llama-server's forms: object keys that are text, and
+// [[TOKEN_ID or "text", bias], ...]; a bias of false bans the token (-inf). Text is tokenized by the server
+// (CompletionRequest::logit_bias_texts). The field replaces the server's default biases.
+void read_logit_bias(const json& v, CompletionRequest& r) {
+  r.sampling.logit_bias.clear();
+  r.logit_bias_texts.clear();
+  auto bias_of = [](const json& b, const std::string& where) {
+    if (b == false) return -std::numeric_limits<double>::infinity();
+    if (!b.is_number() || !std::isfinite(b.get<double>()))
+      fail("field 'logit_bias': {}: the bias must be a finite number or false (never), got {}", where, brief(b));
+    return b.get<double>();
+  };
+  auto add = [&](const json& token, const json& b, const std::string& where) {
+    if (token.is_number_integer() || token.is_number_unsigned()) {
+      if (!token.is_number_unsigned() && token.get<int64_t>() < 0)
+        fail("field 'logit_bias': {}: token id {} is negative", where, brief(token));
+      r.sampling.logit_bias.push_back({token.get<int64_t>(), bias_of(b, where)});
+    } else if (token.is_string()) {
+      const std::string& key = token.get_ref<const std::string&>();
+      const bool id = !key.empty() && key.size() <= 12 && key.find_first_not_of("0123456789") == std::string::npos;
+      if (id) r.sampling.logit_bias.push_back({std::stoll(key), bias_of(b, where)});
+      else if (!key.empty()) r.logit_bias_texts.push_back({key, bias_of(b, where)});
+      else fail("field 'logit_bias': {}: an empty string names no token", where);
+    } else {
+      fail("field 'logit_bias': {}: expected a token id or a string, got {}", where, brief(token));
+    }
+  };
+  if (v.is_object()) {
+    for (const auto& [k, b] : v.items()) add(json(k), b, brief(json(k)));
+  } else if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const json& item = v[i];
+      if (!item.is_array() || item.size() != 2)
+        fail("field 'logit_bias': item {}: expected [token id or text, bias], got {}", i, brief(item));
+      add(item[0], item[1], fmt::format("item {}", i));
+    }
+  } else {
+    fail("field 'logit_bias': expected an object {{\"TOKEN_ID\": bias}} or an array [[token, bias], ...], got {}",
+         brief(v));
+  }
+}
+
+}  // namespace
 
 CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults) {
   if (api == Api::kMessages) fail("internal: Messages API requests are parse_messages_request's (messages_request.h)");
@@ -188,7 +235,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
         fail("field 'repeat_last_n': must be >= 0 tokens (0 = off) or -1 (the whole context), got {}",
              r.sampling.repeat_last_n);
     } else if (key == "logit_bias") {
-      require_off(v, key, v.is_object() && v.empty(), "logit_bias");
+      read_logit_bias(v, r);
     } else if (key == "suffix" && !chat) {
       require_off(v, key, v == "", "a suffix (fill-in-the-middle)");
     } else if (key == "response_format") {

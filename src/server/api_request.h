@@ -1,7 +1,7 @@
 // api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
 // OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion (Anthropic's /v1/messages:
 // messages_request.h, into the same CompletionRequest). Every field the
-// engine cannot honour is refused by name (n > 1, logit_bias, tools, ...) rather than
+// engine cannot honour is refused by name (n > 1, tools, ...) rather than
 // ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
 #pragma once
 #include <cstdint>
@@ -44,7 +44,9 @@ struct CompletionRequest {
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   int64_t max_tokens = -1;  // -1: as many as the context size leaves; 0 (echo only): the prompt scored, no output
   bool max_tokens_given = false;  // false: the server's default, which the context may shorten
-  decode::SamplingParams sampling;
+  decode::SamplingParams sampling;  // logit_bias: the request's token ids (its field replaces the server's default)
+  // logit_bias entries named by text, each of whose tokens gets the bias (the server tokenizes them)
+  std::vector<std::pair<std::string, double>> logit_bias_texts;
   bool random_seed = false;  // seed -1 (or none, where the server's default is random): the server draws one
   std::vector<std::string> stop;
   bool stream = false;

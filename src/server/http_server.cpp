@@ -346,6 +346,14 @@ Job Server::prepare(const CompletionRequest& request) const {
          "at most {} tokens fit)", n, max_tokens, m.reserve, m.ctx_size, room);
   job.params.max_new_tokens = max_tokens;
   job.params.sampling = request.sampling;
+  for (const auto& [text, bias] : request.logit_bias_texts) {  // every token of the text gets the bias
+    if (!m.tokenizer)
+      fail("field 'logit_bias': \"{}\" is text, but the model has no tokenizer.json: give token ids", text);
+    for (int32_t id : m.tokenizer->encode(text)) job.params.sampling.logit_bias.push_back({id, bias});
+  }
+  const int64_t vocab = m.target->config().vocab_size;
+  for (const auto& [id, bias] : job.params.sampling.logit_bias)
+    if (id >= vocab) fail("field 'logit_bias': token id {} is outside the vocabulary 0..{}", id, vocab - 1);
   if (request.random_seed) job.params.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;
@@ -761,7 +769,7 @@ json sampling_json(const decode::SamplingParams& p) {
           {"top_p", p.top_p},                   {"min_p", p.min_p},
           {"seed", p.seed},                     {"repeat_penalty", p.repeat_penalty},
           {"repeat_last_n", p.repeat_last_n},   {"presence_penalty", p.presence_penalty},
-          {"frequency_penalty", p.frequency_penalty}};
+          {"frequency_penalty", p.frequency_penalty}, {"logit_bias", decode::logit_bias_json(p)}};
 }
 
 }  // namespace

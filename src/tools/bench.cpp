@@ -269,6 +269,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["top_p"] = r.options.sampling.top_p;
   j["min_p"] = r.options.sampling.min_p;
   if (r.options.sampling.penalized()) j["penalties"] = decode::penalties_json(r.options.sampling);
+  if (!r.options.sampling.logit_bias.empty()) j["logit_bias"] = decode::logit_bias_json(r.options.sampling);
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
   if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them

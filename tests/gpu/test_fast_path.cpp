@@ -12,7 +12,9 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/env_switch.h"
 #include "decode/fast_generation.h"
@@ -576,10 +578,10 @@ TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
   EXPECT_EQ(static_cast<int64_t>(c.output_ids.size()), 40);
 }
 
-// llama.cpp's penalties on the fast path: the host picks each token from the read-back logits (the graph's argmax
-// would ignore the penalties), a verify row penalised for the drafted tokens before it. Greedy, fast DFlash equals
-// fast plain decoding and the reference path's plain decoding, and the penalties change the output (golden run 5
-// repeats its context often); sampled, a seed repeats its output.
+// llama.cpp's penalties (and a logit bias) on the fast path: the host picks each token from the read-back logits
+// (the graph's argmax would ignore them), a verify row penalised for the drafted tokens before it. Greedy, fast
+// DFlash equals fast plain decoding and the reference path's plain decoding, and the penalties change the output
+// (golden run 5 repeats its context often); sampled, a seed repeats its output.
 TEST_F(FastPathGolden, PenaltiesMatchTheReferencePathAndKeepDFlashLossless) {
   decode::GenerationParams p;
   p.max_new_tokens = 64;
@@ -601,6 +603,16 @@ TEST_F(FastPathGolden, PenaltiesMatchTheReferencePathAndKeepDFlashLossless) {
       << "the penalties change the output";
   std::printf("penalised greedy: fast DFlash tau %.2f over %zu steps\n", spec.mean_acceptance_length(),
               spec.acceptance_lengths.size());
+  // a logit bias alone (no penalties) takes the same host path
+  decode::GenerationParams biased;
+  biased.max_new_tokens = 64;
+  biased.sampling.logit_bias = {{golden_runs()[5].ar_output[3], -std::numeric_limits<double>::infinity()},
+                                {golden_runs()[5].ar_output[0], -2.0}};
+  const decode::GenerationResult biased_plain = decode::generate_fast(*target_, nullptr, prompt, biased);
+  EXPECT_EQ(decode::generate_fast(*target_, draft_.get(), prompt, biased).output_ids, biased_plain.output_ids);
+  EXPECT_EQ(decode::generate_plain(*target_, prompt, biased).output_ids, biased_plain.output_ids);
+  EXPECT_EQ(std::count(biased_plain.output_ids.begin(), biased_plain.output_ids.end(), golden_runs()[5].ar_output[3]),
+            0);
   p.sampling.temperature = 0.8;
   p.sampling.seed = 11;
   for (const model::DFlashDraft* draft : std::vector<const model::DFlashDraft*>{nullptr, draft_.get()}) {
