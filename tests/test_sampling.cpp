@@ -189,8 +189,27 @@ TEST(Sampler, PenaltiesAreLlamaCppsOverTheWindowAndEachRowsPrefix) {
   p.repeat_penalty = 2.0;
   p.repeat_last_n = -1;
   decode::Sampler whole(p);
-  whole.begin({3, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  std::vector<int64_t> long_context(100, 0);  // 3 first, 99 tokens before the window's end: past the default 64
+  long_context[0] = 3;
+  whole.begin(long_context);
+  whole.accept(0);
   EXPECT_FLOAT_EQ(whole.adjusted(logits.narrow(0, 0, 1))[0][3].item<float>(), 1.5f);
+  p.repeat_last_n = 64;
+  decode::Sampler default_window(p);
+  default_window.begin(long_context);
+  EXPECT_FLOAT_EQ(default_window.adjusted(logits.narrow(0, 0, 1))[0][3].item<float>(), 3.0f) << "3 left the window";
+  // a window shorter than the block: row 2 of [x, 4, 4] with a window of 1 sees only the last 4
+  p.repeat_last_n = 1;
+  p.frequency_penalty = 0.25;
+  p.presence_penalty = 0.5;
+  decode::Sampler tiny(p);
+  tiny.begin({3});
+  const at::Tensor rows = tiny.adjusted(logits, {3, 4, 4});
+  EXPECT_FLOAT_EQ(rows[0][3].item<float>(), 3.0f / 2 - 0.75f);
+  EXPECT_FLOAT_EQ(rows[1][3].item<float>(), 3.0f) << "3 left the window of 1";
+  EXPECT_FLOAT_EQ(rows[1][4].item<float>(), -0.75f);
+  EXPECT_FLOAT_EQ(rows[2][4].item<float>(), -0.75f) << "4 twice in the block, once in the window";
+  EXPECT_FLOAT_EQ(rows[2][2].item<float>(), 0.5f);
   p.repeat_last_n = 2;
   decode::Sampler near(p);
   near.begin({3, 0, 0});

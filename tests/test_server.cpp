@@ -1508,13 +1508,22 @@ TEST(ServerHttp, SlotsShowWhatTheSlotRuns) {
   const json body = {{"prompt", kQuestion}, {"max_tokens", 300}, {"presence_penalty", 0.25}, {"stop", {"zzz"}},
                      {"seed", 5}};
   std::thread request([&] { s.client().Post("/v1/completions", body.dump(), "application/json"); });
+  struct Join {
+    std::thread& t;
+    ~Join() { if (t.joinable()) t.join(); }  // also when an assertion returns early
+  } join{request};
   json busy;
+  int busy_status = 0;  // ?fail_on_no_slot=1 while the slot runs
   for (int i = 0; i < 500; ++i) {  // until the slot has decoded something
     busy = get_slots().second;
-    if (busy[0]["is_processing"] == true && busy[0]["next_token"]["n_decoded"].get<int64_t>() > 0) break;
+    if (busy.is_array() && busy[0]["is_processing"] == true && busy[0]["next_token"]["n_decoded"] > 0) {
+      busy_status = get_slots("?fail_on_no_slot=1").first;
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_EQ(busy[0]["is_processing"], true) << busy;
+  ASSERT_TRUE(busy.is_array() && busy[0]["is_processing"] == true) << busy;
+  EXPECT_EQ(busy_status, 503);
   EXPECT_EQ(busy[0]["id_task"], 1);
   EXPECT_EQ(busy[0]["params"]["n_predict"], 300);
   EXPECT_EQ(busy[0]["params"]["presence_penalty"], 0.25);
@@ -1525,7 +1534,6 @@ TEST(ServerHttp, SlotsShowWhatTheSlotRuns) {
   EXPECT_EQ(busy[0]["id_request"].get<std::string>().rfind("cmpl-", 0), 0u);
   const int64_t decoded = busy[0]["next_token"]["n_decoded"];
   EXPECT_EQ(busy[0]["next_token"]["n_remain"], 300 - decoded);
-  EXPECT_EQ(get_slots("?fail_on_no_slot=1").first, 503);
   request.join();
   auto [after_status, after] = get_slots("?fail_on_no_slot=1");
   EXPECT_EQ(after_status, 200);
@@ -1611,10 +1619,10 @@ TEST(ServerHttp, BusyServerStillAnswersHealthAndRefusesPastItsQueue) {
   EXPECT_EQ(ok + busy, static_cast<long>(status.size())) << ::testing::PrintToString(status) << s.stderr_text();
   EXPECT_GE(ok, 1);
   EXPECT_GE(busy, 1) << "12 requests at once, at most 1 running and 2 waiting";
-  // the refusals come at once: with cpp-httplib's listen backlog of 5 the burst's last connections waited for the
-  // client's SYN retry (1 s) and one was at times reset (a read error, status -104 here)
+  // the refusals come at once (in milliseconds): with cpp-httplib's listen backlog of 5 the burst's last
+  // connections waited for the client's SYN retry (1 s) and one was at times reset (a read error, status -104 here)
   for (size_t i = 0; i < status.size(); ++i)
-    if (status[i] == 503) EXPECT_LT(seconds[i], 0.8) << "request " << i;
+    if (status[i] == 503) EXPECT_LT(seconds[i], 0.9) << "request " << i;
   // --max-queue 0: nothing waits, but an idle slot still takes a request
   ServerProcess none({"-m", demo_dir() + "/target", "--max-queue", "0"});
   ASSERT_GT(none.port(), 0) << none.stderr_text();

@@ -191,10 +191,11 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   const double stderr_nll = std::sqrt((sq / n - mean * mean) / (n - 1));
 
   std::vector<std::pair<int64_t, double>> progress;
-  const tools::PerplexityResult r = tools::perplexity(*target_, tokens, n_ctx, 0, [&](int64_t done, const auto& so_far) {
+  auto on_chunk = [&](int64_t done, const tools::PerplexityResult& so_far) {
     progress.push_back({done, so_far.ppl});
     EXPECT_FALSE(so_far.kl.has_value());
-  });
+  };
+  const tools::PerplexityResult r = tools::perplexity(*target_, tokens, n_ctx, 0, on_chunk);
   EXPECT_EQ(r.chunks, chunks);
   EXPECT_EQ(r.tokens_scored, chunks * (n_ctx - n_ctx / 2 - 1));
   EXPECT_FALSE(r.kl.has_value());
@@ -250,7 +251,9 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   const at::Tensor model_nll = at::tensor(low_nlls, at::kDouble), base_nll = at::tensor(nlls, at::kDouble);
   const at::Tensor kld_t = at::tensor(klds, at::kDouble), dp_t = at::tensor(dps, at::kDouble);
   const double rows_n = static_cast<double>(nlls.size());
-  auto stderr_of = [&](const at::Tensor& x) { return at::std(x, /*unbiased=*/false).item<double>() / std::sqrt(rows_n - 1); };
+  auto stderr_of = [&](const at::Tensor& x) {
+    return at::std(x, /*unbiased=*/false).item<double>() / std::sqrt(rows_n - 1);
+  };
   const tools::KlDivergence& kl = *against.kl;
   EXPECT_NEAR(kl.base_ppl_stderr, r.ppl_stderr, 1e-9 * r.ppl_stderr);
   EXPECT_NEAR(kl.nll_correlation, at::corrcoef(at::stack({model_nll, base_nll}))[0][1].item<double>(), 1e-9);

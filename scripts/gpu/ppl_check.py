@@ -78,7 +78,8 @@ def main():
         ratio = 1.0 if both_zero else sp["kl"]["kld"]["mean"] / hf_kld if hf_kld != 0 else float("inf")
         good = both_zero or 0.5 <= ratio <= 2.0
         ok &= good
-        line["kl_f32_bf16"] = {"hf": hf_kld, "specpress": sp["kl"]["kld"]["mean"], "ratio": ratio, "both_zero": both_zero,
+        line["kl_f32_bf16"] = {"hf": hf_kld, "specpress": sp["kl"]["kld"]["mean"], "ratio": ratio,
+                               "both_zero": both_zero,
                                "same_top": sp["kl"]["same_top"], "ok": good}
         line["build"] = sp["build"]
         line["device"] = sp["device"]

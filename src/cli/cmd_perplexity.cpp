@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 
@@ -100,6 +101,8 @@ int run_perplexity(const PerplexityOptions& o) {
   const at::Device base_device = model::parse_device(o.base_device.empty() ? o.device : o.base_device, "--kl-base-device");
   const at::ScalarType base_dtype = model::parse_compute_dtype(base_dtype_name, "--kl-base-dtype");
   if (compare) model::check_dtype_on_device(base_dtype, base_device, "--kl-base-dtype");
+  if (!o.base_model.empty() && !std::filesystem::is_directory(o.base_model))
+    fail("--kl-base-model: {} is not a directory (expected an HF Qwen3 checkpoint's)", o.base_model);
   const model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   std::unique_ptr<model::Qwen3Model> base;
   if (compare) base = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(base_model, base_dtype, base_device));

@@ -103,24 +103,24 @@ void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const s
   cmd.add_option("--top-p", sampling.top_p, prefix + "top-p (1 = off)")->capture_default_str();
   cmd.add_option("--min-p", sampling.min_p, prefix + "min-p (0 = off)")->capture_default_str();
   cmd.add_option("--repeat-penalty", sampling.repeat_penalty,
-                 prefix + "penalise tokens in the last --repeat-last-n: logit / p (x p where <= 0) (1 = off)")
+                 prefix + "repeat penalty over the last --repeat-last-n tokens: logit / p (x p where <= 0) (1 = off)")
       ->capture_default_str();
   cmd.add_option("--repeat-last-n", sampling.repeat_last_n,
-                 prefix + "the penalties' window: the context's last N tokens, prompt included (0 = off, -1 = all)")
+                 prefix + "penalty window: the context's last N tokens, prompt included (0 = off, -1 = all)")
       ->capture_default_str();
   cmd.add_option("--presence-penalty", sampling.presence_penalty,
-                 prefix + "lower the logit of every token in the window by this (0 = off)")
+                 prefix + "presence penalty: lower every token in the window by this (0 = off)")
       ->capture_default_str();
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty,
-                 prefix + "lower each token's logit by this times its count in the window (0 = off)")
+                 prefix + "frequency penalty: lower each token by this times its count in the window (0 = off)")
       ->capture_default_str();
   cmd.add_option_function<std::vector<std::string>>(
       "--logit-bias",
       [&sampling](const std::vector<std::string>& items) {
         for (const std::string& item : items) sampling.logit_bias.push_back(parse_logit_bias(item));
       },
-      prefix + "add BIAS to a token's logit, as llama.cpp's TOKEN_ID(+/-)BIAS (e.g. 15043+1.5, 15043-inf: never); "
-               "repeatable");
+      prefix + "logit bias: add BIAS to a token's logit, as llama.cpp's TOKEN_ID(+/-)BIAS (e.g. 15043+1.5, "
+               "15043-inf: never); repeatable");
 }
 
 std::pair<int64_t, double> parse_logit_bias(const std::string& item) {

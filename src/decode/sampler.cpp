@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <cstdint>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -54,17 +55,22 @@ std::vector<int64_t> argmax_rows(const at::Tensor& logits) {
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params_); }
 
 void Sampler::begin(const std::vector<int64_t>& prompt) {
-  context_.clear();
+  window_.clear();
+  counts_.clear();
   accept(prompt.data(), prompt.size());
 }
 
 void Sampler::accept(const int64_t* tokens, size_t n) {
   if (!params_.penalized()) return;
-  context_.insert(context_.end(), tokens, tokens + n);
-  // keep only what a window can still see: the last repeat_last_n, plus a block's worth of slack to trim rarely
-  const size_t keep = static_cast<size_t>(params_.repeat_last_n);
-  if (params_.repeat_last_n > 0 && context_.size() > 2 * keep + 64)
-    context_.erase(context_.begin(), context_.end() - static_cast<std::ptrdiff_t>(keep));
+  for (size_t i = 0; i < n; ++i) {
+    window_.push_back(tokens[i]);
+    ++counts_[tokens[i]];
+    if (params_.repeat_last_n > 0 && window_.size() > static_cast<size_t>(params_.repeat_last_n)) {
+      const int64_t oldest = window_.front();
+      window_.pop_front();
+      if (--counts_[oldest] == 0) counts_.erase(oldest);
+    }
+  }
 }
 
 at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t>& block) const {
@@ -86,27 +92,35 @@ at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t
   if (!params_.penalized()) return out;
   if (rows > 1 && static_cast<int64_t>(block.size()) < rows)
     fail("internal: {} verify rows penalised with a block of {} tokens", rows, block.size());
+  // (row, token, count) for every token in every row's window; row r's window is the last repeat_last_n tokens of
+  // the accepted context followed by block[1..r], so each row adds a block token and may drop the oldest one
+  std::vector<int64_t> entries;  // rows, then tokens, then counts: one copy to the device
+  std::vector<int64_t> row_of, token_of, count_of;
+  std::unordered_map<int64_t, int64_t> row_counts = counts_;  // row 0's window: the accepted one
+  const size_t n = params_.repeat_last_n < 0 ? SIZE_MAX : static_cast<size_t>(params_.repeat_last_n);
+  size_t dropped = 0;  // tokens that left the window from the front of (window_, block[1..])
   for (int64_t r = 0; r < rows; ++r) {
-    // row r's window: the last repeat_last_n tokens of the accepted context followed by block[1..r]
-    std::vector<int64_t> seen(context_);
-    if (r > 0) seen.insert(seen.end(), block.begin() + 1, block.begin() + 1 + r);
-    const size_t n = params_.repeat_last_n < 0 ? seen.size()
-                                               : std::min(seen.size(), static_cast<size_t>(params_.repeat_last_n));
-    std::map<int64_t, int64_t> counts;
-    for (auto it = seen.end() - static_cast<std::ptrdiff_t>(n); it != seen.end(); ++it) ++counts[*it];
-    if (counts.empty()) continue;
-    std::vector<int64_t> ids;
-    std::vector<float> count_values;
-    for (const auto& [id, c] : counts) ids.push_back(id), count_values.push_back(static_cast<float>(c));
-    const at::Tensor index = at::tensor(ids, at::kLong).to(out.device());
-    const at::Tensor c = at::tensor(count_values, at::kFloat).to(out.device()).to(out.scalar_type());
-    at::Tensor row = out[r];
-    const at::Tensor v = row.index_select(0, index);
-    const double rp = params_.repeat_penalty;
-    // as llama.cpp's penalties sampler, in the logits' float type
-    at::Tensor p = at::where(v <= 0, v * rp, v / rp) - (c * params_.frequency_penalty + params_.presence_penalty);
-    row.index_copy_(0, index, p);
+    if (r > 0) {
+      ++row_counts[block[r]];
+      if (window_.size() + static_cast<size_t>(r) - dropped > n) {
+        const int64_t oldest = dropped < window_.size() ? window_[dropped] : block[1 + dropped - window_.size()];
+        ++dropped;
+        if (--row_counts[oldest] == 0) row_counts.erase(oldest);
+      }
+    }
+    for (const auto& [id, c] : row_counts) row_of.push_back(r), token_of.push_back(id), count_of.push_back(c);
   }
+  const int64_t K = static_cast<int64_t>(row_of.size());
+  if (K == 0) return out;
+  entries.reserve(3 * K);
+  for (const auto* v : {&row_of, &token_of, &count_of}) entries.insert(entries.end(), v->begin(), v->end());
+  const at::Tensor e = at::tensor(entries, at::kLong).view({3, K}).to(out.device());
+  const at::Tensor row_index = e[0], token_index = e[1], c = e[2].to(out.scalar_type());
+  const at::Tensor v = out.index({row_index, token_index});
+  const double rp = params_.repeat_penalty;
+  // as llama.cpp's penalties sampler, in the logits' float type
+  out.index_put_({row_index, token_index},
+                 at::where(v <= 0, v * rp, v / rp) - (c * params_.frequency_penalty + params_.presence_penalty));
   return out;
 }
 

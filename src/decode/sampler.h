@@ -7,7 +7,9 @@
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <random>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -47,7 +49,7 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   // The context the penalties read: begin() with the prompt, then accept() each token as it is decided (a DFlash
-  // cycle's accepted tokens and its new bonus). Without penalties these only keep a list.
+  // cycle's accepted tokens and its new bonus). Without penalties they keep nothing.
   void begin(const std::vector<int64_t>& prompt);
   void accept(const int64_t* tokens, size_t n);
   void accept(int64_t token) { accept(&token, 1); }
@@ -65,7 +67,10 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<int64_t> context_;  // the prompt and the accepted tokens (only kept while penalized())
+  // the penalties' window over the prompt and the accepted tokens (its last repeat_last_n; all for -1) and each
+  // token's count in it, kept as tokens are accepted (only while penalized())
+  std::deque<int64_t> window_;
+  std::unordered_map<int64_t, int64_t> counts_;
 };
 
 // {repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty}, for reports and checkpoints.

@@ -914,8 +914,8 @@ void Server::add_routes() {
     guarded(res, [&] {
       if (!o_.slots) throw HttpError(501, "the slots endpoint is off (--no-slots)", "not_supported_error");
       const json slots = slots_json();
-      const std::string fail = req.get_param_value("fail_on_no_slot");
-      if ((fail == "1" || fail == "true") && slots[0]["is_processing"] == true)
+      // any value, as llama-server reads the parameter
+      if (req.has_param("fail_on_no_slot") && slots[0]["is_processing"] == true)
         throw HttpError(503, "no slot available", "unavailable_error");
       send_json(res, 200, slots);
     });
@@ -1010,6 +1010,7 @@ void Server::add_routes() {
       const json error = error_json(411, "request body: a POST needs a Content-Length header (0 for no body) or "
                                          "Transfer-Encoding: chunked", "invalid_request_error");
       send_json(res, 411, anthropic_route(req.path) ? anthropic_error(error) : error);
+      res.set_header("Connection", "close");  // whatever the client sends next is not a request
       return httplib::Server::HandlerResponse::Handled;
     }
     if (o_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" || req.method == "OPTIONS")

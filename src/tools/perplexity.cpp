@@ -105,7 +105,8 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
     if (tokens[i] < 0 || tokens[i] >= vocab)
       fail("token id {} at index {} is outside the vocabulary 0..{}", tokens[i], i, vocab - 1);
   if (base && base->config().vocab_size != vocab)
-    fail("the base model's vocabulary ({}) differs from the model's ({})", base->config().vocab_size, vocab);
+    fail("--kl-base-model: the base model's vocabulary ({}) differs from the model's ({}): compare checkpoints of "
+         "one tokenizer", base->config().vocab_size, vocab);
 
   PerplexityResult r;
   r.n_ctx = n_ctx;
