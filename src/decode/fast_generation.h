@@ -3,8 +3,8 @@
 // sampler stream), with graph replays instead of eager forwards. Greedy decoding keeps the argmax and
 // the DFlash acceptance on the device: one host synchronisation per token (plain) or per speculative
 // cycle (DFlash), which the pipelined loops (below) overlap with the next step's work. At T > 0, and with
-// repetition penalties at any temperature, the host Sampler picks from the copied logits exactly as the reference
-// does (a verify row penalised for the drafted tokens before it, read back with the logits).
+// repetition penalties or a logit bias at any temperature, the host Sampler picks from the copied logits exactly as
+// the reference does (a verify row penalised for the drafted tokens before it, read back with the logits).
 // CUDA builds only (SPECPRESS_FAST_PATH).
 #pragma once
 #include "decode/generation.h"

@@ -1,8 +1,8 @@
 // sampler.h — token selection for plain and speculative decoding. First the logit bias, then llama.cpp's repetition
 // penalties (repeat, frequency, presence) over the last repeat_last_n tokens of the context, the prompt's included
-// (llama.cpp's sampler order); then greedy (argmax,
-// ties to the lowest id) when temperature < 1e-5, else temperature -> top-k -> top-p -> min-p (transformers' warper
-// order) and inverse-CDF sampling with a seeded host RNG, so CPU and CUDA draw the same stream for the same logits.
+// (llama.cpp's sampler order); then greedy (argmax, ties to the lowest id) when temperature < 1e-5, else temperature
+// -> top-k -> top-p -> min-p (transformers' warper order) and inverse-CDF sampling with a seeded host RNG, so CPU and
+// CUDA draw the same stream for the same logits.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
