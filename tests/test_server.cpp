@@ -434,6 +434,7 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "logit_bias": [[-1, 2]]})", "field 'logit_bias': item 0: token id -1 is negative"},
       {R"({"prompt": "x", "logit_bias": [[1.5, 2]]})", "field 'logit_bias': item 0: expected a token id or a string"},
       {R"({"prompt": "x", "logit_bias": {"": 2}})", "an empty string names no token"},
+      {R"({"prompt": "x", "logit_bias": {"12345678901234": 2}})", "token id 12345678901234 is outside any vocabulary"},
       {R"({"prompt": "x", "logit_bias": 3})", "field 'logit_bias': expected an object"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
       {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},

@@ -115,10 +115,13 @@ void read_logit_bias(const json& v, CompletionRequest& r) {
       r.sampling.logit_bias.push_back({token.get<int64_t>(), bias_of(b, where)});
     } else if (token.is_string()) {
       const std::string& key = token.get_ref<const std::string&>();
-      const bool id = !key.empty() && key.size() <= 12 && key.find_first_not_of("0123456789") == std::string::npos;
-      if (id) r.sampling.logit_bias.push_back({std::stoll(key), bias_of(b, where)});
-      else if (!key.empty()) r.logit_bias_texts.push_back({key, bias_of(b, where)});
-      else fail("field 'logit_bias': {}: an empty string names no token", where);
+      if (key.empty()) fail("field 'logit_bias': {}: an empty string names no token", where);
+      if (key.find_first_not_of("0123456789") != std::string::npos) {  // text: the server tokenizes it
+        r.logit_bias_texts.push_back({key, bias_of(b, where)});
+      } else {  // an id, as OpenAI's keys are (never read as the text of its digits)
+        if (key.size() > 12) fail("field 'logit_bias': {}: token id {} is outside any vocabulary", where, key);
+        r.sampling.logit_bias.push_back({std::stoll(key), bias_of(b, where)});
+      }
     } else {
       fail("field 'logit_bias': {}: expected a token id or a string, got {}", where, brief(token));
     }
