@@ -28,6 +28,9 @@
 #include "server/logprobs_json.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
+#include "server/tool_calls.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/python_json.h"
 #include "sse_events.h"
 #include "test_util.h"
 
@@ -185,6 +188,83 @@ TEST(ReasoningSplit, FormatNames) {
     EXPECT_NE(std::string(e.what()).find("--reasoning-format: expected none, deepseek, deepseek-legacy or auto"),
               std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------- tool calls
+
+struct Calls {
+  std::string content;
+  std::vector<server::ToolCall> calls;
+};
+
+Calls calls_of_pieces(const std::vector<std::string>& pieces) {
+  server::ToolCallSplit s;
+  Calls out;
+  auto add = [&](server::ToolCallParts&& r) {
+    out.content += r.content;
+    out.calls.insert(out.calls.end(), r.calls.begin(), r.calls.end());
+  };
+  for (const auto& p : pieces) add(s.push(p));
+  add(s.flush());
+  return out;
+}
+
+// The same content and calls (ids aside) whether the text comes whole, a byte at a time, or in pieces of 2, 3 and 5.
+Calls calls_every_way(const std::string& text) {
+  const Calls whole = calls_of_pieces({text});
+  for (size_t step : {1, 2, 3, 5}) {
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size(); at += step) pieces.push_back(text.substr(at, step));
+    const Calls parts = calls_of_pieces(pieces);
+    EXPECT_EQ(parts.content, whole.content) << "pieces of " << step << " bytes: " << text;
+    EXPECT_EQ(parts.calls.size(), whole.calls.size()) << "pieces of " << step << " bytes: " << text;
+    for (size_t i = 0; i < std::min(parts.calls.size(), whole.calls.size()); ++i) {
+      EXPECT_EQ(parts.calls[i].name, whole.calls[i].name);
+      EXPECT_EQ(parts.calls[i].arguments, whole.calls[i].arguments);
+    }
+  }
+  return whole;
+}
+
+TEST(ToolCallSplit, BlocksBecomeCallsAndTheRestStaysContent) {
+  Calls r = calls_every_way(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"unit\": \"c\", \"city\": \"Paris\", "
+      "\"n\": 2.0}}\n</tool_call>\n<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n");
+  EXPECT_EQ(r.content, "Let me check.\n");  // what comes before the first block, as vLLM's hermes parser keeps it
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"unit": "c", "city": "Paris", "n": 2.0})");  // as the template writes it back
+  EXPECT_EQ(r.calls[1].name, "now");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  for (const auto& call : r.calls)
+    EXPECT_TRUE(std::regex_match(call.id, std::regex("call_[A-Za-z0-9]{24}"))) << call.id;
+  EXPECT_NE(r.calls[0].id, r.calls[1].id);
+  // no arguments: {}; text between or after blocks that is not whitespace stays content
+  r = calls_every_way("<tool_call>{\"name\": \"a\"}</tool_call> and <tool_call>{\"name\": \"b\", \"arguments\": null}"
+                      "</tool_call>\n\ndone");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].arguments, "{}");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  EXPECT_EQ(r.content, " and \n\ndone");
+  // a reply without blocks is its content, whatever looks like the start of one
+  for (const std::string text : {"a < b <tool_ x", "ends with <tool_call", "<tool_call", "", "  \n", "</tool_call>"})
+    EXPECT_EQ(calls_every_way(text).content, text);
+}
+
+TEST(ToolCallSplit, BlocksThatAreNoCallStayAsWritten) {
+  for (const std::string bad :
+       {"<tool_call>\nnot json\n</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"\"}</tool_call>", "<tool_call>{\"name\": 3}</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>", "<tool_call>[1, 2]</tool_call>"}) {
+    const Calls r = calls_every_way("x" + bad + "y");
+    EXPECT_TRUE(r.calls.empty()) << bad;
+    EXPECT_EQ(r.content, "x" + bad + "y");
+  }
+  // a good block before a bad one and one the reply ends inside: the call, then the rest as written
+  const Calls r = calls_every_way("<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>{\"name\": \"g\", \"argu");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "f");
+  EXPECT_EQ(r.content, "<tool_call>{\"name\": \"g\", \"argu");
 }
 
 // ---------------------------------------------------------------- request parsing
@@ -445,7 +525,7 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x"})", "unknown field 'prompt'"},
       {R"({"messages": "hi"})", "field 'messages'"},
       {R"({"messages": [{"role": "user"}]})", "'content' is missing"},
-      {R"({"messages": [{"role": "tool", "content": "x"}]})", "role \"tool\""},
+      {R"({"messages": [{"role": "function", "name": "f", "content": "x"}]})", "role \"function\""},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "content[0]"},
       {R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", "content[0]"},
       {R"({"messages": [{"role": 5, "content": "x"}]})", "'role' must be a string"},
@@ -493,6 +573,56 @@ TEST(ServerRequest, ReturnTokensAsTokenIds) {
 
 // /v1/completions' echo (the prompt's text and, with logprobs, its tokens' own), with max_tokens 0 to score the
 // prompt alone, as lm-evaluation-harness's loglikelihood sends it; the other routes refuse it by name.
+TEST(ServerRequest, ToolsAndToolChoice) {
+  const auto chat = server::Api::kChatCompletions;
+  auto parse_ordered = [&](const std::string& body) {
+    return server::parse_completion_request(nlohmann::ordered_json::parse(body), chat, {});
+  };
+  // the tools as the template writes them: the client's key order, Python's separators
+  const std::string tool = R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                           R"("properties":{"z":{"type":"number"},"a":{"type":"string"}}},"description":"d"}})";
+  server::CompletionRequest r =
+      parse_ordered(R"({"messages":[{"role":"user","content":"hi"}],"tools":[)" + tool + "]}");
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0], R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object", )"
+                        R"("properties": {"z": {"type": "number"}, "a": {"type": "string"}}}, "description": "d"}})");
+  EXPECT_TRUE(r.tool_calls);
+  r = parse_ordered(R"({"messages":[{"role":"user","content":"hi"}],"tool_choice":"none","tools":[)" + tool + "]}");
+  EXPECT_EQ(r.tools.size(), 1u) << "\"none\" keeps the tools in the prompt";
+  EXPECT_FALSE(r.tool_calls);
+  r = parse_ordered(R"({"messages":[{"role":"user","content":"hi"}],"tools":[],"tool_choice":"auto",)"
+                    R"("parallel_tool_calls":true})");
+  EXPECT_TRUE(r.tools.empty());
+  EXPECT_FALSE(r.tool_calls);
+  // a conversation with a call and its result; object arguments keep their order
+  r = parse_ordered(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":)"
+                    R"([{"id":"call_1","type":"function","function":{"name":"f","arguments":{"z":1,"a":[2]}}}]},)"
+                    R"({"role":"tool","tool_call_id":"call_1","name":"f","content":[{"type":"text","text":"42"}]}]})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"z": 1, "a": [2]})");
+  EXPECT_EQ(r.messages[1].content, "");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].content, "42");
+
+  const std::string msgs = R"({"messages":[{"role":"user","content":"hi"}],)";
+  EXPECT_NE(parse_error(msgs + R"("tool_choice":"required"})", chat).find("constrained decoding"), std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("tool_choice":{"type":"function","function":{"name":"f"}}})", chat)
+                .find("field 'tool_choice'"), std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("tool_choice":"any"})", chat).find("expected \"auto\" or \"none\""),
+            std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("tools":[{"type":"custom","name":"x"}]})", chat).find("tools[0]"), std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("tools":[{"type":"function","function":{"description":"d"}}]})", chat)
+                .find("tools[0].function.name"), std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}]})", chat)
+                .find("parameters"), std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("tools":{}})", chat).find("field 'tools'"), std::string::npos);
+  EXPECT_NE(parse_error(msgs + R"("functions":[{"name":"f"}]})", chat).find("functions"), std::string::npos);
+  EXPECT_NE(parse_error(R"({"prompt":"x","tools":[]})").find("unknown field 'tools'"), std::string::npos);
+  EXPECT_NE(parse_error(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":)"
+                        R"([{"function":{"name":"f"}}]}]})", chat).find("arguments"), std::string::npos);
+}
+
 TEST(ServerRequest, EchoIsCompletionsOwnAndAllowsNoOutput) {
   EXPECT_FALSE(parse(R"({"prompt": "x"})").echo);
   EXPECT_FALSE(parse(R"({"prompt": "x", "echo": false})").echo);
@@ -902,6 +1032,81 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   ASSERT_GT(budget.port(), 0) << budget.stderr_text();
   EXPECT_EQ(post(budget, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
   EXPECT_EQ(budget.stop(SIGTERM, 30), 0) << budget.stderr_text();
+}
+
+TEST(ServerHttp, ChatToolsEnterThePromptAndToolCallBlocksLeaveTheReply) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json tool = {{"type", "function"},
+                     {"function",
+                      {{"name", "get_weather"},
+                       {"description", "Weather, \"now\""},
+                       {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
+  json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"tools", {tool}}, {"max_tokens", 48}};
+  // the prompt: the template's tools block with the tool as its tojson writes it (the body's key order)
+  const std::string prompt = post(s, "/apply-template", chat)["prompt"];
+  EXPECT_EQ(prompt, tok::render_qwen3_chat({{"user", kQuestion}}, true, false,
+                                           {tok::python_json(nlohmann::ordered_json(tool))}));
+  EXPECT_NE(prompt.find("<tools>\n" R"({"function": {"description": "Weather, \"now\"", "name": "get_weather", )"),
+            std::string::npos) << prompt;
+  // a conversation with a call and its result renders as the library renders it
+  json turns = chat;
+  turns["messages"].push_back({{"role", "assistant"},
+                               {"content", nullptr},
+                               {"tool_calls", {{{"id", "call_1"},
+                                                {"type", "function"},
+                                                {"function", {{"name", "get_weather"},
+                                                              {"arguments", "{\"city\": \"Oslo\"}"}}}}}}});
+  turns["messages"].push_back({{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "-3 C"}});
+  tok::ChatMessage call{"assistant", ""};
+  call.tool_calls = {{"get_weather", "{\"city\": \"Oslo\"}"}};
+  EXPECT_EQ(post(s, "/apply-template", turns)["prompt"],
+            tok::render_qwen3_chat({{"user", kQuestion}, call, {"tool", "-3 C"}}, true, false,
+                                   {tok::python_json(nlohmann::ordered_json(tool))}));
+  EXPECT_EQ(post(s, "/v1/chat/completions", turns)["usage"]["prompt_tokens"],
+            post(s, "/tokenize", {{"content", post(s, "/apply-template", turns)["prompt"]}})["tokens"].size());
+
+  // Replies with the tool-call tags in them (sampled, the tags' logits raised): whole and streamed, the reply's text
+  // split as ToolCallSplit splits the reply as generated (tool_choice "none": the same prompt, nothing taken out)
+  bool tags_seen = false;
+  for (int seed : {1, 2, 3}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    json sampled = chat;
+    sampled.update({{"temperature", 1.0}, {"seed", seed}, {"logit_bias", {{"<tool_call>", 12}, {"</tool_call>", 12}}}});
+    json unsplit = sampled;
+    unsplit["tool_choice"] = "none";
+    const json raw_message = post(s, "/v1/chat/completions", unsplit)["choices"][0]["message"];
+    EXPECT_FALSE(raw_message.contains("tool_calls"));
+    const std::string raw = raw_message["content"];
+    tags_seen |= raw.find("<tool_call>") != std::string::npos && raw.find("</tool_call>") != std::string::npos;
+    server::ToolCallSplit split;
+    server::ToolCallParts parts = split.push(raw), rest = split.flush();
+    parts.content += rest.content;
+    parts.calls.insert(parts.calls.end(), rest.calls.begin(), rest.calls.end());
+    const json whole = post(s, "/v1/chat/completions", sampled);
+    const json& message = whole["choices"][0]["message"];
+    EXPECT_EQ(message.contains("tool_calls"), !parts.calls.empty()) << raw;
+    EXPECT_EQ(message["content"], parts.calls.empty() || !parts.content.empty() ? json(parts.content) : json(nullptr));
+    EXPECT_EQ(whole["choices"][0]["finish_reason"], parts.calls.empty() ? "length" : "tool_calls");
+    std::string streamed;
+    size_t streamed_calls = 0;
+    for (const json& e : post_stream(s, "/v1/chat/completions", sampled)) {
+      if (e == "[DONE]") continue;
+      const json& delta = e["choices"][0]["delta"];
+      streamed += delta.value("content", "");
+      if (delta.contains("tool_calls")) ++streamed_calls;
+    }
+    EXPECT_EQ(streamed, parts.content);
+    EXPECT_EQ(streamed_calls, parts.calls.size());
+  }
+  EXPECT_TRUE(tags_seen) << "no reply had both tags: raise their bias or pick other seeds";
+  // forced calls need constrained decoding
+  json forced = chat;
+  forced["tool_choice"] = "required";
+  EXPECT_NE(post(s, "/v1/chat/completions", forced, 400)["error"]["message"].get<std::string>().find("tool_choice"),
+            std::string::npos);
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
 // The bytes of a token entry ("bytes": [...]) as a string.

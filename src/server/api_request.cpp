@@ -6,10 +6,11 @@
 
 #include "core/error.h"
 #include "server/json_fields.h"
+#include "tokenizer/python_json.h"
 
 namespace specpress::server {
 namespace {
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr int kMaxDepth = 32;
 
@@ -141,6 +142,30 @@ void read_logit_bias(const json& v, CompletionRequest& r) {
   }
 }
 
+// Chat's tools: OpenAI's function tools, kept as the template writes them (python_json, the client's key order).
+void read_tools(const json& v, CompletionRequest& r) {
+  if (!v.is_array())
+    fail("field 'tools': expected an array of {{\"type\": \"function\", \"function\": {{...}}}} tools, got {}",
+         brief(v));
+  r.tools.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& t = v[i];
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+      fail("field 'tools': tools[{}]: only {{\"type\": \"function\", \"function\": {{...}}}} tools are supported, "
+           "got {}", i, brief(t));
+    const auto f = t.find("function");
+    if (f == t.end() || !f->is_object()) fail("field 'tools': tools[{}].function: expected an object", i);
+    const auto name = f->find("name");
+    if (name == f->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
+      fail("field 'tools': tools[{}].function.name: expected a non-empty string", i);
+    const auto parameters = f->find("parameters");
+    if (parameters != f->end() && !parameters->is_object() && !parameters->is_null())
+      fail("field 'tools': tools[{}].function.parameters: expected a JSON Schema object, got {}", i,
+           brief(*parameters));
+    r.tools.push_back(tok::python_json(t));
+  }
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults) {
@@ -157,6 +182,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   r.tokens_as_ids = defaults.tokens_as_ids && !native;  // llama.cpp's entries have the id beside the text
   bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
   std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
+  bool tool_choice_none = false;
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "prompt" && !chat) {
@@ -243,8 +269,16 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       require_off(v, key, v == "", "a suffix (fill-in-the-middle)");
     } else if (key == "response_format") {
       require_off(v, key, v.is_object() && v.contains("type") && v["type"] == "text", "a response format other than text");
-    } else if ((key == "tools" || key == "tool_choice" || key == "functions") && chat) {
-      require_off(v, key, (v.is_array() && v.empty()) || v == "none", "tool calling");
+    } else if (key == "tools" && chat) {
+      read_tools(v, r);
+    } else if (key == "tool_choice" && chat) {
+      if (v == "required" || v.is_object())
+        fail("field 'tool_choice': {} forces a tool call, which needs constrained decoding; \"auto\" and \"none\" are "
+             "supported", brief(v));
+      if (v != "auto" && v != "none") fail("field 'tool_choice': expected \"auto\" or \"none\", got {}", brief(v));
+      tool_choice_none = v == "none";
+    } else if ((key == "functions" || key == "function_call") && chat) {
+      require_off(v, key, (v.is_array() && v.empty()) || v == "none", "the deprecated function calling (send tools)");
     } else if (key == "user" || key == "metadata" || key == "store" || key == "parallel_tool_calls" ||
                (key == "cache_prompt" && native)) {
       // no effect on a single-slot engine: accepted and ignored
@@ -258,6 +292,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");
   if (top_logprobs && !chat_logprobs) fail("field 'top_logprobs': only allowed with \"logprobs\": true");
   if (chat_logprobs) r.logprobs = top_logprobs.value_or(0);
+  r.tool_calls = !r.tools.empty() && !tool_choice_none;  // "none": the tools stay in the prompt, as vLLM's
   if (!have_prompt) fail("field '{}' is missing", chat ? "messages" : "prompt");
   if (have_stream_options && !r.stream) fail("field 'stream_options': only allowed with \"stream\": true");
   return r;

@@ -36,6 +36,10 @@ struct CompletionRequest {
   std::optional<std::string> prompt_text;
   std::vector<int64_t> prompt_ids;
   std::vector<tok::ChatMessage> messages;
+  // chat: the tools' JSON as the template writes them (python_json), and whether the reply's tool calls are taken
+  // out of its text (tools given and tool_choice not "none")
+  std::vector<std::string> tools;
+  bool tool_calls = false;
   // Messages API: the text of a last assistant message, which the reply continues (after the template's empty think
   // block, as HF's continue_final_message renders Qwen3's last assistant turn; the request's thinking does not apply)
   std::optional<std::string> assistant_prefill;
@@ -64,13 +68,14 @@ struct CompletionRequest {
 };
 
 // Throws specpress::Error naming the field and what was expected. `api`: any but kMessages (messages_request.h).
-CompletionRequest parse_completion_request(const nlohmann::json& body, Api api, const RequestDefaults& defaults);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, Api api,
+                                           const RequestDefaults& defaults);
 
 // The request body as JSON, or an Error saying why it is not a JSON object (also for values nested deeper than
 // 32 levels, which no endpoint takes: copying or printing one a hundred thousand levels deep would overflow the stack).
-nlohmann::json parse_body(const std::string& body);
+nlohmann::ordered_json parse_body(const std::string& body);
 
 // A JSON value for an error message: compact, ASCII, at most about 60 characters.
-std::string brief(const nlohmann::json& value);
+std::string brief(const nlohmann::ordered_json& value);
 
 }  // namespace specpress::server

@@ -10,6 +10,7 @@
 #include "decode/generation.h"
 #include "server/api_request.h"
 #include "server/logprobs_json.h"
+#include "server/tool_calls.h"
 
 namespace specpress::server {
 
@@ -26,8 +27,9 @@ struct Outcome {
   std::string text;       // the reply (after the prompt's text, with echo), or (chat and messages, deepseek
                           // reasoning format) its answer
   std::string reasoning;  // chat and messages: the thinking (reasoning.h)
+  std::vector<ToolCall> tool_calls;  // chat with tools: the calls the reply made (tool_calls.h)
   int64_t completion_tokens = 0;  // output tokens up to the end of the text (the one completing a stop string)
-  std::string finish_reason;  // "stop" (eos or a stop string) or "length"
+  std::string finish_reason;  // "stop" (eos or a stop string), "tool_calls" (a stop after tool calls) or "length"
   std::string stop_type;      // llama.cpp's: "eos", "word" or "limit"
   std::string stopping_word;
   nlohmann::ordered_json compression;  // null unless the server compresses

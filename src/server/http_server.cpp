@@ -146,6 +146,7 @@ struct Generation {
   bool started = false, done = false;
   std::chrono::steady_clock::time_point started_at;
   std::string fresh_text, fresh_reasoning;  // final text the HTTP thread has not taken yet
+  std::vector<ToolCall> fresh_tool_calls;   // and tool calls
   std::vector<LoggedToken> fresh_logprobs;   // and the logprobs of the tokens counted since (when asked for)
   Outcome outcome;            // when done without error
   std::exception_ptr error;   // when done with one
@@ -202,10 +203,9 @@ class Server {
   // GET /slots: the slot as llama-server describes one.
   json slots_json() const;
   void complete(const httplib::Request& req, httplib::Response& res, Api api);
-  // A stream's text, as the slot makes it final: the SSE frames for a piece of reasoning and answer (either may be
-  // empty), given the logprobs of the tokens counted since the last piece.
-  using Frames = std::function<std::string(const std::string& reasoning, const std::string& text,
-                                           std::vector<LoggedToken>&& logprobs)>;
+  // A stream's text, as the slot makes it final: the SSE frames for a piece of reasoning, answer and tool calls (any
+  // may be empty), given the logprobs of the tokens counted since the last piece.
+  using Frames = std::function<std::string(const ReplyParts& fresh, std::vector<LoggedToken>&& logprobs)>;
   // Relays g's text to `sink` until the generation is done: `frames` for each piece, `keep_alive` after a second
   // without any (queued, or a long prompt), so that a client that has gone away is noticed even before its generation
   // starts. Returns false when a write failed (the generation is then abandoned).
@@ -301,10 +301,11 @@ std::vector<int64_t> Server::prompt_ids(const CompletionRequest& request) const 
   if (request.assistant_prefill) {
     // the reply continues the last assistant turn: the template's closed (empty) think block, then its text
     std::vector<int32_t> ids = m.tokenizer->encode(
-        tok::render_qwen3_chat(request.messages, true, /*enable_thinking=*/false) + *request.assistant_prefill);
+        tok::render_qwen3_chat(request.messages, true, /*enable_thinking=*/false, request.tools) +
+        *request.assistant_prefill);
     prompt.assign(ids.begin(), ids.end());
   } else if (!request.messages.empty()) {
-    prompt = tools::chat_prompt_ids(*m.tokenizer, request.messages, request.enable_thinking);
+    prompt = tools::chat_prompt_ids(*m.tokenizer, request.messages, request.enable_thinking, request.tools);
   } else if (request.prompt_text) {
     std::vector<int32_t> ids = m.tokenizer->encode(*request.prompt_text);
     prompt.assign(ids.begin(), ids.end());
@@ -383,11 +384,21 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   if (m.tokenizer) decoder.emplace(*m.tokenizer, /*skip_special=*/true);
   bool client_gone = false, interrupted = false;
   std::vector<LoggedToken> logprobs;  // the counted tokens' since the last delivery, when the request asks
-  auto deliver_parts = [&](const ReplyParts& parts) {
+  std::optional<ToolCallSplit> calls;  // chat with tools: the calls taken out of the answer
+  if (job.request.tool_calls) calls.emplace();
+  auto emit_parts = [&](const ReplyParts& parts) {
     out.reasoning += parts.reasoning;
     out.text += parts.content;
+    out.tool_calls.insert(out.tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
     if (emit && !client_gone && !emit(parts, std::move(logprobs))) client_gone = true;
     logprobs.clear();
+  };
+  auto deliver_parts = [&](ReplyParts parts) {
+    if (calls) {
+      ToolCallParts taken = calls->push(parts.content);
+      parts.content = std::move(taken.content), parts.tool_calls = std::move(taken.calls);
+    }
+    emit_parts(parts);
   };
   auto deliver = [&](const std::string& final_text) { deliver_parts(split.push(final_text)); };
   const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
@@ -460,6 +471,10 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     deliver(rest);
   }
   deliver_parts(split.flush());
+  if (calls) {
+    ToolCallParts rest = calls->flush();
+    emit_parts({"", std::move(rest.content), std::move(rest.calls)});
+  }
   if (stops.stopped()) {
     out.finish_reason = "stop", out.stop_type = "word", out.stopping_word = stops.stopping_word();
   } else if (out.result.stopped) {
@@ -467,6 +482,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   } else {
     out.finish_reason = "length", out.stop_type = "limit";
   }
+  if (out.finish_reason == "stop" && !out.tool_calls.empty()) out.finish_reason = "tool_calls";  // as OpenAI's
   if (compressor) out.compression = cli::compression_json(*compressor);
 
   const decode::GenerationResult& r = out.result;
@@ -558,10 +574,11 @@ void Server::slot_loop() {
     try {
       if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
       outcome = generate(g->job, [&g](const ReplyParts& parts, std::vector<LoggedToken>&& logprobs) {
-        if (!parts.reasoning.empty() || !parts.content.empty() || !logprobs.empty()) {
+        if (!parts.reasoning.empty() || !parts.content.empty() || !parts.tool_calls.empty() || !logprobs.empty()) {
           std::lock_guard<std::mutex> lock(g->mutex);
           g->fresh_reasoning += parts.reasoning;
           g->fresh_text += parts.content;
+          g->fresh_tool_calls.insert(g->fresh_tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
           if (g->job.request.stream)  // a whole response takes them from the result
             g->fresh_logprobs.insert(g->fresh_logprobs.end(), logprobs.begin(), logprobs.end());
         }
@@ -591,7 +608,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
   const bool messages = api == Api::kMessages;
   guarded(res, messages, [&] {
     const RequestDefaults defaults = request_defaults();
-    const nlohmann::json body = parse_body(req.body);
+    const nlohmann::ordered_json body = parse_body(req.body);
     const CompletionRequest request = messages ? parse_messages_request(body, MessagesRoute::kGenerate, defaults)
                                                : parse_completion_request(body, api, defaults);
     std::shared_ptr<Generation> g = submit(prepare(request));
@@ -651,8 +668,8 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         // Anthropic's keep-alive is a ping event
         const bool relayed =
             relay(g, sink, MessagesStream::ping(),
-                  [&](const std::string& reasoning, const std::string& text, std::vector<LoggedToken>&&) {
-                    return stream.text(reasoning, text);
+                  [&](const ReplyParts& fresh, std::vector<LoggedToken>&&) {
+                    return stream.text(fresh.reasoning, fresh.content);
                   });
         if (!relayed) return false;
         // an error event and no message_stop: the stream did not complete
@@ -688,18 +705,21 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
           return event(chunk);
         };
         // An SSE comment line keeps a quiet stream alive (clients ignore it)
+        int64_t calls_sent = 0;
         const bool relayed = relay(g, sink, ": waiting\n\n",
-                                   [&](const std::string& reasoning, const std::string& text,
-                                       std::vector<LoggedToken>&& fresh_logprobs) {
+                                   [&](const ReplyParts& fresh, std::vector<LoggedToken>&& fresh_logprobs) {
                                      logprobs.insert(logprobs.end(), fresh_logprobs.begin(), fresh_logprobs.end());
                                      // deepseek: the reasoning first, as all of it comes before any of the answer;
                                      // deepseek-legacy streams the reply whole in content (tags included) and no
                                      // reasoning deltas, as llama-server does
                                      std::string frames;
-                                     if (!reasoning.empty() &&
+                                     if (!fresh.reasoning.empty() &&
                                          job.request.reasoning_format != ReasoningFormat::kDeepseekLegacy)
-                                       frames += text_event(reasoning, "reasoning_content");
-                                     if (!text.empty()) frames += text_event(text, "content");
+                                       frames += text_event(fresh.reasoning, "reasoning_content");
+                                     if (!fresh.content.empty()) frames += text_event(fresh.content, "content");
+                                     // each call whole in one delta, as it closes
+                                     for (const ToolCall& call : fresh.tool_calls)
+                                       frames += event(tool_call_chunk_json(job, name, call, calls_sent++));
                                      return frames;
                                    });
         if (!relayed) return false;
@@ -742,16 +762,19 @@ bool Server::relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink
   using std::chrono::milliseconds;
   for (;;) {
     std::unique_lock<std::mutex> lock = g->wait(
-        [](const Generation& x) { return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty(); },
+        [](const Generation& x) {
+          return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty() || !x.fresh_tool_calls.empty();
+        },
         milliseconds(1000));
     const bool done = g->done;
-    std::string text, reasoning;
-    text.swap(g->fresh_text);
-    reasoning.swap(g->fresh_reasoning);
+    ReplyParts fresh;
+    fresh.content.swap(g->fresh_text);
+    fresh.reasoning.swap(g->fresh_reasoning);
+    fresh.tool_calls.swap(g->fresh_tool_calls);
     std::vector<LoggedToken> logprobs;
     logprobs.swap(g->fresh_logprobs);
     lock.unlock();
-    std::string out = frames(reasoning, text, std::move(logprobs));
+    std::string out = frames(fresh, std::move(logprobs));
     if (out.empty() && !done) out = keep_alive;
     if (!out.empty() && !sink.write(out.data(), out.size())) {
       abandon(g);
@@ -950,7 +973,7 @@ void Server::add_routes() {
     guarded(res, [&] {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
-      const nlohmann::json body = parse_body(req.body);
+      const nlohmann::ordered_json body = parse_body(req.body);
       bool with_pieces = false, parse_special = true;
       std::string content;
       for (const auto& [key, v] : body.items()) {
@@ -974,7 +997,7 @@ void Server::add_routes() {
     guarded(res, [&] {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
-      const nlohmann::json body = parse_body(req.body);
+      const nlohmann::ordered_json body = parse_body(req.body);
       if (!body.contains("tokens") || !body["tokens"].is_array()) fail("field 'tokens': expected an array of token ids");
       std::vector<int32_t> ids;
       for (const auto& v : body["tokens"]) {
@@ -990,7 +1013,7 @@ void Server::add_routes() {
       model();
       const CompletionRequest r =
           parse_completion_request(parse_body(req.body), Api::kChatCompletions, request_defaults());
-      send_json(res, 200, {{"prompt", tok::render_qwen3_chat(r.messages, true, r.enable_thinking)}});
+      send_json(res, 200, {{"prompt", tok::render_qwen3_chat(r.messages, true, r.enable_thinking, r.tools)}});
     });
   });
   // CORS, as llama-server allows it: browser clients on other origins may call every route.

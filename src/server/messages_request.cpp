@@ -8,7 +8,7 @@
 
 namespace specpress::server {
 namespace {
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // A content value: a string, or an array of blocks whose text blocks are joined. `what` names it in errors.
 // `assistant`: thinking and redacted_thinking blocks are dropped (their text never re-enters Qwen3's prompt).

@@ -22,7 +22,7 @@ namespace specpress::server {
 enum class MessagesRoute { kGenerate, kCountTokens };
 
 // Throws specpress::Error naming the field and what was expected.
-CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRoute route,
+CompletionRequest parse_messages_request(const nlohmann::ordered_json& body, MessagesRoute route,
                                          const RequestDefaults& defaults);
 
 }  // namespace specpress::server

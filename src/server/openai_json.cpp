@@ -38,6 +38,10 @@ void add_logprobs(json& j, const Job& job, const LogprobsJson& format, const std
   }
 }
 
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
 json response_json(const Job& job, const Outcome& out, const std::string& model_name, const LogprobsJson& format) {
   json j;
   if (job.request.api == Api::kNativeCompletion) {
@@ -56,6 +60,12 @@ json response_json(const Job& job, const Outcome& out, const std::string& model_
     if (job.request.api == Api::kChatCompletions) {
       choice["message"] = {{"role", "assistant"}, {"content", out.text}};
       if (!out.reasoning.empty()) choice["message"]["reasoning_content"] = out.reasoning;
+      if (!out.tool_calls.empty()) {
+        if (out.text.empty()) choice["message"]["content"] = nullptr;  // calls alone, as OpenAI's
+        json calls = json::array();
+        for (const ToolCall& call : out.tool_calls) calls.push_back(tool_call_json(call));
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
     } else
       choice["text"] = out.text;
     choice["logprobs"] = nullptr;
@@ -96,6 +106,16 @@ json chunk_json(const Job& job, const std::string& model_name, const std::string
             {"choices", json::array({choice})}};
   if (job.request.include_usage) j["usage"] = nullptr;
   return j;
+}
+
+json tool_call_chunk_json(const Job& job, const std::string& model_name, const ToolCall& call, int64_t index) {
+  json chunk = chunk_json(job, model_name, "", nullptr);
+  const json delta_call = {{"index", index},
+                           {"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  chunk["choices"][0]["delta"] = {{"tool_calls", json::array({delta_call})}};
+  return chunk;
 }
 
 }  // namespace specpress::server

@@ -24,6 +24,11 @@ void add_logprobs(nlohmann::ordered_json& j, const Job& job, const LogprobsJson&
 // The whole response (completions, chat or llama.cpp's), with the logprobs of the tokens the usage counts.
 nlohmann::ordered_json response_json(const Job& job, const Outcome& out, const std::string& model_name,
                                      const LogprobsJson& format);
+// An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
+nlohmann::ordered_json tool_call_json(const ToolCall& call);
+// A chat stream's chunk that carries one whole tool call, the response's `index`-th (delta.tool_calls).
+nlohmann::ordered_json tool_call_chunk_json(const Job& job, const std::string& model_name, const ToolCall& call,
+                                            int64_t index);
 // One streamed chunk of text (finish_reason null) or the last one (text empty, finish_reason set). delta_field:
 // "content", or "reasoning_content" for a chat chunk of thinking.
 nlohmann::ordered_json chunk_json(const Job& job, const std::string& model_name, const std::string& text,

@@ -10,6 +10,9 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "server/tool_calls.h"
 
 namespace specpress::server {
 
@@ -21,6 +24,7 @@ const char* reasoning_format_name(ReasoningFormat format);
 
 struct ReplyParts {
   std::string reasoning, content;  // deepseek: no reasoning comes after any content
+  std::vector<ToolCall> tool_calls = {};  // chat with tools: the calls taken out of the content (tool_calls.h)
 };
 
 class ReasoningSplit {

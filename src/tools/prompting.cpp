@@ -4,8 +4,8 @@
 namespace specpress::tools {
 
 std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& messages,
-                                     bool enable_thinking) {
-  std::vector<int32_t> ids = tokenizer.encode(tok::render_qwen3_chat(messages, true, enable_thinking));
+                                     bool enable_thinking, const std::vector<std::string>& tools) {
+  std::vector<int32_t> ids = tokenizer.encode(tok::render_qwen3_chat(messages, true, enable_thinking, tools));
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 

@@ -13,8 +13,9 @@
 
 namespace specpress::tools {
 
+// tools: as render_qwen3_chat takes them (none by default)
 std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& messages,
-                                     bool enable_thinking);
+                                     bool enable_thinking, const std::vector<std::string>& tools = {});
 
 struct DecodedText {
   std::string text;
