@@ -1569,6 +1569,69 @@ TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
+// The Messages API's tools: count_tokens counts the prompt with the tools block (Anthropic's tool as OpenAI's
+// function tool) and the tool turns; a reply with the tool-call tags in it is, whole and streamed, ToolCallSplit's
+// split of the reply as generated.
+TEST(ServerHttp, MessagesToolsEnterThePromptAndToolUseBlocksLeaveTheReply) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  // the Messages API takes no logit_bias: the server's default raises <tool_call> (151657) and </tool_call>
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--logit-bias", "151657+12",
+                   "--logit-bias", "151658+12"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  json body = {{"tools", {{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}}}},
+               {"messages",
+                {{{"role", "user"}, {"content", kQuestion}},
+                 {{"role", "assistant"},
+                  {"content", {{{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"},
+                                {"input", {{"city", "Oslo"}}}}}}},
+                 {{"role", "user"}, {"content", {{{"type", "tool_result"}, {"tool_use_id", "toolu_1"},
+                                                  {"content", "-3 C"}}}}}}},
+               {"max_tokens", 48}};
+  tok::ChatMessage call{"assistant", ""};
+  call.tool_calls = {{"get_weather", R"({"city": "Oslo"})"}};
+  const std::string prompt = tok::render_qwen3_chat(
+      {{"user", kQuestion}, call, {"tool", "-3 C"}}, true, false,
+      {R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}})"});
+  json count = body;
+  count.erase("max_tokens");
+  EXPECT_EQ(post(s, "/v1/messages/count_tokens", count)["input_tokens"],
+            post(s, "/tokenize", {{"content", prompt}})["tokens"].size());
+  bool tags_seen = false;
+  for (int seed : {1, 2, 3}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    json sampled = body;
+    sampled.update({{"temperature", 1.0}, {"seed", seed}});
+    json unsplit = sampled;
+    unsplit["tool_choice"] = {{"type", "none"}};
+    const json raw_message = post(s, "/v1/messages", unsplit);
+    ASSERT_EQ(raw_message["content"].size(), 1u) << raw_message;
+    const std::string raw = raw_message["content"][0]["text"];
+    tags_seen |= raw.find("<tool_call>") != std::string::npos && raw.find("</tool_call>") != std::string::npos;
+    server::ToolCallSplit split;
+    server::ToolCallParts parts = split.push(raw), rest = split.flush();
+    parts.content += rest.content;
+    parts.calls.insert(parts.calls.end(), rest.calls.begin(), rest.calls.end());
+    const json whole = post(s, "/v1/messages", sampled);
+    std::string text;
+    size_t uses = 0;
+    for (const json& block : whole["content"]) {
+      text += block.value("text", "");
+      uses += block["type"] == "tool_use";
+    }
+    EXPECT_EQ(text, parts.content);
+    EXPECT_EQ(uses, parts.calls.size());
+    EXPECT_EQ(whole["stop_reason"], parts.calls.empty() ? "max_tokens" : "tool_use");
+    const StreamedMessage streamed = post_messages_stream(s, sampled);
+    EXPECT_EQ(streamed.text, parts.content);
+    EXPECT_EQ(streamed.last_delta["delta"]["stop_reason"], whole["stop_reason"]);
+  }
+  EXPECT_TRUE(tags_seen) << "no reply had both tags: raise their bias or pick other seeds";
+  json forced = body;
+  forced["tool_choice"] = {{"type", "any"}};
+  EXPECT_EQ(post(s, "/v1/messages", forced, 400)["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
 TEST(ServerHttp, StopStringsEndTheOutputBeforeThem) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});

@@ -101,6 +101,54 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
   EXPECT_TRUE(r.enable_thinking);
 }
 
+TEST(ServerMessagesRequest, ToolsAndToolTurnsBecomeTheTemplates) {
+  // tools as OpenAI's function tools (llama-server's and vLLM's conversion), written as the template's tojson writes
+  // them; tool_use blocks an assistant's tool_calls; tool_result blocks role "tool" turns before the user's text
+  server::CompletionRequest r = server::parse_messages_request(nlohmann::ordered_json::parse(R"({
+      "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object",
+                 "properties": {"z": {"type": "string"}, "a": {"type": "number"}}}, "cache_control": {"type": "x"}}],
+      "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
+      "messages": [{"role": "user", "content": "Weather?"},
+                   {"role": "assistant", "content": [{"type": "text", "text": "Checking."},
+                       {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"z": "Oslo", "a": 1.0}},
+                       {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "-3 C"},
+                       {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": true,
+                        "content": [{"type": "text", "text": "no "}, {"type": "text", "text": "city"}]},
+                       {"type": "text", "text": "And tomorrow?"}]},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_3", "name": "get_weather",
+                                                      "input": {"z": "Oslo"}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3"}]}]})"),
+                                                                server::MessagesRoute::kGenerate, {});
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0], R"({"type": "function", "function": {"name": "get_weather", "description": "Weather", )"
+                        R"("parameters": {"type": "object", "properties": {"z": {"type": "string"}, )"
+                        R"("a": {"type": "number"}}}}})");
+  EXPECT_TRUE(r.tool_calls);
+  ASSERT_EQ(r.messages.size(), 7u);
+  EXPECT_EQ(r.messages[1].content, "Checking.");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 2u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"z": "Oslo", "a": 1.0})");
+  EXPECT_EQ(r.messages[1].tool_calls[1].arguments, "{}");
+  EXPECT_EQ(r.messages[2].role, "tool");
+  EXPECT_EQ(r.messages[2].content, "-3 C");
+  EXPECT_EQ(r.messages[3].role, "tool");
+  EXPECT_EQ(r.messages[3].content, "no city");
+  EXPECT_EQ(r.messages[4].role, "user");
+  EXPECT_EQ(r.messages[4].content, "And tomorrow?");
+  EXPECT_EQ(r.messages[5].content, "");
+  EXPECT_EQ(r.messages[5].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[6].role, "tool");  // results alone: no empty user turn after them
+  EXPECT_EQ(r.messages[6].content, "");
+  EXPECT_FALSE(r.assistant_prefill.has_value());
+  // none: the tools stay in the prompt, the reply stays text; count_tokens takes both
+  r = parse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}],
+               "tool_choice": {"type": "none"}})", {}, server::MessagesRoute::kCountTokens);
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_FALSE(r.tool_calls);
+}
+
 TEST(ServerMessagesRequest, BadFieldsAreNamed) {
   const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
   auto with = [&](const std::string& fields) { return "{" + user + ", " + fields + "}"; };
@@ -117,7 +165,17 @@ TEST(ServerMessagesRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]})",
        "content[0]: content blocks of type 'thinking'"},
       {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "tool_use"}]}]})",
-       "messages[1].content[0]: content blocks of type 'tool_use' are not supported (text only; thinking blocks"},
+       "messages[1].content[0]: a tool_use block needs 'id', a non-empty 'name' and 'input'"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]})",
+       "messages[0].content[0]: a tool_use block belongs to an assistant turn"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "r"}]}]})",
+       "messages[0].content[0]: a tool_result block without 'tool_use_id'"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+           "content": [{"type": "image"}]}]}]})", "messages[0].content[0].content[0]: content blocks of type 'image'"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "tool_use",
+           "id": "t", "name": "f", "input": []}]}]})", "content[0].input: expected an object"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "tool_use",
+           "id": "t", "name": "f", "input": {}}]}]})", "the last assistant message has tool_use blocks"},
       {R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", "a text block without 'text'"},
       {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]})", "content[0].text"},
       {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "x": 1}]}]})", "unknown field 'x'"},
@@ -141,8 +199,14 @@ TEST(ServerMessagesRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
            "thinking": {"type": "enabled", "budget_tokens": 1024}})",
        "a last assistant message (a prefill) cannot be continued with thinking enabled"},
-      {with(R"("tools": [{"name": "f", "input_schema": {}}])"), "field 'tools': tool use is not supported"},
-      {with(R"("tool_choice": {"type": "auto"})"), "field 'tool_choice'"},
+      {with(R"("tools": [{"type": "web_search_20250305", "name": "web_search"}])"),
+       "field 'tools': tools[0]: tools of type \"web_search_20250305\" (Anthropic's server tools) are not supported"},
+      {with(R"("tools": [{"name": "f"}])"), "tools[0].input_schema is missing"},
+      {with(R"("tools": [{"name": "", "input_schema": {}}])"), "tools[0].name: expected a non-empty string"},
+      {with(R"("tools": [{"name": "f", "input_schema": {}, "strict": true}])"), "tools[0]: unknown field 'strict'"},
+      {with(R"("tool_choice": {"type": "any"})"), "field 'tool_choice': {\"type\":\"any\"} forces a tool call"},
+      {with(R"("tool_choice": {"type": "tool", "name": "f"})"), "constrained decoding"},
+      {with(R"("tool_choice": "auto")"), "field 'tool_choice': expected {\"type\": \"auto\"}"},
       {with(R"("logprobs": true)"), "unknown field 'logprobs' for /v1/messages"},
       {with(R"("stop": ["x"])"), "unknown field 'stop' for /v1/messages"},
       {with(R"("model": 5)"), "field 'model': expected a string"},
@@ -205,6 +269,49 @@ TEST(ServerMessagesJson, WholeMessageAndStopReasons) {
   EXPECT_EQ(m["stop_sequence"], "END");
   out.stop_type = "limit";
   EXPECT_EQ(server::messages_response(job, out, "demo", nullptr)["stop_reason"], "max_tokens");
+}
+
+TEST(ServerMessagesJson, ToolCallsAreToolUseBlocks) {
+  server::Job job = job_with_prompt(5);
+  server::Outcome out;
+  out.text = "Checking.";
+  out.stop_type = "eos", out.finish_reason = "tool_calls";
+  out.tool_calls = {{"call_abc", "get_weather", R"({"city": "Oslo", "days": 2})"}, {"call_def", "now", "{}"}};
+  json m = server::messages_response(job, out, "demo", nullptr);
+  EXPECT_EQ(m["content"], json::parse(R"([{"type": "text", "text": "Checking."},
+      {"type": "tool_use", "id": "toolu_abc", "name": "get_weather", "input": {"city": "Oslo", "days": 2}},
+      {"type": "tool_use", "id": "toolu_def", "name": "now", "input": {}}])"));
+  EXPECT_EQ(m["stop_reason"], "tool_use");
+  out.text.clear();
+  m = server::messages_response(job, out, "demo", nullptr);
+  EXPECT_EQ(m["content"].size(), 2u) << "calls alone: no empty text block";
+  EXPECT_EQ(m["content"][0]["type"], "tool_use");
+  // streamed: each call a whole block, its input in one input_json_delta; no empty text block after calls alone
+  server::MessagesStream stream(job, "demo");
+  std::string body = stream.start();
+  body += stream.tool_use(out.tool_calls[0]);
+  body += stream.finish(out, nullptr);
+  const auto events = events_of(body);
+  EXPECT_EQ(names_of(events), (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                                        "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(events[1].second["content_block"],
+            json::parse(R"({"type": "tool_use", "id": "toolu_abc", "name": "get_weather", "input": {}})"));
+  EXPECT_EQ(events[2].second["delta"],
+            json::parse(R"({"type": "input_json_delta", "partial_json": "{\"city\": \"Oslo\", \"days\": 2}"})"));
+  EXPECT_EQ(events[4].second["delta"]["stop_reason"], "tool_use");
+  // text, then a call: the text block closes before the tool_use block opens
+  server::MessagesStream mixed(job, "demo");
+  body = mixed.start();
+  body += mixed.text("", "Checking.");
+  body += mixed.tool_use(out.tool_calls[1]);
+  body += mixed.finish(out, nullptr);
+  const auto mixed_events = events_of(body);
+  EXPECT_EQ(names_of(mixed_events),
+            (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "content_block_start", "content_block_delta",
+                                      "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(mixed_events[4].second["index"], 1);
+  EXPECT_EQ(mixed_events[6].second["index"], 1);
 }
 
 TEST(ServerMessagesJson, StreamEventsInAnthropicsOrder) {

@@ -669,7 +669,9 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         const bool relayed =
             relay(g, sink, MessagesStream::ping(),
                   [&](const ReplyParts& fresh, std::vector<LoggedToken>&&) {
-                    return stream.text(fresh.reasoning, fresh.content);
+                    std::string frames = stream.text(fresh.reasoning, fresh.content);
+                    for (const ToolCall& call : fresh.tool_calls) frames += stream.tool_use(call);
+                    return frames;
                   });
         if (!relayed) return false;
         // an error event and no message_stop: the stream did not complete

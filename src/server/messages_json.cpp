@@ -18,6 +18,7 @@ json usage(int64_t input_tokens, int64_t output_tokens) {
 
 // stop_reason and stop_sequence
 std::pair<const char*, json> stop_of(const Outcome& out) {
+  if (out.finish_reason == "tool_calls") return {"tool_use", nullptr};
   if (out.stop_type == "word") return {"stop_sequence", out.stopping_word};
   if (out.stop_type == "eos") return {"end_turn", nullptr};
   return {"max_tokens", nullptr};
@@ -39,13 +40,19 @@ json thinking_block(const std::string& thinking) {
   return {{"type", "thinking"}, {"thinking", thinking}, {"signature", ""}};
 }
 json text_block(const std::string& text) { return {{"type", "text"}, {"text", text}}; }
+// Anthropic's ids are "toolu_..." where OpenAI's are "call_...": the same random part
+std::string tool_use_id(const ToolCall& call) { return "toolu_" + call.id.substr(call.id.find('_') + 1); }
+json tool_use_block(const ToolCall& call, json input) {
+  return {{"type", "tool_use"}, {"id", tool_use_id(call)}, {"name", call.name}, {"input", std::move(input)}};
+}
 
 }  // namespace
 
 json messages_response(const Job& job, const Outcome& out, const std::string& model_name, const json& timings) {
   json content = json::array();
   if (!out.reasoning.empty()) content.push_back(thinking_block(out.reasoning));
-  content.push_back(text_block(out.text));
+  if (!out.text.empty() || out.tool_calls.empty()) content.push_back(text_block(out.text));  // calls alone: no text
+  for (const ToolCall& call : out.tool_calls) content.push_back(tool_use_block(call, json::parse(call.arguments)));
   const auto [stop_reason, stop_sequence] = stop_of(out);
   json j = message_object(job, model_name, std::move(content), stop_reason, stop_sequence,
                           usage(out.result.prompt_tokens, out.completion_tokens));
@@ -94,6 +101,18 @@ std::string MessagesStream::close() {
   return messages_event({{"type", "content_block_stop"}, {"index", index_}});
 }
 
+std::string MessagesStream::tool_use(const ToolCall& call) {
+  std::string s = close();
+  ++index_;
+  calls_sent_ = true;
+  s += messages_event(
+      {{"type", "content_block_start"}, {"index", index_}, {"content_block", tool_use_block(call, json::object())}});
+  s += messages_event({{"type", "content_block_delta"},
+                       {"index", index_},
+                       {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
+  return s + messages_event({{"type", "content_block_stop"}, {"index", index_}});
+}
+
 std::string MessagesStream::text(const std::string& reasoning, const std::string& content) {
   std::string s;
   if (!reasoning.empty()) {
@@ -115,7 +134,7 @@ std::string MessagesStream::ping() { return messages_event({{"type", "ping"}}); 
 
 std::string MessagesStream::finish(const Outcome& out, const json& timings) {
   std::string s;
-  if (!text_sent_) s += open(Block::kText);
+  if (!text_sent_ && !calls_sent_) s += open(Block::kText);
   s += close();
   const auto [stop_reason, stop_sequence] = stop_of(out);
   json delta = {{"type", "message_delta"},

@@ -2,7 +2,9 @@
 // event sequence of a stream, and errors in Anthropic's form. A reply's content is a thinking block (when Qwen3
 // thought; its signature empty: nothing is signed here) followed by one text block, always present. stop_reason:
 // "end_turn" (eos), "stop_sequence" (with stop_sequence) or "max_tokens". Like every specpress reply, the message and
-// the stream's message_delta carry llama.cpp's `timings` (DFlash: tau, draft_n, draft_n_accepted).
+// the stream's message_delta carry llama.cpp's `timings` (DFlash: tau, draft_n, draft_n_accepted). With tools, each
+// call the reply made is a tool_use block after the text (the text block left out when empty), and stop_reason is
+// "tool_use".
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,8 +35,11 @@ class MessagesStream {
   // thinking_delta events in a thinking block, then text_delta events in a text block (a block opens with its first
   // piece; the thinking block closes when the text begins)
   std::string text(const std::string& reasoning, const std::string& content);
+  // a whole tool_use block: its start (input {}), one input_json_delta with the input's JSON text, its stop
+  std::string tool_use(const ToolCall& call);
   static std::string ping();
-  // closes the open blocks (a text block is always sent, empty if need be), then message_delta and message_stop
+  // closes the open blocks (a text block is always sent, empty if need be, unless tool_use blocks were), then
+  // message_delta and message_stop
   std::string finish(const Outcome& out, const nlohmann::ordered_json& timings);
   // an error event (the stream ends without message_stop)
   static std::string error(const nlohmann::ordered_json& openai_error);
@@ -49,6 +54,7 @@ class MessagesStream {
   Block block_ = Block::kNone;
   int64_t index_ = -1;  // the open (or last) block's index
   bool text_sent_ = false;
+  bool calls_sent_ = false;
 };
 
 }  // namespace specpress::server
