@@ -1,5 +1,5 @@
-// cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json [--think]
-// [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR --ids "1,2,3"
+// cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json [--tools FILE.json]
+// [--think] [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR --ids "1,2,3"
 // [--skip-special]` prints the text exactly, with no newline added. -m may name a model directory,
 // a folder holding only tokenizer files, or a tokenizer.json file. Torch-free.
 #include "cli/cmd_tokenize.h"
@@ -19,7 +19,7 @@ namespace specpress::cli {
 namespace {
 
 struct TokenizeOptions {
-  std::string model, prompt, file, messages;
+  std::string model, prompt, file, messages, tools;
   CLI::Option* prompt_opt = nullptr;
   CLI::Option* file_opt = nullptr;
   CLI::Option* messages_opt = nullptr;
@@ -80,12 +80,14 @@ int run_tokenize(const TokenizeOptions& o) {
     print_ids(encode_from(t, read_bytes(o.file, "-f/--file"), "-f/--file: " + o.file));
   } else {
     const auto messages = tok::parse_messages_json(read_bytes(o.messages, "--messages"), o.messages);
+    const std::vector<std::string> tools =
+        o.tools.empty() ? std::vector<std::string>() : tok::parse_tools_json(read_bytes(o.tools, "--tools"), o.tools);
     if (!t.chat_template().empty() && !tok::is_qwen3_chat_template(t.chat_template())) {
       std::fprintf(stderr, "warning: the chat template of %s differs from Qwen3's; rendering with "
                            "the built-in Qwen3 template\n", o.model.c_str());
     }
     const std::string text =
-        tok::render_qwen3_chat(messages, !o.no_generation_prompt, /*enable_thinking=*/o.think);
+        tok::render_qwen3_chat(messages, !o.no_generation_prompt, /*enable_thinking=*/o.think, tools);
     print_ids(encode_from(t, text, "--messages: " + o.messages));
   }
   return 0;
@@ -119,6 +121,9 @@ void add_tokenize_commands(CLI::App& app, std::function<int()>& run) {
       "JSON array of {\"role\",\"content\"} messages, rendered with the Qwen3 chat template first");
   tokenize->prompt_opt->excludes(tokenize->file_opt)->excludes(tokenize->messages_opt);
   tokenize->file_opt->excludes(tokenize->messages_opt);
+  cmd->add_option("--tools", tokenize->tools,
+                  "with --messages: JSON array of OpenAI function tools, rendered in the template's tools block")
+      ->needs(tokenize->messages_opt);
   cmd->add_flag("--think", tokenize->think,
                 "with --messages: enable_thinking=true (default: false, the empty think block)")
       ->needs(tokenize->messages_opt);

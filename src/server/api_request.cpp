@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "server/json_fields.h"
-#include "tokenizer/python_json.h"
 
 namespace specpress::server {
 namespace {
@@ -142,30 +141,6 @@ void read_logit_bias(const json& v, CompletionRequest& r) {
   }
 }
 
-// Chat's tools: OpenAI's function tools, kept as the template writes them (python_json, the client's key order).
-void read_tools(const json& v, CompletionRequest& r) {
-  if (!v.is_array())
-    fail("field 'tools': expected an array of {{\"type\": \"function\", \"function\": {{...}}}} tools, got {}",
-         brief(v));
-  r.tools.clear();
-  for (size_t i = 0; i < v.size(); ++i) {
-    const json& t = v[i];
-    if (!t.is_object() || !t.contains("type") || t["type"] != "function")
-      fail("field 'tools': tools[{}]: only {{\"type\": \"function\", \"function\": {{...}}}} tools are supported, "
-           "got {}", i, brief(t));
-    const auto f = t.find("function");
-    if (f == t.end() || !f->is_object()) fail("field 'tools': tools[{}].function: expected an object", i);
-    const auto name = f->find("name");
-    if (name == f->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
-      fail("field 'tools': tools[{}].function.name: expected a non-empty string", i);
-    const auto parameters = f->find("parameters");
-    if (parameters != f->end() && !parameters->is_object() && !parameters->is_null())
-      fail("field 'tools': tools[{}].function.parameters: expected a JSON Schema object, got {}", i,
-           brief(*parameters));
-    r.tools.push_back(tok::python_json(t));
-  }
-}
-
 }  // namespace
 
 CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults) {
@@ -270,7 +245,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "response_format") {
       require_off(v, key, v.is_object() && v.contains("type") && v["type"] == "text", "a response format other than text");
     } else if (key == "tools" && chat) {
-      read_tools(v, r);
+      r.tools = tok::parse_tools(v, "field 'tools'");  // as the template writes them: the client's key order
     } else if (key == "tool_choice" && chat) {
       if (v == "required" || v.is_object())
         fail("field 'tool_choice': {} forces a tool call, which needs constrained decoding; \"auto\" and \"none\" are "

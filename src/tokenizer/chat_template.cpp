@@ -243,6 +243,39 @@ std::vector<ChatMessage> parse_messages(const nlohmann::ordered_json& root,
   return messages;
 }
 
+std::vector<std::string> parse_tools(const nlohmann::ordered_json& root, const std::string& source_name) {
+  if (!root.is_array())
+    fail("{}: expected an array of {{\"type\": \"function\", \"function\": {{...}}}} tools, got {}", source_name,
+         root.type_name());
+  std::vector<std::string> tools;
+  for (size_t i = 0; i < root.size(); ++i) {
+    const nlohmann::ordered_json& t = root[i];
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function")
+      fail("{}: tools[{}]: only {{\"type\": \"function\", \"function\": {{...}}}} tools are supported", source_name, i);
+    const auto f = t.find("function");
+    if (f == t.end() || !f->is_object()) fail("{}: tools[{}].function: expected an object", source_name, i);
+    const auto name = f->find("name");
+    if (name == f->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
+      fail("{}: tools[{}].function.name: expected a non-empty string", source_name, i);
+    const auto parameters = f->find("parameters");
+    if (parameters != f->end() && !parameters->is_object() && !parameters->is_null())
+      fail("{}: tools[{}].function.parameters: expected a JSON Schema object, got {}", source_name, i,
+           parameters->type_name());
+    tools.push_back(python_json(t));
+  }
+  return tools;
+}
+
+std::vector<std::string> parse_tools_json(const std::string& json_text, const std::string& source_name) {
+  nlohmann::ordered_json root;
+  try {
+    root = nlohmann::ordered_json::parse(json_text);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    fail("{}: not valid JSON: {}", source_name, e.what());
+  }
+  return parse_tools(root, source_name);
+}
+
 bool is_qwen3_chat_template(std::string_view template_text) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : template_text) h = (h ^ c) * 0x100000001b3ull;

@@ -50,6 +50,12 @@ std::vector<ChatMessage> parse_messages_json(const std::string& json_text,
 std::vector<ChatMessage> parse_messages(const nlohmann::ordered_json& root,
                                         const std::string& source_name);
 
+// OpenAI's function tools ([{"type": "function", "function": {"name", "description", "parameters"}}])
+// as render_qwen3_chat takes them: each checked (a non-empty name, parameters an object) and
+// written by python_json in its own key order. Errors name `source_name` and the tool's index.
+std::vector<std::string> parse_tools(const nlohmann::ordered_json& root, const std::string& source_name);
+std::vector<std::string> parse_tools_json(const std::string& json_text, const std::string& source_name);
+
 // True when `template_text` is exactly the Qwen3 chat_template.jinja this renderer reproduces
 // (compared by a 64-bit FNV-1a fingerprint of its bytes).
 bool is_qwen3_chat_template(std::string_view template_text);

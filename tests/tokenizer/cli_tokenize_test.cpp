@@ -13,6 +13,7 @@
 #include "cli/cmd_tokenize.h"
 #include "core/error.h"
 #include "test_util.h"
+#include "tokenizer/chat_template.h"
 
 namespace specpress::cli {
 namespace {
@@ -84,6 +85,15 @@ TEST(CliTokenize, PromptFileAndMessages) {
             "[151644,872,198,13048,151645,198,151644,77091,198]\n");
   EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages, "--no-generation-prompt"}).out,
             "[151644,872,198,13048,151645,198]\n");
+  // --tools: the template's tools block, each tool in its own key order
+  const std::string tools = temp_file("specpress_cli_tools.json",
+                                      R"([{"type":"function","function":{"name":"now","parameters":{"type":"object"}}}])");
+  std::string tool_ids;
+  for (int32_t id : tok::testing::qwen3().encode(tok::render_qwen3_chat(
+           {{"user", "Hi"}}, true, false,
+           {R"({"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}})"})))
+    tool_ids += (tool_ids.empty() ? "" : ",") + std::to_string(id);
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages, "--tools", tools}).out, "[" + tool_ids + "]\n");
   // -m may also name tokenizer.json itself.
   EXPECT_EQ(run_cli({"tokenize", "-m", dir + "/tokenizer.json", "-p", "Hello"}).out, "[9707]\n");
 }
@@ -114,8 +124,14 @@ TEST(CliTokenize, ErrorsAreClear) {
   e = run_cli({"tokenize", "-m", dir, "-f", temp_file("specpress_cli_bad.txt", "ok\xFFno")}).error;
   EXPECT_NE(e.find("byte offset 2"), std::string::npos) << e;
   e = run_cli({"tokenize", "-m", dir, "--messages", temp_file("specpress_cli_tool.json",
-                                                             R"([{"role":"tool","content":"1"}])")}).error;
-  EXPECT_NE(e.find("tool"), std::string::npos) << e;
+                                                             R"([{"role":"tool","content":1}])")}).error;
+  EXPECT_NE(e.find("messages[0]: field 'content' must be a string"), std::string::npos) << e;
+  const std::string msgs = temp_file("specpress_cli_msgs2.json", R"([{"role":"user","content":"Hi"}])");
+  e = run_cli({"tokenize", "-m", dir, "--messages", msgs, "--tools",
+               temp_file("specpress_cli_badtools.json", R"([{"type":"function","function":{}}])")}).error;
+  EXPECT_NE(e.find("specpress_cli_badtools.json: tools[0].function.name"), std::string::npos) << e;
+  e = run_cli({"tokenize", "-m", dir, "-p", "a", "--tools", msgs}).error;
+  EXPECT_NE(e.find("--messages"), std::string::npos) << e;
   e = run_cli({"detokenize", "-m", dir, "--ids", "1,x"}).error;
   EXPECT_NE(e.find("'x'"), std::string::npos) << e;
   e = run_cli({"detokenize", "-m", dir, "--ids", "1,151669"}).error;
