@@ -86,8 +86,8 @@ TEST(CliTokenize, PromptFileAndMessages) {
   EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages, "--no-generation-prompt"}).out,
             "[151644,872,198,13048,151645,198]\n");
   // --tools: the template's tools block, each tool in its own key order
-  const std::string tools = temp_file("specpress_cli_tools.json",
-                                      R"([{"type":"function","function":{"name":"now","parameters":{"type":"object"}}}])");
+  const std::string tools = temp_file(
+      "specpress_cli_tools.json", R"([{"type":"function","function":{"name":"now","parameters":{"type":"object"}}}])");
   std::string tool_ids;
   for (int32_t id : tok::testing::qwen3().encode(tok::render_qwen3_chat(
            {{"user", "Hi"}}, true, false,
