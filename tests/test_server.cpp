@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "server/api_request.h"
 #include "server/logprobs_json.h"
+#include "server/openai_json.h"
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "server/tool_calls.h"
@@ -265,6 +266,34 @@ TEST(ToolCallSplit, BlocksThatAreNoCallStayAsWritten) {
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "f");
   EXPECT_EQ(r.content, "<tool_call>{\"name\": \"g\", \"argu");
+}
+
+TEST(ToolCallSplit, ChatRepliesCarryTheCallsInOpenAIsForm) {
+  server::Job job;
+  job.request.api = server::Api::kChatCompletions;
+  job.id = "chatcmpl-1";
+  server::Outcome out;
+  out.finish_reason = "tool_calls";
+  out.tool_calls = {{"call_abc", "get_weather", R"({"city": "Oslo"})"}, {"call_def", "now", "{}"}};
+  const std::optional<tok::Tokenizer> no_tokenizer;
+  const server::LogprobsJson format(no_tokenizer);
+  nlohmann::ordered_json whole = server::response_json(job, out, "demo", format);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(json(whole["choices"][0]["message"]), json::parse(R"({"role": "assistant", "content": null, "tool_calls": [
+      {"id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}},
+      {"id": "call_def", "type": "function", "function": {"name": "now", "arguments": "{}"}}]})"));
+  out.text = "Checking.";
+  whole = server::response_json(job, out, "demo", format);
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "Checking.");  // content with the calls when there is some
+  out.tool_calls.clear();
+  EXPECT_FALSE(server::response_json(job, out, "demo", format)["choices"][0]["message"].contains("tool_calls"));
+  // streamed: one chunk a call, whole, with its index in the response
+  const nlohmann::ordered_json chunk =
+      server::tool_call_chunk_json(job, "demo", {"call_def", "now", "{}"}, 1);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(json(chunk["choices"][0]["delta"]), json::parse(R"({"tool_calls": [{"index": 1, "id": "call_def",
+      "type": "function", "function": {"name": "now", "arguments": "{}"}}]})"));
 }
 
 // ---------------------------------------------------------------- request parsing
