@@ -1109,10 +1109,7 @@ TEST(ServerHttp, ChatToolsEnterThePromptAndToolCallBlocksLeaveTheReply) {
     EXPECT_FALSE(raw_message.contains("tool_calls"));
     const std::string raw = raw_message["content"];
     tags_seen |= raw.find("<tool_call>") != std::string::npos && raw.find("</tool_call>") != std::string::npos;
-    server::ToolCallSplit split;
-    server::ToolCallParts parts = split.push(raw), rest = split.flush();
-    parts.content += rest.content;
-    parts.calls.insert(parts.calls.end(), rest.calls.begin(), rest.calls.end());
+    const Calls parts = calls_of_pieces({raw});
     const json whole = post(s, "/v1/chat/completions", sampled);
     const json& message = whole["choices"][0]["message"];
     EXPECT_EQ(message.contains("tool_calls"), !parts.calls.empty()) << raw;
@@ -1636,10 +1633,7 @@ TEST(ServerHttp, MessagesToolsEnterThePromptAndToolUseBlocksLeaveTheReply) {
     ASSERT_EQ(raw_message["content"].size(), 1u) << raw_message;
     const std::string raw = raw_message["content"][0]["text"];
     tags_seen |= raw.find("<tool_call>") != std::string::npos && raw.find("</tool_call>") != std::string::npos;
-    server::ToolCallSplit split;
-    server::ToolCallParts parts = split.push(raw), rest = split.flush();
-    parts.content += rest.content;
-    parts.calls.insert(parts.calls.end(), rest.calls.begin(), rest.calls.end());
+    const Calls parts = calls_of_pieces({raw});
     const json whole = post(s, "/v1/messages", sampled);
     std::string text;
     size_t uses = 0;
