@@ -253,6 +253,16 @@ TEST(ToolCallSplit, BlocksBecomeCallsAndTheRestStaysContent) {
 }
 
 TEST(ToolCallSplit, BlocksThatAreNoCallStayAsWritten) {
+  {
+    // after a call, a block that is no call keeps the whitespace before it; a long block is searched once
+    const Calls r = calls_every_way("<tool_call>{\"name\": \"f\"}</tool_call>\n \n<tool_call>oops</tool_call>\n");
+    ASSERT_EQ(r.calls.size(), 1u);
+    EXPECT_EQ(r.content, "\n \n<tool_call>oops</tool_call>\n");
+    const std::string body = "{\"name\": \"f\", \"arguments\": {\"text\": \"" + std::string(20000, 'x') + "\"}}";
+    const Calls long_call = calls_every_way("<tool_call>" + body + "</tool_call>");
+    ASSERT_EQ(long_call.calls.size(), 1u);
+    EXPECT_EQ(long_call.calls[0].arguments.size(), 20000u + 12);
+  }
   for (const std::string bad :
        {"<tool_call>\nnot json\n</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
         "<tool_call>{\"name\": \"\"}</tool_call>", "<tool_call>{\"name\": 3}</tool_call>",
@@ -261,11 +271,11 @@ TEST(ToolCallSplit, BlocksThatAreNoCallStayAsWritten) {
     EXPECT_TRUE(r.calls.empty()) << bad;
     EXPECT_EQ(r.content, "x" + bad + "y");
   }
-  // a good block before a bad one and one the reply ends inside: the call, then the rest as written
+  // a call, then a block the reply ends inside: the call, then the rest as written
   const Calls r = calls_every_way("<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>{\"name\": \"g\", \"argu");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].name, "f");
-  EXPECT_EQ(r.content, "<tool_call>{\"name\": \"g\", \"argu");
+  EXPECT_EQ(r.content, "\n<tool_call>{\"name\": \"g\", \"argu") << "the whitespace before a non-call block stays";
 }
 
 TEST(ToolCallSplit, ChatRepliesCarryTheCallsInOpenAIsForm) {
@@ -605,7 +615,7 @@ TEST(ServerRequest, ReturnTokensAsTokenIds) {
 TEST(ServerRequest, ToolsAndToolChoice) {
   const auto chat = server::Api::kChatCompletions;
   auto parse_ordered = [&](const std::string& body) {
-    return server::parse_completion_request(nlohmann::ordered_json::parse(body), chat, {});
+    return server::parse_completion_request(json::parse(body), chat, {}, server::parse_ordered_fields(body));
   };
   // the tools as the template writes them: the client's key order, Python's separators
   const std::string tool = R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
@@ -633,6 +643,25 @@ TEST(ServerRequest, ToolsAndToolChoice) {
   EXPECT_EQ(r.messages[1].content, "");
   EXPECT_EQ(r.messages[2].role, "tool");
   EXPECT_EQ(r.messages[2].content, "42");
+
+  // parse_ordered_fields keeps the tools and messages alone, and refuses an object there of more than 4096 keys
+  // (ordered objects look keys up linearly); a large logit_bias is skipped, not stored
+  auto keys = [](int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += fmt::format("{}\"{}\": 1", i ? "," : "", i);
+    return text;
+  };
+  const nlohmann::ordered_json ordered = server::parse_ordered_fields(
+      R"({"logit_bias": {)" + keys(5000) + R"(}, "tools": [], "messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(ordered, nlohmann::ordered_json::parse(R"({"tools": [], "messages": [{"role": "user", "content": "x"}]})"));
+  EXPECT_NO_THROW(server::parse_ordered_fields(R"({"tools": [{"p": {)" + keys(4096) + "}}]}"));
+  try {
+    server::parse_ordered_fields(R"({"tools": [{"p": {)" + keys(4097) + "}}]}");
+    ADD_FAILURE() << "an object of 4097 keys was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 4096 keys"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(server::parse_ordered_fields("[1").empty()) << "parse_body reports a body that is not an object";
 
   const std::string msgs = R"({"messages":[{"role":"user","content":"hi"}],)";
   EXPECT_NE(parse_error(msgs + R"("tool_choice":"required"})", chat).find("constrained decoding"), std::string::npos);

@@ -104,7 +104,7 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
 TEST(ServerMessagesRequest, ToolsAndToolTurnsBecomeTheTemplates) {
   // tools as OpenAI's function tools (llama-server's and vLLM's conversion), written as the template's tojson writes
   // them; tool_use blocks an assistant's tool_calls; tool_result blocks role "tool" turns before the user's text
-  server::CompletionRequest r = server::parse_messages_request(nlohmann::ordered_json::parse(R"({
+  const std::string body = R"({
       "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object",
                  "properties": {"z": {"type": "string"}, "a": {"type": "number"}}}, "cache_control": {"type": "x"}}],
       "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
@@ -118,8 +118,9 @@ TEST(ServerMessagesRequest, ToolsAndToolTurnsBecomeTheTemplates) {
                        {"type": "text", "text": "And tomorrow?"}]},
                    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_3", "name": "get_weather",
                                                       "input": {"z": "Oslo"}}]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3"}]}]})"),
-                                                                server::MessagesRoute::kGenerate, {});
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_3"}]}]})";
+  server::CompletionRequest r = server::parse_messages_request(
+      nlohmann::json::parse(body), server::MessagesRoute::kGenerate, {}, server::parse_ordered_fields(body));
   ASSERT_EQ(r.tools.size(), 1u);
   EXPECT_EQ(r.tools[0], R"({"type": "function", "function": {"name": "get_weather", "description": "Weather", )"
                         R"("parameters": {"type": "object", "properties": {"z": {"type": "string"}, )"

@@ -9,7 +9,7 @@
 
 namespace specpress::server {
 namespace {
-using json = nlohmann::ordered_json;
+using json = nlohmann::json;
 
 constexpr int kMaxDepth = 32;
 
@@ -42,11 +42,12 @@ void read_prompt(const json& v, CompletionRequest& r) {
 
 // Chat messages: OpenAI's content may be an array of text parts; "developer" is OpenAI's newer name for the
 // system role; a participant "name" does not enter Qwen3's template. The rest is tok::parse_messages's check.
-void read_messages(const json& v, CompletionRequest& r) {
+void read_messages(const nlohmann::ordered_json& v, CompletionRequest& r) {
+  using ojson = nlohmann::ordered_json;  // tool-call arguments keep their keys' order
   if (!v.is_array()) fail("field 'messages': expected an array of {{\"role\", \"content\"}} objects, got {}", v.type_name());
-  json normalized = json::array();
+  ojson normalized = ojson::array();
   for (size_t i = 0; i < v.size(); ++i) {
-    json m = v[i];
+    ojson m = v[i];
     if (!m.is_object()) fail("field 'messages': messages[{}] is {}, expected an object", i, m.type_name());
     if (m.contains("name") && !m["name"].is_string() && !m["name"].is_null())
       fail("field 'messages': messages[{}].name: expected a string, got {}", i, brief(m["name"]));
@@ -56,7 +57,7 @@ void read_messages(const json& v, CompletionRequest& r) {
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (size_t k = 0; k < m["content"].size(); ++k) {
-        const json& part = m["content"][k];
+        const ojson& part = m["content"][k];
         if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
             !part["text"].is_string())
           fail("field 'messages': messages[{}].content[{}]: only {{\"type\": \"text\", \"text\": ...}} parts are "
@@ -77,6 +78,27 @@ void read_messages(const json& v, CompletionRequest& r) {
 std::string brief(const json& value) {
   std::string s = value.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
   return s.size() <= 60 ? s : s.substr(0, 57) + "...";
+}
+
+nlohmann::ordered_json parse_ordered_fields(const std::string& body) {
+  using ojson = nlohmann::ordered_json;
+  constexpr size_t kMaxKeys = 4096;
+  std::vector<size_t> keys;    // keys seen in each open object of a kept field, innermost last
+  bool kept = false;           // inside "tools" or "messages"
+  const ojson::parser_callback_t keep = [&](int depth, ojson::parse_event_t event, ojson& parsed) {
+    if (depth == 1 && event == ojson::parse_event_t::key) {
+      kept = parsed == "tools" || parsed == "messages";
+      return kept;
+    }
+    if (!kept || depth < 1) return true;
+    if (event == ojson::parse_event_t::object_start) keys.push_back(0);
+    else if (event == ojson::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    else if (event == ojson::parse_event_t::key && !keys.empty() && ++keys.back() > kMaxKeys)
+      fail("request body: an object in the tools or messages has more than {} keys", kMaxKeys);
+    return true;
+  };
+  ojson j = ojson::parse(body, keep, /*allow_exceptions=*/false);
+  return j.is_object() ? j : ojson::object();  // parse_body reports what is wrong with a body that is not an object
 }
 
 json parse_body(const std::string& body) {
@@ -143,7 +165,8 @@ void read_logit_bias(const json& v, CompletionRequest& r) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults) {
+CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults,
+                                           const nlohmann::ordered_json& ordered) {
   if (api == Api::kMessages) fail("internal: Messages API requests are parse_messages_request's (messages_request.h)");
   CompletionRequest r;
   r.api = api;
@@ -158,13 +181,17 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
   std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
   bool tool_choice_none = false;
+  // tools and messages in the client's key order when `ordered` has them
+  auto in_order = [&](const std::string& key, const json& v) {
+    return ordered.is_object() && ordered.contains(key) ? ordered[key] : nlohmann::ordered_json(v);
+  };
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "prompt" && !chat) {
       read_prompt(v, r);
       have_prompt = true;
     } else if (key == "messages" && chat) {
-      read_messages(v, r);
+      read_messages(in_order(key, v), r);
       have_prompt = true;
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat) || (key == "n_predict" && native)) {
       const int64_t n = integer_field(v, key);
@@ -245,7 +272,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "response_format") {
       require_off(v, key, v.is_object() && v.contains("type") && v["type"] == "text", "a response format other than text");
     } else if (key == "tools" && chat) {
-      r.tools = tok::parse_tools(v, "field 'tools'");  // as the template writes them: the client's key order
+      r.tools = tok::parse_tools(in_order(key, v), "field 'tools'");
     } else if (key == "tool_choice" && chat) {
       if (v == "required" || v.is_object())
         fail("field 'tool_choice': {} forces a tool call, which needs constrained decoding; \"auto\" and \"none\" are "

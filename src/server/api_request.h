@@ -1,8 +1,8 @@
 // api_request.h — the JSON bodies of the server's generation endpoints, parsed and checked before any work:
 // OpenAI's /v1/completions and /v1/chat/completions and llama.cpp's native /completion (Anthropic's /v1/messages:
-// messages_request.h, into the same CompletionRequest). Every field the
-// engine cannot honour is refused by name (n > 1, tools, ...) rather than
-// ignored; unknown fields are refused too, so a misspelt parameter never silently does nothing.
+// messages_request.h, into the same CompletionRequest). Every field the engine cannot honour is refused by name
+// (n > 1, a forced tool call, ...) rather than ignored; unknown fields are refused too, so a misspelt parameter never
+// silently does nothing.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -68,14 +68,22 @@ struct CompletionRequest {
 };
 
 // Throws specpress::Error naming the field and what was expected. `api`: any but kMessages (messages_request.h).
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, Api api,
-                                           const RequestDefaults& defaults);
+// `ordered`: parse_ordered_fields' of the same body, whose tools and messages keep the client's key order in the
+// prompt (without it, or for a field it lacks, the body's own value is taken: its keys sorted).
+CompletionRequest parse_completion_request(const nlohmann::json& body, Api api, const RequestDefaults& defaults,
+                                           const nlohmann::ordered_json& ordered = nullptr);
 
 // The request body as JSON, or an Error saying why it is not a JSON object (also for values nested deeper than
 // 32 levels, which no endpoint takes: copying or printing one a hundred thousand levels deep would overflow the stack).
-nlohmann::ordered_json parse_body(const std::string& body);
+nlohmann::json parse_body(const std::string& body);
+
+// The body's "tools" and "messages" with every object's keys in the order the client wrote them (the chat template
+// writes tools and tool-call arguments as they came); the other fields are skipped while parsing. An object there
+// with more than 4096 keys is an Error: an ordered object finds its keys by a linear search, so a huge one would take
+// quadratic time, which parse_body's sorted objects do not (a logit_bias of any size stays fast).
+nlohmann::ordered_json parse_ordered_fields(const std::string& body);
 
 // A JSON value for an error message: compact, ASCII, at most about 60 characters.
-std::string brief(const nlohmann::ordered_json& value);
+std::string brief(const nlohmann::json& value);
 
 }  // namespace specpress::server

@@ -608,9 +608,11 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
   const bool messages = api == Api::kMessages;
   guarded(res, messages, [&] {
     const RequestDefaults defaults = request_defaults();
-    const nlohmann::ordered_json body = parse_body(req.body);
-    const CompletionRequest request = messages ? parse_messages_request(body, MessagesRoute::kGenerate, defaults)
-                                               : parse_completion_request(body, api, defaults);
+    const nlohmann::json body = parse_body(req.body);
+    const nlohmann::ordered_json ordered = parse_ordered_fields(req.body);  // tools and messages in the client's order
+    const CompletionRequest request = messages
+                                          ? parse_messages_request(body, MessagesRoute::kGenerate, defaults, ordered)
+                                          : parse_completion_request(body, api, defaults, ordered);
     std::shared_ptr<Generation> g = submit(prepare(request));
     using std::chrono::milliseconds;
     // the body of a finished generation: its response, or its error object
@@ -967,7 +969,8 @@ void Server::add_routes() {
   http_.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, /*anthropic=*/true, [&] {
       const CompletionRequest r =
-          parse_messages_request(parse_body(req.body), MessagesRoute::kCountTokens, request_defaults());
+          parse_messages_request(parse_body(req.body), MessagesRoute::kCountTokens, request_defaults(),
+                                 parse_ordered_fields(req.body));
       send_json(res, 200, {{"input_tokens", prompt_ids(r).size()}});
     });
   });
@@ -975,7 +978,7 @@ void Server::add_routes() {
     guarded(res, [&] {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
-      const nlohmann::ordered_json body = parse_body(req.body);
+      const nlohmann::json body = parse_body(req.body);
       bool with_pieces = false, parse_special = true;
       std::string content;
       for (const auto& [key, v] : body.items()) {
@@ -999,7 +1002,7 @@ void Server::add_routes() {
     guarded(res, [&] {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
-      const nlohmann::ordered_json body = parse_body(req.body);
+      const nlohmann::json body = parse_body(req.body);
       if (!body.contains("tokens") || !body["tokens"].is_array()) fail("field 'tokens': expected an array of token ids");
       std::vector<int32_t> ids;
       for (const auto& v : body["tokens"]) {
@@ -1014,7 +1017,8 @@ void Server::add_routes() {
     guarded(res, [&] {
       model();
       const CompletionRequest r =
-          parse_completion_request(parse_body(req.body), Api::kChatCompletions, request_defaults());
+          parse_completion_request(parse_body(req.body), Api::kChatCompletions, request_defaults(),
+                                   parse_ordered_fields(req.body));
       send_json(res, 200, {{"prompt", tok::render_qwen3_chat(r.messages, true, r.enable_thinking, r.tools)}});
     });
   });

@@ -8,7 +8,7 @@
 #include "server/api_request.h"
 
 namespace specpress::server {
-using json = nlohmann::ordered_json;
+using json = nlohmann::json;
 
 int64_t integer_field(const json& v, const std::string& field) {
   if (v.is_number_integer()) {

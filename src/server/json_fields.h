@@ -13,21 +13,21 @@
 
 namespace specpress::server {
 
-int64_t integer_field(const nlohmann::ordered_json& v, const std::string& field);  // 3.0 counts as 3
-double number_field(const nlohmann::ordered_json& v, const std::string& field);
-bool bool_field(const nlohmann::ordered_json& v, const std::string& field);
-std::string string_field(const nlohmann::ordered_json& v, const std::string& field);
+int64_t integer_field(const nlohmann::json& v, const std::string& field);  // 3.0 counts as 3
+double number_field(const nlohmann::json& v, const std::string& field);
+bool bool_field(const nlohmann::json& v, const std::string& field);
+std::string string_field(const nlohmann::json& v, const std::string& field);
 // A field the engine does not implement: accepted only at the value that means "off".
-void require_off(const nlohmann::ordered_json& v, const std::string& field, bool off,
+void require_off(const nlohmann::json& v, const std::string& field, bool off,
                  const std::string& what);
 
 // temperature, top_p, top_k, min_p or seed (-1: random): false when `key` is none of them. A seed sets
 // `random_seed` (true for -1, else false).
-bool read_sampling_field(const std::string& key, const nlohmann::ordered_json& v,
+bool read_sampling_field(const std::string& key, const nlohmann::json& v,
                          decode::SamplingParams& sampling, bool& random_seed);
 
 // Stop strings: a non-empty string or an array of them (`single` false: an array only), at most 16.
-std::vector<std::string> stop_strings_field(const nlohmann::ordered_json& v, const std::string& field,
+std::vector<std::string> stop_strings_field(const nlohmann::json& v, const std::string& field,
                                             bool single = true);
 
 }  // namespace specpress::server

@@ -1,10 +1,11 @@
 // messages_json.h — the Anthropic Messages API's replies (messages_request.h): the whole message object, the SSE
 // event sequence of a stream, and errors in Anthropic's form. A reply's content is a thinking block (when Qwen3
-// thought; its signature empty: nothing is signed here) followed by one text block, always present. stop_reason:
-// "end_turn" (eos), "stop_sequence" (with stop_sequence) or "max_tokens". Like every specpress reply, the message and
-// the stream's message_delta carry llama.cpp's `timings` (DFlash: tau, draft_n, draft_n_accepted). With tools, each
-// call the reply made is a tool_use block after the text (the text block left out when empty), and stop_reason is
-// "tool_use".
+// thought; its signature empty: nothing is signed here), one text block (left out only when empty and the reply made
+// tool calls), then a tool_use block for each call. stop_reason: "end_turn" (eos), "stop_sequence" (with
+// stop_sequence), "tool_use" (a stop after tool calls) or "max_tokens". A stream sends the blocks as the reply makes
+// them, so text the model writes after a call (rare: Qwen3 ends its turn after its calls) comes in a text block after
+// that tool_use block, where the whole message has all the text before the calls. Like every specpress reply, the
+// message and the stream's message_delta carry llama.cpp's `timings` (DFlash: tau, draft_n, draft_n_accepted).
 #pragma once
 #include <cstdint>
 #include <string>

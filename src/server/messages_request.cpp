@@ -9,6 +9,7 @@
 
 namespace specpress::server {
 namespace {
+// The messages and tools are read in the client's key order (parse_ordered_fields), the rest from the sorted body.
 using json = nlohmann::ordered_json;
 
 // A content block's text (`at` names it in errors): a text block's; "" for the thinking and redacted_thinking blocks of
@@ -19,8 +20,8 @@ std::string block_text(const json& block, const std::string& at, bool assistant)
   const std::string type = block["type"].get<std::string>();
   if (assistant && (type == "thinking" || type == "redacted_thinking")) return "";
   if (type != "text")
-    fail("{}: content blocks of type '{}' are not supported (text{})", at, type,
-         assistant ? ", tool_use; thinking blocks are dropped" : ", tool_result");
+    fail("{}: content blocks of type '{}' are not supported here ({})", at, type,
+         assistant ? "text and tool_use; thinking blocks are dropped" : "text; a user turn also takes tool_result");
   std::string text;
   for (const auto& [key, field] : block.items()) {
     if (key == "text") text = string_field(field, at + ".text");
@@ -196,7 +197,11 @@ void read_thinking(const json& v, CompletionRequest& r, int64_t& budget) {
 
 }  // namespace
 
-CompletionRequest parse_messages_request(const json& body, MessagesRoute route, const RequestDefaults& defaults) {
+CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRoute route,
+                                         const RequestDefaults& defaults, const json& ordered) {
+  auto in_order = [&](const std::string& key, const nlohmann::json& v) {
+    return ordered.is_object() && ordered.contains(key) ? ordered[key] : json(v);
+  };
   CompletionRequest r;
   r.api = Api::kMessages;
   r.max_tokens = defaults.max_tokens;
@@ -215,7 +220,7 @@ CompletionRequest parse_messages_request(const json& body, MessagesRoute route, 
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "messages") {
-      read_messages(v, r);
+      read_messages(in_order(key, v), r);
     } else if (key == "system") {
       system = content_text(v, "field 'system'", /*assistant=*/false);
       have_system = true;
@@ -224,7 +229,7 @@ CompletionRequest parse_messages_request(const json& body, MessagesRoute route, 
     } else if (key == "thinking") {
       read_thinking(v, r, budget);
     } else if (key == "tools") {
-      read_tools(v, r);
+      read_tools(in_order(key, v), r);
     } else if (key == "tool_choice") {
       tool_choice_none = read_tool_choice(v);
     } else if (count) {

@@ -1,10 +1,11 @@
 // tool_calls.h — the tool calls in a chat reply, taken out of its text as vLLM's hermes parser and llama-server do
 // for Qwen3: each "<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>" block the model writes becomes an
 // OpenAI tool call (its arguments as JSON text, written as the chat template writes them back, python_json), and the
-// text outside the blocks stays the content (whitespace between and after blocks dropped). A block whose body is not
-// a JSON object with a string "name" (and "arguments", an object, when present), or one the reply ends inside, stays
-// in the content as written, so no output is lost. The split is the same however the text is pushed: a piece that
-// may begin "<tool_call>" and the whitespace after a block are held until their part is known.
+// text outside the blocks stays the content (the whitespace between calls and after the last is dropped). A block
+// whose body is not a JSON object with a string "name" (and "arguments", an object, when present), or one the reply
+// ends inside, stays in the content as written, whitespace before it included, so no output is lost. The split is
+// the same however the text is pushed: a piece that may begin "<tool_call>" and the whitespace after a call are held
+// until their part is known.
 #pragma once
 #include <random>
 #include <string>
@@ -36,9 +37,11 @@ class ToolCallSplit {
   void advance(ToolCallParts& out, bool end);
   std::string new_id();
 
-  std::string held_;        // text whose part is not known yet
-  bool in_block_ = false;   // held_ is a block's body, after "<tool_call>"
-  bool after_block_ = false;  // a block has closed: whitespace after it is dropped before another one
+  std::string held_;          // text whose part is not known yet
+  bool in_block_ = false;     // held_ is a block's body, after "<tool_call>"
+  size_t searched_ = 0;       // in a block: how much of held_ has been searched for "</tool_call>"
+  bool after_block_ = false;  // a call has been taken: whitespace after it is dropped before another one
+  std::string space_before_;  // in a block right after a call: the whitespace between them (content if no call)
   std::mt19937_64 rng_;
 };
 
