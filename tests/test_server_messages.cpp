@@ -105,7 +105,7 @@ TEST(ServerMessagesRequest, ToolsAndToolTurnsBecomeTheTemplates) {
   // tools as OpenAI's function tools (llama-server's and vLLM's conversion), written as the template's tojson writes
   // them; tool_use blocks an assistant's tool_calls; tool_result blocks role "tool" turns before the user's text
   const std::string body = R"({
-      "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object",
+      "tools": [{"description": "Weather", "name": "get_weather", "input_schema": {"type": "object",
                  "properties": {"z": {"type": "string"}, "a": {"type": "number"}}}, "cache_control": {"type": "x"}}],
       "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
       "messages": [{"role": "user", "content": "Weather?"},

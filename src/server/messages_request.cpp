@@ -2,6 +2,7 @@
 #include "server/messages_request.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "server/json_fields.h"
@@ -142,18 +143,22 @@ void read_tools(const json& v, CompletionRequest& r) {
     if (!t.is_object()) fail("{}: expected an object, got {}", at, brief(t));
     if (t.contains("type") && !t["type"].is_null() && t["type"] != "custom")
       fail("{}: tools of type {} (Anthropic's server tools) are not supported; client tools are", at, brief(t["type"]));
-    json function = json::object();
+    std::string name;
+    std::optional<std::string> description;
     for (const auto& [key, field] : t.items()) {
-      if (key == "name") function["name"] = string_field(field, at + ".name");
-      else if (key == "description") function["description"] = string_field(field, at + ".description");
+      if (key == "name") name = string_field(field, at + ".name");
+      else if (key == "description") description = string_field(field, at + ".description");
       else if (key == "input_schema") {
         if (!field.is_object()) fail("{}.input_schema: expected a JSON Schema object, got {}", at, brief(field));
       } else if (key != "type" && key != "cache_control") {
         fail("{}: unknown field '{}'", at, key);
       }
     }
-    if (!function.contains("name") || function["name"] == "") fail("{}.name: expected a non-empty string", at);
+    if (name.empty()) fail("{}.name: expected a non-empty string", at);
     if (!t.contains("input_schema")) fail("{}.input_schema is missing", at);
+    // in OpenAI's order whatever the client's: name, description, parameters
+    json function = {{"name", name}};
+    if (description) function["description"] = *description;
     function["parameters"] = t["input_schema"];
     r.tools.push_back(tok::python_json(json{{"type", "function"}, {"function", std::move(function)}}));
   }
