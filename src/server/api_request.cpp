@@ -101,6 +101,10 @@ nlohmann::ordered_json parse_ordered_fields(const std::string& body) {
   return j.is_object() ? j : ojson::object();  // parse_body reports what is wrong with a body that is not an object
 }
 
+nlohmann::ordered_json ordered_field(const nlohmann::ordered_json& ordered, const std::string& key, const json& v) {
+  return ordered.is_object() && ordered.contains(key) ? ordered[key] : nlohmann::ordered_json(v);
+}
+
 json parse_body(const std::string& body) {
   json j;
   const json::parser_callback_t limit_depth = [](int depth, json::parse_event_t, json&) {
@@ -181,17 +185,13 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
   std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
   bool tool_choice_none = false;
-  // tools and messages in the client's key order when `ordered` has them
-  auto in_order = [&](const std::string& key, const json& v) {
-    return ordered.is_object() && ordered.contains(key) ? ordered[key] : nlohmann::ordered_json(v);
-  };
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "prompt" && !chat) {
       read_prompt(v, r);
       have_prompt = true;
     } else if (key == "messages" && chat) {
-      read_messages(in_order(key, v), r);
+      read_messages(ordered_field(ordered, key, v), r);
       have_prompt = true;
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat) || (key == "n_predict" && native)) {
       const int64_t n = integer_field(v, key);
@@ -272,7 +272,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "response_format") {
       require_off(v, key, v.is_object() && v.contains("type") && v["type"] == "text", "a response format other than text");
     } else if (key == "tools" && chat) {
-      r.tools = tok::parse_tools(in_order(key, v), "field 'tools'");
+      r.tools = tok::parse_tools(ordered_field(ordered, key, v), "field 'tools'");
     } else if (key == "tool_choice" && chat) {
       if (v == "required" || v.is_object())
         fail("field 'tool_choice': {} forces a tool call, which needs constrained decoding; \"auto\" and \"none\" are "

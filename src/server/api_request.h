@@ -83,6 +83,10 @@ nlohmann::json parse_body(const std::string& body);
 // quadratic time, which parse_body's sorted objects do not (a logit_bias of any size stays fast).
 nlohmann::ordered_json parse_ordered_fields(const std::string& body);
 
+// Request field `key` (its value `v` in the sorted body) from `ordered` when that has it, else `v` itself.
+nlohmann::ordered_json ordered_field(const nlohmann::ordered_json& ordered, const std::string& key,
+                                     const nlohmann::json& v);
+
 // A JSON value for an error message: compact, ASCII, at most about 60 characters.
 std::string brief(const nlohmann::json& value);
 

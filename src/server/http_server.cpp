@@ -26,6 +26,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include <sys/socket.h>
 
@@ -145,8 +146,7 @@ struct Generation {
   std::condition_variable changed;
   bool started = false, done = false;
   std::chrono::steady_clock::time_point started_at;
-  std::string fresh_text, fresh_reasoning;  // final text the HTTP thread has not taken yet
-  std::vector<ToolCall> fresh_tool_calls;   // and tool calls
+  ReplyParts fresh;                         // final reasoning, text and tool calls the HTTP thread has not taken yet
   std::vector<LoggedToken> fresh_logprobs;   // and the logprobs of the tokens counted since (when asked for)
   Outcome outcome;            // when done without error
   std::exception_ptr error;   // when done with one
@@ -576,9 +576,9 @@ void Server::slot_loop() {
       outcome = generate(g->job, [&g](const ReplyParts& parts, std::vector<LoggedToken>&& logprobs) {
         if (!parts.reasoning.empty() || !parts.content.empty() || !parts.tool_calls.empty() || !logprobs.empty()) {
           std::lock_guard<std::mutex> lock(g->mutex);
-          g->fresh_reasoning += parts.reasoning;
-          g->fresh_text += parts.content;
-          g->fresh_tool_calls.insert(g->fresh_tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
+          g->fresh.reasoning += parts.reasoning;
+          g->fresh.content += parts.content;
+          g->fresh.tool_calls.insert(g->fresh.tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
           if (g->job.request.stream)  // a whole response takes them from the result
             g->fresh_logprobs.insert(g->fresh_logprobs.end(), logprobs.begin(), logprobs.end());
         }
@@ -767,14 +767,11 @@ bool Server::relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink
   for (;;) {
     std::unique_lock<std::mutex> lock = g->wait(
         [](const Generation& x) {
-          return x.done || !x.fresh_text.empty() || !x.fresh_reasoning.empty() || !x.fresh_tool_calls.empty();
+          return x.done || !x.fresh.content.empty() || !x.fresh.reasoning.empty() || !x.fresh.tool_calls.empty();
         },
         milliseconds(1000));
     const bool done = g->done;
-    ReplyParts fresh;
-    fresh.content.swap(g->fresh_text);
-    fresh.reasoning.swap(g->fresh_reasoning);
-    fresh.tool_calls.swap(g->fresh_tool_calls);
+    ReplyParts fresh = std::exchange(g->fresh, {});
     std::vector<LoggedToken> logprobs;
     logprobs.swap(g->fresh_logprobs);
     lock.unlock();

@@ -204,9 +204,6 @@ void read_thinking(const json& v, CompletionRequest& r, int64_t& budget) {
 
 CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRoute route,
                                          const RequestDefaults& defaults, const json& ordered) {
-  auto in_order = [&](const std::string& key, const nlohmann::json& v) {
-    return ordered.is_object() && ordered.contains(key) ? ordered[key] : json(v);
-  };
   CompletionRequest r;
   r.api = Api::kMessages;
   r.max_tokens = defaults.max_tokens;
@@ -225,7 +222,7 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "messages") {
-      read_messages(in_order(key, v), r);
+      read_messages(ordered_field(ordered, key, v), r);
     } else if (key == "system") {
       system = content_text(v, "field 'system'", /*assistant=*/false);
       have_system = true;
@@ -234,7 +231,7 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
     } else if (key == "thinking") {
       read_thinking(v, r, budget);
     } else if (key == "tools") {
-      read_tools(in_order(key, v), r);
+      read_tools(ordered_field(ordered, key, v), r);
     } else if (key == "tool_choice") {
       tool_choice_none = read_tool_choice(v);
     } else if (count) {

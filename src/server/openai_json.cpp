@@ -110,10 +110,8 @@ json chunk_json(const Job& job, const std::string& model_name, const std::string
 
 json tool_call_chunk_json(const Job& job, const std::string& model_name, const ToolCall& call, int64_t index) {
   json chunk = chunk_json(job, model_name, "", nullptr);
-  const json delta_call = {{"index", index},
-                           {"id", call.id},
-                           {"type", "function"},
-                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  json delta_call = {{"index", index}};
+  delta_call.update(tool_call_json(call));  // index first, then the call's own fields
   chunk["choices"][0]["delta"] = {{"tool_calls", json::array({delta_call})}};
   return chunk;
 }
