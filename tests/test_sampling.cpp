@@ -277,6 +277,104 @@ TEST(Sampler, LogitBiasComesFirstAndBansWithMinusInfinity) {
   EXPECT_THROW(decode::validate(p), Error);
 }
 
+// The candidate path (the row's largest scores, transformed on the host) against the whole-vocabulary transform:
+// the same distribution over the same tokens, the same draw for the same seed, and a fall-back where the candidates
+// cannot hold the nucleus.
+namespace {
+
+decode::SamplingParams sampling(double temperature, double top_p, int64_t top_k, double min_p, uint64_t seed = 1) {
+  decode::SamplingParams p;
+  p.temperature = temperature, p.top_p = top_p, p.top_k = top_k, p.min_p = min_p, p.seed = seed;
+  return p;
+}
+
+// A trained LM's shape: standard normal logits, a few hundred of them boosted far above the rest.
+at::Tensor peaked_logits(int64_t rows, int64_t V, uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  at::Tensor logits = at::randn({rows, V}, g) * 2.0;
+  logits.narrow(1, 1000, 300).add_(at::randn({rows, 300}, g) * 2.0 + 8.0);
+  return logits;
+}
+
+// Every row's nucleus equals the whole-vocabulary distribution: its tokens are exactly those of nonzero
+// probability, each with the same probability.
+void expect_nuclei_match(const decode::SamplingParams& p, const at::Tensor& logits, const char* what) {
+  decode::Sampler sampler(p);
+  const auto nuclei = sampler.nuclei(logits);
+  ASSERT_TRUE(nuclei.has_value()) << what << ": the candidates should hold the nucleus";
+  const at::Tensor whole = sampler.probabilities(logits);
+  for (int64_t r = 0; r < logits.size(0); ++r) {
+    const decode::Sampler::Nucleus& nu = (*nuclei)[static_cast<size_t>(r)];
+    const at::Tensor nonzero = whole[r].nonzero().squeeze(1);
+    ASSERT_EQ(static_cast<int64_t>(nu.ids.size()), nonzero.size(0)) << what << ", row " << r;
+    for (size_t i = 0; i < nu.ids.size(); ++i) {
+      ASSERT_EQ(nu.ids[i], nonzero[static_cast<int64_t>(i)].item<int64_t>()) << what << ", row " << r;
+      EXPECT_NEAR(nu.probs[i], whole[r][nu.ids[i]].item<double>(), 1e-12) << what << ", row " << r;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Sampler, CandidatePathHoldsTheWholeVocabularysNucleus) {
+  const at::Tensor logits = peaked_logits(16, 20000, 7);
+  expect_nuclei_match(sampling(0.6, 0.95, 20, 0.0), logits, "qwen3 thinking");
+  expect_nuclei_match(sampling(0.7, 0.8, 20, 0.0), logits, "qwen3 non-thinking");
+  expect_nuclei_match(sampling(1.0, 1.0, 50, 0.0), logits, "top-k alone");
+  expect_nuclei_match(sampling(0.8, 0.95, 0, 0.0), logits, "top-p alone");
+  expect_nuclei_match(sampling(1.0, 1.0, 0, 0.05), logits, "min-p alone");
+  expect_nuclei_match(sampling(1.0, 0.9, 40, 0.1), logits, "all three");
+  expect_nuclei_match(sampling(1.0, 1.0, 20000, 0.02), logits, "top-k of the whole vocabulary, min-p");
+  // bf16 logits tie often: every token tied with the k-th score stays, as the whole-vocabulary mask keeps it
+  const at::Tensor tied = logits.to(at::kBFloat16).to(at::kFloat);
+  expect_nuclei_match(sampling(0.6, 1.0, 20, 0.0), tied, "ties at the k-th score");
+  expect_nuclei_match(sampling(0.6, 1.0, 20, 0.01), tied, "ties, min-p");
+  // a vocabulary no larger than the candidates: the whole of it
+  expect_nuclei_match(sampling(0.8, 0.9, 0, 0.0), peaked_logits(4, 1500, 3).narrow(1, 900, 200), "small vocabulary");
+
+  // No truncation, or a nucleus wider than the candidates: the whole vocabulary.
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 1.0, 0, 0.0)).nuclei(logits).has_value()) << "temperature alone";
+  const at::Tensor flat = at::randn({2, 20000}) * 0.01;
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.95, 0, 0.0)).nuclei(flat).has_value()) << "top-p over a flat row";
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 1.0, 0, 0.5)).nuclei(flat).has_value()) << "min-p over a flat row";
+  at::Tensor all_tied = at::zeros({1, 20000});
+  all_tied.narrow(1, 0, 10).fill_(5.0f);
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 1.0, 5000, 0.0)).nuclei(at::zeros({1, 20000})).has_value())
+      << "a k-th score tied past the candidates";
+  EXPECT_TRUE(decode::Sampler(sampling(1.0, 1.0, 5, 0.0)).nuclei(all_tied).has_value()) << "ties within them";
+}
+
+TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
+  const at::Tensor logits = peaked_logits(16, 20000, 11);
+  for (const decode::SamplingParams& base : {sampling(0.6, 0.95, 20, 0.0), sampling(0.8, 0.95, 0, 0.0),
+                                             sampling(1.0, 1.0, 0, 0.05), sampling(1.0, 0.95, 0, 0.0)}) {
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+      decode::SamplingParams p = base;
+      p.seed = seed;
+      decode::Sampler candidates(p), whole(p);
+      std::vector<int64_t> a, b;
+      for (int call = 0; call < 3; ++call) {  // the RNG stream advances alike
+        decode::set_sampler_candidates(true);
+        a = candidates.sample(logits);
+        decode::set_sampler_candidates(false);
+        b = whole.sample(logits);
+        ASSERT_EQ(a, b) << "T " << p.temperature << ", top-p " << p.top_p << ", min-p " << p.min_p << ", seed "
+                        << seed << ", call " << call;
+      }
+    }
+  }
+  // a row that falls back takes the whole-vocabulary draw with the same uniform
+  const at::Tensor mixed = at::cat({logits.narrow(0, 0, 3), at::randn({1, 20000}) * 0.01}, 0);
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    decode::Sampler candidates(sampling(1.0, 0.95, 0, 0.0, seed)), whole(sampling(1.0, 0.95, 0, 0.0, seed));
+    decode::set_sampler_candidates(true);
+    const std::vector<int64_t> a = candidates.sample(mixed);
+    decode::set_sampler_candidates(false);
+    EXPECT_EQ(a, whole.sample(mixed)) << "seed " << seed;
+  }
+  decode::set_sampler_candidates(true);
+}
+
 using DFlashSampling = GoldenPair;
 
 TEST_F(DFlashSampling, MatchesPlainSamplingIncludingAfterRejections) {

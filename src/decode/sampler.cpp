@@ -7,9 +7,22 @@
 #include <limits>
 #include <unordered_map>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace specpress::decode {
+namespace {
+
+EnvSwitch& candidates_switch() {
+  static EnvSwitch s("SPECPRESS_SAMPLER_CANDIDATES", true);
+  return s;
+}
+
+}  // namespace
+
+bool sampler_candidates() { return candidates_switch().on(); }
+
+void set_sampler_candidates(bool on) { candidates_switch().set(on); }
 
 void validate(const SamplingParams& p) {
   if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature))
@@ -125,8 +138,12 @@ at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t
 }
 
 at::Tensor Sampler::probabilities(const at::Tensor& raw_logits, const std::vector<int64_t>& block) const {
+  return probabilities_of(adjusted(raw_logits, block));
+}
+
+at::Tensor Sampler::probabilities_of(const at::Tensor& adjusted_logits) const {
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  at::Tensor scores = adjusted(raw_logits, block).to(at::kDouble);
+  at::Tensor scores = adjusted_logits.to(at::kDouble);
   if (params_.greedy()) {
     at::Tensor idx = scores.argmax(-1, /*keepdim=*/true);
     return at::zeros_like(scores).scatter_(-1, idx, 1.0);
@@ -154,28 +171,145 @@ at::Tensor Sampler::probabilities(const at::Tensor& raw_logits, const std::vecto
   return scores.softmax(-1);
 }
 
+std::optional<std::vector<Sampler::Nucleus>> Sampler::nuclei(const at::Tensor& logits,
+                                                             const std::vector<int64_t>& block) const {
+  std::vector<Nucleus> out;
+  if (params_.greedy() || !candidate_nuclei(adjusted(logits, block), out)) return std::nullopt;
+  return out;
+}
+
+bool Sampler::candidate_nuclei(const at::Tensor& scores, std::vector<Nucleus>& nuclei) const {
+  const double T = params_.temperature;
+  const int64_t rows = scores.size(0), V = scores.size(1);
+  const bool top_k = params_.top_k > 0 && params_.top_k < V, top_p = params_.top_p < 1.0, min_p = params_.min_p > 0.0;
+  if (!top_k && !top_p && !min_p) return false;  // plain temperature: every token can be drawn
+  // Candidate counts to try: top-k's own and a margin for ties at its k-th value; else a nucleus of a few hundred
+  // tokens (a trained LM at the temperatures people sample at), then a few thousand.
+  std::vector<int64_t> tries = top_k ? std::vector<int64_t>{params_.top_k + 64} : std::vector<int64_t>{256, 4096};
+  // top-p alone normalises over the whole vocabulary: each row's sum of exp(s / T - max) comes from the device
+  const bool need_z = top_p && !top_k;
+  for (int64_t C : tries) {
+    C = std::min(C, V);
+    auto [values, ids] = scores.topk(C, -1, /*largest=*/true, /*sorted=*/true);
+    std::vector<at::Tensor> parts = {values.to(at::kDouble), ids.to(at::kDouble)};  // ids < 2^53: exact
+    if (need_z) {
+      const at::Tensor s = scores.to(at::kDouble) / T;
+      parts.push_back((s - values.narrow(1, 0, 1).to(at::kDouble) / T).exp().sum(1, /*keepdim=*/true));
+    }
+    const at::Tensor host = at::cat(parts, 1).to(at::kCPU).contiguous();  // one copy, one synchronisation
+    const double* h = host.data_ptr<double>();
+    const int64_t width = host.size(1);
+    nuclei.assign(static_cast<size_t>(rows), Nucleus{});
+    bool every_row = true;
+    for (int64_t r = 0; r < rows && every_row; ++r) {
+      const double* v = h + r * width;
+      every_row = row_nucleus(v, v + C, C, V, need_z ? v[2 * C] : 0.0, nuclei[static_cast<size_t>(r)]);
+    }
+    if (every_row) return true;
+  }
+  return false;
+}
+
+bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, int64_t V, double z_whole,
+                          Nucleus& out) const {
+  // The whole-vocabulary transform of probabilities_of() on the row's C largest scores (descending): each step keeps
+  // a prefix of them. `rest` says whether the tokens past the candidates could still be kept, in which case a step
+  // must show that it drops them all, or the row falls back to the whole vocabulary.
+  const double T = params_.temperature;
+  std::vector<double> s(static_cast<size_t>(C));
+  for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[i] / T;  // as scores.to(double) / T
+  const double m = s[0];
+  if (!std::isfinite(m)) return false;
+  auto e = [&](int64_t i) { return std::exp(s[static_cast<size_t>(i)] - m); };
+  int64_t n = C;
+  bool rest = C < V;
+  if (params_.top_k > 0 && params_.top_k < V) {
+    const double kth = s[static_cast<size_t>(params_.top_k - 1)];
+    n = params_.top_k;
+    while (n < C && s[static_cast<size_t>(n)] >= kth) ++n;  // ties at the k-th value stay
+    if (n == C && rest) return false;                        // they may go on past the candidates
+    rest = false;
+  }
+  if (params_.top_p < 1.0) {
+    double Z = z_whole;
+    if (!rest) {
+      Z = 0.0;
+      for (int64_t i = 0; i < n; ++i) Z += e(i);
+    }
+    // a token stays while the mass above it is below top_p (the largest always)
+    int64_t keep = 1;
+    double above = e(0) / Z;
+    while (keep < n && above < params_.top_p) above += e(keep++) / Z;
+    if (keep == n && rest) return false;  // the cut may lie past the candidates
+    n = keep;
+    rest = false;
+  }
+  if (params_.min_p > 0.0) {
+    // p < max p * min_p is dropped: exp(s - max) < min_p, whatever the normaliser
+    int64_t keep = 1;
+    while (keep < n && e(keep) >= params_.min_p) ++keep;
+    if (keep == n && rest) return false;
+    n = keep;
+    rest = false;
+  }
+  if (rest) return false;
+  std::vector<std::pair<int64_t, double>> kept(static_cast<size_t>(n));
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    kept[static_cast<size_t>(i)] = {static_cast<int64_t>(ids[i]), e(i)};
+    sum += e(i);
+  }
+  std::sort(kept.begin(), kept.end());  // by id, as the whole-vocabulary CDF runs
+  out.ids.resize(kept.size());
+  out.probs.resize(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) out.ids[i] = kept[i].first, out.probs[i] = kept[i].second / sum;
+  return true;
+}
+
 std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector<int64_t>& block) {
-  if (params_.greedy()) return argmax_rows(adjusted(logits, block));
-  at::Tensor probs = probabilities(logits, block);
-  const int64_t rows = probs.size(0), V = probs.size(1);
-  at::Tensor cdf = probs.cumsum(-1);
+  const at::Tensor scores = adjusted(logits, block);
+  if (params_.greedy()) return argmax_rows(scores);
+  const int64_t rows = scores.size(0), V = scores.size(1);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  std::vector<double> u(rows);
+  std::vector<double> u(static_cast<size_t>(rows));
   for (auto& x : u) x = uniform(rng_);
-  at::Tensor targets = at::tensor(u, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1) *
-                       cdf.narrow(1, V - 1, 1);
+  std::vector<int64_t> out(static_cast<size_t>(rows));
+  std::vector<Nucleus> nuclei;
+  if (sampler_candidates() && candidate_nuclei(scores, nuclei)) {
+    // The inverse CDF over the nucleus in id order: the first token whose cumulative mass exceeds u * total (a
+    // token of zero mass never does); the u * total == total rounding edge takes the last token with mass.
+    for (int64_t r = 0; r < rows; ++r) {
+      const Nucleus& nu = nuclei[static_cast<size_t>(r)];
+      double total = 0.0;
+      for (double p : nu.probs) total += p;
+      const double target = u[static_cast<size_t>(r)] * total;
+      double cum = 0.0;
+      int64_t pick = -1, last_with_mass = nu.ids.front();
+      for (size_t i = 0; i < nu.ids.size() && pick < 0; ++i) {
+        cum += nu.probs[i];
+        if (nu.probs[i] > 0.0) last_with_mass = nu.ids[i];
+        if (cum > target) pick = nu.ids[i];
+      }
+      out[static_cast<size_t>(r)] = pick >= 0 ? pick : last_with_mass;
+    }
+    return out;
+  }
+  const at::Tensor probs = probabilities_of(scores);
+  const at::Tensor cdf = probs.cumsum(-1);
+  const at::Tensor targets =
+      at::tensor(u, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1) * cdf.narrow(1, V - 1, 1);
   // First index whose cumulative mass exceeds u * total: the inverse CDF. Zero-probability tokens
   // have cdf equal to their predecessor and are never chosen.
-  at::Tensor idx = at::searchsorted(cdf.contiguous(), targets.contiguous(), /*out_int32=*/false, /*right=*/true)
-                       .clamp_max(V - 1)
-                       .squeeze(1)
-                       .to(at::kCPU);
-  std::vector<int64_t> out(idx.data_ptr<int64_t>(), idx.data_ptr<int64_t>() + rows);
-  // Guard the u*total == total rounding edge: step back to the last token with mass.
+  const at::Tensor idx = at::searchsorted(cdf.contiguous(), targets.contiguous(), /*out_int32=*/false, /*right=*/true)
+                             .clamp_max(V - 1);
+  // each pick and its mass in one copy
+  const at::Tensor picked = at::cat({idx.to(at::kDouble), probs.gather(1, idx)}, 1).to(at::kCPU).contiguous();
+  const double* h = picked.data_ptr<double>();
   for (int64_t r = 0; r < rows; ++r) {
-    if (probs[r][out[r]].item<double>() == 0.0) {
-      at::Tensor nz = probs[r].nonzero();
-      out[r] = nz[nz.size(0) - 1][0].item<int64_t>();
+    out[static_cast<size_t>(r)] = static_cast<int64_t>(h[2 * r]);
+    if (h[2 * r + 1] == 0.0) {  // the u * total == total rounding edge: step back to the last token with mass
+      const at::Tensor nz = probs[r].nonzero();
+      out[static_cast<size_t>(r)] = nz[nz.size(0) - 1][0].item<int64_t>();
     }
   }
   return out;

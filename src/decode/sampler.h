@@ -3,11 +3,16 @@
 // (llama.cpp's sampler order); then greedy (argmax, ties to the lowest id) when temperature < 1e-5, else temperature
 // -> top-k -> top-p -> min-p (transformers' warper order) and inverse-CDF sampling with a seeded host RNG, so CPU and
 // CUDA draw the same stream for the same logits.
+// Sampling with top-k, top-p or min-p reads only the row's largest scores back (the candidate path): the transform
+// runs on the host in fp64 over them, and where they cannot be shown to hold every token the whole-vocabulary
+// transform keeps (a nucleus wider than the candidates, ties past them) the row falls back to that transform
+// (probabilities()). Both draw the same token for the same uniform, up to fp64 rounding at a CDF boundary.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <random>
 #include <unordered_map>
 #include <utility>
@@ -62,9 +67,26 @@ class Sampler {
   at::Tensor adjusted(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
   // The distribution sample() draws from (fp64 [rows, V]); for tests and diagnostics.
   at::Tensor probabilities(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
+  // The tokens a row can draw (ascending ids) and their probabilities.
+  struct Nucleus {
+    std::vector<int64_t> ids;
+    std::vector<double> probs;
+  };
+  // The candidate path's nucleus of every row, or nothing where some row needs the whole vocabulary (or the settings
+  // truncate nothing); rows and `block` as in sample(). For tests and diagnostics.
+  std::optional<std::vector<Nucleus>> nuclei(const at::Tensor& logits, const std::vector<int64_t>& block = {}) const;
   const SamplingParams& params() const { return params_; }
 
  private:
+  at::Tensor probabilities_of(const at::Tensor& adjusted_logits) const;
+  // The candidate path: every row's nucleus from its largest scores, or false where some row needs the whole
+  // vocabulary.
+  bool candidate_nuclei(const at::Tensor& adjusted_logits, std::vector<Nucleus>& nuclei) const;
+  // One row: its C largest raw scores (descending) and their ids, the vocabulary size V and, for top-p without
+  // top-k, the row's sum of exp(s / T - max) over the whole vocabulary.
+  bool row_nucleus(const double* values, const double* ids, int64_t C, int64_t V, double z_whole,
+                   Nucleus& out) const;
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   // the penalties' window over the prompt and the accepted tokens (its last repeat_last_n; all for -1) and each
@@ -72,6 +94,11 @@ class Sampler {
   std::deque<int64_t> window_;
   std::unordered_map<int64_t, int64_t> counts_;
 };
+
+// SPECPRESS_SAMPLER_CANDIDATES (default 1): the candidate path where it applies; 0 always takes the whole vocabulary
+// (for benchmarks and tests, which may also set it for the process).
+bool sampler_candidates();
+void set_sampler_candidates(bool on);
 
 // {repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty}, for reports and checkpoints.
 nlohmann::ordered_json penalties_json(const SamplingParams& params);
