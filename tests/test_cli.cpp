@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -97,6 +98,46 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   r = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2,3 -n 4 --compress " + demo + "/draft");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
+}
+
+// --reasoning-budget N on the demo pair, whose think block is empty unless </think> is banned (logit bias, which also
+// holds in the answer; the forced tokens are not sampled): the first N tokens, "\n</think>\n\n", then the answer,
+// greedy and sampled, plain and DFlash (greedy: the same tokens); a block that ends within the budget is untouched;
+// bad values named.
+TEST(Cli, ReasoningBudgetCutsTheThinkingAndAnswers) {
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
+    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  const std::string base = "generate -m " + demo + "/target -p \"What is 2+3?\" --chat -n 40 --json ";
+  auto ids_of = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["output_ids"].get<std::vector<int64_t>>();
+  };
+  // greedy: DFlash equals plain decoding; sampled (lossless in distribution, not token for token): the same cut
+  const std::string greedy = base + "--temp 0 --reasoning-budget 8 --logit-bias 151668-inf";
+  const std::string sampled = base + "--temp 0.8 --top-k 20 --seed 3 --reasoning-budget 8 --logit-bias 151668-inf";
+  const std::string draft = " -md " + demo + "/draft";
+  const std::vector<int64_t> plain = ids_of(run_specpress(greedy));
+  ASSERT_EQ(plain.size(), 40u);
+  EXPECT_EQ(ids_of(run_specpress(greedy + draft)), plain) << "DFlash";
+  for (const std::vector<int64_t>& out : {plain, ids_of(run_specpress(sampled)), ids_of(run_specpress(sampled + draft))}) {
+    ASSERT_GE(out.size(), 11u);
+    EXPECT_EQ(out[0], 151667) << "<think>";
+    EXPECT_EQ(std::vector<int64_t>(out.begin() + 8, out.begin() + 11), (std::vector<int64_t>{198, 151668, 271}))
+        << "the forced end after the 8 thinking tokens";
+    EXPECT_EQ(std::count(out.begin(), out.end(), 151668), 1) << "the model never writes </think> itself";
+  }
+  // the demo model closes its block at once: a budget of 8 changes nothing
+  EXPECT_EQ(ids_of(run_specpress(base + "--reasoning-budget 8")), ids_of(run_specpress(base + "--think")));
+  for (const auto& [flags, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"--reasoning-budget -2", "--reasoning-budget: expected -1"},
+           {"--reasoning-budget 0 --think", "contradicts --think"}}) {
+    const CommandResult r = run_specpress(base + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << flags << ": " << r.err;
+  }
+  const CommandResult ids = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2 -n 4 --reasoning-budget 4");
+  EXPECT_NE(ids.err.find("--reasoning-budget: only applies with --chat"), std::string::npos) << ids.err;
 }
 
 // `specpress perplexity`: llama-perplexity's progress ([1]x,[2]y,...) and final line, the same value in --json with

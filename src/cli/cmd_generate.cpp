@@ -27,6 +27,8 @@ namespace {
 struct GenerateOptions {
   std::string model_dir, draft_dir, prompt_ids, prompt_text, prompt_file, system, stop_ids;
   bool chat = false, think = false;
+  int64_t reasoning_budget = -1;  // as serve's: -1 no cap, 0 thinking off, N > 0 thinking on and capped at N tokens
+  bool reasoning_budget_given = false;
   std::string compress = "none";
   compress::Policy policy;
   std::string device = "cpu", dtype = "f32";
@@ -37,8 +39,16 @@ struct GenerateOptions {
   decode::SamplingParams sampling;
 };
 
-int run_generate(const GenerateOptions& o) {
+int run_generate(const GenerateOptions& options) {
   c10::InferenceMode inference_mode;
+  GenerateOptions o = options;
+  if (o.reasoning_budget_given) {
+    if (o.reasoning_budget < -1)
+      fail("--reasoning-budget: expected -1 (no cap), 0 (thinking off) or a token count, found {}", o.reasoning_budget);
+    if (o.reasoning_budget == 0 && o.think) fail("--reasoning-budget 0 (thinking off) contradicts --think");
+    o.think = o.reasoning_budget != 0;
+  }
+  const char* think_flag = o.reasoning_budget_given && o.reasoning_budget != 0 ? "--reasoning-budget" : "--think";
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
   model::check_dtype_on_device(dtype, device, "--dtype");
@@ -48,7 +58,7 @@ int run_generate(const GenerateOptions& o) {
   std::vector<int64_t> prompt;
   if (!o.prompt_ids.empty()) {
     if (o.chat || !o.system.empty()) fail("--chat/--system: need a text prompt (-p or -f), not --prompt-ids");
-    if (o.think) fail("--think: only applies with --chat (and a text prompt)");
+    if (o.think) fail("{}: only applies with --chat (and a text prompt)", think_flag);
     prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
     if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
   } else {
@@ -62,7 +72,7 @@ int run_generate(const GenerateOptions& o) {
       messages.push_back({"user", text, std::nullopt});
       prompt = tools::chat_prompt_ids(*tokenizer, messages, o.think);
     } else {
-      if (o.think) fail("--think: only applies with --chat");
+      if (o.think) fail("{}: only applies with --chat", think_flag);
       std::vector<int32_t> ids = tokenizer->encode(text);
       prompt.assign(ids.begin(), ids.end());
     }
@@ -116,8 +126,14 @@ int run_generate(const GenerateOptions& o) {
   }
   // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not
   // to; KV compression edits the reference cache, so it always runs on the reference path.
+  decode::ThinkingBudget budget;
+  if (o.reasoning_budget > 0) budget = tools::qwen3_thinking_budget(*tokenizer, o.reasoning_budget, "--reasoning-budget");
   tools::GenerationRunner runner(target, draft.get(), o.reference_path);
-  decode::GenerationResult result = draft ? runner.dflash(prompt, params, stream) : runner.plain(prompt, params, stream);
+  const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
+                                     const decode::TokenCallback& on_tokens) {
+    return draft ? runner.dflash(ids, p, on_tokens) : runner.plain(ids, p, on_tokens);
+  };
+  decode::GenerationResult result = decode::generate_with_thinking_budget(run, prompt, params, budget, stream);
   if (o.json) {
     nlohmann::ordered_json j = result_json(result);
     if (tokenizer) {
@@ -164,6 +180,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--chat", o->chat, "render the prompt as a user turn with the chat template (+ generation prompt)");
   cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)");
   cmd->add_flag("--think", o->think, "enable_thinking in the chat template (off by default: DFlash drafts need it off)");
+  auto* budget = cmd->add_option("--reasoning-budget", o->reasoning_budget,
+                                 "thinking tokens before the answer: -1 no cap, 0 thinking off, N > 0 thinking on and, "
+                                 "after N tokens without </think>, \"\\n</think>\\n\\n\" forced and the answer "
+                                 "generated (sets --think unless 0)");
   cmd->add_option("-n,--n-predict", o->n_predict, "maximum number of tokens to generate")->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
   cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str()->check(seed_check());
@@ -179,7 +199,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
                   "alternatives (0..20)")
       ->check(CLI::Range(int64_t{0}, decode::kMaxLogprobs));
   add_compression_flags(*cmd, o->compress, o->policy);
-  cmd->callback([&run, o]() { run = [o]() { return run_generate(*o); }; });
+  cmd->callback([&run, o, budget]() {
+    o->reasoning_budget_given = budget->count() > 0;
+    run = [o]() { return run_generate(*o); };
+  });
 }
 
 }  // namespace specpress::cli

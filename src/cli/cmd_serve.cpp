@@ -32,7 +32,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
   [[maybe_unused]] CLI::Option* budget = cmd->add_option(
       "--reasoning-budget", o->reasoning_budget,
-      "llama-server's: -1 thinking on by default, 0 off (as --think / its absence); no other budget");
+      "llama-server's: -1 thinking on by default, 0 off (as --think / its absence); N > 0 thinking on and each "
+      "think block capped at N tokens (\"\\n</think>\\n\\n\" forced, then the answer; a request's "
+      "thinking_token_budget or thinking.budget_tokens replaces it)");
   [[maybe_unused]] CLI::Option* kwargs = cmd->add_option("--chat-template-kwargs", o->chat_template_kwargs,
                                         "JSON object of template parameters for every chat request, as llama-server "
                                         "takes it: {\"enable_thinking\": true|false} (overrides --think and --reasoning-budget)");

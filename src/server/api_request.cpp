@@ -182,6 +182,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   std::optional<int64_t> max_completion_tokens;  // OpenAI's newer name wins over max_tokens
   const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
   r.tokens_as_ids = defaults.tokens_as_ids && !native;  // llama.cpp's entries have the id beside the text
+  if (chat) r.thinking_budget = defaults.thinking_budget;
   bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
   std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
   bool tool_choice_none = false;
@@ -225,6 +226,10 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
                "enable_thinking)", brief(json(k)));
         r.enable_thinking = bool_field(o, "chat_template_kwargs.enable_thinking");
       }
+    } else if (key == "thinking_token_budget" && chat) {  // vLLM's; null: none
+      r.thinking_budget = v.is_null() ? -1 : integer_field(v, key);
+      if (!v.is_null() && r.thinking_budget < 1)
+        fail("field 'thinking_token_budget': must be at least 1, got {}", r.thinking_budget);
     } else if (key == "reasoning_format" && chat) {
       if (!v.is_string()) fail("field 'reasoning_format': expected a string, got {}", brief(v));
       r.reasoning_format = parse_reasoning_format(v.get<std::string>(), "field 'reasoning_format'");

@@ -26,6 +26,7 @@ struct RequestDefaults {
   decode::SamplingParams sampling;
   bool random_seed = false;  // no "seed" in the request: a fresh one each time
   bool enable_thinking = false;  // chat: Qwen3's enable_thinking (off: what the DFlash drafts are trained on)
+  int64_t thinking_budget = -1;  // chat and messages: --reasoning-budget N > 0 (-1: no cap)
   ReasoningFormat reasoning_format = ReasoningFormat::kDeepseek;  // chat: --reasoning-format
   bool tokens_as_ids = false;  // --return-tokens-as-token-ids
 };
@@ -44,6 +45,9 @@ struct CompletionRequest {
   // block, as HF's continue_final_message renders Qwen3's last assistant turn; the request's thinking does not apply)
   std::optional<std::string> assistant_prefill;
   bool enable_thinking = false;
+  // chat and messages with thinking on: the think block's cap in tokens (decode/thinking_budget.h; vLLM's
+  // thinking_token_budget, the Messages API's thinking.budget_tokens), -1 none
+  int64_t thinking_budget = -1;
   // chat and messages: the thinking's place in the reply (messages: kDeepseek = thinking blocks); else none
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   int64_t max_tokens = -1;  // -1: as many as the context size leaves; 0 (echo only): the prompt scored, no output

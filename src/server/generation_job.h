@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode/generation.h"
+#include "decode/thinking_budget.h"
 #include "server/api_request.h"
 #include "server/logprobs_json.h"
 #include "server/tool_calls.h"
@@ -18,6 +19,7 @@ struct Job {
   CompletionRequest request;
   std::vector<int64_t> prompt;
   decode::GenerationParams params;
+  decode::ThinkingBudget thinking;  // the request's cap on its think block, when it has one and thinks
   std::string id;
   int64_t created = 0;
 };

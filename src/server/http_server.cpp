@@ -286,6 +286,7 @@ RequestDefaults Server::request_defaults() const {
   defaults.sampling = o_.sampling;
   defaults.random_seed = o_.random_seed;
   defaults.enable_thinking = o_.enable_thinking;
+  defaults.thinking_budget = o_.reasoning_budget > 0 ? o_.reasoning_budget : -1;
   defaults.reasoning_format = reasoning_format_;
   defaults.tokens_as_ids = o_.return_tokens_as_token_ids;
   return defaults;
@@ -358,6 +359,14 @@ Job Server::prepare(const CompletionRequest& request) const {
   if (request.random_seed) job.params.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;
+  if (request.thinking_budget > 0 && request.enable_thinking) {  // without thinking there is no block to cap
+    const char* field = request.api == Api::kMessages ? "field 'thinking.budget_tokens'" : "field 'thinking_token_budget'";
+    if (request.logprobs >= 0) fail("{}: cannot be combined with logprobs (the tokens forced at the cap have none)", field);
+    if (m.policy.enabled())
+      fail("{}: cannot be combined with the server's KV compression (--compress; it follows one generation)", field);
+    if (!m.tokenizer) fail("{}: needs the model's tokenizer.json", field);
+    job.thinking = tools::qwen3_thinking_budget(*m.tokenizer, request.thinking_budget, field);
+  }
   if (!request.ignore_eos && !o_.ignore_eos) job.params.stop_ids = m.eos_ids;
   return job;
 }
@@ -459,8 +468,11 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     if (shutting_down_) cancel = true, interrupted = true;
   };
   if (job.params.max_new_tokens > 0) {
-    out.result = m.draft ? m.runner->dflash(job.prompt, job.params, on_tokens)
-                         : m.runner->plain(job.prompt, job.params, on_tokens);
+    const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
+                                       const decode::TokenCallback& cb) {
+      return m.draft ? m.runner->dflash(ids, p, cb) : m.runner->plain(ids, p, cb);
+    };
+    out.result = decode::generate_with_thinking_budget(run, job.prompt, job.params, job.thinking, on_tokens);
     out.result.prefill_ms += scoring_ms;  // the prompt's processing: the echo's scoring, then the prefill
   } else {
     out.result.prompt_tokens = n_prompt;
@@ -1190,11 +1202,11 @@ int run_server(const ServerOptions& options) {
   decode::validate(options.sampling);
   ServerOptions o = options;
   if (o.reasoning_budget_given) {
-    if (o.reasoning_budget != -1 && o.reasoning_budget != 0)
-      fail("--reasoning-budget: {} is not supported: -1 (thinking on) or 0 (thinking off), as llama-server takes it",
-           o.reasoning_budget);
+    if (o.reasoning_budget < -1)
+      fail("--reasoning-budget: expected -1 (thinking on), 0 (thinking off) or a token count (thinking on, capped), "
+           "found {}", o.reasoning_budget);
     if (o.reasoning_budget == 0 && o.enable_thinking) fail("--reasoning-budget 0 (thinking off) contradicts --think");
-    o.enable_thinking = o.reasoning_budget == -1;
+    o.enable_thinking = o.reasoning_budget != 0;
   }
   if (o.chat_template_kwargs_given) {
     if (o.chat_template_kwargs.empty()) fail("--chat-template-kwargs: expected a JSON object, found an empty string");

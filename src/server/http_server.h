@@ -53,7 +53,8 @@ struct ServerOptions {
   bool random_seed = true;          // requests without a seed draw one (false: sampling.seed, set by --seed)
   int64_t max_queue = 32;           // requests that may wait for the slot; past that, 503 at once
   bool enable_thinking = false;     // chat default
-  // llama-server's --reasoning-budget: -1 thinking on, 0 off (the chat default, as --think sets it), when given
+  // llama-server's --reasoning-budget: -1 thinking on, 0 off (the chat default, as --think sets it), when given; N > 0
+  // thinking on with each think block capped at N tokens (decode/thinking_budget.h)
   int64_t reasoning_budget = -1;
   bool reasoning_budget_given = false;
   std::string chat_template_kwargs;  // llama-server's flag: a JSON object; {"enable_thinking": B} sets the default

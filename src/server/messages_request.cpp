@@ -218,7 +218,7 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
   std::string system;
   bool have_system = false;
   int64_t budget = -1;
-  bool tool_choice_none = false;
+  bool thinking_given = false, tool_choice_none = false;
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "messages") {
@@ -230,6 +230,7 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
       r.model = string_field(v, key);
     } else if (key == "thinking") {
       read_thinking(v, r, budget);
+      thinking_given = true;
     } else if (key == "tools") {
       read_tools(ordered_field(ordered, key, v), r);
     } else if (key == "tool_choice") {
@@ -259,6 +260,8 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
     fail("field 'messages': a last assistant message (a prefill) cannot be continued with thinking enabled");
   if (budget >= 0 && r.max_tokens_given && budget >= r.max_tokens)
     fail("field 'thinking.budget_tokens': {} must be less than max_tokens ({})", budget, r.max_tokens);
+  // a request's thinking object replaces the server's default cap (disabled: no thinking to cap)
+  r.thinking_budget = budget >= 0 ? budget : thinking_given ? -1 : defaults.thinking_budget;
   if (have_system) r.messages.insert(r.messages.begin(), tok::ChatMessage{"system", system});
   r.tool_calls = !r.tools.empty() && !tool_choice_none;
   return r;

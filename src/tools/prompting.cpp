@@ -1,12 +1,25 @@
 // prompting.cpp — see prompting.h.
 #include "tools/prompting.h"
 
+#include "core/error.h"
+
 namespace specpress::tools {
 
 std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& messages,
                                      bool enable_thinking, const std::vector<std::string>& tools) {
   std::vector<int32_t> ids = tokenizer.encode(tok::render_qwen3_chat(messages, true, enable_thinking, tools));
   return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+decode::ThinkingBudget qwen3_thinking_budget(const tok::Tokenizer& tokenizer, int64_t tokens, const char* flag) {
+  if (tokens < 1) fail("{}: a thinking budget of at least 1 token, found {}", flag, tokens);
+  const std::optional<int32_t> end = tokenizer.token_to_id("</think>");
+  if (!end) fail("{}: the model's tokenizer has no </think> token, so its thinking cannot be ended", flag);
+  decode::ThinkingBudget budget;
+  budget.tokens = tokens;
+  budget.end_id = *end;
+  for (int32_t id : tokenizer.encode("\n</think>\n\n")) budget.forced.push_back(id);
+  return budget;
 }
 
 DecodedText decode_output(const tok::Tokenizer& tokenizer, const std::vector<int64_t>& ids, bool skip_special) {
