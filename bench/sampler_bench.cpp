@@ -45,7 +45,8 @@ std::vector<int64_t> parse_rows(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != item.size() || item.empty() || n < 1) fail("--rows: expected positive counts like 1,16, found '{}'", text);
+    if (used != item.size() || item.empty() || n < 1)
+      fail("--rows: expected positive counts like 1,16, found '{}'", text);
     rows.push_back(n);
     at = comma + 1;
   }

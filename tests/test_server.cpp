@@ -1092,6 +1092,62 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   EXPECT_EQ(budget.stop(SIGTERM, 30), 0) << budget.stderr_text();
 }
 
+// A thinking budget over HTTP (--reasoning-budget N, a chat's thinking_token_budget): the demo model closes its block
+// at once, so </think> is banned by logit_bias; the reply then thinks for N tokens, "\n</think>\n\n" is forced and
+// the answer follows, as `generate --reasoning-budget N` writes it, whole and streamed, split by the reasoning
+// format; refused with logprobs; nothing to cap with thinking off.
+TEST(ServerHttp, ThinkingBudgetCutsTheBlockAsGenerateDoes) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
+  auto generated = [&](int budget) {
+    const CommandResult cli = run_specpress("generate " + pair + " -p \"" + kQuestion + "\" --chat -n 32 --json " +
+                                            "--logit-bias 151668-inf --reasoning-budget " + std::to_string(budget));
+    EXPECT_EQ(cli.exit_code, 0) << cli.err;
+    return json::parse(cli.out)["text"].get<std::string>();
+  };
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--reasoning-budget", "8"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 32},
+               {"logit_bias", {{"151668", -100}}}, {"reasoning_format", "none"}};
+  for (int budget : {8, 5}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    if (budget != 8) chat["thinking_token_budget"] = budget;  // the request's replaces the server's
+    const std::string expected = generated(budget);
+    ASSERT_NE(expected.find("\n</think>\n\n"), std::string::npos) << expected;
+    const json whole = post(s, "/v1/chat/completions", chat);
+    EXPECT_EQ(whole["choices"][0]["message"]["content"], expected);
+    EXPECT_EQ(whole["usage"]["completion_tokens"], 32);
+    json split = chat;
+    split["reasoning_format"] = "deepseek";
+    std::string reasoning, content;
+    for (const json& e : post_stream(s, "/v1/chat/completions", split)) {
+      if (e == "[DONE]") continue;
+      reasoning += e["choices"][0]["delta"].value("reasoning_content", "");
+      content += e["choices"][0]["delta"].value("content", "");
+    }
+    server::ReasoningSplit reference(server::ReasoningFormat::kDeepseek);
+    server::ReplyParts parts = reference.push(expected), rest = reference.flush();
+    EXPECT_EQ(reasoning, parts.reasoning + rest.reasoning);
+    EXPECT_EQ(content, parts.content + rest.content);
+    EXPECT_FALSE(reasoning.empty() || content.empty()) << "both parts of the reply";
+  }
+  json logprobs = chat;
+  logprobs["logprobs"] = true;
+  const httplib::Result refused = s.client().Post("/v1/chat/completions", logprobs.dump(), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->body.find("thinking_token_budget"), std::string::npos) << refused->body;
+  // thinking off: no block to cap (the template closes it in the prompt), the reply as `generate` writes it unthinking
+  json off = chat;
+  off["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const CommandResult unthinking = run_specpress("generate " + pair + " -p \"" + kQuestion + "\" --chat -n 32 --json " +
+                                                 "--logit-bias 151668-inf");
+  ASSERT_EQ(unthinking.exit_code, 0) << unthinking.err;
+  EXPECT_EQ(post(s, "/v1/chat/completions", off)["choices"][0]["message"]["content"],
+            json::parse(unthinking.out)["text"]);
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
 TEST(ServerHttp, ChatToolsEnterThePromptAndToolCallBlocksLeaveTheReply) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});

@@ -101,6 +101,39 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
   EXPECT_TRUE(r.enable_thinking);
 }
 
+// The thinking budget each API carries into CompletionRequest::thinking_budget: Messages' thinking.budget_tokens, a
+// chat's thinking_token_budget (vLLM's), the server's --reasoning-budget N as the default of both.
+TEST(ServerMessagesRequest, ThinkingBudgetsOfEachApi) {
+  server::RequestDefaults d;
+  const std::string user = R"("messages": [{"role": "user", "content": "hi"}])";
+  EXPECT_EQ(parse("{" + user + "}", d).thinking_budget, -1);
+  EXPECT_EQ(parse("{" + user + R"(, "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}})", d)
+                .thinking_budget, 2048);
+  d.thinking_budget = 9;
+  d.enable_thinking = true;
+  EXPECT_EQ(parse("{" + user + "}", d).thinking_budget, 9) << "the server's default";
+  EXPECT_EQ(parse("{" + user + R"(, "thinking": {"type": "disabled"}})", d).thinking_budget, -1);
+  auto chat = [&](const std::string& extra) {
+    return server::parse_completion_request(nlohmann::json::parse("{" + user + extra + "}"),
+                                            server::Api::kChatCompletions, d);
+  };
+  EXPECT_EQ(chat("").thinking_budget, 9);
+  EXPECT_EQ(chat(R"(, "thinking_token_budget": 300)").thinking_budget, 300);
+  EXPECT_EQ(chat(R"(, "thinking_token_budget": null)").thinking_budget, 9) << "null: as if absent";
+  EXPECT_EQ(server::parse_completion_request(nlohmann::json::parse(R"({"prompt": "x"})"), server::Api::kCompletions, d)
+                .thinking_budget, -1) << "no template, no think block";
+  for (const std::string bad : {R"(, "thinking_token_budget": 0)", R"(, "thinking_token_budget": "5")"}) {
+    try {
+      chat(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("thinking_token_budget"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(server::parse_completion_request(nlohmann::json::parse(R"({"prompt": "x", "thinking_token_budget": 5})"),
+                                                server::Api::kCompletions, d), Error) << "a chat field";
+}
+
 TEST(ServerMessagesRequest, ToolsAndToolTurnsBecomeTheTemplates) {
   // tools as OpenAI's function tools (llama-server's and vLLM's conversion), written as the template's tojson writes
   // them; tool_use blocks an assistant's tool_calls; tool_result blocks role "tool" turns before the user's text

@@ -17,8 +17,8 @@ if [ "$DEVICE" = cuda ]; then
   "$BUILD/bin/sampler_bench" --device cuda --iters 50 | tee "$OUT/sampler_bench_cuda.log"
 fi
 "$BUILD/bin/sampler_bench" --device cpu --iters 5 | tee "$OUT/sampler_bench_cpu.log"
-FLAGS=(--device "$DEVICE" --dtype "$DTYPE" -p "Natalia sold clips to 48 of her friends in April" -n "$N" --ignore-eos --json
-       --temp 0.6 --top-p 0.95 --top-k 20 --seed 5)
+FLAGS=(--device "$DEVICE" --dtype "$DTYPE" -p "Natalia sold clips to 48 of her friends in April" -n "$N" --ignore-eos
+       --json --temp 0.6 --top-p 0.95 --top-k 20 --seed 5)
 status=0
 for draft in with without; do
   models=(-m "$PAIR/target")

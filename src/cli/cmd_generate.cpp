@@ -127,7 +127,8 @@ int run_generate(const GenerateOptions& options) {
   // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not
   // to; KV compression edits the reference cache, so it always runs on the reference path.
   decode::ThinkingBudget budget;
-  if (o.reasoning_budget > 0) budget = tools::qwen3_thinking_budget(*tokenizer, o.reasoning_budget, "--reasoning-budget");
+  if (o.reasoning_budget > 0)
+    budget = tools::qwen3_thinking_budget(*tokenizer, o.reasoning_budget, "--reasoning-budget");
   tools::GenerationRunner runner(target, draft.get(), o.reference_path);
   const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
                                      const decode::TokenCallback& on_tokens) {

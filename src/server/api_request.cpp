@@ -226,9 +226,9 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
                "enable_thinking)", brief(json(k)));
         r.enable_thinking = bool_field(o, "chat_template_kwargs.enable_thinking");
       }
-    } else if (key == "thinking_token_budget" && chat) {  // vLLM's; null: none
-      r.thinking_budget = v.is_null() ? -1 : integer_field(v, key);
-      if (!v.is_null() && r.thinking_budget < 1)
+    } else if (key == "thinking_token_budget" && chat) {  // vLLM's
+      r.thinking_budget = integer_field(v, key);
+      if (r.thinking_budget < 1)
         fail("field 'thinking_token_budget': must be at least 1, got {}", r.thinking_budget);
     } else if (key == "reasoning_format" && chat) {
       if (!v.is_string()) fail("field 'reasoning_format': expected a string, got {}", brief(v));

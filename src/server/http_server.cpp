@@ -360,8 +360,10 @@ Job Server::prepare(const CompletionRequest& request) const {
   job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;
   if (request.thinking_budget > 0 && request.enable_thinking) {  // without thinking there is no block to cap
-    const char* field = request.api == Api::kMessages ? "field 'thinking.budget_tokens'" : "field 'thinking_token_budget'";
-    if (request.logprobs >= 0) fail("{}: cannot be combined with logprobs (the tokens forced at the cap have none)", field);
+    const char* field =
+        request.api == Api::kMessages ? "field 'thinking.budget_tokens'" : "field 'thinking_token_budget'";
+    if (request.logprobs >= 0)
+      fail("{}: cannot be combined with logprobs (the tokens forced at the cap have none)", field);
     if (m.policy.enabled())
       fail("{}: cannot be combined with the server's KV compression (--compress; it follows one generation)", field);
     if (!m.tokenizer) fail("{}: needs the model's tokenizer.json", field);
