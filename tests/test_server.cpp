@@ -537,7 +537,10 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "stop": [1]})", "field 'stop'"},
       {R"({"prompt": "x", "stream": "yes"})", "field 'stream'"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "only allowed with \"stream\": true"},
-      {R"({"prompt": "x", "n": 2})", "field 'n': more than one completion"},
+      {R"({"prompt": "x", "n": 0})", "field 'n': must be in 1..128, got 0"},
+      {R"({"prompt": "x", "n": 129})", "field 'n': must be in 1..128"},
+      {R"({"prompt": "x", "best_of": 2})", "field 'best_of': best_of (n gives several completions) is not supported"},
+      {R"({"prompt": "x", "n": 2, "echo": true, "max_tokens": 0})", "field 'n': 2 choices of nothing"},
       {R"({"prompt": "x", "logprobs": 21})", "field 'logprobs': must be 0..20"},
       {R"({"prompt": "x", "logprobs": true})", "field 'logprobs': expected an integer 0..20"},
       {R"({"prompt": "x", "top_logprobs": 2})", "field 'top_logprobs': /v1/completions takes 'logprobs'"},
@@ -1145,6 +1148,80 @@ TEST(ServerHttp, ThinkingBudgetCutsTheBlockAsGenerateDoes) {
   ASSERT_EQ(unthinking.exit_code, 0) << unthinking.err;
   EXPECT_EQ(post(s, "/v1/chat/completions", off)["choices"][0]["message"]["content"],
             json::parse(unthinking.out)["text"]);
+  EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
+}
+
+// n choices, one after another: choice i is the reply a request with seed + i gets alone, whole and streamed (each
+// chunk naming its choice; a role chunk and a finish chunk for each), usage over all; greedy choices are alike;
+// /v1/completions' choices carry their own logprobs.
+TEST(ServerHttp, SeveralChoicesAreTheRepliesOfSuccessiveSeeds) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 24}, {"temperature", 1.0},
+               {"seed", 5}};
+  std::vector<std::string> alone;
+  int64_t tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    json one = chat;
+    one["seed"] = 5 + i;
+    const json reply = post(s, "/v1/chat/completions", one);
+    alone.push_back(reply["choices"][0]["message"]["content"]);
+    tokens += reply["usage"]["completion_tokens"].get<int64_t>();
+  }
+  ASSERT_TRUE(alone[0] != alone[1] || alone[1] != alone[2]) << "the seeds should give different replies";
+  chat["n"] = 3;
+  const json whole = post(s, "/v1/chat/completions", chat);
+  ASSERT_EQ(whole["choices"].size(), 3u) << whole;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(whole["choices"][i]["index"], i);
+    EXPECT_EQ(whole["choices"][i]["message"]["content"], alone[static_cast<size_t>(i)]) << "choice " << i;
+    EXPECT_TRUE(whole["choices"][i]["finish_reason"].is_string());
+  }
+  EXPECT_EQ(whole["usage"]["completion_tokens"], tokens);
+  EXPECT_EQ(whole["usage"]["total_tokens"], whole["usage"]["prompt_tokens"].get<int64_t>() + tokens);
+  json streamed_request = chat;
+  streamed_request["stream_options"] = {{"include_usage", true}};
+  std::vector<std::string> streamed(3);
+  std::vector<int> roles(3, 0), finishes(3, 0);
+  int64_t last_index = 0;
+  const std::vector<json> events = post_stream(s, "/v1/chat/completions", streamed_request);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(events[events.size() - 2]["usage"]["completion_tokens"], tokens);
+  for (const json& e : events) {
+    if (e == "[DONE]" || e["choices"].empty()) continue;
+    const int64_t i = e["choices"][0]["index"];
+    ASSERT_TRUE(i >= 0 && i < 3) << e;
+    EXPECT_GE(i, last_index) << "choices one after another";
+    last_index = i;
+    const json& delta = e["choices"][0]["delta"];
+    roles[static_cast<size_t>(i)] += delta.contains("role");
+    finishes[static_cast<size_t>(i)] += !e["choices"][0]["finish_reason"].is_null();
+    streamed[static_cast<size_t>(i)] += delta.value("content", "");
+  }
+  EXPECT_EQ(streamed, alone);
+  EXPECT_EQ(roles, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(finishes, (std::vector<int>{1, 1, 1}));
+  // greedy: alike
+  json greedy = chat;
+  greedy["temperature"] = 0;
+  greedy["n"] = 2;
+  const json pair = post(s, "/v1/chat/completions", greedy);
+  ASSERT_EQ(pair["choices"].size(), 2u);
+  EXPECT_EQ(pair["choices"][0]["message"], pair["choices"][1]["message"]);
+  // completions: each choice its own text and logprobs
+  const json completion = post(s, "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 8}, {"n", 2},
+                                                      {"temperature", 1.0}, {"seed", 9}, {"logprobs", 1}});
+  ASSERT_EQ(completion["choices"].size(), 2u) << completion;
+  for (int i = 0; i < 2; ++i) {
+    const json& choice = completion["choices"][i];
+    EXPECT_EQ(choice["index"], i);
+    EXPECT_EQ(choice["logprobs"]["tokens"].size(), choice["logprobs"]["token_logprobs"].size());
+    std::string text;
+    for (const json& t : choice["logprobs"]["tokens"]) text += t.get<std::string>();
+    EXPECT_EQ(text, choice["text"]) << "choice " << i;
+  }
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
@@ -1799,7 +1876,8 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
        "field 'logit_bias': token id 999999999 is outside the vocabulary"},
       {"/v1/completions", R"({"prompt": ""})", 400, "encodes to no tokens"},
       {"/v1/chat/completions", R"({"messages": []})", 400, "no messages"},
-      {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "'n'"},
+      {"/v1/completions", R"({"prompt": "x", "n": 0})", 400, "'n'"},
+      {"/completion", R"({"prompt": "x", "n": 2})", 400, "'n'"},
       {"/detokenize", R"({"tokens": [-1]})", 400, "'tokens'"},
       {"/tokenize", R"({"text": "x"})", 400, "'text'"},
       {"/tokenize", R"({"content": "x", "parse_special": "x"})", 400, "'parse_special'"},

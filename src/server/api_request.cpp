@@ -233,9 +233,13 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "reasoning_format" && chat) {
       if (!v.is_string()) fail("field 'reasoning_format': expected a string, got {}", brief(v));
       r.reasoning_format = parse_reasoning_format(v.get<std::string>(), "field 'reasoning_format'");
-    } else if (key == "n" || key == "best_of") {
+    } else if (key == "n" && !native) {
+      r.n = integer_field(v, key);
+      if (r.n < 1 || r.n > kMaxChoices) fail("field 'n': must be in 1..{}, got {}", kMaxChoices, r.n);
+    } else if (key == "n" || key == "best_of") {  // best_of ranks candidates by their log-probability: not done here
       const int64_t n = integer_field(v, key);
-      require_off(v, key, n == 1, "more than one completion a request");
+      require_off(v, key, n == 1, native ? "more than one completion a request on /completion (/v1 routes take n)"
+                                         : "best_of (n gives several completions)");
     } else if (key == "return_tokens_as_token_ids" && !native) {
       r.tokens_as_ids = bool_field(v, key);
     } else if (key == "echo" && api == Api::kCompletions) {
@@ -297,6 +301,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
   if (r.max_tokens_given && r.max_tokens == 0 && !r.echo)
     fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");
+  if (r.n > 1 && r.max_tokens == 0) fail("field 'n': {} choices of nothing (max_tokens 0 scores the prompt once)", r.n);
   if (top_logprobs && !chat_logprobs) fail("field 'top_logprobs': only allowed with \"logprobs\": true");
   if (chat_logprobs) r.logprobs = top_logprobs.value_or(0);
   r.tool_calls = !r.tools.empty() && !tool_choice_none;  // "none": the tools stay in the prompt, as vLLM's

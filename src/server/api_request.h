@@ -69,7 +69,11 @@ struct CompletionRequest {
   // chat and /v1/completions (vLLM's return_tokens_as_token_ids): logprobs name tokens "token_id:ID"
   bool tokens_as_ids = false;
   std::string model;  // as the client named it (echoed back; one model is served)
+  // chat and /v1/completions: choices, generated one after another on the slot; choice i samples with seed + i (a
+  // random seed each where the request has none); greedy choices are alike
+  int64_t n = 1;
 };
+constexpr int64_t kMaxChoices = 128;
 
 // Throws specpress::Error naming the field and what was expected. `api`: any but kMessages (messages_request.h).
 // `ordered`: parse_ordered_fields' of the same body, whose tools and messages keep the client's key order in the

@@ -117,6 +117,16 @@ json error_json_of(const std::exception_ptr& error) {
   }
 }
 
+// A seed of 64 random bits.
+uint64_t random_seed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+// Choice `c` of a request: choice 0's job with seed + c (a fresh random seed where the request gave none).
+Job choice_job(const Job& first, int64_t c) {
+  Job job = first;
+  if (c > 0) job.params.sampling.seed = first.request.random_seed ? random_seed() : first.params.sampling.seed + c;
+  return job;
+}
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -139,22 +149,28 @@ struct Model {
   int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
 };
 
-// One queued generation, as the slot thread and the request's HTTP thread share it (under `mutex`).
+// One queued request, as the slot thread and the request's HTTP thread share it (under `mutex`): its choices
+// (CompletionRequest::n), generated one after another.
 struct Generation {
-  Job job;
+  Job job;  // choice 0's (choice_job gives the others theirs)
   std::mutex mutex;
   std::condition_variable changed;
   bool started = false, done = false;
   std::chrono::steady_clock::time_point started_at;
-  ReplyParts fresh;                         // final reasoning, text and tool calls the HTTP thread has not taken yet
-  std::vector<LoggedToken> fresh_logprobs;   // and the logprobs of the tokens counted since (when asked for)
-  Outcome outcome;            // when done without error
-  std::exception_ptr error;   // when done with one
+  // [choice]: final reasoning, text and tool calls the HTTP thread has not taken yet, and the logprobs of the tokens
+  // counted since (when asked for)
+  std::vector<ReplyParts> fresh;
+  std::vector<std::vector<LoggedToken>> fresh_logprobs;
+  std::vector<Outcome> outcomes;  // the choices that ended, in order: every one when done without error
+  std::exception_ptr error;       // when done with one
   std::atomic<bool> client_gone{false};
-  std::atomic<int64_t> decoded{0};  // output tokens committed so far, for /slots
+  std::atomic<int64_t> decoded{0};  // output tokens the running choice committed so far, for /slots
   int64_t task = 0;                 // the slot's count of generations started, this one's (set when it starts)
 
-  explicit Generation(Job j) : job(std::move(j)) {}
+  explicit Generation(Job j)
+      : job(std::move(j)), fresh(static_cast<size_t>(job.request.n)),
+        fresh_logprobs(static_cast<size_t>(job.request.n)) {}
+  int64_t choices() const { return job.request.n; }
   // The HTTP thread: waits until `ready(*this)` holds or `timeout` passes; returns with the lock held.
   template <typename Ready>
   std::unique_lock<std::mutex> wait(const Ready& ready, std::chrono::milliseconds timeout) {
@@ -206,15 +222,16 @@ class Server {
   // A stream's text, as the slot makes it final: the SSE frames for a piece of reasoning, answer and tool calls (any
   // may be empty), given the logprobs of the tokens counted since the last piece.
   using Frames = std::function<std::string(const ReplyParts& fresh, std::vector<LoggedToken>&& logprobs)>;
-  // Relays g's text to `sink` until the generation is done: `frames` for each piece, `keep_alive` after a second
-  // without any (queued, or a long prompt), so that a client that has gone away is noticed even before its generation
-  // starts. Returns false when a write failed (the generation is then abandoned).
-  bool relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink, const std::string& keep_alive,
-             const Frames& frames);
+  // Relays the text of g's choice `choice` to `sink` until that choice has ended or the generation is done (an error):
+  // `frames` for each piece, `keep_alive` after a second without any (queued, or a long prompt), so that a client
+  // that has gone away is noticed even before its generation starts. Returns false when a write failed (the
+  // generation is then abandoned).
+  bool relay(const std::shared_ptr<Generation>& g, int64_t choice, httplib::DataSink& sink,
+             const std::string& keep_alive, const Frames& frames);
   // The model name a reply gives: the request's, else the alias.
   const std::string& model_name(const Job& job) const { return job.request.model.empty() ? alias_ : job.request.model; }
   // The whole reply in the request's API (openai_json.h, messages_json.h).
-  json reply_json(const Job& job, const Outcome& out) const;
+  json reply_json(const Job& job, const std::vector<Outcome>& choices) const;
   std::string metrics_text() const;
   // Runs `body` for a route: errors become OpenAI error objects (400 for bad input, 500 for the engine's), or, for
   // the Messages API's routes (`anthropic`), Anthropic's.
@@ -356,7 +373,7 @@ Job Server::prepare(const CompletionRequest& request) const {
   const int64_t vocab = m.target->config().vocab_size;
   for (const auto& [id, bias] : job.params.sampling.logit_bias)
     if (id >= vocab) fail("field 'logit_bias': token id {} is outside the vocabulary 0..{}", id, vocab - 1);
-  if (request.random_seed) job.params.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (request.random_seed) job.params.sampling.seed = random_seed();
   job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;
   if (request.thinking_budget > 0 && request.enable_thinking) {  // without thinking there is no block to cap
@@ -532,9 +549,11 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   return out;
 }
 
-json Server::reply_json(const Job& job, const Outcome& out) const {
-  if (job.request.api == Api::kMessages) return messages_response(job, out, model_name(job), timings_json(out));
-  return response_json(job, out, model_name(job), LogprobsJson(model().tokenizer, job.request.tokens_as_ids));
+json Server::reply_json(const Job& job, const std::vector<Outcome>& choices) const {
+  if (choices.empty()) throw HttpError(503, "the generation ended early", "unavailable_error");
+  if (job.request.api == Api::kMessages)
+    return messages_response(job, choices.front(), model_name(job), timings_json(choices.front()));
+  return response_json(job, choices, model_name(job), LogprobsJson(model().tokenizer, job.request.tokens_as_ids));
 }
 
 std::shared_ptr<Generation> Server::submit(Job job) {
@@ -583,22 +602,33 @@ void Server::slot_loop() {
       g->started_at = std::chrono::steady_clock::now();
     }
     g->changed.notify_all();
-    Outcome outcome;
     std::exception_ptr error;
     try {
-      if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
-      outcome = generate(g->job, [&g](const ReplyParts& parts, std::vector<LoggedToken>&& logprobs) {
-        if (!parts.reasoning.empty() || !parts.content.empty() || !parts.tool_calls.empty() || !logprobs.empty()) {
+      for (int64_t c = 0; c < g->choices() && !g->client_gone; ++c) {
+        if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
+        Job job = choice_job(g->job, c);
+        g->decoded = 0;
+        Outcome outcome = generate(job, [&g, c](const ReplyParts& parts, std::vector<LoggedToken>&& logprobs) {
+          if (!parts.reasoning.empty() || !parts.content.empty() || !parts.tool_calls.empty() || !logprobs.empty()) {
+            std::lock_guard<std::mutex> lock(g->mutex);
+            ReplyParts& fresh = g->fresh[static_cast<size_t>(c)];
+            fresh.reasoning += parts.reasoning;
+            fresh.content += parts.content;
+            fresh.tool_calls.insert(fresh.tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
+            if (g->job.request.stream) {  // a whole response takes them from the result
+              std::vector<LoggedToken>& fresh_logprobs = g->fresh_logprobs[static_cast<size_t>(c)];
+              fresh_logprobs.insert(fresh_logprobs.end(), logprobs.begin(), logprobs.end());
+            }
+          }
+          g->changed.notify_all();
+          return !g->client_gone;
+        }, &g->decoded);
+        {
           std::lock_guard<std::mutex> lock(g->mutex);
-          g->fresh.reasoning += parts.reasoning;
-          g->fresh.content += parts.content;
-          g->fresh.tool_calls.insert(g->fresh.tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
-          if (g->job.request.stream)  // a whole response takes them from the result
-            g->fresh_logprobs.insert(g->fresh_logprobs.end(), logprobs.begin(), logprobs.end());
+          g->outcomes.push_back(std::move(outcome));
         }
         g->changed.notify_all();
-        return !g->client_gone;
-      }, &g->decoded);
+      }
     } catch (...) {
       error = std::current_exception();
     }
@@ -610,7 +640,6 @@ void Server::slot_loop() {
     }
     {
       std::lock_guard<std::mutex> lock(g->mutex);
-      g->outcome = std::move(outcome);
       g->error = error;
       g->done = true;
     }
@@ -631,7 +660,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
     using std::chrono::milliseconds;
     // the body of a finished generation: its response, or its error object
     auto final_body = [this, g, messages] {
-      if (!g->error) return dump(reply_json(g->job, g->outcome));
+      if (!g->error) return dump(reply_json(g->job, g->outcomes));
       const json error = error_json_of(g->error);
       return dump(messages ? anthropic_error(error) : error);
     };
@@ -648,7 +677,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         std::unique_lock<std::mutex> lock = g->wait(settled, milliseconds(100));
         if (g->done) {
           if (g->error) std::rethrow_exception(g->error);
-          send_json(res, 200, reply_json(g->job, g->outcome));
+          send_json(res, 200, reply_json(g->job, g->outcomes));
           return;
         }
         if (settled(*g)) break;
@@ -673,8 +702,19 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
     }
     res.set_header("Cache-Control", "no-cache");
     httplib::ContentProviderWithoutLength stream_events;
+    // After relay(g, c, ...): choice c's outcome (a copy: the slot may still add later choices), or none where the
+    // generation failed (`error` then says why).
+    auto choice_outcome = [g](int64_t c, std::exception_ptr& error) {
+      std::lock_guard<std::mutex> lock(g->mutex);
+      std::optional<Outcome> out;
+      if (static_cast<int64_t>(g->outcomes.size()) > c) out = g->outcomes[static_cast<size_t>(c)];
+      error = g->error;
+      if (!out && !error)  // done without its outcome: never left by a live client's generation
+        error = std::make_exception_ptr(HttpError(503, "the generation ended early", "unavailable_error"));
+      return out;
+    };
     if (messages) {
-      stream_events = [this, g](size_t, httplib::DataSink& sink) {
+      stream_events = [this, g, choice_outcome](size_t, httplib::DataSink& sink) {
         MessagesStream stream(g->job, model_name(g->job));
         std::string start = stream.start();
         if (!sink.write(start.data(), start.size())) {
@@ -683,7 +723,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         }
         // Anthropic's keep-alive is a ping event
         const bool relayed =
-            relay(g, sink, MessagesStream::ping(),
+            relay(g, 0, sink, MessagesStream::ping(),
                   [&](const ReplyParts& fresh, std::vector<LoggedToken>&&) {
                     std::string frames = stream.text(fresh.reasoning, fresh.content);
                     for (const ToolCall& call : fresh.tool_calls) frames += stream.tool_use(call);
@@ -691,80 +731,100 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
                   });
         if (!relayed) return false;
         // an error event and no message_stop: the stream did not complete
-        const std::string end = g->error ? MessagesStream::error(error_json_of(g->error))
-                                         : stream.finish(g->outcome, timings_json(g->outcome));
+        std::exception_ptr error;
+        const std::optional<Outcome> out = choice_outcome(0, error);
+        const std::string end =
+            out ? stream.finish(*out, timings_json(*out)) : MessagesStream::error(error_json_of(error));
         sink.write(end.data(), end.size());
         sink.done();
         return true;
       };
     } else {
-      stream_events = [this, g](size_t, httplib::DataSink& sink) {
+      stream_events = [this, g, choice_outcome](size_t, httplib::DataSink& sink) {
         auto event = [](const json& j) { return "data: " + dump(j) + "\n\n"; };
         const Job& job = g->job;
         const std::string& name = model_name(job);
         const LogprobsJson format(model().tokenizer, job.request.tokens_as_ids);
-        if (job.request.api == Api::kChatCompletions) {
-          json first = chunk_json(job, name, "", nullptr);
-          first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
-          const std::string line = event(first);
-          if (!sink.write(line.data(), line.size())) {
+        const bool native = job.request.api == Api::kNativeCompletion;
+        std::vector<Outcome> ended;
+        // the choices one after another, each chunk naming its own
+        for (int64_t c = 0; c < g->choices(); ++c) {
+          auto indexed = [c, native](json chunk) {
+            if (!native) chunk["choices"][0]["index"] = c;
+            return chunk;
+          };
+          if (job.request.api == Api::kChatCompletions) {
+            json first = indexed(chunk_json(job, name, "", nullptr));
+            first["choices"][0]["delta"] = {{"role", "assistant"}, {"content", ""}};
+            const std::string line = event(first);
+            if (!sink.write(line.data(), line.size())) {
+              abandon(g);
+              return false;
+            }
+          }
+          // Logprobs go out with the next chunk of text (or the last chunk): a token's text may be held back after
+          // its logprob came.
+          std::vector<LoggedToken> logprobs;
+          int64_t text_offset = 0;
+          auto text_event = [&](const std::string& text, const char* field) {
+            json chunk = indexed(chunk_json(job, name, text, nullptr, field));
+            add_logprobs(chunk, job, format, logprobs, text_offset);
+            logprobs.clear();
+            return event(chunk);
+          };
+          // An SSE comment line keeps a quiet stream alive (clients ignore it)
+          int64_t calls_sent = 0;
+          const bool relayed = relay(g, c, sink, ": waiting\n\n",
+                                     [&](const ReplyParts& fresh, std::vector<LoggedToken>&& fresh_logprobs) {
+                                       logprobs.insert(logprobs.end(), fresh_logprobs.begin(), fresh_logprobs.end());
+                                       // deepseek: the reasoning first, as all of it comes before any of the
+                                       // answer; deepseek-legacy streams the reply whole in content (tags included)
+                                       // and no reasoning deltas, as llama-server does
+                                       std::string frames;
+                                       if (!fresh.reasoning.empty() &&
+                                           job.request.reasoning_format != ReasoningFormat::kDeepseekLegacy)
+                                         frames += text_event(fresh.reasoning, "reasoning_content");
+                                       if (!fresh.content.empty()) frames += text_event(fresh.content, "content");
+                                       // each call whole in one delta, as it closes
+                                       for (const ToolCall& call : fresh.tool_calls)
+                                         frames += event(indexed(tool_call_chunk_json(job, name, call, calls_sent++)));
+                                       return frames;
+                                     });
+          if (!relayed) return false;
+          std::exception_ptr error;
+          const std::optional<Outcome> out = choice_outcome(c, error);
+          std::string end;
+          if (!out) {
+            end = event(error_json_of(error));  // and no [DONE]: the stream did not complete
+          } else if (native) {
+            json last = response_json(job, *out, name, format);
+            last["content"] = "";
+            add_logprobs(last, job, format, logprobs, text_offset);  // only the tokens no chunk carried
+            end = event(last);
+          } else {
+            json last = indexed(chunk_json(job, name, "", out->finish_reason));
+            if (!logprobs.empty()) add_logprobs(last, job, format, logprobs, text_offset);
+            last["timings"] = timings_json(*out);
+            if (!out->compression.is_null()) last["compression"] = out->compression;
+            end = event(last);
+            ended.push_back(*out);
+          }
+          const bool last_one = !out || native || c + 1 == g->choices();
+          if (last_one && out && !native) {
+            if (job.request.include_usage) {
+              json usage = chunk_json(job, name, "", nullptr);
+              usage["choices"] = json::array();
+              usage["usage"] = usage_json(merged_outcome(ended));
+              end += event(usage);
+            }
+            end += "data: [DONE]\n\n";
+          }
+          if (!sink.write(end.data(), end.size()) && !last_one) {
             abandon(g);
             return false;
           }
+          if (last_one) break;
         }
-        // Logprobs go out with the next chunk of text (or the last chunk): a token's text may be held back after its
-        // logprob came.
-        std::vector<LoggedToken> logprobs;
-        int64_t text_offset = 0;
-        auto text_event = [&](const std::string& text, const char* field) {
-          json chunk = chunk_json(job, name, text, nullptr, field);
-          add_logprobs(chunk, job, format, logprobs, text_offset);
-          logprobs.clear();
-          return event(chunk);
-        };
-        // An SSE comment line keeps a quiet stream alive (clients ignore it)
-        int64_t calls_sent = 0;
-        const bool relayed = relay(g, sink, ": waiting\n\n",
-                                   [&](const ReplyParts& fresh, std::vector<LoggedToken>&& fresh_logprobs) {
-                                     logprobs.insert(logprobs.end(), fresh_logprobs.begin(), fresh_logprobs.end());
-                                     // deepseek: the reasoning first, as all of it comes before any of the answer;
-                                     // deepseek-legacy streams the reply whole in content (tags included) and no
-                                     // reasoning deltas, as llama-server does
-                                     std::string frames;
-                                     if (!fresh.reasoning.empty() &&
-                                         job.request.reasoning_format != ReasoningFormat::kDeepseekLegacy)
-                                       frames += text_event(fresh.reasoning, "reasoning_content");
-                                     if (!fresh.content.empty()) frames += text_event(fresh.content, "content");
-                                     // each call whole in one delta, as it closes
-                                     for (const ToolCall& call : fresh.tool_calls)
-                                       frames += event(tool_call_chunk_json(job, name, call, calls_sent++));
-                                     return frames;
-                                   });
-        if (!relayed) return false;
-        std::string end;
-        if (g->error) {
-          end = event(error_json_of(g->error));  // and no [DONE]: the stream did not complete
-        } else if (job.request.api == Api::kNativeCompletion) {
-          json last = response_json(job, g->outcome, name, format);
-          last["content"] = "";
-          add_logprobs(last, job, format, logprobs, text_offset);  // only the tokens no chunk carried
-          end = event(last);
-        } else {
-          const Outcome& out = g->outcome;
-          json last = chunk_json(job, name, "", out.finish_reason);
-          if (!logprobs.empty()) add_logprobs(last, job, format, logprobs, text_offset);
-          last["timings"] = timings_json(out);
-          if (!out.compression.is_null()) last["compression"] = out.compression;
-          end = event(last);
-          if (job.request.include_usage) {
-            json usage = chunk_json(job, name, "", nullptr);
-            usage["choices"] = json::array();
-            usage["usage"] = usage_json(out);
-            end += event(usage);
-          }
-          end += "data: [DONE]\n\n";
-        }
-        sink.write(end.data(), end.size());
         sink.done();
         return true;
       };
@@ -775,27 +835,30 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
   });
 }
 
-bool Server::relay(const std::shared_ptr<Generation>& g, httplib::DataSink& sink, const std::string& keep_alive,
-                   const Frames& frames) {
+bool Server::relay(const std::shared_ptr<Generation>& g, int64_t choice, httplib::DataSink& sink,
+                   const std::string& keep_alive, const Frames& frames) {
   using std::chrono::milliseconds;
+  const size_t c = static_cast<size_t>(choice);
   for (;;) {
     std::unique_lock<std::mutex> lock = g->wait(
-        [](const Generation& x) {
-          return x.done || !x.fresh.content.empty() || !x.fresh.reasoning.empty() || !x.fresh.tool_calls.empty();
+        [c](const Generation& x) {
+          const ReplyParts& fresh = x.fresh[c];
+          return x.done || x.outcomes.size() > c || !fresh.content.empty() || !fresh.reasoning.empty() ||
+                 !fresh.tool_calls.empty();
         },
         milliseconds(1000));
-    const bool done = g->done;
-    ReplyParts fresh = std::exchange(g->fresh, {});
+    const bool ended = g->done || g->outcomes.size() > c;  // its parts are all in `fresh` once it has ended
+    ReplyParts fresh = std::exchange(g->fresh[c], {});
     std::vector<LoggedToken> logprobs;
-    logprobs.swap(g->fresh_logprobs);
+    logprobs.swap(g->fresh_logprobs[c]);
     lock.unlock();
     std::string out = frames(fresh, std::move(logprobs));
-    if (out.empty() && !done) out = keep_alive;
+    if (out.empty() && !ended) out = keep_alive;
     if (!out.empty() && !sink.write(out.data(), out.size())) {
       abandon(g);
       return false;
     }
-    if (done) return true;
+    if (ended) return true;
   }
 }
 

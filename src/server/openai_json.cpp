@@ -89,6 +89,44 @@ json response_json(const Job& job, const Outcome& out, const std::string& model_
   return j;
 }
 
+Outcome merged_outcome(const std::vector<Outcome>& choices) {
+  Outcome all = choices.front();
+  decode::GenerationResult& r = all.result;
+  for (size_t i = 1; i < choices.size(); ++i) {
+    const Outcome& o = choices[i];
+    all.completion_tokens += o.completion_tokens;
+    r.output_ids.insert(r.output_ids.end(), o.result.output_ids.begin(), o.result.output_ids.end());
+    r.acceptance_lengths.insert(r.acceptance_lengths.end(), o.result.acceptance_lengths.begin(),
+                                o.result.acceptance_lengths.end());
+    r.prefill_ms += o.result.prefill_ms;
+    r.first_draft_ms += o.result.first_draft_ms;
+    r.decode_ms += o.result.decode_ms;
+    r.draft_ms += o.result.draft_ms;
+    r.verify_ms += o.result.verify_ms;
+  }
+  return all;
+}
+
+json response_json(const Job& job, const std::vector<Outcome>& choices, const std::string& model_name,
+                   const LogprobsJson& format) {
+  json j = response_json(job, choices.front(), model_name, format);
+  if (choices.size() == 1 || job.request.api == Api::kNativeCompletion) return j;
+  for (size_t i = 1; i < choices.size(); ++i) {
+    json choice = response_json(job, choices[i], model_name, format)["choices"][0];
+    choice["index"] = i;
+    j["choices"].push_back(std::move(choice));
+  }
+  const Outcome all = merged_outcome(choices);
+  j["usage"] = usage_json(all);
+  j["timings"] = timings_json(all);
+  if (j.contains("compression")) {
+    json each = json::array();
+    for (const Outcome& o : choices) each.push_back(o.compression);
+    j["compression"] = std::move(each);
+  }
+  return j;
+}
+
 json chunk_json(const Job& job, const std::string& model_name, const std::string& text, const json& finish_reason,
                 const char* delta_field) {
   if (job.request.api == Api::kNativeCompletion) return {{"content", text}, {"id_slot", 0}, {"stop", false}};

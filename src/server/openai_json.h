@@ -24,6 +24,13 @@ void add_logprobs(nlohmann::ordered_json& j, const Job& job, const LogprobsJson&
 // The whole response (completions, chat or llama.cpp's), with the logprobs of the tokens the usage counts.
 nlohmann::ordered_json response_json(const Job& job, const Outcome& out, const std::string& model_name,
                                      const LogprobsJson& format);
+// A request's choices (CompletionRequest::n) as one response: each choice's own entry (its index, text, logprobs
+// and finish_reason), usage and timings over them all (merged_outcome), and with compression one object a choice.
+nlohmann::ordered_json response_json(const Job& job, const std::vector<Outcome>& choices,
+                                     const std::string& model_name, const LogprobsJson& format);
+// The choices' outcomes added up, for usage and timings: prompt tokens once, completion tokens, times and the DFlash
+// verify steps of every choice.
+Outcome merged_outcome(const std::vector<Outcome>& choices);
 // An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
 nlohmann::ordered_json tool_call_json(const ToolCall& call);
 // A chat stream's chunk that carries one whole tool call, the response's `index`-th (delta.tool_calls).
