@@ -7,6 +7,7 @@
 // Usage: sampler_bench [--device cpu|cuda] [--rows 1,16] [--iters K]
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -32,22 +33,26 @@ decode::SamplingParams make(double temperature, double top_p, int64_t top_k, dou
   return p;
 }
 
+// A positive count, or an Error naming `flag`, what it expects and its text.
+int64_t parse_count(const std::string& item, const std::string& flag, const std::string& text,
+                    const char* expected = "a positive count") {
+  size_t used = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(item, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != item.size() || item.empty() || n < 1) fail("{}: expected {}, found '{}'", flag, expected, text);
+  return n;
+}
+
 std::vector<int64_t> parse_rows(const std::string& text) {
   std::vector<int64_t> rows;
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    size_t used = 0;
-    int64_t n = 0;
-    try {
-      n = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || item.empty() || n < 1)
-      fail("--rows: expected positive counts like 1,16, found '{}'", text);
-    rows.push_back(n);
+    rows.push_back(parse_count(text.substr(at, comma - at), "--rows", text, "positive counts like 1,16"));
     at = comma + 1;
   }
   return rows;
@@ -66,31 +71,21 @@ double time_sample(const decode::SamplingParams& params, const at::Tensor& logit
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device_name = "cpu", rows_text = "1,16";
-  int64_t iters = 20;
+  std::string device_name = "cpu", rows_text = "1,16", iters_text = "20";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "sampler_bench: %s needs a value\n", flag.c_str());
-      return 2;
-    }
-    const std::string value = argv[i + 1];
-    if (flag == "--device") {
-      device_name = value;
-    } else if (flag == "--rows") {
-      rows_text = value;
-    } else if (flag == "--iters") {
-      iters = std::atoll(value.c_str());
-      if (iters < 1) {
-        std::fprintf(stderr, "sampler_bench: --iters: expected a positive count, found '%s'\n", value.c_str());
-        return 2;
-      }
-    } else {
+    std::string* value = flag == "--device" ? &device_name : flag == "--rows" ? &rows_text
+                         : flag == "--iters"                ? &iters_text
+                                                            : nullptr;
+    if (value == nullptr || i + 1 >= argc) {
+      if (value != nullptr) std::fprintf(stderr, "sampler_bench: %s needs a value\n", flag.c_str());
       std::fprintf(stderr, "usage: %s [--device cpu|cuda] [--rows 1,16] [--iters K]\n", argv[0]);
-      return 2;
+      return flag == "--help" || flag == "-h" ? 0 : 2;
     }
+    *value = argv[i + 1];
   }
   try {
+    const int64_t iters = parse_count(iters_text, "--iters", iters_text);
     c10::InferenceMode mode;
     if (device_name != "cpu" && device_name != "cuda") fail("--device: expected cpu or cuda, found '{}'", device_name);
     const at::Device device(device_name == "cpu" ? at::kCPU : at::kCUDA);

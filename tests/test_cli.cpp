@@ -132,7 +132,9 @@ TEST(Cli, ReasoningBudgetCutsTheThinkingAndAnswers) {
   EXPECT_EQ(ids_of(run_specpress(base + "--reasoning-budget 8")), ids_of(run_specpress(base + "--think")));
   for (const auto& [flags, expected] : std::vector<std::pair<std::string, std::string>>{
            {"--reasoning-budget -2", "--reasoning-budget: expected -1"},
-           {"--reasoning-budget 0 --think", "contradicts --think"}}) {
+           {"--reasoning-budget 0 --think", "contradicts --think"},
+           {"--reasoning-budget 8 --logprobs 1", "cannot be combined with --logprobs"},
+           {"--reasoning-budget 8 --compress drop", "cannot be combined with --compress"}}) {
     const CommandResult r = run_specpress(base + flags);
     EXPECT_NE(r.exit_code, 0) << flags;
     EXPECT_NE(r.err.find(expected), std::string::npos) << flags << ": " << r.err;

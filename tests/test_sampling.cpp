@@ -344,6 +344,31 @@ TEST(Sampler, CandidatePathHoldsTheWholeVocabularysNucleus) {
   EXPECT_TRUE(decode::Sampler(sampling(1.0, 1.0, 5, 0.0)).nuclei(all_tied).has_value()) << "ties within them";
 }
 
+// Sets the candidate switch for a scope and restores the default after it, whatever the test does.
+struct CandidatesOn {
+  explicit CandidatesOn(bool on) { decode::set_sampler_candidates(on); }
+  ~CandidatesOn() { decode::set_sampler_candidates(true); }
+};
+
+// The tokens of `calls` successive samples of `logits` by a sampler on the candidate path and by one on the whole
+// vocabulary, both seeded alike: equal.
+void expect_same_draws(const decode::SamplingParams& p, const at::Tensor& logits, int calls, const std::string& what) {
+  decode::Sampler candidates(p), whole(p);
+  for (int call = 0; call < calls; ++call) {  // the RNG stream advances alike
+    std::vector<int64_t> a, b;
+    {
+      CandidatesOn on(true);
+      a = candidates.sample(logits);
+    }
+    {
+      CandidatesOn off(false);
+      b = whole.sample(logits);
+    }
+    ASSERT_EQ(a, b) << what << ": T " << p.temperature << ", top-p " << p.top_p << ", top-k " << p.top_k << ", min-p "
+                    << p.min_p << ", seed " << p.seed << ", call " << call;
+  }
+}
+
 TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
   const at::Tensor logits = peaked_logits(16, 20000, 11);
   for (const decode::SamplingParams& base : {sampling(0.6, 0.95, 20, 0.0), sampling(0.8, 0.95, 0, 0.0),
@@ -351,28 +376,36 @@ TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
     for (uint64_t seed = 1; seed <= 10; ++seed) {
       decode::SamplingParams p = base;
       p.seed = seed;
-      decode::Sampler candidates(p), whole(p);
-      std::vector<int64_t> a, b;
-      for (int call = 0; call < 3; ++call) {  // the RNG stream advances alike
-        decode::set_sampler_candidates(true);
-        a = candidates.sample(logits);
-        decode::set_sampler_candidates(false);
-        b = whole.sample(logits);
-        ASSERT_EQ(a, b) << "T " << p.temperature << ", top-p " << p.top_p << ", min-p " << p.min_p << ", seed "
-                        << seed << ", call " << call;
-      }
+      expect_same_draws(p, logits, 3, "peaked rows");
     }
   }
-  // a row that falls back takes the whole-vocabulary draw with the same uniform
-  const at::Tensor mixed = at::cat({logits.narrow(0, 0, 3), at::randn({1, 20000}) * 0.01}, 0);
-  for (uint64_t seed = 1; seed <= 5; ++seed) {
-    decode::Sampler candidates(sampling(1.0, 0.95, 0, 0.0, seed)), whole(sampling(1.0, 0.95, 0, 0.0, seed));
-    decode::set_sampler_candidates(true);
-    const std::vector<int64_t> a = candidates.sample(mixed);
-    decode::set_sampler_candidates(false);
-    EXPECT_EQ(a, whole.sample(mixed)) << "seed " << seed;
+  // Rows whose candidates cannot hold the nucleus take the whole vocabulary, each with its own uniform, beside rows
+  // that do not: a flat row among peaked ones, in either place.
+  const at::Tensor flat = at::randn({1, 20000}) * 0.01;
+  for (const at::Tensor& mixed : {at::cat({logits.narrow(0, 0, 3), flat}, 0), at::cat({flat, logits.narrow(0, 3, 3)}, 0)}) {
+    EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.95, 0, 0.0)).nuclei(mixed).has_value());
+    for (uint64_t seed = 1; seed <= 5; ++seed) expect_same_draws(sampling(1.0, 0.95, 0, 0.0, seed), mixed, 2, "mixed");
   }
-  decode::set_sampler_candidates(true);
+}
+
+// bf16 logits tie often. Where equal scores straddle the top-p cut, which of them stays depends on the whole
+// vocabulary's sort order, so such a row falls back; every draw equals the whole-vocabulary path's.
+TEST(Sampler, CandidatePathFallsBackOnTiesAtTheTopPCut) {
+  // ten tokens of one score that top-p 0.5 cuts through, the rest far below
+  at::Tensor tied = (at::arange(5000, at::kFloat) * -0.001f - 20.0f).unsqueeze(0);
+  tied.narrow(1, 100, 10).fill_(3.0f);
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.5, 20, 0.0)).nuclei(tied).has_value()) << "a cut among equal scores";
+  EXPECT_TRUE(decode::Sampler(sampling(1.0, 1.0, 20, 0.0)).nuclei(tied).has_value()) << "no top-p: all ten kept";
+  const at::Tensor rounded = peaked_logits(16, 20000, 13).to(at::kBFloat16).to(at::kFloat);
+  for (const decode::SamplingParams& base : {sampling(0.6, 0.95, 20, 0.0), sampling(0.7, 0.8, 20, 0.0),
+                                             sampling(0.8, 0.9, 0, 0.0), sampling(1.0, 0.5, 0, 0.02)}) {
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      decode::SamplingParams p = base;
+      p.seed = seed;
+      expect_same_draws(p, rounded, 3, "bf16 scores");
+      expect_same_draws(p, tied, 3, "ten equal scores");
+    }
+  }
 }
 
 using DFlashSampling = GoldenPair;

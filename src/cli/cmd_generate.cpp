@@ -48,6 +48,10 @@ int run_generate(const GenerateOptions& options) {
     if (o.reasoning_budget == 0 && o.think) fail("--reasoning-budget 0 (thinking off) contradicts --think");
     o.think = o.reasoning_budget != 0;
   }
+  if (o.reasoning_budget > 0 && o.logprobs >= 0)
+    fail("--reasoning-budget: cannot be combined with --logprobs (the tokens forced at the budget have none)");
+  if (o.reasoning_budget > 0 && o.compress != "none")
+    fail("--reasoning-budget: cannot be combined with --compress (the compressor follows one generation)");
   const char* think_flag = o.reasoning_budget_given && o.reasoning_budget != 0 ? "--reasoning-budget" : "--think";
   const at::Device device = model::parse_device(o.device, "--device");
   const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");

@@ -173,41 +173,57 @@ at::Tensor Sampler::probabilities_of(const at::Tensor& adjusted_logits) const {
 
 std::optional<std::vector<Sampler::Nucleus>> Sampler::nuclei(const at::Tensor& logits,
                                                              const std::vector<int64_t>& block) const {
+  if (params_.greedy()) return std::nullopt;
+  std::vector<std::optional<Nucleus>> rows;
+  if (!candidate_nuclei(adjusted(logits, block), rows).empty()) return std::nullopt;
   std::vector<Nucleus> out;
-  if (params_.greedy() || !candidate_nuclei(adjusted(logits, block), out)) return std::nullopt;
+  for (auto& row : rows) out.push_back(std::move(*row));
   return out;
 }
 
-bool Sampler::candidate_nuclei(const at::Tensor& scores, std::vector<Nucleus>& nuclei) const {
+std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
+                                               std::vector<std::optional<Nucleus>>& nuclei) const {
   const double T = params_.temperature;
   const int64_t rows = scores.size(0), V = scores.size(1);
+  std::vector<int64_t> left(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) left[static_cast<size_t>(r)] = r;
+  nuclei.assign(static_cast<size_t>(rows), std::nullopt);
   const bool top_k = params_.top_k > 0 && params_.top_k < V, top_p = params_.top_p < 1.0, min_p = params_.min_p > 0.0;
-  if (!top_k && !top_p && !min_p) return false;  // plain temperature: every token can be drawn
+  if (!top_k && !top_p && !min_p) return left;  // plain temperature: every token can be drawn
   // Candidate counts to try: top-k's own and a margin for ties at its k-th value; else a nucleus of a few hundred
-  // tokens (a trained LM at the temperatures people sample at), then a few thousand.
-  std::vector<int64_t> tries = top_k ? std::vector<int64_t>{params_.top_k + 64} : std::vector<int64_t>{256, 4096};
-  // top-p alone normalises over the whole vocabulary: each row's sum of exp(s / T - max) comes from the device
+  // tokens (a trained LM at the temperatures people sample at), then a few thousand for the rows still left.
+  const std::vector<int64_t> tries = top_k ? std::vector<int64_t>{params_.top_k + 64} : std::vector<int64_t>{256, 4096};
+  // top-p alone normalises over the whole vocabulary: each row's sum of exp(s / T - max), from the device with the
+  // first try's candidates
   const bool need_z = top_p && !top_k;
-  for (int64_t C : tries) {
-    C = std::min(C, V);
-    auto [values, ids] = scores.topk(C, -1, /*largest=*/true, /*sorted=*/true);
+  std::vector<double> z(static_cast<size_t>(rows), 0.0);
+  for (size_t t = 0; t < tries.size() && !left.empty(); ++t) {
+    const int64_t C = std::min(tries[t], V);
+    const bool all_rows = static_cast<int64_t>(left.size()) == rows;
+    const at::Tensor sub =
+        all_rows ? scores : scores.index_select(0, at::tensor(left, at::kLong).to(scores.device()));
+    auto [values, ids] = sub.topk(C, -1, /*largest=*/true, /*sorted=*/true);
     std::vector<at::Tensor> parts = {values.to(at::kDouble), ids.to(at::kDouble)};  // ids < 2^53: exact
-    if (need_z) {
+    const bool with_z = need_z && t == 0;  // every row is left at the first try
+    if (with_z) {
       const at::Tensor s = scores.to(at::kDouble) / T;
       parts.push_back((s - values.narrow(1, 0, 1).to(at::kDouble) / T).exp().sum(1, /*keepdim=*/true));
     }
     const at::Tensor host = at::cat(parts, 1).to(at::kCPU).contiguous();  // one copy, one synchronisation
     const double* h = host.data_ptr<double>();
     const int64_t width = host.size(1);
-    nuclei.assign(static_cast<size_t>(rows), Nucleus{});
-    bool every_row = true;
-    for (int64_t r = 0; r < rows && every_row; ++r) {
-      const double* v = h + r * width;
-      every_row = row_nucleus(v, v + C, C, V, need_z ? v[2 * C] : 0.0, nuclei[static_cast<size_t>(r)]);
+    std::vector<int64_t> still;
+    for (size_t i = 0; i < left.size(); ++i) {
+      const int64_t r = left[i];
+      const double* v = h + static_cast<int64_t>(i) * width;
+      if (with_z) z[static_cast<size_t>(r)] = v[2 * C];
+      Nucleus nu;
+      if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) nuclei[static_cast<size_t>(r)] = std::move(nu);
+      else still.push_back(r);
     }
-    if (every_row) return true;
+    left = std::move(still);
   }
-  return false;
+  return left;
 }
 
 bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, int64_t V, double z_whole,
@@ -241,6 +257,8 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
     double above = e(0) / Z;
     while (keep < n && above < params_.top_p) above += e(keep++) / Z;
     if (keep == n && rest) return false;  // the cut may lie past the candidates
+    // a cut between equal scores keeps whichever of them the sort put first: the whole vocabulary's own order decides
+    if (keep < n && s[static_cast<size_t>(keep)] == s[static_cast<size_t>(keep - 1)]) return false;
     n = keep;
     rest = false;
   }
@@ -269,35 +287,43 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
 std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector<int64_t>& block) {
   const at::Tensor scores = adjusted(logits, block);
   if (params_.greedy()) return argmax_rows(scores);
-  const int64_t rows = scores.size(0), V = scores.size(1);
+  const int64_t rows = scores.size(0);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<double> u(static_cast<size_t>(rows));
   for (auto& x : u) x = uniform(rng_);
   std::vector<int64_t> out(static_cast<size_t>(rows));
-  std::vector<Nucleus> nuclei;
-  if (sampler_candidates() && candidate_nuclei(scores, nuclei)) {
+  std::vector<std::optional<Nucleus>> nuclei(static_cast<size_t>(rows));
+  std::vector<int64_t> left(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) left[static_cast<size_t>(r)] = r;
+  if (sampler_candidates()) left = candidate_nuclei(scores, nuclei);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::optional<Nucleus>& nu = nuclei[static_cast<size_t>(r)];
+    if (!nu) continue;
     // The inverse CDF over the nucleus in id order: the first token whose cumulative mass exceeds u * total (a
     // token of zero mass never does); the u * total == total rounding edge takes the last token with mass.
-    for (int64_t r = 0; r < rows; ++r) {
-      const Nucleus& nu = nuclei[static_cast<size_t>(r)];
-      double total = 0.0;
-      for (double p : nu.probs) total += p;
-      const double target = u[static_cast<size_t>(r)] * total;
-      double cum = 0.0;
-      int64_t pick = -1, last_with_mass = nu.ids.front();
-      for (size_t i = 0; i < nu.ids.size() && pick < 0; ++i) {
-        cum += nu.probs[i];
-        if (nu.probs[i] > 0.0) last_with_mass = nu.ids[i];
-        if (cum > target) pick = nu.ids[i];
-      }
-      out[static_cast<size_t>(r)] = pick >= 0 ? pick : last_with_mass;
+    double total = 0.0;
+    for (double p : nu->probs) total += p;
+    const double target = u[static_cast<size_t>(r)] * total;
+    double cum = 0.0;
+    int64_t pick = -1, last_with_mass = nu->ids.front();
+    for (size_t i = 0; i < nu->ids.size() && pick < 0; ++i) {
+      cum += nu->probs[i];
+      if (nu->probs[i] > 0.0) last_with_mass = nu->ids[i];
+      if (cum > target) pick = nu->ids[i];
     }
-    return out;
+    out[static_cast<size_t>(r)] = pick >= 0 ? pick : last_with_mass;
   }
-  const at::Tensor probs = probabilities_of(scores);
+  if (left.empty()) return out;
+  // The rows left: the whole vocabulary, with their own uniforms.
+  const bool all_rows = static_cast<int64_t>(left.size()) == rows;
+  const at::Tensor sub = all_rows ? scores : scores.index_select(0, at::tensor(left, at::kLong).to(scores.device()));
+  std::vector<double> u_left;
+  for (int64_t r : left) u_left.push_back(u[static_cast<size_t>(r)]);
+  const at::Tensor probs = probabilities_of(sub);
+  const int64_t V = probs.size(1);
   const at::Tensor cdf = probs.cumsum(-1);
   const at::Tensor targets =
-      at::tensor(u, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1) * cdf.narrow(1, V - 1, 1);
+      at::tensor(u_left, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1) * cdf.narrow(1, V - 1, 1);
   // First index whose cumulative mass exceeds u * total: the inverse CDF. Zero-probability tokens
   // have cdf equal to their predecessor and are never chosen.
   const at::Tensor idx = at::searchsorted(cdf.contiguous(), targets.contiguous(), /*out_int32=*/false, /*right=*/true)
@@ -305,12 +331,13 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   // each pick and its mass in one copy
   const at::Tensor picked = at::cat({idx.to(at::kDouble), probs.gather(1, idx)}, 1).to(at::kCPU).contiguous();
   const double* h = picked.data_ptr<double>();
-  for (int64_t r = 0; r < rows; ++r) {
-    out[static_cast<size_t>(r)] = static_cast<int64_t>(h[2 * r]);
-    if (h[2 * r + 1] == 0.0) {  // the u * total == total rounding edge: step back to the last token with mass
-      const at::Tensor nz = probs[r].nonzero();
-      out[static_cast<size_t>(r)] = nz[nz.size(0) - 1][0].item<int64_t>();
+  for (size_t i = 0; i < left.size(); ++i) {
+    int64_t pick = static_cast<int64_t>(h[2 * i]);
+    if (h[2 * i + 1] == 0.0) {  // the u * total == total rounding edge: step back to the last token with mass
+      const at::Tensor nz = probs[static_cast<int64_t>(i)].nonzero();
+      pick = nz[nz.size(0) - 1][0].item<int64_t>();
     }
+    out[static_cast<size_t>(left[i])] = pick;
   }
   return out;
 }

@@ -5,8 +5,9 @@
 // CUDA draw the same stream for the same logits.
 // Sampling with top-k, top-p or min-p reads only the row's largest scores back (the candidate path): the transform
 // runs on the host in fp64 over them, and where they cannot be shown to hold every token the whole-vocabulary
-// transform keeps (a nucleus wider than the candidates, ties past them) the row falls back to that transform
-// (probabilities()). Both draw the same token for the same uniform, up to fp64 rounding at a CDF boundary.
+// transform keeps (a nucleus wider than the candidates, ties past them or at the top-p cut) that row alone falls back
+// to that transform (probabilities()). Both draw the same token for the same uniform, up to fp64 rounding at a CDF
+// boundary.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
@@ -79,9 +80,10 @@ class Sampler {
 
  private:
   at::Tensor probabilities_of(const at::Tensor& adjusted_logits) const;
-  // The candidate path: every row's nucleus from its largest scores, or false where some row needs the whole
-  // vocabulary.
-  bool candidate_nuclei(const at::Tensor& adjusted_logits, std::vector<Nucleus>& nuclei) const;
+  // The candidate path: each row's nucleus from its largest scores where they hold it; returns the rows left, which
+  // need the whole vocabulary.
+  std::vector<int64_t> candidate_nuclei(const at::Tensor& adjusted_logits,
+                                        std::vector<std::optional<Nucleus>>& nuclei) const;
   // One row: its C largest raw scores (descending) and their ids, the vocabulary size V and, for top-p without
   // top-k, the row's sum of exp(s / T - max) over the whole vocabulary.
   bool row_nucleus(const double* values, const double* ids, int64_t C, int64_t V, double z_whole,

@@ -7,6 +7,17 @@
 #include "core/error.h"
 
 namespace specpress::decode {
+namespace {
+
+// splitmix64's finaliser: the answer's seed after a cut, a stream of its own yet the same for the same request seed.
+uint64_t answer_seed(uint64_t seed) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
 
 GenerationResult generate_with_thinking_budget(const GenerateFn& generate, const std::vector<int64_t>& prompt,
                                                const GenerationParams& params, const ThinkingBudget& budget,
@@ -22,9 +33,12 @@ GenerationResult generate_with_thinking_budget(const GenerateFn& generate, const
   auto outer_cancelled = [&] { return params.cancel != nullptr && params.cancel->load(); };
 
   // Phase 1: until the block ends or the budget is spent; tokens past the cut (the rest of a DFlash block) are
-  // dropped, and the generation ends at its next commit.
+  // dropped, and the generation ends at its next commit. An output that does not open the block has none to cap.
   int64_t kept = 0;
   bool closed = false, cut = false;
+  auto stops = [&](int64_t t) {
+    return std::find(params.stop_ids.begin(), params.stop_ids.end(), t) != params.stop_ids.end();
+  };
   std::atomic<bool> stop_first{false};
   GenerationParams first = params;
   first.cancel = &stop_first;
@@ -34,8 +48,8 @@ GenerationResult generate_with_thinking_budget(const GenerateFn& generate, const
       if (cut) break;
       pass.push_back(t);
       ++kept;
-      if (t == budget.end_id) closed = true;
-      if (!closed && kept == budget.tokens) cut = true;
+      if (t == budget.end_id || (kept == 1 && t != budget.start_id)) closed = true;
+      if (!closed && kept == budget.tokens && !stops(t)) cut = true;
     }
     if (on_tokens && !pass.empty()) on_tokens(pass, {});
     if (cut || outer_cancelled()) stop_first = true;
@@ -60,6 +74,7 @@ GenerationResult generate_with_thinking_budget(const GenerateFn& generate, const
   resumed.insert(resumed.end(), result.output_ids.begin(), result.output_ids.end());
   GenerationParams second = params;
   second.max_new_tokens = rest;
+  second.sampling.seed = answer_seed(params.sampling.seed);
   GenerationResult answer = generate(resumed, second, on_tokens);
   result.output_ids.insert(result.output_ids.end(), answer.output_ids.begin(), answer.output_ids.end());
   result.acceptance_lengths.insert(result.acceptance_lengths.end(), answer.acceptance_lengths.begin(),

@@ -13,10 +13,11 @@ std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std:
 
 decode::ThinkingBudget qwen3_thinking_budget(const tok::Tokenizer& tokenizer, int64_t tokens, const char* flag) {
   if (tokens < 1) fail("{}: a thinking budget of at least 1 token, found {}", flag, tokens);
-  const std::optional<int32_t> end = tokenizer.token_to_id("</think>");
-  if (!end) fail("{}: the model's tokenizer has no </think> token, so its thinking cannot be ended", flag);
+  const std::optional<int32_t> start = tokenizer.token_to_id("<think>"), end = tokenizer.token_to_id("</think>");
+  if (!start || !end) fail("{}: the model's tokenizer has no <think> and </think> tokens to cap the thinking by", flag);
   decode::ThinkingBudget budget;
   budget.tokens = tokens;
+  budget.start_id = *start;
   budget.end_id = *end;
   for (int32_t id : tokenizer.encode("\n</think>\n\n")) budget.forced.push_back(id);
   return budget;

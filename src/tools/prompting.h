@@ -18,7 +18,8 @@ namespace specpress::tools {
 std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std::vector<tok::ChatMessage>& messages,
                                      bool enable_thinking, const std::vector<std::string>& tools = {});
 
-// A thinking budget of `tokens` output tokens for Qwen3 (decode/thinking_budget.h): the block ends at </think>, and a
+// A thinking budget of `tokens` output tokens for Qwen3 (decode/thinking_budget.h): the block opens with <think> and
+// ends at </think>, and a
 // cut is followed by "\n</think>\n\n" (the newline, the tag and the blank line the chat template writes after it).
 // `flag` names the option in the error for a tokenizer without </think> or a budget below 1.
 decode::ThinkingBudget qwen3_thinking_budget(const tok::Tokenizer& tokenizer, int64_t tokens, const char* flag);
