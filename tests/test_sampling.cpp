@@ -382,7 +382,8 @@ TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
   // Rows whose candidates cannot hold the nucleus take the whole vocabulary, each with its own uniform, beside rows
   // that do not: a flat row among peaked ones, in either place.
   const at::Tensor flat = at::randn({1, 20000}) * 0.01;
-  for (const at::Tensor& mixed : {at::cat({logits.narrow(0, 0, 3), flat}, 0), at::cat({flat, logits.narrow(0, 3, 3)}, 0)}) {
+  const at::Tensor flat_last = at::cat({logits.narrow(0, 0, 3), flat}, 0);
+  for (const at::Tensor& mixed : {flat_last, at::cat({flat, logits.narrow(0, 3, 3)}, 0)}) {
     EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.95, 0, 0.0)).nuclei(mixed).has_value());
     for (uint64_t seed = 1; seed <= 5; ++seed) expect_same_draws(sampling(1.0, 0.95, 0, 0.0, seed), mixed, 2, "mixed");
   }

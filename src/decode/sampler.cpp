@@ -322,8 +322,8 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   const at::Tensor probs = probabilities_of(sub);
   const int64_t V = probs.size(1);
   const at::Tensor cdf = probs.cumsum(-1);
-  const at::Tensor targets =
-      at::tensor(u_left, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1) * cdf.narrow(1, V - 1, 1);
+  const at::Tensor u_rows = at::tensor(u_left, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1);
+  const at::Tensor targets = u_rows * cdf.narrow(1, V - 1, 1);
   // First index whose cumulative mass exceeds u * total: the inverse CDF. Zero-probability tokens
   // have cdf equal to their predecessor and are never chosen.
   const at::Tensor idx = at::searchsorted(cdf.contiguous(), targets.contiguous(), /*out_int32=*/false, /*right=*/true)
