@@ -369,16 +369,18 @@ void expect_same_draws(const decode::SamplingParams& p, const at::Tensor& logits
   }
 }
 
+// `check` for each setting with each seed 1..seeds.
+template <typename Check>
+void for_each_seed(const std::vector<decode::SamplingParams>& settings, uint64_t seeds, const Check& check) {
+  for (decode::SamplingParams p : settings)
+    for (p.seed = 1; p.seed <= seeds; ++p.seed) check(p);
+}
+
 TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
   const at::Tensor logits = peaked_logits(16, 20000, 11);
-  for (const decode::SamplingParams& base : {sampling(0.6, 0.95, 20, 0.0), sampling(0.8, 0.95, 0, 0.0),
-                                             sampling(1.0, 1.0, 0, 0.05), sampling(1.0, 0.95, 0, 0.0)}) {
-    for (uint64_t seed = 1; seed <= 10; ++seed) {
-      decode::SamplingParams p = base;
-      p.seed = seed;
-      expect_same_draws(p, logits, 3, "peaked rows");
-    }
-  }
+  for_each_seed({sampling(0.6, 0.95, 20, 0.0), sampling(0.8, 0.95, 0, 0.0), sampling(1.0, 1.0, 0, 0.05),
+                 sampling(1.0, 0.95, 0, 0.0)},
+                10, [&](const decode::SamplingParams& p) { expect_same_draws(p, logits, 3, "peaked rows"); });
   // Rows whose candidates cannot hold the nucleus take the whole vocabulary, each with its own uniform, beside rows
   // that do not: a flat row among peaked ones, in either place.
   const at::Tensor flat = at::randn({1, 20000}) * 0.01;
@@ -398,15 +400,12 @@ TEST(Sampler, CandidatePathFallsBackOnTiesAtTheTopPCut) {
   EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.5, 20, 0.0)).nuclei(tied).has_value()) << "a cut among equal scores";
   EXPECT_TRUE(decode::Sampler(sampling(1.0, 1.0, 20, 0.0)).nuclei(tied).has_value()) << "no top-p: all ten kept";
   const at::Tensor rounded = peaked_logits(16, 20000, 13).to(at::kBFloat16).to(at::kFloat);
-  for (const decode::SamplingParams& base : {sampling(0.6, 0.95, 20, 0.0), sampling(0.7, 0.8, 20, 0.0),
-                                             sampling(0.8, 0.9, 0, 0.0), sampling(1.0, 0.5, 0, 0.02)}) {
-    for (uint64_t seed = 1; seed <= 5; ++seed) {
-      decode::SamplingParams p = base;
-      p.seed = seed;
-      expect_same_draws(p, rounded, 3, "bf16 scores");
-      expect_same_draws(p, tied, 3, "ten equal scores");
-    }
-  }
+  for_each_seed({sampling(0.6, 0.95, 20, 0.0), sampling(0.7, 0.8, 20, 0.0), sampling(0.8, 0.9, 0, 0.0),
+                 sampling(1.0, 0.5, 0, 0.02)},
+                5, [&](const decode::SamplingParams& p) {
+                  expect_same_draws(p, rounded, 3, "bf16 scores");
+                  expect_same_draws(p, tied, 3, "ten equal scores");
+                });
 }
 
 using DFlashSampling = GoldenPair;
