@@ -537,9 +537,10 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "stop": [1]})", "field 'stop'"},
       {R"({"prompt": "x", "stream": "yes"})", "field 'stream'"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "only allowed with \"stream\": true"},
-      {R"({"prompt": "x", "n": 0})", "field 'n': must be in 1..128, got 0"},
-      {R"({"prompt": "x", "n": 129})", "field 'n': must be in 1..128"},
-      {R"({"prompt": "x", "best_of": 2})", "field 'best_of': best_of (n gives several completions) is not supported"},
+      {R"({"prompt": "x", "n": 0})", "field 'n': must be in 1..16, got 0"},
+      {R"({"prompt": "x", "n": 17})", "field 'n': must be in 1..16"},
+      {R"({"prompt": "x", "best_of": 2})", "field 'best_of': 2 is not supported: only best_of = n (1)"},
+      {R"({"prompt": "x", "best_of": 3, "n": 2})", "field 'best_of': 3 is not supported"},
       {R"({"prompt": "x", "n": 2, "echo": true, "max_tokens": 0})", "field 'n': 2 choices of nothing"},
       {R"({"prompt": "x", "logprobs": 21})", "field 'logprobs': must be 0..20"},
       {R"({"prompt": "x", "logprobs": true})", "field 'logprobs': expected an integer 0..20"},
@@ -1161,15 +1162,17 @@ TEST(ServerHttp, SeveralChoicesAreTheRepliesOfSuccessiveSeeds) {
   json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 24}, {"temperature", 1.0},
                {"seed", 5}};
   std::vector<std::string> alone;
-  int64_t tokens = 0;
+  int64_t tokens = 0, prompt_tokens = 0;
   for (int i = 0; i < 3; ++i) {
     json one = chat;
     one["seed"] = 5 + i;
     const json reply = post(s, "/v1/chat/completions", one);
     alone.push_back(reply["choices"][0]["message"]["content"]);
     tokens += reply["usage"]["completion_tokens"].get<int64_t>();
+    prompt_tokens = reply["usage"]["prompt_tokens"];
   }
-  ASSERT_TRUE(alone[0] != alone[1] || alone[1] != alone[2]) << "the seeds should give different replies";
+  ASSERT_TRUE(alone[0] != alone[1] && alone[1] != alone[2] && alone[0] != alone[2])
+      << "the seeds should give three different replies";
   chat["n"] = 3;
   const json whole = post(s, "/v1/chat/completions", chat);
   ASSERT_EQ(whole["choices"].size(), 3u) << whole;
@@ -1179,7 +1182,9 @@ TEST(ServerHttp, SeveralChoicesAreTheRepliesOfSuccessiveSeeds) {
     EXPECT_TRUE(whole["choices"][i]["finish_reason"].is_string());
   }
   EXPECT_EQ(whole["usage"]["completion_tokens"], tokens);
-  EXPECT_EQ(whole["usage"]["total_tokens"], whole["usage"]["prompt_tokens"].get<int64_t>() + tokens);
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], prompt_tokens) << "the prompt once";
+  EXPECT_EQ(whole["timings"]["prompt_n"], 3 * prompt_tokens) << "timings: the work, a prefill a choice";
+  EXPECT_EQ(whole["timings"]["predicted_n"], tokens);
   json streamed_request = chat;
   streamed_request["stream_options"] = {{"include_usage", true}};
   std::vector<std::string> streamed(3);
@@ -1189,8 +1194,11 @@ TEST(ServerHttp, SeveralChoicesAreTheRepliesOfSuccessiveSeeds) {
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
   EXPECT_EQ(events[events.size() - 2]["usage"]["completion_tokens"], tokens);
+  EXPECT_EQ(events[events.size() - 2]["usage"]["prompt_tokens"], prompt_tokens);
   for (const json& e : events) {
-    if (e == "[DONE]" || e["choices"].empty()) continue;
+    if (e == "[DONE]") continue;
+    ASSERT_TRUE(e.contains("choices")) << e;
+    if (e["choices"].empty()) continue;
     const int64_t i = e["choices"][0]["index"];
     ASSERT_TRUE(i >= 0 && i < 3) << e;
     EXPECT_GE(i, last_index) << "choices one after another";
@@ -1210,18 +1218,22 @@ TEST(ServerHttp, SeveralChoicesAreTheRepliesOfSuccessiveSeeds) {
   const json pair = post(s, "/v1/chat/completions", greedy);
   ASSERT_EQ(pair["choices"].size(), 2u);
   EXPECT_EQ(pair["choices"][0]["message"], pair["choices"][1]["message"]);
-  // completions: each choice its own text and logprobs
-  const json completion = post(s, "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 8}, {"n", 2},
-                                                      {"temperature", 1.0}, {"seed", 9}, {"logprobs", 1}});
+  // completions: each choice its own text and logprobs, as seeds 9 and 10 give them alone
+  const json sampled = {{"prompt", kQuestion}, {"max_tokens", 8}, {"temperature", 1.0}, {"logprobs", 1}};
+  json two = sampled;
+  two.update({{"n", 2}, {"seed", 9}});
+  const json completion = post(s, "/v1/completions", two);
   ASSERT_EQ(completion["choices"].size(), 2u) << completion;
   for (int i = 0; i < 2; ++i) {
     const json& choice = completion["choices"][i];
     EXPECT_EQ(choice["index"], i);
-    EXPECT_EQ(choice["logprobs"]["tokens"].size(), choice["logprobs"]["token_logprobs"].size());
-    std::string text;
-    for (const json& t : choice["logprobs"]["tokens"]) text += t.get<std::string>();
-    EXPECT_EQ(text, choice["text"]) << "choice " << i;
+    json one = sampled;
+    one["seed"] = 9 + i;
+    const json single = post(s, "/v1/completions", one)["choices"][0];
+    EXPECT_EQ(choice["text"], single["text"]) << "choice " << i;
+    EXPECT_EQ(choice["logprobs"], single["logprobs"]) << "choice " << i;
   }
+  EXPECT_NE(completion["choices"][0]["text"], completion["choices"][1]["text"]);
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 
@@ -1744,6 +1756,7 @@ TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
        {std::tuple<std::string, std::string, int>{
             "/v1/messages", R"({"messages": [{"role": "user", "content": [{"type": "image"}]}]})", 400},
         {"/v1/messages", "{nope", 400},
+        {"/v1/messages", R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", 400},  // no choices here
         {"/v1/messages/count_tokens", R"({"messages": [], "max_tokens": 4})", 400},
         {"/v1/messages/batches", "{}", 404}}) {
     auto res = s.client().Post(path.c_str(), body, "application/json");

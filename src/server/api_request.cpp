@@ -180,6 +180,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   r.enable_thinking = defaults.enable_thinking;
   if (api == Api::kChatCompletions) r.reasoning_format = defaults.reasoning_format;
   std::optional<int64_t> max_completion_tokens;  // OpenAI's newer name wins over max_tokens
+  std::optional<int64_t> best_of;
   const bool chat = api == Api::kChatCompletions, native = api == Api::kNativeCompletion;
   r.tokens_as_ids = defaults.tokens_as_ids && !native;  // llama.cpp's entries have the id beside the text
   if (chat) r.thinking_budget = defaults.thinking_budget;
@@ -236,10 +237,11 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "n" && !native) {
       r.n = integer_field(v, key);
       if (r.n < 1 || r.n > kMaxChoices) fail("field 'n': must be in 1..{}, got {}", kMaxChoices, r.n);
-    } else if (key == "n" || key == "best_of") {  // best_of ranks candidates by their log-probability: not done here
+    } else if (key == "best_of" && !native) {  // ranking candidates by their log-probability is not done here
+      best_of = integer_field(v, key);
+    } else if (key == "n" || key == "best_of") {
       const int64_t n = integer_field(v, key);
-      require_off(v, key, n == 1, native ? "more than one completion a request on /completion (/v1 routes take n)"
-                                         : "best_of (n gives several completions)");
+      require_off(v, key, n == 1, "more than one completion a request on /completion (/v1 routes take n)");
     } else if (key == "return_tokens_as_token_ids" && !native) {
       r.tokens_as_ids = bool_field(v, key);
     } else if (key == "echo" && api == Api::kCompletions) {
@@ -302,6 +304,9 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   if (r.max_tokens_given && r.max_tokens == 0 && !r.echo)
     fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");
   if (r.n > 1 && r.max_tokens == 0) fail("field 'n': {} choices of nothing (max_tokens 0 scores the prompt once)", r.n);
+  if (best_of && *best_of != r.n)
+    fail("field 'best_of': {} is not supported: only best_of = n ({}), which ranks nothing (n gives several "
+         "completions)", *best_of, r.n);
   if (top_logprobs && !chat_logprobs) fail("field 'top_logprobs': only allowed with \"logprobs\": true");
   if (chat_logprobs) r.logprobs = top_logprobs.value_or(0);
   r.tool_calls = !r.tools.empty() && !tool_choice_none;  // "none": the tools stay in the prompt, as vLLM's

@@ -73,7 +73,8 @@ struct CompletionRequest {
   // random seed each where the request has none); greedy choices are alike
   int64_t n = 1;
 };
-constexpr int64_t kMaxChoices = 128;
+// A request's choices run one after another on the one slot, holding it for all of them: a small cap.
+constexpr int64_t kMaxChoices = 16;
 
 // Throws specpress::Error naming the field and what was expected. `api`: any but kMessages (messages_request.h).
 // `ordered`: parse_ordered_fields' of the same body, whose tools and messages keep the client's key order in the

@@ -165,6 +165,7 @@ struct Generation {
   std::exception_ptr error;       // when done with one
   std::atomic<bool> client_gone{false};
   std::atomic<int64_t> decoded{0};  // output tokens the running choice committed so far, for /slots
+  std::atomic<int64_t> choice{0};   // the running choice, for /slots
   int64_t task = 0;                 // the slot's count of generations started, this one's (set when it starts)
 
   explicit Generation(Job j)
@@ -608,17 +609,18 @@ void Server::slot_loop() {
         if (shutting_down_) throw HttpError(503, "the server is shutting down", "unavailable_error");
         Job job = choice_job(g->job, c);
         g->decoded = 0;
+        g->choice = c;
         Outcome outcome = generate(job, [&g, c](const ReplyParts& parts, std::vector<LoggedToken>&& logprobs) {
-          if (!parts.reasoning.empty() || !parts.content.empty() || !parts.tool_calls.empty() || !logprobs.empty()) {
+          // a stream's pieces (a whole response takes its parts from the outcome)
+          if (g->job.request.stream &&
+              (!parts.reasoning.empty() || !parts.content.empty() || !parts.tool_calls.empty() || !logprobs.empty())) {
             std::lock_guard<std::mutex> lock(g->mutex);
             ReplyParts& fresh = g->fresh[static_cast<size_t>(c)];
             fresh.reasoning += parts.reasoning;
             fresh.content += parts.content;
             fresh.tool_calls.insert(fresh.tool_calls.end(), parts.tool_calls.begin(), parts.tool_calls.end());
-            if (g->job.request.stream) {  // a whole response takes them from the result
-              std::vector<LoggedToken>& fresh_logprobs = g->fresh_logprobs[static_cast<size_t>(c)];
-              fresh_logprobs.insert(fresh_logprobs.end(), logprobs.begin(), logprobs.end());
-            }
+            std::vector<LoggedToken>& fresh_logprobs = g->fresh_logprobs[static_cast<size_t>(c)];
+            fresh_logprobs.insert(fresh_logprobs.end(), logprobs.begin(), logprobs.end());
           }
           g->changed.notify_all();
           return !g->client_gone;
@@ -814,7 +816,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
             if (job.request.include_usage) {
               json usage = chunk_json(job, name, "", nullptr);
               usage["choices"] = json::array();
-              usage["usage"] = usage_json(merged_outcome(ended));
+              usage["usage"] = usage_json(ended);
               end += event(usage);
             }
             end += "data: [DONE]\n\n";
@@ -905,7 +907,9 @@ json Server::slots_json() const {
   params["stop"] = job.request.stop;
   params["n_probs"] = std::max<int64_t>(job.params.logprobs, 0);
   params["ignore_eos"] = job.params.stop_ids.empty();
+  params["n"] = job.request.n;
   slot["params"] = params;
+  slot["id_choice"] = g->choice.load();  // the running one of the request's n choices
   slot["id_request"] = job.id;
   slot["n_prompt_tokens"] = job.prompt.size();
   const int64_t decoded = g->decoded;

@@ -11,6 +11,12 @@ json usage_json(const Outcome& out) {
   return {{"prompt_tokens", p}, {"completion_tokens", c}, {"total_tokens", p + c}};
 }
 
+json usage_json(const std::vector<Outcome>& choices) {
+  Outcome all = choices.front();  // the prompt once
+  for (size_t i = 1; i < choices.size(); ++i) all.completion_tokens += choices[i].completion_tokens;
+  return usage_json(all);
+}
+
 // llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash. predicted_n counts the
 // returned tokens (up to a stop string, as usage does); the draft counts are the engine's.
 json timings_json(const Outcome& out) {
@@ -95,6 +101,7 @@ Outcome merged_outcome(const std::vector<Outcome>& choices) {
   for (size_t i = 1; i < choices.size(); ++i) {
     const Outcome& o = choices[i];
     all.completion_tokens += o.completion_tokens;
+    r.prompt_tokens += o.result.prompt_tokens;  // each choice prefills the prompt
     r.output_ids.insert(r.output_ids.end(), o.result.output_ids.begin(), o.result.output_ids.end());
     r.acceptance_lengths.insert(r.acceptance_lengths.end(), o.result.acceptance_lengths.begin(),
                                 o.result.acceptance_lengths.end());
@@ -116,14 +123,10 @@ json response_json(const Job& job, const std::vector<Outcome>& choices, const st
     choice["index"] = i;
     j["choices"].push_back(std::move(choice));
   }
-  const Outcome all = merged_outcome(choices);
-  j["usage"] = usage_json(all);
-  j["timings"] = timings_json(all);
-  if (j.contains("compression")) {
-    json each = json::array();
-    for (const Outcome& o : choices) each.push_back(o.compression);
-    j["compression"] = std::move(each);
-  }
+  j["usage"] = usage_json(choices);
+  j["timings"] = timings_json(merged_outcome(choices));
+  if (j.contains("compression"))  // each choice its own (the top level keeps choice 0's, as with one)
+    for (size_t i = 0; i < choices.size(); ++i) j["choices"][i]["compression"] = choices[i].compression;
   return j;
 }
 

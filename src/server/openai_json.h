@@ -15,6 +15,8 @@ namespace specpress::server {
 
 // prompt_tokens, completion_tokens (the returned tokens, up to a stop string), total_tokens.
 nlohmann::ordered_json usage_json(const Outcome& out);
+// The same over a request's choices: the prompt once, the completions of all.
+nlohmann::ordered_json usage_json(const std::vector<Outcome>& choices);
 // llama.cpp's timings object (cli::result_json's), plus tau and the block size for DFlash.
 nlohmann::ordered_json timings_json(const Outcome& out);
 // When the request asks for logprobs: `tokens`' as its API writes them, into a response or chunk (`j`).
@@ -25,11 +27,11 @@ void add_logprobs(nlohmann::ordered_json& j, const Job& job, const LogprobsJson&
 nlohmann::ordered_json response_json(const Job& job, const Outcome& out, const std::string& model_name,
                                      const LogprobsJson& format);
 // A request's choices (CompletionRequest::n) as one response: each choice's own entry (its index, text, logprobs
-// and finish_reason), usage and timings over them all (merged_outcome), and with compression one object a choice.
+// and finish_reason; with compression its own object too), usage (usage_json) and timings (merged_outcome) over all.
 nlohmann::ordered_json response_json(const Job& job, const std::vector<Outcome>& choices,
                                      const std::string& model_name, const LogprobsJson& format);
-// The choices' outcomes added up, for usage and timings: prompt tokens once, completion tokens, times and the DFlash
-// verify steps of every choice.
+// The choices' outcomes added up, for timings: the work of every choice (each prefills the prompt: prompt_n counts
+// it each time), completion tokens, times and the DFlash verify steps.
 Outcome merged_outcome(const std::vector<Outcome>& choices);
 // An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
 nlohmann::ordered_json tool_call_json(const ToolCall& call);
