@@ -1974,7 +1974,7 @@ TEST(ServerHttp, SlotsShowWhatTheSlotRuns) {
   EXPECT_EQ(get_slots("?fail_on_no_slot=1").first, 200);
 
   const json body = {{"prompt", kQuestion}, {"max_tokens", 300}, {"presence_penalty", 0.25}, {"stop", {"zzz"}},
-                     {"seed", 5}};
+                     {"seed", 5}, {"n", 2}};
   std::thread request([&] { s.client().Post("/v1/completions", body.dump(), "application/json"); });
   struct Join {
     std::thread& t;
@@ -1998,6 +1998,8 @@ TEST(ServerHttp, SlotsShowWhatTheSlotRuns) {
   EXPECT_EQ(busy[0]["params"]["repeat_penalty"], 1.1) << "the request's own parameters, defaults filled in";
   EXPECT_EQ(busy[0]["params"]["seed"], 5);
   EXPECT_EQ(busy[0]["params"]["stop"], json({"zzz"}));
+  EXPECT_EQ(busy[0]["params"]["n"], 2);
+  EXPECT_TRUE(busy[0]["id_choice"] == 0 || busy[0]["id_choice"] == 1) << busy;  // the running one
   EXPECT_GT(busy[0]["n_prompt_tokens"].get<int64_t>(), 0);
   EXPECT_EQ(busy[0]["id_request"].get<std::string>().rfind("cmpl-", 0), 0u);
   const int64_t decoded = busy[0]["next_token"]["n_decoded"];
