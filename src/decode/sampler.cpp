@@ -18,6 +18,19 @@ EnvSwitch& candidates_switch() {
   return s;
 }
 
+// 0 .. n - 1.
+std::vector<int64_t> all_rows(int64_t n) {
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) rows[static_cast<size_t>(r)] = r;
+  return rows;
+}
+
+// Rows `rows` of `t` (t itself when they are all of its rows, in order).
+at::Tensor select_rows(const at::Tensor& t, const std::vector<int64_t>& rows) {
+  if (static_cast<int64_t>(rows.size()) == t.size(0)) return t;
+  return t.index_select(0, at::tensor(rows, at::kLong).to(t.device()));
+}
+
 }  // namespace
 
 bool sampler_candidates() { return candidates_switch().on(); }
@@ -185,8 +198,7 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
                                                std::vector<std::optional<Nucleus>>& nuclei) const {
   const double T = params_.temperature;
   const int64_t rows = scores.size(0), V = scores.size(1);
-  std::vector<int64_t> left(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) left[static_cast<size_t>(r)] = r;
+  std::vector<int64_t> left = all_rows(rows);
   nuclei.assign(static_cast<size_t>(rows), std::nullopt);
   const bool top_k = params_.top_k > 0 && params_.top_k < V, top_p = params_.top_p < 1.0, min_p = params_.min_p > 0.0;
   if (!top_k && !top_p && !min_p) return left;  // plain temperature: every token can be drawn
@@ -199,10 +211,7 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
   std::vector<double> z(static_cast<size_t>(rows), 0.0);
   for (size_t t = 0; t < tries.size() && !left.empty(); ++t) {
     const int64_t C = std::min(tries[t], V);
-    const bool all_rows = static_cast<int64_t>(left.size()) == rows;
-    const at::Tensor sub =
-        all_rows ? scores : scores.index_select(0, at::tensor(left, at::kLong).to(scores.device()));
-    auto [values, ids] = sub.topk(C, -1, /*largest=*/true, /*sorted=*/true);
+    auto [values, ids] = select_rows(scores, left).topk(C, -1, /*largest=*/true, /*sorted=*/true);
     std::vector<at::Tensor> parts = {values.to(at::kDouble), ids.to(at::kDouble)};  // ids < 2^53: exact
     const bool with_z = need_z && t == 0;  // every row is left at the first try
     if (with_z) {
@@ -275,7 +284,7 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     kept[static_cast<size_t>(i)] = {static_cast<int64_t>(ids[i]), e(i)};
-    sum += e(i);
+    sum += kept[static_cast<size_t>(i)].second;
   }
   std::sort(kept.begin(), kept.end());  // by id, as the whole-vocabulary CDF runs
   out.ids.resize(kept.size());
@@ -293,9 +302,7 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   for (auto& x : u) x = uniform(rng_);
   std::vector<int64_t> out(static_cast<size_t>(rows));
   std::vector<std::optional<Nucleus>> nuclei(static_cast<size_t>(rows));
-  std::vector<int64_t> left(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) left[static_cast<size_t>(r)] = r;
-  if (sampler_candidates()) left = candidate_nuclei(scores, nuclei);
+  std::vector<int64_t> left = sampler_candidates() ? candidate_nuclei(scores, nuclei) : all_rows(rows);
   for (int64_t r = 0; r < rows; ++r) {
     const std::optional<Nucleus>& nu = nuclei[static_cast<size_t>(r)];
     if (!nu) continue;
@@ -315,11 +322,9 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   }
   if (left.empty()) return out;
   // The rows left: the whole vocabulary, with their own uniforms.
-  const bool all_rows = static_cast<int64_t>(left.size()) == rows;
-  const at::Tensor sub = all_rows ? scores : scores.index_select(0, at::tensor(left, at::kLong).to(scores.device()));
   std::vector<double> u_left;
   for (int64_t r : left) u_left.push_back(u[static_cast<size_t>(r)]);
-  const at::Tensor probs = probabilities_of(sub);
+  const at::Tensor probs = probabilities_of(select_rows(scores, left));
   const int64_t V = probs.size(1);
   const at::Tensor cdf = probs.cumsum(-1);
   const at::Tensor u_rows = at::tensor(u_left, at::TensorOptions().dtype(at::kDouble)).to(cdf.device()).unsqueeze(1);

@@ -748,7 +748,6 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         const std::string& name = model_name(job);
         const LogprobsJson format(model().tokenizer, job.request.tokens_as_ids);
         const bool native = job.request.api == Api::kNativeCompletion;
-        std::vector<Outcome> ended;
         // the choices one after another, each chunk naming its own
         for (int64_t c = 0; c < g->choices(); ++c) {
           auto indexed = [c, native](json chunk) {
@@ -809,14 +808,14 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
             last["timings"] = timings_json(*out);
             if (!out->compression.is_null()) last["compression"] = out->compression;
             end = event(last);
-            ended.push_back(*out);
           }
           const bool last_one = !out || native || c + 1 == g->choices();
           if (last_one && out && !native) {
             if (job.request.include_usage) {
               json usage = chunk_json(job, name, "", nullptr);
               usage["choices"] = json::array();
-              usage["usage"] = usage_json(ended);
+              std::lock_guard<std::mutex> lock(g->mutex);  // every choice has ended: all are in `outcomes`
+              usage["usage"] = usage_json(g->outcomes);
               end += event(usage);
             }
             end += "data: [DONE]\n\n";

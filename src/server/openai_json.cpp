@@ -48,6 +48,39 @@ json tool_call_json(const ToolCall& call) {
   return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
+// The tokens whose logprobs a reply returns: the echoed prompt's, then those the usage counts (up to the one
+// completing a stop string).
+std::vector<LoggedToken> returned_logprobs(const Outcome& out) {
+  std::vector<LoggedToken> returned = out.echo_logprobs;
+  const decode::GenerationResult& r = out.result;
+  for (int64_t i = 0; i < out.completion_tokens && i < static_cast<int64_t>(r.logprobs.size()); ++i)
+    returned.push_back({r.output_ids[i], r.logprobs[i]});
+  return returned;
+}
+
+// One choice of a completions or chat response: its text or message, its logprobs and its finish_reason.
+json choice_json(const Job& job, const Outcome& out, int64_t index, const LogprobsJson& format) {
+  json choice = {{"index", index}};
+  if (job.request.api == Api::kChatCompletions) {
+    choice["message"] = {{"role", "assistant"}, {"content", out.text}};
+    if (!out.reasoning.empty()) choice["message"]["reasoning_content"] = out.reasoning;
+    if (!out.tool_calls.empty()) {
+      if (out.text.empty()) choice["message"]["content"] = nullptr;  // calls alone, as OpenAI's
+      json calls = json::array();
+      for (const ToolCall& call : out.tool_calls) calls.push_back(tool_call_json(call));
+      choice["message"]["tool_calls"] = std::move(calls);
+    }
+  } else {
+    choice["text"] = out.text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = out.finish_reason;
+  json holder = {{"choices", json::array({std::move(choice)})}};  // where add_logprobs writes a choice's
+  int64_t text_offset = 0;
+  add_logprobs(holder, job, format, returned_logprobs(out), text_offset);
+  return std::move(holder["choices"][0]);
+}
+
 json response_json(const Job& job, const Outcome& out, const std::string& model_name, const LogprobsJson& format) {
   json j;
   if (job.request.api == Api::kNativeCompletion) {
@@ -61,37 +94,18 @@ json response_json(const Job& job, const Outcome& out, const std::string& model_
          {"stopping_word", out.stopping_word},
          {"truncated", false},
          {"timings", timings_json(out)}};
+    int64_t text_offset = 0;
+    add_logprobs(j, job, format, returned_logprobs(out), text_offset);
   } else {
-    json choice = {{"index", 0}};
-    if (job.request.api == Api::kChatCompletions) {
-      choice["message"] = {{"role", "assistant"}, {"content", out.text}};
-      if (!out.reasoning.empty()) choice["message"]["reasoning_content"] = out.reasoning;
-      if (!out.tool_calls.empty()) {
-        if (out.text.empty()) choice["message"]["content"] = nullptr;  // calls alone, as OpenAI's
-        json calls = json::array();
-        for (const ToolCall& call : out.tool_calls) calls.push_back(tool_call_json(call));
-        choice["message"]["tool_calls"] = std::move(calls);
-      }
-    } else
-      choice["text"] = out.text;
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = out.finish_reason;
     j = {{"id", job.id},
          {"object", job.request.api == Api::kChatCompletions ? "chat.completion" : "text_completion"},
          {"created", job.created},
          {"model", model_name},
-         {"choices", json::array({choice})},
+         {"choices", json::array({choice_json(job, out, 0, format)})},
          {"usage", usage_json(out)},
          {"timings", timings_json(out)}};
   }
   if (!out.compression.is_null()) j["compression"] = out.compression;
-  // the returned tokens': those the usage counts (up to the one completing a stop string)
-  std::vector<LoggedToken> returned = out.echo_logprobs;
-  const decode::GenerationResult& r = out.result;
-  for (int64_t i = 0; i < out.completion_tokens && i < static_cast<int64_t>(r.logprobs.size()); ++i)
-    returned.push_back({r.output_ids[i], r.logprobs[i]});
-  int64_t text_offset = 0;
-  add_logprobs(j, job, format, returned, text_offset);
   return j;
 }
 
@@ -118,11 +132,8 @@ json response_json(const Job& job, const std::vector<Outcome>& choices, const st
                    const LogprobsJson& format) {
   json j = response_json(job, choices.front(), model_name, format);
   if (choices.size() == 1 || job.request.api == Api::kNativeCompletion) return j;
-  for (size_t i = 1; i < choices.size(); ++i) {
-    json choice = response_json(job, choices[i], model_name, format)["choices"][0];
-    choice["index"] = i;
-    j["choices"].push_back(std::move(choice));
-  }
+  for (size_t i = 1; i < choices.size(); ++i)
+    j["choices"].push_back(choice_json(job, choices[i], static_cast<int64_t>(i), format));
   j["usage"] = usage_json(choices);
   j["timings"] = timings_json(merged_outcome(choices));
   if (j.contains("compression"))  // each choice its own (the top level keeps choice 0's, as with one)
