@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "core/error.h"
 #include "decode/generation.h"
@@ -374,6 +375,54 @@ template <typename Check>
 void for_each_seed(const std::vector<decode::SamplingParams>& settings, uint64_t seeds, const Check& check) {
   for (decode::SamplingParams p : settings)
     for (p.seed = 1; p.seed <= seeds; ++p.seed) check(p);
+}
+
+// A bias or penalty that pushes a logit past its type's range saturates there (the token takes the mass) instead of
+// making it +inf, whose softmax is NaN: a server request with a bias of 1e300 drew the vocabulary's last id.
+TEST(Sampler, LogitsPushedPastTheirRangeSaturateAndForceTheirTokens) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const at::Tensor logits = at::tensor({2.0f, -1.0f, 0.5f, 3.0f, 1.0f, 0.0f}).unsqueeze(0);
+  for (const at::ScalarType type : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor row = logits.to(type);
+    for (const bool candidates : {true, false}) {
+      CandidatesOn on(candidates);
+      for (const auto& [temperature, top_k, top_p] : std::vector<std::tuple<double, int64_t, double>>{
+               {0.0, 0, 1.0}, {1.0, 0, 1.0}, {0.7, 2, 1.0}, {0.7, 0, 0.9}, {1e-4, 3, 0.5}}) {
+        decode::SamplingParams p = sampling(temperature, top_p, top_k, 0.0, 5);
+        const std::string what = fmt::format("{} T {} top-k {} top-p {} candidates {}", c10::toString(type),
+                                             temperature, top_k, top_p, candidates);
+        p.logit_bias = {{1, 1e300}};  // past float's range: forced
+        decode::Sampler forced(p);
+        const at::Tensor adjusted = forced.adjusted(row);
+        EXPECT_TRUE(std::isfinite(adjusted[0][1].item<double>())) << what;
+        for (int64_t t : forced.sample(row.expand({64, 6}).contiguous())) ASSERT_EQ(t, 1) << what;
+        p.logit_bias = {{4, 1e300}, {1, 1e300}, {3, -kInf}, {3, 1e308}, {3, 1e308}};  // two forced, 3 banned
+        decode::Sampler two(p);
+        std::map<int64_t, int> counts;
+        for (int64_t t : two.sample(row.expand({400, 6}).contiguous())) counts[t]++;
+        if (temperature == 0.0) {
+          EXPECT_EQ(counts[1], 400) << what << ": greedy takes the lowest id of the tied";
+        } else if (top_p < 0.9) {
+          EXPECT_EQ(counts[1] + counts[4], 400) << what;  // a cut between equal scores keeps one of them
+        } else {
+          EXPECT_EQ(counts.size(), 2u) << what;
+          EXPECT_GT(counts[1], 150) << what;
+          EXPECT_GT(counts[4], 150) << what;
+        }
+        // a repeat penalty of 1e-40 divides token 0's logit 2 past the range too
+        p.logit_bias.clear();
+        p.repeat_penalty = 1e-40;
+        decode::Sampler penalised(p);
+        penalised.begin({0, 1});
+        for (int i = 0; i < 32; ++i) ASSERT_EQ(penalised.sample(row)[0], 0) << what;
+      }
+    }
+  }
+  // a row with every token banned cannot be sampled: an error, not an arbitrary id
+  decode::SamplingParams p = sampling(1.0, 1.0, 0, 0.0);
+  for (int64_t id = 0; id < 6; ++id) p.logit_bias.push_back({id, -kInf});
+  decode::Sampler none(p);
+  EXPECT_THROW(none.sample(logits), Error);
 }
 
 TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {

@@ -559,6 +559,13 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "logit_bias": {"": 2}})", "an empty string names no token"},
       {R"({"prompt": "x", "logit_bias": {"12345678901234": 2}})", "token id 12345678901234 is outside any vocabulary"},
       {R"({"prompt": "x", "logit_bias": 3})", "field 'logit_bias': expected an object"},
+      {R"({"prompt": "x", "logit_bias": [[18446744073709551615, 1]]})",
+       "field 'logit_bias': item 0: token id 18446744073709551615 is outside any vocabulary"},
+      {R"({"prompt": "x", "user": [1]})", "field 'user': expected a string"},
+      {R"({"prompt": "x", "metadata": "m"})", "field 'metadata': expected an object"},
+      {R"({"prompt": "x", "metadata": {"k": 1}})", "field 'metadata.k': expected a string"},
+      {R"({"prompt": "x", "store": "no"})", "field 'store': expected true or false"},
+      {R"({"prompt": "x", "parallel_tool_calls": true})", "unknown field 'parallel_tool_calls'"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
       {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},
       {R"({"prompt": "x", "reasoning_format": "none"})", "unknown field 'reasoning_format'"},
@@ -577,6 +584,8 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"foo": 1}})", "\"foo\" is not"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": "r1"})", "field 'reasoning_format': expected"},
       {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_format": 1})", "field 'reasoning_format'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": 1})",
+       "field 'parallel_tool_calls': expected true or false"},
   };
   for (const auto& [body, expected] : chat)
     EXPECT_NE(parse_error(body, server::Api::kChatCompletions).find(expected), std::string::npos)
@@ -1883,7 +1892,9 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
       {"/v1/completions", "[1]", 400, "expected a JSON object"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "'max_tokens'"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 300})", 400, "exceed the context size 256"},
-      {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "leaves no room"},
+      {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "field 'prompt': the prompt"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": ")" + long_prompt + R"("}]})", 400,
+       "field 'messages': the prompt"},
       {"/v1/completions", R"({"prompt": [1, 999999999]})", 400, "outside the vocabulary"},
       {"/v1/completions", R"({"prompt": "x", "logit_bias": {"999999999": 1}})", 400,
        "field 'logit_bias': token id 999999999 is outside the vocabulary"},

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include "core/env_switch.h"
@@ -30,6 +31,25 @@ at::Tensor select_rows(const at::Tensor& t, const std::vector<int64_t>& rows) {
   if (static_cast<int64_t>(rows.size()) == t.size(0)) return t;
   return t.index_select(0, at::tensor(rows, at::kLong).to(t.device()));
 }
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The largest finite value of a floating-point type of the logits.
+double largest_finite(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble: return std::numeric_limits<double>::max();
+    case at::kFloat: return std::numeric_limits<float>::max();
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::max());
+    default: fail("internal: logits of type {}, expected a floating-point type", c10::toString(type));
+  }
+}
+
+// Adjusted logits pushed past their type's range by a bias or a penalty (a bias of 1e300, a logit divided by a
+// repeat penalty of 1e-40) saturate at its largest finite value instead of +inf, which would make the softmax NaN:
+// in the limit such tokens take all the mass, shared equally, and greedy takes the lowest id of them. -inf (a ban)
+// stays.
+at::Tensor saturated(const at::Tensor& logits) { return logits.clamp_max_(largest_finite(logits.scalar_type())); }
 
 }  // namespace
 
@@ -104,18 +124,22 @@ at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t
   const int64_t rows = logits.size(0);
   at::Tensor out = logits.clone();
   if (!params_.logit_bias.empty()) {
-    // every row alike, a token named twice gets both biases (as llama.cpp adds them)
-    std::vector<int64_t> ids;
-    std::vector<float> biases;
+    // every row alike, a token named twice gets both biases (as llama.cpp adds them), summed here in fp64 so that
+    // a ban (-inf) wins over any bias (no inf - inf) and a sum past the logits' range saturates (below)
+    std::map<int64_t, double> bias_of;
     for (const auto& [id, bias] : params_.logit_bias) {
       if (id >= out.size(1)) fail("--logit-bias: token id {} is outside the vocabulary 0..{}", id, out.size(1) - 1);
-      ids.push_back(id), biases.push_back(static_cast<float>(bias));
+      bias_of[id] += bias;
     }
+    std::vector<int64_t> ids;
+    std::vector<double> biases;
+    for (const auto& [id, bias] : bias_of) ids.push_back(id), biases.push_back(std::isnan(bias) ? -kInf : bias);
     const at::Tensor index = at::tensor(ids, at::kLong).to(out.device());
-    const at::Tensor add = at::tensor(biases, at::kFloat).to(out.device()).to(out.scalar_type());
-    out.index_add_(1, index, add.unsqueeze(0).expand({rows, static_cast<int64_t>(ids.size())}).contiguous());
+    const at::Tensor add =
+        at::tensor(biases, at::kDouble).clamp_max(largest_finite(out.scalar_type())).to(out.device());
+    out.index_add_(1, index, add.to(out.scalar_type()).unsqueeze(0).expand({rows, add.size(0)}).contiguous());
   }
-  if (!params_.penalized()) return out;
+  if (!params_.penalized()) return saturated(out);
   if (rows > 1 && static_cast<int64_t>(block.size()) < rows)
     fail("internal: {} verify rows penalised with a block of {} tokens", rows, block.size());
   // (row, token, count) for every token in every row's window; row r's window is the last repeat_last_n tokens of
@@ -137,7 +161,7 @@ at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t
     for (const auto& [id, c] : row_counts) row_of.push_back(r), token_of.push_back(id), count_of.push_back(c);
   }
   const int64_t K = static_cast<int64_t>(row_of.size());
-  if (K == 0) return out;
+  if (K == 0) return saturated(out);
   entries.reserve(3 * K);
   for (const auto* v : {&row_of, &token_of, &count_of}) entries.insert(entries.end(), v->begin(), v->end());
   const at::Tensor e = at::tensor(entries, at::kLong).view({3, K}).to(out.device());
@@ -147,7 +171,7 @@ at::Tensor Sampler::adjusted(const at::Tensor& logits, const std::vector<int64_t
   // as llama.cpp's penalties sampler, in the logits' float type
   out.index_put_({row_index, token_index},
                  at::where(v <= 0, v * rp, v / rp) - (c * params_.frequency_penalty + params_.presence_penalty));
-  return out;
+  return saturated(out);
 }
 
 at::Tensor Sampler::probabilities(const at::Tensor& raw_logits, const std::vector<int64_t>& block) const {
@@ -338,6 +362,9 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   const double* h = picked.data_ptr<double>();
   for (size_t i = 0; i < left.size(); ++i) {
     int64_t pick = static_cast<int64_t>(h[2 * i]);
+    if (std::isnan(h[2 * i + 1]))  // no token left to draw: -inf everywhere (or NaN logits)
+      fail("sampling: every token of row {} has a logit of -inf or NaN (banned by the logit bias or penalties?)",
+           left[i]);
     if (h[2 * i + 1] == 0.0) {  // the u * total == total rounding edge: step back to the last token with mass
       const at::Tensor nz = probs[static_cast<int64_t>(i)].nonzero();
       pick = nz[nz.size(0) - 1][0].item<int64_t>();

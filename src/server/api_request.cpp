@@ -12,6 +12,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr int kMaxDepth = 32;
+constexpr int64_t kMaxTokenId = 999'999'999'999;  // 12 digits, as the string keys' bound
 
 // top_logprobs, /v1/completions' logprobs, n_probs: how many alternatives a token reports.
 int64_t top_logprobs_field(const json& v, const std::string& field) {
@@ -138,6 +139,8 @@ void read_logit_bias(const json& v, CompletionRequest& r) {
     if (token.is_number_integer() || token.is_number_unsigned()) {
       if (!token.is_number_unsigned() && token.get<int64_t>() < 0)
         fail("field 'logit_bias': {}: token id {} is negative", where, brief(token));
+      if (token.is_number_unsigned() && token.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId))
+        fail("field 'logit_bias': {}: token id {} is outside any vocabulary", where, brief(token));
       r.sampling.logit_bias.push_back({token.get<int64_t>(), bias_of(b, where)});
     } else if (token.is_string()) {
       const std::string& key = token.get_ref<const std::string&>();
@@ -292,9 +295,14 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       tool_choice_none = v == "none";
     } else if ((key == "functions" || key == "function_call") && chat) {
       require_off(v, key, (v.is_array() && v.empty()) || v == "none", "the deprecated function calling (send tools)");
-    } else if (key == "user" || key == "metadata" || key == "store" || key == "parallel_tool_calls" ||
-               (key == "cache_prompt" && native)) {
-      // no effect on a single-slot engine: accepted and ignored
+    } else if (key == "user") {  // OpenAI's end-user id and stored-completion fields: checked, with no effect here
+      string_field(v, key);
+    } else if (key == "metadata") {
+      if (!v.is_object()) fail("field 'metadata': expected an object of strings, got {}", brief(v));
+      for (const auto& [k, o] : v.items())
+        if (!o.is_null()) string_field(o, "metadata." + k);
+    } else if (key == "store" || (key == "parallel_tool_calls" && chat) || (key == "cache_prompt" && native)) {
+      bool_field(v, key);  // no effect on a single-slot engine (parallel_tool_calls: every call is returned)
     } else {
       fail("unknown field '{}' for {}", key,
            chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions");

@@ -349,16 +349,20 @@ Job Server::prepare(const CompletionRequest& request) const {
                                                               : "cmpl-");
   job.prompt = prompt_ids(request);
   const int64_t n = static_cast<int64_t>(job.prompt.size());
+  const char* prompt_field = request.api == Api::kCompletions || request.api == Api::kNativeCompletion ? "prompt"
+                                                                                                        : "messages";
   if (request.max_tokens == 0) {  // echo only: the prompt scored, nothing generated
-    if (n > m.ctx_size) fail("the prompt ({} tokens) exceeds the context size {} (-c/--ctx-size)", n, m.ctx_size);
+    if (n > m.ctx_size)
+      fail("field '{}': the prompt ({} tokens) exceeds the context size {} (-c/--ctx-size)", prompt_field, n,
+           m.ctx_size);
     job.params.max_new_tokens = 0;
     job.params.logprobs = request.logprobs;
     return job;
   }
   const int64_t room = m.ctx_size - n - m.reserve;
   if (room < 1)
-    fail("the prompt ({} tokens) leaves no room for output in the context size {} (-c/--ctx-size; block {})", n,
-         m.ctx_size, m.reserve);
+    fail("field '{}': the prompt ({} tokens) leaves no room for output in the context size {} (-c/--ctx-size; "
+         "block {})", prompt_field, n, m.ctx_size, m.reserve);
   int64_t max_tokens = request.max_tokens;
   if (max_tokens == -1 || (!request.max_tokens_given && max_tokens > room)) max_tokens = room;  // defaults fit
   if (max_tokens > room)
@@ -373,7 +377,7 @@ Job Server::prepare(const CompletionRequest& request) const {
   }
   const int64_t vocab = m.target->config().vocab_size;
   for (const auto& [id, bias] : job.params.sampling.logit_bias)
-    if (id >= vocab) fail("field 'logit_bias': token id {} is outside the vocabulary 0..{}", id, vocab - 1);
+    if (id < 0 || id >= vocab) fail("field 'logit_bias': token id {} is outside the vocabulary 0..{}", id, vocab - 1);
   if (request.random_seed) job.params.sampling.seed = random_seed();
   job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;

@@ -248,8 +248,12 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
       r.stream = bool_field(v, key);
     } else if (read_sampling_field(key, v, r.sampling, r.random_seed)) {
       // temperature, top_p, top_k, and llama.cpp's min_p and seed
-    } else if (key == "metadata" || key == "service_tier") {
-      // no effect on a single-slot engine: accepted and ignored
+    } else if (key == "metadata") {  // Anthropic's user_id: checked, with no effect on a single-slot engine
+      if (!v.is_object()) fail("field 'metadata': expected an object, got {}", brief(v));
+      for (const auto& [k, o] : v.items())
+        if (!o.is_null()) string_field(o, "metadata." + k);
+    } else if (key == "service_tier") {
+      string_field(v, key);  // no effect here
     } else {
       fail("unknown field '{}' for {}", key, endpoint);
     }
