@@ -2208,8 +2208,9 @@ TEST(ServerHttp, ShutdownStopsAnEchosScoring) {
             std::string::npos) << body;
 }
 
-// Streaming clients that leave while queued give their places back (the server's comment lines find them gone),
-// and a client still sending its request when SIGTERM comes does not hold the shutdown past its 5 s grace.
+// Clients that leave while queued give their places back (the server's comment lines find a stream's client gone,
+// the spaces of a whole response's chunked body the other's), and a client still sending its request when SIGTERM
+// comes does not hold the shutdown past its 5 s grace.
 TEST(ServerHttp, QueuedClientsThatLeaveFreeTheirPlacesAndHalfSentRequestsDoNotHoldShutdown) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos", "--max-queue", "2"});
@@ -2219,8 +2220,9 @@ TEST(ServerHttp, QueuedClientsThatLeaveFreeTheirPlacesAndHalfSentRequestsDoNotHo
     s.client().Post("/v1/completions", json{{"prompt", kQuestion}, {"max_tokens", 1800}}.dump(), "application/json");
   });
   for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  for (int k = 0; k < 2; ++k) {
-    const int fd = send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 50}, {"stream", true}});
+  for (const bool stream : {true, false}) {
+    const int fd =
+        send_raw_post(s.port(), "/v1/completions", {{"prompt", kQuestion}, {"max_tokens", 50}, {"stream", stream}});
     ASSERT_GE(fd, 0);
     ::close(fd);
   }

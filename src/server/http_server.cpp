@@ -156,6 +156,7 @@ struct Generation {
   std::mutex mutex;
   std::condition_variable changed;
   bool started = false, done = false;
+  const std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point started_at;
   // [choice]: final reasoning, text and tool calls the HTTP thread has not taken yet, and the logprobs of the tokens
   // counted since (when asked for)
@@ -671,13 +672,14 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       return dump(messages ? anthropic_error(error) : error);
     };
     if (!g->job.request.stream) {
-      // A generation that ends within a second of its start (or an HTTP/1.0 request, which cannot be chunked) gets
-      // its answer with its own status. A longer one is answered chunked: a space (JSON whitespace) goes out each
-      // second while it runs, so that a client that has gone away is noticed (the write fails) and its generation
-      // ends; an error after that point is the body's error object under status 200.
+      // A request answered within a second of its arrival (or an HTTP/1.0 request, which cannot be chunked) gets
+      // its answer with its own status. A longer one, queued or running, is answered chunked: a space (JSON
+      // whitespace) goes out each second, so that a client that has gone away is noticed (the write fails) and its
+      // place in the queue is freed or its generation ends; an error after that point is the body's error object
+      // under status 200.
       const bool chunked_ok = req.version != "HTTP/1.0";
       auto settled = [chunked_ok](const Generation& x) {
-        return x.done || (chunked_ok && x.started && std::chrono::steady_clock::now() - x.started_at >= milliseconds(1000));
+        return x.done || (chunked_ok && std::chrono::steady_clock::now() - x.submitted_at >= milliseconds(1000));
       };
       for (;;) {
         std::unique_lock<std::mutex> lock = g->wait(settled, milliseconds(100));
