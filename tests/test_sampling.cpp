@@ -457,6 +457,80 @@ TEST(Sampler, CandidatePathFallsBackOnTiesAtTheTopPCut) {
                 });
 }
 
+// llama.cpp's default order: top-k, top-p and min-p see the untempered logits, the temperature applies to what they
+// keep. The whole-vocabulary distribution against that computed by hand; the candidate path against it.
+TEST(Sampler, TemperatureLastIsLlamaCppsOrder) {
+  const at::Tensor row = at::tensor({3.0, 2.5, 2.0, 1.0, 0.0, -1.0}, at::kDouble).unsqueeze(0);
+  decode::SamplingParams p = sampling(0.5, 0.8, 0, 0.0);
+  p.temperature_last = true;
+  // untempered softmax: 0.403, 0.245, 0.148, 0.055, ...: top-p 0.8 keeps the first three (0.403 + 0.245 < 0.8)
+  const at::Tensor kept = row.narrow(1, 0, 3);
+  const at::Tensor expected = (kept / 0.5).softmax(-1);
+  const at::Tensor got = decode::Sampler(p).probabilities(row.to(at::kFloat));
+  for (int64_t i = 0; i < 6; ++i)
+    EXPECT_NEAR(got[0][i].item<double>(), i < 3 ? expected[0][i].item<double>() : 0.0, 1e-6) << i;
+  // transformers' order tempers first: at T 0.5 the first two hold 0.8 of the mass
+  const at::Tensor first = decode::Sampler(sampling(0.5, 0.8, 0, 0.0)).probabilities(row.to(at::kFloat));
+  EXPECT_GT(first[0][1].item<double>(), 0.0);
+  EXPECT_EQ(first[0][2].item<double>(), 0.0);
+  // min-p likewise sees the untempered probabilities: 0.3 x 0.403 keeps 3 of them, at T 0.5 only 2
+  p = sampling(0.5, 1.0, 0, 0.3);
+  p.temperature_last = true;
+  EXPECT_GT(decode::Sampler(p).probabilities(row.to(at::kFloat))[0][2].item<double>(), 0.0);
+  EXPECT_EQ(decode::Sampler(sampling(0.5, 1.0, 0, 0.3)).probabilities(row.to(at::kFloat))[0][2].item<double>(), 0.0);
+
+  const at::Tensor logits = peaked_logits(16, 20000, 17);
+  std::vector<decode::SamplingParams> settings = {sampling(0.6, 0.95, 20, 0.0), sampling(0.7, 0.8, 0, 0.0),
+                                                  sampling(1.5, 1.0, 0, 0.05), sampling(0.5, 0.9, 40, 0.1)};
+  for (decode::SamplingParams& q : settings) {
+    q.temperature_last = true;
+    expect_nuclei_match(q, logits, "temperature last");
+  }
+  for_each_seed(settings, 5, [&](const decode::SamplingParams& q) { expect_same_draws(q, logits, 2, "temp last"); });
+}
+
+TEST(Sampler, SamplerSequencesPickTheOrderAndTurnOffWhatTheyLeaveOut) {
+  auto applied = [](const std::vector<std::string>& names) {
+    decode::SamplingParams p = sampling(0.7, 0.9, 40, 0.05);
+    p.repeat_penalty = 1.1;
+    decode::apply_sampler_sequence(names, p, "--samplers");
+    return p;
+  };
+  decode::SamplingParams p = applied({"penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"});
+  EXPECT_TRUE(p.temperature_last);  // llama.cpp's default sequence
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_DOUBLE_EQ(p.repeat_penalty, 1.1);
+  EXPECT_EQ(decode::sampler_sequence(p).back(), "temperature");
+  p = applied({"temp", "top-k", "top-p", "min-p"});  // transformers' order; no penalties named: off
+  EXPECT_FALSE(p.temperature_last);
+  EXPECT_DOUBLE_EQ(p.repeat_penalty, 1.0);
+  EXPECT_EQ(decode::sampler_sequence(p)[1], "temperature");
+  p = applied({"top_k", "temperature"});  // top-p and min-p left out: off
+  EXPECT_DOUBLE_EQ(p.top_p, 1.0);
+  EXPECT_DOUBLE_EQ(p.min_p, 0.0);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_EQ(decode::sampler_names_of_letters("ekpmt", "x"),
+            (std::vector<std::string>{"penalties", "top_k", "top_p", "min_p", "temperature"}));
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"top_k", "top_p"}, "the sequence must name the temperature"},
+      {{"top_k", "mirostat", "temperature"}, "unknown sampler 'mirostat'"},
+      {{"top_p", "top_k", "temperature"}, "top_k, top_p and min_p must come in that order"},
+      {{"top_p", "temperature", "min_p"}, "the temperature must come before top_p and min_p"},
+      {{"temperature", "penalties"}, "the penalties must come before"},
+      {{"temperature", "top_k", "top_k"}, "'top_k' is named twice"},
+  };
+  for (const auto& [names, expected] : bad) {
+    decode::SamplingParams q;
+    try {
+      decode::apply_sampler_sequence(names, q, "--samplers");
+      ADD_FAILURE() << expected;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--samplers: " + expected), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(decode::sampler_names_of_letters("kq", "x"), Error);
+}
+
 using DFlashSampling = GoldenPair;
 
 TEST_F(DFlashSampling, MatchesPlainSamplingIncludingAfterRejections) {

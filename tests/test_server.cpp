@@ -603,6 +603,47 @@ TEST(ServerRequest, BadFieldsAreNamed) {
             std::string::npos);
 }
 
+// llama-server's sampler sequence picks the order (and turns off what it leaves out); its fields for samplers and
+// features this engine lacks are taken at their "off" values, as llama.cpp's web UI sends them, and refused otherwise.
+TEST(ServerRequest, LlamaCppSamplerFieldsAtTheirOffValues) {
+  const std::string webui = R"("temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typ_p": 1,
+      "dynatemp_range": 0, "dynatemp_exponent": 1, "xtc_probability": 0, "xtc_threshold": 0.1, "repeat_last_n": 64,
+      "repeat_penalty": 1, "presence_penalty": 0, "frequency_penalty": 0, "dry_multiplier": 0, "dry_base": 1.75,
+      "dry_allowed_length": 2, "dry_penalty_last_n": -1, "samplers": ["top_k", "typ_p", "top_p", "min_p",
+      "temperature"], "timings_per_token": false, "mirostat": 0, "mirostat_tau": 5, "mirostat_eta": 0.1,
+      "top_n_sigma": -1, "min_keep": 0, "n_keep": 0, "id_slot": -1, "cache_prompt": true, "grammar": "")";
+  for (const server::Api api : {server::Api::kChatCompletions, server::Api::kCompletions,
+                                server::Api::kNativeCompletion}) {
+    const std::string prompt =
+        api == server::Api::kChatCompletions ? R"("messages": [{"role": "user", "content": "x"}])" : R"("prompt": "x")";
+    const server::CompletionRequest r = parse("{" + prompt + ", " + webui + "}", api);
+    EXPECT_TRUE(r.sampling.temperature_last);
+    EXPECT_EQ(r.sampling.top_k, 40);
+    EXPECT_DOUBLE_EQ(r.sampling.min_p, 0.05);
+  }
+  EXPECT_FALSE(parse(R"({"prompt": "x"})").sampling.temperature_last);
+  const server::CompletionRequest letters = parse(R"({"prompt": "x", "top_p": 0.9, "top_k": 5, "samplers": "kt"})");
+  EXPECT_FALSE(letters.sampling.temperature_last);  // no top-p or min-p left for the temperature to follow
+  EXPECT_DOUBLE_EQ(letters.sampling.top_p, 1.0);     // left out: off
+  EXPECT_EQ(letters.sampling.top_k, 5);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompt": "x", "typ_p": 0.9})", "field 'typ_p': typical sampling (1 = off) is not supported"},
+      {R"({"prompt": "x", "mirostat": 2})", "field 'mirostat': mirostat sampling"},
+      {R"({"prompt": "x", "dry_multiplier": 0.8})", "field 'dry_multiplier': DRY sampling"},
+      {R"({"prompt": "x", "xtc_probability": 0.5})", "field 'xtc_probability'"},
+      {R"({"prompt": "x", "id_slot": 1})", "field 'id_slot': a slot other than 0"},
+      {R"({"prompt": "x", "grammar": "root ::= [a-z]"})", "field 'grammar': a grammar"},
+      {R"({"prompt": "x", "timings_per_token": true})", "field 'timings_per_token'"},
+      {R"({"prompt": "x", "dry_base": "x"})", "field 'dry_base': expected a number"},
+      {R"({"prompt": "x", "samplers": ["top_p", "top_k", "temperature"]})", "field 'samplers': top_k, top_p and min_p"},
+      {R"({"prompt": "x", "samplers": "kq"})", "field 'samplers': unknown sampler letter 'q'"},
+      {R"({"prompt": "x", "samplers": [1]})", "field 'samplers[]': expected a string"},
+      {R"({"prompt": "x", "samplers": []})", "field 'samplers': expected an array"},
+  };
+  for (const auto& [body, expected] : cases)
+    EXPECT_NE(parse_error(body).find(expected), std::string::npos) << body << ": " << parse_error(body);
+}
+
 // vLLM's return_tokens_as_token_ids: on chat and /v1/completions, the server's default unless the request says.
 TEST(ServerRequest, ReturnTokensAsTokenIds) {
   EXPECT_FALSE(parse(R"({"prompt": "x"})").tokens_as_ids);

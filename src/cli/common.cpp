@@ -97,6 +97,21 @@ nlohmann::ordered_json result_json(const decode::GenerationResult& r) {
   return j;
 }
 
+namespace {
+
+// A flag's callback runs inside CLI11's parse, which takes its own errors only: ours (naming the flag) become a
+// ValidationError.
+template <typename F>
+void as_validation_error(const F& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    throw CLI::ValidationError(std::string(e.what()));
+  }
+}
+
+}  // namespace
+
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix) {
   cmd.add_option("--temp", sampling.temperature, prefix + "temperature (0 = greedy)")->capture_default_str();
   cmd.add_option("--top-k", sampling.top_k, prefix + "top-k (0 = off)")->capture_default_str();
@@ -121,6 +136,31 @@ void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const s
       },
       prefix + "logit bias: add BIAS to a token's logit, as llama.cpp's TOKEN_ID(+/-)BIAS (e.g. 15043+1.5, "
                "15043-inf: never); repeatable");
+  // last: their callbacks run after the flags above are set, and turn off the samplers they leave out
+  cmd.add_option_function<std::string>(
+      "--samplers",
+      [&sampling](const std::string& sequence) {
+        std::vector<std::string> names;
+        for (size_t start = 0; start <= sequence.size();) {
+          const size_t end = std::min(sequence.find(';', start), sequence.size());
+          if (end > start) names.push_back(sequence.substr(start, end - start));
+          start = end + 1;
+        }
+        as_validation_error([&] { decode::apply_sampler_sequence(names, sampling, "--samplers"); });
+      },
+      prefix + "llama.cpp's sampler sequence, ';'-separated: penalties;temperature;top_k;top_p;min_p (transformers' "
+               "order, the default) or penalties;top_k;top_p;min_p;temperature (llama.cpp's: top-p and min-p see "
+               "the untempered logits); samplers left out are off");
+  cmd.add_option_function<std::string>(
+      "--sampling-seq",
+      [&sampling](const std::string& letters) {
+        as_validation_error([&] {
+          decode::apply_sampler_sequence(decode::sampler_names_of_letters(letters, "--sampling-seq"), sampling,
+                                         "--sampling-seq");
+        });
+      },
+      prefix + "--samplers in llama.cpp's letters (e penalties, k top_k, p top_p, m min_p, t temperature; e.g. "
+               "ekpmt)");
 }
 
 std::pair<int64_t, double> parse_logit_bias(const std::string& item) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <string>
 #include <unordered_map>
 
 #include "core/env_switch.h"
@@ -56,6 +57,61 @@ at::Tensor saturated(const at::Tensor& logits) { return logits.clamp_max_(larges
 bool sampler_candidates() { return candidates_switch().on(); }
 
 void set_sampler_candidates(bool on) { candidates_switch().set(on); }
+
+void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParams& p, const std::string& what) {
+  static const std::map<std::string, std::string> kCanonical = {
+      {"penalties", "penalties"}, {"dry", "dry"},           {"top_n_sigma", "top_n_sigma"}, {"top-n-sigma", "top_n_sigma"},
+      {"top_k", "top_k"},         {"top-k", "top_k"},       {"typ_p", "typ_p"},             {"typ-p", "typ_p"},
+      {"typical_p", "typ_p"},     {"typical-p", "typ_p"},   {"typical", "typ_p"},           {"typ", "typ_p"},
+      {"top_p", "top_p"},         {"top-p", "top_p"},       {"nucleus", "top_p"},           {"min_p", "min_p"},
+      {"min-p", "min_p"},         {"xtc", "xtc"},           {"temperature", "temperature"}, {"temp", "temperature"}};
+  std::map<std::string, size_t> at;  // the engine's samplers: where each is named
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto it = kCanonical.find(names[i]);
+    if (it == kCanonical.end())
+      fail("{}: unknown sampler '{}' (expected penalties, top_k, top_p, min_p, temperature, or dry, typ_p, xtc, "
+           "top_n_sigma, which stay off here)", what, names[i]);
+    const std::string& name = it->second;
+    if (name == "dry" || name == "typ_p" || name == "xtc" || name == "top_n_sigma") continue;
+    if (!at.emplace(name, i).second) fail("{}: '{}' is named twice", what, names[i]);
+  }
+  if (!at.count("temperature")) fail("{}: the sequence must name the temperature (0 = greedy)", what);
+  auto position = [&](const char* name) { return at.count(name) ? static_cast<int64_t>(at.at(name)) : -1; };
+  const int64_t pen = position("penalties"), k = position("top_k"), tp = position("top_p"), mp = position("min_p"),
+                t = position("temperature");
+  for (const int64_t other : {k, tp, mp, t})
+    if (pen >= 0 && other >= 0 && other < pen)
+      fail("{}: the penalties must come before top_k, top_p, min_p and the temperature (the order applied here)", what);
+  if ((k >= 0 && tp >= 0 && tp < k) || (k >= 0 && mp >= 0 && mp < k) || (tp >= 0 && mp >= 0 && mp < tp))
+    fail("{}: top_k, top_p and min_p must come in that order (the order applied here)", what);
+  const bool before = (tp < 0 || t < tp) && (mp < 0 || t < mp), after = (tp < 0 || t > tp) && (mp < 0 || t > mp);
+  if (!before && !after)
+    fail("{}: the temperature must come before top_p and min_p (transformers' order) or after both (llama.cpp's)", what);
+  p.temperature_last = !before;
+  if (pen < 0) p.repeat_penalty = 1.0, p.frequency_penalty = 0.0, p.presence_penalty = 0.0;  // left out: off
+  if (k < 0) p.top_k = 0;
+  if (tp < 0) p.top_p = 1.0;
+  if (mp < 0) p.min_p = 0.0;
+}
+
+std::vector<std::string> sampler_names_of_letters(const std::string& letters, const std::string& what) {
+  static const std::map<char, std::string> kLetter = {{'e', "penalties"}, {'d', "dry"},   {'s', "top_n_sigma"},
+                                                      {'k', "top_k"},     {'y', "typ_p"}, {'p', "top_p"},
+                                                      {'m', "min_p"},     {'x', "xtc"},   {'t', "temperature"}};
+  std::vector<std::string> names;
+  for (const char c : letters) {
+    const auto it = kLetter.find(c);
+    if (it == kLetter.end())
+      fail("{}: unknown sampler letter '{}' in \"{}\" (expected e, d, s, k, y, p, m, x or t)", what, c, letters);
+    names.push_back(it->second);
+  }
+  return names;
+}
+
+std::vector<std::string> sampler_sequence(const SamplingParams& p) {
+  if (p.temperature_last) return {"penalties", "top_k", "top_p", "min_p", "temperature"};
+  return {"penalties", "temperature", "top_k", "top_p", "min_p"};
+}
 
 void validate(const SamplingParams& p) {
   if (!(p.temperature >= 0.0) || !std::isfinite(p.temperature))
@@ -185,7 +241,7 @@ at::Tensor Sampler::probabilities_of(const at::Tensor& adjusted_logits) const {
     at::Tensor idx = scores.argmax(-1, /*keepdim=*/true);
     return at::zeros_like(scores).scatter_(-1, idx, 1.0);
   }
-  scores = scores / params_.temperature;
+  scores = scores / filter_temperature();
   const int64_t V = scores.size(-1);
   if (params_.top_k > 0 && params_.top_k < V) {
     at::Tensor kth = std::get<0>(scores.topk(params_.top_k, -1)).narrow(-1, params_.top_k - 1, 1);
@@ -205,6 +261,7 @@ at::Tensor Sampler::probabilities_of(const at::Tensor& adjusted_logits) const {
     at::Tensor top = std::get<0>(probs.max(-1, /*keepdim=*/true));
     scores = scores.masked_fill(probs < top * params_.min_p, neg_inf);
   }
+  if (params_.temperature_last) scores = scores / params_.temperature;
   return scores.softmax(-1);
 }
 
@@ -220,7 +277,7 @@ std::optional<std::vector<Sampler::Nucleus>> Sampler::nuclei(const at::Tensor& l
 
 std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
                                                std::vector<std::optional<Nucleus>>& nuclei) const {
-  const double T = params_.temperature;
+  const double T = filter_temperature();
   const int64_t rows = scores.size(0), V = scores.size(1);
   std::vector<int64_t> left = all_rows(rows);
   nuclei.assign(static_cast<size_t>(rows), std::nullopt);
@@ -264,7 +321,7 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
   // The whole-vocabulary transform of probabilities_of() on the row's C largest scores (descending): each step keeps
   // a prefix of them. `rest` says whether the tokens past the candidates could still be kept, in which case a step
   // must show that it drops them all, or the row falls back to the whole vocabulary.
-  const double T = params_.temperature;
+  const double T = filter_temperature();
   std::vector<double> s(static_cast<size_t>(C));
   for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[i] / T;  // as scores.to(double) / T
   const double m = s[0];
@@ -306,8 +363,13 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
   if (rest) return false;
   std::vector<std::pair<int64_t, double>> kept(static_cast<size_t>(n));
   double sum = 0.0;
+  // the temperature last: the kept tokens' softmax at it, as probabilities_of() divides the filtered scores
+  const double t_last = params_.temperature, m_last = m / t_last;
+  auto weight = [&](int64_t i) {
+    return params_.temperature_last ? std::exp(s[static_cast<size_t>(i)] / t_last - m_last) : e(i);
+  };
   for (int64_t i = 0; i < n; ++i) {
-    kept[static_cast<size_t>(i)] = {static_cast<int64_t>(ids[i]), e(i)};
+    kept[static_cast<size_t>(i)] = {static_cast<int64_t>(ids[i]), weight(i)};
     sum += kept[static_cast<size_t>(i)].second;
   }
   std::sort(kept.begin(), kept.end());  // by id, as the whole-vocabulary CDF runs

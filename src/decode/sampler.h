@@ -1,8 +1,8 @@
 // sampler.h — token selection for plain and speculative decoding. First the logit bias, then llama.cpp's repetition
 // penalties (repeat, frequency, presence) over the last repeat_last_n tokens of the context, the prompt's included
 // (llama.cpp's sampler order); then greedy (argmax, ties to the lowest id) when temperature < 1e-5, else temperature
-// -> top-k -> top-p -> min-p (transformers' warper order) and inverse-CDF sampling with a seeded host RNG, so CPU and
-// CUDA draw the same stream for the same logits.
+// -> top-k -> top-p -> min-p (transformers' warper order; or llama.cpp's default, the temperature last) and
+// inverse-CDF sampling with a seeded host RNG, so CPU and CUDA draw the same stream for the same logits.
 // Sampling with top-k, top-p or min-p reads only the row's largest scores back (the candidate path): the transform
 // runs on the host in fp64 over them, and where they cannot be shown to hold every token the whole-vocabulary
 // transform keeps (a nucleus wider than the candidates, ties past them or at the top-p cut) that row alone falls back
@@ -39,12 +39,28 @@ struct SamplingParams {
   int64_t repeat_last_n = 64;      // the window: the context's last tokens; 0 = off, -1 = the whole context
   // (token id, bias) pairs added to the logits first (OpenAI's and llama.cpp's logit_bias); -inf bans the token
   std::vector<std::pair<int64_t, double>> logit_bias;
+  // false: transformers' order, temperature before top-k, top-p and min-p; true: llama.cpp's default order, where
+  // they see the untempered logits and the temperature applies to the tokens they keep (set by a sampler sequence)
+  bool temperature_last = false;
   bool greedy() const { return temperature < 1e-5; }
   bool penalized() const {
     return repeat_last_n != 0 && (repeat_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0);
   }
   bool adjusts_logits() const { return penalized() || !logit_bias.empty(); }  // a bias or penalties
 };
+
+// llama.cpp's sampler sequence (its server's `samplers` field, its `--samplers` flag): sampler names in the order
+// they apply ("top_k" or "top-k", "top_p", "min_p", "temperature" or "temp", "penalties", ...). The engine applies
+// them in one of two orders, so a sequence must be one of them: penalties first, top-k, top-p and min-p in that order,
+// and the temperature before top-p and min-p (transformers') or after them (llama.cpp's default). As in llama.cpp a
+// sampler left out is off (top_k 0, top_p 1, min_p 0, no penalties); the temperature must be named (0 is greedy);
+// dry, typ_p, xtc and top_n_sigma may be named and stay off. `what` names the field or flag in errors.
+void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParams& params, const std::string& what);
+// llama.cpp's one-letter form (`--sampling-seq`, a `samplers` string): e penalties, d dry, s top_n_sigma, k top_k,
+// y typ_p, p top_p, m min_p, x xtc, t temperature.
+std::vector<std::string> sampler_names_of_letters(const std::string& letters, const std::string& what);
+// The sequence the engine applies under `params` (llama.cpp's names), as /props reports it.
+std::vector<std::string> sampler_sequence(const SamplingParams& params);
 
 // Validates ranges; the error names the flag (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
 // --frequency-penalty, --presence-penalty, --repeat-last-n, --logit-bias). Token ids are checked against the
@@ -80,12 +96,14 @@ class Sampler {
 
  private:
   at::Tensor probabilities_of(const at::Tensor& adjusted_logits) const;
+  // The temperature the top-k, top-p and min-p filters see: the temperature, or 1 where it applies last.
+  double filter_temperature() const { return params_.temperature_last ? 1.0 : params_.temperature; }
   // The candidate path: each row's nucleus from its largest scores where they hold it; returns the rows left, which
   // need the whole vocabulary.
   std::vector<int64_t> candidate_nuclei(const at::Tensor& adjusted_logits,
                                         std::vector<std::optional<Nucleus>>& nuclei) const;
   // One row: its C largest raw scores (descending) and their ids, the vocabulary size V and, for top-p without
-  // top-k, the row's sum of exp(s / T - max) over the whole vocabulary.
+  // top-k, the row's sum of exp(s / T - max) over the whole vocabulary (T: filter_temperature()).
   bool row_nucleus(const double* values, const double* ids, int64_t C, int64_t V, double z_whole,
                    Nucleus& out) const;
 

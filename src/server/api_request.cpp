@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/error.h"
 #include "server/json_fields.h"
@@ -170,6 +171,60 @@ void read_logit_bias(const json& v, CompletionRequest& r) {
   }
 }
 
+// llama-server's `samplers`: sampler names, or its one-letter form as a string.
+std::vector<std::string> sampler_names_field(const json& v) {
+  const std::string field = "field 'samplers'";
+  if (v.is_string()) return decode::sampler_names_of_letters(v.get<std::string>(), field);
+  if (!v.is_array() || v.empty()) fail("{}: expected an array of sampler names or a string of letters, got {}", field,
+                                       brief(v));
+  std::vector<std::string> names;
+  for (const json& name : v) names.push_back(string_field(name, "samplers[]"));
+  return names;
+}
+
+// llama-server's fields for samplers and features this engine does not have: accepted at the value that leaves them
+// off (what llama.cpp's web UI and clients send when the user has not turned them on), refused by name otherwise;
+// the parameters read only while such a sampler is on are type-checked. False when `key` is none of them.
+bool read_llama_cpp_off_field(const std::string& key, const json& v) {
+  auto number_is = [&](double x) { return v.is_number() && v.get<double>() == x; };
+  if (key == "typical_p" || key == "typ_p") {
+    require_off(v, key, number_is(1), "typical sampling (1 = off)");
+  } else if (key == "dynatemp_range") {
+    require_off(v, key, number_is(0), "dynamic temperature (0 = off)");
+  } else if (key == "xtc_probability") {
+    require_off(v, key, number_is(0), "XTC sampling (0 = off)");
+  } else if (key == "dry_multiplier") {
+    require_off(v, key, number_is(0), "DRY sampling (0 = off)");
+  } else if (key == "mirostat") {
+    require_off(v, key, number_is(0), "mirostat sampling (0 = off)");
+  } else if (key == "top_n_sigma") {
+    require_off(v, key, v.is_number() && v.get<double>() <= 0, "top-n-sigma sampling (<= 0 = off)");
+  } else if (key == "min_keep") {
+    require_off(v, key, number_is(0) || number_is(1), "min_keep above 1 (top-p and min-p keep the likeliest token)");
+  } else if (key == "id_slot") {
+    require_off(v, key, number_is(-1) || number_is(0), "a slot other than 0 (there is one)");
+  } else if (key == "grammar") {
+    require_off(v, key, v == "", "a grammar (constrained decoding)");
+  } else if (key == "n_indent" || key == "t_max_predict_ms") {
+    require_off(v, key, number_is(0), "a limit by indentation or time (0 = off)");
+  } else if (key == "timings_per_token" || key == "post_sampling_probs" || key == "return_progress" ||
+             key == "backend_sampling" || key == "penalize_nl") {
+    require_off(v, key, v == false, "this llama-server feature");
+  } else if (key == "dynatemp_exponent" || key == "xtc_threshold" || key == "dry_base" || key == "mirostat_tau" ||
+             key == "mirostat_eta") {
+    number_field(v, key);  // read only with its sampler on
+  } else if (key == "dry_allowed_length" || key == "dry_penalty_last_n" || key == "n_keep") {
+    integer_field(v, key);  // DRY's (off); n_keep: no context shift here, a prompt that does not fit is refused
+  } else if (key == "dry_sequence_breakers") {
+    if (!v.is_string() && !v.is_array()) fail("field '{}': expected an array of strings, got {}", key, brief(v));
+  } else if (key == "cache_prompt") {
+    bool_field(v, key);  // no effect on a single-slot engine
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(const json& body, Api api, const RequestDefaults& defaults,
@@ -190,6 +245,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   bool have_prompt = false, have_stream_options = false, chat_logprobs = false;
   std::optional<int64_t> top_logprobs;  // chat: alternatives a token, with "logprobs": true
   bool tool_choice_none = false;
+  std::optional<std::vector<std::string>> samplers;  // applied once every sampling field is read
   for (const auto& [key, v] : body.items()) {
     if (v.is_null()) continue;
     if (key == "prompt" && !chat) {
@@ -301,13 +357,18 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       if (!v.is_object()) fail("field 'metadata': expected an object of strings, got {}", brief(v));
       for (const auto& [k, o] : v.items())
         if (!o.is_null()) string_field(o, "metadata." + k);
-    } else if (key == "store" || (key == "parallel_tool_calls" && chat) || (key == "cache_prompt" && native)) {
+    } else if (key == "store" || (key == "parallel_tool_calls" && chat)) {
       bool_field(v, key);  // no effect on a single-slot engine (parallel_tool_calls: every call is returned)
+    } else if (key == "samplers") {
+      samplers = sampler_names_field(v);
+    } else if (read_llama_cpp_off_field(key, v)) {
+      // typical_p, mirostat, DRY, XTC, ... at their "off" values
     } else {
       fail("unknown field '{}' for {}", key,
            chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions");
     }
   }
+  if (samplers) decode::apply_sampler_sequence(*samplers, r.sampling, "field 'samplers'");
   if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
   if (r.max_tokens_given && r.max_tokens == 0 && !r.echo)
     fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");

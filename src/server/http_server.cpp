@@ -877,7 +877,8 @@ json sampling_json(const decode::SamplingParams& p) {
           {"top_p", p.top_p},                   {"min_p", p.min_p},
           {"seed", p.seed},                     {"repeat_penalty", p.repeat_penalty},
           {"repeat_last_n", p.repeat_last_n},   {"presence_penalty", p.presence_penalty},
-          {"frequency_penalty", p.frequency_penalty}, {"logit_bias", decode::logit_bias_json(p)}};
+          {"frequency_penalty", p.frequency_penalty}, {"logit_bias", decode::logit_bias_json(p)},
+          {"samplers", decode::sampler_sequence(p)}};
 }
 
 }  // namespace
