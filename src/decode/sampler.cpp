@@ -60,11 +60,13 @@ void set_sampler_candidates(bool on) { candidates_switch().set(on); }
 
 void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParams& p, const std::string& what) {
   static const std::map<std::string, std::string> kCanonical = {
-      {"penalties", "penalties"}, {"dry", "dry"},           {"top_n_sigma", "top_n_sigma"}, {"top-n-sigma", "top_n_sigma"},
-      {"top_k", "top_k"},         {"top-k", "top_k"},       {"typ_p", "typ_p"},             {"typ-p", "typ_p"},
-      {"typical_p", "typ_p"},     {"typical-p", "typ_p"},   {"typical", "typ_p"},           {"typ", "typ_p"},
-      {"top_p", "top_p"},         {"top-p", "top_p"},       {"nucleus", "top_p"},           {"min_p", "min_p"},
-      {"min-p", "min_p"},         {"xtc", "xtc"},           {"temperature", "temperature"}, {"temp", "temperature"}};
+      {"penalties", "penalties"}, {"dry", "dry"},         {"top_n_sigma", "top_n_sigma"},
+      {"top-n-sigma", "top_n_sigma"}, {"top_k", "top_k"}, {"top-k", "top_k"},
+      {"typ_p", "typ_p"},         {"typ-p", "typ_p"},     {"typical_p", "typ_p"},
+      {"typical-p", "typ_p"},     {"typical", "typ_p"},   {"typ", "typ_p"},
+      {"top_p", "top_p"},         {"top-p", "top_p"},     {"nucleus", "top_p"},
+      {"min_p", "min_p"},         {"min-p", "min_p"},     {"xtc", "xtc"},
+      {"temperature", "temperature"}, {"temp", "temperature"}};
   std::map<std::string, size_t> at;  // the engine's samplers: where each is named
   for (size_t i = 0; i < names.size(); ++i) {
     const auto it = kCanonical.find(names[i]);
@@ -86,7 +88,8 @@ void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParam
     fail("{}: top_k, top_p and min_p must come in that order (the order applied here)", what);
   const bool before = (tp < 0 || t < tp) && (mp < 0 || t < mp), after = (tp < 0 || t > tp) && (mp < 0 || t > mp);
   if (!before && !after)
-    fail("{}: the temperature must come before top_p and min_p (transformers' order) or after both (llama.cpp's)", what);
+    fail("{}: the temperature must come before top_p and min_p (transformers' order) or after both (llama.cpp's)",
+         what);
   p.temperature_last = !before;
   if (pen < 0) p.repeat_penalty = 1.0, p.frequency_penalty = 0.0, p.presence_penalty = 0.0;  // left out: off
   if (k < 0) p.top_k = 0;
