@@ -8,6 +8,7 @@
 
 #include "compress/fidelity.h"
 #include "compress/kv_compressor.h"
+#include "compress/span_plan.h"
 #include "core/error.h"
 #include "decode/generation.h"
 #include "golden_pair.h"
@@ -200,6 +201,31 @@ TEST(CompressPolicy, BadInput) {
   compress::Policy p;
   p.window = -1;
   EXPECT_THROW(compress::validate(p), Error);
+  p.method = compress::Method::kDrop;
+  p.window = 0;  // the newest token has no KV entry before its forward: a window of 0 would compress it
+  try {
+    compress::validate(p);
+    ADD_FAILURE() << "window 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--compress-window: must be >= 1"), std::string::npos) << e.what();
+  }
+}
+
+// The first `sinks` positions never join a unit, also where they run past the prompt.
+TEST(CompressPolicy, SinksPastThePromptStayRaw) {
+  compress::Policy p;
+  p.method = compress::Method::kDrop;
+  p.window = 4;
+  const std::vector<int64_t> spans(40, 1);  // plain decoding: one token a commit
+  for (const int64_t sinks : {0, 4, 10, 16, 1000}) {
+    p.sinks = sinks;
+    const compress::CompressionPlan plan = compress::plan_compression(p, 10, spans, 50);
+    ASSERT_FALSE(sinks < 50 && plan.events.empty()) << sinks;
+    for (const compress::CompressionEvent& e : plan.events) EXPECT_GE(e.unit.begin, std::max<int64_t>(10, sinks));
+    if (sinks <= 10) EXPECT_EQ(plan.events.front().unit.begin, 10) << sinks;
+    if (sinks == 16) EXPECT_EQ(plan.events.front().unit.begin, 16);
+    if (sinks == 1000) EXPECT_TRUE(plan.events.empty());
+  }
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ const char* method_name(Method method) {
 
 void validate(const Policy& p) {
   if (p.sinks < 0) fail("--compress-sinks: must be >= 0, found {}", p.sinks);
-  if (p.window < 0) fail("--compress-window: must be >= 0, found {}", p.window);
+  if (p.window < 0 || (p.enabled() && p.window < 1))  // the newest token has no KV entry until its forward
+    fail("--compress-window: must be >= 1 (the newest token stays raw until its forward), found {}", p.window);
   if (p.merge_tokens < 0) fail("--compress-merge: must be >= 0 (0 = one unit per verify span), found {}", p.merge_tokens);
   if ((p.method == Method::kBeacon) != (p.beacon != nullptr))
     fail("internal: the beacon method needs exactly its loaded compressor");

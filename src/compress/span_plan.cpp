@@ -8,10 +8,10 @@
 namespace specpress::compress {
 
 UnitTracker::UnitTracker(const Policy& policy, int64_t prompt_tokens)
-    : window_(policy.window), merge_(policy.merge_tokens), prompt_tokens_(prompt_tokens) {}
+    : window_(policy.window), merge_(policy.merge_tokens), raw_head_(std::max(prompt_tokens, policy.sinks)) {}
 
 std::vector<Unit> UnitTracker::commit(int64_t begin, int64_t end) {
-  begin = std::max(begin, prompt_tokens_);  // the prompt stays raw
+  begin = std::max(begin, raw_head_);  // the prompt and the sinks stay raw
   if (begin < end) {
     if (merge_ == 0) {
       raw_.push_back({begin, end});

@@ -1,8 +1,8 @@
 // span_plan.h — when compression happens: which committed tokens form units (a verify-step span, or
 // m-token pieces of the generated text) and at which commit each unit ages out of the raw window of W
-// generated tokens (compression-design.md §7.1; the prompt always stays raw). One implementation for
-// the live compressor (KVCompressor) and for the trainer's parallel layout, so a compressor is trained
-// on exactly the events it will see at inference.
+// generated tokens (compression-design.md §7.1; the prompt and the first `sinks` positions always stay raw). One
+// implementation for the live compressor (KVCompressor) and for the trainer's parallel layout, so a compressor is
+// trained on exactly the events it will see at inference.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -25,7 +25,8 @@ class UnitTracker {
   std::vector<Unit> commit(int64_t begin, int64_t end);
 
  private:
-  int64_t window_, merge_, prompt_tokens_;
+  int64_t window_, merge_;
+  int64_t raw_head_;  // positions below it never join a unit: the prompt and the first `sinks` positions
   std::deque<Unit> raw_;       // committed units still raw, oldest first
   int64_t pending_begin_ = -1;  // merge > 0: start of the current partial unit
 };
