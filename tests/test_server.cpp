@@ -1992,6 +1992,10 @@ TEST(ServerHttp, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(json::parse(denied->body)["error"]["type"], "authentication_error");
   httplib::Headers auth = {{"Authorization", "Bearer sesame"}};
   EXPECT_EQ(s.client().Get("/v1/models", auth)->status, 200);
+  // the scheme's name in any case (RFC 7235), the key exactly
+  EXPECT_EQ(s.client().Get("/v1/models", {{"Authorization", "bearer sesame"}})->status, 200);
+  for (const char* wrong : {"Bearer Sesame", "Bearer sesam", "Bearer ", "Bearersesame", "Basic sesame"})
+    EXPECT_EQ(s.client().Get("/v1/models", {{"Authorization", wrong}})->status, 401) << wrong;
   // Anthropic's clients send x-api-key and get its error form
   const std::string body = R"({"messages": [{"role": "user", "content": "x"}]})";
   denied = s.client().Post("/v1/messages/count_tokens", body, "application/json");

@@ -178,7 +178,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "generate with the target alone or with a DFlash draft");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
-  cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)");
+  cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)")
+      ->check(non_empty_check("expected a DFlash draft directory; leave the flag out for plain decoding"));
   cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
   cmd->add_option("-p,--prompt", o->prompt_text, "prompt text (needs the model's tokenizer)");
   cmd->add_option("-f,--file", o->prompt_file, "read the prompt text from a file (exact bytes)");

@@ -17,7 +17,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, Anthropic's /v1/messages, "
                "SSE streaming, /health, /metrics)");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
-  cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md): every request decodes with it");
+  cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md): every request decodes with it")
+      ->check(non_empty_check("expected a DFlash draft directory; leave the flag out for plain decoding"));
   cmd->add_option("--host", o->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", o->port, "TCP port (0: any free port, printed when listening)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->ctx_size,
@@ -49,7 +50,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
   cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");
   cmd->add_option("--api-key", o->api_key,
-                  "require \"Authorization: Bearer KEY\" (or \"X-Api-Key: KEY\") on every route but /health");
+                  "require \"Authorization: Bearer KEY\" (or \"X-Api-Key: KEY\") on every route but /health")
+      ->check(non_empty_check("an unset variable? leave the flag out to serve without a key"));
   cmd->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "requests that may wait for the generation slot (more: 503 at once)")
       ->capture_default_str();

@@ -69,4 +69,9 @@ CLI::Validator seed_check() {
       "SEED");
 }
 
+CLI::Validator non_empty_check(const std::string& why) {
+  return CLI::Validator([why](std::string& text) -> std::string { return text.empty() ? "empty value (" + why + ")" : ""; },
+                        "");
+}
+
 }  // namespace specpress::cli

@@ -16,5 +16,7 @@ std::vector<int64_t> parse_id_list(const std::string& text, const std::string& f
 
 // For a uint64 seed flag: decimal digits only, at most 2^64 - 1 (CLI11 alone wraps -1 and saturates larger values).
 CLI::Validator seed_check();
+// Refuses an empty value (an unset shell variable, say), saying `why` it matters.
+CLI::Validator non_empty_check(const std::string& why);
 
 }  // namespace specpress::cli

@@ -1,4 +1,5 @@
 // plain.cpp — plain autoregressive decoding with the target (the speedup baseline, block size 1).
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -23,10 +24,11 @@ void validate_generation(const model::Qwen3Model& target, const std::vector<int6
   if (params.logprobs < -1 || params.logprobs > kMaxLogprobs)
     fail("--logprobs: must be 0..{} top alternatives (or -1: none), found {}", kMaxLogprobs, params.logprobs);
   validate(params.sampling);
-  const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_new_tokens + block_size;
-  if (needed > target.config().max_position_embeddings)
-    fail("prompt ({} tokens) + -n {} + block {} = {} positions exceeds the model's max_position_embeddings {}",
-         prompt.size(), params.max_new_tokens, block_size, needed, target.config().max_position_embeddings);
+  const int64_t max_positions = target.config().max_position_embeddings;
+  const int64_t room = max_positions - static_cast<int64_t>(prompt.size()) - block_size;  // compared, never summed
+  if (params.max_new_tokens > room)
+    fail("prompt ({} tokens) + -n {} + block {} exceeds the model's max_position_embeddings {} (at most {} new tokens "
+         "fit)", prompt.size(), params.max_new_tokens, block_size, max_positions, std::max<int64_t>(room, 0));
 }
 
 GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -54,10 +53,18 @@ std::string read_text_file(const std::string& path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("{}: is a directory (expected a file)", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open ({})", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // in pieces; what is not a regular file (a pipe, a device such as /dev/zero) up to a bound, so that an endless
+  // one is refused instead of filling memory
+  const bool regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  const size_t kMaxBytes = regular ? SIZE_MAX : size_t{256} << 20;
+  std::string text;
+  char piece[1 << 16];
+  while (in.read(piece, sizeof piece) || in.gcount() > 0) {
+    text.append(piece, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxBytes) fail("{}: more than {} MiB from a stream (expected a text file)", path, kMaxBytes >> 20);
+  }
   if (in.bad()) fail("{}: read error", path);
-  return ss.str();
+  return text;
 }
 
 namespace {

@@ -1128,9 +1128,13 @@ void Server::add_routes() {
     }
     if (o_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" || req.method == "OPTIONS")
       return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + o_.api_key ||
-        req.get_header_value("X-Api-Key") == o_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
+    // the scheme's name is case-insensitive (RFC 7235); the key is not
+    const std::string authorization = req.get_header_value("Authorization");
+    const bool bearer = authorization.size() == 7 + o_.api_key.size() &&
+                        std::equal(authorization.begin(), authorization.begin() + 7, "bearer ",
+                                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }) &&
+                        authorization.compare(7, std::string::npos, o_.api_key) == 0;
+    if (bearer || req.get_header_value("X-Api-Key") == o_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     const json error = error_json(401, "Invalid API Key", "authentication_error");
     send_json(res, 401, anthropic_route(req.path) ? anthropic_error(error) : error);
     return httplib::Server::HandlerResponse::Handled;
