@@ -70,8 +70,8 @@ CLI::Validator seed_check() {
 }
 
 CLI::Validator non_empty_check(const std::string& why) {
-  return CLI::Validator([why](std::string& text) -> std::string { return text.empty() ? "empty value (" + why + ")" : ""; },
-                        "");
+  return CLI::Validator(
+      [why](std::string& text) -> std::string { return text.empty() ? "empty value (" + why + ")" : ""; }, "");
 }
 
 }  // namespace specpress::cli

@@ -61,7 +61,8 @@ std::string read_text_file(const std::string& path) {
   char piece[1 << 16];
   while (in.read(piece, sizeof piece) || in.gcount() > 0) {
     text.append(piece, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxBytes) fail("{}: more than {} MiB from a stream (expected a text file)", path, kMaxBytes >> 20);
+    if (text.size() > kMaxBytes)
+      fail("{}: more than {} MiB from a stream (expected a text file)", path, kMaxBytes >> 20);
   }
   if (in.bad()) fail("{}: read error", path);
   return text;
