@@ -4,9 +4,12 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <fstream>
+
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
+#include "model/config_json.h"
 #include "model/qwen3.h"
 #include "model_fixtures.h"
 #include "test_util.h"
@@ -203,6 +206,49 @@ TEST(Checkpoint, RealQwen3ConfigsParse) {
   EXPECT_EQ(c8.hidden_size, 4096);
   EXPECT_FALSE(c8.tie_word_embeddings);
   EXPECT_DOUBLE_EQ(c8.rope_theta, 1e6);
+}
+
+// What a Qwen3 config can say that this engine does not compute is refused by name, not ignored: a sliding window,
+// layers of another attention type, another model type or architecture.
+TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
+  SPECPRESS_REQUIRE_SHARED();
+  const std::string real = shared_dir() + "/data/qwen3-tokenizer/config_Qwen3-4B.json";
+  EXPECT_NO_THROW(model::expect_architecture(real, "Qwen3ForCausalLM"));
+  EXPECT_THROW(model::expect_architecture(real, "DFlashDraftModel"), Error);
+  std::ifstream in(real);
+  const nlohmann::json base = nlohmann::json::parse(in);
+  ScratchDir dir("config");
+  const std::string path = (dir.path / "config.json").string();
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"use_sliding_window", true}, {"sliding_window", 4096}}, "use_sliding_window true is not supported"},
+      {{{"layer_types", {"full_attention", "sliding_attention"}}}, "layer_types[1] is \"sliding_attention\""},
+      {{{"layer_types", "full_attention"}}, "field 'layer_types' must be an array"},
+      {{{"model_type", "llama"}}, "model_type 'llama' is not supported"},
+  };
+  for (const auto& [change, expected] : cases) {
+    nlohmann::json j = base;
+    j.update(change);
+    write_text(path, j.dump());
+    try {
+      model::parse_qwen3_config(path);
+      ADD_FAILURE() << change.dump() << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+  nlohmann::json full = base;
+  full["layer_types"] = std::vector<std::string>(36, "full_attention");  // transformers' newer exports
+  write_text(path, full.dump());
+  EXPECT_NO_THROW(model::parse_qwen3_config(path));
+  full["architectures"] = {"LlamaForCausalLM"};
+  write_text(path, full.dump());
+  try {
+    model::expect_architecture(path, "Qwen3ForCausalLM");
+    ADD_FAILURE() << "LlamaForCausalLM accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("architectures [\"LlamaForCausalLM\"] where Qwen3ForCausalLM is expected"),
+              std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -87,4 +87,15 @@ std::vector<int64_t> ConfigReader::integer_list(const std::string& key) const {
   return out;
 }
 
+void expect_architecture(const std::string& config_path, const std::string& expected) {
+  const nlohmann::json j = ConfigReader::parse_file(config_path);
+  if (!j.contains("architectures") || j["architectures"].is_null()) return;  // older exports leave it out
+  const auto& a = j["architectures"];
+  if (!a.is_array()) fail("{}: field 'architectures' must be an array of strings, found {}", config_path, a.dump());
+  for (const auto& name : a)
+    if (name == expected) return;
+  fail("{}: architectures {} where {} is expected (a Qwen3 target is given with -m, its DFlash draft with -md)",
+       config_path, a.dump(), expected);
+}
+
 }  // namespace specpress::model

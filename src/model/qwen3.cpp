@@ -40,6 +40,19 @@ Qwen3Config parse_qwen3_config(const std::string& config_path) {
     fail("{}: missing field 'rope_theta' (or 'rope_parameters.rope_theta')", config_path);
   }
   if (r.has("rope_scaling")) fail("{}: field 'rope_scaling' is set; RoPE scaling is not supported", config_path);
+  const std::string model_type = r.string_or("model_type", "qwen3");
+  if (model_type != "qwen3") fail("{}: model_type '{}' is not supported (expected 'qwen3')", config_path, model_type);
+  // every layer attends to the whole context here: a sliding window would change the outputs
+  if (r.boolean_or("use_sliding_window", false))
+    fail("{}: use_sliding_window true is not supported (every layer attends to the whole context)", config_path);
+  if (r.has("layer_types")) {
+    const auto& types = j["layer_types"];
+    if (!types.is_array()) fail("{}: field 'layer_types' must be an array of strings", config_path);
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i] != "full_attention")
+        fail("{}: layer_types[{}] is {}; only \"full_attention\" layers are supported", config_path, i,
+             types[i].dump());
+  }
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 40960);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
   c.checkpoint_dtype = r.string_or("torch_dtype", r.string_or("dtype", "float32"));
@@ -111,6 +124,7 @@ KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim
 Qwen3Model Qwen3Model::load(const std::string& dir, at::ScalarType dtype, at::Device device) {
   const std::string config_path = config_path_in(dir, "an HF model directory");
   Qwen3Config c = parse_qwen3_config(config_path);
+  expect_architecture(config_path, "Qwen3ForCausalLM");
   io::TensorStore store = io::TensorStore::open_dir(dir);
   Qwen3Weights w;
   w.embed_tokens = store.take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, dtype, device);
