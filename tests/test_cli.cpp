@@ -100,6 +100,25 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
 }
 
+// bench and diagnose check every selected sample's first turn against the context before running any (the demo
+// target's context is 2048 positions, bench's default --max-new-tokens as many), naming the sample and the flag.
+TEST(Cli, BenchAndDiagnoseRefuseSamplesThatDoNotFitBeforeRunningAny) {
+  SPECPRESS_REQUIRE_SHARED();
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
+    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  const std::string data = " --dataset gsm8k --data " + shared_dir() + "/data/gsm8k_test.jsonl --max-samples 5";
+  for (const std::string tool : {"bench", "diagnose"}) {
+    CommandResult r = run_specpress(tool + " -m " + demo + "/target -md " + demo + "/draft" + data +
+                                    " --max-new-tokens 2040");
+    EXPECT_NE(r.exit_code, 0) << tool;
+    EXPECT_NE(r.err.find("5 of the 5 selected samples do not fit, the first: gsm8k sample gsm8k-test-"),
+              std::string::npos) << tool << ": " << r.err;
+    EXPECT_NE(r.err.find("+ --max-new-tokens 2040 + block"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("tau"), std::string::npos) << tool << ": a sample ran\n" << r.err;
+  }
+}
+
 // --reasoning-budget N on the demo pair, whose think block is empty unless </think> is banned (logit bias, which also
 // holds in the answer; the forced tokens are not sampled): the first N tokens, "\n</think>\n\n", then the answer,
 // greedy and sampled, plain and DFlash (greedy: the same tokens); a block that ends within the budget is untouched;

@@ -27,6 +27,9 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   report.options.on_record = nullptr;
   report.options.plain_results = nullptr;
   report.block_size = decode::resolve_block_size(draft, options.block_size);
+  const int64_t max_positions = target.config().max_position_embeddings;
+  check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens, report.block_size, max_positions,
+                        options.dataset);
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   // the checkpoint's records this run asks for again (its samples' turns, each at most once)
@@ -76,6 +79,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
         bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
         continue;
       }
+      check_turn_fits(static_cast<int64_t>(prompt.size()), options.max_new_tokens, report.block_size, max_positions,
+                      turn_name(options.dataset, sample, t));
       BenchRecord rec;
       rec.id = sample.id;
       rec.turn = static_cast<int64_t>(t);

@@ -102,6 +102,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
   }
 
+  check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens, 1,
+                        target.config().max_position_embeddings, options.dataset);
   GenerationRunner runner(target, nullptr);
   ProgressBar bar("diagnose " + options.dataset, static_cast<int64_t>(samples.size()), options.progress);
   decode::GenerationParams params;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "decode/thinking_budget.h"
+#include "tools/datasets.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +24,17 @@ std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std:
 // cut is followed by "\n</think>\n\n" (the newline, the tag and the blank line the chat template writes after it).
 // `flag` names the option in the error for a tokenizer without </think> or a budget below 1.
 decode::ThinkingBudget qwen3_thinking_budget(const tok::Tokenizer& tokenizer, int64_t tokens, const char* flag);
+
+// Whether a turn's prompt of `prompt_tokens` leaves room for --max-new-tokens and the block within the model's
+// `max_positions`; the error names the turn (`what`, e.g. "gsm8k sample 12 (row 13) turn 1") and the flag.
+void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block, int64_t max_positions,
+                     const std::string& what);
+// check_turn_fits for every sample's first turn before any sample runs, so that a run does not stop at its first long
+// prompt after the work before it (a later turn's prompt holds the earlier answers: it is checked when it comes).
+void check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
+                           int64_t max_new_tokens, int64_t block, int64_t max_positions, const std::string& dataset);
+// "gsm8k sample 12 (row 13) turn 1", as the checks name a turn.
+std::string turn_name(const std::string& dataset, const BenchSample& sample, size_t turn);
 
 struct DecodedText {
   std::string text;
