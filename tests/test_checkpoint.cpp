@@ -163,6 +163,14 @@ TEST(Checkpoint, IndexNamesMissingShard) {
   write_json(d.path / "model.safetensors.index.json", index);
   std::string msg = load_error(d.str());
   EXPECT_NE(msg.find("names shard 'model-00002-of-00002.safetensors'"), std::string::npos) << msg;
+  // a shard is a file of the model directory, never a path out of it
+  for (const std::string shard : {"../model.safetensors", "/etc/passwd", "sub/x.safetensors", ".."}) {
+    index["weight_map"]["model.norm.weight"] = shard;
+    write_json(d.path / "model.safetensors.index.json", index);
+    msg = load_error(d.str());
+    EXPECT_NE(msg.find("weight_map['model.norm.weight'] is '" + shard + "', expected a file name in the model"),
+              std::string::npos) << msg;
+  }
 }
 
 TEST(Checkpoint, InvalidConfigJson) {

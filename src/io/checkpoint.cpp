@@ -68,7 +68,12 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     std::map<std::string, std::set<std::string>> by_shard;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string()) fail("{}: weight_map['{}'] must be a file name", source, it.key());
-      by_shard[it.value().get<std::string>()].insert(it.key());
+      const std::string shard = it.value().get<std::string>();
+      // a shard is a file of the model directory: no path, no parent (an index could otherwise open any file)
+      if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+          shard.find('\\') != std::string::npos)
+        fail("{}: weight_map['{}'] is '{}', expected a file name in the model directory", source, it.key(), shard);
+      by_shard[shard].insert(it.key());
     }
     for (const auto& [shard, names] : by_shard) {
       const fs::path shard_path = fs::path(dir) / shard;
