@@ -242,6 +242,40 @@ TEST(TrainLm, StopAndResumeEqualsUninterruptedRun) {
   expect_resumed_like(second, straight.out, part.out);
 }
 
+// A checkpoint that cannot be this run's is refused naming its file: a step below 0 or past --steps, NaN weights or
+// optimizer moments (training from it would spread them to every weight).
+TEST(TrainLm, CorruptCheckpointsAreRefused) {
+  Fixture f;
+  train::LmOptions o = f.lm_options("corrupt");
+  o.stop_after = 2;
+  train::train_lm(o, train::TextCodec{});
+  o.stop_after = 0;
+  o.resume = true;
+  const fs::path dir = fs::path(o.out) / "checkpoint";
+  const std::string state_text = io::read_text_file((dir / "state.json").string());
+  nlohmann::json state = nlohmann::json::parse(state_text);
+  for (const int64_t step : {int64_t{-3}, o.steps + 5}) {
+    state["step"] = step;
+    write_text(dir / "state.json", state.dump());
+    expect_error([&] { train::train_lm(o, train::TextCodec{}); },
+                 step < 0 ? "state.json: step -3 must be >= 0" : "is past --steps");
+  }
+  write_text(dir / "state.json", state_text);
+  for (const char* file : {"params.safetensors", "optimizer.safetensors"}) {
+    const std::string path = (dir / file).string();
+    const std::string kept = io::read_text_file(path);
+    io::TensorStore store = io::TensorStore::open_file(path);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const std::string& name : store.names())
+      tensors.emplace_back(name, store.take(name, store.shape(name), at::kFloat, at::kCPU));
+    tensors.front().second.view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
+    io::save_safetensors(path, tensors);
+    expect_error([&] { train::train_lm(o, train::TextCodec{}); }, "holds NaN or infinite values");
+    write_text(path, kept);
+  }
+  EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 2);  // the restored checkpoint resumes
+}
+
 TEST(TrainDraft, FewStepsLowerTheLoss) {
   Fixture f;
   train::DraftOptions o = f.draft_options("draft");

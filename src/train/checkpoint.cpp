@@ -120,6 +120,7 @@ std::optional<CheckpointState> find_checkpoint(const std::string& out) {
     }
     if (!j.contains("step") || !j["step"].is_number_integer() || !j.contains("run"))
       fail("{}: expected fields 'step' (integer) and 'run'", state_path.string());
+    if (j["step"].get<int64_t>() < 0) fail("{}: step {} must be >= 0", state_path.string(), j["step"].dump());
     CheckpointState s;
     s.step = j["step"].get<int64_t>();
     s.run = j["run"];
@@ -144,7 +145,10 @@ void restore_tensors(const std::string& file, const NamedTensors& params) {
   c10::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
     if (!store.has(name)) fail("{}: tensor '{}' missing", file, name);
-    p.copy_(store.take(name, p.sizes().vec(), p.scalar_type(), p.device()));
+    const at::Tensor saved = store.take(name, p.sizes().vec(), p.scalar_type(), p.device());
+    if (!saved.isfinite().all().item<bool>())  // training goes on from it: a NaN would spread to every weight
+      fail("{}: tensor '{}' holds NaN or infinite values (a corrupt checkpoint?)", file, name);
+    p.copy_(saved);
   }
   store.check_all_taken();
 }
@@ -152,7 +156,11 @@ void restore_tensors(const std::string& file, const NamedTensors& params) {
 NamedTensors read_tensors(const std::string& file, at::Device device) {
   io::TensorStore store = io::TensorStore::open_file(file);
   NamedTensors out;
-  for (const std::string& name : store.names()) out.emplace_back(name, store.take(name, store.shape(name), at::kFloat, device));
+  for (const std::string& name : store.names()) {
+    out.emplace_back(name, store.take(name, store.shape(name), at::kFloat, device));
+    if (!out.back().second.isfinite().all().item<bool>())
+      fail("{}: tensor '{}' holds NaN or infinite values (a corrupt checkpoint?)", file, name);
+  }
   return out;
 }
 

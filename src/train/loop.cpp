@@ -69,6 +69,9 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
   if (resume) {
     CheckpointState state = *find_checkpoint(o.out);
     check_same_run(state.run, run, state.dir + "/state.json");
+    if (state.step > o.steps)
+      fail("{}/state.json: step {} is past --steps {} (another run's checkpoint, or a longer schedule: give its "
+           "--steps)", state.dir, state.step, o.steps);
     restore_tensors(state.dir + "/params.safetensors", params);
     optimizer.load_state(read_tensors(state.dir + "/optimizer.safetensors", params.front().second.device()), state.step,
                          state.dir + "/optimizer.safetensors");
