@@ -415,7 +415,14 @@ TEST(TrainCompressor, BadInputNamesTheProblem) {
   {
     train::CompressorOptions o = f.compressor_options("window");
     o.policy.window = -1;
-    expect_error([&] { train::train_compressor(o, none); }, "--compress-window: must be >= 0");
+    expect_error([&] { train::train_compressor(o, none); }, "--compress-window: must be >= 1");
+  }
+  if (fs::exists(shared_dir() + "/golden/dflash-tiny-a/draft")) {  // another target's draft, with --data alone too
+    train::CompressorOptions o = f.compressor_options("draft");
+    o.draft_dir = shared_dir() + "/golden/dflash-tiny-a/draft";
+    o.on_policy_prompts.clear();
+    o.data = {f.data.string()};
+    expect_error([&] { train::train_compressor(o, none); }, "draft hidden_size 128 does not match the target's");
   }
 }
 

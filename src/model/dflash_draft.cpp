@@ -46,10 +46,9 @@ DFlashConfig parse_dflash_config(const std::string& config_path) {
   return c;
 }
 
-DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, at::ScalarType dtype, at::Device device) {
+DFlashConfig draft_config_for(const std::string& dir, const Qwen3Config& t) {
   const std::string config_path = config_path_in(dir, "a DFlash draft directory");
   DFlashConfig c = parse_dflash_config(config_path);
-  const Qwen3Config& t = target.config();
   if (c.arch.hidden_size != t.hidden_size)
     fail("{}: draft hidden_size {} does not match the target's {}", config_path, c.arch.hidden_size, t.hidden_size);
   if (c.arch.vocab_size != t.vocab_size)
@@ -64,7 +63,11 @@ DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, 
     if (id < 0 || id >= t.num_layers)
       fail("{}: dflash_config.target_layer_ids entry {} is outside the target's layers 0..{}", config_path, id,
            t.num_layers - 1);
+  return c;
+}
 
+DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, at::ScalarType dtype, at::Device device) {
+  const DFlashConfig c = draft_config_for(dir, target.config());
   io::TensorStore store = io::TensorStore::open_dir(dir);
   const int64_t H = c.arch.hidden_size;
   DFlashWeights w;

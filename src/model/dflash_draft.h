@@ -24,6 +24,9 @@ struct DFlashConfig {
 // z-lab's build_target_layer_ids: [N_t/2] for one draft layer, else round(1 + i*(N_t-4)/(n_d-1)).
 std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t num_draft_layers);
 DFlashConfig parse_dflash_config(const std::string& config_path);
+// The config of the draft in `dir`, checked against its target's: hidden and vocabulary sizes, layer count, taps, mask
+// token (each mismatch named). DFlashDraft::load starts with it; tools that only read the draft's taps use it alone.
+DFlashConfig draft_config_for(const std::string& dir, const Qwen3Config& target);
 
 struct DFlashWeights {
   at::Tensor fc;           // [H, n_taps*H]

@@ -194,7 +194,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   const model::Qwen3Config& tc = target.config();
   // The draft itself is loaded only to generate (onpolicy.h); here its taps are the default features.
   std::optional<model::DFlashConfig> draft_config;
-  if (!o.draft_dir.empty()) draft_config = model::parse_dflash_config((fs::path(o.draft_dir) / "config.json").string());
+  if (!o.draft_dir.empty()) draft_config = model::draft_config_for(o.draft_dir, tc);
   const std::vector<int64_t> draft_taps = draft_config ? draft_config->target_layer_ids : std::vector<int64_t>{};
   const compress::BeaconConfig bc = beacon_config(o, target, draft_taps);
   if (o.seq_len > tc.max_position_embeddings)
