@@ -433,6 +433,16 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     train::DraftOptions o = f.draft_options("bad-taps");
     o.target_layer_ids = {0, 9};
     expect_error([&] { train::train_draft(o, none); }, "--target-layer-ids: layer 9 is not a layer of");
+    o.target_layer_ids = {1, 1};
+    expect_error([&] { train::train_draft(o, none); }, "--target-layer-ids: layer 1 is given twice");
+    o.target_layer_ids = {0, 1};
+    o.mask_token_id = -5;
+    expect_error([&] { train::train_draft(o, none); }, "--mask-token-id: must be a token id >= 0 (or -1");
+  }
+  {
+    train::CompressorOptions o = f.compressor_options("twice");
+    o.feature_layers = {1, 1};
+    expect_error([&] { train::train_compressor(o, none); }, "--feature-layers: layer 1 is given twice");
   }
   {  // empty data
     write_text(f.dir.path / "empty.jsonl", "\n");

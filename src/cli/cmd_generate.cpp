@@ -195,7 +195,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str()->check(seed_check());
   cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
-  cmd->add_option("--block-size", o->block_size, "DFlash block size (default: the draft's trained size)");
+  cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
