@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
+#include "decode/generation.h"
 #include "model/config_json.h"
 #include "model/qwen3.h"
 #include "model_fixtures.h"
@@ -256,6 +257,26 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("architectures [\"LlamaForCausalLM\"] where Qwen3ForCausalLM is expected"),
               std::string::npos) << e.what();
+  }
+}
+
+// NaN weights load (they are valid bf16/f32 values) but their logits are NaN: decoding says so instead of emitting
+// token 0 again and again (perplexity likewise: PerplexityErrors.NanWeightsAreAnError).
+TEST(Checkpoint, NanWeightsAreReportedByDecoding) {
+  ScratchDir d("ckpt-nan");
+  write_random_qwen3(d.str());
+  auto t = qwen3_tensors(TinyShape{}, false);
+  for (auto& [name, tensor] : t)
+    if (name == "model.norm.weight") tensor.view(-1)[3] = std::numeric_limits<float>::quiet_NaN();
+  io::save_safetensors((d.path / "model.safetensors").string(), t);
+  const model::Qwen3Model m = model::Qwen3Model::load(d.str(), at::kFloat, at::kCPU);
+  decode::GenerationParams p;
+  p.max_new_tokens = 3;
+  try {
+    decode::generate_plain(m, {1, 2, 3}, p);
+    ADD_FAILURE() << "NaN logits decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logits after the prompt are NaN"), std::string::npos) << e.what();
   }
 }
 

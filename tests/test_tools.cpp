@@ -1030,4 +1030,24 @@ TEST_F(ToolsEndToEnd, GenerateStreamsText) {
   EXPECT_EQ(j["output_ids"].size(), 5u);
 }
 
+// A model with NaN weights gives NaN log-probabilities: an error naming the chunk, not PPL = nan.
+TEST(PerplexityErrors, NanWeightsAreAnError) {
+  ScratchDir d("ppl-nan");
+  write_random_qwen3(d.str());
+  auto t = qwen3_tensors(TinyShape{}, false);
+  for (auto& [name, tensor] : t)
+    if (name == "model.norm.weight") tensor.view(-1)[3] = std::numeric_limits<float>::quiet_NaN();
+  io::save_safetensors((d.path / "model.safetensors").string(), t);
+  const model::Qwen3Model m = model::Qwen3Model::load(d.str(), at::kFloat, at::kCPU);
+  std::vector<int64_t> tokens(64);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % 50);
+  try {
+    tools::perplexity(m, tokens, 32);
+    ADD_FAILURE() << "NaN perplexity";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 1: the model's log-probabilities are NaN"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

@@ -45,6 +45,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   auto t0 = std::chrono::steady_clock::now();
   model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, target_cache,
                                             {false, dc.target_layer_ids, false});
+  check_prefill_logits(out.logits);
   sampler.begin(prompt);
   int64_t bonus = sampler.sample(out.logits)[0];
   sampler.accept(bonus);

@@ -57,6 +57,7 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
   const at::Tensor prefill_logits = engine.prefill(prompt);
+  check_prefill_logits(prefill_logits);
   sampler.begin(prompt);
   int64_t next = sampler.sample(prefill_logits)[0];
   sampler.accept(next);
@@ -126,6 +127,7 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   engine.capture_graphs();  // one-time set-up (matmul tuning, graph capture): not part of the prefill time
   auto t0 = std::chrono::steady_clock::now();
   const at::Tensor prefill_logits = engine.prefill(prompt);
+  check_prefill_logits(prefill_logits);
   sampler.begin(prompt);
   int64_t bonus = sampler.sample(prefill_logits)[0];
   sampler.accept(bonus);

@@ -127,4 +127,8 @@ int64_t resolve_block_size(const model::DFlashDraft& draft, int64_t requested);
 void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                          const GenerationParams& params, int64_t block_size);
 
+// After the prefill: logits that hold NaN (broken weights, or a config whose values make them) are an error, not
+// token 0 over and over.
+void check_prefill_logits(const at::Tensor& logits);
+
 }  // namespace specpress::decode

@@ -31,6 +31,12 @@ void validate_generation(const model::Qwen3Model& target, const std::vector<int6
          "fit)", prompt.size(), params.max_new_tokens, block_size, max_positions, std::max<int64_t>(room, 0));
 }
 
+void check_prefill_logits(const at::Tensor& logits) {
+  if (logits.isnan().any().item<bool>())
+    fail("the target's logits after the prompt are NaN: its weights hold NaN or infinite values, or its config "
+         "computes them (check model.safetensors and config.json)");
+}
+
 GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                 const GenerationParams& params, const TokenCallback& on_tokens) {
   validate_generation(target, prompt, params, 1);
@@ -46,6 +52,7 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
 
   auto t0 = std::chrono::steady_clock::now();
   model::ForwardOutput out = target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, cache, {});
+  check_prefill_logits(out.logits);
   sampler.begin(prompt);
   int64_t next = sampler.sample(out.logits)[0];
   sampler.accept(next);

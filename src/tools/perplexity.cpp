@@ -132,6 +132,10 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
                                          at::kLong).to(rows.device()).unsqueeze(1);
       nlls.clear();
       append(nlls, rows.gather(1, next).squeeze(1), -1.0);
+      for (const double v : nlls)
+        if (std::isnan(v))
+          fail("chunk {}: the model's log-probabilities are NaN: its weights hold NaN or infinite values, or its "
+               "config computes them", c + 1);
       if (base) {
         // KL(base || model) on the model's device
         const at::Tensor base_rows =
