@@ -29,8 +29,8 @@ struct ConfigReader {
 // `dir` and what it should be (`expected`: "an HF model directory", "a DFlash draft directory").
 std::string config_path_in(const std::string& dir, const char* expected);
 
-// Refuses a config.json whose "architectures" (when given) does not name `expected` ("Qwen3ForCausalLM",
-// "DFlashDraftModel"): another architecture's weights may load under Qwen3's names and compute something else.
+// Refuses a config.json whose "architectures" (when given) does not name `expected` (a target's
+// "Qwen3ForCausalLM"): another architecture's weights may load under Qwen3's names and compute something else.
 void expect_architecture(const std::string& config_path, const std::string& expected);
 
 }  // namespace specpress::model
