@@ -599,8 +599,10 @@ TEST(ServerRequest, BadFieldsAreNamed) {
     EXPECT_LT(error.size(), 200u) << error.substr(0, 200);
     EXPECT_NE(error.find("..."), std::string::npos) << error.substr(0, 200);
   }
-  EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).find("'n_predict'"),
+  EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": -2})", server::Api::kNativeCompletion).find("'n_predict'"),
             std::string::npos);
+  // llama-server's n_predict 0: nothing generated
+  EXPECT_EQ(parse(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).max_tokens, 0);
 }
 
 // llama-server's sampler sequence picks the order (and turns off what it leaves out); its fields for samplers and
@@ -1009,6 +1011,10 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   json tokens = post(s, "/tokenize", {{"content", templ["prompt"]}});
   EXPECT_EQ(tokens["tokens"].size(), whole["usage"]["prompt_tokens"].get<size_t>());
   EXPECT_EQ(post(s, "/detokenize", {{"tokens", tokens["tokens"]}})["content"], templ["prompt"]);
+  // the model's padding ids past the tokenizer's decode to nothing, as in a completion's text
+  json padded = tokens["tokens"];
+  padded.push_back(151700);
+  EXPECT_EQ(post(s, "/detokenize", {{"tokens", padded}})["content"], templ["prompt"]);
   EXPECT_EQ(metric(s, "requests_total"), 2);
   const std::regex build_info(R"(\nspecpress:build_info\{version="[0-9.]+",commit="[^"]+",torch="[^"]+",)"
                               R"(cuda_runtime="[^"]*"\} 1\n)");
@@ -1944,6 +1950,8 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
       {"/v1/completions", R"({"prompt": "x", "n": 0})", 400, "'n'"},
       {"/completion", R"({"prompt": "x", "n": 2})", 400, "'n'"},
       {"/detokenize", R"({"tokens": [-1]})", 400, "'tokens'"},
+      {"/detokenize", R"({"tokens": [151936]})", 400, "field 'tokens': 151936 is not a token id (0..151935)"},
+      {"/detokenize", R"({"tokens": [1], "x": 1})", 400, "unknown field 'x' for /detokenize"},
       {"/tokenize", R"({"text": "x"})", 400, "'text'"},
       {"/tokenize", R"({"content": "x", "parse_special": "x"})", 400, "'parse_special'"},
       {"/v1/completions", R"({"prompt": "x", "n": )" + std::string(100000, '[') + std::string(100000, ']') + "}", 400,

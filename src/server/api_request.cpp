@@ -257,7 +257,8 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat) || (key == "n_predict" && native)) {
       const int64_t n = integer_field(v, key);
       if (native && n == -1) continue;  // llama.cpp: -1 = no limit (here: the context size)
-      if (n < 0 || (n == 0 && api != Api::kCompletions)) fail("field '{}': must be at least 1, got {}", key, n);
+      // 0: /v1/completions' echo scores the prompt alone; llama-server's n_predict 0 generates nothing
+      if (n < 0 || (n == 0 && api == Api::kChatCompletions)) fail("field '{}': must be at least 1, got {}", key, n);
       if (key == "max_completion_tokens") max_completion_tokens = n;
       else if (!max_completion_tokens) r.max_tokens = n;
       r.max_tokens_given = true;
@@ -370,7 +371,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
   }
   if (samplers) decode::apply_sampler_sequence(*samplers, r.sampling, "field 'samplers'");
   if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
-  if (r.max_tokens_given && r.max_tokens == 0 && !r.echo)
+  if (r.max_tokens_given && r.max_tokens == 0 && !r.echo && !native)
     fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");
   if (r.n > 1 && r.max_tokens == 0) fail("field 'n': {} choices of nothing (max_tokens 0 scores the prompt once)", r.n);
   if (best_of && *best_of != r.n)

@@ -1088,11 +1088,16 @@ void Server::add_routes() {
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
       const nlohmann::json body = parse_body(req.body);
       if (!body.contains("tokens") || !body["tokens"].is_array()) fail("field 'tokens': expected an array of token ids");
+      for (const auto& [key, v] : body.items())
+        if (key != "tokens") fail("unknown field '{}' for /detokenize (it takes tokens)", key);
+      // ids of the model's vocabulary past the tokenizer's (Qwen3's padding rows, which a model can emit) decode to
+      // nothing, as Hugging Face's decode drops them and the completions' text does
+      const int64_t vocab = m.target->config().vocab_size;
       std::vector<int32_t> ids;
       for (const auto& v : body["tokens"]) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.tokenizer->vocab_size())
-          fail("field 'tokens': {} is not a token id (0..{})", brief(v), m.tokenizer->vocab_size() - 1);
-        ids.push_back(v.get<int32_t>());
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
+          fail("field 'tokens': {} is not a token id (0..{})", brief(v), vocab - 1);
+        if (v.get<int64_t>() < m.tokenizer->vocab_size()) ids.push_back(v.get<int32_t>());
       }
       send_json(res, 200, {{"content", m.tokenizer->decode(ids)}});
     });
