@@ -338,6 +338,8 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " --sampling-seq kq", "--sampling-seq: unknown sampler letter 'q'"},
       {base + " --compress drop --compress-window 0", "--compress-window: must be >= 1"},
       {"serve -m " + golden_dir() + "/target --api-key ''", "--api-key: empty value (an unset variable?"},
+      {"dump -m " + golden_dir() + "/target -o ''", "--out: empty value"},
+      {"tokenize -m " + golden_dir() + "/target/config.json -p hi", "config.json: not a tokenizer.json (no 'model'"},
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 4 --block-size 4", "--block-size: needs a draft"},
       {"generate -m /nonexistent/model --prompt-ids 1,2 -n 4", "/nonexistent/model: does not exist (expected an HF"},
       {"generate -m /nonexistent/model -p hello -n 4", "/nonexistent/model: does not exist (expected an HF"},

@@ -54,7 +54,7 @@ void add_dump_command(CLI::App& app, std::function<int()>& run) {
   CLI::App* cmd = app.add_subcommand("dump", "save a target forward's logits (and hidden states) as safetensors");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
   cmd->add_option("--prompt-ids", o->prompt_ids, "input token ids, comma-separated")->required();
-  cmd->add_option("-o,--out", o->out, "output .safetensors file")->required();
+  cmd->add_option("-o,--out", o->out, "output .safetensors file")->required()->check(non_empty_check("a file path"));
   cmd->add_flag("--hidden", o->hidden, "also save every hidden state (transformers convention)");
   cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();

@@ -1205,7 +1205,7 @@ int Server::run() {
   int port = o_.port;
   if (port == 0) {
     port = http_.bind_to_any_port(o_.host);
-    if (port < 0) fail("--host {}: cannot listen on any port", o_.host);
+    if (port < 0) fail("--host {}: cannot listen there (not an address of this machine?)", o_.host);
   } else if (!http_.bind_to_port(o_.host, port)) {
     fail("--host {} --port {}: cannot listen there (in use, or not an address of this machine)", o_.host, port);
   }

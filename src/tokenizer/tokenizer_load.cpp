@@ -230,6 +230,8 @@ std::shared_ptr<Tokenizer::Impl> build(const json& root, const std::string& src)
     const auto it = root.find(key);
     return it == root.end() ? null_node : *it;
   };
+  if (!node("model").is_object())  // e.g. a config.json given for the tokenizer
+    fail("{}: not a tokenizer.json (no 'model' object; expected Hugging Face tokenizers' file)", src);
   impl->normalizer = parse_normalizer(node("normalizer"), src);
   const std::string pattern = parse_pre_tokenizer(node("pre_tokenizer"), src);
   if (!pattern.empty()) impl->splitter.emplace(pattern, src + ": pre_tokenizer regex");
