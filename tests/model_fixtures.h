@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -65,6 +66,15 @@ inline void write_random_qwen3(const std::string& dir, const TinyShape& s = {}, 
   std::filesystem::create_directories(dir);
   write_json(std::filesystem::path(dir) / "config.json", qwen3_config_json(s, tied));
   io::save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), qwen3_tensors(s, tied));
+}
+
+// A tiny Qwen3 whose final norm holds one NaN: it loads (NaN is a valid value) and every logit it computes is NaN.
+inline void write_qwen3_with_a_nan_weight(const std::string& dir) {
+  write_random_qwen3(dir);
+  auto t = qwen3_tensors(TinyShape{}, false);
+  for (auto& [name, tensor] : t)
+    if (name == "model.norm.weight") tensor.view(-1)[3] = std::numeric_limits<float>::quiet_NaN();
+  io::save_safetensors((std::filesystem::path(dir) / "model.safetensors").string(), t);
 }
 
 inline nlohmann::json dflash_config_json(const TinyShape& s, int64_t draft_layers, int64_t block, int64_t target_layers,
