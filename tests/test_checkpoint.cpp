@@ -229,8 +229,11 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
   ScratchDir dir("config");
   const std::string path = (dir.path / "config.json").string();
   const std::vector<std::pair<nlohmann::json, std::string>> cases = {
-      {{{"use_sliding_window", true}, {"sliding_window", 4096}}, "use_sliding_window true is not supported"},
-      {{{"layer_types", {"full_attention", "sliding_attention"}}}, "layer_types[1] is \"sliding_attention\""},
+      {{{"use_sliding_window", true}, {"sliding_window", 4096}, {"max_window_layers", 28}},
+       "layer 28 attends through a sliding window of 4096"},
+      {{{"use_sliding_window", true}, {"sliding_window", 4096}, {"layer_types", {"full_attention", "sliding_attention"}}},
+       "layer 1 attends through a sliding window of 4096"},
+      {{{"layer_types", {"full_attention", "chunked_attention"}}}, "layer_types[1] is \"chunked_attention\""},
       {{{"layer_types", "full_attention"}}, "field 'layer_types' must be an array"},
       {{{"model_type", "llama"}}, "model_type 'llama' is not supported"},
   };
@@ -249,6 +252,16 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
   full["layer_types"] = std::vector<std::string>(36, "full_attention");  // transformers' newer exports
   write_text(path, full.dump());
   EXPECT_NO_THROW(model::parse_qwen3_config(path));
+  // what transformers also computes as full attention: the flag with every layer below max_window_layers (36 of 36
+  // here), and sliding_attention entries without the flag
+  for (const nlohmann::json& change :
+       {nlohmann::json{{"use_sliding_window", true}, {"sliding_window", 4096}},
+        nlohmann::json{{"layer_types", std::vector<std::string>(36, "sliding_attention")}}}) {
+    nlohmann::json j = base;
+    j.update(change);
+    write_text(path, j.dump());
+    EXPECT_NO_THROW(model::parse_qwen3_config(path)) << change.dump();
+  }
   full["architectures"] = {"LlamaForCausalLM"};
   write_text(path, full.dump());
   try {

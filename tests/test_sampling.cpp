@@ -418,11 +418,14 @@ TEST(Sampler, LogitsPushedPastTheirRangeSaturateAndForceTheirTokens) {
       }
     }
   }
-  // a row with every token banned cannot be sampled: an error, not an arbitrary id
-  decode::SamplingParams p = sampling(1.0, 1.0, 0, 0.0);
-  for (int64_t id = 0; id < 6; ++id) p.logit_bias.push_back({id, -kInf});
-  decode::Sampler none(p);
-  EXPECT_THROW(none.sample(logits), Error);
+  // a row with every token banned cannot be sampled: an error, not an arbitrary id (greedy, the candidate path and
+  // the whole vocabulary alike)
+  for (const auto& [temperature, top_k] : std::vector<std::pair<double, int64_t>>{{0.0, 0}, {1.0, 0}, {1.0, 3}}) {
+    decode::SamplingParams p = sampling(temperature, 1.0, top_k, 0.0);
+    for (int64_t id = 0; id < 6; ++id) p.logit_bias.push_back({id, -kInf});
+    decode::Sampler none(p);
+    EXPECT_THROW(none.sample(logits), Error) << "T " << temperature << " top-k " << top_k;
+  }
 }
 
 TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
@@ -463,7 +466,7 @@ TEST(Sampler, TemperatureLastIsLlamaCppsOrder) {
   const at::Tensor row = at::tensor({3.0, 2.5, 2.0, 1.0, 0.0, -1.0}, at::kDouble).unsqueeze(0);
   decode::SamplingParams p = sampling(0.5, 0.8, 0, 0.0);
   p.temperature_last = true;
-  // untempered softmax: 0.403, 0.245, 0.148, 0.055, ...: top-p 0.8 keeps the first three (0.403 + 0.245 < 0.8)
+  // untempered softmax: 0.459, 0.278, 0.169, 0.062, ...: top-p 0.8 keeps the first three (0.459 + 0.278 < 0.8)
   const at::Tensor kept = row.narrow(1, 0, 3);
   const at::Tensor expected = (kept / 0.5).softmax(-1);
   const at::Tensor got = decode::Sampler(p).probabilities(row.to(at::kFloat));
@@ -473,7 +476,7 @@ TEST(Sampler, TemperatureLastIsLlamaCppsOrder) {
   const at::Tensor first = decode::Sampler(sampling(0.5, 0.8, 0, 0.0)).probabilities(row.to(at::kFloat));
   EXPECT_GT(first[0][1].item<double>(), 0.0);
   EXPECT_EQ(first[0][2].item<double>(), 0.0);
-  // min-p likewise sees the untempered probabilities: 0.3 x 0.403 keeps 3 of them, at T 0.5 only 2
+  // min-p likewise sees the untempered probabilities: 0.3 x 0.459 keeps 3 of them (0.169), at T 0.5 only 2
   p = sampling(0.5, 1.0, 0, 0.3);
   p.temperature_last = true;
   EXPECT_GT(decode::Sampler(p).probabilities(row.to(at::kFloat))[0][2].item<double>(), 0.0);
@@ -504,7 +507,7 @@ TEST(Sampler, SamplerSequencesPickTheOrderAndTurnOffWhatTheyLeaveOut) {
   p = applied({"temp", "top-k", "top-p", "min-p"});  // transformers' order; no penalties named: off
   EXPECT_FALSE(p.temperature_last);
   EXPECT_DOUBLE_EQ(p.repeat_penalty, 1.0);
-  EXPECT_EQ(decode::sampler_sequence(p)[1], "temperature");
+  EXPECT_EQ(decode::sampler_sequence(p), (std::vector<std::string>{"temperature", "top_k", "top_p", "min_p"}));
   p = applied({"top_k", "temperature"});  // top-p and min-p left out: off
   EXPECT_DOUBLE_EQ(p.top_p, 1.0);
   EXPECT_DOUBLE_EQ(p.min_p, 0.0);

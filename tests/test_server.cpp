@@ -565,7 +565,6 @@ TEST(ServerRequest, BadFieldsAreNamed) {
       {R"({"prompt": "x", "metadata": "m"})", "field 'metadata': expected an object"},
       {R"({"prompt": "x", "metadata": {"k": 1}})", "field 'metadata.k': expected a string"},
       {R"({"prompt": "x", "store": "no"})", "field 'store': expected true or false"},
-      {R"({"prompt": "x", "parallel_tool_calls": true})", "unknown field 'parallel_tool_calls'"},
       {R"({"prompt": "x", "temprature": 0})", "unknown field 'temprature'"},
       {R"({"prompt": "x", "messages": []})", "unknown field 'messages'"},
       {R"({"prompt": "x", "reasoning_format": "none"})", "unknown field 'reasoning_format'"},
@@ -624,6 +623,23 @@ TEST(ServerRequest, LlamaCppSamplerFieldsAtTheirOffValues) {
     EXPECT_DOUBLE_EQ(r.sampling.min_p, 0.05);
   }
   EXPECT_FALSE(parse(R"({"prompt": "x"})").sampling.temperature_last);
+  // the server's sequence (--samplers) holds for requests without their own: a sampler it leaves out stays off
+  // whatever value a request gives it, as in llama-server's chain; /props lists the samplers it keeps
+  server::RequestDefaults d;
+  d.sampling.top_k = 40;
+  decode::apply_sampler_sequence({"penalties", "top_p", "temperature"}, d.sampling, "--samplers");
+  EXPECT_EQ(d.sampling.top_k, 0);
+  const server::CompletionRequest under =
+      server::parse_completion_request(json::parse(R"({"prompt": "x", "top_k": 40, "top_p": 0.9})"),
+                                       server::Api::kCompletions, d);
+  EXPECT_EQ(under.sampling.top_k, 0);
+  EXPECT_DOUBLE_EQ(under.sampling.top_p, 0.9);
+  EXPECT_TRUE(under.sampling.temperature_last);
+  EXPECT_EQ(decode::sampler_sequence(under.sampling), (std::vector<std::string>{"penalties", "top_p", "temperature"}));
+  const server::CompletionRequest own = server::parse_completion_request(
+      json::parse(R"({"prompt": "x", "top_k": 40, "samplers": ["temperature", "top_k"]})"), server::Api::kCompletions, d);
+  EXPECT_EQ(own.sampling.top_k, 40);  // its own sequence names top_k
+  EXPECT_FALSE(own.sampling.temperature_last);
   const server::CompletionRequest letters = parse(R"({"prompt": "x", "top_p": 0.9, "top_k": 5, "samplers": "kt"})");
   EXPECT_FALSE(letters.sampling.temperature_last);  // no top-p or min-p left for the temperature to follow
   EXPECT_DOUBLE_EQ(letters.sampling.top_p, 1.0);     // left out: off
@@ -1934,8 +1950,12 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
   };
   std::string long_prompt;
   for (int i = 0; i < 300; ++i) long_prompt += " hello";
+  json ban_all = json::array();  // every id of the demo target's vocabulary banned
+  for (int64_t id = 0; id < 151936; ++id) ban_all.push_back({id, false});
   const std::vector<Case> cases = {
       {"/v1/completions", "{nope", 400, "not valid JSON"},
+      {"/v1/completions", json{{"prompt", "x"}, {"logit_bias", ban_all}}.dump(), 400,
+       "field 'logit_bias': bans every token of the vocabulary"},
       {"/v1/completions", "[1]", 400, "expected a JSON object"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "'max_tokens'"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 300})", 400, "exceed the context size 256"},

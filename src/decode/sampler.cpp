@@ -58,7 +58,10 @@ bool sampler_candidates() { return candidates_switch().on(); }
 
 void set_sampler_candidates(bool on) { candidates_switch().set(on); }
 
-void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParams& p, const std::string& what) {
+namespace {
+
+// llama.cpp's name of a sampler (its alternative spellings accepted); unknown names fail naming `what`.
+std::string canonical_sampler(const std::string& name, const std::string& what) {
   static const std::map<std::string, std::string> kCanonical = {
       {"penalties", "penalties"}, {"dry", "dry"},         {"top_n_sigma", "top_n_sigma"},
       {"top-n-sigma", "top_n_sigma"}, {"top_k", "top_k"}, {"top-k", "top_k"},
@@ -67,13 +70,19 @@ void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParam
       {"top_p", "top_p"},         {"top-p", "top_p"},     {"nucleus", "top_p"},
       {"min_p", "min_p"},         {"min-p", "min_p"},     {"xtc", "xtc"},
       {"temperature", "temperature"}, {"temp", "temperature"}};
+  const auto it = kCanonical.find(name);
+  if (it == kCanonical.end())
+    fail("{}: unknown sampler '{}' (expected penalties, top_k, top_p, min_p, temperature, or dry, typ_p, xtc, "
+         "top_n_sigma, which stay off here)", what, name);
+  return it->second;
+}
+
+}  // namespace
+
+void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParams& p, const std::string& what) {
   std::map<std::string, size_t> at;  // the engine's samplers: where each is named
   for (size_t i = 0; i < names.size(); ++i) {
-    const auto it = kCanonical.find(names[i]);
-    if (it == kCanonical.end())
-      fail("{}: unknown sampler '{}' (expected penalties, top_k, top_p, min_p, temperature, or dry, typ_p, xtc, "
-           "top_n_sigma, which stay off here)", what, names[i]);
-    const std::string& name = it->second;
+    const std::string name = canonical_sampler(names[i], what);
     if (name == "dry" || name == "typ_p" || name == "xtc" || name == "top_n_sigma") continue;
     if (!at.emplace(name, i).second) fail("{}: '{}' is named twice", what, names[i]);
   }
@@ -91,6 +100,7 @@ void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParam
     fail("{}: the temperature must come before top_p and min_p (transformers' order) or after both (llama.cpp's)",
          what);
   p.temperature_last = !before;
+  p.sequence = names;
   if (pen < 0) p.repeat_penalty = 1.0, p.frequency_penalty = 0.0, p.presence_penalty = 0.0;  // left out: off
   if (k < 0) p.top_k = 0;
   if (tp < 0) p.top_p = 1.0;
@@ -112,8 +122,16 @@ std::vector<std::string> sampler_names_of_letters(const std::string& letters, co
 }
 
 std::vector<std::string> sampler_sequence(const SamplingParams& p) {
-  if (p.temperature_last) return {"penalties", "top_k", "top_p", "min_p", "temperature"};
-  return {"penalties", "temperature", "top_k", "top_p", "min_p"};
+  std::vector<std::string> all = p.temperature_last
+                                     ? std::vector<std::string>{"penalties", "top_k", "top_p", "min_p", "temperature"}
+                                     : std::vector<std::string>{"penalties", "temperature", "top_k", "top_p", "min_p"};
+  if (p.sequence.empty()) return all;
+  std::vector<std::string> named;  // the canonical names of those the sequence gives
+  for (const std::string& name : p.sequence) named.push_back(canonical_sampler(name, "sampler sequence"));
+  std::vector<std::string> on;
+  for (const std::string& name : all)
+    if (std::find(named.begin(), named.end(), name) != named.end()) on.push_back(name);
+  return on;
 }
 
 void validate(const SamplingParams& p) {
@@ -384,7 +402,12 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
 
 std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector<int64_t>& block) {
   const at::Tensor scores = adjusted(logits, block);
-  if (params_.greedy()) return argmax_rows(scores);
+  if (params_.greedy()) {
+    // a bias can ban every token of a row: an error, not the argmax of -inf
+    if (params_.adjusts_logits() && !scores.amax(-1).isfinite().all().item<bool>())
+      fail("sampling: every token of a row has a logit of -inf or NaN (banned by the logit bias or penalties?)");
+    return argmax_rows(scores);
+  }
   const int64_t rows = scores.size(0);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::vector<double> u(static_cast<size_t>(rows));

@@ -15,6 +15,7 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -42,6 +43,9 @@ struct SamplingParams {
   // false: transformers' order, temperature before top-k, top-p and min-p; true: llama.cpp's default order, where
   // they see the untempered logits and the temperature applies to the tokens they keep (set by a sampler sequence)
   bool temperature_last = false;
+  // the sampler sequence it came from (apply_sampler_sequence), empty for none: every sampler on, transformers' order;
+  // kept so that a request's values can be applied under a server's default sequence, as llama-server's chain
+  std::vector<std::string> sequence;
   bool greedy() const { return temperature < 1e-5; }
   bool penalized() const {
     return repeat_last_n != 0 && (repeat_penalty != 1.0 || frequency_penalty != 0.0 || presence_penalty != 0.0);
@@ -59,7 +63,8 @@ void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParam
 // llama.cpp's one-letter form (`--sampling-seq`, a `samplers` string): e penalties, d dry, s top_n_sigma, k top_k,
 // y typ_p, p top_p, m min_p, x xtc, t temperature.
 std::vector<std::string> sampler_names_of_letters(const std::string& letters, const std::string& what);
-// The sequence the engine applies under `params` (llama.cpp's names), as /props reports it.
+// The sequence the engine applies under `params` (llama.cpp's names, those of samplers a sequence left out
+// omitted), as /props reports it.
 std::vector<std::string> sampler_sequence(const SamplingParams& params);
 
 // Validates ranges; the error names the flag (--temp, --top-k, --top-p, --min-p, --repeat-penalty,

@@ -66,7 +66,8 @@ DFlashConfig draft_config_for(const std::string& dir, const Qwen3Config& t) {
   return c;
 }
 
-DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, at::ScalarType dtype, at::Device device) {
+DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, at::ScalarType dtype,
+                              at::Device device) {
   const DFlashConfig c = draft_config_for(dir, target.config());
   io::TensorStore store = io::TensorStore::open_dir(dir);
   const int64_t H = c.arch.hidden_size;

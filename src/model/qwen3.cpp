@@ -42,16 +42,29 @@ Qwen3Config parse_qwen3_config(const std::string& config_path) {
   if (r.has("rope_scaling")) fail("{}: field 'rope_scaling' is set; RoPE scaling is not supported", config_path);
   const std::string model_type = r.string_or("model_type", "qwen3");
   if (model_type != "qwen3") fail("{}: model_type '{}' is not supported (expected 'qwen3')", config_path, model_type);
-  // every layer attends to the whole context here: a sliding window would change the outputs
-  if (r.boolean_or("use_sliding_window", false))
-    fail("{}: use_sliding_window true is not supported (every layer attends to the whole context)", config_path);
-  if (r.has("layer_types")) {
+  // Every layer attends to the whole context here. As transformers' Qwen3 reads the config, a layer slides only where
+  // use_sliding_window is true and sliding_window is set, and it is a sliding_attention entry of layer_types (without
+  // them: a layer at or past max_window_layers, 28 by default); such a config is refused, any other runs as full
+  // attention, as there.
+  std::vector<bool> sliding_type(static_cast<size_t>(c.num_layers), false);
+  const bool typed = r.has("layer_types");
+  if (typed) {
     const auto& types = j["layer_types"];
     if (!types.is_array()) fail("{}: field 'layer_types' must be an array of strings", config_path);
-    for (size_t i = 0; i < types.size(); ++i)
-      if (types[i] != "full_attention")
-        fail("{}: layer_types[{}] is {}; only \"full_attention\" layers are supported", config_path, i,
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "full_attention" && types[i] != "sliding_attention")
+        fail("{}: layer_types[{}] is {}; expected \"full_attention\" or \"sliding_attention\"", config_path, i,
              types[i].dump());
+      if (i < sliding_type.size()) sliding_type[i] = types[i] == "sliding_attention";
+    }
+  }
+  if (r.boolean_or("use_sliding_window", false) && r.has("sliding_window")) {
+    const int64_t window = r.integer("sliding_window");
+    const int64_t max_window_layers = r.integer_or("max_window_layers", 28);
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      if (typed ? sliding_type[static_cast<size_t>(i)] : i >= max_window_layers)
+        fail("{}: layer {} attends through a sliding window of {} (use_sliding_window true); sliding windows are "
+             "not supported", config_path, i, window);
   }
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 40960);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);

@@ -358,7 +358,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       if (!v.is_object()) fail("field 'metadata': expected an object of strings, got {}", brief(v));
       for (const auto& [k, o] : v.items())
         if (!o.is_null()) string_field(o, "metadata." + k);
-    } else if (key == "store" || (key == "parallel_tool_calls" && chat)) {
+    } else if (key == "store" || key == "parallel_tool_calls") {
       bool_field(v, key);  // no effect on a single-slot engine (parallel_tool_calls: every call is returned)
     } else if (key == "samplers") {
       samplers = sampler_names_field(v);
@@ -369,7 +369,14 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
            chat ? "/v1/chat/completions" : native ? "/completion" : "/v1/completions");
     }
   }
-  if (samplers) decode::apply_sampler_sequence(*samplers, r.sampling, "field 'samplers'");
+  // the request's sequence, else the server's (--samplers): as in llama-server's chain, a sampler left out stays off
+  // whatever value the request gives it
+  if (samplers) {
+    decode::apply_sampler_sequence(*samplers, r.sampling, "field 'samplers'");
+  } else if (!r.sampling.sequence.empty()) {
+    const std::vector<std::string> server_sequence = r.sampling.sequence;
+    decode::apply_sampler_sequence(server_sequence, r.sampling, "--samplers");
+  }
   if (max_completion_tokens) r.max_tokens = *max_completion_tokens;
   if (r.max_tokens_given && r.max_tokens == 0 && !r.echo && !native)
     fail("field 'max_tokens': must be at least 1, got 0 (0 only with \"echo\": true, which scores the prompt)");

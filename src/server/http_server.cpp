@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -377,8 +380,13 @@ Job Server::prepare(const CompletionRequest& request) const {
     for (int32_t id : m.tokenizer->encode(text)) job.params.sampling.logit_bias.push_back({id, bias});
   }
   const int64_t vocab = m.target->config().vocab_size;
-  for (const auto& [id, bias] : job.params.sampling.logit_bias)
+  std::set<int64_t> banned;
+  for (const auto& [id, bias] : job.params.sampling.logit_bias) {
     if (id < 0 || id >= vocab) fail("field 'logit_bias': token id {} is outside the vocabulary 0..{}", id, vocab - 1);
+    if (std::isinf(bias) && bias < 0) banned.insert(id);
+  }
+  if (static_cast<int64_t>(banned.size()) == vocab)
+    fail("field 'logit_bias': bans every token of the vocabulary (false or -inf for all {} ids)", vocab);
   if (request.random_seed) job.params.sampling.seed = random_seed();
   job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;
@@ -527,7 +535,8 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     ++requests_;
     // an echo of max_tokens 0 without logprobs runs no model
-    if (job.params.max_new_tokens > 0 || job.params.logprobs >= 0) prompt_tokens_ += r.prompt_tokens;
+    if (job.params.max_new_tokens > 0 || (job.request.echo && job.params.logprobs >= 0))
+      prompt_tokens_ += r.prompt_tokens;
     predicted_tokens_ += out.completion_tokens;
     prompt_seconds_ += r.prefill_ms / 1e3;
     predicted_seconds_ += (r.first_draft_ms + r.decode_ms) / 1e3;
@@ -1092,7 +1101,7 @@ void Server::add_routes() {
         if (key != "tokens") fail("unknown field '{}' for /detokenize (it takes tokens)", key);
       // ids of the model's vocabulary past the tokenizer's (Qwen3's padding rows, which a model can emit) decode to
       // nothing, as Hugging Face's decode drops them and the completions' text does
-      const int64_t vocab = m.target->config().vocab_size;
+      const int64_t vocab = std::max<int64_t>(m.target->config().vocab_size, m.tokenizer->vocab_size());
       std::vector<int32_t> ids;
       for (const auto& v : body["tokens"]) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
