@@ -231,7 +231,9 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
   const std::vector<std::pair<nlohmann::json, std::string>> cases = {
       {{{"use_sliding_window", true}, {"sliding_window", 4096}, {"max_window_layers", 28}},
        "layer 28 attends through a sliding window of 4096"},
-      {{{"use_sliding_window", true}, {"sliding_window", 4096}, {"layer_types", {"full_attention", "sliding_attention"}}},
+      {{{"use_sliding_window", true},
+        {"sliding_window", 4096},
+        {"layer_types", {"full_attention", "sliding_attention"}}},
        "layer 1 attends through a sliding window of 4096"},
       {{{"layer_types", {"full_attention", "chunked_attention"}}}, "layer_types[1] is \"chunked_attention\""},
       {{{"layer_types", "full_attention"}}, "field 'layer_types' must be an array"},

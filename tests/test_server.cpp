@@ -637,7 +637,8 @@ TEST(ServerRequest, LlamaCppSamplerFieldsAtTheirOffValues) {
   EXPECT_TRUE(under.sampling.temperature_last);
   EXPECT_EQ(decode::sampler_sequence(under.sampling), (std::vector<std::string>{"penalties", "top_p", "temperature"}));
   const server::CompletionRequest own = server::parse_completion_request(
-      json::parse(R"({"prompt": "x", "top_k": 40, "samplers": ["temperature", "top_k"]})"), server::Api::kCompletions, d);
+      json::parse(R"({"prompt": "x", "top_k": 40, "samplers": ["temperature", "top_k"]})"), server::Api::kCompletions,
+      d);
   EXPECT_EQ(own.sampling.top_k, 40);  // its own sequence names top_k
   EXPECT_FALSE(own.sampling.temperature_last);
   const server::CompletionRequest letters = parse(R"({"prompt": "x", "top_p": 0.9, "top_k": 5, "samplers": "kt"})");
