@@ -46,7 +46,7 @@ Qwen3Config parse_qwen3_config(const std::string& config_path) {
   // use_sliding_window is true and sliding_window is set, and it is a sliding_attention entry of layer_types (without
   // them: a layer at or past max_window_layers, 28 by default); such a config is refused, any other runs as full
   // attention, as there.
-  std::vector<bool> sliding_type(static_cast<size_t>(c.num_layers), false);
+  std::vector<bool> sliding_type(static_cast<size_t>(std::max<int64_t>(c.num_layers, 0)), false);  // checked below
   const bool typed = r.has("layer_types");
   if (typed) {
     const auto& types = j["layer_types"];
