@@ -600,11 +600,13 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
                 j["datasets"][2 * k + 1]["summary"]["tau"].get<double>() - j["datasets"][2 * k]["summary"]["tau"].get<double>(),
                 1e-12);
   }
-  // sizes are checked before a run: twice (0 is the draft's 4), below 2
+  // sizes are checked before a run: twice (0 is the draft's 4), below 2, past the draft's, empty or not a number
   for (const auto& [sizes, message] : {std::pair<std::string, std::string>{"2,2", "--block-size: 2 is given twice"},
                                        {"0,4", "--block-size: 4 is given twice"},
                                        {"1", "--block-size: must be at least 2"},
-                                       {"8", "--block-size: 8 exceeds the draft's trained block_size 4"}}) {
+                                       {"8", "--block-size: 8 exceeds the draft's trained block_size 4"},
+                                       {"4,,2", "--block-size: empty item in '4,,2'"},
+                                       {"4,x", "--block-size: item 2 ('x') is not a block size"}}) {
     r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data_dir() + " --block-size " + sizes +
                       " --no-progress");
     EXPECT_NE(r.exit_code, 0) << sizes;

@@ -390,8 +390,9 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   EXPECT_EQ(a["baselines"], b["baselines"]);
   ASSERT_EQ(b["evals"].size(), 1u);
   EXPECT_EQ(a["evals"], b["evals"]);
-  part.policy.window = 8;  // a different policy is a different run
-  expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'compressor'");
+  part.policy.window = 8;  // a different policy is a different run, named down to the field that differs
+  expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'compressor.");
+  expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "window' is 8 now but 6 in");
 }
 
 TEST(TrainCompressor, BadInputNamesTheProblem) {
@@ -570,6 +571,15 @@ TEST(TrainCli, TextAndChatDataUseTheTokenizer) {
                     (dir.path / "data.jsonl").string() + " --out " + (dir.path / "lm2").string());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("data.jsonl line 1: text data needs a tokenizer: pass --tokenizer DIR"), std::string::npos) << r.err;
+  // a message the chat template refuses names the record it came from
+  write_text(dir.path / "bad.jsonl",
+             "{\"text\": \"fine\"}\n{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}\n");
+  r = run_specpress("train-lm --config " + (dir.path / "config.json").string() + " --data " +
+                    (dir.path / "bad.jsonl").string() + " --tokenizer " + tokenizer + " --out " +
+                    (dir.path / "lm3").string() + " --steps 2 --batch 1 --seq-len 16");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("bad.jsonl line 2: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("wizard"), std::string::npos) << r.err;
 }
 
 }  // namespace

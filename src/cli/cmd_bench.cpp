@@ -35,7 +35,7 @@ struct ToolOptions {
   std::string model_dir, draft_dir, dataset, data, device = "cpu", dtype = "f32";
   tools::Selection selection;
   int64_t max_new_tokens = 0;  // 0 = the tool's default
-  std::vector<int64_t> block_sizes;  // bench --block-size: one run each (empty: the draft's trained size)
+  std::string block_sizes;  // bench --block-size, comma-separated: one run each (empty: the draft's trained size)
   decode::SamplingParams sampling;
   bool think = false, check_answers = false, no_progress = false, reference_path = false;
   std::string json_out, markdown_out, html_out;
@@ -256,7 +256,8 @@ int run_bench(const ToolOptions& o) {
   const auto answered = [](const std::string& name) { return name == "gsm8k" || name == "math500"; };
   if (o.check_answers && std::none_of(runs.begin(), runs.end(), [&](const DatasetRun& r) { return answered(r.name); }))
     fail("--check-answers: only gsm8k and math500 have final answers to compare (dataset {})", o.dataset);
-  for (int64_t size : o.block_sizes)
+  const std::vector<int64_t> sizes = parse_id_list(o.block_sizes, "--block-size", "block size");
+  for (int64_t size : sizes)
     if (size < 2 && size != 0)
       fail("--block-size: must be at least 2 for speculative decoding (0: the draft's trained size), found {}", size);
   Loaded l = load_models(o, draft_dirs);
@@ -271,7 +272,7 @@ int run_bench(const ToolOptions& o) {
   // every size checked against each draft before any run; 0 is the trained size, which may not be given twice
   std::vector<std::vector<int64_t>> block_sizes(l.drafts.size());
   for (size_t d = 0; d < l.drafts.size(); ++d)
-    for (int64_t size : o.block_sizes.empty() ? std::vector<int64_t>{0} : o.block_sizes) {
+    for (int64_t size : sizes.empty() ? std::vector<int64_t>{0} : sizes) {
       const int64_t resolved = decode::resolve_block_size(*l.drafts[d], size);
       if (std::find(block_sizes[d].begin(), block_sizes[d].end(), resolved) != block_sizes[d].end())
         fail("--block-size: {} is given twice (0 is the draft's trained size{})", resolved,
@@ -428,8 +429,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   add_sampling_flags(*bench, b->sampling);
   bench->add_option("--block-size", b->block_sizes,
                     "DFlash block size (default: the draft's trained size); several separated by commas run each "
-                    "dataset at each size")
-      ->delimiter(',');
+                    "dataset at each size");
   bench->add_flag("--check-answers", b->check_answers, "gsm8k/math500: compare final boxed answers");
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
   add_compression_flags(*bench, b->compress, b->policy);

@@ -118,7 +118,7 @@ void add_tokenize_commands(CLI::App& app, std::function<int()>& run) {
       cmd->add_option("-f,--file", tokenize->file, "tokenize this file's exact bytes");
   tokenize->messages_opt = cmd->add_option(
       "--messages", tokenize->messages,
-      "JSON array of {\"role\",\"content\"} messages, rendered with the Qwen3 chat template first");
+      "a file holding a JSON array of {\"role\",\"content\"} messages, rendered with the Qwen3 chat template first");
   tokenize->prompt_opt->excludes(tokenize->file_opt)->excludes(tokenize->messages_opt);
   tokenize->file_opt->excludes(tokenize->messages_opt);
   cmd->add_option("--tools", tokenize->tools,

@@ -3,6 +3,8 @@
 
 #include <c10/core/GradMode.h>
 #include <filesystem>
+#include <optional>
+#include <tuple>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -131,12 +133,32 @@ std::optional<CheckpointState> find_checkpoint(const std::string& out) {
   return std::nullopt;
 }
 
+namespace {
+
+// The first place where two option values differ, as a dotted path below `path` ("config.hidden_size"), with the two
+// values there; nullopt where they are equal. Objects are walked key by key, so a nested config names its field.
+std::optional<std::tuple<std::string, nlohmann::json, nlohmann::json>> first_difference(const nlohmann::json& now,
+                                                                                        const nlohmann::json& was,
+                                                                                        const std::string& path) {
+  if (now == was) return std::nullopt;
+  if (!now.is_object() || !was.is_object()) return std::make_tuple(path, now, was);
+  for (const auto* side : {&now, &was})
+    for (auto it = side->begin(); it != side->end(); ++it) {
+      const nlohmann::json a = now.contains(it.key()) ? now[it.key()] : nlohmann::json();
+      const nlohmann::json b = was.contains(it.key()) ? was[it.key()] : nlohmann::json();
+      if (auto d = first_difference(a, b, path + "." + it.key())) return d;
+    }
+  return std::make_tuple(path, now, was);
+}
+
+}  // namespace
+
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
   for (auto it = now.begin(); it != now.end(); ++it) {
     const nlohmann::json was = saved.contains(it.key()) ? saved[it.key()] : nlohmann::json();
-    if (was != it.value())
+    if (const auto d = first_difference(it.value(), was, it.key()))
       fail("--resume: option '{}' is {} now but {} in {}; resume with the original options or start over with --force",
-           it.key(), it.value().dump(), was.dump(), source);
+           std::get<0>(*d), std::get<1>(*d).dump(), std::get<2>(*d).dump(), source);
   }
 }
 

@@ -65,7 +65,11 @@ struct RecordReader {
   }
   std::string chat(const TextCodec::Messages& messages, bool add_generation_prompt) const {
     if (!codec.chat) fail("{}: chat data needs a tokenizer with a chat template: {}", where(), codec.missing);
-    return codec.chat(messages, add_generation_prompt);
+    try {
+      return codec.chat(messages, add_generation_prompt);
+    } catch (const Error& e) {  // the template's own error (a bad role, say) with the record it came from
+      fail("{}: {}", where(), e.what());
+    }
   }
   std::vector<int64_t> ids() const {
     const json& v = record["ids"];
