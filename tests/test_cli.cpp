@@ -316,6 +316,8 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " --dtype f8", "--dtype: unknown dtype 'f8'"},
       {base + " --device tpu", "--device: unknown device 'tpu'"},
       {base + " --temp -1", "--temp: must be >= 0"},
+      {base + " --temp ''", "--temp: Failed parsing  as a"},  // empty (an unset variable), not 0
+      {base + " --top-p ''", "--top-p: Failed parsing"},
       {base + " --top-p 0", "--top-p: must be in (0, 1]"},
       {base + " --repeat-penalty -1", "--repeat-penalty: must be > 0 and finite"},
       {base + " --presence-penalty 3", "--presence-penalty: must be in [-2, 2]"},
