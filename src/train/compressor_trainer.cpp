@@ -147,10 +147,7 @@ compress::BeaconConfig beacon_config(const CompressorOptions& o, const model::Qw
   c.feature_layers = !o.feature_layers.empty() ? o.feature_layers
                      : !draft_taps.empty()     ? draft_taps
                                                : model::default_target_layer_ids(tc.num_layers, 1);
-  for (size_t i = 0; i < o.feature_layers.size(); ++i)
-    if (std::find(o.feature_layers.begin(), o.feature_layers.begin() + i, o.feature_layers[i]) !=
-        o.feature_layers.begin() + i)
-      fail("--feature-layers: layer {} is given twice", o.feature_layers[i]);
+  check_distinct_layers(o.feature_layers, "--feature-layers");
   for (int64_t l : c.feature_layers)
     if (l < 0 || l >= tc.num_layers)
       fail("--feature-layers: layer {} is not a layer of {} (it has layers 0..{})", l, o.target_dir, tc.num_layers - 1);

@@ -37,10 +37,7 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
   c.num_target_layers = target.num_layers;
   c.target_layer_ids = o.target_layer_ids.empty() ? model::default_target_layer_ids(target.num_layers, o.draft_layers)
                                                   : o.target_layer_ids;
-  for (size_t i = 0; i < o.target_layer_ids.size(); ++i)  // given ones: each layer once (the defaults may repeat)
-    if (std::find(o.target_layer_ids.begin(), o.target_layer_ids.begin() + i, o.target_layer_ids[i]) !=
-        o.target_layer_ids.begin() + i)
-      fail("--target-layer-ids: layer {} is given twice", o.target_layer_ids[i]);
+  check_distinct_layers(o.target_layer_ids, "--target-layer-ids");  // the given ones (the defaults may repeat)
   if (o.mask_token_id < -1)
     fail("--mask-token-id: must be a token id >= 0 (or -1: the default), found {}", o.mask_token_id);
   for (int64_t id : c.target_layer_ids)

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -59,6 +60,13 @@ void validate_common(const CommonOptions& o) {
   if (o.optim.warmup_steps < 0) fail("--warmup: must be >= 0, found {}", o.optim.warmup_steps);
   if (o.save_every < 0) fail("--save-every: must be >= 0, found {}", o.save_every);
   if (o.stop_after < 0) fail("--stop-after: must be >= 0, found {}", o.stop_after);
+}
+
+void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag) {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (std::find(layers.begin(), layers.begin() + static_cast<std::ptrdiff_t>(i), layers[i]) !=
+        layers.begin() + static_cast<std::ptrdiff_t>(i))
+      fail("{}: layer {} is given twice", flag, layers[i]);
 }
 
 TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,

@@ -69,5 +69,7 @@ void keep_freed_memory();
 
 // Validates the shared numeric options; errors name the flag.
 void validate_common(const CommonOptions& options);
+// A layer list flag (--target-layer-ids, --feature-layers): each layer at most once.
+void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag);
 
 }  // namespace specpress::train
