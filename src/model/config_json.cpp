@@ -87,15 +87,14 @@ std::vector<int64_t> ConfigReader::integer_list(const std::string& key) const {
   return out;
 }
 
-void expect_architecture(const std::string& config_path, const std::string& expected) {
-  const nlohmann::json j = ConfigReader::parse_file(config_path);
-  if (!j.contains("architectures") || j["architectures"].is_null()) return;  // older exports leave it out
-  const auto& a = j["architectures"];
-  if (!a.is_array()) fail("{}: field 'architectures' must be an array of strings, found {}", config_path, a.dump());
+void ConfigReader::expect_architecture(const std::string& expected) const {
+  if (!has("architectures")) return;  // older exports leave it out
+  const auto& a = json["architectures"];
+  if (!a.is_array()) fail("{}: field 'architectures' must be an array of strings, found {}", source, a.dump());
   for (const auto& name : a)
     if (name == expected) return;
-  fail("{}: architectures {} where {} is expected (a Qwen3 target is given with -m, its DFlash draft with -md)",
-       config_path, a.dump(), expected);
+  fail("{}: architectures {} where {} is expected (a Qwen3 target is given with -m, its DFlash draft with -md)", source,
+       a.dump(), expected);
 }
 
 }  // namespace specpress::model

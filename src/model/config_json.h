@@ -23,14 +23,14 @@ struct ConfigReader {
   std::string string(const std::string& key) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> integer_list(const std::string& key) const;  // accepts an integer or an array
+  // Refuses a config whose "architectures" (when given) does not name `expected`: another architecture's weights
+  // may load under Qwen3's names and compute something else.
+  void expect_architecture(const std::string& expected) const;
 };
 
 // The path of `dir`/config.json, after checking that `dir` exists, is a directory and holds one; each failure names
 // `dir` and what it should be (`expected`: "an HF model directory", "a DFlash draft directory").
 std::string config_path_in(const std::string& dir, const char* expected);
 
-// Refuses a config.json whose "architectures" (when given) does not name `expected` (a target's
-// "Qwen3ForCausalLM"): another architecture's weights may load under Qwen3's names and compute something else.
-void expect_architecture(const std::string& config_path, const std::string& expected);
 
 }  // namespace specpress::model

@@ -23,8 +23,7 @@ std::vector<int64_t> default_target_layer_ids(int64_t num_target_layers, int64_t
 
 DFlashConfig parse_dflash_config(const std::string& config_path) {
   DFlashConfig c;
-  c.arch = parse_qwen3_config(config_path);  // its "architectures" is not read: drafts made from a target's config
-                                             // keep "Qwen3ForCausalLM" (block_size and the taps tell a draft)
+  c.arch = parse_qwen3_config(config_path, /*architecture=*/nullptr);
   nlohmann::json j = ConfigReader::parse_file(config_path);
   ConfigReader r{j, config_path};
   c.block_size = r.integer("block_size");

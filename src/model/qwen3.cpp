@@ -14,9 +14,10 @@
 
 namespace specpress::model {
 
-Qwen3Config parse_qwen3_config(const std::string& config_path) {
+Qwen3Config parse_qwen3_config(const std::string& config_path, const char* architecture) {
   nlohmann::json j = ConfigReader::parse_file(config_path);
   ConfigReader r{j, config_path};
+  if (architecture != nullptr) r.expect_architecture(architecture);
   Qwen3Config c;
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
@@ -137,7 +138,6 @@ KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim
 Qwen3Model Qwen3Model::load(const std::string& dir, at::ScalarType dtype, at::Device device) {
   const std::string config_path = config_path_in(dir, "an HF model directory");
   Qwen3Config c = parse_qwen3_config(config_path);
-  expect_architecture(config_path, "Qwen3ForCausalLM");
   io::TensorStore store = io::TensorStore::open_dir(dir);
   Qwen3Weights w;
   w.embed_tokens = store.take("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, dtype, device);

@@ -32,8 +32,10 @@ struct Qwen3Config {
   std::vector<int64_t> eos_token_ids;
 };
 
-// Parses a config.json (transformers 4.x `rope_theta`/`torch_dtype` or 5.x `rope_parameters`/`dtype`).
-Qwen3Config parse_qwen3_config(const std::string& config_path);
+// Parses a config.json (transformers 4.x `rope_theta`/`torch_dtype` or 5.x `rope_parameters`/`dtype`). `architecture`:
+// what its "architectures" must name where given (a target's "Qwen3ForCausalLM"); null for a draft's, which is not
+// read (drafts made from their target's config keep "Qwen3ForCausalLM"; block_size and the taps tell a draft).
+Qwen3Config parse_qwen3_config(const std::string& config_path, const char* architecture = "Qwen3ForCausalLM");
 
 // Weights of one Qwen3 decoder layer; also the layer type of the DFlash draft.
 struct DecoderLayerWeights {
