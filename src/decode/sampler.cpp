@@ -81,10 +81,12 @@ std::string canonical_sampler(const std::string& name, const std::string& what) 
 
 void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParams& p, const std::string& what) {
   std::map<std::string, size_t> at;  // the engine's samplers: where each is named
+  std::vector<std::string> kept;     // their llama.cpp names, in order
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string name = canonical_sampler(names[i], what);
     if (name == "dry" || name == "typ_p" || name == "xtc" || name == "top_n_sigma") continue;
     if (!at.emplace(name, i).second) fail("{}: '{}' is named twice", what, names[i]);
+    kept.push_back(name);
   }
   if (!at.count("temperature")) fail("{}: the sequence must name the temperature (0 = greedy)", what);
   auto position = [&](const char* name) { return at.count(name) ? static_cast<int64_t>(at.at(name)) : -1; };
@@ -100,7 +102,7 @@ void apply_sampler_sequence(const std::vector<std::string>& names, SamplingParam
     fail("{}: the temperature must come before top_p and min_p (transformers' order) or after both (llama.cpp's)",
          what);
   p.temperature_last = !before;
-  p.sequence = names;
+  p.sequence = std::move(kept);
   if (pen < 0) p.repeat_penalty = 1.0, p.frequency_penalty = 0.0, p.presence_penalty = 0.0;  // left out: off
   if (k < 0) p.top_k = 0;
   if (tp < 0) p.top_p = 1.0;
@@ -126,11 +128,9 @@ std::vector<std::string> sampler_sequence(const SamplingParams& p) {
                                      ? std::vector<std::string>{"penalties", "top_k", "top_p", "min_p", "temperature"}
                                      : std::vector<std::string>{"penalties", "temperature", "top_k", "top_p", "min_p"};
   if (p.sequence.empty()) return all;
-  std::vector<std::string> named;  // the canonical names of those the sequence gives
-  for (const std::string& name : p.sequence) named.push_back(canonical_sampler(name, "sampler sequence"));
-  std::vector<std::string> on;
+  std::vector<std::string> on;  // those the sequence keeps, in the order applied
   for (const std::string& name : all)
-    if (std::find(named.begin(), named.end(), name) != named.end()) on.push_back(name);
+    if (std::find(p.sequence.begin(), p.sequence.end(), name) != p.sequence.end()) on.push_back(name);
   return on;
 }
 

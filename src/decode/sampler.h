@@ -43,8 +43,9 @@ struct SamplingParams {
   // false: transformers' order, temperature before top-k, top-p and min-p; true: llama.cpp's default order, where
   // they see the untempered logits and the temperature applies to the tokens they keep (set by a sampler sequence)
   bool temperature_last = false;
-  // the sampler sequence it came from (apply_sampler_sequence), empty for none: every sampler on, transformers' order;
-  // kept so that a request's values can be applied under a server's default sequence, as llama-server's chain
+  // the engine's samplers of the sequence it came from (apply_sampler_sequence; llama.cpp's names), empty for none:
+  // every sampler on, transformers' order; kept so that a request's values can be applied under a server's default
+  // sequence, as llama-server's chain
   std::vector<std::string> sequence;
   bool greedy() const { return temperature < 1e-5; }
   bool penalized() const {
