@@ -1,6 +1,8 @@
 // prompting.cpp — see prompting.h.
 #include "tools/prompting.h"
 
+#include <optional>
+
 #include "core/error.h"
 
 namespace specpress::tools {
@@ -42,12 +44,22 @@ std::string turn_name(const std::string& dataset, const BenchSample& sample, siz
   return fmt::format("{} sample {} (row {}) turn {}", dataset, sample.id, sample.row + 1, turn + 1);
 }
 
+namespace {
+
+// Why a turn does not fit, or nothing where it does.
+std::optional<std::string> turn_overflow(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block,
+                                         int64_t max_positions, const std::string& what) {
+  if (max_new_tokens <= max_positions - prompt_tokens - block) return std::nullopt;
+  return fmt::format("{}: the prompt ({} tokens) + --max-new-tokens {} + block {} exceed the model's "
+                     "max_position_embeddings {}; lower --max-new-tokens or leave the sample out (--indices)",
+                     what, prompt_tokens, max_new_tokens, block, max_positions);
+}
+
+}  // namespace
+
 void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block, int64_t max_positions,
                      const std::string& what) {
-  if (max_new_tokens > max_positions - prompt_tokens - block)
-    fail("{}: the prompt ({} tokens) + --max-new-tokens {} + block {} exceed the model's max_position_embeddings {}; "
-         "lower --max-new-tokens or leave the sample out (--indices)", what, prompt_tokens, max_new_tokens, block,
-         max_positions);
+  if (const auto why = turn_overflow(prompt_tokens, max_new_tokens, block, max_positions, what)) fail("{}", *why);
 }
 
 void check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
@@ -57,12 +69,9 @@ void check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<Be
   for (const BenchSample& sample : samples) {
     if (sample.turns.empty()) continue;
     const auto prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, think);
-    try {
-      check_turn_fits(static_cast<int64_t>(prompt.size()), max_new_tokens, block, max_positions,
-                      turn_name(dataset, sample, 0));
-    } catch (const Error& e) {
-      if (too_long++ == 0) first = e.what();
-    }
+    const auto why = turn_overflow(static_cast<int64_t>(prompt.size()), max_new_tokens, block, max_positions,
+                                   turn_name(dataset, sample, 0));
+    if (why && too_long++ == 0) first = *why;
   }
   if (too_long == 1) fail("{}", first);
   if (too_long > 1) fail("{} of the {} selected samples do not fit, the first: {}", too_long, samples.size(), first);
