@@ -1,7 +1,7 @@
 // test_cli.cpp — the specpress binary end to end: `generate --json` reproduces the reference's greedy
 // and DFlash outputs (with acceptance lengths and per-step records) for all 8 golden runs, the bundled
 // demo pair runs with its bundled beacon compressor, bad flags exit non-zero with a message naming
-// the flag, and outputs are checked before a run (never written over a device, a directory, an input or
+// the flag, numbers are read in base 10, and outputs are checked before a run (never written over a device, a directory, an input or
 // each other; a failed write to standard output fails the run), and --version names the build.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -316,8 +316,16 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " --dtype f8", "--dtype: unknown dtype 'f8'"},
       {base + " --device tpu", "--device: unknown device 'tpu'"},
       {base + " --temp -1", "--temp: must be >= 0"},
-      {base + " --temp ''", "--temp: Failed parsing  as a"},  // empty (an unset variable), not 0
-      {base + " --top-p ''", "--top-p: Failed parsing"},
+      {base + " --temp ''", "--temp: empty value (expected a finite decimal number)"},  // an unset variable, not 0
+      {base + " --top-p ''", "--top-p: empty value"},
+      {base + " --top-p inf", "--top-p: expected a finite decimal number, found 'inf'"},
+      {base + " --top-p 1e999", "--top-p: '1e999' is out of range"},
+      {base + " --block-size ''", "--block-size: empty value (expected a decimal integer)"},
+      {base + " --reasoning-budget ''", "--reasoning-budget: empty value"},
+      {base + " -n 0x10", "--n-predict: expected a decimal integer, found '0x10'"},  // not read as 16
+      {base + " -n 99999999999999999999", "--n-predict: '99999999999999999999' is out of range"},  // not saturated
+      {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --steps ''",
+       "--steps: empty value"},
       {base + " --top-p 0", "--top-p: must be in (0, 1]"},
       {base + " --repeat-penalty -1", "--repeat-penalty: must be > 0 and finite"},
       {base + " --presence-penalty 3", "--presence-penalty: must be in [-2, 2]"},
@@ -354,8 +362,8 @@ TEST(Cli, BadFlagsNameTheFlag) {
            "/data/gsm8k_test.jsonl --subset foo",
        "--subset: needs --indices"},
       {base + " --compress-window 5", "--compress-window requires --compress"},
-      {base + " --seed -1", "expected an integer from 0 to 18446744073709551615, found '-1'"},
-      {base + " --seed 99999999999999999999999", "found '99999999999999999999999'"},
+      {base + " --seed -1", "--seed: expected a non-negative decimal integer, found '-1'"},
+      {base + " --seed 99999999999999999999999", "'99999999999999999999999' is out of range"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
        "--feature-layers: item 1 ('a') is not a layer index"},
   };
@@ -363,6 +371,17 @@ TEST(Cli, BadFlagsNameTheFlag) {
     CommandResult r = run_specpress(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+}
+
+// Numbers are decimal as llama.cpp reads them: a leading zero is not octal, a '+' is fine (CLI11 alone read -n 010 as 8).
+TEST(Cli, NumbersAreReadInBaseTen) {
+  SPECPRESS_REQUIRE_SHARED();
+  const std::string base = "generate -m " + golden_dir() + "/target --prompt-ids 1,2,3 --ignore-eos --json";
+  for (const std::string n : {"010", "+10"}) {
+    const CommandResult r = run_specpress(base + " -n " + n);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["output_ids"].size(), 10u) << "-n " << n;
   }
 }
 

@@ -405,8 +405,7 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
       ->required();
   cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
   cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")
-      ->capture_default_str()
-      ->check(seed_check());
+      ->capture_default_str();
   cmd->add_option("--indices", o.selection.indices_file,
                   "run exactly these rows: a JSON file holding an array of row indices, or dflash_subsets.json");
   o.subset = cmd->add_option("--subset", o.selection.indices_key, "which list of the --indices dflash_subsets.json")

@@ -192,7 +192,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
                                  "generated (sets --think unless 0)");
   cmd->add_option("-n,--n-predict", o->n_predict, "maximum number of tokens to generate")->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
-  cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str()->check(seed_check());
+  cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");

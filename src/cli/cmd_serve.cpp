@@ -28,8 +28,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling, "default ");
   CLI::Option* seed =
-      cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)")
-          ->check(seed_check());
+      cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)");
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
   [[maybe_unused]] CLI::Option* budget = cmd->add_option(
       "--reasoning-budget", o->reasoning_budget,

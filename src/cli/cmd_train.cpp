@@ -60,8 +60,7 @@ void add_common_options(CLI::App* cmd, train::CommonOptions& o) {
       ->capture_default_str();
   cmd->add_option("--grad-clip", o.optim.grad_clip, "max global gradient norm (0 = off)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the initialisation, data order and anchors")
-      ->capture_default_str()
-      ->check(seed_check());
+      ->capture_default_str();
   cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   cmd->add_option("--save-dtype", o.save_dtype, "dtype of the exported model: bf16, f32 or f16")->capture_default_str();
   cmd->add_flag("!--no-autocast", o.autocast, "train in float32 on CUDA too (default: bf16 autocast on CUDA)");

@@ -1,8 +1,6 @@
 // id_list.cpp — see id_list.h.
 #include "cli/id_list.h"
 
-#include <cerrno>
-#include <cstdlib>
 #include <sstream>
 
 #include "core/error.h"
@@ -53,20 +51,6 @@ std::vector<int64_t> parse_id_list(const std::string& text, const std::string& f
     if (empty && any_comma) fail("{}: empty item in '{}' (expected integers like \"1,2,3\")", flag, text);
   }
   return ids;
-}
-
-CLI::Validator seed_check() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-        if (digits) (void)std::strtoull(text.c_str(), &end, 10);
-        if (!digits || errno == ERANGE)
-          return "expected an integer from 0 to 18446744073709551615, found '" + text + "'";
-        return "";
-      },
-      "SEED");
 }
 
 CLI::Validator non_empty_check(const std::string& why) {

@@ -1,4 +1,4 @@
-// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]") and the seed flags' check, shared by every
+// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]") and the empty-value check, shared by every
 // subcommand; torch-free so the tokenizer CLI builds without LibTorch.
 #pragma once
 #include <cstdint>
@@ -14,8 +14,6 @@ namespace specpress::cli {
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag,
                                    const std::string& what = "token id");
 
-// For a uint64 seed flag: decimal digits only, at most 2^64 - 1 (CLI11 alone wraps -1 and saturates larger values).
-CLI::Validator seed_check();
 // Refuses an empty value (an unset shell variable, say), saying `why` it matters.
 CLI::Validator non_empty_check(const std::string& why);
 

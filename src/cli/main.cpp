@@ -1,6 +1,6 @@
 // main.cpp — the specpress binary: one CLI11 app with a subcommand per tool. llama.cpp's short
-// spellings that CLI11 cannot declare (-md, -sys) are rewritten to their long forms first. A failed write to standard
-// output fails the run.
+// spellings that CLI11 cannot declare (-md, -sys) are rewritten to their long forms first; every numeric flag is read
+// strictly (numeric_flags.h). A failed write to standard output fails the run.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +18,7 @@
 #include "cli/cmd_generate.h"
 #include "cli/cmd_serve.h"
 #include "cli/cmd_train.h"
+#include "cli/numeric_flags.h"
 #include "core/error.h"
 #include "tools/build_info.h"
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   specpress::cli::add_bench_commands(app, run);
   specpress::cli::add_train_commands(app, run);
   specpress::cli::add_serve_command(app, run);
+  specpress::cli::check_numeric_flags(app);  // base 10, no empty values, no saturation (numeric_flags.h)
   try {
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {
