@@ -1,8 +1,9 @@
 // test_cli.cpp — the specpress binary end to end: `generate --json` reproduces the reference's greedy
 // and DFlash outputs (with acceptance lengths and per-step records) for all 8 golden runs, the bundled
 // demo pair runs with its bundled beacon compressor, bad flags exit non-zero with a message naming
-// the flag, numbers are read in base 10, and outputs are checked before a run (never written over a device, a directory, an input or
-// each other; a failed write to standard output fails the run), and --version names the build.
+// the flag, numbers are read in base 10, and outputs are checked before a run (never written over a
+// device, a directory, an input or each other; a failed write to standard output fails the run), and
+// --version names the build.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -374,7 +375,8 @@ TEST(Cli, BadFlagsNameTheFlag) {
   }
 }
 
-// Numbers are decimal as llama.cpp reads them: a leading zero is not octal, a '+' is fine (CLI11 alone read -n 010 as 8).
+// Numbers are decimal as llama.cpp reads them: a leading zero is not octal, a '+' is fine (CLI11 alone read -n 010
+// as 8).
 TEST(Cli, NumbersAreReadInBaseTen) {
   SPECPRESS_REQUIRE_SHARED();
   const std::string base = "generate -m " + golden_dir() + "/target --prompt-ids 1,2,3 --ignore-eos --json";
