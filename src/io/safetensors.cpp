@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -66,11 +67,22 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
   if (header_text[0] != '{') fail("{}: invalid JSON header: must start with '{{'", source);
 
   nlohmann::json header;
+  // A name twice in the header is an error of its own: the parser would keep the last entry, and the first one's
+  // bytes would then read as a hole or an overlap.
+  std::set<std::string> names;
+  std::string duplicate;
+  auto note_names = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && duplicate.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(header_text, header_text + header_len);
+    header = nlohmann::json::parse(header_text, header_text + header_len, note_names);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON header: {}", source, e.what());
   }
+  if (!duplicate.empty()) fail("{}: invalid JSON header: the name '{}' appears more than once", source, duplicate);
   if (!header.is_object()) fail("{}: invalid JSON header: expected an object", source);
 
   SafetensorsHeader out;
