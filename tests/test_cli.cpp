@@ -288,6 +288,7 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
     const CommandResult e = run_specpress(c.args);
     EXPECT_NE(e.exit_code, 0) << c.args;
     EXPECT_NE(e.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << e.err;
+    EXPECT_EQ(e.err.find("chunks of"), std::string::npos) << c.args << ": the plan of a refused run\n" << e.err;
   }
   if (demo_tokenizer) {
     const CommandResult missing = run_specpress("perplexity -m " + demo + " -f " + (dir.path / "none.txt").string());

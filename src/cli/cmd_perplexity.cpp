@@ -106,10 +106,9 @@ int run_perplexity(const PerplexityOptions& o) {
   const model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   std::unique_ptr<model::Qwen3Model> base;
   if (compare) base = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(base_model, base_dtype, base_device));
-  const int64_t n_chunks = static_cast<int64_t>(tokens.size()) / std::max<int64_t>(o.ctx_size, 1);
+  const int64_t n_chunks = tools::perplexity_chunks(target, tokens, o.ctx_size, o.chunks, base.get());
   std::fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld (scoring the second half of each)\n",
-               tokens.size(), static_cast<long long>(o.chunks > 0 ? std::min(o.chunks, n_chunks) : n_chunks),
-               static_cast<long long>(o.ctx_size));
+               tokens.size(), static_cast<long long>(n_chunks), static_cast<long long>(o.ctx_size));
   if (compare) {
     std::fprintf(stderr, "perplexity: base %s (%s, %s)\n", base_model.c_str(),
                  tools::device_description(base_device).c_str(), base_dtype_name.c_str());

@@ -86,9 +86,8 @@ void summarize(const Sums& s, bool with_base, PerplexityResult& r) {
 
 }  // namespace
 
-PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
-                            int64_t max_chunks, const std::function<void(int64_t, const PerplexityResult&)>& on_chunk,
-                            const model::Qwen3Model* base, int64_t piece) {
+int64_t perplexity_chunks(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
+                          int64_t max_chunks, const model::Qwen3Model* base) {
   const int64_t max_positions = target.config().max_position_embeddings;
   if (n_ctx < 4) fail("-c/--ctx-size: {} is too small to score anything (at least 4)", n_ctx);
   if (n_ctx > max_positions) fail("-c/--ctx-size: {} exceeds the model's max_position_embeddings {}", n_ctx, max_positions);
@@ -107,11 +106,16 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
   if (base && base->config().vocab_size != vocab)
     fail("--kl-base-model: the base model's vocabulary ({}) differs from the model's ({}): compare checkpoints of "
          "one tokenizer", base->config().vocab_size, vocab);
+  const int64_t chunks = n_tokens / n_ctx;
+  return max_chunks > 0 && max_chunks < chunks ? max_chunks : chunks;
+}
 
+PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
+                            int64_t max_chunks, const std::function<void(int64_t, const PerplexityResult&)>& on_chunk,
+                            const model::Qwen3Model* base, int64_t piece) {
   PerplexityResult r;
   r.n_ctx = n_ctx;
-  r.chunks = n_tokens / n_ctx;
-  if (max_chunks > 0 && max_chunks < r.chunks) r.chunks = max_chunks;
+  r.chunks = perplexity_chunks(target, tokens, n_ctx, max_chunks, base);
   const int64_t first = n_ctx / 2;  // the first scored row: the prediction of token first + 1
   Sums sums;
   std::vector<double> nlls, base_nlls, klds, same_top;  // this piece's rows

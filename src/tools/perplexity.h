@@ -63,4 +63,9 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
                             const std::function<void(int64_t, const PerplexityResult&)>& on_chunk = {},
                             const model::Qwen3Model* base = nullptr, int64_t piece = 256);
 
+// The chunks perplexity() scores for these arguments, after the same checks (the CLI's first line says it before
+// the run, and never for arguments the run refuses).
+int64_t perplexity_chunks(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
+                          int64_t max_chunks = 0, const model::Qwen3Model* base = nullptr);
+
 }  // namespace specpress::tools
