@@ -540,6 +540,12 @@ TEST(TrainCli, SubcommandsReportErrorsByFlag) {
   EXPECT_NE(r.err.find("step 3 | loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tok/s"), std::string::npos);
   EXPECT_NE(r.err.find("ETA"), std::string::npos);
+  // --resume where nothing is saved yet (a job's first run of the command line it reruns) says it starts afresh
+  r = run_specpress("train-lm --config " + f.config.string() + " --data " + f.data.string() + " --out " +
+                    (f.dir.path / "lm-first").string() + " --steps 1 --batch 2 --seq-len 16 --resume");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--resume: " + (f.dir.path / "lm-first").string() + " holds no checkpoint yet; starting at "
+                       "step 0"), std::string::npos) << r.err;
 }
 
 TEST(TrainCli, TextAndChatDataUseTheTokenizer) {

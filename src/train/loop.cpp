@@ -87,6 +87,9 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
     history = state.history;
     std::fprintf(stderr, "%s: resuming %s at step %lld of %lld\n", label.c_str(), o.out.c_str(),
                  static_cast<long long>(state.step), static_cast<long long>(o.steps));
+  } else if (o.resume) {  // the same command line reruns a job: its first run has nothing to continue yet
+    std::fprintf(stderr, "%s: --resume: %s holds no checkpoint yet; starting at step 0\n", label.c_str(),
+                 o.out.c_str());
   }
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, summary.first_step + o.stop_after) : o.steps;
   tools::ProgressBar progress(summary.first_step > 0 ? fmt::format("{} (from step {})", label, summary.first_step) : label,
