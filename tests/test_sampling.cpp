@@ -403,7 +403,7 @@ TEST(Sampler, LogitsPushedPastTheirRangeSaturateAndForceTheirTokens) {
         if (temperature == 0.0) {
           EXPECT_EQ(counts[1], 400) << what << ": greedy takes the lowest id of the tied";
         } else if (top_p < 0.9) {
-          EXPECT_EQ(counts[1] + counts[4], 400) << what;  // a cut between equal scores keeps one of them
+          EXPECT_EQ(counts[4], 400) << what;  // a cut between equal scores keeps the higher id
         } else {
           EXPECT_EQ(counts.size(), 2u) << what;
           EXPECT_GT(counts[1], 150) << what;
@@ -443,20 +443,49 @@ TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
   }
 }
 
-// bf16 logits tie often. Where equal scores straddle the top-p cut, which of them stays depends on the whole
-// vocabulary's sort order, so such a row falls back; every draw equals the whole-vocabulary path's.
-TEST(Sampler, CandidatePathFallsBackOnTiesAtTheTopPCut) {
-  // ten tokens of one score that top-p 0.5 cuts through, the rest far below
-  at::Tensor tied = (at::arange(5000, at::kFloat) * -0.001f - 20.0f).unsqueeze(0);
-  tied.narrow(1, 100, 10).fill_(3.0f);
-  EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.5, 20, 0.0)).nuclei(tied).has_value()) << "a cut among equal scores";
-  EXPECT_TRUE(decode::Sampler(sampling(1.0, 1.0, 20, 0.0)).nuclei(tied).has_value()) << "no top-p: all ten kept";
+// bf16 logits tie often. Where equal scores straddle the top-p cut, the whole vocabulary's stable sort drops the lower
+// ids of them first (as transformers' top-p on CUDA), and the candidate path keeps the same ones: a row falls back only
+// where the tied scores may go on past its candidates; every draw equals the whole-vocabulary path's.
+TEST(Sampler, TiesAtTheTopPCutKeepTheHigherIdsOnBothPaths) {
+  // n equal scores from id `first`, the rest far below
+  auto ties = [](int64_t first, int64_t n) {
+    at::Tensor row = (at::arange(20000, at::kFloat) * -0.0001f - 20.0f).unsqueeze(0);
+    row.narrow(1, first, n).fill_(3.0f);
+    return row;
+  };
+  // four equal scores (0.25 each): top-p 0.4 keeps two of them, ids 102 and 103, on both paths
+  const at::Tensor four = ties(100, 4);
+  for (const bool candidates : {true, false}) {
+    CandidatesOn on(candidates);
+    for (const int64_t top_k : {int64_t{0}, int64_t{20}}) {
+      const std::string what = fmt::format("candidates {} top-k {}", candidates, top_k);
+      const at::Tensor probs = decode::Sampler(sampling(1.0, 0.4, top_k, 0.0)).probabilities(four)[0];
+      EXPECT_TRUE(probs.nonzero().squeeze(1).equal(at::tensor({102, 103}, at::kLong))) << what;
+      std::map<int64_t, int> counts;
+      decode::Sampler sampler(sampling(1.0, 0.4, top_k, 0.0, 3));
+      for (int64_t t : sampler.sample(four.expand({400, 20000}).contiguous())) counts[t]++;
+      EXPECT_EQ(counts.size(), 2u) << what;
+      EXPECT_GT(counts[102], 150) << what;
+      EXPECT_GT(counts[103], 150) << what;
+    }
+  }
+  // ten equal scores that top-p 0.45 cuts through: the candidates hold the five it keeps
+  const at::Tensor ten = ties(100, 10);
+  const auto cut = decode::Sampler(sampling(1.0, 0.45, 20, 0.0)).nuclei(ten);
+  ASSERT_TRUE(cut.has_value()) << "a cut among equal scores, all of them candidates";
+  EXPECT_EQ((*cut)[0].ids, (std::vector<int64_t>{105, 106, 107, 108, 109}));
+  // top-p alone over 300 equal scores: its first 256 candidates cannot show which of them the cut keeps, its 4096 can;
+  // over 5000, neither
+  const at::Tensor wide = ties(1000, 300), wider = ties(1000, 5000);
+  EXPECT_TRUE(decode::Sampler(sampling(1.0, 0.45, 0, 0.0)).nuclei(wide).has_value()) << "300 equal scores";
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.01, 0, 0.0)).nuclei(wider).has_value()) << "5000 equal scores";
   const at::Tensor rounded = peaked_logits(16, 20000, 13).to(at::kBFloat16).to(at::kFloat);
   for_each_seed({sampling(0.6, 0.95, 20, 0.0), sampling(0.7, 0.8, 20, 0.0), sampling(0.8, 0.9, 0, 0.0),
-                 sampling(1.0, 0.5, 0, 0.02)},
+                 sampling(1.0, 0.45, 0, 0.02), sampling(1.0, 0.01, 0, 0.0)},
                 5, [&](const decode::SamplingParams& p) {
                   expect_same_draws(p, rounded, 3, "bf16 scores");
-                  expect_same_draws(p, tied, 3, "ten equal scores");
+                  for (const auto& [row, what] : {std::pair{four, "four"}, {ten, "ten"}, {wide, "300"}, {wider, "5000"}})
+                    expect_same_draws(p, row, 3, std::string(what) + " equal scores");
                 });
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <string>
 #include <unordered_map>
 
@@ -269,8 +270,10 @@ at::Tensor Sampler::probabilities_of(const at::Tensor& adjusted_logits) const {
     scores = scores.masked_fill(scores < kth, neg_inf);
   }
   if (params_.top_p < 1.0) {
-    // Drop the low tail whose total mass is <= 1 - top_p; keep at least the most likely token.
-    auto [sorted, order] = scores.sort(-1, /*descending=*/false);
+    // Drop the low tail whose total mass is <= 1 - top_p; keep at least the most likely token. The sort is stable, so
+    // a cut between equal scores drops the lower ids of them first on every device, and the candidate path can keep
+    // the same ones.
+    auto [sorted, order] = scores.sort(/*stable=*/true, -1, /*descending=*/false);
     at::Tensor cum = sorted.softmax(-1).cumsum(-1);
     at::Tensor remove_sorted = cum <= (1.0 - params_.top_p);
     remove_sorted.narrow(-1, V - 1, 1).fill_(false);
@@ -339,14 +342,20 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
 
 bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, int64_t V, double z_whole,
                           Nucleus& out) const {
-  // The whole-vocabulary transform of probabilities_of() on the row's C largest scores (descending): each step keeps
-  // a prefix of them. `rest` says whether the tokens past the candidates could still be kept, in which case a step
-  // must show that it drops them all, or the row falls back to the whole vocabulary.
+  // The whole-vocabulary transform of probabilities_of() on the row's C largest scores, in its top-p order (the score
+  // descending; equal scores by id descending, the reverse of its stable ascending sort): each step keeps a prefix
+  // of them. `rest` says whether the tokens past the candidates could still be kept, in which case a step must show
+  // that it drops them all, or the row falls back to the whole vocabulary.
+  if (!std::isfinite(values[0])) return false;  // topk puts a NaN first
+  std::vector<int64_t> order(static_cast<size_t>(C));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return values[a] != values[b] ? values[a] > values[b] : ids[a] > ids[b];
+  });
   const double T = filter_temperature();
   std::vector<double> s(static_cast<size_t>(C));
-  for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[i] / T;  // as scores.to(double) / T
+  for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[order[static_cast<size_t>(i)]] / T;  // as / T
   const double m = s[0];
-  if (!std::isfinite(m)) return false;
   auto e = [&](int64_t i) { return std::exp(s[static_cast<size_t>(i)] - m); };
   int64_t n = C;
   bool rest = C < V;
@@ -368,8 +377,10 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
     double above = e(0) / Z;
     while (keep < n && above < params_.top_p) above += e(keep++) / Z;
     if (keep == n && rest) return false;  // the cut may lie past the candidates
-    // a cut between equal scores keeps whichever of them the sort put first: the whole vocabulary's own order decides
-    if (keep < n && s[static_cast<size_t>(keep)] == s[static_cast<size_t>(keep - 1)]) return false;
+    // a cut between equal scores keeps the higher ids of them (the order above), which needs all of them here: a
+    // score the last candidate shares may go on past the candidates
+    const double cut = s[static_cast<size_t>(keep - 1)];
+    if (keep < n && s[static_cast<size_t>(keep)] == cut && rest && s[static_cast<size_t>(C - 1)] == cut) return false;
     n = keep;
     rest = false;
   }
@@ -390,7 +401,7 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
     return params_.temperature_last ? std::exp(s[static_cast<size_t>(i)] / t_last - m_last) : e(i);
   };
   for (int64_t i = 0; i < n; ++i) {
-    kept[static_cast<size_t>(i)] = {static_cast<int64_t>(ids[i]), weight(i)};
+    kept[static_cast<size_t>(i)] = {static_cast<int64_t>(ids[order[static_cast<size_t>(i)]]), weight(i)};
     sum += kept[static_cast<size_t>(i)].second;
   }
   std::sort(kept.begin(), kept.end());  // by id, as the whole-vocabulary CDF runs

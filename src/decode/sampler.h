@@ -5,9 +5,10 @@
 // inverse-CDF sampling with a seeded host RNG, so CPU and CUDA draw the same stream for the same logits.
 // Sampling with top-k, top-p or min-p reads only the row's largest scores back (the candidate path): the transform
 // runs on the host in fp64 over them, and where they cannot be shown to hold every token the whole-vocabulary
-// transform keeps (a nucleus wider than the candidates, ties past them or at the top-p cut) that row alone falls back
-// to that transform (probabilities()). Both draw the same token for the same uniform, up to fp64 rounding at a CDF
-// boundary.
+// transform keeps (a nucleus wider than the candidates, or scores tied at the top-k or top-p cut that may go on past
+// them) that row alone falls back to that transform (probabilities()). Both draw the same token for the same uniform,
+// up to fp64 rounding at a CDF boundary. Where equal scores straddle the top-p cut, the lower ids of them are dropped
+// first (the whole vocabulary's sort is stable), on every device.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
