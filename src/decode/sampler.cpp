@@ -347,11 +347,14 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
   // of them. `rest` says whether the tokens past the candidates could still be kept, in which case a step must show
   // that it drops them all, or the row falls back to the whole vocabulary.
   if (!std::isfinite(values[0])) return false;  // topk puts a NaN first
+  // topk's order is already by score; only a run of equal scores is put in id order
   std::vector<int64_t> order(static_cast<size_t>(C));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return values[a] != values[b] ? values[a] > values[b] : ids[a] > ids[b];
-  });
+  for (int64_t i = 0, j = 1; i < C; i = j++) {
+    while (j < C && values[j] == values[i]) ++j;
+    if (j - i > 1)
+      std::sort(order.begin() + i, order.begin() + j, [&](int64_t a, int64_t b) { return ids[a] > ids[b]; });
+  }
   const double T = filter_temperature();
   std::vector<double> s(static_cast<size_t>(C));
   for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[order[static_cast<size_t>(i)]] / T;  // as / T
