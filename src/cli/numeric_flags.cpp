@@ -57,7 +57,6 @@ std::string check_float(const std::string& text) {
     end = e_end > e ? e_end : text.size() + 1;  // an exponent without digits fails below
   }
   if (!mantissa || end != text.size()) return expected + ", found '" + text + "'";
-  errno = 0;
   const double value = std::strtod(text.c_str(), nullptr);
   if (!std::isfinite(value)) return "'" + text + "' is out of range (" + expected + ")";
   return "";

@@ -356,8 +356,8 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
       std::sort(order.begin() + i, order.begin() + j, [&](int64_t a, int64_t b) { return ids[a] > ids[b]; });
   }
   const double T = filter_temperature();
-  std::vector<double> s(static_cast<size_t>(C));
-  for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[order[static_cast<size_t>(i)]] / T;  // as / T
+  std::vector<double> s(static_cast<size_t>(C));  // as probabilities_of()'s scores.to(double) / T
+  for (int64_t i = 0; i < C; ++i) s[static_cast<size_t>(i)] = values[order[static_cast<size_t>(i)]] / T;
   const double m = s[0];
   auto e = [&](int64_t i) { return std::exp(s[static_cast<size_t>(i)] - m); };
   int64_t n = C;
