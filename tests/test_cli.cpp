@@ -322,6 +322,7 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " --top-p ''", "--top-p: empty value"},
       {base + " --top-p inf", "--top-p: expected a finite decimal number, found 'inf'"},
       {base + " --top-p 1e999", "--top-p: '1e999' is out of range"},
+      {base + " --temp 1e-400", "--temp: '1e-400' is out of range"},  // not 0, greedy
       {base + " --block-size ''", "--block-size: empty value (expected a decimal integer)"},
       {base + " --reasoning-budget ''", "--reasoning-budget: empty value"},
       {base + " -n 0x10", "--n-predict: expected a decimal integer, found '0x10'"},  // not read as 16

@@ -444,8 +444,9 @@ TEST(Sampler, CandidatePathDrawsTheWholeVocabularysTokens) {
 }
 
 // bf16 logits tie often. Where equal scores straddle the top-p cut, the whole vocabulary's stable sort drops the lower
-// ids of them first (as transformers' top-p on CUDA), and the candidate path keeps the same ones: a row falls back only
-// where the tied scores may go on past its candidates; every draw equals the whole-vocabulary path's.
+// ids of them first, and the candidate path keeps the same ones: a row falls back only where the tied scores may go
+// on past its candidates, or where the mass at the cut lies within rounding of top_p (the two paths sum it from
+// opposite ends); every draw equals the whole-vocabulary path's.
 TEST(Sampler, TiesAtTheTopPCutKeepTheHigherIdsOnBothPaths) {
   // n equal scores from id `first`, the rest far below
   auto ties = [](int64_t first, int64_t n) {
@@ -455,12 +456,14 @@ TEST(Sampler, TiesAtTheTopPCutKeepTheHigherIdsOnBothPaths) {
   };
   // four equal scores (0.25 each): top-p 0.4 keeps two of them, ids 102 and 103, on both paths
   const at::Tensor four = ties(100, 4);
+  for (const int64_t top_k : {int64_t{0}, int64_t{20}}) {
+    const at::Tensor probs = decode::Sampler(sampling(1.0, 0.4, top_k, 0.0)).probabilities(four)[0];
+    EXPECT_TRUE(probs.nonzero().squeeze(1).equal(at::tensor({102, 103}, at::kLong))) << "top-k " << top_k;
+  }
   for (const bool candidates : {true, false}) {
     CandidatesOn on(candidates);
     for (const int64_t top_k : {int64_t{0}, int64_t{20}}) {
       const std::string what = fmt::format("candidates {} top-k {}", candidates, top_k);
-      const at::Tensor probs = decode::Sampler(sampling(1.0, 0.4, top_k, 0.0)).probabilities(four)[0];
-      EXPECT_TRUE(probs.nonzero().squeeze(1).equal(at::tensor({102, 103}, at::kLong))) << what;
       std::map<int64_t, int> counts;
       decode::Sampler sampler(sampling(1.0, 0.4, top_k, 0.0, 3));
       for (int64_t t : sampler.sample(four.expand({400, 20000}).contiguous())) counts[t]++;
@@ -476,6 +479,11 @@ TEST(Sampler, TiesAtTheTopPCutKeepTheHigherIdsOnBothPaths) {
   EXPECT_EQ((*cut)[0].ids, (std::vector<int64_t>{105, 106, 107, 108, 109}));
   // top-p alone over 300 equal scores: its first 256 candidates cannot show which of them the cut keeps, its 4096 can;
   // over 5000, neither
+  // twelve equal scores, nothing else (-inf): at top-p 0.5 the cut's mass is 6/12 from either end, which the two
+  // paths round differently, so the row falls back
+  at::Tensor twelve = at::full({1, 20000}, -std::numeric_limits<float>::infinity());
+  twelve.narrow(1, 100, 12).fill_(3.0f);
+  EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.5, 0, 0.0)).nuclei(twelve).has_value()) << "a cut at top_p exactly";
   const at::Tensor wide = ties(1000, 300), wider = ties(1000, 5000);
   EXPECT_TRUE(decode::Sampler(sampling(1.0, 0.45, 0, 0.0)).nuclei(wide).has_value()) << "300 equal scores";
   EXPECT_FALSE(decode::Sampler(sampling(1.0, 0.01, 0, 0.0)).nuclei(wider).has_value()) << "5000 equal scores";
@@ -484,7 +492,8 @@ TEST(Sampler, TiesAtTheTopPCutKeepTheHigherIdsOnBothPaths) {
                  sampling(1.0, 0.45, 0, 0.02), sampling(1.0, 0.01, 0, 0.0)},
                 5, [&](const decode::SamplingParams& p) {
                   expect_same_draws(p, rounded, 3, "bf16 scores");
-                  for (const auto& [row, what] : {std::pair{four, "four"}, {ten, "ten"}, {wide, "300"}, {wider, "5000"}})
+                  for (const auto& [row, what] :
+                       {std::pair{four, "four"}, {ten, "ten"}, {twelve, "twelve"}, {wide, "300"}, {wider, "5000"}})
                     expect_same_draws(p, row, 3, std::string(what) + " equal scores");
                 });
 }

@@ -52,7 +52,9 @@ def main():
                 cmd += ["-md", draft]
             j = json.loads(rsc.run(cmd).stdout)
             t = j["timings"]
-            steps = len(j["acceptance_lengths"]) if with_draft else t["predicted_n"]
+            # decode time: plain decoding's first token comes from the prefill, outside it; DFlash's cycles are all
+            # in it but the first draft, timed apart
+            steps = len(j["acceptance_lengths"]) if with_draft else t["predicted_n"] - 1
             step_ms = t["predicted_ms"] / steps
             base = base or step_ms
             row = {"draft": with_draft, "setting": name, "steps": steps, "step_ms": step_ms,

@@ -57,8 +57,11 @@ std::string check_float(const std::string& text) {
     end = e_end > e ? e_end : text.size() + 1;  // an exponent without digits fails below
   }
   if (!mantissa || end != text.size()) return expected + ", found '" + text + "'";
+  errno = 0;
   const double value = std::strtod(text.c_str(), nullptr);
-  if (!std::isfinite(value)) return "'" + text + "' is out of range (" + expected + ")";
+  // ERANGE: past the double range, or below its normal numbers (1e-400 would read as 0: --temp 1e-400 greedy)
+  if (!std::isfinite(value) || errno == ERANGE)
+    return "'" + text + "' is out of range (" + expected + " of magnitude 2.2e-308 to 1.8e308, or 0)";
   return "";
 }
 

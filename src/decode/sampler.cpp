@@ -384,6 +384,11 @@ bool Sampler::row_nucleus(const double* values, const double* ids, int64_t C, in
     // score the last candidate shares may go on past the candidates
     const double cut = s[static_cast<size_t>(keep - 1)];
     if (keep < n && s[static_cast<size_t>(keep)] == cut && rest && s[static_cast<size_t>(C - 1)] == cut) return false;
+    // the whole vocabulary sums the masses from the other end, so a token whose mass above lies within rounding of
+    // top_p may fall the other way there (equal scores make that exact: 6 of 12 at top-p 0.5)
+    constexpr double kCutMargin = 1e-9;
+    const double last_above = above - e(keep - 1) / Z;  // the mass above the last token kept, < top_p
+    if ((keep < n && above - params_.top_p <= kCutMargin) || params_.top_p - last_above <= kCutMargin) return false;
     n = keep;
     rest = false;
   }

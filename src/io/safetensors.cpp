@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -70,9 +71,9 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
   // A name twice in the header is an error of its own: the parser would keep the last entry, and the first one's
   // bytes would then read as a hole or an overlap.
   std::set<std::string> names;
-  std::string duplicate;
+  std::optional<std::string> duplicate;
   auto note_names = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && duplicate.empty() &&
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !duplicate &&
         !names.insert(parsed.get<std::string>()).second)
       duplicate = parsed.get<std::string>();
     return true;
@@ -82,7 +83,7 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON header: {}", source, e.what());
   }
-  if (!duplicate.empty()) fail("{}: invalid JSON header: the name '{}' appears more than once", source, duplicate);
+  if (duplicate) fail("{}: invalid JSON header: the name '{}' appears more than once", source, *duplicate);
   if (!header.is_object()) fail("{}: invalid JSON header: expected an object", source);
 
   SafetensorsHeader out;
