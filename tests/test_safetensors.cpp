@@ -87,8 +87,9 @@ TEST(Safetensors, DuplicateNames) {
       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
       8));
   EXPECT_NE(msg.find("the name 'a' appears more than once"), std::string::npos) << msg;
-  msg = parse_error(make_file(
-      R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8));
+  msg = parse_error(make_file(R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                              R"("":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                              8));
   EXPECT_NE(msg.find("the name '' appears more than once"), std::string::npos) << msg;
   // the same name inside an entry or the metadata is not the header's
   msg = parse_error(make_file(R"({"__metadata__":{"a":"x"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 8));
