@@ -113,25 +113,23 @@ void as_validation_error(const F& f) {
 }  // namespace
 
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix) {
-  // CLI::Number: an empty value (an unset variable) is refused, not read as 0
-  cmd.add_option("--temp", sampling.temperature, prefix + "temperature (0 = greedy)")
-      ->capture_default_str()
-      ->check(CLI::Number);
-  cmd.add_option("--top-k", sampling.top_k, prefix + "top-k (0 = off)")->capture_default_str()->check(CLI::Number);
-  cmd.add_option("--top-p", sampling.top_p, prefix + "top-p (1 = off)")->capture_default_str()->check(CLI::Number);
-  cmd.add_option("--min-p", sampling.min_p, prefix + "min-p (0 = off)")->capture_default_str()->check(CLI::Number);
+  // numbers as every numeric flag reads them (numeric_flags.h: an empty value, an unset variable, is refused)
+  cmd.add_option("--temp", sampling.temperature, prefix + "temperature (0 = greedy)")->capture_default_str();
+  cmd.add_option("--top-k", sampling.top_k, prefix + "top-k (0 = off)")->capture_default_str();
+  cmd.add_option("--top-p", sampling.top_p, prefix + "top-p (1 = off)")->capture_default_str();
+  cmd.add_option("--min-p", sampling.min_p, prefix + "min-p (0 = off)")->capture_default_str();
   cmd.add_option("--repeat-penalty", sampling.repeat_penalty,
                  prefix + "repeat penalty over the last --repeat-last-n tokens: logit / p (x p where <= 0) (1 = off)")
-      ->capture_default_str()->check(CLI::Number);
+      ->capture_default_str();
   cmd.add_option("--repeat-last-n", sampling.repeat_last_n,
                  prefix + "penalty window: the context's last N tokens, prompt included (0 = off, -1 = all)")
-      ->capture_default_str()->check(CLI::Number);
+      ->capture_default_str();
   cmd.add_option("--presence-penalty", sampling.presence_penalty,
                  prefix + "presence penalty: lower every token in the window by this (0 = off)")
-      ->capture_default_str()->check(CLI::Number);
+      ->capture_default_str();
   cmd.add_option("--frequency-penalty", sampling.frequency_penalty,
                  prefix + "frequency penalty: lower each token by this times its count in the window (0 = off)")
-      ->capture_default_str()->check(CLI::Number);
+      ->capture_default_str();
   cmd.add_option_function<std::vector<std::string>>(
       "--logit-bias",
       [&sampling](const std::vector<std::string>& items) {

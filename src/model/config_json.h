@@ -32,5 +32,4 @@ struct ConfigReader {
 // `dir` and what it should be (`expected`: "an HF model directory", "a DFlash draft directory").
 std::string config_path_in(const std::string& dir, const char* expected);
 
-
 }  // namespace specpress::model
