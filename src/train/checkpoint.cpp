@@ -151,6 +151,14 @@ std::optional<std::tuple<std::string, nlohmann::json, nlohmann::json>> first_dif
   return std::make_tuple(path, now, was);
 }
 
+// A checkpoint's tensor, refused where it holds NaN or infinite values: training goes on from it, and a NaN would
+// spread to every weight.
+at::Tensor finite_tensor(at::Tensor t, const std::string& file, const std::string& name) {
+  if (!t.isfinite().all().item<bool>())
+    fail("{}: tensor '{}' holds NaN or infinite values (a corrupt checkpoint?)", file, name);
+  return t;
+}
+
 }  // namespace
 
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
@@ -167,10 +175,7 @@ void restore_tensors(const std::string& file, const NamedTensors& params) {
   c10::NoGradGuard no_grad;
   for (const auto& [name, p] : params) {
     if (!store.has(name)) fail("{}: tensor '{}' missing", file, name);
-    const at::Tensor saved = store.take(name, p.sizes().vec(), p.scalar_type(), p.device());
-    if (!saved.isfinite().all().item<bool>())  // training goes on from it: a NaN would spread to every weight
-      fail("{}: tensor '{}' holds NaN or infinite values (a corrupt checkpoint?)", file, name);
-    p.copy_(saved);
+    p.copy_(finite_tensor(store.take(name, p.sizes().vec(), p.scalar_type(), p.device()), file, name));
   }
   store.check_all_taken();
 }
@@ -178,11 +183,8 @@ void restore_tensors(const std::string& file, const NamedTensors& params) {
 NamedTensors read_tensors(const std::string& file, at::Device device) {
   io::TensorStore store = io::TensorStore::open_file(file);
   NamedTensors out;
-  for (const std::string& name : store.names()) {
-    out.emplace_back(name, store.take(name, store.shape(name), at::kFloat, device));
-    if (!out.back().second.isfinite().all().item<bool>())
-      fail("{}: tensor '{}' holds NaN or infinite values (a corrupt checkpoint?)", file, name);
-  }
+  for (const std::string& name : store.names())
+    out.emplace_back(name, finite_tensor(store.take(name, store.shape(name), at::kFloat, device), file, name));
   return out;
 }
 
