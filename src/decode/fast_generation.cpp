@@ -8,6 +8,7 @@
 
 #include "core/env_switch.h"
 #include "core/error.h"
+#include "decode/device_draw.h"
 #include "decode/output.h"
 
 namespace specpress::decode {
@@ -51,6 +52,8 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
+  DeviceTemperatureDraw temperature_draw(1, engine.device());
+  if (device_temperature_draw()) sampler.set_temperature_draw(&temperature_draw);
   // greedy: the graph's argmax picks each token; with a bias or penalties the host picks it from the logits
   const bool greedy = params.sampling.greedy() && !params.sampling.adjusts_logits();
 
@@ -119,6 +122,8 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
+  DeviceTemperatureDraw temperature_draw(B, engine.device());
+  if (device_temperature_draw()) sampler.set_temperature_draw(&temperature_draw);
   // greedy: the verify graph's argmax is the posterior; with a bias or penalties the host picks it from the logits
   const bool greedy = params.sampling.greedy() && !params.sampling.adjusts_logits();
   CycleTimer timer;

@@ -319,7 +319,9 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
     auto [values, ids] = select_rows(scores, left).topk(C, -1, /*largest=*/true, /*sorted=*/true);
     std::vector<at::Tensor> parts = {values.to(at::kDouble), ids.to(at::kDouble)};  // ids < 2^53: exact
     const bool with_z = need_z && t == 0;  // every row is left at the first try
-    if (with_z) {
+    if (with_z && temperature_draw_ != nullptr && scores.is_cuda() && scores.scalar_type() == at::kFloat) {
+      parts.push_back(temperature_draw_->row_sums(scores.contiguous(), T).unsqueeze(1));  // the fast loops' kernel
+    } else if (with_z) {
       const at::Tensor s = scores.to(at::kDouble) / T;
       parts.push_back((s - values.narrow(1, 0, 1).to(at::kDouble) / T).exp().sum(1, /*keepdim=*/true));
     }
@@ -455,6 +457,20 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   // The rows left: the whole vocabulary, with their own uniforms.
   std::vector<double> u_left;
   for (int64_t r : left) u_left.push_back(u[static_cast<size_t>(r)]);
+  const int64_t vocab = scores.size(1);
+  const bool plain_temperature = !(params_.top_k > 0 && params_.top_k < vocab) && params_.top_p >= 1.0 &&
+                                 params_.min_p <= 0.0;  // then the temperature's place does not matter either
+  if (temperature_draw_ != nullptr && plain_temperature && scores.is_cuda() && scores.scalar_type() == at::kFloat) {
+    const std::vector<int64_t> picks =
+        temperature_draw_->draw(select_rows(scores, left).contiguous(), params_.temperature, u_left);
+    for (size_t i = 0; i < left.size(); ++i) {
+      if (picks[i] < 0)
+        fail("sampling: every token of row {} has a logit of -inf or NaN (banned by the logit bias or penalties?)",
+             left[i]);
+      out[static_cast<size_t>(left[i])] = picks[i];
+    }
+    return out;
+  }
   const at::Tensor probs = probabilities_of(select_rows(scores, left));
   const int64_t V = probs.size(1);
   const at::Tensor cdf = probs.cumsum(-1);

@@ -8,7 +8,9 @@
 // transform keeps (a nucleus wider than the candidates, or scores tied at the top-k or top-p cut that may go on past
 // them) that row alone falls back to that transform (probabilities()). Both draw the same token for the same uniform,
 // up to fp64 rounding at a CDF boundary. Where equal scores straddle the top-p cut, the lower ids of them are dropped
-// first (the whole vocabulary's sort is stable), on every device.
+// first (the whole vocabulary's sort is stable), on every device. The fast loops hand the whole-vocabulary work at a
+// plain temperature, and top-p's normaliser without top-k, to CUDA kernels (set_temperature_draw), whose twin is
+// this file's ATen transform.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
@@ -74,9 +76,26 @@ std::vector<std::string> sampler_sequence(const SamplingParams& params);
 // vocabulary by validate_generation.
 void validate(const SamplingParams& params);
 
+// Device routines for the sampler's whole-vocabulary work at a temperature, the fast path's kernels
+// (decode/device_draw.h), which the ATen transform twins. scores: contiguous fp32 [rows, V] on the device.
+class TemperatureDraw {
+ public:
+  virtual ~TemperatureDraw() = default;
+  // At a plain temperature (no top-k, top-p or min-p): each row's inverse-CDF pick at its uniform, or -1 for a row
+  // with a NaN or no finite maximum.
+  virtual std::vector<int64_t> draw(const at::Tensor& scores, double temperature, const std::vector<double>& u) = 0;
+  // Each row's sum of exp(s / T - max), fp64 [rows] on the device (top-p's normaliser without top-k; NaN for a row
+  // with a NaN or no finite maximum), queued on the current stream; valid until the next call.
+  virtual at::Tensor row_sums(const at::Tensor& scores, double temperature) = 0;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
+  // Rows at a plain temperature on a CUDA device are drawn by `draw`, and top-p's whole-vocabulary normaliser
+  // without top-k comes from it there (not owned; it must outlive the sampler's sample() calls); the rest runs in
+  // ATen. nullptr (the default): ATen everywhere.
+  void set_temperature_draw(TemperatureDraw* draw) { temperature_draw_ = draw; }
   // The context the penalties read: begin() with the prompt, then accept() each token as it is decided (a DFlash
   // cycle's accepted tokens and its new bonus). Without penalties they keep nothing.
   void begin(const std::vector<int64_t>& prompt);
@@ -115,6 +134,7 @@ class Sampler {
                    Nucleus& out) const;
 
   SamplingParams params_;
+  TemperatureDraw* temperature_draw_ = nullptr;
   std::mt19937_64 rng_;
   // the penalties' window over the prompt and the accepted tokens (its last repeat_last_n; all for -1) and each
   // token's count in it, kept as tokens are accepted (only while penalized())

@@ -207,6 +207,7 @@ class FastEngine {
 
   int64_t block_size() const { return B_; }
   int64_t capacity() const { return capacity_; }
+  at::Device device() const { return device_; }
   const c10::cuda::CUDAStream& stream() const { return stream_; }
 
   // ---- plain decoding

@@ -23,6 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+#include "decode/device_draw.h"
+#include "decode/sampler.h"
 #include "kernels/aten_ops.h"
 #include "kernels/attention.h"
 #include "kernels/gemm_small.h"
@@ -400,6 +403,81 @@ TEST_F(Kernels, ArgmaxBothKernelsMatchTwin) {
       EXPECT_TRUE(at::equal(o, twin(view))) << o << twin(view);
     }
   }
+}
+
+// The device draw against its twin, the sampler's ATen transform: two samplers of one seed draw the same uniforms,
+// one through the kernels (a plain temperature: the draw; top-p alone: the row sums). The picks may differ only where
+// a uniform falls within fp64 rounding of a CDF boundary (the sums are added in another order), about 1e-16 of a
+// draw's chance, or a top-p cut within it (those rows fall back to the whole vocabulary), so every pick must agree.
+TEST_F(Kernels, TemperatureDrawMatchesTwin) {
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  decode::DeviceTemperatureDraw device_draw(16, at::Device(at::kCUDA));
+  // 151936: 64 slices of 2374 (the last shorter); 4097: 3 slices; 1000 and 5: one
+  for (int64_t V : {151936, 4097, 1000, 5}) {
+    for (auto [T, top_p] : {std::pair{0.3, 1.0}, {1.0, 1.0}, {1.7, 1.0}, {0.8, 0.95}, {1.0, 0.5}}) {
+      SCOPED_TRACE(::testing::Message() << "V " << V << ", T " << T << ", top-p " << top_p);
+      decode::SamplingParams params;
+      params.temperature = T;
+      params.top_p = top_p;
+      params.seed = 99;
+      decode::Sampler twin(params), fast(params);
+      fast.set_temperature_draw(&device_draw);
+      int64_t differ = 0;
+      for (int call = 0; call < 12; ++call) {
+        const int64_t rows = call % 3 == 0 ? 1 : 16;
+        at::Tensor logits = at::randn({rows, V}, f32) * 3;
+        if (rows > 1) {
+          logits[1].fill_(-INFINITY);  // mass on three tokens only, one of them the last
+          logits[1][0] = 1.0, logits[1][V / 2] = 2.0, logits[1][V - 1] = 0.5;
+          logits[2] = logits[2] * 40;  // sharp: most of the mass on a few tokens
+        }
+        const std::vector<int64_t> a = twin.sample(logits), b = fast.sample(logits);
+        for (size_t r = 0; r < a.size(); ++r) differ += a[r] != b[r];
+      }
+      EXPECT_EQ(differ, 0);
+      // the row sums against (s / T - max).exp().sum() in fp64
+      const at::Tensor logits = at::randn({16, V}, f32) * 3;
+      const at::Tensor x = logits.to(at::kDouble) / T;
+      const at::Tensor ref = (x - std::get<0>(x.max(1, true))).exp().sum(1);
+      const at::Tensor sums = device_draw.row_sums(logits, T).clone();
+      EXPECT_LT(((sums - ref).abs() / ref).max().item<double>(), 1e-12);
+    }
+  }
+  // The edges of the inverse CDF: u = 0 takes the first token with mass, the largest u below 1 the last.
+  const int64_t V = 151936;
+  at::Tensor logits = at::full({3, V}, -INFINITY, f32);
+  logits[0][7] = 0.0, logits[0][5000] = 3.0, logits[0][V - 9] = -2.0;
+  logits[1].normal_();
+  logits[2][2374] = 1.0;  // the first token of the second slice only
+  const double below_one = std::nextafter(1.0, 0.0);
+  EXPECT_EQ(device_draw.draw(logits, 1.0, {0.0, 0.0, 0.0}), (std::vector<int64_t>{7, 0, 2374}));
+  EXPECT_EQ(device_draw.draw(logits, 0.7, {below_one, below_one, below_one}),
+            (std::vector<int64_t>{V - 9, V - 1, 2374}));
+  // rows the sampler refuses: every token -inf, a NaN, +inf (the ATen transform's softmax is NaN there)
+  at::Tensor bad = at::randn({4, V}, f32);
+  bad[0].fill_(-INFINITY);
+  bad[1][V - 3] = NAN;
+  bad[2][100] = INFINITY;
+  EXPECT_EQ(device_draw.draw(bad, 1.0, {0.5, 0.5, 0.5, 0.5}).front(), -1);
+  const std::vector<int64_t> picks = device_draw.draw(bad, 1.0, {0.5, 0.5, 0.5, 0.5});
+  EXPECT_EQ(picks, (std::vector<int64_t>{-1, -1, -1, picks[3]}));
+  EXPECT_GE(picks[3], 0);
+  const at::Tensor bad_sums = device_draw.row_sums(bad, 1.0).cpu();
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(std::isnan(bad_sums[r].item<double>())) << "row " << r;
+  EXPECT_TRUE(std::isfinite(bad_sums[3].item<double>()));
+  decode::SamplingParams params;
+  params.temperature = 0.8;
+  decode::Sampler fast(params);
+  fast.set_temperature_draw(&device_draw);
+  try {
+    fast.sample(bad);
+    ADD_FAILURE() << "a row of -inf was sampled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every token of row 0 has a logit of -inf or NaN"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(device_draw.draw(at::randn({17, 8}, f32), 1.0, std::vector<double>(17, 0.5)), Error);  // > 16 rows
+  EXPECT_THROW(device_draw.draw(at::randn({2, 8}, f32), 1.0, {0.5}), Error);                         // a uniform short
 }
 
 TEST_F(Kernels, DFlashAcceptRule) {
