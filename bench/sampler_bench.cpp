@@ -4,12 +4,15 @@
 // alone, min-p alone and plain temperature. Each line gives ms per call on the sampler's candidate path (the
 // default) and on the whole-vocabulary path (SPECPRESS_SAMPLER_CANDIDATES=0), measured in the same run, and
 // their ratio. The logits are drawn so that a few hundred tokens carry most of the mass, as a trained LM's do.
+// In CUDA builds, --device cuda adds a third column: the sampler as the fast loops run it, the candidate path with
+// the device draw for plain-temperature rows (decode/device_draw.h); it differs from the first only there.
 // Usage: sampler_bench [--device cpu|cuda] [--rows 1,16] [--iters K]
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,9 @@
 
 #include "core/error.h"
 #include "decode/sampler.h"
+#ifdef SPECPRESS_FAST_PATH
+#include "decode/device_draw.h"
+#endif
 
 using namespace specpress;
 
@@ -59,8 +65,10 @@ std::vector<int64_t> parse_rows(const std::string& text) {
 }
 
 // ms per call of sampler.sample on `logits`, after one warm-up call (the device synchronised at both ends).
-double time_sample(const decode::SamplingParams& params, const at::Tensor& logits, int64_t iters) {
+double time_sample(const decode::SamplingParams& params, const at::Tensor& logits, int64_t iters,
+                   decode::TemperatureDraw* draw = nullptr) {
   decode::Sampler sampler(params);
+  sampler.set_temperature_draw(draw);
   sampler.sample(logits);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < iters; ++i) sampler.sample(logits);  // returns host ids: synchronised
@@ -99,8 +107,16 @@ int main(int argc, char** argv) {
         {"temperature 1 alone", make(1.0, 1.0, 0, 0.0)},
     };
     constexpr int64_t V = 151936;
-    fmt::print("sampler_bench: device {}, V {}, {} calls a line; ms per call (candidate path | whole vocabulary)\n",
-               device_name, V, iters);
+    std::unique_ptr<decode::TemperatureDraw> device_draw;
+#ifdef SPECPRESS_FAST_PATH
+    if (device.is_cuda()) {
+      int64_t most_rows = 1;
+      for (const int64_t r : row_counts) most_rows = std::max(most_rows, r);
+      device_draw = std::make_unique<decode::DeviceTemperatureDraw>(most_rows, device);
+    }
+#endif
+    fmt::print("sampler_bench: device {}, V {}, {} calls a line; ms per call (candidate path | whole vocabulary{})\n",
+               device_name, V, iters, device_draw ? " | fast loops, with the device draw" : "");
     at::manual_seed(0);
     for (const int64_t rows : row_counts) {
       // a peaked distribution: standard normal logits plus a few hundred boosted tokens a row
@@ -112,7 +128,13 @@ int main(int argc, char** argv) {
         const double fast = time_sample(s.params, logits, iters);
         decode::set_sampler_candidates(false);
         const double whole = time_sample(s.params, logits, iters);
-        fmt::print("rows {:>3}  {:<50} {:>9.3f} | {:>9.3f} ms  ({:.1f}x)\n", rows, s.name, fast, whole, whole / fast);
+        fmt::print("rows {:>3}  {:<50} {:>9.3f} | {:>9.3f} ms  ({:.1f}x)", rows, s.name, fast, whole, whole / fast);
+        if (device_draw) {
+          decode::set_sampler_candidates(true);
+          const double loops = time_sample(s.params, logits, iters, device_draw.get());
+          fmt::print("  | {:>9.3f} ms  ({:.1f}x the whole vocabulary)", loops, whole / loops);
+        }
+        fmt::print("\n");
       }
     }
     return 0;
