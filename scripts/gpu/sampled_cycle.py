@@ -5,10 +5,12 @@ Writes (or reuses, in --work) real_shape_check.py's random bf16 Qwen3-4B (or 8B)
 `specpress generate` on the CUDA fast path, greedy and at sampling settings, with and without the draft, and prints
 one line a run: time a decoding step (a DFlash cycle: draft + verify + accept + the host's sampling; plain: one
 token), decode tokens/s, and the step's cost over the greedy one. The random draft accepts nothing (tau 1), so every
-DFlash cycle commits one token and the times are per cycle. Prints a JSON summary and writes it to --out.
+DFlash cycle commits one token and the times are per cycle. Prints a JSON summary and writes it to --out. With --ab
+every run is made with a switch on and off, and the script fails where the two give different tokens.
 
 Usage (GPU machine, from the repo root after building specpress with CUDA):
   python3 scripts/gpu/sampled_cycle.py --specpress build-gpu/bin/specpress --work /tmp/rs --out $OUT/sampled.json
+  (--ab SPECPRESS_DEVICE_DRAW --settings 3: temperature alone with the device draw and without, alternating)
 """
 import argparse
 import json
@@ -34,7 +36,19 @@ def main():
     ap.add_argument("--shape", default="4B", choices=sorted(rsc.SHAPES))
     ap.add_argument("-n", type=int, default=128, help="tokens a run")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--ab", metavar="VAR", help="an on/off switch (SPECPRESS_DEVICE_DRAW, say): every run twice, "
+                    "VAR=1 then VAR=0, the step's cost over greedy's at the same value")
+    ap.add_argument("--settings", help="comma-separated indices into SETTINGS (0 greedy, 1 thinking, 2 top-p, "
+                    "3 temperature); default all. Greedy runs first whatever the list, as every row's base")
     args = ap.parse_args()
+    settings = SETTINGS
+    if args.settings:
+        try:
+            chosen = sorted({0} | {int(i) for i in args.settings.split(",")})
+            settings = [SETTINGS[i] for i in chosen]
+        except (ValueError, IndexError):
+            ap.error(f"--settings: expected comma-separated indices 0-{len(SETTINGS) - 1}, got {args.settings!r}")
+    values = ["1", "0"] if args.ab else [None]
     os.makedirs(args.work, exist_ok=True)
     target, draft = os.path.join(args.work, "target"), os.path.join(args.work, "draft")
     if not os.path.exists(os.path.join(target, "config.json")):
@@ -44,31 +58,42 @@ def main():
     prompt = ",".join(str(i) for i in range(1000, 1512))  # a 512-token context, as fast_perf's
     rows = []
     for with_draft in (True, False):
-        base = None
-        for name, flags in SETTINGS:
+        base, ids = {}, {}
+        for (name, flags), value in ((st, v) for st in settings for v in values):
             cmd = [args.specpress, "generate", "-m", target, "--prompt-ids", prompt, "-n", str(args.n), "--ignore-eos",
                    "--json", "--device", "cuda", "--dtype", "bf16", "--seed", "5"] + flags
             if with_draft:
                 cmd += ["-md", draft]
+            if value is not None:
+                os.environ[args.ab] = value
             j = json.loads(rsc.run(cmd).stdout)
             t = j["timings"]
             # decode time: plain decoding's first token comes from the prefill, outside it; DFlash's cycles are all
             # in it but the first draft, timed apart
             steps = len(j["acceptance_lengths"]) if with_draft else t["predicted_n"] - 1
             step_ms = t["predicted_ms"] / steps
-            base = base or step_ms
+            base.setdefault(value, step_ms)
             row = {"draft": with_draft, "setting": name, "steps": steps, "step_ms": step_ms,
-                   "tokens_per_s": t["predicted_per_second"], "over_greedy": step_ms / base}
+                   "tokens_per_s": t["predicted_per_second"], "over_greedy": step_ms / base[value]}
+            if value is not None:
+                row[args.ab] = value
             if with_draft:
                 row |= {"draft_ms": t["draft_ms"] / steps, "verify_ms": t["verify_ms"] / steps}
             rows.append(row)
-            print(f"{'DFlash' if with_draft else 'plain ':6s} {name:46s} {step_ms:7.3f} ms a step "
-                  f"({steps} steps), {t['predicted_per_second']:8.1f} tokens/s, {step_ms / base:5.3f}x greedy's",
+            ids[value] = j["output_ids"]
+            if value == "0":  # the A/B's pair: the switch must not change the tokens (the same seed)
+                row["same_tokens_as_1"] = ids["0"] == ids["1"]
+            label = name if value is None else f"{name} [{args.ab}={value}]"
+            print(f"{'DFlash' if with_draft else 'plain ':6s} {label:46s} {step_ms:7.3f} ms a step "
+                  f"({steps} steps), {t['predicted_per_second']:8.1f} tokens/s, {step_ms / base[value]:5.3f}x "
+                  "greedy's" + (f", same tokens as =1: {row['same_tokens_as_1']}" if value == "0" else ""),
                   flush=True)
     summary = {"shape": args.shape, "device": rsc.torch.cuda.get_device_name(), "n": args.n, "rows": rows}
     with open(args.out, "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary))
+    if any(r.get("same_tokens_as_1") is False for r in rows):
+        sys.exit(f"sampled_cycle: {args.ab}=0 changed the tokens of a run")
 
 
 if __name__ == "__main__":
