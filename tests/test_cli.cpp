@@ -351,6 +351,10 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " --sampling-seq kq", "--sampling-seq: unknown sampler letter 'q'"},
       {base + " --compress drop --compress-window 0", "--compress-window: must be >= 1"},
       {"serve -m " + golden_dir() + "/target --api-key ''", "--api-key: empty value (an unset variable?"},
+      // 64-bit fields: past 32 bits still the range check naming the flag, not CLI11's "Could not convert"
+      {"serve -m " + golden_dir() + "/target --port 99999999999", "--port: 99999999999 is not a TCP port (0..65535"},
+      {"serve -m " + golden_dir() + "/target --timeout 99999999999", "--timeout: must be 1..2147483 seconds"},
+      {"serve -m " + golden_dir() + "/target --timeout 0", "--timeout: must be 1..2147483 seconds"},
       {"dump -m " + golden_dir() + "/target -o ''", "--out: empty value"},
       {"tokenize -m " + golden_dir() + "/target/config.json -p hi", "config.json: not a tokenizer.json (no 'model'"},
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 4 --block-size 4", "--block-size: needs a draft"},

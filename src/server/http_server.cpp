@@ -1184,8 +1184,8 @@ void Server::add_routes() {
     std::fprintf(stderr, "request: %s %s %s %d\n", req.method.c_str(), req.path.c_str(), req.remote_addr.c_str(),
                  res.status);
   });
-  http_.set_read_timeout(o_.timeout_s);
-  http_.set_write_timeout(o_.timeout_s);
+  http_.set_read_timeout(static_cast<time_t>(o_.timeout_s));
+  http_.set_write_timeout(static_cast<time_t>(o_.timeout_s));
   http_.set_payload_max_length(64u << 20);
 }
 
@@ -1211,7 +1211,7 @@ int Server::run() {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     listen_socket = sock;
   });
-  int port = o_.port;
+  int port = static_cast<int>(o_.port);  // 0..65535, checked by run_server
   if (port == 0) {
     port = http_.bind_to_any_port(o_.host);
     if (port < 0) fail("--host {}: cannot listen there (not an address of this machine?)", o_.host);
@@ -1288,7 +1288,9 @@ int run_server(const ServerOptions& options) {
   if (options.ctx_size < -1) fail("-c/--ctx-size: must be >= 0 (0 = the model's maximum), got {}", options.ctx_size);
   if (options.n_predict < -1 || options.n_predict == 0)
     fail("-n/--n-predict: must be >= 1, or -1 for as many as the context leaves; got {}", options.n_predict);
-  if (options.timeout_s < 1) fail("--timeout: must be at least 1 second, got {}", options.timeout_s);
+  if (options.timeout_s < 1 || options.timeout_s > kMaxTimeoutSeconds)
+    fail("--timeout: must be 1..{} seconds (cpp-httplib's longest wait), got {}", kMaxTimeoutSeconds,
+         options.timeout_s);
   if (options.host.empty()) fail("--host: empty (expected an address such as 127.0.0.1 or 0.0.0.0)");
   if (options.max_queue < 0 || options.max_queue > 1024)
     fail("--max-queue: must be in 0..1024 (an HTTP thread each), got {}", options.max_queue);

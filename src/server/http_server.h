@@ -40,10 +40,13 @@
 
 namespace specpress::server {
 
+// cpp-httplib waits on a socket for the timeout in int milliseconds (poll): the longest --timeout it can keep.
+constexpr int64_t kMaxTimeoutSeconds = 2147483;
+
 struct ServerOptions {
   std::string model_dir, draft_dir;
   std::string host = "127.0.0.1";
-  int port = 8080;           // 0: any free port (printed when listening)
+  int64_t port = 8080;       // 0: any free port (printed when listening)
   // positions a request may use (prompt + output + block); 0: the model's maximum; -1: 4096 or the model's maximum
   // when that is smaller
   int64_t ctx_size = -1;
@@ -69,7 +72,7 @@ struct ServerOptions {
   bool reference_path = false;
   std::string compress = "none";
   compress::Policy policy;
-  int timeout_s = 600;       // socket read/write timeout
+  int64_t timeout_s = 600;   // socket read/write timeout, 1..kMaxTimeoutSeconds
 };
 
 // Runs until SIGINT or SIGTERM (returns 0) or until the model fails to load (throws specpress::Error).
