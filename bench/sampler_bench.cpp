@@ -5,7 +5,8 @@
 // default) and on the whole-vocabulary path (SPECPRESS_SAMPLER_CANDIDATES=0), measured in the same run, and
 // their ratio. The logits are drawn so that a few hundred tokens carry most of the mass, as a trained LM's do.
 // In CUDA builds, --device cuda adds a third column: the sampler as the fast loops run it, the candidate path with
-// the device draw for plain-temperature rows (decode/device_draw.h); it differs from the first only there.
+// the device draw for plain-temperature rows and top-p's normaliser without top-k (decode/device_draw.h); it differs
+// from the first only in those two settings.
 // Usage: sampler_bench [--device cpu|cuda] [--rows 1,16] [--iters K]
 #include <c10/core/InferenceMode.h>
 

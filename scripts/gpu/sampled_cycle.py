@@ -45,6 +45,8 @@ def main():
     if args.settings:
         try:
             chosen = sorted({0} | {int(i) for i in args.settings.split(",")})
+            if chosen[0] < 0:
+                raise IndexError
             settings = [SETTINGS[i] for i in chosen]
         except (ValueError, IndexError):
             ap.error(f"--settings: expected comma-separated indices 0-{len(SETTINGS) - 1}, got {args.settings!r}")

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(TemperatureDrawArgs a, i
     if (e > 0.0) last_with_mass = i;
   }
   const double start = before_slice + block_exclusive_sum_d(w, scratch);
-  const int crosser = block_min_i(start + w > t ? static_cast<int>(threadIdx.x) : kThreads, iscratch);
+  // only a thread or token with mass may cross: the scan's rounding must not land on a banned token (-inf)
+  const int crosser = block_min_i(w > 0.0 && start + w > t ? static_cast<int>(threadIdx.x) : kThreads, iscratch);
   const int slice_last = block_max_i(last_with_mass, iscratch);
   if (crosser == kThreads) {
     if (threadIdx.x == 0) a.picks[row] = slice_last;
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(TemperatureDrawArgs a, i
   for (int i = mine_lo; i < mine_hi; ++i) {
     const double e = exp(static_cast<double>(x[i]) / a.temperature - m);
     c += e;
-    if (c > t) {
+    if (e > 0.0 && c > t) {
       a.picks[row] = i;
       return;
     }
