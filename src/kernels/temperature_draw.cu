@@ -1,4 +1,5 @@
 // temperature_draw.cu — see temperature_draw.h. fp64 throughout, as the sampler's host-side and ATen transforms.
+#include <climits>
 #include <cmath>
 
 #include "kernels/common.cuh"
@@ -12,33 +13,26 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr double kInf = INFINITY;
 
-__device__ __forceinline__ double warp_max_d(double v) {
+struct MaxOf {
+  __device__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct SumOf {
+  __device__ double operator()(double a, double b) const { return a + b; }
+};
+struct MinOf {
+  __device__ int operator()(int a, int b) const { return min(a, b); }
+};
+// A reduction by `op` (identity `init`) over the block's kThreads threads, every thread getting the result: xor
+// shuffles within each warp, then the warps' values in warp order. `scratch` holds kWarps values.
+template <typename T, typename Op>
+__device__ T block_reduce(T v, T init, Op op, T* scratch) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-// Block-wide reductions of kThreads threads; every thread gets the result. `scratch` holds kWarps doubles.
-__device__ double block_max_d(double v, double* scratch) {
-  v = warp_max_d(v);
-  __syncthreads();
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // scratch may still be read from a previous call
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
-  double t = -kInf;
-  for (int w = 0; w < kWarps; ++w) t = fmax(t, scratch[w]);
-  return t;
-}
-__device__ double block_sum_d(double v, double* scratch) {
-  v = warp_sum_d(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  double t = 0.0;
-  for (int w = 0; w < kWarps; ++w) t += scratch[w];
+  T t = init;
+  for (int w = 0; w < kWarps; ++w) t = op(t, scratch[w]);
   return t;
 }
 // The sum of v over the threads before this one (block order); `scratch` holds kWarps doubles.
@@ -57,17 +51,11 @@ __device__ double block_exclusive_sum_d(double v, double* scratch) {
   for (int w = 0; w < warp; ++w) before += scratch[w];
   return before + inclusive - v;
 }
-__device__ int block_min_i(int v, int* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  int t = v;
-  for (int w = 0; w < kWarps; ++w) t = min(t, scratch[w]);
-  return t;
-}
+__device__ int block_min_i(int v, int* scratch) { return block_reduce(v, INT_MAX, MinOf{}, scratch); }
 __device__ int block_max_i(int v, int* scratch) { return -block_min_i(-v, scratch); }
+
+// Tokens a slice: ceil(vocab / splits), without overflow near INT_MAX.
+__device__ __forceinline__ int slice_width(int vocab, int splits) { return vocab / splits + (vocab % splits != 0); }
 
 // Block (s, r): slice s of row r -> partials (the slice's maximum of x = logit / T, its sum of exp(x - maximum)),
 // both NaN where the slice holds a NaN. A slice of -inf only has (-inf, 0); one with +inf has (+inf, 0).
@@ -75,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) slice_partials_kernel(TemperatureDra
   pdl_begin();
   __shared__ double scratch[kWarps];
   const int row = blockIdx.y, s = blockIdx.x;
-  const int width = (a.vocab + splits - 1) / splits;
+  const int width = slice_width(a.vocab, splits);
   const int lo = s * width, hi = min(a.vocab, lo + width);
   const float* x = a.logits + static_cast<long long>(row) * a.row_stride;
   double m = -kInf;
@@ -86,11 +74,11 @@ __global__ void __launch_bounds__(kThreads) slice_partials_kernel(TemperatureDra
     else m = fmax(m, v);
   }
   nan = __syncthreads_or(nan);
-  m = block_max_d(m, scratch);
+  m = block_reduce(m, -kInf, MaxOf{}, scratch);
   double sum = 0.0;
   if (!nan && m > -kInf && m < kInf)
     for (int i = lo + threadIdx.x; i < hi; i += kThreads) sum += exp(static_cast<double>(x[i]) / a.temperature - m);
-  sum = block_sum_d(sum, scratch);
+  sum = block_reduce(sum, 0.0, SumOf{}, scratch);
   if (threadIdx.x == 0) {
     double* p = a.partials + (static_cast<long long>(row) * kTemperatureDrawMaxSplits + s) * 2;
     p[0] = nan ? NAN : m;
@@ -139,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) pick_kernel(TemperatureDrawArgs a, i
     if (threadIdx.x == 0) a.picks[row] = -1;
     return;
   }
-  const int width = (a.vocab + splits - 1) / splits;
+  const int width = slice_width(a.vocab, splits);
   const int lo = slice * width, hi = min(a.vocab, lo + width);
   const int per = (hi - lo + kThreads - 1) / kThreads;
   const int mine_lo = min(hi, lo + static_cast<int>(threadIdx.x) * per), mine_hi = min(hi, mine_lo + per);
@@ -202,7 +190,7 @@ cudaError_t launch_partials(const TemperatureDrawArgs& a, int splits, cudaStream
 }  // namespace
 
 int temperature_draw_splits(int vocab) {
-  const int splits = (vocab + 2047) / 2048;
+  const int splits = vocab / 2048 + (vocab % 2048 != 0);
   return splits < 1 ? 1 : (splits > kTemperatureDrawMaxSplits ? kTemperatureDrawMaxSplits : splits);
 }
 
