@@ -36,6 +36,11 @@ at::Tensor select_rows(const at::Tensor& t, const std::vector<int64_t>& rows) {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// A row with no token to draw, on either path.
+[[noreturn]] void fail_row_without_mass(int64_t row) {
+  fail("sampling: every token of row {} has a logit of -inf or NaN (banned by the logit bias or penalties?)", row);
+}
+
 // The largest finite value of a floating-point type of the logits.
 double largest_finite(at::ScalarType type) {
   switch (type) {
@@ -464,9 +469,7 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
     const std::vector<int64_t> picks =
         temperature_draw_->draw(select_rows(scores, left).contiguous(), params_.temperature, u_left);
     for (size_t i = 0; i < left.size(); ++i) {
-      if (picks[i] < 0)
-        fail("sampling: every token of row {} has a logit of -inf or NaN (banned by the logit bias or penalties?)",
-             left[i]);
+      if (picks[i] < 0) fail_row_without_mass(left[i]);
       out[static_cast<size_t>(left[i])] = picks[i];
     }
     return out;
@@ -485,9 +488,7 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   const double* h = picked.data_ptr<double>();
   for (size_t i = 0; i < left.size(); ++i) {
     int64_t pick = static_cast<int64_t>(h[2 * i]);
-    if (std::isnan(h[2 * i + 1]))  // no token left to draw: -inf everywhere (or NaN logits)
-      fail("sampling: every token of row {} has a logit of -inf or NaN (banned by the logit bias or penalties?)",
-           left[i]);
+    if (std::isnan(h[2 * i + 1])) fail_row_without_mass(left[i]);  // -inf everywhere (or NaN logits)
     if (h[2 * i + 1] == 0.0) {  // the u * total == total rounding edge: step back to the last token with mass
       const at::Tensor nz = probs[static_cast<int64_t>(i)].nonzero();
       pick = nz[nz.size(0) - 1][0].item<int64_t>();
