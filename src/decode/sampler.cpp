@@ -310,8 +310,8 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
   const int64_t rows = scores.size(0), V = scores.size(1);
   std::vector<int64_t> left = all_rows(rows);
   nuclei.assign(static_cast<size_t>(rows), std::nullopt);
-  const bool top_k = params_.top_k > 0 && params_.top_k < V, top_p = params_.top_p < 1.0, min_p = params_.min_p > 0.0;
-  if (!top_k && !top_p && !min_p) return left;  // plain temperature: every token can be drawn
+  if (!truncates(V)) return left;  // plain temperature: every token can be drawn
+  const bool top_k = params_.top_k > 0 && params_.top_k < V, top_p = params_.top_p < 1.0;
   // Candidate counts to try: top-k's own and a margin for ties at its k-th value; else a nucleus of a few hundred
   // tokens (a trained LM at the temperatures people sample at), then a few thousand for the rows still left.
   const std::vector<int64_t> tries = top_k ? std::vector<int64_t>{params_.top_k + 64} : std::vector<int64_t>{256, 4096};
@@ -462,10 +462,8 @@ std::vector<int64_t> Sampler::sample(const at::Tensor& logits, const std::vector
   // The rows left: the whole vocabulary, with their own uniforms.
   std::vector<double> u_left;
   for (int64_t r : left) u_left.push_back(u[static_cast<size_t>(r)]);
-  const int64_t vocab = scores.size(1);
-  const bool plain_temperature = !(params_.top_k > 0 && params_.top_k < vocab) && params_.top_p >= 1.0 &&
-                                 params_.min_p <= 0.0;  // then the temperature's place does not matter either
-  if (temperature_draw_ != nullptr && plain_temperature && scores.is_cuda() && scores.scalar_type() == at::kFloat) {
+  if (temperature_draw_ != nullptr && !truncates(scores.size(1)) && scores.is_cuda() &&
+      scores.scalar_type() == at::kFloat) {
     const std::vector<int64_t> picks =
         temperature_draw_->draw(select_rows(scores, left).contiguous(), params_.temperature, u_left);
     for (size_t i = 0; i < left.size(); ++i) {

@@ -124,6 +124,11 @@ class Sampler {
   at::Tensor probabilities_of(const at::Tensor& adjusted_logits) const;
   // The temperature the top-k, top-p and min-p filters see: the temperature, or 1 where it applies last.
   double filter_temperature() const { return params_.temperature_last ? 1.0 : params_.temperature; }
+  // Whether top-k, top-p or min-p cut a vocabulary of V tokens; where none does the temperature alone applies (and
+  // its place in the order does not matter).
+  bool truncates(int64_t V) const {
+    return (params_.top_k > 0 && params_.top_k < V) || params_.top_p < 1.0 || params_.min_p > 0.0;
+  }
   // The candidate path: each row's nucleus from its largest scores where they hold it; returns the rows left, which
   // need the whole vocabulary.
   std::vector<int64_t> candidate_nuclei(const at::Tensor& adjusted_logits,
