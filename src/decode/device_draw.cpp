@@ -18,6 +18,13 @@ bool device_temperature_draw() {
   return s.on();
 }
 
+std::unique_ptr<DeviceTemperatureDraw> attach_temperature_draw(Sampler& sampler, int64_t rows, at::Device device) {
+  if (!device_temperature_draw() || sampler.params().greedy()) return nullptr;
+  auto draw = std::make_unique<DeviceTemperatureDraw>(rows, device);
+  sampler.set_temperature_draw(draw.get());
+  return draw;
+}
+
 DeviceTemperatureDraw::DeviceTemperatureDraw(int64_t max_rows, at::Device device) : max_rows_(max_rows) {
   if (!device.is_cuda() || max_rows < 1)
     fail("DeviceTemperatureDraw: needs a CUDA device and at least one row, got {} and {}", device.str(), max_rows);

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "decode/sampler.h"
@@ -37,5 +38,10 @@ class DeviceTemperatureDraw final : public TemperatureDraw {
   void check_scores(const at::Tensor& scores) const;
   kernels::TemperatureDrawArgs args_of(const at::Tensor& scores, double temperature) const;
 };
+
+// The fast loops' set-up: a draw of up to `rows` rows on `device`, handed to `sampler`, when the switch is on and the
+// sampler's steps are sampled; null otherwise (greedy steps never draw). The sampler keeps the pointer: the caller
+// holds the returned draw for as long as it samples.
+std::unique_ptr<DeviceTemperatureDraw> attach_temperature_draw(Sampler& sampler, int64_t rows, at::Device device);
 
 }  // namespace specpress::decode

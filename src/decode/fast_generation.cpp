@@ -5,7 +5,6 @@
 
 #include <array>
 #include <chrono>
-#include <optional>
 
 #include "core/env_switch.h"
 #include "core/error.h"
@@ -53,11 +52,7 @@ GenerationResult generate_plain_fast(model::FastEngine& engine, const model::Qwe
   GenerationResult result = new_result(1, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  std::optional<DeviceTemperatureDraw> temperature_draw;  // sampled steps only
-  if (device_temperature_draw() && !params.sampling.greedy()) {
-    temperature_draw.emplace(1, engine.device());
-    sampler.set_temperature_draw(&*temperature_draw);
-  }
+  const auto temperature_draw = attach_temperature_draw(sampler, 1, engine.device());  // sampled steps only
   // greedy: the graph's argmax picks each token; with a bias or penalties the host picks it from the logits
   const bool greedy = params.sampling.greedy() && !params.sampling.adjusts_logits();
 
@@ -126,11 +121,7 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
   GenerationResult result = new_result(B, N, params);
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
-  std::optional<DeviceTemperatureDraw> temperature_draw;  // sampled steps only
-  if (device_temperature_draw() && !params.sampling.greedy()) {
-    temperature_draw.emplace(B, engine.device());
-    sampler.set_temperature_draw(&*temperature_draw);
-  }
+  const auto temperature_draw = attach_temperature_draw(sampler, B, engine.device());  // sampled steps only
   // greedy: the verify graph's argmax is the posterior; with a bias or penalties the host picks it from the logits
   const bool greedy = params.sampling.greedy() && !params.sampling.adjusts_logits();
   CycleTimer timer;
