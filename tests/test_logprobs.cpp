@@ -208,6 +208,72 @@ TEST_F(Logprobs, PromptLogprobsAreTheTeacherForcedRowsInAnyPieces) {
   EXPECT_EQ(decode::prompt_logprobs(*target_, {all[0], all[1]}, 0)[0].top.size(), 0u);
 }
 
+// With next_logits the scoring forward also leaves the row after the prompt, and generate_one_from_logits draws from
+// it what a one-token generation draws (the server's echo with max_tokens 1): the same token, stop and logprobs as
+// generate_plain's, greedy, sampled and biased, whatever pieces the forward runs in; the prompt's entries unchanged.
+TEST_F(Logprobs, OneTokenFromTheScoringForwardIsAOneTokenGeneration) {
+  const auto run = golden_runs()[0];
+  const int64_t n = static_cast<int64_t>(run.prompt.size());
+  const std::vector<decode::TokenLogprob> entries = decode::prompt_logprobs(*target_, run.prompt, 4, 256);
+  std::vector<decode::GenerationParams> settings(4);
+  for (auto& p : settings) p.max_new_tokens = 1, p.logprobs = 4;
+  settings[1].sampling.temperature = 0.8, settings[1].sampling.top_k = 20, settings[1].sampling.seed = 7;
+  settings[2].sampling.temperature = 1.0, settings[2].sampling.seed = 11;
+  settings[3].sampling.logit_bias = {{5, 1e4}};
+  for (int64_t chunk : std::vector<int64_t>{1, 3, n - 1, n, 256}) {
+    at::Tensor next;
+    const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(*target_, run.prompt, 4, chunk, {}, &next);
+    const std::string where = "pieces of " + std::to_string(chunk);
+    ASSERT_EQ(scored.size(), entries.size()) << where;
+    for (size_t i = 0; i < scored.size(); ++i) EXPECT_NEAR(scored[i].logprob, entries[i].logprob, 1e-5) << where << i;
+    ASSERT_TRUE(next.defined()) << where;
+    for (size_t k = 0; k < settings.size(); ++k) {
+      decode::GenerationParams p = settings[k];
+      const decode::GenerationResult plain = decode::generate_plain(*target_, run.prompt, p);
+      p.stop_ids = {plain.output_ids[0]};  // a stop token as the one token: stopped, as the loops say
+      const decode::GenerationResult stopped = decode::generate_plain(*target_, run.prompt, p);
+      for (const decode::GenerationResult* expected : {&plain, &stopped}) {
+        p.stop_ids = expected == &plain ? std::vector<int64_t>{} : std::vector<int64_t>{plain.output_ids[0]};
+        std::vector<int64_t> streamed;
+        const decode::TokenCallback stream = [&](const std::vector<int64_t>& t, const auto&) {
+          streamed.insert(streamed.end(), t.begin(), t.end());
+        };
+        const decode::GenerationResult one = decode::generate_one_from_logits(*target_, run.prompt, next, p, stream);
+        const std::string at = where + " setting " + std::to_string(k) + (expected == &plain ? "" : " stop");
+        expect_same_logprobs(one, *expected, at);
+        EXPECT_EQ(one.stopped, expected->stopped) << at;
+        EXPECT_EQ(one.prompt_tokens, n) << at;
+        EXPECT_EQ(streamed, expected->output_ids) << at;
+      }
+    }
+  }
+  EXPECT_EQ(decode::generate_plain(*target_, run.prompt, settings[3]).output_ids[0], 5) << "the bias forces token 5";
+  // a lone prompt token: nothing scored, its row still there
+  at::Tensor lone;
+  EXPECT_TRUE(decode::prompt_logprobs(*target_, {run.prompt[0]}, 2, 256, {}, &lone).empty());
+  ASSERT_TRUE(lone.defined());
+  expect_same_logprobs(decode::generate_one_from_logits(*target_, {run.prompt[0]}, lone, settings[0]),
+                       decode::generate_plain(*target_, {run.prompt[0]}, settings[0]), "lone token");
+  // stopped before the last row: no row; the one-token call refuses other lengths and shapes
+  at::Tensor stopped_early = at::zeros({1});
+  EXPECT_TRUE(decode::prompt_logprobs(*target_, run.prompt, 2, 256, [] { return false; }, &stopped_early).empty());
+  EXPECT_FALSE(stopped_early.defined());
+  decode::GenerationParams two = settings[0];
+  two.max_new_tokens = 2;
+  at::Tensor next;
+  decode::prompt_logprobs(*target_, run.prompt, 0, 256, {}, &next);
+  auto error_of = [&](const decode::GenerationParams& p, const at::Tensor& logits) -> std::string {
+    try {
+      decode::generate_one_from_logits(*target_, run.prompt, logits, p);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of(two, next).find("but -n 2 asked"), std::string::npos);
+  EXPECT_NE(error_of(settings[0], next.squeeze(0)).find("the prompt's last logits as [1, "), std::string::npos);
+}
+
 TEST_F(Logprobs, OutOfRangeCountsAreRefusedByFlagName) {
   const auto run = golden_runs()[0];
   for (int64_t bad : {-2, 21}) {

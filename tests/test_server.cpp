@@ -1642,6 +1642,18 @@ TEST(ServerHttp, EchoReturnsThePromptAndScoresItAsGenerationReportedIt) {
     EXPECT_EQ(lp, best) << i << ": the greedy continuation is its rows' likeliest (is_greedy)";
   }
   EXPECT_NEAR(sum, expected_sum, 1e-3);
+  // its one token comes from the scoring forward's row after the prompt, no second forward over it: that of a
+  // one-token generation, with the same logprob
+  EXPECT_EQ(harness["usage"]["completion_tokens"], 1);
+  EXPECT_EQ(harness["choices"][0]["finish_reason"], "length");
+  const json one =
+      post(s, "/v1/completions", {{"prompt", ids}, {"temperature", 0}, {"max_tokens", 1}, {"logprobs", 1}});
+  const json& one_columns = one["choices"][0]["logprobs"];
+  ASSERT_EQ(one_columns["tokens"].size(), 1u);
+  EXPECT_EQ(h["tokens"][n + 16], one_columns["tokens"][0]);
+  EXPECT_NEAR(h["token_logprobs"][n + 16].get<double>(), one_columns["token_logprobs"][0].get<double>(), 1e-4);
+  EXPECT_EQ(harness["choices"][0]["text"], prompt + reply_text + one["choices"][0]["text"].get<std::string>());
+  EXPECT_NE(s.stderr_text().find("the token drawn from the scoring forward"), std::string::npos) << s.stderr_text();
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 }
 

@@ -7,7 +7,9 @@
 # text, whole and streamed (its text_delta events). /v1/completions with echo and max_tokens 0 scores the chat prompt +
 # generate's output ids (the reference forward, in the server's dtype): nothing generated, the first entry null, and
 # the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds against the
-# reference path); it prints the scoring time. The demo pair's head_dim (16) is not a fast-path width, so
+# reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo, max_tokens 1) must
+# give the same prompt entries within 1e-3 and one token; its time is printed beside the scoring's and a one-token
+# generation's. The demo pair's head_dim (16) is not a fast-path width, so
 # on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
 # (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
@@ -96,8 +98,31 @@ echo_ok = (scored["usage"]["completion_tokens"] == 0 and len(cols["tokens"]) == 
 print(f"server_check: echo {len(ids)} tokens scored in {t_score * 1e3:.1f} ms (request wall), "
       f"output logprobs within 0.05 + 3% of generate's={worst <= 0.05} (largest difference {max_abs:.4f}), "
       f"ok={echo_ok}")
+# lm-evaluation-harness's loglikelihood payload (max_tokens 1): the same entries as the scoring above, one more token;
+# timed (best of 3) beside the scoring alone and a one-token generation without echo
+harness_body = {"model": "target", "prompt": [ids], "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234,
+                "echo": True}
+def best_wall(request):
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        reply = json.loads(post("/v1/completions", request))
+        walls.append(time.perf_counter() - t0)
+    return reply, min(walls) * 1e3
+harness, t_harness = best_wall(harness_body)
+_, t_score = best_wall({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
+one, t_one = best_wall({"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1})
+h = harness["choices"][0]["logprobs"]
+entries_equal = (len(h["token_logprobs"]) == len(ids) + 1 and h["token_logprobs"][0] is None and
+                 all(abs(a - b) <= 1e-3 for a, b in zip(h["token_logprobs"][1:len(ids)], cols["token_logprobs"][1:])))
+harness_ok = entries_equal and harness["usage"]["completion_tokens"] == 1
+print(f"server_check: lm-eval payload (echo, max_tokens 1) {t_harness:.1f} ms, scoring alone (max_tokens 0) "
+      f"{t_score:.1f} ms, one-token generation {t_one:.1f} ms (request walls, best of 3); prompt entries within 1e-3 "
+      f"of the scoring's={entries_equal}, its token {h['tokens'][-1]!r} "
+      f"(the generation's {one['choices'][0]['text']!r}), ok={harness_ok}")
 ok = (text == expected["text"] and streamed == text and (props["fast_path"] or not fast) and lp_equal and
       streamed_lp == content and greedy_top and message_text == text and message_streamed == text and
-      props["build_info"].startswith("specpress ") and ("CUDA build" in props["build_info"] or not fast) and echo_ok)
+      props["build_info"].startswith("specpress ") and ("CUDA build" in props["build_info"] or not fast) and echo_ok and
+      harness_ok)
 sys.exit(0 if ok else 1)
 PY

@@ -115,6 +115,15 @@ using TokenCallback =
 GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                 const GenerationParams& params, const TokenCallback& on_tokens = {});
 
+// A generation of one token (params.max_new_tokens 1) whose prefill ran elsewhere: drawn from `last_logits`, the
+// raw logits [1, V] of the row after the prompt's last token, as generate_plain draws its first (a Sampler of
+// params.sampling over the prompt; the logprobs when asked), and committed through on_tokens. The server's echo
+// with logprobs computes that row in its scoring forward (decode::prompt_logprobs), so max_tokens 1, as
+// lm-evaluation-harness's loglikelihood requests send it, needs no second forward over the prompt.
+GenerationResult generate_one_from_logits(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                          const at::Tensor& last_logits, const GenerationParams& params,
+                                          const TokenCallback& on_tokens = {});
+
 GenerationResult generate_dflash(const model::Qwen3Model& target, const model::DFlashDraft& draft,
                                  const std::vector<int64_t>& prompt, const GenerationParams& params,
                                  const TokenCallback& on_tokens = {});

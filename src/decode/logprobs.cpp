@@ -38,8 +38,9 @@ std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::ve
   return out;
 }
 
-ForwardPieces::ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece)
-    : target_(target), rows_(static_cast<int64_t>(tokens.size()) - 1), piece_(piece) {
+ForwardPieces::ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece,
+                             bool last_row)
+    : target_(target), rows_(static_cast<int64_t>(tokens.size()) - (last_row ? 0 : 1)), piece_(piece) {
   if (rows_ < 0) fail("internal: a forward over no tokens");
   if (piece < 1) fail("internal: a forward in pieces of {} tokens", piece);
   if (rows_ == 0) return;
@@ -58,15 +59,22 @@ at::Tensor ForwardPieces::next() {
 }
 
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
-                                          int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going) {
+                                          int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
+                                          at::Tensor* next_logits) {
   if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
+  const int64_t scored_rows = static_cast<int64_t>(prompt.size()) - 1;
   std::vector<TokenLogprob> out;
-  out.reserve(prompt.size() - 1);
-  ForwardPieces pieces(target, prompt, chunk);
+  out.reserve(static_cast<size_t>(scored_rows));
+  if (next_logits != nullptr) *next_logits = at::Tensor();
+  ForwardPieces pieces(target, prompt, chunk, /*last_row=*/next_logits != nullptr);
   for (at::Tensor logits; (!keep_going || keep_going()) && (logits = pieces.next()).defined();) {
-    // rows start .. start+T-1 predict tokens start+1 .. start+T
+    // rows start .. start+T-1 predict tokens start+1 .. start+T; row N - 1, when there, predicts none of them
+    const int64_t T = std::min(logits.size(0), scored_rows - pieces.start());
+    if (pieces.start() + logits.size(0) > scored_rows) *next_logits = logits.narrow(0, T, 1).clone();
+    if (T == 0) continue;
     const auto first = prompt.begin() + pieces.start() + 1;
-    std::vector<TokenLogprob> rows = token_logprobs(logits, std::vector<int64_t>(first, first + logits.size(0)), top_n);
+    std::vector<TokenLogprob> rows =
+        token_logprobs(logits.narrow(0, 0, T), std::vector<int64_t>(first, first + T), top_n);
     out.insert(out.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
   }
   return out;

@@ -19,11 +19,13 @@ namespace specpress::decode {
 std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens, int64_t top_n);
 
 // The reference forward over `tokens` from position 0 in pieces of at most `piece` tokens, one piece a next() call:
-// the fp32 logits [T, V] of rows start() .. start()+T-1, every row that predicts a next token (0 .. N-2), then an
-// undefined tensor. Holds its own KV cache (N - 1 positions); one piece's logits are all it keeps.
+// the fp32 logits [T, V] of rows start() .. start()+T-1, every row that predicts a next token (0 .. N-2; with
+// `last_row`, N - 1 too: the row after the last token), then an undefined tensor. Holds its own KV cache (N - 1
+// positions, or N); one piece's logits are all it keeps.
 class ForwardPieces {
  public:
-  ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece = 256);
+  ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece = 256,
+                bool last_row = false);
   at::Tensor next();
   int64_t start() const { return start_; }  // the first row of the last piece next() returned
 
@@ -38,9 +40,12 @@ class ForwardPieces {
 // tokens 0..i-1 (nothing predicts token 0), with top_n alternatives, from ForwardPieces of at most `chunk` tokens
 // (the last prompt token needs no forward). The prompt must fit the model's max_position_embeddings. keep_going,
 // when given, is asked before each piece: false stops there and returns the entries so far (fewer than N - 1).
+// With `next_logits`, the forward covers the last prompt token too and leaves its raw logits [1, V] there (the row
+// a generation draws its first token from), or an undefined tensor when keep_going stopped it first.
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                           int64_t top_n, int64_t chunk = 256,
-                                          const std::function<bool()>& keep_going = {});
+                                          const std::function<bool()>& keep_going = {},
+                                          at::Tensor* next_logits = nullptr);
 
 // token_logprobs for params.logprobs >= 0, else nothing.
 std::vector<TokenLogprob> logprobs_if_asked(const GenerationParams& params, const at::Tensor& logits,

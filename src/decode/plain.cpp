@@ -37,6 +37,27 @@ void check_prefill_logits(const at::Tensor& logits) {
          "computes them (check model.safetensors and config.json)");
 }
 
+GenerationResult generate_one_from_logits(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                                          const at::Tensor& last_logits, const GenerationParams& params,
+                                          const TokenCallback& on_tokens) {
+  validate_generation(target, prompt, params, 1);
+  if (params.max_new_tokens != 1)
+    fail("internal: one token from the prompt's last logits, but -n {} asked", params.max_new_tokens);
+  if (last_logits.dim() != 2 || last_logits.size(0) != 1 || last_logits.size(1) != target.config().vocab_size)
+    fail("internal: the prompt's last logits as [1, {}], got {}", target.config().vocab_size,
+         c10::str(last_logits.sizes()));
+  GenerationResult result = new_result(1, static_cast<int64_t>(prompt.size()), params);
+  CommittedOutput output(params, result, on_tokens);
+  auto t0 = std::chrono::steady_clock::now();
+  check_prefill_logits(last_logits);
+  Sampler sampler(params.sampling);
+  sampler.begin(prompt);
+  const int64_t next = sampler.sample(last_logits)[0];
+  output.commit({next}, logprobs_if_asked(params, last_logits, {next}));
+  result.prefill_ms = elapsed_ms(t0);  // as generate_plain's first token, part of the prefill
+  return result;
+}
+
 GenerationResult generate_plain(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                 const GenerationParams& params, const TokenCallback& on_tokens) {
   validate_generation(target, prompt, params, 1);

@@ -444,6 +444,11 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   };
   auto deliver = [&](const std::string& final_text) { deliver_parts(split.push(final_text)); };
   const int64_t n_prompt = static_cast<int64_t>(job.prompt.size());
+  // max_tokens 1 with echo and logprobs (lm-evaluation-harness's loglikelihood requests): the scoring forward also
+  // computes the row after the prompt, and the one token is drawn from it, with no second forward over the prompt
+  const bool one_from_scoring = job.request.echo && job.params.logprobs >= 0 && job.params.max_new_tokens == 1 &&
+                                !job.thinking.on() && !compressor;
+  at::Tensor next_logits;
   if (job.request.echo) {
     // the prompt's text (as sent, or its ids decoded with special tokens written out) and, with logprobs, its
     // tokens' own from the reference forward; stop strings and the reasoning split see only the reply
@@ -454,9 +459,9 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
         if (emit && !client_gone && !emit({}, {})) client_gone = true;
         return !client_gone && !shutting_down_;
       };
-      const std::vector<decode::TokenLogprob> scored =
-          decode::prompt_logprobs(*m.target, job.prompt, job.params.logprobs, 256, keep_going);
-      if (static_cast<int64_t>(scored.size()) < n_prompt - 1) {
+      const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(
+          *m.target, job.prompt, job.params.logprobs, 256, keep_going, one_from_scoring ? &next_logits : nullptr);
+      if (static_cast<int64_t>(scored.size()) < n_prompt - 1 || (one_from_scoring && !next_logits.defined())) {
         if (!client_gone)
           throw HttpError(503, "the server shut down while this request's prompt was scored", "unavailable_error");
         std::fprintf(stderr, "%s: the client went away while its prompt was scored\n", job.id.c_str());
@@ -500,7 +505,10 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
     if (stops.stopped() || client_gone) cancel = true;
     if (shutting_down_) cancel = true, interrupted = true;
   };
-  if (job.params.max_new_tokens > 0) {
+  if (one_from_scoring) {
+    out.result = decode::generate_one_from_logits(*m.target, job.prompt, next_logits, job.params, on_tokens);
+    out.result.prefill_ms += scoring_ms;
+  } else if (job.params.max_new_tokens > 0) {
     const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
                                        const decode::TokenCallback& cb) {
       return m.draft ? m.runner->dflash(ids, p, cb) : m.runner->plain(ids, p, cb);
@@ -551,6 +559,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   std::string spec;
   if (r.block_size > 1) spec = fmt::format(", tau {:.2f}", r.mean_acceptance_length());
   if (job.request.echo && job.params.logprobs >= 0) spec += fmt::format(", prompt scored in {:.1f} ms", scoring_ms);
+  if (one_from_scoring) spec += ", the token drawn from the scoring forward";
   std::fprintf(stderr, "%s: prompt %lld tokens in %.1f ms, %zu tokens generated in %.1f ms (%.2f tokens/s%s), %s%s\n",
                job.id.c_str(), static_cast<long long>(r.prompt_tokens), r.prefill_ms, r.output_ids.size(),
                r.first_draft_ms + r.decode_ms, r.decode_ms > 0 ? 1e3 * r.output_ids.size() / r.decode_ms : 0.0,
