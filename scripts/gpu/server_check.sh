@@ -8,8 +8,8 @@
 # generate's output ids (the reference forward, in the server's dtype): nothing generated, the first entry null, and
 # the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds against the
 # reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo, max_tokens 1) must
-# give the same prompt entries within 1e-3 and one token; its time is printed beside the scoring's and a one-token
-# generation's. The demo pair's head_dim (16) is not a fast-path width, so
+# give the same prompt entries (within that bound: its forward has one more row) and one token; its time is printed
+# beside the scoring's and a one-token generation's. The demo pair's head_dim (16) is not a fast-path width, so
 # on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
 # (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
@@ -113,12 +113,17 @@ harness, t_harness = best_wall(harness_body)
 _, t_score = best_wall({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
 one, t_one = best_wall({"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1})
 h = harness["choices"][0]["logprobs"]
+# the same reference forward with one more row (the token's): in bf16 its matmuls have another shape, so the entries
+# may differ in their last bits; the bound is the echo check's
+pairs = list(zip(h["token_logprobs"][1:len(ids)], cols["token_logprobs"][1:]))
 entries_equal = (len(h["token_logprobs"]) == len(ids) + 1 and h["token_logprobs"][0] is None and
-                 all(abs(a - b) <= 1e-3 for a, b in zip(h["token_logprobs"][1:len(ids)], cols["token_logprobs"][1:])))
+                 len(pairs) == len(ids) - 1 and all(abs(a - b) <= 0.05 + 0.03 * abs(b) for a, b in pairs))
+entries_diff = max(abs(a - b) for a, b in pairs)
 harness_ok = entries_equal and harness["usage"]["completion_tokens"] == 1
 print(f"server_check: lm-eval payload (echo, max_tokens 1) {t_harness:.1f} ms, scoring alone (max_tokens 0) "
-      f"{t_score:.1f} ms, one-token generation {t_one:.1f} ms (request walls, best of 3); prompt entries within 1e-3 "
-      f"of the scoring's={entries_equal}, its token {h['tokens'][-1]!r} "
+      f"{t_score:.1f} ms, one-token generation {t_one:.1f} ms (request walls, best of 3); prompt entries within "
+      f"0.05 + 3% of the scoring's={entries_equal} (largest difference {entries_diff:.2e}), "
+      f"its token {h['tokens'][-1]!r} "
       f"(the generation's {one['choices'][0]['text']!r}), ok={harness_ok}")
 ok = (text == expected["text"] and streamed == text and (props["fast_path"] or not fast) and lp_equal and
       streamed_lp == content and greedy_top and message_text == text and message_streamed == text and
