@@ -3,8 +3,9 @@
 # times the sampler on CUDA (bench/sampler_bench.cpp: the candidate path against the whole vocabulary, same run),
 # then DFlash and plain generation on the fast path at Qwen3's recommended thinking settings (T 0.6, top-p 0.95,
 # top-k 20, seed 5) with SPECPRESS_SAMPLER_CANDIDATES=1 and =0, and on CUDA at temperature 1 alone with
-# SPECPRESS_DEVICE_DRAW=1 and =0 (the fast loops' device draw against the ATen transform), and checks that each pair
-# gives the same tokens. PAIR is a fast-path pair with the tokenizer files (scripts/gpu/tools_check.py --work DIR
+# SPECPRESS_DEVICE_DRAW=1 and =0 (the fast loops' device draw against the ATen transform), at the thinking settings
+# and at top-p 0.95 alone with SPECPRESS_DEVICE_CANDIDATES=1 and =0 (the candidates' kernels against topk), and
+# checks that each pair gives the same tokens. PAIR is a fast-path pair with the tokenizer files (scripts/gpu/tools_check.py --work DIR
 # writes one). Logs to OUT. Exits non-zero when the outputs differ. Also runs on a CPU build: BUILD=build
 # DEVICE=cpu DTYPE=f32 PAIR=demo.
 set -euo pipefail
@@ -52,5 +53,8 @@ compare candidates SPECPRESS_SAMPLER_CANDIDATES --temp 0.6 --top-p 0.95 --top-k 
 # the fast loops' device draw against the ATen transform, at a plain temperature (CUDA only)
 if [ "$DEVICE" = cuda ]; then
   compare device_draw SPECPRESS_DEVICE_DRAW --temp 1
+  # the candidates' kernels against topk
+  compare device_candidates SPECPRESS_DEVICE_CANDIDATES --temp 0.6 --top-p 0.95 --top-k 20
+  compare device_candidates_top_p SPECPRESS_DEVICE_CANDIDATES --temp 0.8 --top-p 0.95
 fi
 exit $status

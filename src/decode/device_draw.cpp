@@ -18,6 +18,11 @@ bool device_temperature_draw() {
   return s.on();
 }
 
+bool device_top_candidates() {
+  static EnvSwitch s("SPECPRESS_DEVICE_CANDIDATES", true);
+  return s.on();
+}
+
 std::unique_ptr<DeviceTemperatureDraw> attach_temperature_draw(Sampler& sampler, int64_t rows, at::Device device) {
   if (!device_temperature_draw() || sampler.params().greedy()) return nullptr;
   auto draw = std::make_unique<DeviceTemperatureDraw>(rows, device);
@@ -36,6 +41,11 @@ DeviceTemperatureDraw::DeviceTemperatureDraw(int64_t max_rows, at::Device device
   picks_ = at::empty({max_rows}, i64.device(device));
   partials_ = at::empty({max_rows, kernels::kTemperatureDrawMaxSplits, 2}, f64.device(device));
   sums_ = at::empty({max_rows}, f64.device(device));
+  // the kernels clear the histogram and counters after each call
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  candidate_bins_ = at::zeros({max_rows * (kernels::kTopCandidatesBins + 2)}, i32.device(device));
+  candidate_keys_ = at::empty({max_rows, kernels::kTopCandidatesKeys}, i64.device(device));
+  candidates_ = at::empty({max_rows * 2 * kernels::kTopCandidatesMaxCount}, f64.device(device));
 }
 
 void DeviceTemperatureDraw::check_scores(const at::Tensor& scores) const {
@@ -94,6 +104,26 @@ at::Tensor DeviceTemperatureDraw::row_sums(const at::Tensor& scores, double temp
                                                     at::cuda::getCurrentCUDAStream().stream()),
                       "temperature row sums");
   return sums_.narrow(0, 0, scores.size(0));
+}
+
+at::Tensor DeviceTemperatureDraw::top_candidates(const at::Tensor& scores, int64_t count) {
+  check_scores(scores);
+  const int64_t rows = scores.size(0), V = scores.size(1);
+  if (!device_top_candidates() || count < 1 || count > kernels::kTopCandidatesMaxCount || count > V) return {};
+  const c10::cuda::CUDAGuard guard(scores.device());
+  kernels::TopCandidatesArgs a;
+  a.scores = scores.data_ptr<float>();
+  a.row_stride = V;
+  a.rows = static_cast<int>(rows);
+  a.vocab = static_cast<int>(V);
+  a.count = static_cast<int>(count);
+  unsigned* bins = reinterpret_cast<unsigned*>(candidate_bins_.data_ptr<int32_t>());
+  a.histogram = bins;  // rows' histograms, then their counters
+  a.counters = bins + max_rows_ * kernels::kTopCandidatesBins;
+  a.keys = reinterpret_cast<unsigned long long*>(candidate_keys_.data_ptr<int64_t>());
+  a.out = candidates_.data_ptr<double>();
+  kernels::check_cuda(kernels::top_candidates(a, at::cuda::getCurrentCUDAStream().stream()), "top candidates");
+  return candidates_.narrow(0, 0, rows * 2 * count).view({rows, 2 * count});
 }
 
 }  // namespace specpress::decode

@@ -1,7 +1,8 @@
-// device_draw.h — the fast path's TemperatureDraw (decode/sampler.h): kernels::temperature_draw and
-// temperature_row_sums with their buffers allocated once (uniforms, partials, picks, sums, and pinned host copies),
-// so that a sampled step at a plain temperature adds two launches, two small copies and one stream synchronisation
-// instead of the ATen transform's dozen launches, and top-p without top-k gets its normaliser in two launches.
+// device_draw.h — the fast path's TemperatureDraw (decode/sampler.h): kernels::temperature_draw,
+// temperature_row_sums and top_candidates with their buffers allocated once (uniforms, partials, picks, sums, the
+// candidates' scratch, and pinned host copies), so that a sampled step at a plain temperature adds two launches, two
+// small copies and one stream synchronisation instead of the ATen transform's dozen launches, top-p without top-k
+// gets its normaliser in two launches, and the candidates of top-k, top-p and min-p take three launches, not topk.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -11,12 +12,17 @@
 
 #include "decode/sampler.h"
 #include "kernels/temperature_draw.h"
+#include "kernels/top_candidates.h"
 
 namespace specpress::decode {
 
 // SPECPRESS_DEVICE_DRAW (default 1): the fast loops sample plain-temperature rows with DeviceTemperatureDraw; 0 keeps
 // the sampler's ATen transform there (its twin), for A/B runs and checks of the same tokens.
 bool device_temperature_draw();
+
+// SPECPRESS_DEVICE_CANDIDATES (default 1): the sampler's candidates by kernels::top_candidates; 0 leaves them to topk
+// (the twin), for A/B runs and checks of the same tokens.
+bool device_top_candidates();
 
 class DeviceTemperatureDraw final : public TemperatureDraw {
  public:
@@ -26,6 +32,8 @@ class DeviceTemperatureDraw final : public TemperatureDraw {
   std::vector<int64_t> draw(const at::Tensor& scores, double temperature, const std::vector<double>& u) override;
   // Queued on the current CUDA stream; a view of the draw's own buffer.
   at::Tensor row_sums(const at::Tensor& scores, double temperature) override;
+  // Up to kernels::kTopCandidatesMaxCount candidates; queued on the current CUDA stream, a view of the draw's buffer.
+  at::Tensor top_candidates(const at::Tensor& scores, int64_t count) override;
 
  private:
   int64_t max_rows_;
@@ -33,6 +41,9 @@ class DeviceTemperatureDraw final : public TemperatureDraw {
   at::Tensor partials_;                  // fp64 [max_rows, kTemperatureDrawMaxSplits, 2]
   at::Tensor picks_, picks_host_;        // int64 [max_rows], device / pinned
   at::Tensor sums_;                      // fp64 [max_rows]
+  at::Tensor candidate_bins_;            // int32: [max_rows, kTopCandidatesBins] histograms, [max_rows, 2] counters
+  at::Tensor candidate_keys_;            // int64 [max_rows, kTopCandidatesKeys]
+  at::Tensor candidates_;                // fp64 [max_rows * 2 * kTopCandidatesMaxCount]
 
   // Fails naming what was expected unless `scores` is contiguous fp32 [rows <= max_rows, V] on the draw's device.
   void check_scores(const at::Tensor& scores) const;

@@ -319,28 +319,56 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
   // first try's candidates
   const bool need_z = top_p && !top_k;
   std::vector<double> z(static_cast<size_t>(rows), 0.0);
+  // the C largest scores of `of`'s rows, then their ids, in fp64 (ids < 2^53: exact) [rows, 2C]
+  auto topk_candidates = [&](const std::vector<int64_t>& of, int64_t C) {
+    auto [values, ids] = select_rows(scores, of).topk(C, -1, /*largest=*/true, /*sorted=*/true);
+    return at::cat({values.to(at::kDouble), ids.to(at::kDouble)}, 1);
+  };
+  const bool device = temperature_draw_ != nullptr && scores.is_cuda() && scores.scalar_type() == at::kFloat;
   for (size_t t = 0; t < tries.size() && !left.empty(); ++t) {
     const int64_t C = std::min(tries[t], V);
-    auto [values, ids] = select_rows(scores, left).topk(C, -1, /*largest=*/true, /*sorted=*/true);
-    std::vector<at::Tensor> parts = {values.to(at::kDouble), ids.to(at::kDouble)};  // ids < 2^53: exact
+    at::Tensor candidates;  // the fast loops' kernels, where they apply; else topk
+    if (device && static_cast<int64_t>(left.size()) == rows)
+      candidates = temperature_draw_->top_candidates(scores.contiguous(), C);
+    const bool from_kernels = candidates.defined();
+    if (!from_kernels) candidates = topk_candidates(left, C);
+    std::vector<at::Tensor> parts;  // filled by push_back: GCC 12 warns falsely on an initializer list here
+    parts.reserve(2);
+    parts.push_back(candidates);
     const bool with_z = need_z && t == 0;  // every row is left at the first try
-    if (with_z && temperature_draw_ != nullptr && scores.is_cuda() && scores.scalar_type() == at::kFloat) {
+    if (with_z && device) {
       parts.push_back(temperature_draw_->row_sums(scores.contiguous(), T).unsqueeze(1));  // the fast loops' kernel
     } else if (with_z) {
       const at::Tensor s = scores.to(at::kDouble) / T;
-      parts.push_back((s - values.narrow(1, 0, 1).to(at::kDouble) / T).exp().sum(1, /*keepdim=*/true));
+      parts.push_back((s - candidates.narrow(1, 0, 1) / T).exp().sum(1, /*keepdim=*/true));
     }
     const at::Tensor host = at::cat(parts, 1).to(at::kCPU).contiguous();  // one copy, one synchronisation
     const double* h = host.data_ptr<double>();
     const int64_t width = host.size(1);
-    std::vector<int64_t> still;
+    std::vector<int64_t> still, again;
     for (size_t i = 0; i < left.size(); ++i) {
       const int64_t r = left[i];
       const double* v = h + static_cast<int64_t>(i) * width;
       if (with_z) z[static_cast<size_t>(r)] = v[2 * C];
       Nucleus nu;
-      if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) nuclei[static_cast<size_t>(r)] = std::move(nu);
-      else still.push_back(r);
+      if (from_kernels && std::isnan(v[0])) {
+        again.push_back(r);  // the kernels' flag (or a NaN score): topk's turn
+      } else if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) {
+        nuclei[static_cast<size_t>(r)] = std::move(nu);
+      } else {
+        still.push_back(r);
+      }
+    }
+    if (!again.empty()) {
+      const at::Tensor redo = topk_candidates(again, C).to(at::kCPU).contiguous();
+      for (size_t i = 0; i < again.size(); ++i) {
+        const int64_t r = again[i];
+        const double* v = redo.data_ptr<double>() + static_cast<int64_t>(i) * 2 * C;
+        Nucleus nu;
+        if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) nuclei[static_cast<size_t>(r)] = std::move(nu);
+        else still.push_back(r);
+      }
+      std::sort(still.begin(), still.end());
     }
     left = std::move(still);
   }

@@ -76,8 +76,8 @@ std::vector<std::string> sampler_sequence(const SamplingParams& params);
 // vocabulary by validate_generation.
 void validate(const SamplingParams& params);
 
-// Device routines for the sampler's whole-vocabulary work at a temperature, the fast path's kernels
-// (decode/device_draw.h), which the ATen transform twins. scores: contiguous fp32 [rows, V] on the device.
+// Device routines for the sampler's whole-vocabulary work, the fast path's kernels (decode/device_draw.h), which the
+// ATen transform and topk twin. scores: contiguous fp32 [rows, V] on the device.
 class TemperatureDraw {
  public:
   virtual ~TemperatureDraw() = default;
@@ -87,6 +87,11 @@ class TemperatureDraw {
   // Each row's sum of exp(s / T - max), fp64 [rows] on the device (top-p's normaliser without top-k; NaN for a row
   // with a NaN or no finite maximum), queued on the current stream; valid until the next call.
   virtual at::Tensor row_sums(const at::Tensor& scores, double temperature) = 0;
+  // Each row's `count` largest scores, score descending and equal scores by id ascending, as fp64 [rows, 2 * count]
+  // on the device: the scores, then their ids (a row whose first score is NaN: the sampler's exact fallback). Queued
+  // on the current stream; valid until the next call. Undefined where the routine does not apply (`count` past its
+  // limit, or switched off), for topk to do it.
+  virtual at::Tensor top_candidates(const at::Tensor& scores, int64_t count) = 0;
 };
 
 class Sampler {

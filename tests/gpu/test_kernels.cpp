@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <stdexcept>
@@ -39,6 +41,7 @@
 #include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
 #include "kernels/step_trace.h"
+#include "kernels/top_candidates.h"
 #include "lt_test_settings.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -478,6 +481,95 @@ TEST_F(Kernels, TemperatureDrawMatchesTwin) {
   }
   EXPECT_THROW(device_draw.draw(at::randn({17, 8}, f32), 1.0, std::vector<double>(17, 0.5)), Error);  // > 16 rows
   EXPECT_THROW(device_draw.draw(at::randn({2, 8}, f32), 1.0, {0.5}), Error);                         // a uniform short
+}
+
+// The device candidates against their twin, a stable descending sort of each row (equal scores in id order, NaN
+// first), its first C entries: scores and ids equal, at four vocabulary sizes and four counts, over rows of spread,
+// bf16-rounded (runs of equal scores), peaked, mostly -inf, NaN and signed-zero scores. A row whose boundary bin holds
+// more scores than the cap comes back flagged (NaN first), and the sampler then asks topk for that row: its picks are
+// those of a sampler with topk alone, whether the row has a nucleus in topk's candidates or not.
+TEST_F(Kernels, TopCandidatesMatchTwin) {
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  auto bin_of = [](float f) -> uint32_t {  // the kernels' bin: the order key's top 11 bits
+    if (std::isnan(f)) return 2047;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    if (u == 0x80000000u) u = 0;
+    return ((u & 0x80000000u) ? ~u : (u | 0x80000000u)) >> 21;
+  };
+  decode::DeviceTemperatureDraw device_draw(16, at::Device(at::kCUDA));
+  for (int64_t V : {151936, 4097, 300, 5}) {
+    at::Tensor scores = at::randn({12, V}, f32) * 3;
+    scores[1] = scores[1].to(at::kBFloat16).to(at::kFloat);  // runs of equal scores
+    scores[2] = (scores[2] * 0.01).to(at::kBFloat16).to(at::kFloat);  // long runs near 0
+    scores[3] = scores[3] * 40;  // peaked
+    scores[4].fill_(-INFINITY);  // three finite scores, one of them the last token
+    scores[4][0] = 1.0, scores[4][V / 2] = 2.0, scores[4][V - 1] = 1.0;
+    scores[5][V - 2] = NAN;
+    scores[6].zero_();  // -0 and +0 alike, ids ascending
+    scores[6].narrow(0, 0, V / 2).fill_(-0.0);
+    scores[7].fill_(0.5);  // every score equal: flagged past the cap
+    scores[8] = (scores[8] * 0.05 + 7).to(at::kBFloat16).to(at::kFloat);  // a dozen values: half of them in one bin
+    const at::Tensor host_scores = scores.cpu();
+    for (int64_t C : {1, 20, 84, 256}) {
+      if (C > V) continue;
+      SCOPED_TRACE(::testing::Message() << "V " << V << ", count " << C);
+      const at::Tensor got = device_draw.top_candidates(scores, C).cpu();
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{12, 2 * C}));
+      const auto sorted = scores.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true);
+      const at::Tensor values = std::get<0>(sorted).narrow(1, 0, C).to(at::kDouble).cpu();
+      const at::Tensor ids = std::get<1>(sorted).narrow(1, 0, C).to(at::kDouble).cpu();
+      for (int64_t r = 0; r < 12; ++r) {
+        const double* g = got[r].data_ptr<double>();
+        const bool flagged = std::isnan(g[0]) && !std::isnan(values[r][0].item<double>());
+        // flagged exactly where the bin of the C-th score holds more than the cap (every score equal, say)
+        const float* row = host_scores[r].data_ptr<float>();
+        const uint32_t boundary = bin_of(static_cast<float>(values[r][C - 1].item<double>()));
+        int64_t in_boundary = 0;
+        for (int64_t i = 0; i < V; ++i) in_boundary += bin_of(row[i]) == boundary;
+        EXPECT_EQ(flagged, in_boundary > kernels::kTopCandidatesBoundaryCap) << "row " << r;
+        if (r == 7) EXPECT_EQ(flagged, V > kernels::kTopCandidatesBoundaryCap);
+        if (flagged) continue;
+        int64_t wrong = 0;
+        for (int64_t j = 0; j < C; ++j) {
+          const double v = values[r][j].item<double>();
+          wrong += !(g[j] == v || (std::isnan(g[j]) && std::isnan(v))) || g[C + j] != ids[r][j].item<double>();
+        }
+        EXPECT_EQ(wrong, 0) << "row " << r;
+      }
+    }
+  }
+  EXPECT_FALSE(device_draw.top_candidates(at::randn({2, 1000}, f32), kernels::kTopCandidatesMaxCount + 1).defined());
+  EXPECT_FALSE(device_draw.top_candidates(at::randn({2, 10}, f32), 11).defined());
+  // the sampler with them (the fast loops' form) against topk's: the same picks at one seed
+  struct Setting {
+    double T, top_p, min_p;
+    int64_t top_k;
+  };
+  for (Setting s : {Setting{0.6, 0.95, 0.0, 20}, {1.0, 1.0, 0.0, 50}, {0.8, 0.9, 0.0, 0}, {1.0, 1.0, 0.05, 0},
+                    {0.7, 0.8, 0.0, 20}}) {
+    SCOPED_TRACE(::testing::Message() << "T " << s.T << ", top-p " << s.top_p << ", min-p " << s.min_p << ", top-k "
+                                      << s.top_k);
+    decode::SamplingParams params;
+    params.temperature = s.T, params.top_p = s.top_p, params.min_p = s.min_p, params.top_k = s.top_k;
+    params.seed = 5;
+    decode::Sampler twin(params), fast(params);
+    fast.set_temperature_draw(&device_draw);
+    int64_t differ = 0;
+    for (int call = 0; call < 12; ++call) {
+      const int64_t rows = call % 3 == 0 ? 1 : 16;
+      at::Tensor logits = at::randn({rows, 151936}, f32) * (call % 2 == 0 ? 3.0 : 8.0);
+      if (call % 4 == 1) logits = logits.to(at::kBFloat16).to(at::kFloat);  // ties, as the verify's bf16 logits
+      if (rows > 1) {
+        logits[1].fill_(0.5);  // flagged, and no nucleus in topk's candidates either: the whole vocabulary
+        logits[2] = (logits[2] * 0.01 + 7).to(at::kBFloat16).to(at::kFloat);  // flagged; topk's candidates hold it
+        logits[2].narrow(0, 1000, 30).uniform_(15.0, 20.0);
+      }
+      const std::vector<int64_t> a = twin.sample(logits), b = fast.sample(logits);
+      for (size_t r = 0; r < a.size(); ++r) differ += a[r] != b[r];
+    }
+    EXPECT_EQ(differ, 0);
+  }
 }
 
 TEST_F(Kernels, DFlashAcceptRule) {
