@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(TopCandidatesArgs a, i
     const unsigned key = order_key(x[i]);
     const int b = static_cast<int>(key >> kBinShift);
     if (b > bin) {
-      keys[atomicAdd(&counters[0], 1u)] = full_key(key, i);  // fewer than count of them
+      const unsigned slot = atomicAdd(&counters[0], 1u);  // fewer than count of them (the check: a guard)
+      if (slot < kTopCandidatesMaxCount) keys[slot] = full_key(key, i);
     } else if (b == bin) {
       const unsigned slot = atomicAdd(&counters[1], 1u);
       if (slot < kTopCandidatesBoundaryCap) keys[kTopCandidatesMaxCount + slot] = full_key(key, i);
@@ -117,7 +118,8 @@ __global__ void __launch_bounds__(kSortThreads) sort_kernel(TopCandidatesArgs a)
   const unsigned above = counters[0], boundary = counters[1];
   const unsigned long long* keys = a.keys + static_cast<long long>(row) * kTopCandidatesKeys;
   double* out = a.out + static_cast<long long>(row) * 2 * a.count;
-  if (boundary > static_cast<unsigned>(kTopCandidatesBoundaryCap)) {  // too many to sort: the sampler's fallback
+  // too many to sort: the sampler's fallback (`above` reaches `count` only if the histogram was not the row's)
+  if (boundary > static_cast<unsigned>(kTopCandidatesBoundaryCap) || above >= static_cast<unsigned>(a.count)) {
     for (int j = threadIdx.x; j < a.count; j += kSortThreads) out[j] = NAN, out[a.count + j] = -1.0;
   } else {
     const int n = static_cast<int>(above + boundary);
