@@ -58,6 +58,9 @@ void validate_common(const CommonOptions& o) {
   if (!(o.optim.grad_clip >= 0) || !std::isfinite(o.optim.grad_clip))
     fail("--grad-clip: must be a number >= 0 (0 = off), found {}", o.optim.grad_clip);
   if (o.optim.warmup_steps < 0) fail("--warmup: must be >= 0, found {}", o.optim.warmup_steps);
+  if (o.optim.warmup_steps > o.steps)
+    fail("--warmup: {} steps exceed --steps {} (the learning rate would never reach --lr, nor decay)",
+         o.optim.warmup_steps, o.steps);
   if (o.save_every < 0) fail("--save-every: must be >= 0, found {}", o.save_every);
   if (o.stop_after < 0) fail("--stop-after: must be >= 0, found {}", o.stop_after);
 }
