@@ -5,9 +5,9 @@
 # top-k 20, seed 5) with SPECPRESS_SAMPLER_CANDIDATES=1 and =0, and on CUDA at temperature 1 alone with
 # SPECPRESS_DEVICE_DRAW=1 and =0 (the fast loops' device draw against the ATen transform), at the thinking settings
 # and at top-p 0.95 alone with SPECPRESS_DEVICE_CANDIDATES=1 and =0 (the candidates' kernels against topk), and
-# checks that each pair gives the same tokens. PAIR is a fast-path pair with the tokenizer files (scripts/gpu/tools_check.py --work DIR
-# writes one). Logs to OUT. Exits non-zero when the outputs differ. Also runs on a CPU build: BUILD=build
-# DEVICE=cpu DTYPE=f32 PAIR=demo.
+# checks that each pair gives the same tokens. PAIR is a fast-path pair with the tokenizer files
+# (scripts/gpu/tools_check.py --work DIR writes one). Logs to OUT. Exits non-zero when the outputs differ. Also runs
+# on a CPU build: BUILD=build DEVICE=cpu DTYPE=f32 PAIR=demo.
 set -euo pipefail
 BUILD=${BUILD:-build-gpu}
 DEVICE=${DEVICE:-cuda}

@@ -43,6 +43,7 @@ GenerationResult generate_one_from_logits(const model::Qwen3Model& target, const
   validate_generation(target, prompt, params, 1);
   if (params.max_new_tokens != 1)
     fail("internal: one token from the prompt's last logits, but -n {} asked", params.max_new_tokens);
+  if (params.observer != nullptr) fail("internal: one token from the prompt's last logits has no cache to observe");
   if (last_logits.dim() != 2 || last_logits.size(0) != 1 || last_logits.size(1) != target.config().vocab_size)
     fail("internal: the prompt's last logits as [1, {}], got {}", target.config().vocab_size,
          c10::str(last_logits.sizes()));

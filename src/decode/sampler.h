@@ -9,8 +9,8 @@
 // them) that row alone falls back to that transform (probabilities()). Both draw the same token for the same uniform,
 // up to fp64 rounding at a CDF boundary. Where equal scores straddle the top-p cut, the lower ids of them are dropped
 // first (the whole vocabulary's sort is stable), on every device. The fast loops hand the whole-vocabulary work at a
-// plain temperature, and top-p's normaliser without top-k, to CUDA kernels (set_temperature_draw), whose twin is
-// this file's ATen transform.
+// plain temperature, top-p's normaliser without top-k, and the candidates, to CUDA kernels (set_temperature_draw),
+// whose twins are this file's ATen transform and topk.
 // Every verify row gets exactly the transform plain decoding applies: row r of a block is penalised for the context
 // it would follow, the accepted tokens and the block's tokens before it, so DFlash stays lossless under penalties.
 #pragma once
@@ -98,8 +98,8 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   // Rows at a plain temperature on a CUDA device are drawn by `draw`, and top-p's whole-vocabulary normaliser
-  // without top-k comes from it there (not owned; it must outlive the sampler's sample() calls); the rest runs in
-  // ATen. nullptr (the default): ATen everywhere.
+  // without top-k and the candidates of top-k, top-p and min-p come from it there (not owned; it must outlive the
+  // sampler's sample() calls); the rest runs in ATen. nullptr (the default): ATen everywhere.
   void set_temperature_draw(TemperatureDraw* draw) { temperature_draw_ = draw; }
   // The context the penalties read: begin() with the prompt, then accept() each token as it is decided (a DFlash
   // cycle's accepted tokens and its new bonus). Without penalties they keep nothing.

@@ -118,8 +118,10 @@ __global__ void __launch_bounds__(kSortThreads) sort_kernel(TopCandidatesArgs a)
   const unsigned above = counters[0], boundary = counters[1];
   const unsigned long long* keys = a.keys + static_cast<long long>(row) * kTopCandidatesKeys;
   double* out = a.out + static_cast<long long>(row) * 2 * a.count;
-  // too many to sort: the sampler's fallback (`above` reaches `count` only if the histogram was not the row's)
-  if (boundary > static_cast<unsigned>(kTopCandidatesBoundaryCap) || above >= static_cast<unsigned>(a.count)) {
+  // too many to sort: the sampler's fallback; and, as a guard, counts no boundary bin of this row gives (a histogram
+  // not the row's): `count` or more above it, or fewer than `count` in all
+  const unsigned count = static_cast<unsigned>(a.count);
+  if (boundary > static_cast<unsigned>(kTopCandidatesBoundaryCap) || above >= count || above + boundary < count) {
     for (int j = threadIdx.x; j < a.count; j += kSortThreads) out[j] = NAN, out[a.count + j] = -1.0;
   } else {
     const int n = static_cast<int>(above + boundary);
