@@ -483,7 +483,11 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     expect_error([&] { train::train_lm(o, none); }, "holds keep.txt, which no specpress trainer writes; refusing");
     EXPECT_TRUE(fs::exists(fs::path(o.out) / "keep.txt"));
     fs::remove(fs::path(o.out) / "keep.txt");
+    ::testing::internal::CaptureStderr();
     train::train_lm(o, none);  // into the now empty directory, then over its own output
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("warning: --warmup 2 exceeds --steps 1: the learning rate reaches 0.5 of --lr at the last step "
+                        "and never decays"), std::string::npos) << said;
     write_text(fs::path(o.out) / "model.safetensors.tmp.123", "an interrupted write");
     train::train_lm(o, none);
     EXPECT_TRUE(fs::exists(fs::path(o.out) / "model.safetensors"));

@@ -58,9 +58,10 @@ void validate_common(const CommonOptions& o) {
   if (!(o.optim.grad_clip >= 0) || !std::isfinite(o.optim.grad_clip))
     fail("--grad-clip: must be a number >= 0 (0 = off), found {}", o.optim.grad_clip);
   if (o.optim.warmup_steps < 0) fail("--warmup: must be >= 0, found {}", o.optim.warmup_steps);
-  if (o.optim.warmup_steps > o.steps)
-    fail("--warmup: {} steps exceed --steps {} (the learning rate would never reach --lr, nor decay)",
-         o.optim.warmup_steps, o.steps);
+  if (o.optim.warmup_steps > o.steps)  // a short trial run with the usual --warmup, say: allowed, and said
+    std::fprintf(stderr, "warning: --warmup %lld exceeds --steps %lld: the learning rate reaches %.3g of --lr at the "
+                 "last step and never decays\n", static_cast<long long>(o.optim.warmup_steps),
+                 static_cast<long long>(o.steps), static_cast<double>(o.steps) / o.optim.warmup_steps);
   if (o.save_every < 0) fail("--save-every: must be >= 0, found {}", o.save_every);
   if (o.stop_after < 0) fail("--stop-after: must be >= 0, found {}", o.stop_after);
 }
