@@ -5,8 +5,8 @@
 // default) and on the whole-vocabulary path (SPECPRESS_SAMPLER_CANDIDATES=0), measured in the same run, and
 // their ratio. The logits are drawn so that a few hundred tokens carry most of the mass, as a trained LM's do.
 // In CUDA builds, --device cuda adds a third column: the sampler as the fast loops run it, the candidate path with
-// the device draw for plain-temperature rows and top-p's normaliser without top-k (decode/device_draw.h); it differs
-// from the first only in those two settings.
+// the device kernels (decode/device_draw.h): the draw for plain-temperature rows, top-p's normaliser without top-k,
+// and the candidates themselves (SPECPRESS_DEVICE_CANDIDATES=0 leaves those to topk, as the first column reads them).
 // Usage: sampler_bench [--device cpu|cuda] [--rows 1,16] [--iters K]
 #include <c10/core/InferenceMode.h>
 
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     }
 #endif
     fmt::print("sampler_bench: device {}, V {}, {} calls a line; ms per call (candidate path | whole vocabulary{})\n",
-               device_name, V, iters, device_draw ? " | fast loops, with the device draw" : "");
+               device_name, V, iters, device_draw ? " | fast loops, with the device kernels" : "");
     at::manual_seed(0);
     for (const int64_t rows : row_counts) {
       // a peaked distribution: standard normal logits plus a few hundred boosted tokens a row
