@@ -346,28 +346,23 @@ std::vector<int64_t> Sampler::candidate_nuclei(const at::Tensor& scores,
     const double* h = host.data_ptr<double>();
     const int64_t width = host.size(1);
     std::vector<int64_t> still, again;
+    // row r's nucleus from its candidates v (scores, then ids), or r among the rows still left
+    auto take = [&](int64_t r, const double* v) {
+      Nucleus nu;
+      if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) nuclei[static_cast<size_t>(r)] = std::move(nu);
+      else still.push_back(r);
+    };
     for (size_t i = 0; i < left.size(); ++i) {
       const int64_t r = left[i];
       const double* v = h + static_cast<int64_t>(i) * width;
       if (with_z) z[static_cast<size_t>(r)] = v[2 * C];
-      Nucleus nu;
-      if (from_kernels && std::isnan(v[0])) {
-        again.push_back(r);  // the kernels' flag (or a NaN score): topk's turn
-      } else if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) {
-        nuclei[static_cast<size_t>(r)] = std::move(nu);
-      } else {
-        still.push_back(r);
-      }
+      if (from_kernels && std::isnan(v[0])) again.push_back(r);  // the kernels' flag (or a NaN score): topk's turn
+      else take(r, v);
     }
     if (!again.empty()) {
       const at::Tensor redo = topk_candidates(again, C).to(at::kCPU).contiguous();
-      for (size_t i = 0; i < again.size(); ++i) {
-        const int64_t r = again[i];
-        const double* v = redo.data_ptr<double>() + static_cast<int64_t>(i) * 2 * C;
-        Nucleus nu;
-        if (row_nucleus(v, v + C, C, V, z[static_cast<size_t>(r)], nu)) nuclei[static_cast<size_t>(r)] = std::move(nu);
-        else still.push_back(r);
-      }
+      const double* h_redo = redo.data_ptr<double>();
+      for (size_t i = 0; i < again.size(); ++i) take(again[i], h_redo + static_cast<int64_t>(i) * 2 * C);
       std::sort(still.begin(), still.end());
     }
     left = std::move(still);
