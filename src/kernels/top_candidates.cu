@@ -1,8 +1,7 @@
 // top_candidates.cu — see top_candidates.h.
-#include <algorithm>
-#include <cmath>
 
 #include "kernels/common.cuh"
+#include "kernels/temperature_draw.h"
 #include "kernels/top_candidates.h"
 
 namespace specpress::kernels {
@@ -33,8 +32,6 @@ __device__ __forceinline__ float score_of(unsigned key) {
 __device__ __forceinline__ unsigned long long full_key(unsigned key, int id) {
   return (static_cast<unsigned long long>(key) << 32) | (0xFFFFFFFFu - static_cast<unsigned>(id));
 }
-
-__device__ __forceinline__ int slice_width(int vocab, int splits) { return vocab / splits + (vocab % splits != 0); }
 
 // Block (s, r): the order keys of slice s of row r into the row's histogram.
 __global__ void __launch_bounds__(kThreads) histogram_kernel(TopCandidatesArgs a, int splits) {
@@ -165,7 +162,7 @@ cudaError_t top_candidates(const TopCandidatesArgs& a, cudaStream_t stream) {
       a.out == nullptr || a.vocab <= 0 || a.row_stride < a.vocab || a.count < 1 || a.count > a.vocab ||
       a.count > kTopCandidatesMaxCount)
     return cudaErrorInvalidValue;
-  const int splits = std::max(1, std::min(64, a.vocab / 2048 + (a.vocab % 2048 != 0)));
+  const int splits = temperature_draw_splits(a.vocab);  // the same slices as the draw's
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.rows));
   cudaError_t e = launch_kernel(histogram_kernel, grid, dim3(kThreads), 0, stream, a, splits);
   if (e == cudaSuccess) e = launch_kernel(gather_kernel, grid, dim3(kThreads), 0, stream, a, splits);

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <stdexcept>
@@ -408,6 +409,23 @@ TEST_F(Kernels, ArgmaxBothKernelsMatchTwin) {
   }
 }
 
+namespace {
+// Two samplers of `params` (one seed: the same uniforms), one of them through `device_draw`, over 12 calls of
+// logits(call, rows) with rows 1 or 16: how many of their picks differ.
+int64_t differing_picks(const decode::SamplingParams& params, decode::DeviceTemperatureDraw& device_draw,
+                        const std::function<at::Tensor(int, int64_t)>& logits) {
+  decode::Sampler twin(params), fast(params);
+  fast.set_temperature_draw(&device_draw);
+  int64_t differ = 0;
+  for (int call = 0; call < 12; ++call) {
+    const at::Tensor x = logits(call, call % 3 == 0 ? 1 : 16);
+    const std::vector<int64_t> a = twin.sample(x), b = fast.sample(x);
+    for (size_t r = 0; r < a.size(); ++r) differ += a[r] != b[r];
+  }
+  return differ;
+}
+}  // namespace
+
 // The device draw against its twin, the sampler's ATen transform: two samplers of one seed draw the same uniforms,
 // one through the kernels (a plain temperature: the draw; top-p alone: the row sums). The picks may differ only where
 // a uniform falls within fp64 rounding of a CDF boundary (the sums are added in another order), about 1e-16 of a
@@ -423,20 +441,15 @@ TEST_F(Kernels, TemperatureDrawMatchesTwin) {
       params.temperature = T;
       params.top_p = top_p;
       params.seed = 99;
-      decode::Sampler twin(params), fast(params);
-      fast.set_temperature_draw(&device_draw);
-      int64_t differ = 0;
-      for (int call = 0; call < 12; ++call) {
-        const int64_t rows = call % 3 == 0 ? 1 : 16;
+      const int64_t differ = differing_picks(params, device_draw, [&](int, int64_t rows) {
         at::Tensor logits = at::randn({rows, V}, f32) * 3;
         if (rows > 1) {
           logits[1].fill_(-INFINITY);  // mass on three tokens only, one of them the last
           logits[1][0] = 1.0, logits[1][V / 2] = 2.0, logits[1][V - 1] = 0.5;
           logits[2] = logits[2] * 40;  // sharp: most of the mass on a few tokens
         }
-        const std::vector<int64_t> a = twin.sample(logits), b = fast.sample(logits);
-        for (size_t r = 0; r < a.size(); ++r) differ += a[r] != b[r];
-      }
+        return logits;
+      });
       EXPECT_EQ(differ, 0);
       // the row sums against (s / T - max).exp().sum() in fp64
       const at::Tensor logits = at::randn({16, V}, f32) * 3;
@@ -553,11 +566,7 @@ TEST_F(Kernels, TopCandidatesMatchTwin) {
     decode::SamplingParams params;
     params.temperature = s.T, params.top_p = s.top_p, params.min_p = s.min_p, params.top_k = s.top_k;
     params.seed = 5;
-    decode::Sampler twin(params), fast(params);
-    fast.set_temperature_draw(&device_draw);
-    int64_t differ = 0;
-    for (int call = 0; call < 12; ++call) {
-      const int64_t rows = call % 3 == 0 ? 1 : 16;
+    const int64_t differ = differing_picks(params, device_draw, [&](int call, int64_t rows) {
       at::Tensor logits = at::randn({rows, 151936}, f32) * (call % 2 == 0 ? 3.0 : 8.0);
       if (call % 4 == 1) logits = logits.to(at::kBFloat16).to(at::kFloat);  // ties, as the verify's bf16 logits
       if (rows > 1) {
@@ -566,9 +575,8 @@ TEST_F(Kernels, TopCandidatesMatchTwin) {
         logits[2] = (logits[2] * 0.01 + 7).to(at::kBFloat16).to(at::kFloat);
         logits[2].narrow(0, 1000, 30).uniform_(15.0, 20.0);
       }
-      const std::vector<int64_t> a = twin.sample(logits), b = fast.sample(logits);
-      for (size_t r = 0; r < a.size(); ++r) differ += a[r] != b[r];
-    }
+      return logits;
+    });
     EXPECT_EQ(differ, 0);
   }
 }
