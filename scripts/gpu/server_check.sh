@@ -5,9 +5,9 @@
 # logits back every cycle, unpipelined): its text must still equal the server's pipelined reply, and its logprobs
 # the server's for a request with logprobs, whole and streamed. Anthropic's /v1/messages must return the chat reply's
 # text, whole and streamed (its text_delta events). /v1/completions with echo and max_tokens 0 scores the chat prompt +
-# generate's output ids (the reference forward, in the server's dtype): nothing generated, the first entry null, and
-# the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds against the
-# reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo, max_tokens 1) must
+# generate's output ids (the fast path's forward, the engine the server generates on): nothing generated, the first
+# entry null, and the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds
+# against the reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo, max_tokens 1) must
 # give the same prompt entries (within that bound: its forward has one more row) and one token; its time is printed
 # beside the scoring's and a one-token generation's. The demo pair's head_dim (16) is not a fast-path width, so
 # on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
@@ -83,7 +83,7 @@ deltas = [json.loads(f.split("\ndata: ", 1)[1]) for f in post("/v1/messages", di
 message_streamed = "".join(d["delta"].get("text", "") for d in deltas)
 print(f"server_check: messages text_equal={message_text == text} stream_equal={message_streamed == text} "
       f"stop_reason={message['stop_reason']} output_tokens={message['usage']['output_tokens']}")
-# echo: the prompt + generate's output scored by the reference forward, nothing generated
+# echo: the prompt + generate's output scored by the server's forward, nothing generated
 prompt = json.loads(post("/apply-template", {"messages": body["messages"]}))["prompt"]
 ids = json.loads(post("/tokenize", {"content": prompt}))["tokens"] + expected["output_ids"]
 t0 = time.perf_counter()
@@ -113,7 +113,7 @@ harness, t_harness = best_wall(harness_body)
 _, t_score = best_wall({"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1})
 one, t_one = best_wall({"prompt": ids, "max_tokens": 1, "temperature": 0, "logprobs": 1})
 h = harness["choices"][0]["logprobs"]
-# the same reference forward with one more row (the token's): in bf16 its matmuls have another shape, so the entries
+# the same forward with one more row (the token's): in bf16 its matmuls have another shape, so the entries
 # may differ in their last bits; the bound is the echo check's
 pairs = list(zip(h["token_logprobs"][1:len(ids)], cols["token_logprobs"][1:]))
 entries_equal = (len(h["token_logprobs"]) == len(ids) + 1 and h["token_logprobs"][0] is None and

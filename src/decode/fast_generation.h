@@ -7,7 +7,11 @@
 // the reference does (a verify row penalised for the drafted tokens before it, read back with the logits).
 // CUDA builds only (SPECPRESS_FAST_PATH).
 #pragma once
+#include <functional>
+#include <vector>
+
 #include "decode/generation.h"
+#include "decode/logprobs.h"
 #include "model/qwen3_fast.h"
 
 namespace specpress::decode {
@@ -29,6 +33,14 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
 // set_pipelined_loops overrides it for the process (tests, benchmarks).
 bool pipelined_loops();
 void set_pipelined_loops(bool on);
+
+// decode::prompt_logprobs on the engine: its target forward in pieces of at most `chunk` tokens (FastEngine::forward_rows,
+// bf16 logits), which overwrites the engine's cache; the prompt must fit its capacity. The entries are the reference
+// forward's within bf16 noise, not its bits.
+std::vector<TokenLogprob> prompt_logprobs_fast(model::FastEngine& engine, const std::vector<int64_t>& prompt,
+                                               int64_t top_n, int64_t chunk = 256,
+                                               const std::function<bool()>& keep_going = {},
+                                               at::Tensor* next_logits = nullptr);
 
 // Builds an engine sized for this generation and runs the matching loop (draft may be null).
 GenerationResult generate_fast(const model::Qwen3Model& target, const model::DFlashDraft* draft,

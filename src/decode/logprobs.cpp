@@ -62,20 +62,37 @@ std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const
                                           int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
                                           at::Tensor* next_logits) {
   if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
+  ForwardPieces pieces(target, prompt, chunk, /*last_row=*/next_logits != nullptr);
+  const PieceLogits forward = [&](int64_t start, int64_t rows) {
+    at::Tensor logits = pieces.next();
+    if (!logits.defined() || pieces.start() != start || logits.size(0) != rows)
+      fail("internal: the reference forward's piece at {} is not rows {} .. {}", pieces.start(), start, start + rows);
+    return logits;
+  };
+  return prompt_logprobs_from(forward, prompt, top_n, chunk, keep_going, next_logits);
+}
+
+std::vector<TokenLogprob> prompt_logprobs_from(const PieceLogits& forward, const std::vector<int64_t>& prompt,
+                                               int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
+                                               at::Tensor* next_logits) {
+  if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
+  if (chunk < 1) fail("internal: a forward in pieces of {} tokens", chunk);
+  // rows 0 .. N-2 predict tokens 1 .. N-1; row N - 1, with next_logits, predicts the token after the prompt
   const int64_t scored_rows = static_cast<int64_t>(prompt.size()) - 1;
+  const int64_t rows = scored_rows + (next_logits != nullptr ? 1 : 0);
   std::vector<TokenLogprob> out;
   out.reserve(static_cast<size_t>(scored_rows));
   if (next_logits != nullptr) *next_logits = at::Tensor();
-  ForwardPieces pieces(target, prompt, chunk, /*last_row=*/next_logits != nullptr);
-  for (at::Tensor logits; (!keep_going || keep_going()) && (logits = pieces.next()).defined();) {
-    // rows start .. start+T-1 predict tokens start+1 .. start+T; row N - 1, when there, predicts none of them
-    const int64_t T = std::min(logits.size(0), scored_rows - pieces.start());
-    if (pieces.start() + logits.size(0) > scored_rows) *next_logits = logits.narrow(0, T, 1).clone();
-    if (T == 0) continue;
-    const auto first = prompt.begin() + pieces.start() + 1;
-    std::vector<TokenLogprob> rows =
-        token_logprobs(logits.narrow(0, 0, T), std::vector<int64_t>(first, first + T), top_n);
-    out.insert(out.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
+  for (int64_t start = 0; start < rows && (!keep_going || keep_going()); start += chunk) {
+    const int64_t T = std::min(chunk, rows - start);
+    const at::Tensor logits = forward(start, T);
+    const int64_t scored = std::min(T, scored_rows - start);
+    if (scored < T) *next_logits = logits.narrow(0, scored, 1).clone();
+    if (scored == 0) continue;
+    const auto first = prompt.begin() + start + 1;
+    std::vector<TokenLogprob> entries =
+        token_logprobs(logits.narrow(0, 0, scored), std::vector<int64_t>(first, first + scored), top_n);
+    out.insert(out.end(), std::make_move_iterator(entries.begin()), std::make_move_iterator(entries.end()));
   }
   return out;
 }

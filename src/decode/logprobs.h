@@ -47,6 +47,15 @@ std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const
                                           const std::function<bool()>& keep_going = {},
                                           at::Tensor* next_logits = nullptr);
 
+// The raw logits [rows, V] of the forward's rows start .. start + rows - 1, given the forward over the rows before
+// (calls come in order, from start 0, in pieces of at most the chunk): the reference forward's (ForwardPieces) or the
+// fast path's (decode/fast_generation.h).
+using PieceLogits = std::function<at::Tensor(int64_t start, int64_t rows)>;
+// prompt_logprobs with the pieces' logits from `forward`.
+std::vector<TokenLogprob> prompt_logprobs_from(const PieceLogits& forward, const std::vector<int64_t>& prompt,
+                                               int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
+                                               at::Tensor* next_logits);
+
 // token_logprobs for params.logprobs >= 0, else nothing.
 std::vector<TokenLogprob> logprobs_if_asked(const GenerationParams& params, const at::Tensor& logits,
                                             const std::vector<int64_t>& tokens);

@@ -1020,6 +1020,20 @@ at::Tensor FastEngine::prefill(const std::vector<int64_t>& prompt) {
   return logits;
 }
 
+at::Tensor FastEngine::forward_rows(const at::Tensor& ids, int64_t start) {
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  const int64_t T = ids.numel();
+  if (T < 1 || start < 0 || start + T > capacity_)
+    fail("fast path: a forward of {} tokens at position {} does not fit the cache capacity {}", T, start, capacity_);
+  set_start(start, 0);
+  FastBuffers b = make_target_buffers(T, T, /*taps=*/false, 1);
+  target_forward(ids, b, T, /*taps=*/false);
+  at::Tensor logits = b.logits.to(at::kFloat);
+  set_start(start + T, 0);
+  sync();  // results handed to other streams
+  return logits;
+}
+
 void FastEngine::set_token(int64_t token) {
   c10::cuda::CUDAStreamGuard guard(stream_);
   token_in_.fill_(token);

@@ -220,6 +220,11 @@ class FastEngine {
   int64_t read_token();           // the decode step's argmax (one host sync): queue_token_copy(0) + wait_token(0)
   at::Tensor decode_logits();     // fp32 [1, V] copy of the last decode step's logits
 
+  // Scoring (echo with logprobs: decode::prompt_logprobs_fast): an eager target forward of ids [T] (int64 on the
+  // device) at positions start .. start + T - 1 over the cache's positions 0 .. start - 1 as the calls before wrote
+  // them. Returns every row's logits (fp32 [T, V], a fresh tensor); sets start = start + T, which must fit the capacity.
+  at::Tensor forward_rows(const at::Tensor& ids, int64_t start);
+
   // ---- DFlash decoding (needs a draft)
   // First draft call after prefill: injects all N prompt rows, sets block = [bonus, MASK...], drafts.
   void first_draft(int64_t bonus);

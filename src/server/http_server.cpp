@@ -451,7 +451,7 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
   at::Tensor next_logits;
   if (job.request.echo) {
     // the prompt's text (as sent, or its ids decoded with special tokens written out) and, with logprobs, its
-    // tokens' own from the reference forward; stop strings and the reasoning split see only the reply
+    // tokens' own from a forward over it; stop strings and the reasoning split see only the reply
     const auto t0 = std::chrono::steady_clock::now();
     if (job.params.logprobs >= 0) {
       // between pieces: stop for a shutdown or a client that went away (an empty emit asks whether it is there)
@@ -459,8 +459,13 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
         if (emit && !client_gone && !emit({}, {})) client_gone = true;
         return !client_gone && !shutting_down_;
       };
-      const std::vector<decode::TokenLogprob> scored = decode::prompt_logprobs(
-          *m.target, job.prompt, job.params.logprobs, 256, keep_going, one_from_scoring ? &next_logits : nullptr);
+      // on the fast path's engine, which the generation then takes; a --compress server's generations take the
+      // reference loops, and so does its scoring (no engine built for it alone)
+      at::Tensor* next = one_from_scoring ? &next_logits : nullptr;
+      const std::vector<decode::TokenLogprob> scored =
+          m.policy.enabled()
+              ? decode::prompt_logprobs(*m.target, job.prompt, job.params.logprobs, 256, keep_going, next)
+              : m.runner->prompt_logprobs(job.prompt, job.params, job.params.logprobs, 256, keep_going, next);
       if (static_cast<int64_t>(scored.size()) < n_prompt - 1 || (one_from_scoring && !next_logits.defined())) {
         if (!client_gone)
           throw HttpError(503, "the server shut down while this request's prompt was scored", "unavailable_error");

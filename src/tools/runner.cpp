@@ -2,6 +2,8 @@
 // rebuilt only when a longer one comes (building one fuses weights and captures CUDA graphs).
 #include "tools/runner.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -46,15 +48,25 @@ GenerationRunner::GenerationRunner(const model::Qwen3Model& target, const model:
 
 GenerationRunner::~GenerationRunner() = default;
 
+#ifdef SPECPRESS_FAST_PATH
+model::FastEngine& GenerationRunner::fast_engine(bool dflash, int64_t block, int64_t capacity) {
+  std::unique_ptr<model::FastEngine>& engine = dflash ? fast_->dflash : fast_->plain;
+  if (!engine || engine->capacity() < capacity || (dflash && fast_->dflash_block != block)) {
+    engine.reset();  // the old engine's buffers go before the new one's come
+    engine = std::make_unique<model::FastEngine>(*target_, dflash ? draft_ : nullptr, capacity, dflash ? block : 0);
+    if (dflash) fast_->dflash_block = block;
+  }
+  return *engine;
+}
+#endif
+
 decode::GenerationResult GenerationRunner::plain(const std::vector<int64_t>& prompt, const decode::GenerationParams& params,
                                                  const decode::TokenCallback& on_tokens) {
 #ifdef SPECPRESS_FAST_PATH
   if (fast_ && params.observer == nullptr) {
     decode::validate_generation(*target_, prompt, params, 1);
     const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_new_tokens + 1;
-    if (!fast_->plain || fast_->plain->capacity() < needed)
-      fast_->plain = std::make_unique<model::FastEngine>(*target_, nullptr, needed);
-    return decode::generate_plain_fast(*fast_->plain, *target_, prompt, params, on_tokens);
+    return decode::generate_plain_fast(fast_engine(false, 1, needed), *target_, prompt, params, on_tokens);
   }
 #endif
   return decode::generate_plain(*target_, prompt, params, on_tokens);
@@ -68,14 +80,30 @@ decode::GenerationResult GenerationRunner::dflash(const std::vector<int64_t>& pr
     const int64_t B = decode::resolve_block_size(*draft_, params.block_size);
     decode::validate_generation(*target_, prompt, params, B);
     const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_new_tokens + B;
-    if (!fast_->dflash || fast_->dflash->capacity() < needed || fast_->dflash_block != B) {
-      fast_->dflash = std::make_unique<model::FastEngine>(*target_, draft_, needed, B);
-      fast_->dflash_block = B;
-    }
-    return decode::generate_dflash_fast(*fast_->dflash, *target_, *draft_, prompt, params, on_tokens);
+    return decode::generate_dflash_fast(fast_engine(true, B, needed), *target_, *draft_, prompt, params, on_tokens);
   }
 #endif
   return decode::generate_dflash(*target_, *draft_, prompt, params, on_tokens);
+}
+
+std::vector<decode::TokenLogprob> GenerationRunner::prompt_logprobs(const std::vector<int64_t>& prompt,
+                                                                    const decode::GenerationParams& params,
+                                                                    int64_t top_n, int64_t chunk,
+                                                                    const std::function<bool()>& keep_going,
+                                                                    at::Tensor* next_logits) {
+#ifdef SPECPRESS_FAST_PATH
+  const int64_t N = static_cast<int64_t>(prompt.size()), max_positions = target_->config().max_position_embeddings;
+  if (fast_ && params.observer == nullptr && N >= 1 && N <= max_positions) {
+    // the engine the generation after the scoring takes (DFlash with a draft), sized for it where that fits the
+    // model's positions (max_tokens 0 scores a prompt that leaves no room), else for the prompt alone
+    const bool dflash = draft_ != nullptr;
+    const int64_t B = dflash ? decode::resolve_block_size(*draft_, params.block_size) : 1;
+    const int64_t generation = N + std::max<int64_t>(params.max_new_tokens, 1) + B;
+    model::FastEngine& engine = fast_engine(dflash, B, generation <= max_positions ? generation : N);
+    return decode::prompt_logprobs_fast(engine, prompt, top_n, chunk, keep_going, next_logits);
+  }
+#endif
+  return decode::prompt_logprobs(*target_, prompt, top_n, chunk, keep_going, next_logits);
 }
 
 }  // namespace specpress::tools

@@ -3,13 +3,19 @@
 // compressor) with its engines kept across samples, else the reference loops. bench, diagnose and
 // generate all go through it, so speedups are measured on the path users run.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "decode/generation.h"
+#include "decode/logprobs.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
+
+namespace specpress::model {
+class FastEngine;  // model/qwen3_fast.h, CUDA builds only
+}  // namespace specpress::model
 
 namespace specpress::tools {
 
@@ -28,11 +34,22 @@ class GenerationRunner {
                                  const decode::TokenCallback& on_tokens = {});
   decode::GenerationResult dflash(const std::vector<int64_t>& prompt, const decode::GenerationParams& params,
                                   const decode::TokenCallback& on_tokens = {});
+  // The prompt's own logprobs (decode::prompt_logprobs' contract, for echo): on the fast path where a generation of
+  // `params` would run there, from the engine that generation takes (built or grown for it; bf16 logits within noise
+  // of the reference's), else from the reference forward.
+  std::vector<decode::TokenLogprob> prompt_logprobs(const std::vector<int64_t>& prompt,
+                                                    const decode::GenerationParams& params, int64_t top_n,
+                                                    int64_t chunk = 256,
+                                                    const std::function<bool()>& keep_going = {},
+                                                    at::Tensor* next_logits = nullptr);
   // Whether generations without an observer run on the CUDA fast path.
   bool fast() const { return fast_ != nullptr; }
 
  private:
   struct FastEngines;  // defined only in CUDA builds
+  // The plain or DFlash engine (of that block size), rebuilt where it holds fewer positions than `capacity`.
+  // CUDA builds only.
+  model::FastEngine& fast_engine(bool dflash, int64_t block, int64_t capacity);
   const model::Qwen3Model* target_;
   const model::DFlashDraft* draft_;
   std::unique_ptr<FastEngines> fast_;

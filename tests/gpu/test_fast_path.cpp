@@ -25,6 +25,7 @@
 #include "kernels/gemv_mlp.h"
 #include "kernels/lt_linear.h"
 #include "lt_test_settings.h"
+#include "tools/runner.h"
 #include "test_util.h"
 
 using namespace specpress;
@@ -561,6 +562,61 @@ TEST_F(FastPathGolden, LogprobsLeaveTheTokensAndMatchTheReferencePath) {
     EXPECT_EQ(with.output_ids, without.output_ids) << (draft ? "DFlash" : "plain");
     EXPECT_EQ(with.logprobs.size(), with.output_ids.size());
   }
+}
+
+// The echo's scoring on the fast path (tools::GenerationRunner::prompt_logprobs, decode::prompt_logprobs_fast): every
+// entry and the row after the text within bf16 noise of the reference forward's (the tolerances above), in pieces that
+// run the one-launch attention at positions past 0 (7, 16) and the multi-row one (17, 256); the engine's generation
+// after it as a fresh engine's; a stop between pieces and a forward past the capacity refused.
+TEST_F(FastPathGolden, PromptLogprobsMatchTheReferenceForward) {
+  const GoldenRun run = golden_runs()[0];
+  std::vector<int64_t> text = run.prompt;
+  text.insert(text.end(), run.ar_output.begin(), run.ar_output.end());
+  at::Tensor ref_next;
+  const std::vector<decode::TokenLogprob> ref = decode::prompt_logprobs(*target_, text, 4, 256, {}, &ref_next);
+  ASSERT_EQ(ref.size(), text.size() - 1);
+  decode::GenerationParams p;
+  p.max_new_tokens = run.max_new_tokens;
+  p.stop_ids = run.stop_ids;
+  for (const model::DFlashDraft* draft : {static_cast<const model::DFlashDraft*>(nullptr),
+                                          static_cast<const model::DFlashDraft*>(draft_.get())}) {
+    tools::GenerationRunner runner(*target_, draft);
+    ASSERT_TRUE(runner.fast());
+    for (int64_t chunk : {7, 16, 17, 256}) {
+      const std::string where = std::string(draft ? "DFlash" : "plain") + " engine, pieces of " + std::to_string(chunk);
+      at::Tensor next;
+      const std::vector<decode::TokenLogprob> fast = runner.prompt_logprobs(text, p, 4, chunk, {}, &next);
+      ASSERT_EQ(fast.size(), ref.size()) << where;
+      std::vector<float> va, vb;
+      for (size_t i = 0; i < fast.size(); ++i) {
+        EXPECT_NEAR(fast[i].logprob, ref[i].logprob, 5e-2) << where << " entry " << i;
+        va.push_back(fast[i].logprob), vb.push_back(ref[i].logprob);
+        ASSERT_EQ(fast[i].top.size(), 4u) << where << " entry " << i;
+        for (size_t k = 0; k < 4; ++k) {
+          const float x = fast[i].top[k].second, y = ref[i].top[k].second;
+          EXPECT_NEAR(x, y, 5e-2 + 3e-2 * std::fabs(y)) << where << " entry " << i << " top " << k;
+          va.push_back(x), vb.push_back(y);
+        }
+      }
+      const at::Tensor ta = at::tensor(va, at::kDouble), tb = at::tensor(vb, at::kDouble);
+      EXPECT_LT(((ta - tb).norm() / tb.norm()).item<double>(), 1e-2) << where;
+      ASSERT_TRUE(next.defined()) << where;
+      EXPECT_LT(rel_err(next, ref_next), 1e-2) << where << ": the row after the text";
+    }
+    // the generation on the engine the scoring wrote
+    const decode::GenerationResult after = draft ? runner.dflash(run.prompt, p) : runner.plain(run.prompt, p);
+    EXPECT_EQ(after.output_ids, decode::generate_fast(*target_, draft, run.prompt, p).output_ids)
+        << (draft ? "DFlash" : "plain");
+    // stopped before the first piece: nothing, no row
+    at::Tensor stopped = at::zeros({1});
+    EXPECT_TRUE(runner.prompt_logprobs(text, p, 2, 16, [] { return false; }, &stopped).empty());
+    EXPECT_FALSE(stopped.defined());
+  }
+  model::FastEngine engine(*target_, nullptr, 8);
+  const at::Tensor nine = at::tensor(std::vector<int64_t>(text.begin(), text.begin() + 9), at::kLong).cuda();
+  EXPECT_THROW(engine.forward_rows(nine, 0), Error);
+  EXPECT_THROW(engine.forward_rows(nine.narrow(0, 0, 4), 5), Error);
+  EXPECT_EQ(engine.forward_rows(nine.narrow(0, 0, 4), 4).sizes(), (std::vector<int64_t>{4, target_->config().vocab_size}));
 }
 
 TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
