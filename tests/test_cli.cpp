@@ -191,7 +191,12 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   EXPECT_EQ(out["running_ppl"].size(), 4u);
   EXPECT_EQ(out["running_ppl"][3], out["ppl"]);
   EXPECT_EQ(out["device"], "cpu");
+  EXPECT_EQ(out["path"], "reference") << "no fast path on the CPU";
+  EXPECT_NE(j.err.find("tokens/s evaluated) on the reference path\n"), std::string::npos) << j.err;
   EXPECT_NE(out["build"].get<std::string>().find("specpress "), std::string::npos);
+  const CommandResult forced = run_specpress(base + " --json --reference-path");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(nlohmann::json::parse(forced.out)["ppl"], out["ppl"]);
   const CommandResult two = run_specpress(base + " --chunks 2 --json");
   ASSERT_EQ(two.exit_code, 0) << two.err;
   EXPECT_EQ(nlohmann::json::parse(two.out)["ppl"], out["running_ppl"][1]);
@@ -230,6 +235,8 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   EXPECT_EQ(k["kl"]["base_model"], golden_dir() + "/target");
   EXPECT_EQ(k["kl"]["base_dtype"], "f32");
   EXPECT_EQ(k["kl"]["base_device"], "cpu");
+  EXPECT_EQ(k["kl"]["base_path"], "reference");
+  EXPECT_NE(kl_json.err.find("on the reference path, the base on the reference path\n"), std::string::npos) << kl_json.err;
   EXPECT_EQ(k["kl"]["base_ppl"], out["ppl"]) << "the base is the float32 run";
   EXPECT_GT(k["kl"]["kld"]["mean"].get<double>(), 0.0);
   EXPECT_EQ(k["kl"]["kld"]["quantiles"].size(), 13u);

@@ -1,6 +1,7 @@
 // cmd_perplexity.cpp — `specpress perplexity -m DIR (-f FILE | -p TEXT | --prompt-ids IDS) [-c 512] [--chunks N]`.
 // Prints each chunk's running perplexity to stderr as llama-perplexity does ([1]x,[2]y,...), then
-// "Final estimate: PPL = x +/- y" to stdout, or with --json one JSON object (with the build, device and dtype).
+// "Final estimate: PPL = x +/- y" to stdout, or with --json one JSON object (with the build, device, dtype and path).
+// A bf16 model on CUDA is scored on the fast path's engine (tools/perplexity.h) unless --reference-path.
 // --kl-base-model/--kl-base-dtype/--kl-base-device load a base (another checkpoint with the same vocabulary, or this
 // one a second time, e.g. f32 against bf16 on CUDA) and print llama-perplexity --kl-divergence's per-chunk table and
 // its three blocks of statistics in its own lines, so that scripts that read llama.cpp's output read ours.
@@ -28,7 +29,7 @@ struct PerplexityOptions {
   std::string model_dir, prompt_ids, prompt_text, prompt_file, device = "cpu", dtype = "f32";
   std::string base_model, base_device, base_dtype;  // empty: as -m / --device / --dtype; all empty: no base
   int64_t ctx_size = 512, chunks = 0;
-  bool json = false;
+  bool json = false, reference_path = false;
 };
 
 // llama-perplexity's label of a quantile line: "Maximum", "99.9%", "Median", " 5.0%", "Minimum", padded to 8.
@@ -129,16 +130,20 @@ int run_perplexity(const PerplexityOptions& o) {
     std::fflush(stderr);
   };
   const auto t0 = std::chrono::steady_clock::now();
-  const tools::PerplexityResult r = tools::perplexity(target, tokens, o.ctx_size, o.chunks, on_chunk, base.get());
+  const tools::PerplexityResult r =
+      tools::perplexity(target, tokens, o.ctx_size, o.chunks, on_chunk, base.get(), 256, o.reference_path);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "%sperplexity: %lld tokens scored in %.2f s (%.1f tokens/s evaluated)\n", compare ? "" : "\n",
-               static_cast<long long>(r.tokens_scored), seconds,
-               seconds > 0 ? static_cast<double>(r.chunks * r.n_ctx) / seconds : 0.0);
+  auto path_name = [](bool fast) { return fast ? "the CUDA fast path" : "the reference path"; };
+  std::fprintf(stderr, "%sperplexity: %lld tokens scored in %.2f s (%.1f tokens/s evaluated) on %s%s%s\n",
+               compare ? "" : "\n", static_cast<long long>(r.tokens_scored), seconds,
+               seconds > 0 ? static_cast<double>(r.chunks * r.n_ctx) / seconds : 0.0, path_name(r.fast_path),
+               compare ? ", the base on " : "", compare ? path_name(r.base_fast_path) : "");
   if (o.json) {
     nlohmann::ordered_json j;
     j["build"] = tools::build_line();
     j["device"] = tools::device_description(device);
     j["dtype"] = o.dtype;
+    j["path"] = r.fast_path ? "cuda-fast" : "reference";
     j["model"] = o.model_dir;
     j["ctx_size"] = r.n_ctx;
     j["chunks"] = r.chunks;
@@ -154,6 +159,7 @@ int run_perplexity(const PerplexityOptions& o) {
       j["kl"] = {{"base_model", base_model},
                  {"base_device", tools::device_description(base_device)},
                  {"base_dtype", base_dtype_name},
+                 {"base_path", r.base_fast_path ? "cuda-fast" : "reference"},
                  {"base_ppl", kl.base_ppl},
                  {"base_ppl_stderr", kl.base_ppl_stderr},
                  {"nll_correlation", kl.nll_correlation},
@@ -199,6 +205,8 @@ void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--kl-base-dtype", o->base_dtype,
                   "the base's dtype (default: --dtype); alone, the base is -m itself in this dtype");
   cmd->add_option("--kl-base-device", o->base_device, "the base's device (default: --device)");
+  cmd->add_flag("--reference-path", o->reference_path,
+                "use the reference ATen forward even where the CUDA fast path applies (the model and the base)");
   cmd->add_flag("--json", o->json, "print one JSON object (perplexity, its error, each chunk's running value, build)");
   cmd->callback([&run, o]() { run = [o]() { return run_perplexity(*o); }; });
 }

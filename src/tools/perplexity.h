@@ -51,17 +51,20 @@ struct PerplexityResult {
   double ppl = 0, ppl_stderr = 0;
   std::vector<double> running_ppl;      // after each chunk, as llama-perplexity prints [1]x,[2]y,...
   std::optional<KlDivergence> kl;       // with a base model
+  bool fast_path = false, base_fast_path = false;  // whether the model's (the base's) forward ran on the fast path
 };
 
 // Chunks: floor(tokens / n_ctx), at most max_chunks (0 or -1: all, -1 as llama-perplexity's default). Errors name
 // -c/--ctx-size (n_ctx < 4 or past the model's max_position_embeddings), --chunks and the token count (fewer than
 // n_ctx tokens). on_chunk(done, so_far) after each chunk, for progress: the statistics of the chunks done, without
-// quantiles. `base`: null, or the model to compare with (same vocabulary). `piece`: tokens a forward
-// (decode::ForwardPieces), which bounds the logits held at once.
+// quantiles. `base`: null, or the model to compare with (same vocabulary). `piece`: tokens a forward, which bounds
+// the logits held at once. Each model's forward runs on the CUDA fast path where it applies (CUDA builds, a bf16 model
+// on a CUDA device: an engine of n_ctx positions, FastEngine::forward_rows, bf16 logits within noise of the
+// reference's) unless `reference_only`, else on the reference forward (decode::ForwardPieces).
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
                             int64_t max_chunks = 0,
                             const std::function<void(int64_t, const PerplexityResult&)>& on_chunk = {},
-                            const model::Qwen3Model* base = nullptr, int64_t piece = 256);
+                            const model::Qwen3Model* base = nullptr, int64_t piece = 256, bool reference_only = false);
 
 // The chunks perplexity() scores for these arguments, after the same checks (the CLI's first line says it before
 // the run, and never for arguments the run refuses).

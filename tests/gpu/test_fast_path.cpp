@@ -25,6 +25,7 @@
 #include "kernels/gemv_mlp.h"
 #include "kernels/lt_linear.h"
 #include "lt_test_settings.h"
+#include "tools/perplexity.h"
 #include "tools/runner.h"
 #include "test_util.h"
 
@@ -617,6 +618,41 @@ TEST_F(FastPathGolden, PromptLogprobsMatchTheReferenceForward) {
   EXPECT_THROW(engine.forward_rows(nine, 0), Error);
   EXPECT_THROW(engine.forward_rows(nine.narrow(0, 0, 4), 5), Error);
   EXPECT_EQ(engine.forward_rows(nine.narrow(0, 0, 4), 4).sizes(), (std::vector<int64_t>{4, target_->config().vocab_size}));
+}
+
+// `specpress perplexity` on the fast path (tools::perplexity with a bf16 model on CUDA: FastEngine::forward_rows in
+// pieces) against the reference forward over the same rows: the perplexity within 1e-2, in pieces that run either
+// attention kernel; against a float32 base (which stays on the reference path) its KL(f32 || bf16) within a factor of 2
+// of the bf16 reference path's, as ppl_check.py holds the fast path against HF's.
+TEST_F(FastPathGolden, PerplexityOnTheFastPathMatchesTheReferenceForward) {
+  std::vector<int64_t> ids;
+  for (const auto& run : golden_runs()) {
+    ids.insert(ids.end(), run.prompt.begin(), run.prompt.end());
+    ids.insert(ids.end(), run.ar_output.begin(), run.ar_output.end());
+  }
+  ASSERT_GE(ids.size(), 96u);
+  ids.resize(96);
+  const tools::PerplexityResult ref = tools::perplexity(*target_, ids, 48, 0, {}, nullptr, 256, /*reference_only=*/true);
+  EXPECT_FALSE(ref.fast_path);
+  for (int64_t piece : {7, 17, 256}) {
+    const tools::PerplexityResult fast = tools::perplexity(*target_, ids, 48, 0, {}, nullptr, piece);
+    EXPECT_TRUE(fast.fast_path) << "pieces of " << piece;
+    EXPECT_EQ(fast.tokens_scored, ref.tokens_scored) << "pieces of " << piece;
+    EXPECT_NEAR(fast.ppl / ref.ppl, 1.0, 1e-2) << "pieces of " << piece << ": " << fast.ppl << " vs " << ref.ppl;
+    std::printf("perplexity, pieces of %lld: fast %.6f, reference %.6f\n", static_cast<long long>(piece), fast.ppl,
+                ref.ppl);
+  }
+  const model::Qwen3Model f32 = model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::Device(at::kCUDA));
+  const tools::PerplexityResult fast_kl = tools::perplexity(*target_, ids, 48, 0, {}, &f32);
+  const tools::PerplexityResult ref_kl = tools::perplexity(*target_, ids, 48, 0, {}, &f32, 256, /*reference_only=*/true);
+  ASSERT_TRUE(fast_kl.kl && ref_kl.kl);
+  EXPECT_TRUE(fast_kl.fast_path);
+  EXPECT_FALSE(fast_kl.base_fast_path) << "a float32 model is not a fast-path model";
+  EXPECT_EQ(fast_kl.kl->base_ppl, ref_kl.kl->base_ppl) << "the base's rows on the reference path both times";
+  EXPECT_GT(fast_kl.kl->kld.mean, 0.0);
+  EXPECT_LT(fast_kl.kl->kld.mean, 2 * ref_kl.kl->kld.mean) << "KL(f32 || bf16): fast path against reference path";
+  EXPECT_GT(fast_kl.kl->kld.mean, 0.5 * ref_kl.kl->kld.mean);
+  std::printf("mean KL(f32 || bf16): fast path %.3e, reference path %.3e\n", fast_kl.kl->kld.mean, ref_kl.kl->kld.mean);
 }
 
 TEST_F(FastPathGolden, SamplingRunsAndIsSeedDeterministic) {
