@@ -236,7 +236,8 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   EXPECT_EQ(k["kl"]["base_dtype"], "f32");
   EXPECT_EQ(k["kl"]["base_device"], "cpu");
   EXPECT_EQ(k["kl"]["base_path"], "reference");
-  EXPECT_NE(kl_json.err.find("on the reference path, the base on the reference path\n"), std::string::npos) << kl_json.err;
+  EXPECT_NE(kl_json.err.find("on the reference path, the base on the reference path\n"), std::string::npos)
+      << kl_json.err;
   EXPECT_EQ(k["kl"]["base_ppl"], out["ppl"]) << "the base is the float32 run";
   EXPECT_GT(k["kl"]["kld"]["mean"].get<double>(), 0.0);
   EXPECT_EQ(k["kl"]["kld"]["quantiles"].size(), 13u);

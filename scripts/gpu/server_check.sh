@@ -7,11 +7,11 @@
 # text, whole and streamed (its text_delta events). /v1/completions with echo and max_tokens 0 scores the chat prompt +
 # generate's output ids (the fast path's forward, the engine the server generates on): nothing generated, the first
 # entry null, and the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds
-# against the reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo, max_tokens 1) must
-# give the same prompt entries (within that bound: its forward has one more row) and one token; its time is printed
-# beside the scoring's and a one-token generation's. The demo pair's head_dim (16) is not a fast-path width, so
-# on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR` writes
-# (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
+# against the reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo,
+# max_tokens 1) must give the same prompt entries (within that bound: its forward has one more row) and one token; its
+# time is printed beside the scoring's and a one-token generation's. The demo pair's head_dim (16) is not a fast-path
+# width, so on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR`
+# writes (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
 # Also runs on a CPU build: BIN=build/bin/specpress DEVICE=cpu DTYPE=f32 FAST=0. Exits non-zero on a mismatch.
 # Env: PAIR (default demo), BIN (build-gpu/bin/specpress), DEVICE (cuda), DTYPE (bf16), FAST (1: require the fast

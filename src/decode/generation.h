@@ -132,7 +132,10 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
 // errors name --block-size when it is below 2 or above the trained size.
 int64_t resolve_block_size(const model::DFlashDraft& draft, int64_t requested);
 
-// Checks the prompt and lengths before any allocation; errors name the flag.
+// The prompt's ids: at least one, each in the target's vocabulary (errors name the prompt and the index).
+void validate_prompt_ids(const model::Qwen3Model& target, const std::vector<int64_t>& prompt);
+
+// Checks the prompt (validate_prompt_ids) and lengths before any allocation; errors name the flag.
 void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                          const GenerationParams& params, int64_t block_size);
 

@@ -66,7 +66,7 @@ std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const
   const PieceLogits forward = [&](int64_t start, int64_t rows) {
     at::Tensor logits = pieces.next();
     if (!logits.defined() || pieces.start() != start || logits.size(0) != rows)
-      fail("internal: the reference forward's piece at {} is not rows {} .. {}", pieces.start(), start, start + rows);
+      fail("internal: the reference forward's next piece is not rows {} .. {}", start, start + rows - 1);
     return logits;
   };
   return prompt_logprobs_from(forward, prompt, top_n, chunk, keep_going, next_logits);

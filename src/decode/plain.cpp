@@ -9,13 +9,18 @@
 
 namespace specpress::decode {
 
-void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
-                         const GenerationParams& params, int64_t block_size) {
+void validate_prompt_ids(const model::Qwen3Model& target, const std::vector<int64_t>& prompt) {
   if (prompt.empty()) fail("prompt: empty (expected at least one token id)");
   const int64_t vocab = target.config().vocab_size;
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= vocab)
       fail("prompt: token id {} at index {} is outside the vocabulary 0..{}", prompt[i], i, vocab - 1);
+}
+
+void validate_generation(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
+                         const GenerationParams& params, int64_t block_size) {
+  validate_prompt_ids(target, prompt);
+  const int64_t vocab = target.config().vocab_size;
   for (int64_t id : params.stop_ids)
     if (id < 0 || id >= vocab) fail("--stop-ids: id {} is outside the vocabulary 0..{}", id, vocab - 1);
   for (const auto& [id, bias] : params.sampling.logit_bias)

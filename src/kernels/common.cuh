@@ -94,8 +94,9 @@ __device__ __forceinline__ uint4 ld_stream(const bf16* p) {
                : "l"(p));
   return v;
 }
-// The width of each of the `splits` slices a row of `vocab` entries is cut into (the last one may be shorter): the
-// sampling kernels' (temperature_draw.cu, top_candidates.cu) one rule.
+// The width of each of the `splits` slices a row of `vocab` entries is cut into (the last one may be shorter):
+// ceil(vocab / splits) without overflow near INT_MAX, the sampling kernels' (temperature_draw.cu, top_candidates.cu)
+// one rule.
 __device__ __forceinline__ int slice_width(int vocab, int splits) { return vocab / splits + (vocab % splits != 0); }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }

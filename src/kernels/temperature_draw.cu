@@ -54,7 +54,6 @@ __device__ double block_exclusive_sum_d(double v, double* scratch) {
 __device__ int block_min_i(int v, int* scratch) { return block_reduce(v, INT_MAX, MinOf{}, scratch); }
 __device__ int block_max_i(int v, int* scratch) { return -block_min_i(-v, scratch); }
 
-// Tokens a slice: ceil(vocab / splits), without overflow near INT_MAX.
 // Block (s, r): slice s of row r -> partials (the slice's maximum of x = logit / T, its sum of exp(x - maximum)),
 // both NaN where the slice holds a NaN. A slice of -inf only has (-inf, 0); one with +inf has (+inf, 0).
 __global__ void __launch_bounds__(kThreads) slice_partials_kernel(TemperatureDrawArgs a, int splits) {

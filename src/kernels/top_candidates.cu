@@ -1,5 +1,4 @@
 // top_candidates.cu — see top_candidates.h.
-
 #include "kernels/common.cuh"
 #include "kernels/temperature_draw.h"
 #include "kernels/top_candidates.h"

@@ -222,7 +222,8 @@ class FastEngine {
 
   // Scoring (echo with logprobs: decode::prompt_logprobs_fast): an eager target forward of ids [T] (int64 on the
   // device) at positions start .. start + T - 1 over the cache's positions 0 .. start - 1 as the calls before wrote
-  // them. Returns every row's logits (fp32 [T, V], a fresh tensor); sets start = start + T, which must fit the capacity.
+  // them. Returns every row's logits (fp32 [T, V], a fresh tensor); sets start = start + T, which must fit the
+  // capacity. The ids must be in the vocabulary (unchecked).
   at::Tensor forward_rows(const at::Tensor& ids, int64_t start);
 
   // ---- DFlash decoding (needs a draft)

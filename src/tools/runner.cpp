@@ -1,5 +1,6 @@
-// runner.cpp — see runner.h. The fast engines are sized for the largest generation seen so far and
-// rebuilt only when a longer one comes (building one fuses weights and captures CUDA graphs).
+// runner.cpp — see runner.h. The fast engines are sized for the largest generation (or echo scoring, sized for the
+// generation after it) seen so far and rebuilt only when a longer one comes (building one fuses weights; its first
+// prefill captures the CUDA graphs).
 #include "tools/runner.h"
 
 #include <algorithm>
@@ -93,7 +94,9 @@ std::vector<decode::TokenLogprob> GenerationRunner::prompt_logprobs(const std::v
                                                                     at::Tensor* next_logits) {
 #ifdef SPECPRESS_FAST_PATH
   const int64_t N = static_cast<int64_t>(prompt.size()), max_positions = target_->config().max_position_embeddings;
-  if (fast_ && params.observer == nullptr && N >= 1 && N <= max_positions) {
+  // (a lone token without its next row has nothing to score: no engine for it)
+  if (fast_ && params.observer == nullptr && N <= max_positions && (N > 1 || next_logits != nullptr)) {
+    decode::validate_prompt_ids(*target_, prompt);  // the engine's embedding does not check them
     // the engine the generation after the scoring takes (DFlash with a draft), sized for it where that fits the
     // model's positions (max_tokens 0 scores a prompt that leaves no room), else for the prompt alone
     const bool dflash = draft_ != nullptr;

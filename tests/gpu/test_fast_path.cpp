@@ -617,7 +617,8 @@ TEST_F(FastPathGolden, PromptLogprobsMatchTheReferenceForward) {
   const at::Tensor nine = at::tensor(std::vector<int64_t>(text.begin(), text.begin() + 9), at::kLong).cuda();
   EXPECT_THROW(engine.forward_rows(nine, 0), Error);
   EXPECT_THROW(engine.forward_rows(nine.narrow(0, 0, 4), 5), Error);
-  EXPECT_EQ(engine.forward_rows(nine.narrow(0, 0, 4), 4).sizes(), (std::vector<int64_t>{4, target_->config().vocab_size}));
+  EXPECT_EQ(engine.forward_rows(nine.narrow(0, 0, 4), 4).sizes(),
+            (std::vector<int64_t>{4, target_->config().vocab_size}));
 }
 
 // `specpress perplexity` on the fast path (tools::perplexity with a bf16 model on CUDA: FastEngine::forward_rows in
@@ -632,7 +633,8 @@ TEST_F(FastPathGolden, PerplexityOnTheFastPathMatchesTheReferenceForward) {
   }
   ASSERT_GE(ids.size(), 96u);
   ids.resize(96);
-  const tools::PerplexityResult ref = tools::perplexity(*target_, ids, 48, 0, {}, nullptr, 256, /*reference_only=*/true);
+  const tools::PerplexityResult ref =
+      tools::perplexity(*target_, ids, 48, 0, {}, nullptr, 256, /*reference_only=*/true);
   EXPECT_FALSE(ref.fast_path);
   for (int64_t piece : {7, 17, 256}) {
     const tools::PerplexityResult fast = tools::perplexity(*target_, ids, 48, 0, {}, nullptr, piece);
@@ -644,7 +646,8 @@ TEST_F(FastPathGolden, PerplexityOnTheFastPathMatchesTheReferenceForward) {
   }
   const model::Qwen3Model f32 = model::Qwen3Model::load(golden_dir() + "/target", at::kFloat, at::Device(at::kCUDA));
   const tools::PerplexityResult fast_kl = tools::perplexity(*target_, ids, 48, 0, {}, &f32);
-  const tools::PerplexityResult ref_kl = tools::perplexity(*target_, ids, 48, 0, {}, &f32, 256, /*reference_only=*/true);
+  const tools::PerplexityResult ref_kl =
+      tools::perplexity(*target_, ids, 48, 0, {}, &f32, 256, /*reference_only=*/true);
   ASSERT_TRUE(fast_kl.kl && ref_kl.kl);
   EXPECT_TRUE(fast_kl.fast_path);
   EXPECT_FALSE(fast_kl.base_fast_path) << "a float32 model is not a fast-path model";
