@@ -226,12 +226,12 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
 std::vector<TokenLogprob> prompt_logprobs_fast(model::FastEngine& engine, const std::vector<int64_t>& prompt,
                                                int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
                                                at::Tensor* next_logits) {
-  if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
-  const at::Tensor ids = at::tensor(prompt, at::kLong).to(engine.device());
-  const PieceLogits forward = [&](int64_t start, int64_t rows) {
-    return engine.forward_rows(ids.narrow(0, start, rows), start);
-  };
-  return prompt_logprobs_from(forward, prompt, top_n, chunk, keep_going, next_logits);
+  return prompt_logprobs_from(fast_piece_logits(engine, prompt), prompt, top_n, chunk, keep_going, next_logits);
+}
+
+PieceLogits fast_piece_logits(model::FastEngine& engine, const std::vector<int64_t>& tokens) {
+  const at::Tensor ids = at::tensor(tokens, at::kLong).to(engine.device());
+  return [&engine, ids](int64_t start, int64_t rows) { return engine.forward_rows(ids.narrow(0, start, rows), start); };
 }
 
 GenerationResult generate_fast(const model::Qwen3Model& target, const model::DFlashDraft* draft,

@@ -34,9 +34,12 @@ GenerationResult generate_dflash_fast(model::FastEngine& engine, const model::Qw
 bool pipelined_loops();
 void set_pipelined_loops(bool on);
 
-// decode::prompt_logprobs on the engine: its target forward in pieces of at most `chunk` tokens
-// (FastEngine::forward_rows, bf16 logits), which overwrites the engine's cache; the prompt must fit its capacity and
-// its ids the vocabulary (unchecked here). The entries are the reference forward's within bf16 noise, not its bits.
+// The engine's target forward over `tokens` as PieceLogits (FastEngine::forward_rows, bf16 logits within noise of the
+// reference forward's), which overwrites the engine's cache; the tokens must fit its capacity and their ids the
+// vocabulary (unchecked here). The engine must outlive it.
+PieceLogits fast_piece_logits(model::FastEngine& engine, const std::vector<int64_t>& tokens);
+
+// decode::prompt_logprobs on the engine (fast_piece_logits in pieces of at most `chunk` tokens).
 std::vector<TokenLogprob> prompt_logprobs_fast(model::FastEngine& engine, const std::vector<int64_t>& prompt,
                                                int64_t top_n, int64_t chunk = 256,
                                                const std::function<bool()>& keep_going = {},

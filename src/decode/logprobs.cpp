@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <memory>
 
 #include "core/error.h"
 
@@ -38,38 +39,37 @@ std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::ve
   return out;
 }
 
-ForwardPieces::ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece,
-                             bool last_row)
-    : target_(target), rows_(static_cast<int64_t>(tokens.size()) - (last_row ? 0 : 1)), piece_(piece) {
-  if (rows_ < 0) fail("internal: a forward over no tokens");
-  if (piece < 1) fail("internal: a forward in pieces of {} tokens", piece);
-  if (rows_ == 0) return;
-  cache_ = target.make_cache(rows_);
-  ids_ = at::tensor(tokens, at::kLong).to(target.device());
-}
-
-at::Tensor ForwardPieces::next() {
-  if (next_start_ >= rows_) return {};
-  start_ = next_start_;
-  const int64_t T = std::min(piece_, rows_ - start_);
-  next_start_ += T;
-  model::ForwardOptions options;
-  options.all_logits = true;
-  return target_.forward(ids_.narrow(0, start_, T), start_, cache_, options).logits;
+PieceLogits reference_piece_logits(const model::Qwen3Model& target, const std::vector<int64_t>& tokens,
+                                   bool last_row) {
+  const int64_t rows = static_cast<int64_t>(tokens.size()) - (last_row ? 0 : 1);
+  if (rows < 0) fail("internal: a forward over no tokens");
+  struct Forward {
+    model::KVCache cache;
+    at::Tensor ids;
+    int64_t next = 0;  // the first row the next piece must start at
+  };
+  auto f = std::make_shared<Forward>();
+  if (rows > 0) {
+    f->cache = target.make_cache(rows);
+    f->ids = at::tensor(tokens, at::kLong).to(target.device());
+  }
+  return [&target, f, rows](int64_t start, int64_t T) {
+    if (start != f->next || T < 1 || start + T > rows)
+      fail("internal: the reference forward's rows {} .. {} asked where rows {} .. {} come next", start,
+           start + T - 1, f->next, rows - 1);
+    f->next += T;
+    model::ForwardOptions options;
+    options.all_logits = true;
+    return target.forward(f->ids.narrow(0, start, T), start, f->cache, options).logits;
+  };
 }
 
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
                                           int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
                                           at::Tensor* next_logits) {
   if (prompt.empty()) fail("internal: the logprobs of an empty prompt");
-  ForwardPieces pieces(target, prompt, chunk, /*last_row=*/next_logits != nullptr);
-  const PieceLogits forward = [&](int64_t start, int64_t rows) {
-    at::Tensor logits = pieces.next();
-    if (!logits.defined() || pieces.start() != start || logits.size(0) != rows)
-      fail("internal: the reference forward's next piece is not rows {} .. {}", start, start + rows - 1);
-    return logits;
-  };
-  return prompt_logprobs_from(forward, prompt, top_n, chunk, keep_going, next_logits);
+  return prompt_logprobs_from(reference_piece_logits(target, prompt, /*last_row=*/next_logits != nullptr), prompt,
+                              top_n, chunk, keep_going, next_logits);
 }
 
 std::vector<TokenLogprob> prompt_logprobs_from(const PieceLogits& forward, const std::vector<int64_t>& prompt,

@@ -18,28 +18,22 @@ namespace specpress::decode {
 // log_softmax in fp32, the chosen token's entry and the top_n largest (those topk returns; equal values in id order).
 std::vector<TokenLogprob> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens, int64_t top_n);
 
-// The reference forward over `tokens` from position 0 in pieces of at most `piece` tokens, one piece a next() call:
-// the fp32 logits [T, V] of rows start() .. start()+T-1, every row that predicts a next token (0 .. N-2; with
-// `last_row`, N - 1 too: the row after the last token), then an undefined tensor. Holds its own KV cache (N - 1
-// positions, or N); one piece's logits are all it keeps.
-class ForwardPieces {
- public:
-  ForwardPieces(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t piece = 256,
-                bool last_row = false);
-  at::Tensor next();
-  int64_t start() const { return start_; }  // the first row of the last piece next() returned
+// A forward over a token sequence from position 0, one piece of rows a call: the raw logits [rows, V] of rows start ..
+// start + rows - 1, given the calls before (in order from start 0, each piece after the last). Row i predicts token
+// i + 1; row N - 1, where the forward covers it, the token after the sequence.
+using PieceLogits = std::function<at::Tensor(int64_t start, int64_t rows)>;
 
- private:
-  const model::Qwen3Model& target_;
-  int64_t rows_, piece_, start_ = 0, next_start_ = 0;
-  at::Tensor ids_;
-  model::KVCache cache_;
-};
+// The reference forward's PieceLogits over `tokens`: rows 0 .. N-2, with `last_row` N - 1 too; it holds its own KV
+// cache of that many positions (one piece's logits are all a call keeps) and fails a call out of order. The fast
+// path's: decode::fast_piece_logits (decode/fast_generation.h).
+PieceLogits reference_piece_logits(const model::Qwen3Model& target, const std::vector<int64_t>& tokens,
+                                   bool last_row = false);
 
 // The prompt's own log-probabilities, as OpenAI's completions report them with "echo": entry i - 1 is token i's given
-// tokens 0..i-1 (nothing predicts token 0), with top_n alternatives, from ForwardPieces of at most `chunk` tokens
-// (the last prompt token needs no forward). The prompt must fit the model's max_position_embeddings. keep_going,
-// when given, is asked before each piece: false stops there and returns the entries so far (fewer than N - 1).
+// tokens 0..i-1 (nothing predicts token 0), with top_n alternatives, from the reference forward in pieces of at most
+// `chunk` tokens (reference_piece_logits; the last prompt token needs no forward). The prompt must fit the model's
+// max_position_embeddings. keep_going, when given, is asked before each piece: false stops there and returns the
+// entries so far (fewer than N - 1).
 // With `next_logits`, the forward covers the last prompt token too and leaves its raw logits [1, V] there (the row
 // a generation draws its first token from), or an undefined tensor when keep_going stopped it first.
 std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const std::vector<int64_t>& prompt,
@@ -47,11 +41,7 @@ std::vector<TokenLogprob> prompt_logprobs(const model::Qwen3Model& target, const
                                           const std::function<bool()>& keep_going = {},
                                           at::Tensor* next_logits = nullptr);
 
-// The raw logits [rows, V] of the forward's rows start .. start + rows - 1, given the forward over the rows before
-// (calls come in order, from start 0, in pieces of at most the chunk): the reference forward's (ForwardPieces) or the
-// fast path's (decode/fast_generation.h).
-using PieceLogits = std::function<at::Tensor(int64_t start, int64_t rows)>;
-// prompt_logprobs with the pieces' logits from `forward`.
+// prompt_logprobs with the pieces' logits from `forward` (rows 0 .. N-2, with next_logits N - 1 too).
 std::vector<TokenLogprob> prompt_logprobs_from(const PieceLogits& forward, const std::vector<int64_t>& prompt,
                                                int64_t top_n, int64_t chunk, const std::function<bool()>& keep_going,
                                                at::Tensor* next_logits);

@@ -298,7 +298,10 @@ void Server::load() {
     fail("-n/--n-predict: {} + a prompt token + block {} exceeds -c/--ctx-size {}", o_.n_predict, m.reserve, m.ctx_size);
   m.policy = compress::resolve_compress(o_.compress, "--compress", o_.policy, *m.target);
   compress::validate(m.policy);
-  m.runner = std::make_unique<tools::GenerationRunner>(*m.target, m.draft.get(), o_.reference_path);
+  // a --compress server's generations all follow a KV compressor, which only the reference loops take; its echo
+  // scoring runs there too, and no fast engine is built
+  m.runner =
+      std::make_unique<tools::GenerationRunner>(*m.target, m.draft.get(), o_.reference_path || m.policy.enabled());
   model_ = std::move(m);
 }
 
@@ -459,13 +462,9 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
         if (emit && !client_gone && !emit({}, {})) client_gone = true;
         return !client_gone && !shutting_down_;
       };
-      // on the fast path's engine, which the generation then takes; a --compress server's generations take the
-      // reference loops, and so does its scoring (no engine built for it alone)
-      at::Tensor* next = one_from_scoring ? &next_logits : nullptr;
-      const std::vector<decode::TokenLogprob> scored =
-          m.policy.enabled()
-              ? decode::prompt_logprobs(*m.target, job.prompt, job.params.logprobs, 256, keep_going, next)
-              : m.runner->prompt_logprobs(job.prompt, job.params, job.params.logprobs, 256, keep_going, next);
+      // on the path (and the fast path's engine) the generation then takes
+      const std::vector<decode::TokenLogprob> scored = m.runner->prompt_logprobs(
+          job.prompt, job.params, job.params.logprobs, 256, keep_going, one_from_scoring ? &next_logits : nullptr);
       if (static_cast<int64_t>(scored.size()) < n_prompt - 1 || (one_from_scoring && !next_logits.defined())) {
         if (!client_gone)
           throw HttpError(503, "the server shut down while this request's prompt was scored", "unavailable_error");

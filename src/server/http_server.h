@@ -18,9 +18,9 @@
 // fast path's unpipelined loop. A stream sends each token's entry with the first chunk of text after it.
 // /v1/completions' echo puts the prompt's text first (a stream's first chunk) and, with logprobs, the prompt tokens'
 // entries (GenerationRunner::prompt_logprobs: the fast path's forward where the generations run there; a --compress
-// server's, the reference forward) before the reply's; max_tokens 0 with echo generates nothing, and max_tokens 1
-// draws its token from that forward's last row (decode::generate_one_from_logits) without a second forward over the
-// prompt.
+// server's runner takes the reference path only) before the reply's; max_tokens 0 with echo generates nothing, and
+// max_tokens 1 draws its token from that forward's last row (decode::generate_one_from_logits) without a second
+// forward over the prompt.
 // return_tokens_as_token_ids (or --return-tokens-as-token-ids) names logprobs' tokens "token_id:ID", as vLLM does.
 //
 // Anthropic's Messages API (messages_request.h, messages_json.h) runs the same generations: its replies, event streams

@@ -16,9 +16,8 @@
 namespace specpress::tools {
 namespace {
 
-// One model's forward over a chunk at a time, in pieces from position 0: the CUDA fast path's engine where it applies
-// (FastEngine::forward_rows, bf16 logits), else the reference forward (decode::ForwardPieces). Each next() gives the
-// logits of rows piece_start() .. piece_start() + T - 1, every row that predicts a token of the chunk.
+// One model's forward over a chunk at a time: the CUDA fast path's engine where it applies (decode::fast_piece_logits,
+// bf16 logits), else the reference forward (decode::reference_piece_logits).
 class ChunkForward {
  public:
   ChunkForward(const model::Qwen3Model& m, int64_t n_ctx, bool reference_only) : model_(m) {
@@ -36,39 +35,19 @@ class ChunkForward {
     return false;
 #endif
   }
-  void start(const std::vector<int64_t>& chunk, int64_t piece) {
-    if (piece < 1) fail("internal: a forward in pieces of {} tokens", piece);
-    rows_ = static_cast<int64_t>(chunk.size()) - 1, piece_ = piece, start_ = 0, next_start_ = 0;
-    if (fast()) {
-      ids_ = at::tensor(chunk, at::kLong).to(model_.device());
-    } else {
-      pieces_.emplace(model_, chunk, piece);
-    }
-  }
-  at::Tensor next() {
+  // The forward over `chunk` (its rows 0 .. N-2, each predicting the next token).
+  decode::PieceLogits over(const std::vector<int64_t>& chunk) {
 #ifdef SPECPRESS_FAST_PATH
-    if (engine_) {
-      if (next_start_ >= rows_) return {};
-      start_ = next_start_;
-      const int64_t T = std::min(piece_, rows_ - start_);
-      next_start_ += T;
-      return engine_->forward_rows(ids_.narrow(0, start_, T), start_);
-    }
+    if (engine_) return decode::fast_piece_logits(*engine_, chunk);
 #endif
-    at::Tensor logits = pieces_->next();
-    start_ = pieces_->start();
-    return logits;
+    return decode::reference_piece_logits(model_, chunk);
   }
-  int64_t piece_start() const { return start_; }
 
  private:
   const model::Qwen3Model& model_;
 #ifdef SPECPRESS_FAST_PATH
   std::unique_ptr<model::FastEngine> engine_;
 #endif
-  std::optional<decode::ForwardPieces> pieces_;
-  at::Tensor ids_;
-  int64_t rows_ = 0, piece_ = 1, start_ = 0, next_start_ = 0;
 };
 
 // Appends a 1-D tensor's values, times `sign`, to `out` (one copy to the host).
@@ -181,18 +160,21 @@ PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<i
   Sums sums;
   std::vector<double> nlls, base_nlls, klds, same_top;  // this piece's rows
   std::vector<double> all_klds, all_dps;                // every row's, for the quantiles
-  ChunkForward pieces(target, n_ctx, reference_only);
-  std::optional<ChunkForward> base_pieces;  // in step with `pieces`: the same rows each next()
-  if (base) base_pieces.emplace(*base, n_ctx, reference_only);
-  r.fast_path = pieces.fast();
-  r.base_fast_path = base && base_pieces->fast();
+  if (piece < 1) fail("internal: a forward in pieces of {} tokens", piece);
+  ChunkForward model_forward(target, n_ctx, reference_only);
+  std::optional<ChunkForward> base_forward;  // in step with the model's: the same rows each piece
+  if (base) base_forward.emplace(*base, n_ctx, reference_only);
+  r.fast_path = model_forward.fast();
+  r.base_fast_path = base && base_forward->fast();
   for (int64_t c = 0; c < r.chunks; ++c) {
     const std::vector<int64_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
-    pieces.start(chunk, piece);
-    if (base) base_pieces->start(chunk, piece);
-    for (at::Tensor logits = pieces.next(); logits.defined(); logits = pieces.next()) {
-      const at::Tensor base_logits = base ? base_pieces->next() : at::Tensor();
-      const int64_t start = pieces.piece_start(), T = logits.size(0);
+    const decode::PieceLogits model_pieces = model_forward.over(chunk);
+    const decode::PieceLogits base_pieces = base ? base_forward->over(chunk) : decode::PieceLogits();
+    for (int64_t start = 0; start < n_ctx - 1; start += piece) {  // rows 0 .. n_ctx-2 predict tokens 1 .. n_ctx-1
+      const int64_t T = std::min(piece, n_ctx - 1 - start);
+      // every piece runs (the next one attends to its keys); only rows from `first` on are scored
+      const at::Tensor logits = model_pieces(start, T);
+      const at::Tensor base_logits = base ? base_pieces(start, T) : at::Tensor();
       const int64_t lo = std::max(start, first);  // the piece's scored rows: lo .. start+T-1
       if (lo >= start + T) continue;
       // log_softmax in float64: float32's sum over a 151936-token vocabulary is off by about 1e-5 nats a row

@@ -60,7 +60,7 @@ struct PerplexityResult {
 // quantiles. `base`: null, or the model to compare with (same vocabulary). `piece`: tokens a forward, which bounds
 // the logits held at once. Each model's forward runs on the CUDA fast path where it applies (CUDA builds, a bf16 model
 // on a CUDA device: an engine of n_ctx positions, FastEngine::forward_rows, bf16 logits within noise of the
-// reference's) unless `reference_only`, else on the reference forward (decode::ForwardPieces).
+// reference's) unless `reference_only`, else on the reference forward (decode::reference_piece_logits).
 PerplexityResult perplexity(const model::Qwen3Model& target, const std::vector<int64_t>& tokens, int64_t n_ctx,
                             int64_t max_chunks = 0,
                             const std::function<void(int64_t, const PerplexityResult&)>& on_chunk = {},
