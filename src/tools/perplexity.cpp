@@ -10,6 +10,7 @@
 #include "decode/logprobs.h"
 
 #ifdef SPECPRESS_FAST_PATH
+#include "decode/fast_generation.h"
 #include "model/qwen3_fast.h"
 #endif
 
