@@ -150,6 +150,7 @@ struct Model {
   std::vector<int64_t> eos_ids;
   int64_t ctx_size = 0;
   int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
+  double engine_ms = 0;  // the fast path's engine for ctx_size positions: built and captured at load, in this time
 };
 
 // One queued request, as the slot thread and the request's HTTP thread share it (under `mutex`): its choices
@@ -302,6 +303,13 @@ void Server::load() {
   // scoring runs there too, and no fast engine is built
   m.runner =
       std::make_unique<tools::GenerationRunner>(*m.target, m.draft.get(), o_.reference_path || m.policy.enabled());
+  // the fast path's engine holds the whole context from the start (as llama-server allocates it), so no request
+  // waits for one to be built or grown, and a context that does not fit fails here rather than mid-request
+  try {
+    m.engine_ms = m.runner->reserve(m.ctx_size, o_.block_size);
+  } catch (const Error& e) {
+    fail("-c/--ctx-size {}: {}", m.ctx_size, e.what());
+  }
   model_ = std::move(m);
 }
 
@@ -1283,10 +1291,13 @@ int Server::run() {
   std::signal(SIGINT, on_stop_signal);  // until here, a signal ends the load the default way
   std::signal(SIGTERM, on_stop_signal);
   ready_ = true;
-  std::fprintf(stderr, "specpress serve: model %s ready (%s%s, context %lld, %s path)\n", alias_.c_str(),
+  const std::string engine =
+      model_.runner->fast() ? fmt::format("CUDA fast path, its engine built in {:.0f} ms", model_.engine_ms)
+                            : std::string("reference path");
+  std::fprintf(stderr, "specpress serve: model %s ready (%s%s, context %lld, %s)\n", alias_.c_str(),
                model_.draft ? "DFlash, block " : "plain decoding",
                model_.draft ? std::to_string(model_.reserve).c_str() : "", static_cast<long long>(model_.ctx_size),
-               model_.runner->fast() ? "CUDA fast" : "reference");
+               engine.c_str());
   std::fflush(stderr);
   while (!g_signalled && http_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "specpress serve: shutting down\n");

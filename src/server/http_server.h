@@ -1,6 +1,7 @@
 // http_server.h — `specpress serve`: an OpenAI-compatible (and Anthropic Messages) HTTP server over one target
 // (and optionally its DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before
-// the model loads (/health answers 503 until ready), runs one generation at a time on one thread (batch 1: requests
+// the model loads (/health answers 503 until ready; on the CUDA fast path the load builds the engine for the whole
+// -c/--ctx-size, GenerationRunner::reserve, so no request waits for one), runs one generation at a time on one thread (batch 1: requests
 // queue, up to --max-queue, then 503), streams Server-Sent Events as blocks are committed and puts llama.cpp's
 // `timings` (with draft_n and draft_n_accepted) on every completion.
 //

@@ -1,9 +1,10 @@
 // runner.cpp — see runner.h. The fast engines are sized for the largest generation (or echo scoring, sized for the
-// generation after it) seen so far and rebuilt only when a longer one comes (building one fuses weights; its first
-// prefill captures the CUDA graphs).
+// generation after it) seen so far, or for what reserve() asked, and rebuilt only when a longer one comes (building
+// one fuses weights; its first prefill captures the CUDA graphs).
 #include "tools/runner.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -56,10 +57,31 @@ model::FastEngine& GenerationRunner::fast_engine(bool dflash, int64_t block, int
     engine.reset();  // the old engine's buffers go before the new one's come
     engine = std::make_unique<model::FastEngine>(*target_, dflash ? draft_ : nullptr, capacity, dflash ? block : 0);
     if (dflash) fast_->dflash_block = block;
+    ++engines_built_;
   }
   return *engine;
 }
 #endif
+
+double GenerationRunner::reserve(int64_t positions, int64_t block_size) {
+#ifdef SPECPRESS_FAST_PATH
+  if (!fast_) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool dflash = draft_ != nullptr;
+  const int64_t B = dflash ? decode::resolve_block_size(*draft_, block_size) : 1;
+  try {
+    fast_engine(dflash, B, positions).capture_graphs();
+  } catch (const c10::OutOfMemoryError& e) {
+    (dflash ? fast_->dflash : fast_->plain).reset();
+    fail("the CUDA fast path's engine for {} positions does not fit the device's memory (fewer positions need "
+         "less): {}", positions, e.what_without_backtrace());
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+#else
+  (void)positions, (void)block_size;
+  return 0;
+#endif
+}
 
 decode::GenerationResult GenerationRunner::plain(const std::vector<int64_t>& prompt, const decode::GenerationParams& params,
                                                  const decode::TokenCallback& on_tokens) {
@@ -98,10 +120,11 @@ std::vector<decode::TokenLogprob> GenerationRunner::prompt_logprobs(const std::v
   if (fast_ && params.observer == nullptr && N <= max_positions && (N > 1 || next_logits != nullptr)) {
     decode::validate_prompt_ids(*target_, prompt);  // the engine's embedding does not check them
     // the engine the generation after the scoring takes (DFlash with a draft), sized for it where that fits the
-    // model's positions (max_tokens 0 scores a prompt that leaves no room), else for the prompt alone
+    // model's positions, else (and for max_tokens 0: no generation) for the prompt alone; an engine already
+    // holding that many positions (a server's: reserve) is taken as it is
     const bool dflash = draft_ != nullptr;
     const int64_t B = dflash ? decode::resolve_block_size(*draft_, params.block_size) : 1;
-    const int64_t generation = N + std::max<int64_t>(params.max_new_tokens, 1) + B;
+    const int64_t generation = params.max_new_tokens > 0 ? N + params.max_new_tokens + B : N;
     model::FastEngine& engine = fast_engine(dflash, B, generation <= max_positions ? generation : N);
     return decode::prompt_logprobs_fast(engine, prompt, top_n, chunk, keep_going, next_logits);
   }

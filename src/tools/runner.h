@@ -42,8 +42,16 @@ class GenerationRunner {
                                                     int64_t chunk = 256,
                                                     const std::function<bool()>& keep_going = {},
                                                     at::Tensor* next_logits = nullptr);
+  // Builds now the engine that generations of `block_size` (decode::resolve_block_size's; ignored without a draft:
+  // plain decoding) take, holding `positions` (prompt + output + block), and captures its graphs, so that no request
+  // within them waits for either (a server's -c/--ctx-size: llama-server also allocates its context at start).
+  // Returns the wall time it took, ms; 0 on the reference path, where nothing is built. Throws specpress::Error
+  // naming the positions where the engine does not fit the device's memory.
+  double reserve(int64_t positions, int64_t block_size = 0);
   // Whether generations without an observer run on the CUDA fast path.
   bool fast() const { return fast_ != nullptr; }
+  // Engines built so far (a longer generation than the engine holds, or another block size, builds a new one).
+  int64_t fast_engines_built() const { return engines_built_; }
 
  private:
   struct FastEngines;  // defined only in CUDA builds
@@ -53,6 +61,7 @@ class GenerationRunner {
   const model::Qwen3Model* target_;
   const model::DFlashDraft* draft_;
   std::unique_ptr<FastEngines> fast_;
+  int64_t engines_built_ = 0;
 };
 
 }  // namespace specpress::tools

@@ -621,6 +621,45 @@ TEST_F(FastPathGolden, PromptLogprobsMatchTheReferenceForward) {
             (std::vector<int64_t>{4, target_->config().vocab_size}));
 }
 
+// A server's runner (GenerationRunner::reserve at its -c/--ctx-size): one engine built and captured at load, and
+// every request within its positions served by it (generations with a fresh engine's tokens, echo scoring with and
+// without a generation after it); a generation past them builds a new one; on the reference path nothing is built.
+TEST_F(FastPathGolden, ReservedEngineServesEveryRequestWithinItsPositions) {
+  const GoldenRun run = golden_runs()[0];
+  std::vector<int64_t> text = run.prompt;
+  text.insert(text.end(), run.ar_output.begin(), run.ar_output.end());
+  decode::GenerationParams p;
+  p.max_new_tokens = run.max_new_tokens;
+  p.stop_ids = run.stop_ids;
+  const int64_t n_prompt = static_cast<int64_t>(run.prompt.size());
+  for (const model::DFlashDraft* draft : {static_cast<const model::DFlashDraft*>(nullptr),
+                                          static_cast<const model::DFlashDraft*>(draft_.get())}) {
+    const std::string where = draft ? "DFlash" : "plain";
+    tools::GenerationRunner runner(*target_, draft);
+    const int64_t B = draft ? decode::resolve_block_size(*draft, 0) : 1;
+    const int64_t positions = n_prompt + p.max_new_tokens + B + 40;
+    ASSERT_LE(static_cast<int64_t>(text.size()), positions);
+    EXPECT_GT(runner.reserve(positions), 0.0) << where;
+    EXPECT_EQ(runner.fast_engines_built(), 1) << where;
+    const decode::GenerationResult got = draft ? runner.dflash(run.prompt, p) : runner.plain(run.prompt, p);
+    EXPECT_EQ(got.output_ids, decode::generate_fast(*target_, draft, run.prompt, p).output_ids) << where;
+    decode::GenerationParams score_only = p;  // echo with max_tokens 0: a prompt of all the positions fits
+    score_only.max_new_tokens = 0;
+    std::vector<int64_t> whole = text;
+    while (static_cast<int64_t>(whole.size()) < positions) whole.push_back(text[whole.size() % text.size()]);
+    EXPECT_EQ(runner.prompt_logprobs(whole, score_only, 2).size(), whole.size() - 1) << where;
+    EXPECT_EQ(runner.prompt_logprobs(run.prompt, p, 2).size(), run.prompt.size() - 1) << where;
+    EXPECT_EQ(runner.fast_engines_built(), 1) << where << ": every request fit the reserved engine";
+    decode::GenerationParams longer = p;
+    longer.max_new_tokens = positions - n_prompt;  // + the block: past the positions
+    (draft ? runner.dflash(run.prompt, longer) : runner.plain(run.prompt, longer));
+    EXPECT_EQ(runner.fast_engines_built(), 2) << where;
+  }
+  tools::GenerationRunner reference(*target_, draft_.get(), /*reference_only=*/true);
+  EXPECT_EQ(reference.reserve(256), 0.0);
+  EXPECT_EQ(reference.fast_engines_built(), 0);
+}
+
 // `specpress perplexity` on the fast path (tools::perplexity with a bf16 model on CUDA: FastEngine::forward_rows in
 // pieces) against the reference forward over the same rows: the perplexity within 1e-2, in pieces that run either
 // attention kernel; against a float32 base (which stays on the reference path) its KL(f32 || bf16) within a factor of 2
