@@ -9,7 +9,8 @@
 # entry null, and the output's logprobs within 0.05 + 3% of generate's (the bound the fast path's logprobs test holds
 # against the reference path); it prints the scoring time. lm-evaluation-harness's loglikelihood payload (echo,
 # max_tokens 1) must give the same prompt entries (within that bound: its forward has one more row) and one token; its
-# time is printed beside the scoring's and a one-token generation's. The demo pair's head_dim (16) is not a fast-path
+# time is printed beside the scoring's and a one-token generation's. It prints the ready line with the time from launch
+# to it, and the first request's wall beside the second's. The demo pair's head_dim (16) is not a fast-path
 # width, so on the GPU machine give PAIR a pair that is, e.g. the random one `scripts/gpu/tools_check.py --work DIR`
 # writes (DIR/target with the tokenizer files, DIR/draft). The capture-time kernel choices are pinned
 # (SPECPRESS_WG16_AUTO=0, SPECPRESS_LT_TUNE=0) so that both processes run the same kernels bit for bit.
@@ -31,10 +32,12 @@ FLAGS=(-m "$PAIR/target" -md "$PAIR/draft" --device "$DEVICE" --dtype "$DTYPE")
 tmp=$(mktemp -d)
 "$BIN" generate "${FLAGS[@]}" -p "$QUESTION" --chat -n "$N" --json --logprobs 3 > "$tmp/generate.json" 2> "$tmp/generate.err"
 log=$tmp/serve.err
+t_launch=$(date +%s.%N)
 "$BIN" serve "${FLAGS[@]}" --port 0 2> "$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 600); do grep -q " ready (" "$log" && break; kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }; sleep 0.1; done
+echo "server_check: ready $(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$t_launch") s after launch (polled every 0.1 s): $(grep " ready (" "$log")"
 port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
 python3 - "$port" "$QUESTION" "$N" "$FAST" "$tmp/generate.json" <<'PY'
 import json, sys, time, urllib.request
@@ -47,7 +50,9 @@ def post(path, body):
 props = json.loads(urllib.request.urlopen(base + "/props").read())
 expected = json.load(open(generated))
 body = {"messages": [{"role": "user", "content": question}], "max_tokens": n}
-post("/v1/chat/completions", body)  # first request: the engine's set-up (tuning, graph capture)
+t0 = time.perf_counter()
+post("/v1/chat/completions", body)  # first request: the engine's set-up (tuning, graph capture) unless the load did it
+t_first = time.perf_counter() - t0
 t0 = time.perf_counter()
 whole = json.loads(post("/v1/chat/completions", body))
 t_whole = time.perf_counter() - t0
@@ -58,7 +63,8 @@ t = whole["timings"]
 print(f"server_check: build_info={props['build_info']}")
 print(f"server_check: fast_path={props['fast_path']} text_equal={text == expected['text']} "
       f"stream_equal={streamed == text} tokens={whole['usage']['completion_tokens']} tau={t.get('tau', 0):.2f}")
-print(f"server_check: server decode {t['predicted_per_second']:.1f} tokens/s, request wall {t_whole * 1e3:.1f} ms; "
+print(f"server_check: server decode {t['predicted_per_second']:.1f} tokens/s, request wall {t_whole * 1e3:.1f} ms "
+      f"(the first request's {t_first * 1e3:.1f} ms); "
       f"generate decode {expected['timings']['predicted_per_second']:.1f} tokens/s")
 # logprobs: OpenAI's content list, whole and streamed, against generate's entries (the same kernels)
 lp_body = dict(body, logprobs=True, top_logprobs=3)
