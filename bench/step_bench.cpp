@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   try {
     c10::InferenceMode mode;
     const at::Device device = model::parse_device(device_name, "--device");
-    const at::ScalarType dtype = model::parse_compute_dtype(dtype_name, "--dtype");
+    const at::ScalarType dtype = model::parse_compute_dtype(dtype_name, device, "--dtype");
     model::Qwen3Model target = model::Qwen3Model::load(argv[1], dtype, device);
     model::DFlashDraft draft = model::DFlashDraft::load(argv[2], target, dtype, device);
     const int64_t B = draft.config().block_size;

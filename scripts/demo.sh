@@ -4,22 +4,24 @@
 # question greedily with and without the draft, then prints whether the outputs are identical, tau
 # and the speedup in time per output token; with the pair's beacon compressor (demo/beacon) it also runs
 # DFlash on the compressed KV cache and prints the memory it saved and how far the output moved.
-# PAIR=../shared/golden/dflash-tiny-a runs the golden pair.
+# PAIR=../shared/golden/dflash-tiny-a runs the golden pair. DEVICE and DTYPE (default cpu, f32: the README's numbers,
+# and exact agreement whatever the build) pick where it runs, e.g. DEVICE=auto DTYPE=auto as the commands default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin/specpress}
 PAIR=${PAIR:-demo}
 [ -x "$BIN" ] || { echo "demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
 [ -d "$PAIR/target" ] || { echo "demo: $PAIR/target not found" >&2; exit 1; }
+placement=(--device "${DEVICE:-cpu}" --dtype "${DTYPE:-f32}")
 if [ -f "$PAIR/target/config.json" ] && grep -q '"vocab_size": *151936' "$PAIR/target/config.json"; then
   [ -f "$PAIR/target/tokenizer.json" ] || scripts/fetch_demo_tokenizer.sh "$PAIR/target" >&2
   QUESTION='Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?'
   PROMPT=${PROMPT:-"$QUESTION
 Please reason step by step, and put your final answer within \\boxed{}."}
-  common=(-m "$PAIR/target" --chat -p "$PROMPT" -n "${N:-128}" --temp 0 --json)
+  common=(-m "$PAIR/target" "${placement[@]}" --chat -p "$PROMPT" -n "${N:-128}" --temp 0 --json)
 else  # the golden tiny pair (token ids only)
   PROMPT=${PROMPT:-598,185,881,93,817,564,816,871,836,953,424,354,1,551,553,638,805,60,755,305,128,991,217,896,48,129,915,211,145,558,932,250,225,20,555,205,279,318,583}
-  common=(-m "$PAIR/target" --prompt-ids "$PROMPT" -n "${N:-64}" --temp 0 --stop-ids 1001 --json)
+  common=(-m "$PAIR/target" "${placement[@]}" --prompt-ids "$PROMPT" -n "${N:-64}" --temp 0 --stop-ids 1001 --json)
 fi
 plain=$("$BIN" generate "${common[@]}" 2>/dev/null)
 spec=$("$BIN" generate "${common[@]}" -md "$PAIR/draft" 2>/dev/null)

@@ -292,3 +292,29 @@ TEST(Checkpoint, NanWeightsAreReportedByDecoding) {
 }
 
 }  // namespace
+
+// --device and --dtype: auto (every command's default) takes CUDA where this build and machine have a GPU, and bf16
+// there, else the CPU in f32; explicit names as given; anything else named with the flag.
+TEST(Checkpoint, DeviceAndDtypeAutoFollowTheMachine) {
+  const at::Device automatic = model::parse_device("auto", "--device");
+  EXPECT_EQ(automatic.is_cuda(), at::hasCUDA());
+  EXPECT_TRUE(model::parse_device("cpu", "--device").is_cpu());
+  EXPECT_EQ(model::parse_compute_dtype("auto", at::Device(at::kCPU), "--dtype"), at::kFloat);
+  EXPECT_EQ(model::parse_compute_dtype("auto", at::Device(at::kCUDA), "--dtype"), at::kBFloat16);
+  EXPECT_EQ(model::parse_compute_dtype("f16", at::Device(at::kCUDA), "--dtype"), at::kHalf);
+  EXPECT_EQ(model::parse_compute_dtype("bfloat16", at::Device(at::kCPU), "--dtype"), at::kBFloat16);
+  EXPECT_EQ(model::compute_dtype_name(model::parse_compute_dtype("auto", automatic, "--dtype")),
+            at::hasCUDA() ? "bf16" : "f32");
+  try {
+    model::parse_compute_dtype("fp8", at::Device(at::kCPU), "--kl-base-dtype");
+    ADD_FAILURE() << "fp8 was taken";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--kl-base-dtype: unknown dtype 'fp8' (expected auto, f32, bf16 or f16)");
+  }
+  try {
+    model::parse_device("gpu", "--device");
+    ADD_FAILURE() << "gpu was taken";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "--device: unknown device 'gpu' (expected auto, cpu, cuda or cuda:N)");
+  }
+}

@@ -45,7 +45,25 @@ TEST(Cli, GreedyGenerateReproducesArOutput) {
     EXPECT_EQ(j["output_ids"].get<std::vector<int64_t>>(), run.ar_output);
     EXPECT_EQ(j["timings"]["predicted_n"].get<size_t>(), run.ar_output.size());
     EXPECT_NE(r.err.find("prompt eval time ="), std::string::npos);
+    EXPECT_NE(r.err.find("generate: cpu, f32, reference path\n"), std::string::npos) << r.err;
+    EXPECT_EQ(j["device"], "cpu");
+    EXPECT_EQ(j["dtype"], "f32");
+    EXPECT_EQ(j["path"], "reference");
   }
+  // the defaults (--device auto --dtype auto): without CUDA the CPU in f32 (the same tokens), with it bf16 there
+  const GoldenRun run = golden_runs()[0];
+  std::string args = golden_args(run);
+  args.erase(args.find(" --device cpu --dtype f32"), std::string(" --device cpu --dtype f32").size());
+  const CommandResult r = run_specpress(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  if (j["device"] != "cpu") {
+    EXPECT_EQ(j["dtype"], "bf16") << j["device"];
+    GTEST_SKIP() << "this machine has CUDA (" << j["device"] << "): auto took it";
+  }
+  EXPECT_EQ(j["dtype"], "f32");
+  EXPECT_EQ(j["output_ids"].get<std::vector<int64_t>>(), run.ar_output);
+  EXPECT_NE(r.err.find("generate: cpu, f32, reference path\n"), std::string::npos) << r.err;
 }
 
 TEST(Cli, DFlashGenerateReproducesReference) {
@@ -190,7 +208,8 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   EXPECT_EQ(out["tokens_scored"], 4 * 11);
   EXPECT_EQ(out["running_ppl"].size(), 4u);
   EXPECT_EQ(out["running_ppl"][3], out["ppl"]);
-  EXPECT_EQ(out["device"], "cpu");
+  EXPECT_EQ(out["device"], "cpu");  // the defaults, --device auto --dtype auto, on a machine without CUDA
+  EXPECT_EQ(out["dtype"], "f32");
   EXPECT_EQ(out["path"], "reference") << "no fast path on the CPU";
   EXPECT_NE(j.err.find("tokens/s evaluated) on the reference path\n"), std::string::npos) << j.err;
   EXPECT_NE(out["build"].get<std::string>().find("specpress "), std::string::npos);

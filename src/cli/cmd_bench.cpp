@@ -32,7 +32,7 @@ namespace specpress::cli {
 namespace {
 
 struct ToolOptions {
-  std::string model_dir, draft_dir, dataset, data, device = "cpu", dtype = "f32";
+  std::string model_dir, draft_dir, dataset, data, device = "auto", dtype = "auto";
   tools::Selection selection;
   int64_t max_new_tokens = 0;  // 0 = the tool's default
   std::string block_sizes;  // bench --block-size, comma-separated: one run each (empty: the draft's trained size)
@@ -162,9 +162,7 @@ Loaded load_models(const ToolOptions& o, const std::vector<std::string>& draft_d
   auto im_end = l.tokenizer->token_to_id("<|im_end|>");
   if (im_end) l.stop_ids = {*im_end};
   else l.stop_ids.assign(eos.begin(), eos.end());
-  const at::Device device = model::parse_device(o.device, "--device");
-  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
-  model::check_dtype_on_device(dtype, device, "--dtype");
+  const auto [device, dtype] = parse_placement(o.device, o.dtype);
   l.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o.model_dir, dtype, device));
   for (const std::string& dir : draft_dirs)
     l.drafts.push_back(std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(dir, *l.target, dtype, device)));
@@ -203,8 +201,8 @@ std::string checkpoint_model_key(const std::string& dir, const std::string& flag
 // is timed (the dataset, draft, block size, sample and turn are each record's own; its prompt is checked when reused),
 // all but the compression policy, which needs the target loaded (checkpoint_settings adds it).
 std::string dtype_name(const ToolOptions& o) {
-  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
-  return dtype == at::kFloat ? "f32" : dtype == at::kBFloat16 ? "bf16" : "f16";
+  return model::compute_dtype_name(
+      model::parse_compute_dtype(o.dtype, model::parse_device(o.device, "--device"), "--dtype"));
 }
 std::string device_name(const ToolOptions& o) {
   return tools::device_description(model::parse_device(o.device, "--device"));
@@ -411,8 +409,7 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
   o.subset = cmd->add_option("--subset", o.selection.indices_key, "which list of the --indices dflash_subsets.json")
                  ->capture_default_str();
   cmd->add_flag("--think", o.think, "enable_thinking in the chat template (the DFlash drafts were trained without)");
-  cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  add_placement_flags(*cmd, o.device, o.dtype);
   cmd->add_option("--json", o.json_out, "write the JSON report to this file");
   cmd->add_flag("--no-progress", o.no_progress, "no progress bar on stderr");
   return cmd;

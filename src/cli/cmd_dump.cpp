@@ -18,15 +18,13 @@ namespace specpress::cli {
 namespace {
 
 struct DumpOptions {
-  std::string model_dir, prompt_ids, out, device = "cpu", dtype = "f32";
+  std::string model_dir, prompt_ids, out, device = "auto", dtype = "auto";
   bool hidden = false;
 };
 
 int run_dump(const DumpOptions& o) {
   c10::InferenceMode inference_mode;
-  const at::Device device = model::parse_device(o.device, "--device");
-  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
-  model::check_dtype_on_device(dtype, device, "--dtype");
+  const auto [device, dtype] = parse_placement(o.device, o.dtype);
   std::vector<int64_t> prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
   if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
   io::check_output_files({{"-o/--out", o.out}}, {{"-m/--model", o.model_dir}});
@@ -56,8 +54,7 @@ void add_dump_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--prompt-ids", o->prompt_ids, "input token ids, comma-separated")->required();
   cmd->add_option("-o,--out", o->out, "output .safetensors file")->required()->check(non_empty_check("a file path"));
   cmd->add_flag("--hidden", o->hidden, "also save every hidden state (transformers convention)");
-  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  add_placement_flags(*cmd, o->device, o->dtype);
   cmd->callback([&run, o]() { run = [o]() { return run_dump(*o); }; });
 }
 

@@ -31,7 +31,7 @@ struct GenerateOptions {
   bool reasoning_budget_given = false;
   std::string compress = "none";
   compress::Policy policy;
-  std::string device = "cpu", dtype = "f32";
+  std::string device = "auto", dtype = "auto";
   int64_t n_predict = 128;
   int64_t block_size = 0;
   int64_t logprobs = -1;
@@ -53,9 +53,7 @@ int run_generate(const GenerateOptions& options) {
   if (o.reasoning_budget > 0 && o.compress != "none")
     fail("--reasoning-budget: cannot be combined with --compress (the compressor follows one generation)");
   const char* think_flag = o.reasoning_budget_given && o.reasoning_budget != 0 ? "--reasoning-budget" : "--think";
-  const at::Device device = model::parse_device(o.device, "--device");
-  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
-  model::check_dtype_on_device(dtype, device, "--dtype");
+  const auto [device, dtype] = parse_placement(o.device, o.dtype);
   const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
   if (given != 1) fail("generate: give exactly one of --prompt-ids, -p/--prompt or -f/--file");
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
@@ -134,6 +132,10 @@ int run_generate(const GenerateOptions& options) {
   if (o.reasoning_budget > 0)
     budget = tools::qwen3_thinking_budget(*tokenizer, o.reasoning_budget, "--reasoning-budget");
   tools::GenerationRunner runner(target, draft.get(), o.reference_path);
+  // where it runs, as the defaults (--device auto --dtype auto) chose it
+  const bool fast_path = runner.fast() && params.observer == nullptr;
+  std::fprintf(stderr, "generate: %s, %s, %s path\n", tools::device_description(device).c_str(),
+               model::compute_dtype_name(dtype).c_str(), fast_path ? "CUDA fast" : "reference");
   const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
                                      const decode::TokenCallback& on_tokens) {
     return draft ? runner.dflash(ids, p, on_tokens) : runner.plain(ids, p, on_tokens);
@@ -141,6 +143,9 @@ int run_generate(const GenerateOptions& options) {
   decode::GenerationResult result = decode::generate_with_thinking_budget(run, prompt, params, budget, stream);
   if (o.json) {
     nlohmann::ordered_json j = result_json(result);
+    j["device"] = tools::device_description(device);
+    j["dtype"] = model::compute_dtype_name(dtype);
+    j["path"] = fast_path ? "cuda-fast" : "reference";
     if (tokenizer) {
       tools::DecodedText text = tools::decode_output(*tokenizer, result.output_ids);
       j["text"] = text.text;
@@ -196,8 +201,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");
-  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  add_placement_flags(*cmd, o->device, o->dtype);
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   cmd->add_flag("--json", o->json, "print one JSON object with output_ids, timings and statistics");
   cmd->add_option("--logprobs", o->logprobs,

@@ -26,7 +26,7 @@ namespace specpress::cli {
 namespace {
 
 struct PerplexityOptions {
-  std::string model_dir, prompt_ids, prompt_text, prompt_file, device = "cpu", dtype = "f32";
+  std::string model_dir, prompt_ids, prompt_text, prompt_file, device = "auto", dtype = "auto";
   std::string base_model, base_device, base_dtype;  // empty: as -m / --device / --dtype; all empty: no base
   int64_t ctx_size = 512, chunks = 0;
   bool json = false, reference_path = false;
@@ -79,9 +79,7 @@ void print_kl_statistics(const tools::PerplexityResult& r) {
 
 int run_perplexity(const PerplexityOptions& o) {
   c10::InferenceMode inference_mode;
-  const at::Device device = model::parse_device(o.device, "--device");
-  const at::ScalarType dtype = model::parse_compute_dtype(o.dtype, "--dtype");
-  model::check_dtype_on_device(dtype, device, "--dtype");
+  const auto [device, dtype] = parse_placement(o.device, o.dtype);
   const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
   if (given != 1) fail("perplexity: give exactly one of -f/--file, -p/--prompt or --prompt-ids");
   std::vector<int64_t> tokens;
@@ -98,9 +96,10 @@ int run_perplexity(const PerplexityOptions& o) {
 
   const bool compare = !o.base_model.empty() || !o.base_device.empty() || !o.base_dtype.empty();
   const std::string base_model = o.base_model.empty() ? o.model_dir : o.base_model;
-  const std::string base_dtype_name = o.base_dtype.empty() ? o.dtype : o.base_dtype;
   const at::Device base_device = model::parse_device(o.base_device.empty() ? o.device : o.base_device, "--kl-base-device");
-  const at::ScalarType base_dtype = model::parse_compute_dtype(base_dtype_name, "--kl-base-dtype");
+  const at::ScalarType base_dtype =
+      o.base_dtype.empty() ? dtype : model::parse_compute_dtype(o.base_dtype, base_device, "--kl-base-dtype");
+  const std::string base_dtype_name = model::compute_dtype_name(base_dtype);
   if (compare) model::check_dtype_on_device(base_dtype, base_device, "--kl-base-dtype");
   if (!o.base_model.empty() && !std::filesystem::is_directory(o.base_model))
     fail("--kl-base-model: {} is not a directory (expected an HF Qwen3 checkpoint's)", o.base_model);
@@ -142,7 +141,7 @@ int run_perplexity(const PerplexityOptions& o) {
     nlohmann::ordered_json j;
     j["build"] = tools::build_line();
     j["device"] = tools::device_description(device);
-    j["dtype"] = o.dtype;
+    j["dtype"] = model::compute_dtype_name(dtype);
     j["path"] = r.fast_path ? "cuda-fast" : "reference";
     j["model"] = o.model_dir;
     j["ctx_size"] = r.n_ctx;
@@ -197,8 +196,7 @@ void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--prompt-ids", o->prompt_ids, "token ids to score, comma-separated");
   cmd->add_option("-c,--ctx-size", o->ctx_size, "tokens a chunk (its second half is scored)")->capture_default_str();
   cmd->add_option("--chunks", o->chunks, "score at most this many chunks (0 or -1: all)")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  add_placement_flags(*cmd, o->device, o->dtype);
   cmd->add_option("--kl-base-model", o->base_model,
                   "also score with this checkpoint (same vocabulary) as the base: llama-perplexity --kl-divergence's "
                   "statistics (KL(base || model), PPL ratio, \u0394p, same top token)");

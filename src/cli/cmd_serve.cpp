@@ -54,8 +54,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--timeout", o->timeout_s, "socket read/write timeout in seconds")->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "requests that may wait for the generation slot (more: 503 at once)")
       ->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or f16")->capture_default_str();
+  add_placement_flags(*cmd, o->device, o->dtype);
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   add_compression_flags(*cmd, o->compress, o->policy);
 #ifdef SPECPRESS_HAVE_SERVER

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "cli/common.h"
 #include "cli/id_list.h"
 #include "core/error.h"
 #include "train/compressor_trainer.h"
@@ -61,7 +62,7 @@ void add_common_options(CLI::App* cmd, train::CommonOptions& o) {
   cmd->add_option("--grad-clip", o.optim.grad_clip, "max global gradient norm (0 = off)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the initialisation, data order and anchors")
       ->capture_default_str();
-  cmd->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  add_device_flag(*cmd, o.device);
   cmd->add_option("--save-dtype", o.save_dtype, "dtype of the exported model: bf16, f32 or f16")->capture_default_str();
   cmd->add_flag("!--no-autocast", o.autocast, "train in float32 on CUDA too (default: bf16 autocast on CUDA)");
   cmd->add_option("--save-every", o.save_every, "checkpoint and export every N steps (0 = at the end)")

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "model/config_json.h"
+#include "model/qwen3.h"
 #include "tokenizer/utf8.h"
 
 namespace specpress::cli {
@@ -111,6 +112,24 @@ void as_validation_error(const F& f) {
 }
 
 }  // namespace
+
+void add_device_flag(CLI::App& cmd, std::string& device) {
+  cmd.add_option("--device", device, "auto (cuda where this build and machine have a GPU, else cpu), cpu, cuda or cuda:N")
+      ->capture_default_str();
+}
+
+void add_placement_flags(CLI::App& cmd, std::string& device, std::string& dtype) {
+  add_device_flag(cmd, device);
+  cmd.add_option("--dtype", dtype, "compute dtype: auto (bf16 on CUDA, f32 on the CPU), f32, bf16 or f16")
+      ->capture_default_str();
+}
+
+Placement parse_placement(const std::string& device_name, const std::string& dtype_name) {
+  const at::Device device = model::parse_device(device_name, "--device");
+  const at::ScalarType dtype = model::parse_compute_dtype(dtype_name, device, "--dtype");
+  model::check_dtype_on_device(dtype, device, "--dtype");
+  return {device, dtype};
+}
 
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix) {
   // numbers as every numeric flag reads them (numeric_flags.h: an empty value, an unset variable, is refused)

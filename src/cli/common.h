@@ -36,6 +36,17 @@ void print_timings(const decode::GenerationResult& result);
 // The --json summary: output_ids, timings (llama.cpp names) and, for DFlash, acceptance statistics.
 nlohmann::ordered_json result_json(const decode::GenerationResult& result);
 
+// --device (default auto: model::parse_device) into `device`; with --dtype (default auto: model::parse_compute_dtype)
+// into `dtype` too.
+void add_device_flag(CLI::App& cmd, std::string& device);
+void add_placement_flags(CLI::App& cmd, std::string& device, std::string& dtype);
+// Their values resolved, the dtype checked on the device (model::check_dtype_on_device); errors name the flag.
+struct Placement {
+  at::Device device;
+  at::ScalarType dtype;
+};
+Placement parse_placement(const std::string& device, const std::string& dtype);
+
 // --temp, --top-k, --top-p and --min-p into `sampling`; `prefix` starts each help text (serve: "default ").
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix = "");
 // llama.cpp's --logit-bias item: TOKEN_ID+BIAS or TOKEN_ID-BIAS (BIAS a number, or inf after '-'); a

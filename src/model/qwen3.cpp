@@ -259,11 +259,16 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
   return out;
 }
 
-at::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag) {
+at::ScalarType parse_compute_dtype(const std::string& name, at::Device device, const std::string& flag) {
+  if (name == "auto") return device.is_cuda() ? at::kBFloat16 : at::kFloat;
   if (name == "f32" || name == "float32") return at::kFloat;
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
   if (name == "f16" || name == "float16") return at::kHalf;
-  fail("{}: unknown dtype '{}' (expected f32, bf16 or f16)", flag, name);
+  fail("{}: unknown dtype '{}' (expected auto, f32, bf16 or f16)", flag, name);
+}
+
+std::string compute_dtype_name(at::ScalarType dtype) {
+  return dtype == at::kFloat ? "f32" : dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "f16" : "other";
 }
 
 void check_dtype_on_device(at::ScalarType dtype, at::Device device, const std::string& flag) {
@@ -274,12 +279,13 @@ void check_dtype_on_device(at::ScalarType dtype, at::Device device, const std::s
 }
 
 at::Device parse_device(const std::string& name, const std::string& flag) {
+  if (name == "auto") return at::hasCUDA() ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   if (name == "cpu") return at::Device(at::kCPU);
   if (name == "cuda" || name.rfind("cuda:", 0) == 0) {
     if (!at::hasCUDA()) fail("{}: '{}' requested but this build or machine has no CUDA", flag, name);
     return at::Device(name);
   }
-  fail("{}: unknown device '{}' (expected cpu or cuda)", flag, name);
+  fail("{}: unknown device '{}' (expected auto, cpu, cuda or cuda:N)", flag, name);
 }
 
 }  // namespace specpress::model

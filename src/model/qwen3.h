@@ -133,9 +133,14 @@ class Qwen3Model {
   ops::RopeTable rope_;
 };
 
-// "f32" | "bf16" | "f16" -> scalar type; "cpu" | "cuda" -> device. Errors name the flag.
-at::ScalarType parse_compute_dtype(const std::string& name, const std::string& flag);
+// "cpu" | "cuda" | "cuda:N" | "auto" (the commands' default: CUDA where this build and machine have a GPU, as
+// llama.cpp offloads and vLLM runs, else the CPU) -> device. Errors name the flag.
 at::Device parse_device(const std::string& name, const std::string& flag);
+// "f32" | "bf16" | "f16" | "auto" (the default: bf16 on CUDA, the checkpoints' own and the fast path's, f32 on the
+// CPU) -> the compute dtype on `device`. Errors name the flag.
+at::ScalarType parse_compute_dtype(const std::string& name, at::Device device, const std::string& flag);
+// "f32" | "bf16" | "f16": the name reports give a compute dtype.
+std::string compute_dtype_name(at::ScalarType dtype);
 // Fails naming `flag` where this LibTorch cannot run the models' matrix products in `dtype` on `device` (float16 on
 // the CPU in Debian's LibTorch 1.13: compat::kCpuHalfMatmul).
 void check_dtype_on_device(at::ScalarType dtype, at::Device device, const std::string& flag);

@@ -279,8 +279,7 @@ void Server::guarded(httplib::Response& res, bool anthropic, const std::function
 void Server::load() {
   c10::InferenceMode inference_mode;
   // run() has checked the flags that need no model (device, dtype, --block-size without a draft)
-  const at::Device device = model::parse_device(o_.device, "--device");
-  const at::ScalarType dtype = model::parse_compute_dtype(o_.dtype, "--dtype");
+  const auto [device, dtype] = cli::parse_placement(o_.device, o_.dtype);
   Model m;
   m.tokenizer = cli::load_tokenizer_if_present(o_.model_dir);
   m.eos_ids = cli::default_stop_ids(o_.model_dir);
@@ -1212,8 +1211,7 @@ void Server::add_routes() {
 
 int Server::run() {
   // what can be checked without the model, before listening
-  model::check_dtype_on_device(model::parse_compute_dtype(o_.dtype, "--dtype"), model::parse_device(o_.device, "--device"),
-                               "--dtype");
+  cli::parse_placement(o_.device, o_.dtype);
   if (o_.draft_dir.empty() && o_.block_size != 0) fail("--block-size: needs a draft model (-md DIR)");
   model::config_path_in(o_.model_dir, "an HF model directory (-m/--model)");
   if (!o_.draft_dir.empty()) model::config_path_in(o_.draft_dir, "a DFlash draft directory (-md/--model-draft)");

@@ -72,7 +72,7 @@ struct ServerOptions {
   bool slots = true;         // serve GET /slots (llama-server's --slots / --no-slots)
   std::string alias;         // the model id clients see; empty: the model directory's name
   std::string api_key;  // when set, every route but /health needs "Authorization: Bearer KEY" or "X-Api-Key: KEY"
-  std::string device = "cpu", dtype = "f32";
+  std::string device = "auto", dtype = "auto";
   bool reference_path = false;
   std::string compress = "none";
   compress::Policy policy;

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "model/qwen3.h"
 #include "train/checkpoint.h"
 #include "tools/progress.h"
 
@@ -35,7 +36,7 @@ nlohmann::json common_run_json(const CommonOptions& o) {
           {"weight_decay", o.optim.weight_decay},
           {"grad_clip", o.optim.grad_clip},
           {"seed", o.seed},
-          {"device", o.device},
+          {"device", model::parse_device(o.device, "--device").str()},  // resolved: auto resumes where it ran
           {"autocast", o.autocast}};
 }
 

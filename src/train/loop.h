@@ -17,7 +17,7 @@ namespace specpress::train {
 
 struct CommonOptions {
   std::vector<std::string> data;
-  std::string out, device = "cpu", save_dtype = "bf16";
+  std::string out, device = "auto", save_dtype = "bf16";
   int64_t steps = 1000, batch = 8, seq_len = 256;
   OptimConfig optim;
   uint64_t seed = 0;
