@@ -114,7 +114,8 @@ void as_validation_error(const F& f) {
 }  // namespace
 
 void add_device_flag(CLI::App& cmd, std::string& device) {
-  cmd.add_option("--device", device, "auto (cuda where this build and machine have a GPU, else cpu), cpu, cuda or cuda:N")
+  cmd.add_option("--device", device,
+                 "auto (cuda where this build and machine have a GPU, else cpu), cpu, cuda or cuda:N")
       ->capture_default_str();
 }
 
