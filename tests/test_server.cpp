@@ -939,6 +939,26 @@ std::string read_until_closed(int fd) {
   return response;
 }
 
+// The load's warm-up (llama-server's --warmup, on by default): named with its time in the ready line, and counted
+// nowhere in /metrics; --no-warmup leaves it out.
+TEST(ServerHttp, WarmsUpAtLoadUnlessNoWarmup) {
+  SPECPRESS_REQUIRE_SHARED();
+  {
+    ServerProcess s({"-m", golden_dir() + "/target", "-md", golden_dir() + "/draft"});
+    ASSERT_GT(s.port(), 0) << s.stderr_text();
+    EXPECT_TRUE(std::regex_search(s.stderr_text(), std::regex(R"( ready \(DFlash, block \d+, context \d+, reference )"
+                                                               R"(path, warmed up in \d+ ms\)\n)")))
+        << s.stderr_text();
+    EXPECT_EQ(metric(s, "requests_total"), 0);
+    EXPECT_EQ(metric(s, "verify_steps_total"), 0);
+    EXPECT_EQ(metric(s, "tokens_predicted_total"), 0);
+  }
+  ServerProcess s({"-m", golden_dir() + "/target", "--no-warmup"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  EXPECT_NE(s.stderr_text().find(" ready (plain decoding, context 1024, reference path)\n"), std::string::npos)
+      << s.stderr_text();
+}
+
 // The golden pair has no tokenizer: prompts are token ids and the text is the ids, as `generate` prints them.
 TEST(ServerHttp, GoldenPairOutputsEqualTheReferenceFixtures) {
   SPECPRESS_REQUIRE_SHARED();

@@ -151,6 +151,7 @@ struct Model {
   int64_t ctx_size = 0;
   int64_t reserve = 1;  // positions a generation needs past its output: the DFlash block, 1 for plain decoding
   double engine_ms = 0;  // the fast path's engine for ctx_size positions: built and captured at load, in this time
+  double warmup_ms = -1;  // the warm-up generation at load (-1: none, --no-warmup)
 };
 
 // One queued request, as the slot thread and the request's HTTP thread share it (under `mutex`): its choices
@@ -308,6 +309,15 @@ void Server::load() {
     m.engine_ms = m.runner->reserve(m.ctx_size, o_.block_size);
   } catch (const Error& e) {
     fail("-c/--ctx-size {}: {}", m.ctx_size, e.what());
+  }
+  if (o_.warmup) {  // as llama-server warms up: the first replays, allocations and kernel loads happen here
+    const auto t0 = std::chrono::steady_clock::now();
+    decode::GenerationParams p;
+    p.max_new_tokens = std::min<int64_t>(2 * m.reserve, m.ctx_size - 1 - m.reserve);  // a verify step or two
+    p.block_size = o_.block_size;
+    const std::vector<int64_t> prompt = {m.eos_ids.empty() ? 0 : m.eos_ids.front()};  // no stop: runs them all
+    m.draft ? m.runner->dflash(prompt, p) : m.runner->plain(prompt, p);
+    m.warmup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   model_ = std::move(m);
 }
@@ -1289,9 +1299,10 @@ int Server::run() {
   std::signal(SIGINT, on_stop_signal);  // until here, a signal ends the load the default way
   std::signal(SIGTERM, on_stop_signal);
   ready_ = true;
-  const std::string engine =
+  std::string engine =
       model_.runner->fast() ? fmt::format("CUDA fast path, its engine built in {:.0f} ms", model_.engine_ms)
                             : std::string("reference path");
+  if (model_.warmup_ms >= 0) engine += fmt::format(", warmed up in {:.0f} ms", model_.warmup_ms);
   std::fprintf(stderr, "specpress serve: model %s ready (%s%s, context %lld, %s)\n", alias_.c_str(),
                model_.draft ? "DFlash, block " : "plain decoding",
                model_.draft ? std::to_string(model_.reserve).c_str() : "", static_cast<long long>(model_.ctx_size),

@@ -1,7 +1,8 @@
 // http_server.h — `specpress serve`: an OpenAI-compatible (and Anthropic Messages) HTTP server over one target
 // (and optionally its DFlash draft), with llama.cpp's conventions (engineering-notes.md §3.5–3.7): it listens before
 // the model loads (/health answers 503 until ready; on the CUDA fast path the load builds the engine for the whole
-// -c/--ctx-size, GenerationRunner::reserve, so no request waits for one), runs one generation at a time on one thread (batch 1: requests
+// -c/--ctx-size, GenerationRunner::reserve, so no request waits for one, then warms up with a short generation unless
+// --no-warmup), runs one generation at a time on one thread (batch 1: requests
 // queue, up to --max-queue, then 503), streams Server-Sent Events as blocks are committed and puts llama.cpp's
 // `timings` (with draft_n and draft_n_accepted) on every completion.
 //
@@ -70,6 +71,7 @@ struct ServerOptions {
   bool ignore_eos = false;
   bool return_tokens_as_token_ids = false;  // vLLM's flag: logprobs name tokens "token_id:ID" by default
   bool slots = true;         // serve GET /slots (llama-server's --slots / --no-slots)
+  bool warmup = true;        // a short greedy generation at load (llama-server's --warmup / --no-warmup)
   std::string alias;         // the model id clients see; empty: the model directory's name
   std::string api_key;  // when set, every route but /health needs "Authorization: Bearer KEY" or "X-Api-Key: KEY"
   std::string device = "auto", dtype = "auto";
