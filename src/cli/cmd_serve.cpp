@@ -47,8 +47,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                 "logprobs name each token \"token_id:ID\" (as vLLM's flag; a request's return_tokens_as_token_ids wins)");
   cmd->add_flag("--slots,!--no-slots", o->slots, "serve GET /slots, the generation slot's state (default: on)");
   cmd->add_flag("--warmup,!--no-warmup", o->warmup,
-                "run a short greedy generation at load, so that the first request pays no first-run costs (default: on; "
-                "not counted in /metrics)");
+                "run a short greedy generation at load, so that the first request pays no first-run costs "
+                "(default: on; not counted in /metrics)");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");
   cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");
   cmd->add_option("--api-key", o->api_key,
