@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
       dcache.length = context - 4;
       draft.forward(new_ctx, block, dcache);
     });
-    std::printf("device %s dtype %s context %lld block %lld\n", device_name.c_str(), dtype_name.c_str(),
-                static_cast<long long>(context), static_cast<long long>(B));
+    std::printf("device %s dtype %s context %lld block %lld\n", device.str().c_str(),
+                model::compute_dtype_name(dtype).c_str(), static_cast<long long>(context), static_cast<long long>(B));
     std::printf("decode  %8.3f ms\nverify  %8.3f ms  (%.2fx decode)\ndraft   %8.3f ms  (%.2fx decode)\ncycle   %8.3f ms  (%.2fx decode)\n",
                 decode, verify, verify / decode, draft_ms, draft_ms / decode, verify + draft_ms, (verify + draft_ms) / decode);
   } catch (const Error& e) {

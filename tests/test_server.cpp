@@ -788,6 +788,7 @@ class ServerProcess {
     if (pid_ == 0) {
       FILE* err = std::freopen(err_path_.c_str(), "w", stderr);
       (void)err;
+      ::setenv("CUDA_VISIBLE_DEVICES", "", 1);  // as run_specpress: the CPU suites' servers run on the CPU
       std::vector<std::string> all = {SPECPRESS_BINARY, "serve"};
       if (std::find(args.begin(), args.end(), "--port") == args.end()) all.insert(all.end(), {"--port", "0"});
       all.insert(all.end(), args.begin(), args.end());

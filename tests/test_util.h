@@ -93,7 +93,8 @@ inline CommandResult run_specpress(const std::string& args) {
   std::string err_path = (std::filesystem::temp_directory_path() /
                           ("specpress-stderr-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
                              .string();
-  std::string cmd = std::string(SPECPRESS_BINARY) + " " + args + " 2>" + err_path;
+  // no GPU for the CPU suites' runs: --device auto then takes the CPU in f32 on any machine (tests/gpu has its own)
+  std::string cmd = "CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args + " 2>" + err_path;
   CommandResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;

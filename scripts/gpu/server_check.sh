@@ -37,7 +37,8 @@ t_launch=$(date +%s.%N)
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 600); do grep -q " ready (" "$log" && break; kill -0 $pid 2>/dev/null || { cat "$log"; exit 1; }; sleep 0.1; done
-echo "server_check: ready $(python3 -c "import sys,time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$t_launch") s after launch (polled every 0.1 s): $(grep " ready (" "$log")"
+ready_s=$(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.2f}')" "$t_launch")
+echo "server_check: ready $ready_s s after launch (polled every 0.1 s): $(grep " ready (" "$log")"
 port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$')
 python3 - "$port" "$QUESTION" "$N" "$FAST" "$tmp/generate.json" <<'PY'
 import json, sys, time, urllib.request

@@ -97,10 +97,15 @@ int run_perplexity(const PerplexityOptions& o) {
   const bool compare = !o.base_model.empty() || !o.base_device.empty() || !o.base_dtype.empty();
   const std::string base_model = o.base_model.empty() ? o.model_dir : o.base_model;
   const at::Device base_device = model::parse_device(o.base_device.empty() ? o.device : o.base_device, "--kl-base-device");
-  const at::ScalarType base_dtype =
-      o.base_dtype.empty() ? dtype : model::parse_compute_dtype(o.base_dtype, base_device, "--kl-base-dtype");
+  // an unset --kl-base-dtype is --dtype's value, auto resolved on the base's own device (a CPU base: f32)
+  const at::ScalarType base_dtype = model::parse_compute_dtype(o.base_dtype.empty() ? o.dtype : o.base_dtype,
+                                                               base_device, "--kl-base-dtype");
   const std::string base_dtype_name = model::compute_dtype_name(base_dtype);
   if (compare) model::check_dtype_on_device(base_dtype, base_device, "--kl-base-dtype");
+  if (compare && base_model == o.model_dir && base_device == device && base_dtype == dtype)
+    std::fprintf(stderr, "warning: the base is the model itself (%s, %s, %s): it is compared with itself; give "
+                 "--kl-base-dtype, --kl-base-device or --kl-base-model that differs\n", o.model_dir.c_str(),
+                 tools::device_description(device).c_str(), base_dtype_name.c_str());
   if (!o.base_model.empty() && !std::filesystem::is_directory(o.base_model))
     fail("--kl-base-model: {} is not a directory (expected an HF Qwen3 checkpoint's)", o.base_model);
   const model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
@@ -201,7 +206,8 @@ void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
                   "also score with this checkpoint (same vocabulary) as the base: llama-perplexity --kl-divergence's "
                   "statistics (KL(base || model), PPL ratio, \u0394p, same top token)");
   cmd->add_option("--kl-base-dtype", o->base_dtype,
-                  "the base's dtype (default: --dtype); alone, the base is -m itself in this dtype");
+                  "the base's dtype (default: --dtype, auto resolved on the base's device); alone, the base is -m "
+                  "itself in this dtype");
   cmd->add_option("--kl-base-device", o->base_device, "the base's device (default: --device)");
   cmd->add_flag("--reference-path", o->reference_path,
                 "use the reference ATen forward even where the CUDA fast path applies (the model and the base)");

@@ -23,7 +23,7 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--port", o->port, "TCP port (0: any free port, printed when listening)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", o->ctx_size,
                   "positions a request may use: prompt + output + block (default 4096, or the model's maximum when "
-                  "smaller; 0: the model's maximum)");
+                  "smaller; 0: the model's maximum); on the CUDA fast path their KV cache is allocated at load");
   cmd->add_option("-n,--n-predict", o->n_predict, "default max_tokens (-1: as many as the context leaves)")
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling, "default ");

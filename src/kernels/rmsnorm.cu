@@ -94,6 +94,17 @@ cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream) {
   return launch_kernel(row_rms_kernel, (a.rows + kRowRmsWarps - 1) / kRowRmsWarps, kRowRmsWarps * 32, 0, stream, a);
 }
 
+bool kernels_run_on_device(int device) {
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) return false;
+  if (device >= 0 && device != current && cudaSetDevice(device) != cudaSuccess) return false;
+  cudaFuncAttributes attributes{};
+  const bool ok = cudaFuncGetAttributes(&attributes, rmsnorm_kernel) == cudaSuccess;
+  if (device >= 0 && device != current) cudaSetDevice(current);
+  (void)cudaGetLastError();  // a missing image's error is not left for the next launch check
+  return ok;
+}
+
 cudaError_t rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return cudaSuccess;
   if (a.H <= 0 || a.H % 8 != 0 || a.H > kThreads * kMaxVec * 8 || a.x == nullptr || a.weight == nullptr ||

@@ -20,6 +20,7 @@
 #include "kernels/l2_prefetch.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/timing_events.h"
 
 namespace specpress::model {
@@ -246,6 +247,8 @@ bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std
   };
   if (!target.device().is_cuda()) return no("needs --device cuda");
   if (target.dtype() != at::kBFloat16) return no("needs --dtype bf16");
+  if (!kernels::kernels_run_on_device(target.device().has_index() ? target.device().index() : -1))
+    return no("this build's CUDA kernels are not for this GPU (CMAKE_CUDA_ARCHITECTURES names those it has)");
   if (!widths_supported(target.config(), "target", why)) return false;
   if (draft != nullptr) {
     const DFlashConfig& dc = draft->config();

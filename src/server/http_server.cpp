@@ -308,15 +308,22 @@ void Server::load() {
   try {
     m.engine_ms = m.runner->reserve(m.ctx_size, o_.block_size);
   } catch (const Error& e) {
-    fail("-c/--ctx-size {}: {}", m.ctx_size, e.what());
+    fail("building the CUDA fast path's engine for -c/--ctx-size {} (--reference-path skips it): {}", m.ctx_size,
+         e.what());
   }
   if (o_.warmup) {  // as llama-server warms up: the first replays, allocations and kernel loads happen here
     const auto t0 = std::chrono::steady_clock::now();
     decode::GenerationParams p;
-    p.max_new_tokens = std::min<int64_t>(2 * m.reserve, m.ctx_size - 1 - m.reserve);  // a verify step or two
+    // no stop id: the prefill's token, then (fast path) a block's worth, at least two DFlash cycles or decode
+    // steps; one step on the reference path, which may be a large model on the CPU
+    p.max_new_tokens = std::min<int64_t>(m.runner->fast() ? m.reserve + 2 : 2, m.ctx_size - 1 - m.reserve);
     p.block_size = o_.block_size;
-    const std::vector<int64_t> prompt = {m.eos_ids.empty() ? 0 : m.eos_ids.front()};  // no stop: runs them all
-    m.draft ? m.runner->dflash(prompt, p) : m.runner->plain(prompt, p);
+    const std::vector<int64_t> prompt = {m.eos_ids.empty() ? 0 : m.eos_ids.front()};
+    try {
+      m.draft ? m.runner->dflash(prompt, p) : m.runner->plain(prompt, p);
+    } catch (const Error& e) {
+      fail("the warm-up generation at load (--no-warmup skips it): {}", e.what());
+    }
     m.warmup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   model_ = std::move(m);
@@ -375,6 +382,7 @@ Job Server::prepare(const CompletionRequest& request) const {
   const int64_t n = static_cast<int64_t>(job.prompt.size());
   const char* prompt_field = request.api == Api::kCompletions || request.api == Api::kNativeCompletion ? "prompt"
                                                                                                         : "messages";
+  job.params.block_size = o_.block_size;  // the server's (--block-size), as its engine was built for
   if (request.max_tokens == 0) {  // echo only: the prompt scored, nothing generated
     if (n > m.ctx_size)
       fail("field '{}': the prompt ({} tokens) exceeds the context size {} (-c/--ctx-size)", prompt_field, n,
@@ -408,7 +416,6 @@ Job Server::prepare(const CompletionRequest& request) const {
   if (static_cast<int64_t>(banned.size()) == vocab)
     fail("field 'logit_bias': bans every token of the vocabulary (false or -inf for all {} ids)", vocab);
   if (request.random_seed) job.params.sampling.seed = random_seed();
-  job.params.block_size = o_.block_size;
   job.params.logprobs = request.logprobs;
   if (request.thinking_budget > 0 && request.enable_thinking) {  // without thinking there is no block to cap
     const char* field =

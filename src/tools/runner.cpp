@@ -75,6 +75,9 @@ double GenerationRunner::reserve(int64_t positions, int64_t block_size) {
     (dflash ? fast_->dflash : fast_->plain).reset();
     fail("the CUDA fast path's engine for {} positions does not fit the device's memory (fewer positions need "
          "less): {}", positions, e.what_without_backtrace());
+  } catch (...) {
+    (dflash ? fast_->dflash : fast_->plain).reset();  // no half-built engine for the next generation
+    throw;
   }
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 #else
@@ -120,12 +123,17 @@ std::vector<decode::TokenLogprob> GenerationRunner::prompt_logprobs(const std::v
   if (fast_ && params.observer == nullptr && N <= max_positions && (N > 1 || next_logits != nullptr)) {
     decode::validate_prompt_ids(*target_, prompt);  // the engine's embedding does not check them
     // the engine the generation after the scoring takes (DFlash with a draft), sized for it where that fits the
-    // model's positions, else (and for max_tokens 0: no generation) for the prompt alone; an engine already
-    // holding that many positions (a server's: reserve) is taken as it is
+    // model's positions, else for the prompt alone; an engine already holding that many positions (a server's:
+    // reserve) is taken as it is. With max_tokens 0 (no generation) the DFlash engine of any block size serves:
+    // the scoring runs only the target's forward.
     const bool dflash = draft_ != nullptr;
-    const int64_t B = dflash ? decode::resolve_block_size(*draft_, params.block_size) : 1;
+    int64_t B = dflash ? decode::resolve_block_size(*draft_, params.block_size) : 1;
+    if (dflash && params.max_new_tokens == 0 && fast_->dflash && fast_->dflash->capacity() >= N)
+      B = fast_->dflash_block;
     const int64_t generation = params.max_new_tokens > 0 ? N + params.max_new_tokens + B : N;
-    model::FastEngine& engine = fast_engine(dflash, B, generation <= max_positions ? generation : N);
+    // an engine holds at least a block and a position past it
+    const int64_t capacity = std::max(generation <= max_positions ? generation : N, B + 1);
+    model::FastEngine& engine = fast_engine(dflash, B, capacity);
     return decode::prompt_logprobs_fast(engine, prompt, top_n, chunk, keep_going, next_logits);
   }
 #endif

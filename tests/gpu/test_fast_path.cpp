@@ -655,6 +655,20 @@ TEST_F(FastPathGolden, ReservedEngineServesEveryRequestWithinItsPositions) {
     (draft ? runner.dflash(run.prompt, longer) : runner.plain(run.prompt, longer));
     EXPECT_EQ(runner.fast_engines_built(), 2) << where;
   }
+  // a server with --block-size other than the draft's: its echo-only requests score on the engine it reserved, and a
+  // runner without an engine scores a prompt shorter than a block (its engine holds a block and a position past it)
+  const int64_t trained = decode::resolve_block_size(*draft_, 0);
+  ASSERT_GE(trained, 4);
+  const std::vector<int64_t> three(run.prompt.begin(), run.prompt.begin() + 3);
+  decode::GenerationParams score_only = p;
+  score_only.max_new_tokens = 0;  // block_size 0: the draft's trained size
+  tools::GenerationRunner halved(*target_, draft_.get());
+  halved.reserve(128, trained / 2);
+  EXPECT_EQ(halved.prompt_logprobs(three, score_only, 2).size(), 2u);
+  EXPECT_EQ(halved.fast_engines_built(), 1) << "the reserved engine served the scoring";
+  tools::GenerationRunner fresh(*target_, draft_.get());
+  EXPECT_EQ(fresh.prompt_logprobs(three, score_only, 2).size(), 2u);
+  EXPECT_EQ(fresh.fast_engines_built(), 1);
   tools::GenerationRunner reference(*target_, draft_.get(), /*reference_only=*/true);
   EXPECT_EQ(reference.reserve(256), 0.0);
   EXPECT_EQ(reference.fast_engines_built(), 0);

@@ -38,6 +38,7 @@
 #include "kernels/gemv_o_gate_up.h"
 #include "kernels/graph_edges.h"
 #include "kernels/l2_prefetch.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/launch.h"
 #include "kernels/lt_linear.h"
 #include "kernels/skinny_gemm.h"
@@ -136,6 +137,22 @@ TEST_F(Kernels, RmsNormInPlaceResidual) {
   kernels::rmsnorm_out(y, o, w, 1e-6, x, x);  // the layer loop's form: x += o in place
   EXPECT_TRUE(at::equal(x, expect_sum));
   EXPECT_LE(max_ulps(y, expect_y), 2.0);
+}
+
+// The fast path's check that this build has code for the GPU (model::fast_path_supported): true on the machine's
+// GPU (the tests' kernels ran there), false for a device that does not exist, and the current device left as it was.
+TEST_F(Kernels, KernelsRunOnThisDevice) {
+  int before = -1;
+  ASSERT_EQ(cudaGetDevice(&before), cudaSuccess);
+  EXPECT_TRUE(kernels::kernels_run_on_device(-1));
+  EXPECT_TRUE(kernels::kernels_run_on_device(before));
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_FALSE(kernels::kernels_run_on_device(count));
+  int after = -1;
+  ASSERT_EQ(cudaGetDevice(&after), cudaSuccess);
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST_F(Kernels, QkNormRopeMatchesReference) {
