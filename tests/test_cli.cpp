@@ -213,6 +213,11 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   const CommandResult forced = run_specpress(base + " --json --reference-path");
   ASSERT_EQ(forced.exit_code, 0) << forced.err;
   EXPECT_EQ(nlohmann::json::parse(forced.out)["ppl"], out["ppl"]);
+  // a base that is the model itself (the same directory, device and dtype) is scored, with a warning
+  const CommandResult itself = run_specpress(base + " --kl-base-device cpu");
+  ASSERT_EQ(itself.exit_code, 0) << itself.err;
+  EXPECT_NE(itself.err.find("warning: the base is the model itself ("), std::string::npos) << itself.err;
+  EXPECT_EQ(forced.err.find("warning:"), std::string::npos) << forced.err;
   const CommandResult two = run_specpress(base + " --chunks 2 --json");
   ASSERT_EQ(two.exit_code, 0) << two.err;
   EXPECT_EQ(nlohmann::json::parse(two.out)["ppl"], out["running_ppl"][1]);
