@@ -96,12 +96,15 @@ cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream) {
 
 bool kernels_run_on_device(int device) {
   int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) return false;
-  if (device >= 0 && device != current && cudaSetDevice(device) != cudaSuccess) return false;
-  cudaFuncAttributes attributes{};
-  const bool ok = cudaFuncGetAttributes(&attributes, rmsnorm_kernel) == cudaSuccess;
-  if (device >= 0 && device != current) cudaSetDevice(current);
-  (void)cudaGetLastError();  // a missing image's error is not left for the next launch check
+  bool ok = cudaGetDevice(&current) == cudaSuccess;
+  const bool elsewhere = ok && device >= 0 && device != current;
+  if (elsewhere) ok = cudaSetDevice(device) == cudaSuccess;
+  if (ok) {
+    cudaFuncAttributes attributes{};
+    ok = cudaFuncGetAttributes(&attributes, rmsnorm_kernel) == cudaSuccess;
+  }
+  if (elsewhere) (void)cudaSetDevice(current);
+  (void)cudaGetLastError();  // a missing image's or device's error is not left for the next launch check
   return ok;
 }
 
