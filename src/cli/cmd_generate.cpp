@@ -132,10 +132,13 @@ int run_generate(const GenerateOptions& options) {
   if (o.reasoning_budget > 0)
     budget = tools::qwen3_thinking_budget(*tokenizer, o.reasoning_budget, "--reasoning-budget");
   tools::GenerationRunner runner(target, draft.get(), o.reference_path);
-  // where it runs, as the defaults (--device auto --dtype auto) chose it
+  // where it runs, as the defaults (--device auto --dtype auto) chose it; on a GPU, why not on the fast path
   const bool fast_path = runner.fast() && params.observer == nullptr;
-  std::fprintf(stderr, "generate: %s, %s, %s path\n", tools::device_description(device).c_str(),
-               model::compute_dtype_name(dtype).c_str(), fast_path ? "CUDA fast" : "reference");
+  std::string path = fast_path ? "CUDA fast path" : "reference path";
+  if (!fast_path && device.is_cuda())
+    path += fmt::format(" ({})", runner.fast() ? "KV compression runs there" : runner.why_not_fast());
+  std::fprintf(stderr, "generate: %s, %s, %s\n", tools::device_description(device).c_str(),
+               model::compute_dtype_name(dtype).c_str(), path.c_str());
   const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
                                      const decode::TokenCallback& on_tokens) {
     return draft ? runner.dflash(ids, p, on_tokens) : runner.plain(ids, p, on_tokens);

@@ -1309,6 +1309,8 @@ int Server::run() {
   std::string engine =
       model_.runner->fast() ? fmt::format("CUDA fast path, its engine built in {:.0f} ms", model_.engine_ms)
                             : std::string("reference path");
+  if (!model_.runner->fast() && model_.target->device().is_cuda())  // on a GPU, why not the fast path
+    engine += fmt::format(" ({})", model_.policy.enabled() ? "--compress runs there" : model_.runner->why_not_fast());
   if (model_.warmup_ms >= 0) engine += fmt::format(", warmed up in {:.0f} ms", model_.warmup_ms);
   std::fprintf(stderr, "specpress serve: model %s ready (%s%s, context %lld, %s)\n", alias_.c_str(),
                model_.draft ? "DFlash, block " : "plain decoding",

@@ -42,9 +42,13 @@ struct GenerationRunner::FastEngines {};
 GenerationRunner::GenerationRunner(const model::Qwen3Model& target, const model::DFlashDraft* draft, bool reference_only)
     : target_(&target), draft_(draft) {
 #ifdef SPECPRESS_FAST_PATH
-  if (!reference_only && model::fast_path_supported(target, draft, nullptr)) fast_ = std::make_unique<FastEngines>();
+  if (reference_only)
+    why_not_fast_ = "the reference path was asked for";
+  else if (model::fast_path_supported(target, draft, &why_not_fast_))
+    fast_ = std::make_unique<FastEngines>();
 #else
   (void)reference_only;
+  why_not_fast_ = "a build without CUDA";
 #endif
 }
 

@@ -48,8 +48,10 @@ class GenerationRunner {
   // Returns the wall time it took, ms; 0 on the reference path, where nothing is built. Throws specpress::Error
   // naming the positions where the engine does not fit the device's memory.
   double reserve(int64_t positions, int64_t block_size = 0);
-  // Whether generations without an observer run on the CUDA fast path.
+  // Whether generations without an observer run on the CUDA fast path, and if not, why (model::fast_path_supported's
+  // reason, "the reference path was asked for", or "a build without CUDA").
   bool fast() const { return fast_ != nullptr; }
+  const std::string& why_not_fast() const { return why_not_fast_; }
   // Engines built so far (a longer generation than the engine holds, or another block size, builds a new one).
   int64_t fast_engines_built() const { return engines_built_; }
 
@@ -62,6 +64,7 @@ class GenerationRunner {
   const model::DFlashDraft* draft_;
   std::unique_ptr<FastEngines> fast_;
   int64_t engines_built_ = 0;
+  std::string why_not_fast_;
 };
 
 }  // namespace specpress::tools
