@@ -102,7 +102,9 @@ int run_perplexity(const PerplexityOptions& o) {
                                                                base_device, "--kl-base-dtype");
   const std::string base_dtype_name = model::compute_dtype_name(base_dtype);
   if (compare) model::check_dtype_on_device(base_dtype, base_device, "--kl-base-dtype");
-  if (compare && base_model == o.model_dir && base_device == device && base_dtype == dtype)
+  std::error_code ec;  // the same directory however spelt, the same GPU whether or not its index was named
+  if (compare && std::filesystem::equivalent(base_model, o.model_dir, ec) &&
+      tools::device_description(base_device) == tools::device_description(device) && base_dtype == dtype)
     std::fprintf(stderr, "warning: the base is the model itself (%s, %s, %s): it is compared with itself; give "
                  "--kl-base-dtype, --kl-base-device or --kl-base-model that differs\n", o.model_dir.c_str(),
                  tools::device_description(device).c_str(), base_dtype_name.c_str());

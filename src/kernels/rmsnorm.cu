@@ -94,17 +94,10 @@ cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream) {
   return launch_kernel(row_rms_kernel, (a.rows + kRowRmsWarps - 1) / kRowRmsWarps, kRowRmsWarps * 32, 0, stream, a);
 }
 
-bool kernels_run_on_device(int device) {
-  int current = 0;
-  bool ok = cudaGetDevice(&current) == cudaSuccess;
-  const bool elsewhere = ok && device >= 0 && device != current;
-  if (elsewhere) ok = cudaSetDevice(device) == cudaSuccess;
-  if (ok) {
-    cudaFuncAttributes attributes{};
-    ok = cudaFuncGetAttributes(&attributes, rmsnorm_kernel) == cudaSuccess;
-  }
-  if (elsewhere) (void)cudaSetDevice(current);
-  (void)cudaGetLastError();  // a missing image's or device's error is not left for the next launch check
+bool kernels_run_on_current_device() {
+  cudaFuncAttributes attributes{};
+  const bool ok = cudaFuncGetAttributes(&attributes, rmsnorm_kernel) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();  // a missing image's error is not left for the next launch check
   return ok;
 }
 

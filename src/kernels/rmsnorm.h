@@ -38,9 +38,9 @@ struct RowRmsArgs {
 
 cudaError_t row_rms(const RowRmsArgs& a, cudaStream_t stream);
 
-// Whether this build has code for `device`'s GPU (-1: the current device), judged by the RMSNorm kernel's attributes
-// there: the kernels are compiled for CMAKE_CUDA_ARCHITECTURES only (default 90a, Hopper), so on another GPU the fast
-// path does not apply (model::fast_path_supported) and the reference path runs.
-bool kernels_run_on_device(int device);
+// Whether this build has code for the current device's GPU, judged by the RMSNorm kernel's attributes there: the
+// kernels are compiled for CMAKE_CUDA_ARCHITECTURES only (default 90a, Hopper), so on another GPU the fast path does
+// not apply (model::fast_path_supported, under a device guard for the model's GPU) and the reference path runs.
+bool kernels_run_on_current_device();
 
 }  // namespace specpress::kernels

@@ -247,8 +247,11 @@ bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std
   };
   if (!target.device().is_cuda()) return no("needs --device cuda");
   if (target.dtype() != at::kBFloat16) return no("needs --dtype bf16");
-  if (!kernels::kernels_run_on_device(target.device().has_index() ? target.device().index() : -1))
-    return no("this build's CUDA kernels are not for this GPU (CMAKE_CUDA_ARCHITECTURES names those it has)");
+  {
+    const c10::cuda::OptionalCUDAGuard on_the_models_gpu(target.device());  // LibTorch's view of it, restored after
+    if (!kernels::kernels_run_on_current_device())
+      return no("this build's CUDA kernels are not for this GPU (CMAKE_CUDA_ARCHITECTURES names those it has)");
+  }
   if (!widths_supported(target.config(), "target", why)) return false;
   if (draft != nullptr) {
     const DFlashConfig& dc = draft->config();

@@ -307,9 +307,9 @@ void Server::load() {
   // waits for one to be built or grown, and a context that does not fit fails here rather than mid-request
   try {
     m.engine_ms = m.runner->reserve(m.ctx_size, o_.block_size);
-  } catch (const Error& e) {
-    fail("building the CUDA fast path's engine for -c/--ctx-size {} (--reference-path skips it): {}", m.ctx_size,
-         e.what());
+  } catch (...) {  // specpress's errors, and LibTorch's or CUDA's without their backtraces
+    fail("-c/--ctx-size {} (--reference-path builds no engine): {}", m.ctx_size,
+         current_error_json()["error"]["message"].get<std::string>());
   }
   if (o_.warmup) {  // as llama-server warms up: the first replays, allocations and kernel loads happen here
     const auto t0 = std::chrono::steady_clock::now();
@@ -321,8 +321,9 @@ void Server::load() {
     const std::vector<int64_t> prompt = {m.eos_ids.empty() ? 0 : m.eos_ids.front()};
     try {
       m.draft ? m.runner->dflash(prompt, p) : m.runner->plain(prompt, p);
-    } catch (const Error& e) {
-      fail("the warm-up generation at load (--no-warmup skips it): {}", e.what());
+    } catch (...) {
+      fail("the warm-up generation at load (--no-warmup skips it): {}",
+           current_error_json()["error"]["message"].get<std::string>());
     }
     m.warmup_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }

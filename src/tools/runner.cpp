@@ -48,7 +48,7 @@ GenerationRunner::GenerationRunner(const model::Qwen3Model& target, const model:
     fast_ = std::make_unique<FastEngines>();
 #else
   (void)reference_only;
-  why_not_fast_ = "a build without CUDA";
+  why_not_fast_ = "a build without the CUDA fast path (SPECPRESS_CUDA off)";
 #endif
 }
 
