@@ -49,7 +49,7 @@ class GenerationRunner {
   // naming the positions where the engine does not fit the device's memory.
   double reserve(int64_t positions, int64_t block_size = 0);
   // Whether generations without an observer run on the CUDA fast path, and if not, why (model::fast_path_supported's
-  // reason, "the reference path was asked for", or "a build without CUDA").
+  // reason, "the reference path was asked for", or that the build has no CUDA fast path).
   bool fast() const { return fast_ != nullptr; }
   const std::string& why_not_fast() const { return why_not_fast_; }
   // Engines built so far (a longer generation than the engine holds, or another block size, builds a new one).
