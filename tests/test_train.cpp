@@ -276,6 +276,34 @@ TEST(TrainLm, CorruptCheckpointsAreRefused) {
   EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 2);  // the restored checkpoint resumes
 }
 
+// --device auto continues a --resume on the device its checkpoint records rather than this machine's default; a device
+// this machine lacks is named with the checkpoint, and an explicit --device that differs is the run's mismatch.
+TEST(TrainLm, ResumeWithAutoTakesTheCheckpointsDevice) {
+  Fixture f;
+  train::LmOptions o = f.lm_options("device");
+  o.device = "cpu";
+  o.stop_after = 2;
+  train::train_lm(o, train::TextCodec{});
+  o.stop_after = 0;
+  o.resume = true;
+  o.device = "auto";
+  const fs::path state_file = fs::path(o.out) / "checkpoint" / "state.json";
+  const std::string state_text = io::read_text_file(state_file.string());
+  nlohmann::json state = nlohmann::json::parse(state_text);
+  ASSERT_EQ(state["run"]["device"], "cpu");
+  if (!at::hasCUDA()) {
+    state["run"]["device"] = "cuda:0";
+    write_text(state_file, state.dump());
+    expect_error([&] { train::train_lm(o, train::TextCodec{}); },
+                 state_file.string() + " records device 'cuda:0', and this build or machine has no CUDA");
+    o.device = "cpu";
+    expect_error([&] { train::train_lm(o, train::TextCodec{}); }, "option 'device' is \"cpu\" now but \"cuda:0\"");
+    o.device = "auto";
+    write_text(state_file, state_text);
+  }
+  EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 2);  // the CPU run continues on the CPU
+}
+
 TEST(TrainDraft, FewStepsLowerTheLoss) {
   Fixture f;
   train::DraftOptions o = f.draft_options("draft");

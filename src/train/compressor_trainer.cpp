@@ -190,7 +190,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   if (o.eval_samples < 0) fail("--eval-samples: must be >= 0, found {}", o.eval_samples);
   if (o.feature_passes < 0) fail("--feature-passes: must be >= 0, found {}", o.feature_passes);
   if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");
-  const at::Device device = model::parse_device(o.device, "--device");
+  const at::Device device = training_device(o);
   const model::Qwen3Model target = model::Qwen3Model::load(o.target_dir, at::kFloat, device);
   const model::Qwen3Config& tc = target.config();
   // The draft itself is loaded only to generate (onpolicy.h); here its taps are the default features.
@@ -331,7 +331,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     write_report();
   }
 
-  nlohmann::json run = common_run_json(o);
+  nlohmann::json run = common_run_json(o, device);
   run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
   run["draft"] = o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string();
   run["compressor"] = compress::beacon_config_json(bc);

@@ -106,7 +106,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   if (o.eval_samples < 0) fail("--eval-samples: must be >= 0, found {}", o.eval_samples);
   if (o.eval_tokens < 1) fail("--eval-tokens: must be at least 1, found {}", o.eval_tokens);
   if (o.eval_every < 0) fail("--eval-every: must be >= 0 (0 = at the end), found {}", o.eval_every);
-  const at::Device device = model::parse_device(o.device, "--device");
+  const at::Device device = training_device(o);
   const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
   if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");
   const model::Qwen3Model target = model::Qwen3Model::load(o.target_dir, at::kFloat, device);
@@ -155,7 +155,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   const ops::RopeTable rope = ops::make_rope_table(dc.arch.head_dim, dc.arch.rope_theta, o.seq_len + o.block_size, device);
   AdamW optimizer(params, o.schedule());
 
-  nlohmann::json run = common_run_json(o);
+  nlohmann::json run = common_run_json(o, device);
   run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
   run["draft"] = dflash_config_json(dc, "float32");
   run["gamma"] = gamma;

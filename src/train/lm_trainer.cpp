@@ -23,7 +23,7 @@ void copy_tokenizer_files(const std::string& from, const std::string& to) {
 TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   validate_common(o);
   keep_freed_memory();
-  const at::Device device = model::parse_device(o.device, "--device");
+  const at::Device device = training_device(o);
   const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
   if (o.config_path.empty()) fail("--config: required (a Qwen3 config.json)");
   if (!fs::exists(o.config_path)) fail("--config: {} not found", o.config_path);
@@ -53,7 +53,7 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   const ops::RopeTable rope = ops::make_rope_table(config.head_dim, config.rope_theta, o.seq_len + 1, device);
   AdamW optimizer(params, o.schedule());
 
-  nlohmann::json run = common_run_json(o);
+  nlohmann::json run = common_run_json(o, device);
   run["model"] = qwen3_config_json(config, "float32");
   const nlohmann::ordered_json out_config = qwen3_config_json(config, dtype_config_name(save_dtype));
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, o.out);

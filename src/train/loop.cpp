@@ -23,7 +23,7 @@
 namespace specpress::train {
 namespace fs = std::filesystem;
 
-nlohmann::json common_run_json(const CommonOptions& o) {
+nlohmann::json common_run_json(const CommonOptions& o, const at::Device& device) {
   nlohmann::json data = nlohmann::json::array();
   for (const std::string& f : o.data) data.push_back(fs::absolute(f).lexically_normal().string());
   return {{"data", data},
@@ -36,8 +36,25 @@ nlohmann::json common_run_json(const CommonOptions& o) {
           {"weight_decay", o.optim.weight_decay},
           {"grad_clip", o.optim.grad_clip},
           {"seed", o.seed},
-          {"device", model::parse_device(o.device, "--device").str()},  // resolved: auto resumes where it ran
+          {"device", device.str()},  // resolved (training_device): auto resumes where it ran
           {"autocast", o.autocast}};
+}
+
+at::Device training_device(const CommonOptions& o) {
+  const at::Device here = model::parse_device(o.device, "--device");
+  if (o.device != "auto" || !o.resume || o.force) return here;  // (--force with --resume is refused later)
+  const std::optional<CheckpointState> state = find_checkpoint(o.out);
+  if (!state || !state->run.contains("device") || !state->run["device"].is_string()) return here;
+  const std::string recorded = state->run["device"].get<std::string>();
+  if (recorded == here.str()) return here;
+  const std::string source = state->dir + "/state.json";
+  if (recorded != "cpu" && !at::hasCUDA())
+    fail("--resume: {} records device '{}', and this build or machine has no CUDA: resume it where it ran, or start "
+         "over with --force", source, recorded);
+  const at::Device device = model::parse_device(recorded, source + ": device");
+  std::fprintf(stderr, "--resume: --device auto continues on %s, the device %s records (pass --device to choose)\n",
+               recorded.c_str(), source.c_str());
+  return device;
 }
 
 void keep_freed_memory() {

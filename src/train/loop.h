@@ -34,8 +34,13 @@ struct CommonOptions {
   }
 };
 
-// The options a resumed run must share with the original (schedule, data, seed, sizes), as JSON.
-nlohmann::json common_run_json(const CommonOptions& options);
+// The options a resumed run must share with the original (schedule, data, seed, sizes, the resolved device), as JSON.
+nlohmann::json common_run_json(const CommonOptions& options, const at::Device& device);
+
+// The device --device names. `auto` (CUDA where there is one, else the CPU) continues a --resume on the device its
+// checkpoint records, so a training begun on the CPU resumes there on a machine with a GPU (a note says so), and one
+// begun on CUDA fails naming the checkpoint where this machine has none.
+at::Device training_device(const CommonOptions& options);
 
 struct StepOutput {
   double loss = 0;
