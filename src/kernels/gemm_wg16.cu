@@ -28,7 +28,7 @@ constexpr int kTileFloats = kWg16Rows * kWg16MaxT;  // one tile's partial (1024 
 // Independent wgmma accumulators a consumer thread keeps: a stage's wgmma go to them in turn, so that they are not
 // one chain of dependent products. Against one chain: 4B verify 30-36 us shorter, 8B 26-28; 8 chains as 4, 16 slower
 // (docs/PERF.md, fifty-first pass).
-constexpr int kChains = 4;
+[[maybe_unused]] constexpr int kChains = 4;  // (host passes compile no kernel body)
 // when a block lets the next kernel launch under PDL (KernelArgs::trigger): at its exit (none), once its producer has
 // issued every load, or as the producer starts
 constexpr int kTriggerNone = 0, kTriggerAfterLoads = 1, kTriggerAtStart = 2;
@@ -59,10 +59,16 @@ struct ArgmaxArgs {
   unsigned* counter;
 };
 
+// wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
+// kernel that traps, which the host side never launches (gemm_wg16 checks the device).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPECPRESS_WGMMA 1
+#endif
+
 // The cluster sum's pieces (Wg16Args::cluster_sum): a tile's K splits run as one thread-block cluster, the other
 // splits store their partials into split 0's shared memory and arrive on its barrier, so that no partial goes through
-// the workspace, a fence and a counter.
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// the workspace, a fence and a counter. Only the kernel body uses them, so they are compiled where it is.
+#if defined(SPECPRESS_WGMMA)
 __device__ __forceinline__ unsigned cluster_ctas() {
   unsigned n;
   asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
@@ -99,11 +105,6 @@ __device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, unsigned parity
 }
 #endif
 
-// wgmma needs the architecture-specific target (sm_90a, as CMakeLists.txt builds); any other device build gets a
-// kernel that traps, which the host side never launches (gemm_wg16 checks the device).
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SPECPRESS_WGMMA 1
-#endif
 #if !defined(__CUDA_ARCH__) || defined(SPECPRESS_WGMMA)
 // A wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t smem_desc(const void* p) {
