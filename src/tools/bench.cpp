@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include <fmt/format.h>
@@ -28,8 +29,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   report.options.plain_results = nullptr;
   report.block_size = decode::resolve_block_size(draft, options.block_size);
   const int64_t max_positions = target.config().max_position_embeddings;
-  check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens, report.block_size, max_positions,
-                        options.dataset);
+  const int64_t longest_first_turn = check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens,
+                                                           report.block_size, max_positions, options.dataset);
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   // the checkpoint's records this run asks for again (its samples' turns, each at most once)
@@ -41,12 +42,23 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   int64_t resumable = 0;
   for (const auto& s : samples)
     for (size_t t = 0; t < s.turns.size(); ++t) resumable += find_resumed(s.id, static_cast<int64_t>(t)) ? 1 : 0;
-  ProgressBar bar("bench " + options.dataset, total_turns, options.progress, resumable);
 
   // Compressed runs edit the reference cache; the uncompressed runs they are compared with must then
   // use the same path, or the comparison would mix kernels.
   GenerationRunner runner(target, &draft, options.reference_path || options.compress.enabled());
   report.fast_path = runner.fast();
+  // On the fast path both engines are built here for the longest first turn, so that the samples do not rebuild them
+  // as longer prompts come (a later turn longer still, as mt-bench's second turns can be, grows them) and every first
+  // turn runs on the same engines and capture-time choices.
+  if (runner.fast() && resumable < total_turns) {
+    const int64_t positions = longest_first_turn + options.max_new_tokens;
+    const double ms = runner.reserve_plain(positions + 1) + runner.reserve(positions + report.block_size,
+                                                                           report.block_size);
+    if (options.progress)
+      std::fprintf(stderr, "bench: the CUDA fast path's engines for %lld positions built in %.0f ms\n",
+                   static_cast<long long>(positions + report.block_size), ms);
+  }
+  ProgressBar bar("bench " + options.dataset, total_turns, options.progress, resumable);
   decode::GenerationParams params;
   params.max_new_tokens = options.max_new_tokens;
   params.stop_ids = stop_ids;

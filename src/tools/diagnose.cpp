@@ -102,9 +102,10 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
   }
 
-  check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens, 1,
-                        target.config().max_position_embeddings, options.dataset);
+  const int64_t longest_first_turn = check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens,
+                                                           1, target.config().max_position_embeddings, options.dataset);
   GenerationRunner runner(target, nullptr);
+  runner.reserve(longest_first_turn + options.max_new_tokens + 1);  // the fast path's engine, once for every sample
   ProgressBar bar("diagnose " + options.dataset, static_cast<int64_t>(samples.size()), options.progress);
   decode::GenerationParams params;
   params.max_new_tokens = options.max_new_tokens;

@@ -1,6 +1,7 @@
 // prompting.cpp — see prompting.h.
 #include "tools/prompting.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/error.h"
@@ -62,19 +63,22 @@ void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t bloc
   if (const auto why = turn_overflow(prompt_tokens, max_new_tokens, block, max_positions, what)) fail("{}", *why);
 }
 
-void check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
-                           int64_t max_new_tokens, int64_t block, int64_t max_positions, const std::string& dataset) {
-  int64_t too_long = 0;
+int64_t check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
+                              int64_t max_new_tokens, int64_t block, int64_t max_positions,
+                              const std::string& dataset) {
+  int64_t too_long = 0, longest = 0;
   std::string first;
   for (const BenchSample& sample : samples) {
     if (sample.turns.empty()) continue;
     const auto prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, think);
+    longest = std::max(longest, static_cast<int64_t>(prompt.size()));
     const auto why = turn_overflow(static_cast<int64_t>(prompt.size()), max_new_tokens, block, max_positions,
                                    turn_name(dataset, sample, 0));
     if (why && too_long++ == 0) first = *why;
   }
   if (too_long == 1) fail("{}", first);
   if (too_long > 1) fail("{} of the {} selected samples do not fit, the first: {}", too_long, samples.size(), first);
+  return longest;
 }
 
 }  // namespace specpress::tools

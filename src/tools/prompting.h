@@ -31,8 +31,10 @@ void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t bloc
                      const std::string& what);
 // check_turn_fits for every sample's first turn before any sample runs, so that a run does not stop at its first long
 // prompt after the work before it (a later turn's prompt holds the earlier answers: it is checked when it comes).
-void check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
-                           int64_t max_new_tokens, int64_t block, int64_t max_positions, const std::string& dataset);
+// Returns the longest first turn's prompt tokens (what the fast path's engines are sized for up front).
+int64_t check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
+                              int64_t max_new_tokens, int64_t block, int64_t max_positions,
+                              const std::string& dataset);
 // "gsm8k sample 12 (row 13) turn 1", as the checks name a turn.
 std::string turn_name(const std::string& dataset, const BenchSample& sample, size_t turn);
 

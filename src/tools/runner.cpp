@@ -68,11 +68,16 @@ model::FastEngine& GenerationRunner::fast_engine(bool dflash, int64_t block, int
 #endif
 
 double GenerationRunner::reserve(int64_t positions, int64_t block_size) {
+  const bool dflash = draft_ != nullptr;
+  return build_now(dflash, dflash ? decode::resolve_block_size(*draft_, block_size) : 1, positions);
+}
+
+double GenerationRunner::reserve_plain(int64_t positions) { return build_now(false, 1, positions); }
+
+double GenerationRunner::build_now(bool dflash, int64_t B, int64_t positions) {
 #ifdef SPECPRESS_FAST_PATH
   if (!fast_) return 0;
   const auto t0 = std::chrono::steady_clock::now();
-  const bool dflash = draft_ != nullptr;
-  const int64_t B = dflash ? decode::resolve_block_size(*draft_, block_size) : 1;
   try {
     fast_engine(dflash, B, positions).capture_graphs();
   } catch (const c10::OutOfMemoryError& e) {
@@ -85,7 +90,7 @@ double GenerationRunner::reserve(int64_t positions, int64_t block_size) {
   }
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 #else
-  (void)positions, (void)block_size;
+  (void)dflash, (void)B, (void)positions;
   return 0;
 #endif
 }

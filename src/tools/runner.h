@@ -48,6 +48,8 @@ class GenerationRunner {
   // Returns the wall time it took, ms; 0 on the reference path, where nothing is built. Throws specpress::Error
   // naming the positions where the engine does not fit the device's memory.
   double reserve(int64_t positions, int64_t block_size = 0);
+  // reserve() for the plain-decoding engine of a runner with a draft (bench decodes each prompt both ways).
+  double reserve_plain(int64_t positions);
   // Whether generations without an observer run on the CUDA fast path, and if not, why (model::fast_path_supported's
   // reason, "the reference path was asked for", or that the build has no CUDA fast path).
   bool fast() const { return fast_ != nullptr; }
@@ -60,6 +62,8 @@ class GenerationRunner {
   // The plain or DFlash engine (of that block size), rebuilt where it holds fewer positions than `capacity`.
   // CUDA builds only.
   model::FastEngine& fast_engine(bool dflash, int64_t block, int64_t capacity);
+  // Builds that engine now and captures its graphs (reserve, reserve_plain); the wall time, ms.
+  double build_now(bool dflash, int64_t block, int64_t positions);
   const model::Qwen3Model* target_;
   const model::DFlashDraft* draft_;
   std::unique_ptr<FastEngines> fast_;

@@ -624,6 +624,7 @@ TEST_F(FastPathGolden, PromptLogprobsMatchTheReferenceForward) {
 // A server's runner (GenerationRunner::reserve at its -c/--ctx-size): one engine built and captured at load, and
 // every request within its positions served by it (generations with a fresh engine's tokens, echo scoring with and
 // without a generation after it); a generation past them builds a new one; on the reference path nothing is built.
+// bench's runner builds its plain and DFlash engines up front the same way.
 TEST_F(FastPathGolden, ReservedEngineServesEveryRequestWithinItsPositions) {
   const GoldenRun run = golden_runs()[0];
   std::vector<int64_t> text = run.prompt;
@@ -671,7 +672,18 @@ TEST_F(FastPathGolden, ReservedEngineServesEveryRequestWithinItsPositions) {
   EXPECT_EQ(fresh.fast_engines_built(), 1);
   tools::GenerationRunner reference(*target_, draft_.get(), /*reference_only=*/true);
   EXPECT_EQ(reference.reserve(256), 0.0);
+  EXPECT_EQ(reference.reserve_plain(256), 0.0);
   EXPECT_EQ(reference.fast_engines_built(), 0);
+  // bench's runner: the plain and the DFlash engine built up front for a prompt and its output (reserve_plain,
+  // reserve); a plain and a DFlash generation within them build none
+  tools::GenerationRunner both(*target_, draft_.get());
+  EXPECT_GT(both.reserve_plain(n_prompt + p.max_new_tokens + 1), 0.0);
+  EXPECT_GT(both.reserve(n_prompt + p.max_new_tokens + trained), 0.0);
+  EXPECT_EQ(both.fast_engines_built(), 2);
+  EXPECT_EQ(both.plain(run.prompt, p).output_ids, decode::generate_fast(*target_, nullptr, run.prompt, p).output_ids);
+  EXPECT_EQ(both.dflash(run.prompt, p).output_ids,
+            decode::generate_fast(*target_, draft_.get(), run.prompt, p).output_ids);
+  EXPECT_EQ(both.fast_engines_built(), 2) << "both generations ran on the engines built up front";
 }
 
 // `specpress perplexity` on the fast path (tools::perplexity with a bf16 model on CUDA: FastEngine::forward_rows in
