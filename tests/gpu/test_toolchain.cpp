@@ -1,7 +1,7 @@
-// test_toolchain.cpp — the CUDA build's link against PyTorch's LibTorch, whose libtorch.so exports the std::filesystem
-// of its statically linked libstdc++ (pytorch/pytorch#133437): the binaries must bind the system's libstdc++ (the
-// top CMakeLists.txt names it first on every link line), or std::filesystem::remove_all crashes on a non-empty
-// directory, as a resumed training's checkpoint rotation did.
+// test_toolchain.cpp — the CUDA build's link against PyTorch's LibTorch, whose libtorch.so exports the
+// std::filesystem of its statically linked libstdc++ (pytorch/pytorch#133437): the binaries must bind the system's
+// libstdc++ (the top CMakeLists.txt names it first on every link line), or std::filesystem::remove_all crashes on a
+// non-empty directory, as a resumed training's checkpoint rotation did.
 #include <dlfcn.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
