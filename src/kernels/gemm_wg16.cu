@@ -28,7 +28,7 @@ constexpr int kTileFloats = kWg16Rows * kWg16MaxT;  // one tile's partial (1024 
 // Independent wgmma accumulators a consumer thread keeps: a stage's wgmma go to them in turn, so that they are not
 // one chain of dependent products. Against one chain: 4B verify 30-36 us shorter, 8B 26-28; 8 chains as 4, 16 slower
 // (docs/PERF.md, fifty-first pass).
-[[maybe_unused]] constexpr int kChains = 4;  // (host passes compile no kernel body)
+[[maybe_unused]] constexpr int kChains = 4;  // (only passes that compile the kernel body use it)
 // when a block lets the next kernel launch under PDL (KernelArgs::trigger): at its exit (none), once its producer has
 // issued every load, or as the producer starts
 constexpr int kTriggerNone = 0, kTriggerAfterLoads = 1, kTriggerAtStart = 2;

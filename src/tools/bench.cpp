@@ -29,8 +29,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   report.options.plain_results = nullptr;
   report.block_size = decode::resolve_block_size(draft, options.block_size);
   const int64_t max_positions = target.config().max_position_embeddings;
-  const int64_t longest_first_turn = check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens,
-                                                           report.block_size, max_positions, options.dataset);
+  check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens, report.block_size, max_positions,
+                        options.dataset);
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   // the checkpoint's records this run asks for again (its samples' turns, each at most once)
@@ -47,15 +47,28 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   // use the same path, or the comparison would mix kernels.
   GenerationRunner runner(target, &draft, options.reference_path || options.compress.enabled());
   report.fast_path = runner.fast();
-  // On the fast path both engines are built here for the longest first turn, so that the samples do not rebuild them
-  // as longer prompts come (a later turn longer still, as mt-bench's second turns can be, grows them) and every first
-  // turn runs on the same engines and capture-time choices.
-  if (runner.fast() && resumable < total_turns) {
-    const int64_t positions = longest_first_turn + options.max_new_tokens;
-    const double ms = runner.reserve_plain(positions + 1) + runner.reserve(positions + report.block_size,
-                                                                           report.block_size);
-    if (options.progress)
-      std::fprintf(stderr, "bench: the CUDA fast path's engines for %lld positions built in %.0f ms\n",
+  // On the fast path the engines are built here for the longest first turn this run decodes, so that the samples do
+  // not rebuild them as longer prompts come (a later turn longer still, as mt-bench's second turns can be, grows
+  // them) and every first turn runs on the same engines and capture-time choices. The plain engine only where a
+  // plain decoding is not already known (another draft's or block size's run of the same prompts).
+  if (runner.fast()) {
+    int64_t longest = 0;
+    bool plain_needed = false;
+    for (const auto& s : samples) {
+      if (s.turns.empty() || find_resumed(s.id, 0) != nullptr) continue;
+      const std::vector<int64_t> prompt =
+          chat_prompt_ids(tokenizer, {{"user", s.turns[0], std::nullopt}}, options.think);
+      longest = std::max(longest, static_cast<int64_t>(prompt.size()));
+      plain_needed = plain_needed || options.plain_results == nullptr ||
+                     options.plain_results->count(prompt_fingerprint(prompt) + " fast") == 0;
+    }
+    const int64_t positions = longest + options.max_new_tokens;
+    double ms = 0;
+    if (longest > 0 && plain_needed) ms += runner.reserve_plain(positions + 1);
+    if (longest > 0) ms += runner.reserve(positions + report.block_size, report.block_size);
+    if (longest > 0 && options.progress)
+      std::fprintf(stderr, "bench: the CUDA fast path's %s for up to %lld positions built in %.0f ms\n",
+                   plain_needed ? "plain and DFlash engines" : "DFlash engine",
                    static_cast<long long>(positions + report.block_size), ms);
   }
   ProgressBar bar("bench " + options.dataset, total_turns, options.progress, resumable);

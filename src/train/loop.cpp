@@ -48,12 +48,16 @@ at::Device training_device(const CommonOptions& o) {
   const std::string recorded = state->run["device"].get<std::string>();
   if (recorded == here.str()) return here;
   const std::string source = state->dir + "/state.json";
-  if (recorded != "cpu" && !at::hasCUDA())
+  if (recorded.rfind("cuda", 0) == 0 && !at::hasCUDA())
     fail("--resume: {} records device '{}', and this build or machine has no CUDA: resume it where it ran, or start "
          "over with --force", source, recorded);
   const at::Device device = model::parse_device(recorded, source + ": device");
-  std::fprintf(stderr, "--resume: --device auto continues on %s, the device %s records (pass --device to choose)\n",
-               recorded.c_str(), source.c_str());
+  if (device.is_cuda() && device.has_index() && device.index() >= static_cast<int>(at::getNumGPUs()))
+    fail("--resume: {} records device '{}', and this machine has {} CUDA device(s): resume it where it ran, or start "
+         "over with --force", source, recorded, at::getNumGPUs());
+  if (device.type() != here.type())  // ("cuda:0" where auto says "cuda" is the same GPU: no note)
+    std::fprintf(stderr, "--resume: --device auto continues on %s, the device %s records (--device must match it; "
+                 "--force starts over)\n", recorded.c_str(), source.c_str());
   return device;
 }
 
