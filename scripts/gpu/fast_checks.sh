@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # fast_checks.sh — the CUDA fast path (issue 6) in one device call: configure and build the CUDA targets,
 # run tests/gpu (each kernel vs its ATen twin, fast path vs reference path in bf16, golden greedy tokens,
-# allocator stats), check `specpress generate --device cuda --dtype bf16` (fast path) against
-# --reference-path on the golden pair, then the performance record (bench/fast_perf.cpp and the HF
+# allocator stats) and the CUDA build's tests/test_train.cpp on the CPU, check `specpress generate --device cuda
+# --dtype bf16` (fast path) against --reference-path on the golden pair, then the performance record (bench/fast_perf.cpp and the HF
 # transformers baselines: decode, a 16-token forward, and the DFlash reference loop's cycle in eager). Logs and JSON
 # go to $OUT: ten files with the HF steps (the device tool brings back 8 a call, so a caller that wants them all runs
 # it with OUT=/tmp/fc and then `tar -C /tmp/fc -czf "$OUT/fast_checks.tgz" .`; docs/PERF.md, thirty-first pass).
@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 source scripts/gpu/gpu_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 t0=$(date +%s)
-gpu_build . build-gpu /tmp/fast_checks specpress test_gpu fast_perf || exit 1
+gpu_build . build-gpu /tmp/fast_checks specpress test_gpu test_train fast_perf || exit 1
 echo "configure+build: $(( $(date +%s) - t0 )) s"
 
 # Every run's exit status is printed; any failure (a test, a crash, the CLI check) makes the script exit 1 at
@@ -103,6 +103,10 @@ fi
 grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure|C\+\+ exception|Expected|Which is|actual|bf16 greedy|caching allocator|vs bf16 reference' \
   "$OUT/test_gpu.log" | head -70
 tail -4 "$OUT/test_gpu.log"
+# The CUDA build's training suite with the GPU hidden, as CI runs it with Debian's LibTorch: PyTorch's LibTorch under
+# the same tests (it found std::filesystem bound to libtorch's copy, docs/VALIDATION.md); appended to test_gpu.log.
+CUDA_VISIBLE_DEVICES= ./build-gpu/bin/test_train >>"$OUT/test_gpu.log" 2>&1
+rc=$?; echo "test_train (CPU, PyTorch's LibTorch) exit $rc"; [ $rc -eq 0 ] || status=1
 
 g=$shared/golden/dflash-tiny-a
 prompt=$(python3 -c "import json;print(','.join(map(str,json.load(open('$g/dflash_runs.json'))['runs'][0]['prompt'])))")
