@@ -3,9 +3,10 @@
 # run tests/gpu (each kernel vs its ATen twin, fast path vs reference path in bf16, golden greedy tokens,
 # allocator stats) and the CUDA build's tests/test_train.cpp on the CPU, check `specpress generate --device cuda
 # --dtype bf16` (fast path) against --reference-path on the golden pair, then the performance record
-# (bench/fast_perf.cpp and the HF transformers baselines: decode, a 16-token forward, and the DFlash reference loop's cycle in eager). Logs and JSON
-# go to $OUT: ten files with the HF steps (the device tool brings back 8 a call, so a caller that wants them all runs
-# it with OUT=/tmp/fc and then `tar -C /tmp/fc -czf "$OUT/fast_checks.tgz" .`; docs/PERF.md, thirty-first pass).
+# (bench/fast_perf.cpp and the HF transformers baselines: decode, a 16-token forward, and the DFlash reference loop's
+# cycle in eager). Logs and JSON go to $OUT: ten files with the HF steps (the device tool brings back 8 a call, so a
+# caller that wants them all runs it with OUT=/tmp/fc and then `tar -C /tmp/fc -czf "$OUT/fast_checks.tgz" .`;
+# docs/PERF.md, thirty-first pass).
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared), SHAPES (4B,8B),
 #      GTEST_FILTER, SKIP_PERF=1, SKIP_HF=1, HF_SHAPES (4B). Exits 1 when a test run, the CLI check, fast_perf, an
 #      HF baseline or the cycle comparison with the eager reference loop failed (after the rest).
