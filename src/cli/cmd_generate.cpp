@@ -136,7 +136,8 @@ int run_generate(const GenerateOptions& options) {
   const bool fast_path = runner.fast() && params.observer == nullptr;
   std::string path = fast_path ? "CUDA fast path" : "reference path";
   if (!fast_path && device.is_cuda())
-    path += fmt::format(" ({})", runner.fast() ? "KV compression runs there" : runner.why_not_fast());
+    path += fmt::format(" ({})",
+                        runner.fast() ? "--compress edits the reference path's KV cache" : runner.why_not_fast());
   std::fprintf(stderr, "generate: %s, %s, %s\n", tools::device_description(device).c_str(),
                model::compute_dtype_name(dtype).c_str(), path.c_str());
   const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
