@@ -267,7 +267,8 @@ bool fast_path_supported(const Qwen3Model& target, const DFlashDraft* draft, std
   return true;
 }
 
-FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64_t capacity, int64_t block_size)
+FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64_t capacity, int64_t block_size,
+                       const FastTargetLayers* shared)
     : target_(target),
       draft_(draft),
       capacity_(capacity),
@@ -298,7 +299,11 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
   auto bf16 = at::TensorOptions().dtype(at::kBFloat16).device(device_);
   auto i32 = at::TensorOptions().dtype(at::kInt).device(device_);
   auto i64 = at::TensorOptions().dtype(at::kLong).device(device_);
-  for (const DecoderLayerWeights& w : target.weights().layers) t_layers_.push_back(fuse_layer(w, folded_));
+  if (shared != nullptr && shared->model == &target && shared->folded == folded_ &&
+      shared->layers.size() == target.weights().layers.size())
+    t_layers_ = shared->layers;
+  else
+    for (const DecoderLayerWeights& w : target.weights().layers) t_layers_.push_back(fuse_layer(w, folded_));
   k_cache_ = at::zeros({c.num_layers, c.num_kv_heads, capacity, c.head_dim}, bf16);
   v_cache_ = at::zeros_like(k_cache_);
   start_ = at::zeros({1}, i32);

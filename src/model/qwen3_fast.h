@@ -185,6 +185,15 @@ struct FastLayer {
   at::Tensor input_norm, qkv, q_norm, k_norm, o_proj, post_norm, gate_up, down;
 };
 
+// A target's layers in that layout, as one engine made them, for the next engine on the same model (a runner's plain
+// and DFlash engines, an engine rebuilt for more positions): the at::Tensor handles share their storage, so the
+// engines of one model hold one copy of the fused weights (a Qwen3-8B's: 9 GB) and fuse them once.
+struct FastTargetLayers {
+  const Qwen3Model* model = nullptr;
+  bool folded = false;
+  std::vector<FastLayer> layers;
+};
+
 // Scratch activations for forwards of up to `rows` tokens of one model.
 struct FastBuffers {
   int64_t rows = 0;
@@ -199,8 +208,10 @@ struct FastBuffers {
 class FastEngine {
  public:
   // `capacity`: positions the KV caches hold (prompt + new tokens + block). `block_size` 0 = the
-  // draft's trained size; ignored without a draft.
-  FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64_t capacity, int64_t block_size = 0);
+  // draft's trained size; ignored without a draft. `shared`: another engine's target_layers(), taken where they were
+  // made from this target with this engine's folding (else the engine fuses its own).
+  FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64_t capacity, int64_t block_size = 0,
+             const FastTargetLayers* shared = nullptr);
   ~FastEngine();
   FastEngine(const FastEngine&) = delete;
   FastEngine& operator=(const FastEngine&) = delete;
@@ -208,6 +219,7 @@ class FastEngine {
   int64_t block_size() const { return B_; }
   int64_t capacity() const { return capacity_; }
   at::Device device() const { return device_; }
+  FastTargetLayers target_layers() const { return {&target_, folded_, t_layers_}; }
   const c10::cuda::CUDAStream& stream() const { return stream_; }
 
   // ---- plain decoding

@@ -1,6 +1,6 @@
 // runner.cpp — see runner.h. The fast engines are sized for the largest generation (or echo scoring, sized for the
-// generation after it) seen so far, or for what reserve() asked, and rebuilt only when a longer one comes (building
-// one fuses weights; its first prefill captures the CUDA graphs).
+// generation after it) seen so far, or for what reserve() asked, and rebuilt only when a longer one comes (its first
+// prefill captures the CUDA graphs). The first engine fuses the target's weights; the others share them.
 #include "tools/runner.h"
 
 #include <algorithm>
@@ -34,6 +34,7 @@ std::string device_description(const at::Device& device) {
 struct GenerationRunner::FastEngines {
   std::unique_ptr<model::FastEngine> plain, dflash;
   int64_t dflash_block = 0;
+  model::FastTargetLayers target_layers;  // the first engine's, shared by every engine after it
 };
 #else
 struct GenerationRunner::FastEngines {};
@@ -59,7 +60,10 @@ model::FastEngine& GenerationRunner::fast_engine(bool dflash, int64_t block, int
   std::unique_ptr<model::FastEngine>& engine = dflash ? fast_->dflash : fast_->plain;
   if (!engine || engine->capacity() < capacity || (dflash && fast_->dflash_block != block)) {
     engine.reset();  // the old engine's buffers go before the new one's come
-    engine = std::make_unique<model::FastEngine>(*target_, dflash ? draft_ : nullptr, capacity, dflash ? block : 0);
+    const bool shared = !fast_->target_layers.layers.empty();
+    engine = std::make_unique<model::FastEngine>(*target_, dflash ? draft_ : nullptr, capacity, dflash ? block : 0,
+                                                 shared ? &fast_->target_layers : nullptr);
+    if (!shared) fast_->target_layers = engine->target_layers();
     if (dflash) fast_->dflash_block = block;
     ++engines_built_;
   }

@@ -686,6 +686,54 @@ TEST_F(FastPathGolden, ReservedEngineServesEveryRequestWithinItsPositions) {
   EXPECT_EQ(both.fast_engines_built(), 2) << "both generations ran on the engines built up front";
 }
 
+// The engines of one model share its fused layers (FastTargetLayers: a runner's plain and DFlash engines, an engine
+// rebuilt for more positions), unless they were made from another model or with the other folding; the shared
+// engines' outputs are the runner tests' above (`both`).
+TEST_F(FastPathGolden, EnginesOfOneModelShareTheFusedTargetLayers) {
+  const int64_t capacity = 128;
+  model::FastEngine plain(*target_, nullptr, capacity);
+  const model::FastTargetLayers made = plain.target_layers();
+  ASSERT_EQ(made.layers.size(), target_->weights().layers.size());
+  EXPECT_EQ(made.model, target_.get());
+  EXPECT_EQ(made.folded, model::fold_norms());
+  auto same_storage = [](const model::FastTargetLayers& a, const model::FastTargetLayers& b) {
+    for (size_t l = 0; l < a.layers.size(); ++l)
+      if (a.layers[l].qkv.data_ptr() != b.layers[l].qkv.data_ptr() ||
+          a.layers[l].gate_up.data_ptr() != b.layers[l].gate_up.data_ptr())
+        return false;
+    return true;
+  };
+  const auto device = static_cast<c10::DeviceIndex>(target_->device().index() < 0 ? 0 : target_->device().index());
+  auto allocated = [&] { return c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[0].current; };
+  const int64_t before_shared = allocated();
+  model::FastEngine dflash(*target_, draft_.get(), capacity, 0, &made);
+  const int64_t shared_bytes = allocated() - before_shared;
+  EXPECT_TRUE(same_storage(dflash.target_layers(), made)) << "the DFlash engine fused its own";
+  const int64_t before_own = allocated();
+  model::FastEngine own(*target_, draft_.get(), capacity);
+  const int64_t own_bytes = allocated() - before_own;
+  EXPECT_FALSE(same_storage(own.target_layers(), made));
+  int64_t fused_bytes = 0;
+  for (const model::FastLayer& l : made.layers) fused_bytes += (l.qkv.numel() + l.gate_up.numel()) * 2;
+  EXPECT_LE(shared_bytes, own_bytes - fused_bytes);
+  std::printf("a DFlash engine of %lld positions: %lld bytes allocated sharing the layers, %lld fusing its own "
+              "(the fused QKV and gate/up: %lld)\n", static_cast<long long>(capacity),
+              static_cast<long long>(shared_bytes), static_cast<long long>(own_bytes),
+              static_cast<long long>(fused_bytes));
+  model::FastTargetLayers other_model = made;
+  other_model.model = nullptr;
+  EXPECT_FALSE(same_storage(model::FastEngine(*target_, nullptr, capacity, 0, &other_model).target_layers(), made));
+  const bool fold = model::fold_norms();
+  struct RestoreFold {
+    bool fold;
+    ~RestoreFold() { model::set_fold_norms(fold); }
+  } restore{fold};
+  model::set_fold_norms(!fold);
+  const model::FastTargetLayers refolded = model::FastEngine(*target_, nullptr, capacity, 0, &made).target_layers();
+  EXPECT_EQ(refolded.folded, !fold);
+  EXPECT_FALSE(same_storage(refolded, made)) << "layers folded otherwise were taken";
+}
+
 // `specpress perplexity` on the fast path (tools::perplexity with a bf16 model on CUDA: FastEngine::forward_rows in
 // pieces) against the reference forward over the same rows: the perplexity within 1e-2, in pieces that run either
 // attention kernel; against a float32 base (which stays on the reference path) its KL(f32 || bf16) within a factor of 2
