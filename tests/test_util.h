@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/remove_tree.h"
+
 namespace specpress::test {
 
 inline std::string shared_dir() { return SPECPRESS_SHARED_DIR; }
@@ -69,10 +71,16 @@ struct ScratchDir {
     path = std::filesystem::temp_directory_path() /
            ("specpress-" + tag + "-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "-" +
             std::to_string(reinterpret_cast<uintptr_t>(this)));
-    std::filesystem::remove_all(path);
+    io::remove_tree(path.string());
     std::filesystem::create_directories(path);
   }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
+  ~ScratchDir() {
+    try {
+      io::remove_tree(path.string());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ScratchDir: %s\n", e.what());
+    }
+  }
   std::string str() const { return path.string(); }
 };
 

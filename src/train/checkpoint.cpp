@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/output_paths.h"
+#include "io/remove_tree.h"
 
 namespace specpress::train {
 namespace fs = std::filesystem;
@@ -74,7 +75,7 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
       fail("--force: {} holds {}, which no specpress trainer writes; refusing to delete the directory (remove that "
            "yourself or choose another --out)",
            out, *foreign);
-    fs::remove_all(out);
+    io::remove_tree(out);
   }
   std::error_code mk;
   fs::create_directories(out, mk);
@@ -90,7 +91,7 @@ void save_checkpoint(const std::string& out, const CheckpointState& state, const
                      const NamedTensors& optimizer_state) {
   const fs::path dir = fs::path(out) / "checkpoint", tmp = fs::path(out) / "checkpoint.tmp",
                  old = fs::path(out) / "checkpoint.old";
-  fs::remove_all(tmp);
+  io::remove_tree(tmp.string());
   fs::create_directories(tmp);
   io::save_safetensors((tmp / "params.safetensors").string(), to_cpu(params, at::kFloat));
   io::save_safetensors((tmp / "optimizer.safetensors").string(), to_cpu(optimizer_state, at::kFloat));
@@ -103,10 +104,10 @@ void save_checkpoint(const std::string& out, const CheckpointState& state, const
   io::write_file_atomic((tmp / kStateFile).string(), j.dump(2) + "\n");
   // Swap: checkpoint -> checkpoint.old, checkpoint.tmp -> checkpoint, drop .old. A kill between the two
   // renames leaves only .old, which find_checkpoint falls back to.
-  fs::remove_all(old);
+  io::remove_tree(old.string());
   if (fs::exists(dir)) fs::rename(dir, old);
   fs::rename(tmp, dir);
-  fs::remove_all(old);
+  io::remove_tree(old.string());
 }
 
 std::optional<CheckpointState> find_checkpoint(const std::string& out) {
