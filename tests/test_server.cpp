@@ -1459,7 +1459,7 @@ TEST(ServerHttp, LogprobsInEveryApiWholeAndStreamedEqualGenerates) {
     token_text += entry_bytes(content[i]);
   }
   ASSERT_EQ(whole["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(token_text, whole["choices"][0]["message"]["content"]);
+  EXPECT_EQ(token_text, whole["choices"][0]["message"]["content"].get<std::string>());
   // chat, streamed: the chunks' entries add up to the whole's, and never trail the text they came with
   json streamed_content = json::array();
   std::string streamed_text, streamed_tokens;
@@ -1807,7 +1807,7 @@ TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
   EXPECT_EQ(r["stop_reason"], "stop_sequence");
   EXPECT_EQ(r["stop_sequence"], stop);
   streamed = post_messages_stream(s, stopped);
-  EXPECT_EQ(streamed.text, r["content"][0]["text"]);
+  EXPECT_EQ(streamed.text, r["content"][0]["text"].get<std::string>());
   EXPECT_EQ(streamed.last_delta["delta"]["stop_sequence"], stop);
 
   // a last assistant turn is continued: the same as completing the rendered conversation plus its text
@@ -1833,8 +1833,8 @@ TEST(ServerHttp, MessagesApiEqualsChatWholeAndStreamed) {
             json({{"type", "thinking"}, {"thinking", chat_message["reasoning_content"]}, {"signature", ""}}));
   EXPECT_EQ(r["content"][1]["text"], chat_message["content"]);
   streamed = post_messages_stream(s, sampled);
-  EXPECT_EQ(streamed.thinking, chat_message["reasoning_content"]);
-  EXPECT_EQ(streamed.text, chat_message["content"]);
+  EXPECT_EQ(streamed.thinking, chat_message["reasoning_content"].get<std::string>());
+  EXPECT_EQ(streamed.text, chat_message["content"].get<std::string>());
   const auto thinking_start = std::find(streamed.names.begin(), streamed.names.end(), "content_block_start");
   EXPECT_EQ(std::count(streamed.names.begin(), streamed.names.end(), "content_block_start"), 2);
   EXPECT_NE(thinking_start, streamed.names.end());
