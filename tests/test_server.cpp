@@ -2309,7 +2309,7 @@ TEST(ServerHttp, ShutdownStopsAnEchosScoring) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "shutdown waited for the scoring";
   request.join();
   const json cut = json::parse(body, nullptr, false);
-  ASSERT_TRUE(cut.is_object()) << body;
+  ASSERT_TRUE(cut.is_object()) << body << "\n" << s.stderr_text();
   EXPECT_EQ(cut["error"]["code"], 503) << body;
   EXPECT_NE(cut["error"]["message"].get<std::string>().find("shut down while this request's prompt was scored"),
             std::string::npos) << body;

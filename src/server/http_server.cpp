@@ -187,6 +187,20 @@ struct Generation {
   }
 };
 
+// A generation's response in the making: counted from the start of its handler until cpp-httplib drops the content
+// provider the handler left (the body written, the client gone or the connection closed), or until the handler
+// returns where it left none. A shutdown waits for them before it stops the listener: cpp-httplib's stop() ends a
+// chunked body before the provider's next call, so a body whose provider had not yet run went out as headers and
+// nothing more (a whole response that had turned chunked, its generation or scoring then cut by the shutdown: the
+// client got neither the 503 nor the text).
+struct ResponseInFlight {
+  std::atomic<int>& count;
+  explicit ResponseInFlight(std::atomic<int>& c) : count(c) { ++count; }
+  ~ResponseInFlight() { --count; }
+  ResponseInFlight(const ResponseInFlight&) = delete;
+  ResponseInFlight& operator=(const ResponseInFlight&) = delete;
+};
+
 class Server {
  public:
   explicit Server(const ServerOptions& o)
@@ -251,6 +265,7 @@ class Server {
   httplib::Server http_;
   Model model_;
   std::atomic<bool> ready_{false}, shutting_down_{false};
+  std::atomic<int> responses_in_flight_{0};  // ResponseInFlight
   // the slot: generations waiting and the thread that runs them
   mutable std::mutex queue_mutex_;
   std::condition_variable queue_changed_;
@@ -703,6 +718,7 @@ void Server::slot_loop() {
 
 void Server::complete(const httplib::Request& req, httplib::Response& res, Api api) {
   const bool messages = api == Api::kMessages;
+  const auto in_flight = std::make_shared<ResponseInFlight>(responses_in_flight_);
   guarded(res, messages, [&] {
     const RequestDefaults defaults = request_defaults();
     const nlohmann::json body = parse_body(req.body);
@@ -737,8 +753,8 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         }
         if (settled(*g)) break;
       }
-      res.set_chunked_content_provider("application/json; charset=utf-8", [this, g, final_body](size_t,
-                                                                                              httplib::DataSink& sink) {
+      res.set_chunked_content_provider(
+          "application/json; charset=utf-8", [this, g, final_body, in_flight](size_t, httplib::DataSink& sink) {
         for (;;) {
           std::unique_lock<std::mutex> lock = g->wait([](const Generation& x) { return x.done; }, milliseconds(1000));
           if (g->done) break;
@@ -883,7 +899,10 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         return true;
       };
     }
-    // HTTP/1.0 cannot take chunks: its stream ends with the connection
+    // the provider holds the response's count; HTTP/1.0 cannot take chunks: its stream ends with the connection
+    stream_events = [events = std::move(stream_events), in_flight](size_t offset, httplib::DataSink& sink) {
+      return events(offset, sink);
+    };
     if (req.version == "HTTP/1.0") res.set_content_provider("text/event-stream", stream_events);
     else res.set_chunked_content_provider("text/event-stream", stream_events);
   });
@@ -1271,7 +1290,8 @@ int Server::run() {
                o_.model_dir.c_str());
   std::fflush(stderr);
   // Shutdown: running generations end at their next commit and queued ones fail with 503 (the slot thread drains
-  // the queue), so the HTTP threads waiting on them finish; then the slot thread ends.
+  // the queue), so the HTTP threads waiting on them finish, and the bodies they hand to cpp-httplib's providers are
+  // written (ResponseInFlight) before the listener stops, within a 5 s grace; then the slot thread ends.
   // cpp-httplib's stop() also waits for connections still sending a request (up to --timeout): past 5 s the process
   // exits without them, with `exit_code`, after printing `error` (a failed load's message) where there is one.
   auto stop_all = [&](int exit_code, const std::string& error) {
@@ -1279,8 +1299,10 @@ int Server::run() {
       std::lock_guard<std::mutex> lock(queue_mutex_);
       shutting_down_ = true;
     }
-    http_.stop();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (responses_in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http_.stop();
     while (!listener_returned && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (!listener_returned) {
@@ -1311,7 +1333,8 @@ int Server::run() {
       model_.runner->fast() ? fmt::format("CUDA fast path, its engine built in {:.0f} ms", model_.engine_ms)
                             : std::string("reference path");
   if (!model_.runner->fast() && model_.target->device().is_cuda())  // on a GPU, why not the fast path
-    engine += fmt::format(" ({})", model_.policy.enabled() ? "--compress runs there" : model_.runner->why_not_fast());
+    engine += fmt::format(" ({})", model_.policy.enabled() ? "--compress edits the reference path's KV cache"
+                                                            : model_.runner->why_not_fast());
   if (model_.warmup_ms >= 0) engine += fmt::format(", warmed up in {:.0f} ms", model_.warmup_ms);
   std::fprintf(stderr, "specpress serve: model %s ready (%s%s, context %lld, %s)\n", alias_.c_str(),
                model_.draft ? "DFlash, block " : "plain decoding",
