@@ -428,6 +428,9 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
 }
 
 FastEngine::~FastEngine() {
+  // its work done before its buffers go back to the allocator (and shared layers, made on another engine's stream,
+  // to that stream's pool)
+  cudaStreamSynchronize(stream_.stream());
   for (cudaEvent_t e : token_copied_)
     if (e != nullptr) cudaEventDestroy(e);
   for (cudaEvent_t e : record_copied_)

@@ -187,18 +187,26 @@ struct Generation {
   }
 };
 
-// A generation's response in the making: counted from the start of its handler until cpp-httplib drops the content
-// provider the handler left (the body written, the client gone or the connection closed), or until the handler
-// returns where it left none. A shutdown waits for them before it stops the listener: cpp-httplib's stop() ends a
-// chunked body before the provider's next call, so a body whose provider had not yet run went out as headers and
-// nothing more (a whole response that had turned chunked, its generation or scoring then cut by the shutdown: the
-// client got neither the 503 nor the text).
-struct ResponseInFlight {
-  std::atomic<int>& count;
-  explicit ResponseInFlight(std::atomic<int>& c) : count(c) { ++count; }
-  ~ResponseInFlight() { --count; }
+// A generation's response not yet under way: counted from the start of its handler until the content provider it
+// left starts (each provider writes its whole body in its first call), or until the handler returns without one, or
+// cpp-httplib drops an unstarted one. A shutdown waits for them before it stops the listener: cpp-httplib's stop()
+// skips a chunked body's provider that has not started, so such a response went out as headers and nothing more (a
+// whole response that had turned chunked, its generation or scoring then cut by the shutdown: the client got neither
+// the 503 nor the text). A provider already running finishes its body after stop(), and its connection closes then,
+// as before (waiting for whole bodies instead would hold keep-alive connections open for their idle timeout).
+class ResponseInFlight {
+ public:
+  explicit ResponseInFlight(std::atomic<int>& count) : count_(count) { ++count_; }
+  ~ResponseInFlight() { started(); }
+  void started() {
+    if (!started_.exchange(true)) --count_;
+  }
   ResponseInFlight(const ResponseInFlight&) = delete;
   ResponseInFlight& operator=(const ResponseInFlight&) = delete;
+
+ private:
+  std::atomic<int>& count_;
+  std::atomic<bool> started_{false};
 };
 
 class Server {
@@ -265,7 +273,7 @@ class Server {
   httplib::Server http_;
   Model model_;
   std::atomic<bool> ready_{false}, shutting_down_{false};
-  std::atomic<int> responses_in_flight_{0};  // ResponseInFlight
+  std::atomic<int> responses_in_flight_{0};  // ResponseInFlight: responses not yet under way
   // the slot: generations waiting and the thread that runs them
   mutable std::mutex queue_mutex_;
   std::condition_variable queue_changed_;
@@ -755,6 +763,7 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
       }
       res.set_chunked_content_provider(
           "application/json; charset=utf-8", [this, g, final_body, in_flight](size_t, httplib::DataSink& sink) {
+        in_flight->started();
         for (;;) {
           std::unique_lock<std::mutex> lock = g->wait([](const Generation& x) { return x.done; }, milliseconds(1000));
           if (g->done) break;
@@ -899,8 +908,10 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         return true;
       };
     }
-    // the provider holds the response's count; HTTP/1.0 cannot take chunks: its stream ends with the connection
+    // the response counts as under way once its provider runs; HTTP/1.0 cannot take chunks: its stream ends with
+    // the connection
     stream_events = [events = std::move(stream_events), in_flight](size_t offset, httplib::DataSink& sink) {
+      in_flight->started();
       return events(offset, sink);
     };
     if (req.version == "HTTP/1.0") res.set_content_provider("text/event-stream", stream_events);
@@ -1290,8 +1301,8 @@ int Server::run() {
                o_.model_dir.c_str());
   std::fflush(stderr);
   // Shutdown: running generations end at their next commit and queued ones fail with 503 (the slot thread drains
-  // the queue), so the HTTP threads waiting on them finish, and the bodies they hand to cpp-httplib's providers are
-  // written (ResponseInFlight) before the listener stops, within a 5 s grace; then the slot thread ends.
+  // the queue), so the HTTP threads waiting on them finish, and the providers they hand their bodies to start
+  // (ResponseInFlight) before the listener stops, within a 5 s grace; then the slot thread ends.
   // cpp-httplib's stop() also waits for connections still sending a request (up to --timeout): past 5 s the process
   // exits without them, with `exit_code`, after printing `error` (a failed load's message) where there is one.
   auto stop_all = [&](int exit_code, const std::string& error) {

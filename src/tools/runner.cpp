@@ -60,10 +60,10 @@ model::FastEngine& GenerationRunner::fast_engine(bool dflash, int64_t block, int
   std::unique_ptr<model::FastEngine>& engine = dflash ? fast_->dflash : fast_->plain;
   if (!engine || engine->capacity() < capacity || (dflash && fast_->dflash_block != block)) {
     engine.reset();  // the old engine's buffers go before the new one's come
-    const bool shared = !fast_->target_layers.layers.empty();
+    const bool made = !fast_->target_layers.layers.empty();
     engine = std::make_unique<model::FastEngine>(*target_, dflash ? draft_ : nullptr, capacity, dflash ? block : 0,
-                                                 shared ? &fast_->target_layers : nullptr);
-    if (!shared) fast_->target_layers = engine->target_layers();
+                                                 made ? &fast_->target_layers : nullptr);
+    fast_->target_layers = engine->target_layers();  // the same where shared; the newest where the folding changed
     if (dflash) fast_->dflash_block = block;
     ++engines_built_;
   }
