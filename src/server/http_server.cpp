@@ -761,8 +761,8 @@ void Server::complete(const httplib::Request& req, httplib::Response& res, Api a
         }
         if (settled(*g)) break;
       }
-      res.set_chunked_content_provider(
-          "application/json; charset=utf-8", [this, g, final_body, in_flight](size_t, httplib::DataSink& sink) {
+      res.set_chunked_content_provider("application/json; charset=utf-8", [this, g, final_body, in_flight](
+                                                                              size_t, httplib::DataSink& sink) {
         in_flight->started();
         for (;;) {
           std::unique_lock<std::mutex> lock = g->wait([](const Generation& x) { return x.done; }, milliseconds(1000));

@@ -34,7 +34,7 @@ std::string device_description(const at::Device& device) {
 struct GenerationRunner::FastEngines {
   std::unique_ptr<model::FastEngine> plain, dflash;
   int64_t dflash_block = 0;
-  model::FastTargetLayers target_layers;  // the first engine's, shared by every engine after it
+  model::FastTargetLayers target_layers;  // the newest engine's, shared by the engines built after it
 };
 #else
 struct GenerationRunner::FastEngines {};
