@@ -2315,6 +2315,36 @@ TEST(ServerHttp, ShutdownStopsAnEchosScoring) {
             std::string::npos) << body;
 }
 
+// SIGTERM during a keep-alive client's stream: the stream ends with its error event, the server closes the connection
+// and exits well within its 5 s grace. (The listener stops once every response's provider has started; had it waited
+// for the body to be written, the connection would sit in cpp-httplib's keep-alive wait, 5 s, and the process would
+// leave through the grace's hard exit.)
+TEST(ServerHttp, ShutdownDuringAKeepAliveStreamEndsItAndExitsPromptly) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  ServerProcess s({"-m", demo_dir() + "/target", "--ignore-eos"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const std::string text = json{{"prompt", kQuestion}, {"max_tokens", 1800}, {"stream", true}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+                              "\r\n\r\n" + text;
+  const int fd = connect_raw(s.port());
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string stream;
+  std::thread reader([&] { stream = read_until_closed(fd); });
+  for (int i = 0; i < 200 && metric(s, "requests_processing") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.stop(SIGTERM, 10), 0) << s.stderr_text();
+  const auto exited = std::chrono::steady_clock::now() - t0;
+  reader.join();
+  EXPECT_LT(exited, std::chrono::milliseconds(4000)) << s.stderr_text();
+  EXPECT_EQ(s.stderr_text().find("connections still open"), std::string::npos) << s.stderr_text();
+  EXPECT_NE(stream.find("the server shut down during this generation"), std::string::npos) << stream.substr(0, 2000);
+  EXPECT_EQ(stream.find("[DONE]"), std::string::npos) << "a cut stream has no [DONE]";
+}
+
 // Clients that leave while queued give their places back (the server's comment lines find a stream's client gone,
 // the spaces of a whole response's chunked body the other's), and a client still sending its request when SIGTERM
 // comes does not hold the shutdown past its 5 s grace.
