@@ -398,8 +398,10 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
                                   : "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca")
       ->required();
   cmd->add_option("--data", o.data,
-                  "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder holding the files as "
-                  "../shared/data names them (needed for several datasets)")
+                  name == "bench" ? "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder "
+                                    "holding the files as ../shared/data names them (needed for several datasets)"
+                                  : "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder "
+                                    "holding the files as ../shared/data names them")
       ->required();
   cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
   cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")
