@@ -1,12 +1,15 @@
 # gpu_env.sh — sourced, on the GPU machine, by fast_checks.sh, run_checks.sh, ab_compare.sh and env_ab.sh:
 # the one place that points a build at the machine's PyTorch, the carried Debian deps (.gpu-deps) and the
-# shared data (.gpu-shared, unpacked once), and gpu_build, the one configure + build command for a CUDA tree.
+# shared data (.gpu-shared, unpacked once; the demo tokenizer copied from it), and gpu_build, the one
+# configure + build command for a CUDA tree.
 # Sets root, deps, shared and torch_prefix; exports LD_LIBRARY_PATH.
 # Env: SPECPRESS_GPU_DEPS / SPECPRESS_GPU_SHARED (default ./.gpu-deps, ./.gpu-shared).
 root=$(pwd)
 deps=${SPECPRESS_GPU_DEPS:-$root/.gpu-deps}
 shared=${SPECPRESS_GPU_SHARED:-$root/.gpu-shared}
 SPECPRESS_GPU_SHARED=$shared bash scripts/gpu/unpack_shared.sh
+# the demo pair's tokenizer.json (git-ignored; scripts/setup.sh fetches it here), so that its tests run, not skip
+SHARED=$shared bash scripts/fetch_demo_tokenizer.sh demo/target >/dev/null
 export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 torch_prefix=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # pack_shared.sh — builds .gpu-shared, the slice of ../shared that GPU-machine calls carry (the device
 # tool carries at most 64 MiB in all, tracked files and .gpu-deps included): the golden fixtures as they
-# are, and the data the GPU scripts read packed as data.tar.xz (the Qwen3 tokenizer files, GSM8K test
-# and the first 1,200 GSM8K train records, GSM8K train as Qwen3 chat for train-lm, the other benchmark
-# sets). The GPU scripts unpack it with scripts/gpu/unpack_shared.sh. About 10 MB.
+# are, and the data the GPU scripts read packed as data.tar.xz (the Qwen3 tokenizer files and its golden
+# vectors, GSM8K test and the first 1,200 GSM8K train records, GSM8K train as Qwen3 chat for train-lm, the
+# other benchmark sets). The GPU scripts unpack it with scripts/gpu/unpack_shared.sh. About 10 MB.
 # Usage: scripts/gpu/pack_shared.sh [SHARED=../shared] [OUT=.gpu-shared]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,7 +13,8 @@ command -v jq >/dev/null || { echo "pack_shared: jq not found (apt-get install j
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/data/qwen3-tokenizer"
-cp "$SHARED"/data/qwen3-tokenizer/{tokenizer.json,tokenizer_config.json,chat_template.jinja,generation_config.json,config_Qwen3-4B.json,config_Qwen3-8B.json} \
+cp "$SHARED"/data/qwen3-tokenizer/{tokenizer.json,tokenizer_config.json,chat_template.jinja,generation_config.json} \
+  "$SHARED"/data/qwen3-tokenizer/{config_Qwen3-4B.json,config_Qwen3-8B.json,golden_encode.jsonl,golden_decode.jsonl} \
   "$tmp/data/qwen3-tokenizer/"
 cp "$SHARED"/data/{gsm8k_test.jsonl,math500.jsonl,humaneval.jsonl,mbpp_sanitized_test.jsonl,mt_bench.jsonl,alpaca_first335.jsonl,dflash_subsets.json} \
   "$tmp/data/"
