@@ -397,11 +397,10 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
                                     "all (one model load; a summary table at the end)"
                                   : "gsm8k, math500, humaneval, mbpp, mt-bench or alpaca")
       ->required();
-  cmd->add_option("--data", o.data,
-                  name == "bench" ? "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder "
-                                    "holding the files as ../shared/data names them (needed for several datasets)"
-                                  : "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder "
-                                    "holding the files as ../shared/data names them")
+  const std::string data_help =
+      "the dataset file (original JSONL/JSON or ../shared/data/*.jsonl), or a folder holding the files as "
+      "../shared/data names them";
+  cmd->add_option("--data", o.data, name == "bench" ? data_help + " (needed for several datasets)" : data_help)
       ->required();
   cmd->add_option("--max-samples", o.selection.max_samples, "at most this many samples (0 = all)")->capture_default_str();
   cmd->add_option("--seed", o.selection.seed, "shuffle seed for --max-samples without --indices")
