@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ inline std::string read_text(const std::string& path) {
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> records;
   std::ifstream in(path, std::ios::binary);
+  // a missing golden file is named, not read as an empty one (a partial ../shared copy has tokenizer.json only)
+  if (!in) throw std::runtime_error("cannot open " + path);
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
