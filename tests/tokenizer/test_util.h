@@ -22,8 +22,15 @@ inline std::string qwen3_dir() {
 
 inline bool have_qwen3() { return std::filesystem::exists(qwen3_dir() + "/tokenizer.json"); }
 
-inline std::string read_text(const std::string& path) {
+// Opens a fixture; a missing one is named, not read as empty (a partial ../shared copy may hold tokenizer.json only).
+inline std::ifstream open_fixture(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  return in;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in = open_fixture(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
@@ -31,9 +38,7 @@ inline std::string read_text(const std::string& path) {
 
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> records;
-  std::ifstream in(path, std::ios::binary);
-  // a missing golden file is named, not read as an empty one (a partial ../shared copy has tokenizer.json only)
-  if (!in) throw std::runtime_error("cannot open " + path);
+  std::ifstream in = open_fixture(path);
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
