@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/fnv1a.h"
 #include "tokenizer/python_json.h"
 
 namespace specpress::tok {
@@ -277,9 +278,7 @@ std::vector<std::string> parse_tools_json(const std::string& json_text, const st
 }
 
 bool is_qwen3_chat_template(std::string_view template_text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : template_text) h = (h ^ c) * 0x100000001b3ull;
-  return h == kQwen3TemplateFnv1a && template_text.size() == 4116;
+  return fnv1a(template_text) == kQwen3TemplateFnv1a && template_text.size() == 4116;
 }
 
 }  // namespace specpress::tok
