@@ -8,6 +8,7 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -24,6 +25,7 @@
 #include "train/dflash_forward.h"
 #include "train/draft_trainer.h"
 #include "train/lm_trainer.h"
+#include "train/loop.h"
 #include "train/sequence_forward.h"
 
 using namespace specpress;
@@ -276,6 +278,90 @@ TEST(TrainLm, CorruptCheckpointsAreRefused) {
   EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 2);  // the restored checkpoint resumes
 }
 
+// SIGINT (or SIGTERM) during a step stops the loop after that step: it writes a checkpoint there, throws Interrupted
+// (the CLI exits 128 + the signal) and puts back the handler it found; --resume continues from that step.
+TEST(TrainLoop, SignalStopsAfterTheStepWithACheckpoint) {
+  ScratchDir dir("train-signal");
+  train::CommonOptions o;
+  o.out = (dir.path / "out").string();
+  o.steps = 6;
+  o.save_every = 0;
+  fs::create_directories(o.out);
+  train::NamedTensors params = {{"w", at::ones({4})}};
+  train::make_trainable(params, at::kCPU);
+  train::LoopHooks hooks;
+  int64_t raise_at = 2;
+  hooks.forward_backward = [&](int64_t step) {
+    if (step == raise_at) std::raise(SIGINT);
+    at::Tensor loss = (params[0].second * params[0].second).sum();
+    loss.backward();
+    return train::StepOutput{loss.item<double>(), 1, ""};
+  };
+  hooks.export_model = [] {};
+  struct sigaction marker {}, before {}, after {};
+  marker.sa_handler = [](int) {};
+  sigemptyset(&marker.sa_mask);
+  sigaction(SIGINT, &marker, &before);
+  {
+    train::AdamW optimizer(params, o.schedule());
+    try {
+      train::run_training("loop", o, nlohmann::json::object(), false, params, optimizer, hooks);
+      ADD_FAILURE() << "no Interrupted";
+    } catch (const Interrupted& e) {
+      EXPECT_EQ(e.signal, SIGINT);
+      EXPECT_NE(std::string(e.what()).find("loop: stopped by SIGINT after step 3 of 6; " + o.out +
+                                           " holds its checkpoint: the same command with --resume continues"),
+                std::string::npos) << e.what();
+    }
+  }
+  sigaction(SIGINT, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, marker.sa_handler);  // the handler found before the loop is back
+  sigaction(SIGINT, &before, nullptr);
+  const std::optional<train::CheckpointState> saved = train::find_checkpoint(o.out);
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(saved->step, 3);
+  raise_at = -1;
+  train::AdamW optimizer(params, o.schedule());
+  const train::TrainSummary resumed =
+      train::run_training("loop", o, nlohmann::json::object(), true, params, optimizer, hooks);
+  EXPECT_EQ(resumed.first_step, 3);
+  EXPECT_EQ(resumed.last_step, 6);
+}
+
+// A resume reads the run's input files again: changed bytes, an input added or one left out are refused naming the
+// file; a checkpoint written before the fingerprints were recorded resumes with a note (and, on the CPU, --no-autocast
+// changes nothing).
+TEST(TrainLm, ResumeRefusesChangedData) {
+  Fixture f;
+  train::LmOptions o = f.lm_options("fingerprints");
+  const fs::path data = f.dir.path / "mine.jsonl";
+  fs::copy_file(f.data, data);
+  o.data = {data.string()};
+  o.stop_after = 2;
+  train::train_lm(o, train::TextCodec{});
+  o.stop_after = 0;
+  o.resume = true;
+  const std::string original = io::read_text_file(data.string());
+  write_text(data, original.substr(0, original.find('\n', original.size() / 2) + 1));  // whole lines, fewer
+  expect_error([&] { train::train_lm(o, train::TextCodec{}); },
+               "--resume: " + fs::absolute(data).lexically_normal().string() + " changed since");
+  write_text(data, original);
+  const fs::path state_file = fs::path(o.out) / "checkpoint" / "state.json";
+  nlohmann::json state = nlohmann::json::parse(io::read_text_file(state_file.string()));
+  ASSERT_TRUE(state["run"].contains("input_fingerprints"));
+  state["run"]["input_fingerprints"]["/elsewhere/tokenizer.json"] = "0:1";
+  write_text(state_file, state.dump());
+  expect_error([&] { train::train_lm(o, train::TextCodec{}); },
+               "--resume: /elsewhere/tokenizer.json was an input when");
+  state["run"].erase("input_fingerprints");  // an older checkpoint
+  write_text(state_file, state.dump());
+  o.autocast = false;  // meaningless on the CPU, so not part of a CPU run
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 2);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("records no fingerprints of its input files (an older checkpoint)"), std::string::npos) << said;
+}
+
 // --device auto continues a --resume on the device its checkpoint records rather than this machine's default; a device
 // this machine lacks is named with the checkpoint, and an explicit --device that differs is the run's mismatch.
 TEST(TrainLm, ResumeWithAutoTakesTheCheckpointsDevice) {
@@ -327,6 +413,39 @@ TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
   // A resume with a different schedule is refused, naming the option.
   part.optim.lr = 1e-2;
   expect_error([&] { train::train_draft(part, train::TextCodec{}); }, "option 'lr'");
+}
+
+// A run stopped before its first checkpoint leaves OUT/onpolicy.jsonl: --resume starts at step 0 and reuses it only
+// where it answers the same prompts; a --seq-len no prompt leaves room in fails before any generation.
+TEST(TrainDraft, ResumeBeforeTheFirstCheckpointAndSeqLenRoom) {
+  Fixture f;
+  train::DraftOptions o = f.draft_options("early");
+  o.steps = 1;
+  fs::create_directories(o.out);
+  std::string stale;
+  for (int i = 0; i < 12; ++i) stale += R"({"ids": [9, 9, 9, 9, 9, 1, 2, 3], "loss_start": 5})" "\n";
+  write_text(fs::path(o.out) / "onpolicy.jsonl", stale);
+  o.resume = true;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(train::train_draft(o, train::TextCodec{}).last_step, 1);
+  std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("onpolicy.jsonl answers other prompts (or more --gen-tokens); generating again"),
+            std::string::npos) << said;
+  EXPECT_NE(said.find("holds no checkpoint yet; starting at step 0"), std::string::npos) << said;
+  fs::remove_all(fs::path(o.out) / "checkpoint");  // as if stopped before it: the generations now match
+  for (const char* file : {"model.safetensors", "config.json"}) fs::remove(fs::path(o.out) / file);
+  ::testing::internal::CaptureStderr();
+  train::train_draft(o, train::TextCodec{});
+  said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("reusing 12 on-policy generations"), std::string::npos) << said;
+
+  train::DraftOptions s = f.draft_options("no-room");
+  s.data.clear();
+  s.seq_len = 6;  // 5-token prompts: no 2 generated tokens fit
+  expect_error([&] { train::train_draft(s, train::TextCodec{}); },
+               "--seq-len 6: no sequence would keep a block anchor: every --on-policy-prompts prompt needs 2 generated "
+               "tokens after it within --seq-len (the shortest prompt has 5 tokens)");
+  EXPECT_FALSE(fs::exists(s.out));
 }
 
 TEST(TrainDraft, SavedDraftLoadsAndSpeculativeOutputEqualsGreedy) {
@@ -431,10 +550,18 @@ TEST(TrainCompressor, BadInputNamesTheProblem) {
     o.feature_layers = {0, 5};
     expect_error([&] { train::train_compressor(o, none); }, "--feature-layers: layer 5 is not a layer of");
   }
-  {
+  {  // found before the generations and the output directory: no continuation can hold an event
     train::CompressorOptions o = f.compressor_options("short");
     o.policy.window = 1000;
-    expect_error([&] { train::train_compressor(o, none); }, "no trajectory reaches a compression event");
+    expect_error([&] { train::train_compressor(o, none); }, "no trajectory can reach a compression event: the longest "
+                 "continuation can have 40 tokens within --seq-len 48 and --gen-tokens 40");
+    o.policy.window = 6;  // 5-token prompts + 40 tokens: a unit of 34 cannot age past 6 before the last token
+    o.policy.merge_tokens = 20;
+    EXPECT_EQ(train::train_compressor(o, none).last_step, 6);
+    o.policy.merge_tokens = 34;
+    o.out = (f.dir.path / "short-34").string();
+    expect_error([&] { train::train_compressor(o, none); }, "no trajectory can reach a compression event");
+    EXPECT_FALSE(fs::exists(o.out));
   }
   {
     train::CompressorOptions o = f.compressor_options("nothing");
@@ -522,13 +649,32 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     EXPECT_FALSE(fs::exists(fs::path(o.out) / "model.safetensors.tmp.123"));
     write_text(fs::path(o.out) / "checkpoint" / "mine.txt", "x");  // a checkpoint directory is checked inside too
     expect_error([&] { train::train_lm(o, none); }, "holds checkpoint/mine.txt, which no specpress trainer writes");
-    // --resume on a directory with files but no checkpoint (a model, not a training) is refused
+    // --resume or --force on a directory with a model but no checkpoint (a model, not a training) is refused
     train::LmOptions r = f.lm_options("model-dir");
     fs::create_directories(r.out);
     write_text(fs::path(r.out) / "config.json", "{}");
+    write_text(fs::path(r.out) / "model.safetensors", "weights");
     r.resume = true;
-    expect_error([&] { train::train_lm(r, none); }, "--resume: " + r.out + " has no checkpoint to continue");
+    expect_error([&] { train::train_lm(r, none); }, "--resume: " + r.out + " has no checkpoint to continue "
+                 "(no checkpoint/state.json) but holds model.safetensors: a model, not a training's output");
+    r.resume = false;
+    r.force = true;
+    expect_error([&] { train::train_lm(r, none); }, "--force: " + r.out + " holds model.safetensors but no checkpoint "
+                 "directory: a model, not a training's output; refusing to delete it");
     EXPECT_EQ(io::read_text_file((fs::path(r.out) / "config.json").string()), "{}");
+    EXPECT_EQ(io::read_text_file((fs::path(r.out) / "model.safetensors").string()), "weights");
+    // --resume where a run stopped before its first checkpoint (only a tokenizer copy, say) starts at step 0; one
+    // with another file in it is refused
+    train::LmOptions e = f.lm_options("early-stop");
+    fs::create_directories(e.out);
+    write_text(fs::path(e.out) / "tokenizer.json", "{}");
+    write_text(fs::path(e.out) / "notes.txt", "mine");
+    e.resume = true;
+    e.steps = 1;
+    expect_error([&] { train::train_lm(e, none); }, "--resume: " + e.out + " has no checkpoint to continue "
+                 "(no checkpoint/state.json) and holds notes.txt, which no specpress trainer writes");
+    fs::remove(fs::path(e.out) / "notes.txt");
+    EXPECT_EQ(train::train_lm(e, none).last_step, 1);
   }
   {  // --out may not be, or hold, one of the run's inputs, with --force or not
     train::DraftOptions d = f.draft_options("unused");

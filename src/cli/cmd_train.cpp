@@ -33,11 +33,17 @@ train::TextCodec make_codec(const std::string& dir, const std::string& flag) {
     return codec;
   }
   auto tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_dir(dir));
-  codec.encode = [tokenizer](const std::string& text) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+    if (fs::exists(fs::path(dir) / name)) codec.files.push_back((fs::path(dir) / name).string());
+  codec.used = std::make_shared<bool>(false);
+  codec.encode = [tokenizer, used = codec.used](const std::string& text) {
+    *used = true;
     std::vector<int32_t> ids = tokenizer->encode(text);
     return std::vector<int64_t>(ids.begin(), ids.end());
   };
-  codec.chat = [tokenizer, dir](const train::TextCodec::Messages& messages, bool add_generation_prompt) {
+  codec.chat = [tokenizer, dir, used = codec.used](const train::TextCodec::Messages& messages,
+                                                  bool add_generation_prompt) {
+    *used = true;
     if (!tok::is_qwen3_chat_template(tokenizer->chat_template()))
       fail("{}: chat data needs the Qwen3 chat template (tokenizer_config.json or chat_template.jinja)", dir);
     std::vector<tok::ChatMessage> chat;
@@ -96,6 +102,7 @@ void print_summary(const char* label, const train::TrainSummary& s, std::chrono:
 void add_train_commands(CLI::App& app, std::function<int()>& run) {
   auto lm = std::make_shared<train::LmOptions>();
   CLI::App* lm_cmd = app.add_subcommand("train-lm", "train a small Qwen3-architecture LM from scratch (HF checkpoint out)");
+  lm_cmd->footer("The documents are packed into one stream, and every token is trained on, prompt parts included.");
   lm_cmd->add_option("--config", lm->config_path, "Qwen3 config.json of the model to train")->required();
   lm_cmd->add_option("--tokenizer", lm->tokenizer_dir, "directory with tokenizer.json (text data; copied into --out)");
   add_common_options(lm_cmd, *lm);

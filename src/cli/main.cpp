@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
   try {
     const int rc = run ? run() : 1;
     return stdout_failed() ? 1 : rc;
+  } catch (const specpress::Interrupted& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 128 + e.signal;
   } catch (const specpress::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

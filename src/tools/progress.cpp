@@ -33,8 +33,13 @@ void ProgressBar::update(int64_t done, const std::string& status) {
 
 void ProgressBar::finish(const std::string& status) {
   if (finished_) return;
-  if (!status.empty()) status_ = status;
   done_ = total_;
+  stop(status);
+}
+
+void ProgressBar::stop(const std::string& status) {
+  if (finished_) return;
+  if (!status.empty()) status_ = status;
   draw(true);
   if (enabled_ && tty_) std::fputc('\n', stderr);
   finished_ = true;

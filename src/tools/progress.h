@@ -14,6 +14,8 @@ class ProgressBar {
   // Sets the number of finished units and a short status text (e.g. "tau 6.2").
   void update(int64_t done, const std::string& status = "");
   void finish(const std::string& status = "");
+  // Ends the bar where the job stopped short of its total (an interruption, a --stop-after).
+  void stop(const std::string& status = "");
 
  private:
   void draw(bool force);

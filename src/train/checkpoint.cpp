@@ -2,6 +2,7 @@
 #include "train/checkpoint.h"
 
 #include <c10/core/GradMode.h>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -49,6 +50,18 @@ std::optional<std::string> foreign_entry(const fs::path& out) {
   if (ec) fail("--force: cannot list {} ({})", out.string(), ec.message());
   return std::nullopt;
 }
+
+// A model's file in OUT (an exported model, or a model folder named as --out) where OUT has no checkpoint
+// directory: the trainers export a model only with a checkpoint beside it, so OUT is then not a training's output
+// (or its checkpoints were removed). nullopt where OUT has a checkpoint directory or no such file.
+std::optional<std::string> model_without_checkpoint(const fs::path& out) {
+  std::error_code ec;
+  for (const char* dir : {"checkpoint", "checkpoint.old", "checkpoint.tmp"})
+    if (fs::exists(out / dir, ec)) return std::nullopt;
+  for (const char* file : {"model.safetensors", "config.json", "compressor.safetensors", "compressor.json"})
+    if (fs::exists(out / file, ec)) return std::string(file);
+  return std::nullopt;
+}
 }  // namespace
 
 bool prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs) {
@@ -64,10 +77,18 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
   const bool non_empty = exists && !fs::is_empty(out, ec);
   if (non_empty && !resume && !force)
     fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);
-  if (non_empty && resume && !find_checkpoint(out).has_value())
-    fail("--resume: {} has no checkpoint to continue (no checkpoint/state.json); pass --force to replace what it holds "
-         "or choose another --out",
-         out);
+  // --resume without a checkpoint starts at step 0 where OUT holds only what a run stopped before its first
+  // checkpoint leaves (tokenizer copies, cached generations, which the new run reuses where they still match)
+  if (non_empty && resume && !find_checkpoint(out).has_value()) {
+    if (const std::optional<std::string> model = model_without_checkpoint(out))
+      fail("--resume: {} has no checkpoint to continue (no checkpoint/state.json) but holds {}: a model, not a "
+           "training's output; choose another --out",
+           out, *model);
+    if (const std::optional<std::string> foreign = foreign_entry(out))
+      fail("--resume: {} has no checkpoint to continue (no checkpoint/state.json) and holds {}, which no specpress "
+           "trainer writes; choose another --out",
+           out, *foreign);
+  }
   if (non_empty && force) {
     if (io::path_within(fs::current_path(ec).string(), out))
       fail("--force: {} is the current directory or one above it; refusing to delete it", out);
@@ -75,6 +96,10 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
       fail("--force: {} holds {}, which no specpress trainer writes; refusing to delete the directory (remove that "
            "yourself or choose another --out)",
            out, *foreign);
+    if (const std::optional<std::string> model = model_without_checkpoint(out))
+      fail("--force: {} holds {} but no checkpoint directory: a model, not a training's output; refusing to delete "
+           "it (remove it yourself or choose another --out)",
+           out, *model);
     io::remove_tree(out);
   }
   std::error_code mk;
@@ -162,8 +187,36 @@ at::Tensor finite_tensor(at::Tensor t, const std::string& file, const std::strin
 
 }  // namespace
 
+namespace {
+// The run's input files, by fingerprint (input_fingerprints): the same files with the same bytes, or an error naming
+// the first that differs. A checkpoint written before they were recorded has none: said, and not checked.
+void check_same_inputs(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
+  if (saved.is_null()) {
+    std::fprintf(stderr, "--resume: %s records no fingerprints of its input files (an older checkpoint): their "
+                 "contents are not checked\n", source.c_str());
+    return;
+  }
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!saved.contains(it.key()))
+      fail("--resume: {} is an input now but was not one when {} was written; resume with the original inputs or start "
+           "over with --force", it.key(), source);
+    if (saved[it.key()] != it.value())
+      fail("--resume: {} changed since {} was written (fingerprint:bytes {} now, {} then); resume with the data the run "
+           "began with or start over with --force", it.key(), source, it.value().dump(), saved[it.key()].dump());
+  }
+  for (auto it = saved.begin(); it != saved.end(); ++it)
+    if (!now.contains(it.key()))
+      fail("--resume: {} was an input when {} was written and is not one now; resume with the original inputs or start "
+           "over with --force", it.key(), source);
+}
+}  // namespace
+
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
   for (auto it = now.begin(); it != now.end(); ++it) {
+    if (it.key() == "input_fingerprints") {
+      check_same_inputs(saved.contains(it.key()) ? saved[it.key()] : nlohmann::json(), it.value(), source);
+      continue;
+    }
     const nlohmann::json was = saved.contains(it.key()) ? saved[it.key()] : nlohmann::json();
     if (const auto d = first_difference(it.value(), was, it.key()))
       fail("--resume: option '{}' is {} now but {} in {}; resume with the original options or start over with --force",

@@ -19,9 +19,10 @@ namespace specpress::train {
 // One of a run's inputs, by the flag that named it: --out may not be it or hold it.
 using InputPath = io::NamedPath;
 // Validates --out against --resume/--force and the run's inputs: --out may not be or hold an input; an existing
-// non-empty directory needs --resume (and a checkpoint in it) or --force, which deletes it only when it holds nothing
-// but what the trainers write and is not the current directory or one above it. Returns true when training should
-// resume from OUT's checkpoint (--resume and one exists).
+// non-empty directory needs --resume or --force. --resume continues its checkpoint, or starts at step 0 where it holds
+// only what a run stopped before its first checkpoint leaves; --force deletes it only when it holds nothing but what
+// the trainers write (an exported model only with a checkpoint beside it) and is not the current directory or one
+// above it. Returns true when training should resume from OUT's checkpoint (--resume and one exists).
 bool prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs = {});
 // `paths` as inputs named by `flag`, appended to `to`.
 void add_inputs(std::vector<InputPath>& to, const std::string& flag, const std::vector<std::string>& paths);

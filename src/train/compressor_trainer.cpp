@@ -220,6 +220,26 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   const int64_t block = draft_config ? draft_config->block_size : 1;
   check_generation_fits(prompts, o.gen_tokens, block, tc.max_position_embeddings, "--gen-tokens");
   check_generation_fits(eval_prompts, o.gen_tokens, block, tc.max_position_embeddings, "--gen-tokens");
+  // A compression event needs a unit of generated tokens (a span, or --compress-merge tokens) after the raw head (the
+  // prompt, the sinks) that ages past the window before the last token (span_plan.cpp): a continuation of at least
+  // raw head - prompt + window + max(merge, 1) + 1 tokens. Where none can have one, fail before generating anything.
+  int64_t longest_possible = 0;
+  bool any_room = false;
+  auto check_room = [&](int64_t total, int64_t prompt) {  // after `truncated` to --seq-len
+    const int64_t cut = std::min(total, o.seq_len), kept_prompt = std::min(prompt, cut - 1);
+    const int64_t continuation = cut - kept_prompt;
+    longest_possible = std::max(longest_possible, continuation);
+    const int64_t needed = std::max(kept_prompt, o.policy.sinks) - kept_prompt + o.policy.window +
+                           std::max<int64_t>(o.policy.merge_tokens, 1) + 1;
+    any_room = any_room || continuation >= needed;
+  };
+  for (const Trajectory& t : trajectories) check_room(static_cast<int64_t>(t.ids.size()), t.prompt_tokens);
+  for (const auto& p : prompts) check_room(static_cast<int64_t>(p.size()) + o.gen_tokens, static_cast<int64_t>(p.size()));
+  if (!any_room)
+    fail("train-compressor: no trajectory can reach a compression event: the longest continuation can have {} tokens "
+         "within --seq-len {} and --gen-tokens {}, and a unit (--compress-merge {}) must age past --compress-window {} "
+         "after the prompt and --compress-sinks {} (raise --gen-tokens/--seq-len or lower the window)",
+         longest_possible, o.seq_len, o.gen_tokens, o.policy.merge_tokens, o.policy.window, o.policy.sinks);
   std::vector<InputPath> inputs = {{"--target", o.target_dir}, {"--draft", o.draft_dir}};
   add_inputs(inputs, "--data", o.data);
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
@@ -344,6 +364,9 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   run["feature_passes"] = o.feature_passes;
   run["on_policy_prompts"] = nlohmann::json::array();
   for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
+  run["input_fingerprints"].update(input_fingerprints(o.eval_prompts));
+  run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
 
   LoopHooks hooks;
   int64_t completed = 0;  // steps done when the next evaluation runs

@@ -27,6 +27,15 @@ std::string read_data_file(const std::string& path) {
   return io::read_text_file(path);
 }
 
+// `text` encoded by the tokenizer; its errors (text that is not UTF-8, say) name `where` the text came from.
+std::vector<int64_t> encode_at(const TextCodec& codec, const std::string& text, const std::string& where) {
+  try {
+    return codec.encode(text);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+}
+
 // Calls fn(line_number, record) for each non-blank line of a jsonl file.
 template <typename Fn>
 void for_each_record(const std::string& path, const std::string& text, Fn fn) {
@@ -61,7 +70,7 @@ struct RecordReader {
   }
   std::vector<int64_t> encode(const std::string& text) const {
     if (!codec.encode) fail("{}: text data needs a tokenizer: {}", where(), codec.missing);
-    return codec.encode(text);
+    return encode_at(codec, text, where());
   }
   std::string chat(const TextCodec::Messages& messages, bool add_generation_prompt) const {
     if (!codec.chat) fail("{}: chat data needs a tokenizer with a chat template: {}", where(), codec.missing);
@@ -171,7 +180,7 @@ std::vector<Sequence> read_documents(const std::vector<std::string>& files, cons
       });
     } else if (text.find_first_not_of(" \t\r\n") != std::string::npos) {
       if (!codec.encode) fail("{}: text data needs a tokenizer: {}", path, codec.missing);
-      Sequence s{codec.encode(text), 0};
+      Sequence s{encode_at(codec, text, path), 0};
       check_ids(s.ids, vocab, path);
       out.push_back(std::move(s));
     }
@@ -204,10 +213,12 @@ std::vector<std::vector<int64_t>> read_prompts(const std::vector<std::string>& f
     } else {
       std::istringstream in(text);
       std::string line;
+      int64_t line_no = 0;
       while (std::getline(in, line)) {
+        ++line_no;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         if (!codec.encode) fail("{}: text prompts need a tokenizer: {}", path, codec.missing);
-        out.push_back(codec.encode(line));
+        out.push_back(encode_at(codec, line, fmt::format("{} line {}", path, line_no)));
         check_ids(out.back(), vocab, path);
       }
     }

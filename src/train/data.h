@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -29,6 +30,11 @@ struct TextCodec {
   // appends the assistant header a prompt ends with.
   std::function<std::string(const Messages&, bool add_generation_prompt)> chat;
   std::string missing;
+  std::vector<std::string> files;  // the tokenizer's files that decide the ids
+  std::shared_ptr<bool> used;      // set by encode and chat once either ran
+
+  // `files` where the codec encoded something (a run then depends on them), else none.
+  std::vector<std::string> used_files() const { return used && *used ? files : std::vector<std::string>{}; }
 };
 
 // Training documents from `files`; ids must lie in 0..vocab_size-1. Errors name the file and line.

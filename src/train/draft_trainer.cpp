@@ -52,16 +52,27 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
   return c;
 }
 
-// The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them.
+// The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them: each cached
+// sequence must answer the same prompt within --gen-tokens, else all are generated again.
 std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts) {
   const std::string cache = (fs::path(o.out) / "onpolicy.jsonl").string();
   if (fs::exists(cache)) {
     std::vector<Sequence> cached = read_documents({cache}, TextCodec{}, target.config().vocab_size);
-    if (cached.size() == prompts.size()) {
+    bool same = cached.size() == prompts.size();
+    for (size_t i = 0; same && i < cached.size(); ++i) {
+      const Sequence& c = cached[i];
+      const auto prompt_len = static_cast<int64_t>(prompts[i].size());
+      const auto len = static_cast<int64_t>(c.ids.size());
+      same = c.loss_start == prompt_len && len >= prompt_len && len <= prompt_len + o.gen_tokens &&
+             std::equal(prompts[i].begin(), prompts[i].end(), c.ids.begin());
+    }
+    if (same) {
       std::fprintf(stderr, "train-draft: reusing %zu on-policy generations from %s\n", cached.size(), cache.c_str());
       return cached;
     }
+    std::fprintf(stderr, "train-draft: %s answers other prompts (or more --gen-tokens); generating again\n",
+                 cache.c_str());
   }
   std::vector<Sequence> generated;
   for (const decode::GenerationResult& r :
@@ -72,6 +83,38 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
   }
   io::write_file_atomic(cache, sequences_jsonl(generated));
   return generated;
+}
+
+// Whether a sequence of `len` tokens whose loss starts at `loss_start` keeps a block anchor once cut to --seq-len
+// (trainable_for_draft's rule).
+bool has_anchor_room(int64_t loss_start, int64_t len, int64_t seq_len) {
+  return std::max<int64_t>(loss_start, 1) <= std::min(len, seq_len) - 2;
+}
+
+// Before the on-policy generation: fails where no sequence can keep an anchor within --seq-len (every on-policy
+// prompt too long for it, even with all --gen-tokens, and no --data sequence that fits), and says how many prompts
+// will be dropped where only some are.
+void check_room_for_anchors(const std::vector<Sequence>& data, const std::vector<std::vector<int64_t>>& prompts,
+                            const DraftOptions& o) {
+  if (prompts.empty()) return;
+  size_t no_room = 0, longest = 0, shortest = prompts.front().size();
+  for (const auto& p : prompts) {
+    shortest = std::min(shortest, p.size());
+    no_room += has_anchor_room(static_cast<int64_t>(p.size()), static_cast<int64_t>(p.size()) + o.gen_tokens, o.seq_len)
+                   ? 0 : 1;
+    longest = std::max(longest, p.size());
+  }
+  if (no_room == 0) return;
+  const bool data_fits = std::any_of(data.begin(), data.end(), [&](const Sequence& s) {
+    return has_anchor_room(s.loss_start, static_cast<int64_t>(s.ids.size()), o.seq_len);
+  });
+  if (no_room == prompts.size() && !data_fits)
+    fail("--seq-len {}: no sequence would keep a block anchor: every --on-policy-prompts prompt needs 2 generated "
+         "tokens after it within --seq-len (the shortest prompt has {} tokens){}",
+         o.seq_len, shortest, data.empty() ? "" : ", and no --data sequence has 2 tokens after its prompt within it");
+  std::fprintf(stderr, "train-draft: %zu of %zu on-policy prompts leave no 2 tokens within --seq-len %lld and will be "
+               "dropped after generation (the longest has %zu tokens)\n", no_room, prompts.size(),
+               static_cast<long long>(o.seq_len), longest);
 }
 
 // Without --eval-prompts: the on-policy prompts, else the prompt parts of the data (the first tokens of
@@ -130,14 +173,22 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   add_inputs(inputs, "--data", o.data);
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
+  check_room_for_anchors(sequences, prompts, o);  // before the output directory and the generations
   const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
   if (!prompts.empty()) {
     std::vector<Sequence> generated = on_policy_sequences(o, target, prompts);
     sequences.insert(sequences.end(), generated.begin(), generated.end());
   }
+  const size_t given = sequences.size();
+  size_t cut = 0;
+  for (const Sequence& s : sequences) cut += static_cast<int64_t>(s.ids.size()) > o.seq_len ? 1 : 0;
   sequences = trainable_for_draft(std::move(sequences), o.seq_len);
   if (sequences.empty())
-    fail("train-draft: no sequence has room for a block anchor (need at least 3 tokens, 2 after any prompt)");
+    fail("train-draft: no sequence has room for a block anchor within --seq-len {} (at least 3 tokens, 2 after any "
+         "prompt)", o.seq_len);
+  if (cut > 0 || sequences.size() < given)
+    std::fprintf(stderr, "train-draft: %zu of %zu sequences cut to --seq-len %lld; %zu dropped (no 2 tokens after the "
+                 "prompt within it)\n", cut, given, static_cast<long long>(o.seq_len), given - sequences.size());
   if (eval_prompts.empty()) eval_prompts = default_eval_prompts(prompts, sequences);
   eval_prompts.resize(std::min<size_t>(eval_prompts.size(), o.eval_samples));
   check_generation_fits(eval_prompts, o.eval_tokens, o.block_size, tc.max_position_embeddings, "--eval-tokens");
@@ -163,6 +214,8 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   run["on_policy_prompts"] = nlohmann::json::array();
   for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
   run["gen_tokens"] = o.gen_tokens;
+  run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
+  run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
   const nlohmann::ordered_json out_config = dflash_config_json(dc, dtype_config_name(save_dtype));
 
   LoopHooks hooks;

@@ -4,10 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <string_view>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -16,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/fnv1a.h"
 #include "model/qwen3.h"
 #include "train/checkpoint.h"
 #include "tools/progress.h"
@@ -23,21 +27,42 @@
 namespace specpress::train {
 namespace fs = std::filesystem;
 
+nlohmann::json input_fingerprints(const std::vector<std::string>& files) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const std::string& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) fail("{}: cannot open it to fingerprint the run's inputs", file);
+    uint64_t h = kFnv1aOffset, bytes = 0;
+    std::string chunk(1 << 20, '\0');
+    while (in) {
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      const auto n = static_cast<size_t>(in.gcount());
+      h = fnv1a(std::string_view(chunk.data(), n), h);
+      bytes += n;
+    }
+    if (in.bad()) fail("{}: read error while fingerprinting the run's inputs", file);
+    out[fs::absolute(file).lexically_normal().string()] = fmt::format("{:016x}:{}", h, bytes);
+  }
+  return out;
+}
+
 nlohmann::json common_run_json(const CommonOptions& o, const at::Device& device) {
   nlohmann::json data = nlohmann::json::array();
   for (const std::string& f : o.data) data.push_back(fs::absolute(f).lexically_normal().string());
-  return {{"data", data},
-          {"steps", o.steps},
-          {"batch", o.batch},
-          {"seq_len", o.seq_len},
-          {"lr", o.optim.lr},
-          {"min_lr_ratio", o.optim.min_lr_ratio},
-          {"warmup", o.optim.warmup_steps},
-          {"weight_decay", o.optim.weight_decay},
-          {"grad_clip", o.optim.grad_clip},
-          {"seed", o.seed},
-          {"device", device.str()},  // resolved (training_device): auto resumes where it ran
-          {"autocast", o.autocast}};
+  nlohmann::json run = {{"data", data},
+                        {"input_fingerprints", input_fingerprints(o.data)},
+                        {"steps", o.steps},
+                        {"batch", o.batch},
+                        {"seq_len", o.seq_len},
+                        {"lr", o.optim.lr},
+                        {"min_lr_ratio", o.optim.min_lr_ratio},
+                        {"warmup", o.optim.warmup_steps},
+                        {"weight_decay", o.optim.weight_decay},
+                        {"grad_clip", o.optim.grad_clip},
+                        {"seed", o.seed},
+                        {"device", device.str()}};  // resolved (training_device): auto resumes where it ran
+  if (device.is_cuda()) run["autocast"] = o.autocast;  // the CPU trains in float32 either way
+  return run;
 }
 
 at::Device training_device(const CommonOptions& o) {
@@ -95,6 +120,40 @@ void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag)
       fail("{}: layer {} is given twice", flag, layers[i]);
 }
 
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_training_stop_signal(int sig) {
+  g_stop_signal = sig;
+  std::signal(SIGINT, SIG_DFL);  // a second signal ends the process at once
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+// While the step loop runs, SIGINT and SIGTERM ask it to stop after the step in flight and write a checkpoint; a
+// second signal takes the default action. The handlers before it come back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction action {};
+    action.sa_handler = on_training_stop_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int received() const { return g_stop_signal; }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+}  // namespace
+
 TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,
                           const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks) {
   TrainSummary summary;
@@ -132,7 +191,8 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
     hooks.export_model();
   };
   int64_t step = summary.first_step;
-  for (; step < end; ++step) {
+  const StopSignals signals;
+  for (; step < end && signals.received() == 0; ++step) {
     StepOutput out = hooks.forward_backward(step);
     const double grad_norm = optimizer.step(step);
     summary.losses.emplace_back(step + 1, out.loss);
@@ -154,11 +214,21 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
       note(fmt::format("{}: step {} checkpoint and model written to {}", label, step + 1, o.out));
     }
   }
+  const int signal = step < o.steps ? signals.received() : 0;  // (after the last step the run is whole anyway)
+  const char* why = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "--stop-after";
   if (step < o.steps && step > summary.first_step && (o.save_every == 0 || step % o.save_every != 0)) {
-    checkpoint(step);  // --stop-after: leave a resumable checkpoint where this invocation stopped
-    note(fmt::format("{}: stopped after step {} (--stop-after); checkpoint written", label, step));
+    checkpoint(step);  // leave a resumable checkpoint where this invocation stopped
+    note(fmt::format("{}: stopped after step {} ({}); checkpoint written", label, step, why));
   }
-  progress.finish(fmt::format("step {} of {}", step, o.steps));
+  if (step < o.steps)
+    progress.stop(fmt::format("step {} of {}", step, o.steps));
+  else
+    progress.finish(fmt::format("step {} of {}", step, o.steps));
+  if (signal != 0)
+    throw Interrupted(signal, step > 0 ? fmt::format("{}: stopped by {} after step {} of {}; {} holds its checkpoint: "
+                                                     "the same command with --resume continues",
+                                                     label, why, step, o.steps, o.out)
+                                       : fmt::format("{}: stopped by {} before its first step", label, why));
   summary.last_step = step;
   return summary;
 }

@@ -34,8 +34,11 @@ struct CommonOptions {
   }
 };
 
-// The options a resumed run must share with the original (schedule, data, seed, sizes, the resolved device), as JSON.
+// The options a resumed run must share with the original (schedule, data and its fingerprints, seed, sizes, the
+// resolved device), as JSON.
 nlohmann::json common_run_json(const CommonOptions& options, const at::Device& device);
+// {absolute path: "FNV-1a hex:bytes"} of each file, for run["input_fingerprints"]: a resume refuses changed inputs.
+nlohmann::json input_fingerprints(const std::vector<std::string>& files);
 
 // The device --device names. `auto` (CUDA where there is one, else the CPU) continues a --resume on the device its
 // checkpoint records, so a training begun on the CPU resumes there on a machine with a GPU (a note says so), and one
