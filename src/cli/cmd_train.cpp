@@ -58,22 +58,26 @@ void add_common_options(CLI::App* cmd, train::CommonOptions& o) {
   cmd->add_option("-o,--out", o.out, "output directory (model, checkpoint)")->required();
   cmd->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str();
-  cmd->add_option("--seq-len", o.seq_len, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--seq-len", o.seq_len,
+                  "tokens per sequence (train-lm: a window of the packed stream; the others cut longer ones to it)")
+      ->capture_default_str();
   cmd->add_option("--lr", o.optim.lr, "peak learning rate (AdamW)")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", o.optim.min_lr_ratio, "final lr of the cosine decay, as a fraction of --lr")
+  cmd->add_option("--min-lr-ratio", o.optim.min_lr_ratio,
+                  "where the cosine decay ends, as a fraction of --lr (one step after the last)")
       ->capture_default_str();
   cmd->add_option("--warmup", o.optim.warmup_steps, "linear warmup steps")->capture_default_str();
   cmd->add_option("--weight-decay", o.optim.weight_decay, "AdamW decoupled weight decay (matrices only)")
       ->capture_default_str();
   cmd->add_option("--grad-clip", o.optim.grad_clip, "max global gradient norm (0 = off)")->capture_default_str();
-  cmd->add_option("--seed", o.seed, "seed of the initialisation, data order and anchors")
+  cmd->add_option("--seed", o.seed, "seed of the initialisation and the data order (and train-draft's anchors)")
       ->capture_default_str();
   add_device_flag(*cmd, o.device);
   cmd->add_option("--save-dtype", o.save_dtype, "dtype of the exported model: bf16, f32 or f16")->capture_default_str();
   cmd->add_flag("!--no-autocast", o.autocast, "train in float32 on CUDA too (default: bf16 autocast on CUDA)");
   cmd->add_option("--save-every", o.save_every, "checkpoint and export every N steps (0 = at the end)")
       ->capture_default_str();
-  cmd->add_option("--stop-after", o.stop_after, "stop after N steps of this invocation, leaving a checkpoint");
+  cmd->add_option("--stop-after", o.stop_after,
+                  "stop after N steps of this invocation, leaving a checkpoint (0 = off)");
   cmd->add_flag("--resume", o.resume, "continue the training in --out from its checkpoint");
   cmd->add_flag("--force", o.force, "delete an existing --out first (one that holds only a training's files)");
 }
@@ -125,8 +129,10 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   d_cmd->add_option("--block-size", d->block_size, "block size B (anchor + B-1 masks)")->capture_default_str();
   d_cmd->add_option("--target-layer-ids", *tap_ids, "tapped target layers, e.g. \"1,9,17,25,33\" (default: z-lab's)");
   d_cmd->add_option("--mask-token-id", d->mask_token_id, "mask token id (default 151669, or the last id of a smaller vocab)");
-  d_cmd->add_option("--gamma", d->gamma, "loss weight decay exp(-(k-1)/gamma) (default 7/5/4 for block 16/10/8)");
-  d_cmd->add_option("--anchors", d->anchors, "blocks per sequence per step")->capture_default_str();
+  d_cmd->add_option("--gamma", d->gamma,
+                    "loss weight decay exp(-(k-1)/gamma) (default 7/5/4 for block 16/10/8, else (B-1)/2)");
+  d_cmd->add_option("--anchors", d->anchors, "blocks per sequence per step (fewer where it has fewer positions)")
+      ->capture_default_str();
   d_cmd->add_option("--eval-prompts", d->eval_prompts, "prompts for the tau evaluation (default: on-policy or data prompts)");
   d_cmd->add_option("--eval-every", d->eval_every, "evaluate tau every N steps (0 = at the end)")->capture_default_str();
   d_cmd->add_option("--eval-samples", d->eval_samples, "prompts per evaluation")->capture_default_str();
@@ -152,7 +158,8 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   c_cmd->add_option("--gen-tokens", c->gen_tokens, "new tokens per generated trajectory")->capture_default_str();
   c_cmd->add_option("--feature-layers", *feature_ids, "target layers whose outputs feed the compressor (default: the draft's taps)");
   c_cmd->add_option("--width", c->width, "compressor width")->capture_default_str();
-  c_cmd->add_option("--max-span", c->max_span, "rows of the span-length embedding")->capture_default_str();
+  c_cmd->add_option("--max-span", c->max_span, "rows of the span-length embedding (longer spans share the last row)")
+      ->capture_default_str();
   c_cmd->add_option("--ce-weight", c->ce_weight, "weight of the next-token cross-entropy next to the KL")->capture_default_str();
   c_cmd->add_option("--feature-passes", c->feature_passes,
                     "no-grad passes that refine the span features towards the compressed engine's")

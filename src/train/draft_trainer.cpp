@@ -5,6 +5,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <filesystem>
 
@@ -37,7 +38,13 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
   c.num_target_layers = target.num_layers;
   c.target_layer_ids = o.target_layer_ids.empty() ? model::default_target_layer_ids(target.num_layers, o.draft_layers)
                                                   : o.target_layer_ids;
-  check_distinct_layers(o.target_layer_ids, "--target-layer-ids");  // the given ones (the defaults may repeat)
+  check_distinct_layers(o.target_layer_ids, "--target-layer-ids");  // the given ones (the defaults may repeat: said)
+  if (o.target_layer_ids.empty() &&
+      std::set<int64_t>(c.target_layer_ids.begin(), c.target_layer_ids.end()).size() < c.target_layer_ids.size())
+    std::fprintf(stderr, "warning: the default taps for a %lld-layer target and %lld draft layers repeat a layer "
+                 "([%s]); pass --target-layer-ids to choose distinct ones\n",
+                 static_cast<long long>(target.num_layers), static_cast<long long>(o.draft_layers),
+                 fmt::format("{}", fmt::join(c.target_layer_ids, ", ")).c_str());
   if (o.mask_token_id < -1)
     fail("--mask-token-id: must be a token id >= 0 (or -1: the default), found {}", o.mask_token_id);
   for (int64_t id : c.target_layer_ids)
