@@ -214,8 +214,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   }
   const std::vector<std::vector<int64_t>> prompts =
       o.on_policy_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.on_policy_prompts, codec, tc.vocab_size);
-  const std::vector<std::vector<int64_t>> eval_prompts =
+  std::vector<std::vector<int64_t>> eval_prompts =
       o.eval_prompts.empty() ? std::vector<std::vector<int64_t>>{} : read_prompts(o.eval_prompts, codec, tc.vocab_size);
+  // only the first --eval-samples are held out: the rest are not generated
+  eval_prompts.resize(std::min(eval_prompts.size(), static_cast<size_t>(o.eval_samples)));
   // the generations (with the draft's block where it drafts) must fit the target's positions, before any runs
   const int64_t block = draft_config ? draft_config->block_size : 1;
   check_generation_fits(prompts, o.gen_tokens, block, tc.max_position_embeddings, "--gen-tokens");
