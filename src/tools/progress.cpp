@@ -40,7 +40,7 @@ void ProgressBar::finish(const std::string& status) {
 void ProgressBar::stop(const std::string& status) {
   if (finished_) return;
   if (!status.empty()) status_ = status;
-  draw(true);
+  if (done_ != drawn_done_ || status_ != drawn_status_) draw(true);  // a log gets the last line once
   if (enabled_ && tty_) std::fputc('\n', stderr);
   finished_ = true;
 }
@@ -60,6 +60,8 @@ void ProgressBar::draw(bool force) {
   const double eta = done_ >= total_ ? 0
                      : done_here > 0 ? elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_here)
                                      : -1;
+  drawn_done_ = done_;
+  drawn_status_ = status_;
   std::fprintf(stderr, tty_ ? "\r%s [%s] %lld/%lld  %s elapsed, ETA %s  %s\x1b[K" : "%s [%s] %lld/%lld  %s elapsed, ETA %s  %s\n",
                label_.c_str(), bar.c_str(),
                static_cast<long long>(done_), static_cast<long long>(total_), format_duration(elapsed).c_str(),

@@ -19,8 +19,8 @@ class ProgressBar {
 
  private:
   void draw(bool force);
-  std::string label_, status_;
-  int64_t total_, resumed_, done_ = 0;
+  std::string label_, status_, drawn_status_;  // drawn_*: what the last line showed
+  int64_t total_, resumed_, done_ = 0, drawn_done_ = -1;
   bool enabled_, tty_, finished_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
