@@ -270,7 +270,17 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
     model::parse_qwen3_config(path);
     ADD_FAILURE() << "LlamaForCausalLM accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("architectures [\"LlamaForCausalLM\"] where Qwen3ForCausalLM is expected"),
+    EXPECT_NE(std::string(e.what()).find("architectures [\"LlamaForCausalLM\"] where Qwen3ForCausalLM is expected "
+                                         "(specpress runs Qwen3 models)"),
+              std::string::npos) << e.what();
+  }
+  full["architectures"] = {"DFlashDraftModel"};  // a draft given as the target: the flags are named
+  write_text(path, full.dump());
+  try {
+    model::parse_qwen3_config(path);
+    ADD_FAILURE() << "DFlashDraftModel accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(this is a DFlash draft: a Qwen3 target is given with -m, its draft with -md)"),
               std::string::npos) << e.what();
   }
 }

@@ -91,10 +91,14 @@ void ConfigReader::expect_architecture(const std::string& expected) const {
   if (!has("architectures")) return;  // older exports leave it out
   const auto& a = json["architectures"];
   if (!a.is_array()) fail("{}: field 'architectures' must be an array of strings, found {}", source, a.dump());
-  for (const auto& name : a)
+  bool draft = false;  // a DFlash draft's config where a target's is expected: -m and -md swapped, say
+  for (const auto& name : a) {
     if (name == expected) return;
-  fail("{}: architectures {} where {} is expected (a Qwen3 target is given with -m, its DFlash draft with -md)", source,
-       a.dump(), expected);
+    draft = draft || (name.is_string() && name.get<std::string>().find("DFlash") != std::string::npos);
+  }
+  fail("{}: architectures {} where {} is expected{}", source, a.dump(), expected,
+       draft ? " (this is a DFlash draft: a Qwen3 target is given with -m, its draft with -md)"
+             : " (specpress runs Qwen3 models)");
 }
 
 }  // namespace specpress::model
