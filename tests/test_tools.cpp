@@ -516,6 +516,11 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
   EXPECT_NEAR(j["summary"]["means"][0]["mean_speedup"].get<double>(), speedups, 1e-9) << "the paper's Avg.: a mean";
   EXPECT_NEAR(j["summary"]["means"][0]["mean_tau"].get<double>(), taus, 1e-9);
   EXPECT_EQ(j["summary"]["runs_planned"], std::size(kSets));
+  EXPECT_EQ(j["summary"]["runs_finished"], std::size(kSets));
+  // what measured it: the models, the data and how the samples were chosen
+  EXPECT_TRUE(j["model"].is_string() && j["model_draft"].is_array() && j["data"].is_string()) << j.dump().substr(0, 400);
+  EXPECT_EQ(j["selection"]["max_samples"], 2);
+  EXPECT_EQ(j["datasets"][0]["sampling_seed"], 0);
   // stdout and --markdown: every dataset's table, then the summary with a row each and the mean
   std::ifstream m(md);
   const std::string table((std::istreambuf_iterator<char>(m)), std::istreambuf_iterator<char>());
@@ -526,6 +531,8 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
     }
     EXPECT_NE(text.find("## specpress bench: summary"), std::string::npos);
     EXPECT_NE(text.find("\n| mean | 4 | | "), std::string::npos);
+    EXPECT_EQ(text.find("planned runs finished so far"), std::string::npos) << "a finished bench's reports are whole";
+    EXPECT_NE(text.find("identical outputs 100%\n"), std::string::npos) << "greedy: token for token";
     const std::string footer = "\nMeasured by specpress ";  // the last line: the build, the device, the dtype
     ASSERT_NE(text.rfind(footer), std::string::npos) << text;
     EXPECT_NE(text.substr(text.rfind(footer)).find(" build, LibTorch "), std::string::npos) << text;
@@ -548,6 +555,16 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
   }
   EXPECT_NE(r.out.find("**speedup"), std::string::npos);
   EXPECT_EQ(r.out.find("summary"), std::string::npos) << "one dataset: no summary table";
+
+  // sampled: the settings line names what is on, and the outputs are compared in distribution only
+  r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
+                    " --max-samples 1 --max-new-tokens 6 --no-progress --temp 0.8 --top-k 5 --sampling-seed 7 --json " +
+                    one);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("temperature 0.8, top-k 5, sampling seed 7, thinking off"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(sampled: equal in distribution, not token for token)"), std::string::npos) << r.out;
+  std::ifstream sampled(one);
+  EXPECT_EQ(nlohmann::json::parse(sampled)["sampling_seed"], 7);
 }
 
 // Block sizes swept in one run: each dataset at each size, in that order, each lossless with its own histogram.
@@ -874,6 +891,8 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["samples"], 2);
   EXPECT_TRUE(j["build"]["version"].is_string() && j["build"]["commit"].is_string()) << j["build"].dump();
+  EXPECT_EQ(j["max_new_tokens"], 10);
+  EXPECT_TRUE(j["model"].is_string() && j["model_draft"].size() == 1u && j["selection"]["max_samples"] == 2);
   EXPECT_EQ(j["device"], "cpu");
   ASSERT_EQ(j["positions"].size(), 3u);
   int64_t counted = 0;
@@ -883,6 +902,9 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
     EXPECT_GE(p["kl_target_draft"].get<double>(), -1e-6);
     EXPECT_GE(p["mean_rank"].get<double>(), 1.0);
   }
+  double expected_length = 1;  // the HTML's headline, over every block start
+  for (const auto& p : j["positions"]) expected_length += p["acceptance"].get<double>();
+  EXPECT_DOUBLE_EQ(j["expected_acceptance_length"].get<double>(), expected_length);
   int64_t binned = 0;
   for (const auto& b : j["calibration"]) binned += b["count"].get<int64_t>();
   EXPECT_EQ(binned, counted);  // every scored draft position lands in one calibration bin
@@ -965,6 +987,11 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
       {base + "--dataset gsm8k --data " + shared_dir(), "has no gsm8k_test.jsonl (dataset gsm8k"},
       {"diagnose " + models() + " --dataset gsm8k,mbpp --data " + data_dir(),
        "--dataset: one dataset at a time here"},
+      {"diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
+           " --max-samples 1 --max-new-tokens 1 --no-progress",
+       "diagnose: no block start along the target's trajectories"},
+      {base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --json /proc/specpress.json",
+       "--json: cannot "},  // (root passes access() there; the probe file cannot be made)
   };
   for (const auto& c : cases) {
     CommandResult r = run_specpress(c.args);

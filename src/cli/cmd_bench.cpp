@@ -208,9 +208,19 @@ std::string device_name(const ToolOptions& o) {
   return tools::device_description(model::parse_device(o.device, "--device"));
 }
 
-// What a report was measured with, at its top: the build, the device and the dtype.
+// What a report was measured with, at its top: the build, the device, the dtype, the models, the data and how its
+// samples were chosen.
 nlohmann::ordered_json provenance(const ToolOptions& o) {
-  return {{"build", tools::build_json()}, {"device", device_name(o)}, {"dtype", dtype_name(o)}};
+  nlohmann::ordered_json selection = {{"max_samples", o.selection.max_samples}, {"seed", o.selection.seed}};
+  if (!o.selection.indices_file.empty()) {
+    selection["indices"] = canonical_path(o.selection.indices_file);
+    selection["subset"] = o.selection.indices_key;
+  }
+  nlohmann::ordered_json drafts = nlohmann::ordered_json::array();
+  for (const std::string& dir : draft_list(o.draft_dir, /*several=*/true)) drafts.push_back(canonical_path(dir));
+  return {{"build", tools::build_json()}, {"device", device_name(o)}, {"dtype", dtype_name(o)},
+          {"model", canonical_path(o.model_dir)}, {"model_draft", drafts},
+          {"data", canonical_path(o.data)}, {"selection", selection}};
 }
 
 nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
@@ -334,11 +344,16 @@ int run_bench(const ToolOptions& o) {
     } else {
       j["summary"] = tools::bench_summary_json(reports);
       j["summary"]["runs_planned"] = plan.size();  // more than the datasets' reports: an unfinished run's file
+      j["summary"]["runs_finished"] = reports.size();
       j["datasets"] = nlohmann::ordered_json::array();
       for (const tools::BenchReport& r : reports) j["datasets"].push_back(tools::bench_json(r));
     }
     const bool last = reports.size() == plan.size();
-    const std::string summary = plan.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "";
+    // a file rewritten after each run says so until the last: a killed bench's reports are not whole
+    const std::string unfinished =
+        last ? "" : fmt::format("\n{} of the {} planned runs finished so far (this file is rewritten after each run; "
+                                "--checkpoint and --resume continue a killed bench)\n", reports.size(), plan.size());
+    const std::string summary = (plan.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "") + unfinished;
     write_output(o.markdown_out, md + summary + footer, "the Markdown table", /*say=*/last);
     write_output(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                  "per-sample records", /*say=*/last);
@@ -375,7 +390,12 @@ int run_diagnose(const ToolOptions& o) {
   d.temperatures = temperatures;
   tools::DiagnoseReport report =
       tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
+  if (report.block_starts == 0)
+    fail("diagnose: no block start along the target's trajectories ({} tokens over {} samples at --max-new-tokens {}): "
+         "nothing to report; give more --max-new-tokens", report.trajectory_tokens, report.samples, o.max_new_tokens);
   nlohmann::ordered_json j = provenance(o);
+  j["max_new_tokens"] = o.max_new_tokens;
+  j["enable_thinking"] = o.think;
   const nlohmann::ordered_json body = tools::diagnose_json(report);
   for (const auto& [key, value] : body.items()) j[key] = value;
   std::printf("%s\n", j.dump(2).c_str());
@@ -424,6 +444,10 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   CLI::App* bench = add_common(app, "bench", "plain vs DFlash decoding on a dataset: speedup, tau, acceptance", *b);
   bench->add_option("--max-new-tokens", b->max_new_tokens, "tokens per sample")->capture_default_str();
   add_sampling_flags(*bench, b->sampling);
+  bench->add_option("--sampling-seed", b->sampling.seed,
+                    "seed of the sampled decodings at --temp > 0 (each sample's plain and DFlash runs start from it; "
+                    "--seed picks the samples)")
+      ->capture_default_str();
   bench->add_option("--block-size", b->block_sizes,
                     "DFlash block size (default: the draft's trained size); several separated by commas run each "
                     "dataset at each size");

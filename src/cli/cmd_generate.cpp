@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "cli/id_list.h"
 #include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
@@ -189,9 +190,12 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
   cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)")
       ->check(non_empty_check("expected a DFlash draft directory; leave the flag out for plain decoding"));
-  cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids");
-  cmd->add_option("-p,--prompt", o->prompt_text, "prompt text (needs the model's tokenizer)");
-  cmd->add_option("-f,--file", o->prompt_file, "read the prompt text from a file (exact bytes)");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids")
+      ->check(non_empty_check("expected token ids"));
+  cmd->add_option("-p,--prompt", o->prompt_text, "prompt text (needs the model's tokenizer)")
+      ->check(non_empty_check("expected the prompt's text"));
+  cmd->add_option("-f,--file", o->prompt_file, "read the prompt text from a file (exact bytes)")
+      ->check(non_empty_check("expected a file path"));
   cmd->add_flag("--chat", o->chat, "render the prompt as a user turn with the chat template (+ generation prompt)");
   cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)");
   cmd->add_flag("--think", o->think, "enable_thinking in the chat template (off by default: DFlash drafts need it off)");

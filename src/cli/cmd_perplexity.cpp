@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "cli/id_list.h"
 #include "core/error.h"
 #include "model/qwen3.h"
 #include "tools/build_info.h"
@@ -198,9 +199,12 @@ void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
   CLI::App* cmd = app.add_subcommand(
       "perplexity", "the target's perplexity over a text, as llama-perplexity measures it (second half of each chunk)");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
-  cmd->add_option("-f,--file", o->prompt_file, "the text to score (a file's exact bytes, e.g. wikitext-2's test set)");
-  cmd->add_option("-p,--prompt", o->prompt_text, "the text to score");
-  cmd->add_option("--prompt-ids", o->prompt_ids, "token ids to score, comma-separated");
+  cmd->add_option("-f,--file", o->prompt_file, "the text to score (a file's exact bytes, e.g. wikitext-2's test set)")
+      ->check(non_empty_check("expected a file path"));
+  cmd->add_option("-p,--prompt", o->prompt_text, "the text to score")
+      ->check(non_empty_check("expected the text to score"));
+  cmd->add_option("--prompt-ids", o->prompt_ids, "token ids to score, comma-separated")
+      ->check(non_empty_check("expected token ids"));
   cmd->add_option("-c,--ctx-size", o->ctx_size, "tokens a chunk (its second half is scored)")->capture_default_str();
   cmd->add_option("--chunks", o->chunks, "score at most this many chunks (0 or -1: all)")->capture_default_str();
   add_placement_flags(*cmd, o->device, o->dtype);

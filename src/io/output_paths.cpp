@@ -1,11 +1,13 @@
 // output_paths.cpp — see output_paths.h.
 #include "io/output_paths.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "core/error.h"
 
@@ -92,6 +94,15 @@ void check_output_files(const std::vector<NamedPath>& outputs, const std::vector
     if (!fs::is_directory(dir, ec)) fail("{}: the directory of {} does not exist ({})", out.flag, out.path, dir.string());
     if (::access(dir.c_str(), W_OK) != 0)
       fail("{}: cannot write into {} ({}), the directory of {}", out.flag, dir.string(), std::strerror(errno), out.path);
+    // access() lets root pass where the file system refuses new files (/proc, a read-only mount): a file is created
+    // and removed beside the output, as its atomic write will create its temporary one
+    const std::string probe = target.string() + ".tmp.probe." + std::to_string(::getpid());
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+      fail("{}: cannot create a file in {} ({}), the directory of {}", out.flag, dir.string(), std::strerror(errno),
+           out.path);
+    ::close(fd);
+    ::unlink(probe.c_str());
   }
 }
 

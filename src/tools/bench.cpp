@@ -298,6 +298,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["top_k"] = r.options.sampling.top_k;
   j["top_p"] = r.options.sampling.top_p;
   j["min_p"] = r.options.sampling.min_p;
+  j["sampling_seed"] = r.options.sampling.seed;
   if (r.options.sampling.penalized()) j["penalties"] = decode::penalties_json(r.options.sampling);
   if (!r.options.sampling.logit_bias.empty()) j["logit_bias"] = decode::logit_bias_json(r.options.sampling);
   j["enable_thinking"] = r.options.think;
@@ -384,12 +385,38 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   return j;
 }
 
+namespace {
+// The decoding settings of a report's line: the temperature, and what else is on (top-k/p, min-p, seed, penalties,
+// logit bias).
+std::string sampling_text(const decode::SamplingParams& s) {
+  std::string text = fmt::format("temperature {}", s.temperature);
+  if (!s.greedy()) {
+    if (s.top_k > 0) text += fmt::format(", top-k {}", s.top_k);
+    if (s.top_p < 1) text += fmt::format(", top-p {}", s.top_p);
+    if (s.min_p > 0) text += fmt::format(", min-p {}", s.min_p);
+    text += fmt::format(", sampling seed {}", s.seed);
+  }
+  if (s.penalized())
+    text += fmt::format(", repeat penalty {} / presence {} / frequency {} over the last {} tokens", s.repeat_penalty,
+                        s.presence_penalty, s.frequency_penalty, s.repeat_last_n);
+  if (!s.logit_bias.empty()) text += fmt::format(", logit bias on {} token(s)", s.logit_bias.size());
+  return text;
+}
+
+// "identical outputs": token for token only where both decodings are greedy; sampled ones draw apart.
+std::string identical_text(const BenchReport& r, double share) {
+  return r.options.sampling.greedy() ? fmt::format("{:.0f}%", 100 * share)
+                                     : fmt::format("{:.0f}% (sampled: equal in distribution, not token for token)",
+                                                   100 * share);
+}
+}  // namespace
+
 std::string bench_markdown(const BenchReport& r) {
   std::string md = fmt::format("## specpress bench: {}\n\n", r.options.dataset);
   if (!r.options.draft.empty()) md += fmt::format("draft {}\n\n", r.options.draft);
-  md += fmt::format("{} samples, block size {}, max new tokens {}, temperature {}, thinking {}, {} path\n\n", r.records.size(),
-                    r.block_size, r.options.max_new_tokens, r.options.sampling.temperature, r.options.think ? "on" : "off",
-                    r.fast_path ? "CUDA fast" : "reference");
+  md += fmt::format("{} samples, block size {}, max new tokens {}, {}, thinking {}, {} path\n\n", r.records.size(),
+                    r.block_size, r.options.max_new_tokens, sampling_text(r.options.sampling),
+                    r.options.think ? "on" : "off", r.fast_path ? "CUDA fast" : "reference");
   if (r.resumed > 0)
     md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
                       r.records.size());
@@ -401,8 +428,8 @@ std::string bench_markdown(const BenchReport& r) {
   md += fmt::format("| TPOT (ms) | {:.3f} | {:.3f} |\n", r.plain_tpot_ms, r.dflash_tpot_ms);
   md += fmt::format("| tokens/s | {:.1f} | {:.1f} |\n", r.plain_tokens_per_s, r.dflash_tokens_per_s);
   md += fmt::format("| TTFT (ms) | {:.2f} | {:.2f} |\n", r.plain_ttft_ms, r.dflash_ttft_ms);
-  md += fmt::format("\n**speedup {:.2f}x, tau {:.2f}**, identical outputs {:.0f}%\n", r.speedup, r.tau,
-                    100 * r.identical_outputs);
+  md += fmt::format("\n**speedup {:.2f}x, tau {:.2f}**, identical outputs {}\n", r.speedup, r.tau,
+                    identical_text(r, r.identical_outputs));
   if (r.interval_samples >= kIntervalMinSamples)
     md += fmt::format("\n95% bootstrap intervals over the {} samples: speedup {:.2f}x to {:.2f}x, tau {:.2f} to "
                       "{:.2f}\n",
@@ -531,9 +558,11 @@ std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
     const bool intervals = r.interval_samples >= kIntervalMinSamples;
     const std::string speedup_ci = intervals ? fmt::format(" ({:.2f}-{:.2f})", r.speedup_lo, r.speedup_hi) : "";
     const std::string tau_ci = intervals ? fmt::format(" ({:.2f}-{:.2f})", r.tau_lo, r.tau_hi) : "";
-    md += fmt::format("| {} | {}{} | {} | {:.2f}x{} | {:.2f}{} | {:.1f} | {:.1f} | {:.0f}% | {} |\n", r.options.dataset,
+    const std::string identical =
+        r.options.sampling.greedy() ? fmt::format("{:.0f}%", 100 * r.identical_outputs) : "- (sampled)";
+    md += fmt::format("| {} | {}{} | {} | {:.2f}x{} | {:.2f}{} | {:.1f} | {:.1f} | {} | {} |\n", r.options.dataset,
                       drafts ? r.options.draft + " | " : "", r.block_size, r.records.size(), r.speedup, speedup_ci,
-                      r.tau, tau_ci, r.plain_tokens_per_s, r.dflash_tokens_per_s, 100 * r.identical_outputs, answers);
+                      r.tau, tau_ci, r.plain_tokens_per_s, r.dflash_tokens_per_s, identical, answers);
   }
   for (const BlockMean& m : means_by_block(reports))
     md += fmt::format("| mean | {}{} | | {:.2f}x | {:.2f} | | | | |\n", drafts ? m.draft + " | " : "", m.block_size,

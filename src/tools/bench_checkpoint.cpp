@@ -270,8 +270,9 @@ void compare_settings(const nlohmann::json& header, const Json& now_ordered, con
   if (all)
     for (const auto& [key, value] : saved.items())
       if (!now.contains(key))
-        fail("--resume: {} holds records made with setting '{}' = {}, which this specpress does not know", path, key,
-             value.dump());
+        fail("--resume: {} holds records made with setting '{}' = {}, which this run does not have (a flag left at its "
+             "default now, or a setting of a newer specpress); resume with the original flags, or give another "
+             "--checkpoint", path, key, value.dump());
 }
 
 }  // namespace

@@ -51,7 +51,10 @@ std::string diagnose_html(const DiagnoseReport& r) {
   html += fmt::format("<p><small>{}</small></p>\n", html_escape(build_line()));
   double expected_len = 1.0;
   for (double a : acc) expected_len += a;
-  html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b></p>\n", expected_len);
+  html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b> (over its {} block "
+                      "starts{})</p>\n", expected_len, r.block_starts,
+                      r.sampled.empty() ? "" : "; the temperatures' table pools only the starts whose whole block lies "
+                                               "in the trajectory");
   html += "<div class=\"charts\">\n";
   html += svg_line_chart("Acceptance and top-1 agreement by draft position", pos_x,
                          {{"acceptance (positions 1..k all match)", acc, "#1f77b4"}, {"top-1 agreement", top1, "#ff7f0e"}},
