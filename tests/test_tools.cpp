@@ -518,7 +518,8 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
   EXPECT_EQ(j["summary"]["runs_planned"], std::size(kSets));
   EXPECT_EQ(j["summary"]["runs_finished"], std::size(kSets));
   // what measured it: the models, the data and how the samples were chosen
-  EXPECT_TRUE(j["model"].is_string() && j["model_draft"].is_array() && j["data"].is_string()) << j.dump().substr(0, 400);
+  EXPECT_TRUE(j["model"].is_string() && j["model_draft"].is_array() && j["data"].is_string())
+      << j.dump().substr(0, 400);
   EXPECT_EQ(j["selection"]["max_samples"], 2);
   EXPECT_EQ(j["datasets"][0]["sampling_seed"], 0);
   // stdout and --markdown: every dataset's table, then the summary with a row each and the mean
