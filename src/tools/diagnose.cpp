@@ -261,11 +261,7 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
   j["block_size"] = r.block_size;
   j["trajectory_tokens"] = r.trajectory_tokens;
   j["block_starts"] = r.block_starts;
-  // 1 + each position's chain acceptance, over every block start (the HTML report's headline); sampled_acceptance's
-  // rows pool only the starts whose whole block lies in the trajectory
-  double expected_length = 1.0;
-  for (const auto& p : r.positions) expected_length += p.chain_acceptance;
-  j["expected_acceptance_length"] = expected_length;
+  j["expected_acceptance_length"] = r.expected_acceptance_length();
   j["tap_layers"] = r.tap_layers;
   nlohmann::ordered_json pos = nlohmann::ordered_json::array();
   for (size_t k = 0; k < r.positions.size(); ++k) {

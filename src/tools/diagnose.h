@@ -82,6 +82,14 @@ struct DiagnoseReport {
   std::vector<MixResult> mixing;
   std::vector<SampledAcceptance> sampled;  // one per options.temperatures entry
   std::vector<int64_t> tap_layers;
+
+  // 1 + each position's chain acceptance, over every block start: the HTML report's headline (`sampled` pools only
+  // the starts whose whole block lies in the trajectory)
+  double expected_acceptance_length() const {
+    double length = 1.0;
+    for (const PositionStats& p : positions) length += p.chain_acceptance;
+    return length;
+  }
 };
 
 DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlashDraft& draft,

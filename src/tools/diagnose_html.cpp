@@ -49,8 +49,7 @@ std::string diagnose_html(const DiagnoseReport& r) {
                       html_escape(r.options.dataset), r.samples, r.trajectory_tokens, r.block_starts, r.block_size,
                       fmt::join(r.tap_layers, ", "));
   html += fmt::format("<p><small>{}</small></p>\n", html_escape(build_line()));
-  double expected_len = 1.0;
-  for (double a : acc) expected_len += a;
+  const double expected_len = r.expected_acceptance_length();
   html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b> (over its {} block "
                       "starts{})</p>\n", expected_len, r.block_starts,
                       r.sampled.empty() ? "" : "; the temperatures' table pools only the starts whose whole block lies "
