@@ -650,6 +650,54 @@ std::string json_lines(const std::vector<nlohmann::json>& lines) {
   return text;
 }
 
+// SIGTERM (or Ctrl-C's SIGINT) stops a bench after the sample in flight: the reports so far are written and say that
+// they are unfinished, the exit status is 128 + the signal, and --resume continues from the checkpoint.
+TEST_F(ToolsEndToEnd, BenchStoppedBySignalWritesWhatItHas) {
+  const fs::path d = dir_->path / "bench-signal";
+  fs::create_directories(d);
+  const std::string ckpt = (d / "b.ckpt").string(), json = (d / "b.json").string(), md = (d / "b.md").string();
+  const auto args = [&](int samples) {
+    return "bench " + models() + " --dataset gsm8k,humaneval --data " + data_dir() + " --max-samples " +
+           std::to_string(samples) + " --max-new-tokens 16 --no-progress --json " + json + " --markdown " + md +
+           " --checkpoint " + ckpt;
+  };
+  // the bench in the background; once its checkpoint holds two records (and a header), SIGTERM; its status printed
+  const std::string checkpoint_lines = "$(wc -l < " + ckpt + " 2>/dev/null || echo 0)";
+  const std::string script = "CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args(40) +
+                             " >/dev/null 2>" + (d / "err").string() + " & pid=$!; for i in $(seq 1200); do " +
+                             "[ \"" + checkpoint_lines + "\" -ge 3 ] && break; sleep 0.05; done; " +
+                             "kill -TERM $pid; "
+                             "wait $pid; echo $?";
+  FILE* pipe = ::popen(("sh -c '" + script + "'").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string status;
+  std::array<char, 64> buf{};
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) status.append(buf.data(), n);
+  ::pclose(pipe);
+  std::ifstream err_in(d / "err");
+  const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(status, "143\n") << err;
+  EXPECT_NE(err.find("bench: stopped by SIGTERM after "), std::string::npos) << err;
+  EXPECT_NE(err.find("the same command with --resume continues from " + ckpt), std::string::npos) << err;
+  std::ifstream j_in(json);
+  const auto j = nlohmann::json::parse(j_in);
+  EXPECT_EQ(j["summary"]["runs_planned"], 2);
+  EXPECT_EQ(j["summary"]["runs_finished"], 0);
+  EXPECT_EQ(j["datasets"][0]["interrupted"], true);
+  const auto records = j["datasets"][0]["samples"].get<int64_t>();
+  EXPECT_GE(records, 2);
+  EXPECT_LT(records, 40);
+  std::ifstream md_in(md);
+  const std::string table((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("stopped by a signal before its last sample"), std::string::npos) << table;
+  EXPECT_NE(table.find("0 of the 2 planned runs finished before a signal stopped the bench"), std::string::npos);
+  EXPECT_EQ(static_cast<int64_t>(read_json_lines(ckpt).size()), records + 1) << "every decoded sample kept";
+  // the same command with --resume (fewer samples, to be quick) reuses them
+  const CommandResult r = run_specpress(args(3) + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bench: reused "), std::string::npos) << r.err;
+}
+
 // bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from
 // where it stopped, reusing those records (their timings too) and decoding the rest as the uninterrupted run did; a
 // bench whose every record is in the checkpoint reprints its report exactly (the records round-trip losslessly, also

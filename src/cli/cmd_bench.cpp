@@ -27,6 +27,7 @@
 #include "tools/build_info.h"
 #include "tools/diagnose.h"
 #include "tools/runner.h"
+#include "tools/stop_signals.h"
 
 namespace specpress::cli {
 namespace {
@@ -316,7 +317,11 @@ int run_bench(const ToolOptions& o) {
   const std::string footer = fmt::format("\nMeasured by {} on {}, {}.\n", tools::build_line(),
                                          measured_with["device"].get<std::string>(),
                                          measured_with["dtype"].get<std::string>());
+  // Ctrl-C stops after the sample in flight: the reports so far are written (marked unfinished), then exit 130
+  const tools::StopSignals signals;
+  b.keep_going = [&signals] { return signals.received() == 0; };
   for (const auto& [run, draft, block_size] : plan) {
+    if (signals.received() != 0) break;
     b.dataset = run->name;
     b.draft = draft_dirs[draft];
     b.block_size = block_size;
@@ -332,7 +337,11 @@ int run_bench(const ToolOptions& o) {
       std::fprintf(stderr, "bench: %s, %sblock size %lld (%zu of %zu)\n", run->name.c_str(),
                    l.drafts.size() > 1 ? ("draft " + draft_dirs[draft] + ", ").c_str() : "",
                    static_cast<long long>(block_size), reports.size() + 1, plan.size());
-    reports.push_back(tools::run_bench(*l.target, *l.drafts[draft], *l.tokenizer, run->samples, b, l.stop_ids));
+    tools::BenchReport report =
+        tools::run_bench(*l.target, *l.drafts[draft], *l.tokenizer, run->samples, b, l.stop_ids);
+    if (report.interrupted && report.records.empty()) break;
+    reports.push_back(std::move(report));
+    const size_t finished = reports.size() - (reports.back().interrupted ? 1 : 0);
     const std::string dataset_md = tools::bench_markdown(reports.back());
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
     std::fflush(stdout);
@@ -344,19 +353,31 @@ int run_bench(const ToolOptions& o) {
     } else {
       j["summary"] = tools::bench_summary_json(reports);
       j["summary"]["runs_planned"] = plan.size();  // more than the datasets' reports: an unfinished run's file
-      j["summary"]["runs_finished"] = reports.size();
+      j["summary"]["runs_finished"] = finished;
       j["datasets"] = nlohmann::ordered_json::array();
       for (const tools::BenchReport& r : reports) j["datasets"].push_back(tools::bench_json(r));
     }
-    const bool last = reports.size() == plan.size();
-    // a file rewritten after each run says so until the last: a killed bench's reports are not whole
+    const bool last = finished == plan.size(), stopped = reports.back().interrupted;
+    // a file rewritten after each run says so until the last: a stopped or killed bench's reports are not whole
     const std::string unfinished =
-        last ? "" : fmt::format("\n{} of the {} planned runs finished so far (this file is rewritten after each run; "
-                                "--checkpoint and --resume continue a killed bench)\n", reports.size(), plan.size());
+        last ? "" : fmt::format("\n{} of the {} planned runs finished {}(this file is rewritten after each run; "
+                                "--checkpoint and --resume continue a stopped bench)\n", finished, plan.size(),
+                                stopped ? "before a signal stopped the bench " : "so far ");
     const std::string summary = (plan.size() > 1 ? "\n" + tools::bench_summary_markdown(reports) : "") + unfinished;
-    write_output(o.markdown_out, md + summary + footer, "the Markdown table", /*say=*/last);
+    write_output(o.markdown_out, md + summary + footer, "the Markdown table", /*say=*/last || stopped);
     write_output(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-                 "per-sample records", /*say=*/last);
+                 "per-sample records", /*say=*/last || stopped);
+  }
+  const size_t whole_runs = reports.size() - (!reports.empty() && reports.back().interrupted ? 1 : 0);
+  if (const int signal = signals.received(); signal != 0 && whole_runs < plan.size()) {
+    int64_t records = 0;
+    for (const tools::BenchReport& r : reports) records += static_cast<int64_t>(r.records.size());
+    throw Interrupted(signal, fmt::format("bench: stopped by {} after {} records ({} of the {} planned runs whole); "
+                                          "the reports say so{}",
+                                          tools::StopSignals::name(signal), records, whole_runs, plan.size(),
+                                          o.checkpoint.empty()
+                                              ? " (--checkpoint keeps each sample for a --resume)"
+                                              : "; the same command with --resume continues from " + o.checkpoint));
   }
   if (plan.size() > 1) std::printf("\n%s", tools::bench_summary_markdown(reports).c_str());
   std::printf("%s", footer.c_str());

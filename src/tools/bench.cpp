@@ -79,6 +79,7 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   int64_t done = 0;
   double tau_sum = 0;
   for (const auto& sample : samples) {
+    if (report.interrupted) break;
     std::vector<tok::ChatMessage> messages;
     for (size_t t = 0; t < sample.turns.size(); ++t) {
       messages.push_back({"user", sample.turns[t], std::nullopt});
@@ -103,6 +104,10 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
         ++done;
         bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
         continue;
+      }
+      if (options.keep_going && !options.keep_going()) {
+        report.interrupted = true;
+        break;
       }
       check_turn_fits(static_cast<int64_t>(prompt.size()), options.max_new_tokens, report.block_size, max_positions,
                       turn_name(options.dataset, sample, t));
@@ -161,7 +166,10 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
     report.slot_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * static_cast<int64_t>(c10::elementSize(target.dtype()));
   }
   aggregate(report);
-  bar.finish(fmt::format("tau {:.2f}, speedup {:.2f}x", report.tau, report.speedup));
+  if (report.interrupted)
+    bar.stop(fmt::format("stopped; tau {:.2f}, speedup {:.2f}x over {} turns", report.tau, report.speedup, done));
+  else
+    bar.finish(fmt::format("tau {:.2f}, speedup {:.2f}x", report.tau, report.speedup));
   return report;
 }
 
@@ -303,6 +311,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   if (!r.options.sampling.logit_bias.empty()) j["logit_bias"] = decode::logit_bias_json(r.options.sampling);
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
+  if (r.interrupted) j["interrupted"] = true;  // stopped before its last sample
   if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them
   if (r.plain_reused > 0) j["plain_reused_records"] = r.plain_reused;  // plain decoding from an earlier block size
   nlohmann::ordered_json s;
@@ -417,6 +426,8 @@ std::string bench_markdown(const BenchReport& r) {
   md += fmt::format("{} samples, block size {}, max new tokens {}, {}, thinking {}, {} path\n\n", r.records.size(),
                     r.block_size, r.options.max_new_tokens, sampling_text(r.options.sampling),
                     r.options.think ? "on" : "off", r.fast_path ? "CUDA fast" : "reference");
+  if (r.interrupted)
+    md += "stopped by a signal before its last sample: the numbers below cover the samples decoded until then\n\n";
   if (r.resumed > 0)
     md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
                       r.records.size());

@@ -56,12 +56,16 @@ struct BenchOptions {
   // depend on the draft or the block size, so a sweep decodes each prompt plainly once and every run's speedup has the
   // same baseline (null: not shared).
   std::map<std::string, decode::GenerationResult>* plain_results = nullptr;
+  // Asked before each sample's turn is decoded (Ctrl-C: tools::StopSignals); false stops the run there, its report
+  // holding the records so far (empty: never stop).
+  std::function<bool()> keep_going;
 };
 
 struct BenchReport {
   BenchOptions options;
   int64_t block_size = 0;
   bool fast_path = false;
+  bool interrupted = false;  // keep_going stopped it before every sample was decoded
   std::vector<BenchRecord> records;
   int64_t resumed = 0;       // records taken from --checkpoint
   int64_t plain_reused = 0;  // records whose plain decoding an earlier run of this bench made

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include "model/qwen3.h"
 #include "train/checkpoint.h"
 #include "tools/progress.h"
+#include "tools/stop_signals.h"
 
 namespace specpress::train {
 namespace fs = std::filesystem;
@@ -120,39 +120,6 @@ void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag)
       fail("{}: layer {} is given twice", flag, layers[i]);
 }
 
-namespace {
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_training_stop_signal(int sig) {
-  g_stop_signal = sig;
-  std::signal(SIGINT, SIG_DFL);  // a second signal ends the process at once
-  std::signal(SIGTERM, SIG_DFL);
-}
-
-// While the step loop runs, SIGINT and SIGTERM ask it to stop after the step in flight and write a checkpoint; a
-// second signal takes the default action. The handlers before it come back after.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction action {};
-    action.sa_handler = on_training_stop_signal;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~StopSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  int received() const { return g_stop_signal; }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
-}  // namespace
 
 TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,
                           const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks) {
@@ -191,7 +158,7 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
     hooks.export_model();
   };
   int64_t step = summary.first_step;
-  const StopSignals signals;
+  const tools::StopSignals signals;
   for (; step < end && signals.received() == 0; ++step) {
     StepOutput out = hooks.forward_backward(step);
     const double grad_norm = optimizer.step(step);
@@ -215,7 +182,7 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
     }
   }
   const int signal = step < o.steps ? signals.received() : 0;  // (after the last step the run is whole anyway)
-  const char* why = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "--stop-after";
+  const std::string why = signal != 0 ? tools::StopSignals::name(signal) : "--stop-after";
   if (step < o.steps && step > summary.first_step && (o.save_every == 0 || step % o.save_every != 0)) {
     checkpoint(step);  // leave a resumable checkpoint where this invocation stopped
     note(fmt::format("{}: stopped after step {} ({}); checkpoint written", label, step, why));

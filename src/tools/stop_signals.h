@@ -1,0 +1,28 @@
+// stop_signals.h — Ctrl-C for long jobs (training, bench): while a StopSignals lives, the first SIGINT or SIGTERM is
+// only recorded, so that the job stops at its next safe point (after a step, after a sample) with what it made saved;
+// a second signal takes the default action and ends the process at once. The handlers found before come back after.
+#pragma once
+
+#include <signal.h>
+
+#include <string>
+
+namespace specpress::tools {
+
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The signal received since construction (SIGINT or SIGTERM), or 0.
+  int received() const;
+  // "SIGINT", "SIGTERM" or "a signal" for `signal`.
+  static std::string name(int signal);
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+}  // namespace specpress::tools
