@@ -320,6 +320,8 @@ int run_bench(const ToolOptions& o) {
   // Ctrl-C stops after the sample in flight: the reports so far are written (marked unfinished), then exit 130
   const tools::StopSignals signals;
   b.keep_going = [&signals] { return signals.received() == 0; };
+  // runs whose every sample was decoded (a signal's run holds only some)
+  const auto whole_runs = [&reports] { return reports.size() - (!reports.empty() && reports.back().interrupted); };
   for (const auto& [run, draft, block_size] : plan) {
     if (signals.received() != 0) break;
     b.dataset = run->name;
@@ -341,7 +343,7 @@ int run_bench(const ToolOptions& o) {
         tools::run_bench(*l.target, *l.drafts[draft], *l.tokenizer, run->samples, b, l.stop_ids);
     if (report.interrupted && report.records.empty()) break;
     reports.push_back(std::move(report));
-    const size_t finished = reports.size() - (reports.back().interrupted ? 1 : 0);
+    const size_t finished = whole_runs();
     const std::string dataset_md = tools::bench_markdown(reports.back());
     std::printf("%s%s", reports.size() > 1 ? "\n" : "", dataset_md.c_str());
     std::fflush(stdout);
@@ -368,13 +370,12 @@ int run_bench(const ToolOptions& o) {
     write_output(o.json_out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                  "per-sample records", /*say=*/last || stopped);
   }
-  const size_t whole_runs = reports.size() - (!reports.empty() && reports.back().interrupted ? 1 : 0);
-  if (const int signal = signals.received(); signal != 0 && whole_runs < plan.size()) {
+  if (const int signal = signals.received(); signal != 0 && whole_runs() < plan.size()) {
     int64_t records = 0;
     for (const tools::BenchReport& r : reports) records += static_cast<int64_t>(r.records.size());
     throw Interrupted(signal, fmt::format("bench: stopped by {} after {} records ({} of the {} planned runs whole); "
                                           "the reports say so{}",
-                                          tools::StopSignals::name(signal), records, whole_runs, plan.size(),
+                                          tools::StopSignals::name(signal), records, whole_runs(), plan.size(),
                                           o.checkpoint.empty()
                                               ? " (--checkpoint keeps each sample for a --resume)"
                                               : "; the same command with --resume continues from " + o.checkpoint));
