@@ -413,6 +413,12 @@ TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
   // A resume with a different schedule is refused, naming the option.
   part.optim.lr = 1e-2;
   expect_error([&] { train::train_draft(part, train::TextCodec{}); }, "option 'lr'");
+  // A changed --gen-tokens is refused before the on-policy generation: OUT/onpolicy.jsonl stays as it was.
+  part.optim.lr = straight.optim.lr;
+  part.gen_tokens += 4;
+  const std::string cache = part.out + "/onpolicy.jsonl", generated = io::read_text_file(cache);
+  expect_error([&] { train::train_draft(part, train::TextCodec{}); }, "option 'gen_tokens' is 20 now but 16");
+  EXPECT_EQ(io::read_text_file(cache), generated);
 }
 
 // A run stopped before its first checkpoint leaves OUT/onpolicy.jsonl: --resume starts at step 0 and reuses it only
@@ -540,6 +546,12 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   part.policy.window = 8;  // a different policy is a different run, named down to the field that differs
   expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'compressor.");
   expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "window' is 8 now but 6 in");
+  // ... refused before the generations: a changed --gen-tokens leaves OUT/trajectories.jsonl as it was
+  part.policy.window = straight.policy.window;
+  part.gen_tokens += 8;
+  const std::string cache = part.out + "/trajectories.jsonl", generated = io::read_text_file(cache);
+  expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'gen_tokens' is 48 now but 40");
+  EXPECT_EQ(io::read_text_file(cache), generated);
 }
 
 TEST(TrainCompressor, BadInputNamesTheProblem) {

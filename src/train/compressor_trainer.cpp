@@ -247,6 +247,23 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
   const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
+  nlohmann::json run = common_run_json(o, device);
+  run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
+  run["draft"] = o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string();
+  run["compressor"] = compress::beacon_config_json(bc);
+  run["compressor"].erase("embed_rms");  // a float recomputed from the target; the target path pins it
+  run["ce_weight"] = o.ce_weight;
+  run["gen_tokens"] = o.gen_tokens;
+  run["eval_prompts"] = nlohmann::json::array();
+  for (const std::string& f : o.eval_prompts) run["eval_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["span_max"] = o.span_max;
+  run["feature_passes"] = o.feature_passes;
+  run["on_policy_prompts"] = nlohmann::json::array();
+  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
+  run["input_fingerprints"].update(input_fingerprints(o.eval_prompts));
+  run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
+  check_resume_matches(o, run, resume);  // before the generations
   std::vector<Trajectory> generated =
       cached_generation("trajectories.jsonl", target, prompts, o, "on-policy generation", 0);
   trajectories.insert(trajectories.end(), generated.begin(), generated.end());
@@ -352,23 +369,6 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     std::fprintf(stderr, "train-compressor: held-out controls at the same policy: %s\n", line.c_str());
     write_report();
   }
-
-  nlohmann::json run = common_run_json(o, device);
-  run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
-  run["draft"] = o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string();
-  run["compressor"] = compress::beacon_config_json(bc);
-  run["compressor"].erase("embed_rms");  // a float recomputed from the target; the target path pins it
-  run["ce_weight"] = o.ce_weight;
-  run["gen_tokens"] = o.gen_tokens;
-  run["eval_prompts"] = nlohmann::json::array();
-  for (const std::string& f : o.eval_prompts) run["eval_prompts"].push_back(fs::absolute(f).lexically_normal().string());
-  run["span_max"] = o.span_max;
-  run["feature_passes"] = o.feature_passes;
-  run["on_policy_prompts"] = nlohmann::json::array();
-  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
-  run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
-  run["input_fingerprints"].update(input_fingerprints(o.eval_prompts));
-  run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
 
   LoopHooks hooks;
   int64_t completed = 0;  // steps done when the next evaluation runs

@@ -182,6 +182,17 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
   check_room_for_anchors(sequences, prompts, o);  // before the output directory and the generations
   const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
+  nlohmann::json run = common_run_json(o, device);
+  run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
+  run["draft"] = dflash_config_json(dc, "float32");
+  run["gamma"] = gamma;
+  run["anchors"] = o.anchors;
+  run["on_policy_prompts"] = nlohmann::json::array();
+  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["gen_tokens"] = o.gen_tokens;
+  run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
+  run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
+  check_resume_matches(o, run, resume);  // before the on-policy generation
   if (!prompts.empty()) {
     std::vector<Sequence> generated = on_policy_sequences(o, target, prompts);
     sequences.insert(sequences.end(), generated.begin(), generated.end());
@@ -213,16 +224,6 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   const ops::RopeTable rope = ops::make_rope_table(dc.arch.head_dim, dc.arch.rope_theta, o.seq_len + o.block_size, device);
   AdamW optimizer(params, o.schedule());
 
-  nlohmann::json run = common_run_json(o, device);
-  run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
-  run["draft"] = dflash_config_json(dc, "float32");
-  run["gamma"] = gamma;
-  run["anchors"] = o.anchors;
-  run["on_policy_prompts"] = nlohmann::json::array();
-  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
-  run["gen_tokens"] = o.gen_tokens;
-  run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
-  run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
   const nlohmann::ordered_json out_config = dflash_config_json(dc, dtype_config_name(save_dtype));
 
   LoopHooks hooks;

@@ -121,6 +121,12 @@ void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag)
 }
 
 
+void check_resume_matches(const CommonOptions& o, const nlohmann::json& run, bool resume) {
+  if (!resume) return;
+  const CheckpointState state = *find_checkpoint(o.out);
+  check_same_run(state.run, run, state.dir + "/state.json");
+}
+
 TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,
                           const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks) {
   TrainSummary summary;

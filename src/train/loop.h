@@ -67,6 +67,11 @@ struct LoopHooks {
   std::string eval_name = "tau (speculative loop, greedy)";  // what evaluate() returns, for the log
 };
 
+// Where `resume`: fails unless OUT's checkpoint was written with the same `run` (options, inputs and their
+// fingerprints). run_training checks it again; a trainer that generates data first calls it before generating, so a
+// changed option is refused before minutes of generation rather than after.
+void check_resume_matches(const CommonOptions& options, const nlohmann::json& run, bool resume);
+
 // Runs steps until options.steps (or stop_after), resuming from OUT's checkpoint when `resume`.
 TrainSummary run_training(const std::string& label, const CommonOptions& options, const nlohmann::json& run,
                           bool resume, const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks);
