@@ -254,12 +254,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   run["compressor"].erase("embed_rms");  // a float recomputed from the target; the target path pins it
   run["ce_weight"] = o.ce_weight;
   run["gen_tokens"] = o.gen_tokens;
-  run["eval_prompts"] = nlohmann::json::array();
-  for (const std::string& f : o.eval_prompts) run["eval_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["eval_prompts"] = absolute_paths(o.eval_prompts);
   run["span_max"] = o.span_max;
   run["feature_passes"] = o.feature_passes;
-  run["on_policy_prompts"] = nlohmann::json::array();
-  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["on_policy_prompts"] = absolute_paths(o.on_policy_prompts);
   run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
   run["input_fingerprints"].update(input_fingerprints(o.eval_prompts));
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));

@@ -187,8 +187,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   run["draft"] = dflash_config_json(dc, "float32");
   run["gamma"] = gamma;
   run["anchors"] = o.anchors;
-  run["on_policy_prompts"] = nlohmann::json::array();
-  for (const std::string& f : o.on_policy_prompts) run["on_policy_prompts"].push_back(fs::absolute(f).lexically_normal().string());
+  run["on_policy_prompts"] = absolute_paths(o.on_policy_prompts);
   run["gen_tokens"] = o.gen_tokens;
   run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));

@@ -46,10 +46,14 @@ nlohmann::json input_fingerprints(const std::vector<std::string>& files) {
   return out;
 }
 
+nlohmann::json absolute_paths(const std::vector<std::string>& files) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const std::string& f : files) out.push_back(fs::absolute(f).lexically_normal().string());
+  return out;
+}
+
 nlohmann::json common_run_json(const CommonOptions& o, const at::Device& device) {
-  nlohmann::json data = nlohmann::json::array();
-  for (const std::string& f : o.data) data.push_back(fs::absolute(f).lexically_normal().string());
-  nlohmann::json run = {{"data", data},
+  nlohmann::json run = {{"data", absolute_paths(o.data)},
                         {"input_fingerprints", input_fingerprints(o.data)},
                         {"steps", o.steps},
                         {"batch", o.batch},

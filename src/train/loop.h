@@ -37,6 +37,8 @@ struct CommonOptions {
 // The options a resumed run must share with the original (schedule, data and its fingerprints, seed, sizes, the
 // resolved device), as JSON.
 nlohmann::json common_run_json(const CommonOptions& options, const at::Device& device);
+// The files' absolute, normalised paths, as a JSON array (how a run records its input files).
+nlohmann::json absolute_paths(const std::vector<std::string>& files);
 // {absolute path: "FNV-1a hex:bytes"} of each file, for run["input_fingerprints"]: a resume refuses changed inputs.
 nlohmann::json input_fingerprints(const std::vector<std::string>& files);
 
