@@ -10,6 +10,7 @@
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "decode/generation.h"
+#include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "model_fixtures.h"
 #include "test_util.h"
@@ -281,6 +282,16 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
     ADD_FAILURE() << "DFlashDraftModel accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("(this is a DFlash draft: a Qwen3 target is given with -m, its draft with -md)"),
+              std::string::npos) << e.what();
+  }
+  full["architectures"] = {"Qwen3ForCausalLM"};  // and a target given as the draft
+  write_text(path, full.dump());
+  try {
+    model::parse_dflash_config(path);
+    ADD_FAILURE() << "a target's config read as a draft's";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("architectures [\"Qwen3ForCausalLM\"] is a target's config, not a DFlash "
+                                         "draft's (no block_size): the draft is given with -md"),
               std::string::npos) << e.what();
   }
 }
