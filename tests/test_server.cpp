@@ -598,7 +598,8 @@ TEST(ServerRequest, BadFieldsAreNamed) {
     EXPECT_LT(error.size(), 200u) << error.substr(0, 200);
     EXPECT_NE(error.find("..."), std::string::npos) << error.substr(0, 200);
   }
-  EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": -2})", server::Api::kNativeCompletion).find("'n_predict'"),
+  EXPECT_NE(parse_error(R"({"prompt": "x", "n_predict": -2})", server::Api::kNativeCompletion)
+                .find("field 'n_predict': must be at least 0 (or -1 for no limit), got -2"),
             std::string::npos);
   // llama-server's n_predict 0: nothing generated
   EXPECT_EQ(parse(R"({"prompt": "x", "n_predict": 0})", server::Api::kNativeCompletion).max_tokens, 0);
@@ -1042,6 +1043,15 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   json models = json::parse(s.client().Get("/v1/models")->body);
   EXPECT_EQ(models["data"][0]["id"], "demo");
   EXPECT_EQ(models["data"][0]["meta"]["block_size"], 16);
+  // GET /v1/models/{id} (the SDKs' models.retrieve): the same object under the served alias, 404 for another
+  EXPECT_EQ(json::parse(s.client().Get("/v1/models/demo")->body), models["data"][0]);
+  auto other = s.client().Get("/v1/models/Qwen/Qwen3-8B");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_NE(other->body.find("model 'Qwen/Qwen3-8B' not found: this server serves 'demo'"), std::string::npos)
+      << other->body;
+  // without --seed, a request's seed is drawn fresh: /props says so as llama-server does (4294967295)
+  EXPECT_EQ(json::parse(s.client().Get("/props")->body)["default_generation_settings"]["params"]["seed"], 4294967295u);
   EXPECT_EQ(json::parse(s.client().Get("/props")->body)["build_info"].get<std::string>().rfind("specpress ", 0), 0u);
   // /apply-template renders what chat requests are tokenized from; /tokenize and /detokenize round-trip it
   json templ = post(s, "/apply-template", {{"messages", chat["messages"]}});
@@ -1049,6 +1059,19 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
   json tokens = post(s, "/tokenize", {{"content", templ["prompt"]}});
   EXPECT_EQ(tokens["tokens"].size(), whole["usage"]["prompt_tokens"].get<size_t>());
   EXPECT_EQ(post(s, "/detokenize", {{"tokens", tokens["tokens"]}})["content"], templ["prompt"]);
+  // with_pieces: a piece is text where its bytes are whole UTF-8, else its bytes (llama-server's form), so that the
+  // pieces of characters split across tokens still add up to the content
+  const std::string split_chars = "a \xF0\x9F\xA6\x99\xF0\x9D\x84\x9E\xEA\x99\xAE";  // a, 🦙, 𝄞, ꙮ
+  std::string rebuilt;
+  size_t byte_pieces = 0;
+  const json pieces = post(s, "/tokenize", {{"content", split_chars}, {"with_pieces", true}});
+  for (const json& t : pieces["tokens"]) {
+    if (t["piece"].is_string()) rebuilt += t["piece"].get<std::string>();
+    for (const json& b : t["piece"].is_array() ? t["piece"] : json::array()) rebuilt += static_cast<char>(b.get<int>());
+    byte_pieces += t["piece"].is_array() ? 1 : 0;
+  }
+  EXPECT_EQ(rebuilt, split_chars);
+  EXPECT_GT(byte_pieces, 0u) << "some piece is part of a character";
   // the model's padding ids past the tokenizer's decode to nothing, as in a completion's text
   json padded = tokens["tokens"];
   padded.push_back(151700);
@@ -1177,11 +1200,12 @@ TEST(ServerHttp, ThinkBlockIsSplitFromTheAnswerByTheReasoningFormat) {
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 
   ServerProcess off({"-m", demo_dir() + "/target", "--chat-template-kwargs", "{\"enable_thinking\": true}",
-                     "--reasoning-format", "none"});
+                     "--reasoning-format", "none", "--seed", "7"});
   ASSERT_GT(off.port(), 0) << off.stderr_text();
   EXPECT_EQ(post(off, "/v1/chat/completions", chat)["choices"][0]["message"]["content"], raw);
-  EXPECT_EQ(json::parse(off.client().Get("/props")->body)["default_generation_settings"]["params"]["enable_thinking"],
-            true);
+  const json off_params = json::parse(off.client().Get("/props")->body)["default_generation_settings"]["params"];
+  EXPECT_EQ(off_params["enable_thinking"], true);
+  EXPECT_EQ(off_params["seed"], 7) << "--seed's value";
   EXPECT_EQ(off.stop(SIGTERM, 30), 0) << off.stderr_text();
   // llama-server's --reasoning-budget -1 turns thinking on as --think does
   ServerProcess budget({"-m", demo_dir() + "/target", "--reasoning-budget", "-1", "--reasoning-format", "none"});
@@ -1991,6 +2015,7 @@ TEST(ServerHttp, BadRequestsGetErrorObjectsNamingTheProblem) {
       {"/v1/completions", json{{"prompt", "x"}, {"logit_bias", ban_all}}.dump(), 400,
        "field 'logit_bias': bans every token of the vocabulary"},
       {"/v1/completions", "[1]", 400, "expected a JSON object"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": 1e309})", 400, "request body: a number out of range"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "'max_tokens'"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 300})", 400, "exceed the context size 256"},
       {"/v1/completions", R"({"prompt": ")" + long_prompt + R"("})", 400, "field 'prompt': the prompt"},
@@ -2142,6 +2167,30 @@ TEST(ServerHttp, SlotsShowWhatTheSlotRuns) {
   const std::string answer = read_until_closed(fd);
   EXPECT_EQ(answer.rfind("HTTP/1.1 411", 0), 0u) << answer;
   EXPECT_NE(answer.find("a POST needs a Content-Length header"), std::string::npos) << answer;
+  // a length that is no byte count is a 400, one over the 64 MiB cap a 413, both before any body is waited for
+  for (const auto& [length, status, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"-5", "400", "Content-Length '-5' is not a byte count"},
+           {"99999999999999999999", "413", "Content-Length 99999999999999999999 is larger than 64 MiB"},
+           {"100000000", "413", "Content-Length 100000000 is larger than 64 MiB"}}) {
+    const int raw = connect_raw(s.port());
+    ASSERT_GE(raw, 0);
+    ::setsockopt(raw, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             "Content-Length: " + length + "\r\n\r\n";
+    ASSERT_EQ(::write(raw, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+    const std::string reply = read_until_closed(raw);
+    EXPECT_EQ(reply.rfind("HTTP/1.1 " + status, 0), 0u) << length << ": " << reply;
+    EXPECT_NE(reply.find(message), std::string::npos) << reply;
+  }
+  // a known path asked with another method: 405 naming the methods it takes, not 404
+  auto wrong_method = s.client().Get("/v1/completions");
+  ASSERT_TRUE(wrong_method);
+  EXPECT_EQ(wrong_method->status, 405) << wrong_method->body;
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST, OPTIONS");
+  EXPECT_NE(wrong_method->body.find("/v1/completions takes POST, not GET"), std::string::npos) << wrong_method->body;
+  EXPECT_EQ(s.client().Delete("/v1/models")->status, 405);
+  EXPECT_EQ(s.client().Get("/v1/nothing")->status, 404);
   EXPECT_EQ(s.stop(SIGTERM, 30), 0) << s.stderr_text();
 
   ServerProcess off({"-m", demo_dir() + "/target", "--no-slots"});

@@ -32,13 +32,19 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
   d.max_tokens = 77;
   d.sampling.temperature = 0.5;
   d.random_seed = true;
-  auto r = parse(R"({"messages": [{"role": "user", "content": "hi"}]})", d);
+  // max_tokens is required, as Anthropic's API and vLLM's require it (count_tokens takes none)
+  EXPECT_NE(parse_error(R"({"messages": [{"role": "user", "content": "hi"}]})")
+                .find("field 'max_tokens' is missing (the Messages API requires it)"),
+            std::string::npos);
+  EXPECT_EQ(parse_error(R"({"messages": [{"role": "user", "content": "hi"}]})", server::MessagesRoute::kCountTokens),
+            "(accepted)");
+  auto r = parse(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 77})", d);
   EXPECT_EQ(r.api, server::Api::kMessages);
   ASSERT_EQ(r.messages.size(), 1u);
   EXPECT_EQ(r.messages[0].role, "user");
   EXPECT_EQ(r.messages[0].content, "hi");
   EXPECT_EQ(r.max_tokens, 77);
-  EXPECT_FALSE(r.max_tokens_given);
+  EXPECT_TRUE(r.max_tokens_given);
   EXPECT_EQ(r.sampling.temperature, 0.5);
   EXPECT_TRUE(r.random_seed);
   EXPECT_FALSE(r.enable_thinking);
@@ -75,25 +81,28 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
   EXPECT_EQ(r.messages[3].content, "d");
   EXPECT_FALSE(r.assistant_prefill.has_value());
   // the last assistant turn is a prefill (leading newlines off, as the template drops them)
-  r = parse(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "\n\nThe answer is"}]})");
+  r = parse(R"({"max_tokens": 64, "messages": [{"role": "user", "content": "x"},
+                                             {"role": "assistant", "content": "\n\nThe answer is"}]})");
   ASSERT_TRUE(r.assistant_prefill.has_value());
   EXPECT_EQ(*r.assistant_prefill, "The answer is");
   EXPECT_EQ(r.messages.size(), 1u);
   // an empty last assistant turn is still a prefill (the reply starts after the closed think block)
-  r = parse(R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]})");
+  r = parse(R"({"max_tokens": 64,
+               "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]})");
   ASSERT_TRUE(r.assistant_prefill.has_value());
   EXPECT_EQ(*r.assistant_prefill, "");
   EXPECT_EQ(r.messages.size(), 1u);
   // thinking disabled overrides the server's default; --reasoning-format none leaves the thinking in the text
   d.enable_thinking = true;
   d.reasoning_format = server::ReasoningFormat::kNone;
-  r = parse(R"({"messages": [{"role": "user", "content": "x"}], "thinking": {"type": "disabled"}})", d);
+  r = parse(R"({"max_tokens": 64, "messages": [{"role": "user", "content": "x"}],
+               "thinking": {"type": "disabled"}})", d);
   EXPECT_FALSE(r.enable_thinking);
   EXPECT_EQ(r.reasoning_format, server::ReasoningFormat::kNone);
   d.reasoning_format = server::ReasoningFormat::kDeepseekLegacy;
-  EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}]})", d).reasoning_format,
+  EXPECT_EQ(parse(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})", d).reasoning_format,
             server::ReasoningFormat::kDeepseek);
-  EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "x"}]})", d).enable_thinking);
+  EXPECT_TRUE(parse(R"({"max_tokens": 8, "messages": [{"role": "user", "content": "x"}]})", d).enable_thinking);
   // count_tokens takes the prompt's fields only
   r = parse(R"({"model": "m", "system": "s", "messages": [{"role": "user", "content": "x"}],
                "thinking": {"type": "enabled", "budget_tokens": 2048}})", {}, server::MessagesRoute::kCountTokens);
@@ -105,9 +114,9 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
 // chat's thinking_token_budget (vLLM's), the server's --reasoning-budget N as the default of both.
 TEST(ServerMessagesRequest, ThinkingBudgetsOfEachApi) {
   server::RequestDefaults d;
-  const std::string user = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::string user = R"("max_tokens": 4096, "messages": [{"role": "user", "content": "hi"}])";
   EXPECT_EQ(parse("{" + user + "}", d).thinking_budget, -1);
-  EXPECT_EQ(parse("{" + user + R"(, "max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}})", d)
+  EXPECT_EQ(parse("{" + user + R"(, "thinking": {"type": "enabled", "budget_tokens": 2048}})", d)
                 .thinking_budget, 2048);
   d.thinking_budget = 9;
   d.enable_thinking = true;
@@ -137,7 +146,7 @@ TEST(ServerMessagesRequest, ThinkingBudgetsOfEachApi) {
 TEST(ServerMessagesRequest, ToolsAndToolTurnsBecomeTheTemplates) {
   // tools as OpenAI's function tools (llama-server's and vLLM's conversion), written as the template's tojson writes
   // them; tool_use blocks an assistant's tool_calls; tool_result blocks role "tool" turns before the user's text
-  const std::string body = R"({
+  const std::string body = R"({"max_tokens": 64,
       "tools": [{"description": "Weather", "name": "get_weather", "input_schema": {"type": "object",
                  "properties": {"z": {"type": "string"}, "a": {"type": "number"}}}, "cache_control": {"type": "x"}}],
       "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
@@ -233,7 +242,7 @@ TEST(ServerMessagesRequest, BadFieldsAreNamed) {
       {with(R"("thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 2048)"),
        "2048 must be less than max_tokens (2048)"},
       {with(R"("thinking": {"type": "disabled", "budget_tokens": 2048})"), "unknown field 'budget_tokens'"},
-      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "max_tokens": 2048,
            "thinking": {"type": "enabled", "budget_tokens": 1024}})",
        "a last assistant message (a prefill) cannot be continued with thinking enabled"},
       {with(R"("tools": [{"type": "web_search_20250305", "name": "web_search"}])"),

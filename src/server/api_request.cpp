@@ -117,6 +117,8 @@ json parse_body(const std::string& body) {
     j = json::parse(body, limit_depth);
   } catch (const json::parse_error& e) {
     fail("request body: not valid JSON ({})", e.what());
+  } catch (const json::out_of_range& e) {  // e.g. 1e309: valid JSON, no double holds it
+    fail("request body: a number out of range ({})", e.what());
   }
   if (!j.is_object()) fail("request body: expected a JSON object, got {}", j.type_name());
   return j;
@@ -258,7 +260,9 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       const int64_t n = integer_field(v, key);
       if (native && n == -1) continue;  // llama.cpp: -1 = no limit (here: the context size)
       // 0: /v1/completions' echo scores the prompt alone; llama-server's n_predict 0 generates nothing
-      if (n < 0 || (n == 0 && api == Api::kChatCompletions)) fail("field '{}': must be at least 1, got {}", key, n);
+      if (n < 0 || (n == 0 && api == Api::kChatCompletions))
+        fail("field '{}': must be at least {}, got {}{}", key, native ? "0 (or -1 for no limit)" : "1", n,
+             api == Api::kCompletions ? " (0 only with \"echo\": true, which scores the prompt)" : "");
       if (key == "max_completion_tokens") max_completion_tokens = n;
       else if (!max_completion_tokens) r.max_tokens = n;
       r.max_tokens_given = true;

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 #include <utility>
@@ -52,12 +53,15 @@
 #include "server/reasoning.h"
 #include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
+#include "tokenizer/utf8.h"
 #include "tools/build_info.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
 
 namespace specpress::server {
 namespace {
+
+constexpr uint64_t kMaxBodyBytes = 64u << 20;  // a request body's cap (the 413 errors say 64 MiB)
 using json = nlohmann::ordered_json;
 
 std::atomic<bool> g_signalled{false};
@@ -223,6 +227,11 @@ class Server {
  private:
   void load();
   void add_routes();
+  // Registers a GET or POST route and records it, so that a known path asked with another method gets 405 and the
+  // methods it takes (Allow), not 404.
+  void route(const char* method, const std::string& pattern, const httplib::Server::Handler& handler);
+  // "GET, POST"-style list of the methods `path` takes, empty where no route has it.
+  std::string allowed_methods(const std::string& path) const;
   const Model& model() const {
     if (!ready_) throw HttpError(503, "Loading model", "unavailable_error");
     return model_;
@@ -271,6 +280,7 @@ class Server {
   ReasoningFormat reasoning_format_;
   std::string alias_;
   httplib::Server http_;
+  std::vector<std::pair<std::string, std::regex>> routes_;  // (method, path pattern) of each route()
   Model model_;
   std::atomic<bool> ready_{false}, shutting_down_{false};
   std::atomic<int> responses_in_flight_{0};  // ResponseInFlight: responses not yet under way
@@ -962,6 +972,7 @@ json sampling_json(const decode::SamplingParams& p) {
 
 json Server::default_params_json() const {
   json params = sampling_json(o_.sampling);
+  if (o_.random_seed) params["seed"] = 4294967295u;  // llama-server's "random" (LLAMA_DEFAULT_SEED): a fresh one each
   params["n_predict"] = o_.n_predict;
   params["enable_thinking"] = o_.enable_thinking;
   params["ignore_eos"] = o_.ignore_eos;
@@ -1048,42 +1059,69 @@ std::string Server::metrics_text() const {
   return s;
 }
 
+void Server::route(const char* method, const std::string& pattern, const httplib::Server::Handler& handler) {
+  if (std::string_view(method) == "GET") http_.Get(pattern, handler);
+  else http_.Post(pattern, handler);
+  routes_.emplace_back(method, std::regex(pattern));
+}
+
+std::string Server::allowed_methods(const std::string& path) const {
+  std::string allowed;
+  for (const auto& [method, pattern] : routes_)
+    if (std::regex_match(path, pattern) && allowed.find(method) == std::string::npos)
+      allowed += (allowed.empty() ? "" : ", ") + method;
+  return allowed;
+}
+
 void Server::add_routes() {
   auto health = [this](const httplib::Request&, httplib::Response& res) {
     if (ready_) send_json(res, 200, {{"status", "ok"}});
     else send_json(res, 503, error_json(503, "Loading model", "unavailable_error"));
   };
-  http_.Get("/health", health);
-  http_.Get("/v1/health", health);
-  auto models = [this](const httplib::Request&, httplib::Response& res) {
+  route("GET", "/health", health);
+  route("GET", "/v1/health", health);
+  // OpenAI's model object, with Anthropic's fields beside (type, display_name, created_at), so that both APIs'
+  // clients can list and retrieve the one model
+  auto model_object = [this] {
+    const Model& m = model();
+    const json meta = {{"n_ctx", m.ctx_size},
+                       {"n_ctx_train", m.target->config().max_position_embeddings},
+                       {"n_vocab", m.target->config().vocab_size},
+                       {"draft", o_.draft_dir.empty() ? json(nullptr) : json(o_.draft_dir)},
+                       {"block_size", m.reserve}};
+    return json{{"id", alias_},
+                {"object", "model"},
+                {"created", started_},
+                {"owned_by", "specpress"},
+                {"type", "model"},
+                {"display_name", alias_},
+                {"created_at", fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(started_)))},
+                {"meta", meta}};
+  };
+  auto models = [this, model_object](const httplib::Request&, httplib::Response& res) {
     guarded(res, [&] {
-      const Model& m = model();
-      json meta = {{"n_ctx", m.ctx_size},
-                   {"n_ctx_train", m.target->config().max_position_embeddings},
-                   {"n_vocab", m.target->config().vocab_size},
-                   {"draft", o_.draft_dir.empty() ? json(nullptr) : json(o_.draft_dir)},
-                   {"block_size", m.reserve}};
-      // OpenAI's list, with Anthropic's fields beside (type, display_name, created_at; has_more, first/last_id), so
-      // that both APIs' clients can list the one model
-      const std::string created_at =
-          fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(started_)));
       send_json(res, 200, {{"object", "list"},
-                           {"data", json::array({{{"id", alias_},
-                                                  {"object", "model"},
-                                                  {"created", started_},
-                                                  {"owned_by", "specpress"},
-                                                  {"type", "model"},
-                                                  {"display_name", alias_},
-                                                  {"created_at", created_at},
-                                                  {"meta", meta}}})},
+                           {"data", json::array({model_object()})},
                            {"has_more", false},
                            {"first_id", alias_},
                            {"last_id", alias_}});
     });
   };
-  http_.Get("/v1/models", models);
-  http_.Get("/models", models);
-  http_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
+  route("GET", "/v1/models", models);
+  route("GET", "/models", models);
+  // GET /v1/models/{id} (the SDKs' models.retrieve): the served model under its alias (ids may hold '/')
+  auto one_model = [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      const json object = model_object();  // 503 while loading
+      if (req.matches[1].str() != alias_)
+        throw HttpError(404, fmt::format("model '{}' not found: this server serves '{}'", req.matches[1].str(), alias_),
+                        "not_found_error");
+      send_json(res, 200, object);
+    });
+  };
+  route("GET", R"(/v1/models/(.+))", one_model);
+  route("GET", R"(/models/(.+))", one_model);
+  route("GET", "/props", [this](const httplib::Request&, httplib::Response& res) {
     guarded(res, [&] {
       const Model& m = model();
       send_json(res, 200, {{"default_generation_settings", {{"n_ctx", m.ctx_size}, {"params", default_params_json()}}},
@@ -1098,7 +1136,7 @@ void Server::add_routes() {
                            {"build_info", tools::build_line()}});
     });
   });
-  http_.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
+  route("GET", "/slots", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       if (!o_.slots) throw HttpError(501, "the slots endpoint is off (--no-slots)", "not_supported_error");
       const json slots = slots_json();
@@ -1108,26 +1146,26 @@ void Server::add_routes() {
       send_json(res, 200, slots);
     });
   });
-  http_.Post(R"(/slots/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
+  route("POST", R"(/slots/(\d+))", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       const std::string action = req.get_param_value("action");
       throw HttpError(501, fmt::format("slot action '{}': specpress keeps no prompt cache to save, restore or erase",
                                        action.empty() ? "(none given)" : action), "not_supported_error");
     });
   });
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  route("GET", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_text(), "text/plain; version=0.0.4");
   });
-  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kCompletions); });
-  http_.Post("/completions", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kCompletions); });
-  http_.Post("/v1/chat/completions",
-             [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kChatCompletions); });
-  http_.Post("/chat/completions",
-             [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kChatCompletions); });
-  http_.Post("/completion", [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kNativeCompletion); });
-  http_.Post("/v1/messages",
-             [this](const httplib::Request& q, httplib::Response& s) { complete(q, s, Api::kMessages); });
-  http_.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+  auto completing = [this](Api api) {
+    return [this, api](const httplib::Request& q, httplib::Response& s) { complete(q, s, api); };
+  };
+  route("POST", "/v1/completions", completing(Api::kCompletions));
+  route("POST", "/completions", completing(Api::kCompletions));
+  route("POST", "/v1/chat/completions", completing(Api::kChatCompletions));
+  route("POST", "/chat/completions", completing(Api::kChatCompletions));
+  route("POST", "/completion", completing(Api::kNativeCompletion));
+  route("POST", "/v1/messages", completing(Api::kMessages));
+  route("POST", "/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, /*anthropic=*/true, [&] {
       const CompletionRequest r =
           parse_messages_request(parse_body(req.body), MessagesRoute::kCountTokens, request_defaults(),
@@ -1135,7 +1173,7 @@ void Server::add_routes() {
       send_json(res, 200, {{"input_tokens", prompt_ids(r).size()}});
     });
   });
-  http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  route("POST", "/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
@@ -1153,13 +1191,26 @@ void Server::add_routes() {
       if (!body.contains("content")) fail("field 'content' is missing");
       json tokens = json::array();
       for (int32_t id : m.tokenizer->encode(content, parse_special)) {
-        if (with_pieces) tokens.push_back({{"id", id}, {"piece", m.tokenizer->decode(std::vector<int32_t>{id})}});
-        else tokens.push_back(id);
+        if (!with_pieces) {
+          tokens.push_back(id);
+          continue;
+        }
+        // llama-server's form: the piece as text where its bytes are whole UTF-8, else the bytes as numbers (a
+        // character split across tokens), so that the pieces concatenate to the content
+        std::string piece;
+        m.tokenizer->append_token_bytes(id, piece);
+        if (tok::utf8::find_invalid(piece) == tok::utf8::npos) {
+          tokens.push_back({{"id", id}, {"piece", piece}});
+        } else {
+          json bytes = json::array();
+          for (unsigned char c : piece) bytes.push_back(c);
+          tokens.push_back({{"id", id}, {"piece", bytes}});
+        }
       }
       send_json(res, 200, {{"tokens", tokens}});
     });
   });
-  http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  route("POST", "/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       const Model& m = model();
       if (!m.tokenizer) throw HttpError(400, "the model directory has no tokenizer.json");
@@ -1179,7 +1230,7 @@ void Server::add_routes() {
       send_json(res, 200, {{"content", m.tokenizer->decode(ids)}});
     });
   });
-  http_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+  route("POST", "/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] {
       model();
       const CompletionRequest r =
@@ -1208,6 +1259,25 @@ void Server::add_routes() {
       res.set_header("Connection", "close");  // whatever the client sends next is not a request
       return httplib::Server::HandlerResponse::Handled;
     }
+    // cpp-httplib reads a body of the length it is told before its own checks: a length that is no number, or one
+    // over the cap, would hold the connection until --timeout (or until all of it arrived) before any answer
+    if (req.method == "POST" && req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      const bool digits = !length.empty() && std::all_of(length.begin(), length.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+      if (!digits || length.size() > 19 || std::stoull(length) > kMaxBodyBytes) {
+        const int status = digits ? 413 : 400;
+        const json error = error_json(status, status == 413 ? fmt::format("request body: Content-Length {} is larger "
+                                                                          "than 64 MiB", length)
+                                                            : fmt::format("request body: Content-Length '{}' is not a "
+                                                                          "byte count", length),
+                                      "invalid_request_error");
+        send_json(res, status, anthropic_route(req.path) ? anthropic_error(error) : error);
+        res.set_header("Connection", "close");  // the body that may follow is not a request
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (o_.api_key.empty() || req.path == "/health" || req.path == "/v1/health" || req.method == "OPTIONS")
       return httplib::Server::HandlerResponse::Unhandled;
     // the scheme's name is case-insensitive (RFC 7235); the key is not
@@ -1221,10 +1291,15 @@ void Server::add_routes() {
     send_json(res, 401, anthropic_route(req.path) ? anthropic_error(error) : error);
     return httplib::Server::HandlerResponse::Handled;
   });
-  http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a route's own error
     json error;
-    if (res.status == 404) {
+    if (const std::string allowed = allowed_methods(req.path); res.status == 404 && !allowed.empty()) {
+      res.status = 405;
+      res.set_header("Allow", allowed + ", OPTIONS");
+      error = error_json(405, fmt::format("{} takes {}, not {}", req.path, allowed, req.method),
+                         "invalid_request_error");
+    } else if (res.status == 404) {
       error = error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error");
     } else if (res.status == 413) {
       // cpp-httplib caps form-encoded bodies (curl -d's default Content-Type) at 8 KiB
@@ -1254,7 +1329,7 @@ void Server::add_routes() {
   });
   http_.set_read_timeout(static_cast<time_t>(o_.timeout_s));
   http_.set_write_timeout(static_cast<time_t>(o_.timeout_s));
-  http_.set_payload_max_length(64u << 20);
+  http_.set_payload_max_length(kMaxBodyBytes);
 }
 
 int Server::run() {

@@ -259,6 +259,8 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
     }
   }
   if (!body.contains("messages") || body["messages"].is_null()) fail("field 'messages' is missing");
+  // as Anthropic's API and vLLM's: the reply's length is the client's to say (a default would run to the context)
+  if (!count && !r.max_tokens_given) fail("field 'max_tokens' is missing (the Messages API requires it)");
   // as llama.cpp and Anthropic: a prefilled reply cannot think (the template closes the think block before it)
   if (budget >= 0 && r.assistant_prefill)
     fail("field 'messages': a last assistant message (a prefill) cannot be continued with thinking enabled");
