@@ -116,6 +116,35 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
 }
 
+// bench --checkpoint names a beacon compressor as it names models: its canonical path and its files' fingerprint. The
+// same folder spelled another way resumes; a copy, or a compressor rewritten in place, is another compressor.
+TEST(Cli, BenchCheckpointKnowsTheCompressorsFiles) {
+  SPECPRESS_REQUIRE_SHARED();
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
+    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  ScratchDir d("cli-bench-beacon");
+  std::filesystem::copy(demo + "/beacon", d.path / "beacon");
+  const std::string ckpt = (d.path / "b.ckpt").string();
+  auto bench = [&](const std::string& beacon, const std::string& extra) {
+    return run_specpress("bench -m " + demo + "/target -md " + demo + "/draft --dataset gsm8k --data " + shared_dir() +
+                         "/data/gsm8k_test.jsonl --max-samples 1 --max-new-tokens 48 --no-progress --compress " +
+                         beacon + " --compress-window 32 --compress-merge 8 --checkpoint " + ckpt + extra);
+  };
+  CommandResult r = bench((d.path / "beacon").string(), "");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = bench((d.path / "." / "beacon" / "").string(), " --resume");  // the same folder
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bench: reused 1 of the 1 records"), std::string::npos) << r.err;
+  r = bench(demo + "/beacon", " --resume");  // the bundled one: equal files, another folder
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("holds records made with compress = "), std::string::npos) << r.err;
+  std::ofstream(d.path / "beacon" / "compressor.json", std::ios::app) << "\n";  // rewritten in place
+  r = bench((d.path / "beacon").string(), " --resume");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("holds records made with compress = "), std::string::npos) << r.err;
+}
+
 // bench and diagnose check every selected sample's first turn against the context before running any (the demo
 // target's context is 2048 positions, bench's default --max-new-tokens as many), naming the sample and the flag.
 TEST(Cli, BenchAndDiagnoseRefuseSamplesThatDoNotFitBeforeRunningAny) {

@@ -245,6 +245,10 @@ nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
 nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
   nlohmann::ordered_json settings = checkpoint_base_settings(o);
   settings["compress"] = compress::policy_json(b.compress);
+  // a beacon compressor as a model is named: its canonical path and its files' fingerprint, so that one retrained in
+  // place is not taken for the old one, and the same folder spelled another way is the same
+  if (b.compress.method == compress::Method::kBeacon)
+    settings["compress"]["checkpoint"] = checkpoint_model_key(b.compress.beacon_dir, "--compress");
   return settings;
 }
 
