@@ -304,6 +304,7 @@ TEST(TrainLoop, SignalStopsAfterTheStepWithACheckpoint) {
   sigaction(SIGINT, &marker, &before);
   {
     train::AdamW optimizer(params, o.schedule());
+    ::testing::internal::CaptureStderr();
     try {
       train::run_training("loop", o, nlohmann::json::object(), false, params, optimizer, hooks);
       ADD_FAILURE() << "no Interrupted";
@@ -313,6 +314,10 @@ TEST(TrainLoop, SignalStopsAfterTheStepWithACheckpoint) {
                                            " holds its checkpoint: the same command with --resume continues"),
                 std::string::npos) << e.what();
     }
+    const std::string said = ::testing::internal::GetCapturedStderr();  // the signal is acknowledged at once
+    EXPECT_NE(said.find("specpress: stopping after the step in flight, with a checkpoint written (a second Ctrl-C "
+                        "or SIGTERM ends it at once, losing that)"),
+              std::string::npos) << said;
   }
   sigaction(SIGINT, nullptr, &after);
   EXPECT_EQ(after.sa_handler, marker.sa_handler);  // the handler found before the loop is back

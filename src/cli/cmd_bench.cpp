@@ -322,7 +322,7 @@ int run_bench(const ToolOptions& o) {
                                          measured_with["device"].get<std::string>(),
                                          measured_with["dtype"].get<std::string>());
   // Ctrl-C stops after the sample in flight: the reports so far are written (marked unfinished), then exit 130
-  const tools::StopSignals signals;
+  const tools::StopSignals signals("after the sample in flight, with the reports so far written");
   b.keep_going = [&signals] { return signals.received() == 0; };
   // runs whose every sample was decoded (a signal's run holds only some)
   const auto whole_runs = [&reports] { return reports.size() - (!reports.empty() && reports.back().interrupted); };

@@ -1,21 +1,39 @@
 // stop_signals.cpp — see stop_signals.h.
 #include "tools/stop_signals.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstring>
 
 namespace specpress::tools {
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
+const char* g_stop_when = "";  // set before the handler is installed; read only by it
+
+void write_stderr(const char* text) {  // async-signal-safe
+  size_t n = std::strlen(text);
+  while (n > 0) {
+    const ssize_t written = ::write(STDERR_FILENO, text, n);
+    if (written <= 0) return;
+    text += written;
+    n -= static_cast<size_t>(written);
+  }
+}
 
 extern "C" void on_job_stop_signal(int sig) {
   g_stop_signal = sig;
   std::signal(SIGINT, SIG_DFL);  // a second signal ends the process at once
   std::signal(SIGTERM, SIG_DFL);
+  write_stderr("\nspecpress: stopping ");
+  write_stderr(g_stop_when);
+  write_stderr(" (a second Ctrl-C or SIGTERM ends it at once, losing that)\n");
 }
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(const char* when) {
   g_stop_signal = 0;
+  g_stop_when = when;
   struct sigaction action {};
   action.sa_handler = on_job_stop_signal;
   sigemptyset(&action.sa_mask);

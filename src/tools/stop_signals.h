@@ -11,7 +11,9 @@ namespace specpress::tools {
 
 class StopSignals {
  public:
-  StopSignals();
+  // `when`: where the job stops, said on stderr when the first signal comes (so that nobody presses Ctrl-C again to
+  // be heard), e.g. "after the step in flight, with a checkpoint written". It must outlive the object (a literal).
+  explicit StopSignals(const char* when);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -168,7 +168,7 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
     hooks.export_model();
   };
   int64_t step = summary.first_step;
-  const tools::StopSignals signals;
+  const tools::StopSignals signals("after the step in flight, with a checkpoint written");
   for (; step < end && signals.received() == 0; ++step) {
     StepOutput out = hooks.forward_backward(step);
     const double grad_norm = optimizer.step(step);
