@@ -111,6 +111,26 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   EXPECT_GT(j["compression"]["events"].get<int64_t>(), 5);
   EXPECT_GT(j["compression"]["effective_ratio"].get<double>(), 1.2);
   EXPECT_EQ(j["output_ids"].size(), 160u);
+  // the flags left out take the policy the compressor was trained with (compressor.json: window 32, sinks 4, merge 8)
+  const std::string pair = "generate -m " + demo + "/target -md " + demo + "/draft --prompt-ids 1,2,3 -n 60 --json "
+                           "--compress " + demo + "/beacon";
+  r = run_specpress(pair);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["compression"]["window"], 32);
+  EXPECT_EQ(j["compression"]["sinks"], 4);
+  EXPECT_EQ(j["compression"]["merge_tokens"], 8);
+  EXPECT_EQ(r.err.find("note:"), std::string::npos) << r.err;
+  r = run_specpress(pair + " --compress-sinks 2");  // a flag given wins, and the difference is said
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["compression"]["sinks"], 2);
+  EXPECT_EQ(j["compression"]["window"], 32);
+  EXPECT_NE(r.err.find("was trained with window 32, sinks 4, merge 8; running with window 32, sinks 2, merge 8"),
+            std::string::npos) << r.err;
+  r = run_specpress(pair + " --compress-window 9223372036854775807");  // too large for any context: named
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--compress-window: must be at most 1073741824"), std::string::npos) << r.err;
   r = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2,3 -n 4 --compress " + demo + "/draft");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;

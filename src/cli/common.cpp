@@ -215,16 +215,24 @@ void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy&
                      "KV compression of aged accepted spans: none, drop, keep-last, mean-merge, top-attention, "
                      "window-only, or a beacon compressor directory (specpress train-compressor)")
           ->capture_default_str();
-  // the policy's flags only apply with --compress: given alone they are an error, not ignored
-  cmd.add_option("--compress-window", policy.window, "recent generated tokens kept raw")
+  // the policy's flags only apply with --compress: given alone they are an error, not ignored; those not given take a
+  // beacon compressor's trained values (compress::resolve_compress), else these defaults
+  policy.given = {false, false, false};
+  cmd.add_option("--compress-window", policy.window,
+                 "recent generated tokens kept raw (default with a beacon: its trained value)")
       ->capture_default_str()
-      ->needs(compress);
-  cmd.add_option("--compress-sinks", policy.sinks, "first positions never compressed")
+      ->needs(compress)
+      ->each([&policy](const std::string&) { policy.given.window = true; });
+  cmd.add_option("--compress-sinks", policy.sinks,
+                 "first positions never compressed (default with a beacon: its trained value)")
       ->capture_default_str()
-      ->needs(compress);
-  cmd.add_option("--compress-merge", policy.merge_tokens, "0: one unit per verify span; m: units of m tokens")
+      ->needs(compress)
+      ->each([&policy](const std::string&) { policy.given.sinks = true; });
+  cmd.add_option("--compress-merge", policy.merge_tokens,
+                 "0: one unit per verify span; m: units of m tokens (default with a beacon: its trained value)")
       ->capture_default_str()
-      ->needs(compress);
+      ->needs(compress)
+      ->each([&policy](const std::string&) { policy.given.merge_tokens = true; });
 }
 
 std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file) {

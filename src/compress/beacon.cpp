@@ -209,11 +209,16 @@ Policy resolve_compress(const std::string& value, const std::string& flag, Polic
   policy.method = Method::kBeacon;
   policy.beacon_dir = value;
   const Policy& trained = policy.beacon->config().policy;
-  if (trained.window != policy.window || trained.merge_tokens != policy.merge_tokens)
+  if (!policy.given.window) policy.window = trained.window;
+  if (!policy.given.sinks) policy.sinks = trained.sinks;
+  if (!policy.given.merge_tokens) policy.merge_tokens = trained.merge_tokens;
+  if (trained.window != policy.window || trained.merge_tokens != policy.merge_tokens || trained.sinks != policy.sinks)
     std::fprintf(stderr,
-                 "note: %s was trained with window %lld, merge %lld; running with window %lld, merge %lld\n",
-                 value.c_str(), static_cast<long long>(trained.window), static_cast<long long>(trained.merge_tokens),
-                 static_cast<long long>(policy.window), static_cast<long long>(policy.merge_tokens));
+                 "note: %s was trained with window %lld, sinks %lld, merge %lld; running with window %lld, sinks %lld, "
+                 "merge %lld (the flags given)\n",
+                 value.c_str(), static_cast<long long>(trained.window), static_cast<long long>(trained.sinks),
+                 static_cast<long long>(trained.merge_tokens), static_cast<long long>(policy.window),
+                 static_cast<long long>(policy.sinks), static_cast<long long>(policy.merge_tokens));
   return policy;
 }
 

@@ -39,6 +39,12 @@ void validate(const Policy& p) {
   if (p.window < 0 || (p.enabled() && p.window < 1))  // the newest token has no KV entry until its forward
     fail("--compress-window: must be >= 1 (the newest token stays raw until its forward), found {}", p.window);
   if (p.merge_tokens < 0) fail("--compress-merge: must be >= 0 (0 = one unit per verify span), found {}", p.merge_tokens);
+  // past any context, and small enough that sums of them (a ring's rows, a budget) cannot overflow
+  constexpr int64_t kMost = int64_t{1} << 30;
+  for (const auto& [flag, value] : {std::pair{"--compress-sinks", p.sinks}, std::pair{"--compress-window", p.window},
+                                    std::pair{"--compress-merge", p.merge_tokens}})
+    if (value > kMost)
+      fail("{}: must be at most {} (more positions than any context holds), found {}", flag, kMost, value);
   if ((p.method == Method::kBeacon) != (p.beacon != nullptr))
     fail("internal: the beacon method needs exactly its loaded compressor");
 }

@@ -23,6 +23,11 @@ struct Policy {
   int64_t merge_tokens = 0;   // 0: one unit per verify-step span; m > 0: units of m aged tokens
   std::shared_ptr<const BeaconCompressor> beacon;  // kBeacon: the trained compressor
   std::string beacon_dir;     // where it was loaded from (reports)
+  // Which knobs were set by the command line (add_compression_flags clears those not given): resolve_compress gives a
+  // beacon compressor's trained values to the others, so that `--compress DIR` alone runs the policy it learned.
+  struct KnobsGiven {
+    bool sinks = true, window = true, merge_tokens = true;
+  } given;
   bool enabled() const { return method != Method::kNone; }
 };
 
