@@ -76,6 +76,9 @@ void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan&
   stats_.peak_slots = std::max(stats_.peak_slots, cache.length);
   stats_.positions = cache.next_position();
   stats_.slots = cache.length;
+  stats_.events = done_.events;
+  stats_.tokens_compressed = done_.tokens_compressed;
+  stats_.slots_freed = done_.slots_freed;
   if (!policy_.enabled()) return;
   auto t0 = std::chrono::steady_clock::now();
   if (cache.slot_positions.empty()) fail("internal: KV compressor attached after the cache was created");
@@ -151,8 +154,8 @@ void KVCompressor::after_forward(model::KVCache& cache) {
     cache.v.select(2, s0).copy_(v_lat.select(2, i));
     cache.slot_positions[s0] = pending_.positions[i];
     compact(cache, s0, s1 - s0, 1);
-    stats_.events += 1;
-    stats_.tokens_compressed += s1 - s0;
+    done_.events += 1;
+    done_.tokens_compressed += s1 - s0;
   }
   cache.length -= n_lat;  // the latents' own slots, now at the end again
   pending_ = model::LatentRows{};
@@ -216,8 +219,8 @@ void KVCompressor::compress_unit(model::KVCache& cache, const Unit& unit) {
     default:
       fail("internal: compress_unit with method {}", method_name(policy_.method));
   }
-  stats_.events += 1;
-  stats_.tokens_compressed += n;
+  done_.events += 1;
+  done_.tokens_compressed += n;
 }
 
 void KVCompressor::evict_to_budget(model::KVCache& cache, int64_t budget) {
@@ -225,8 +228,8 @@ void KVCompressor::evict_to_budget(model::KVCache& cache, int64_t budget) {
   const int64_t excess = cache.length - std::max(budget, sinks);
   if (excess <= 0) return;
   compact(cache, sinks, excess, 0);
-  stats_.events += 1;
-  stats_.tokens_compressed += excess;
+  done_.events += 1;
+  done_.tokens_compressed += excess;
 }
 
 void KVCompressor::compact(model::KVCache& cache, int64_t s0, int64_t n, int64_t keep) {
@@ -243,7 +246,7 @@ void KVCompressor::compact(model::KVCache& cache, int64_t s0, int64_t n, int64_t
               cache.slot_positions.begin() + s0 + keep);
   }
   cache.length -= n - keep;
-  stats_.slots_freed += n - keep;
+  done_.slots_freed += n - keep;
 }
 
 }  // namespace specpress::compress

@@ -17,6 +17,9 @@
 namespace specpress::compress {
 
 struct CompressionStats {
+  // events, tokens_compressed and slots_freed count what the cache held at the last forward (as positions and slots
+  // below): a control method's compression at the last commit, which no forward used, is not counted, as a beacon's
+  // latents queued then are not.
   int64_t events = 0;             // units replaced
   int64_t tokens_compressed = 0;  // raw tokens those units held
   int64_t slots_freed = 0;
@@ -73,6 +76,10 @@ class KVCompressor : public decode::CommitObserver {
   at::Tensor id_rows_;       // int64 [ring_] on the cache device
   model::LatentRows pending_;  // each latent with its unit's slot range (hidden_slots)
   CompressionStats stats_;
+  // events, tokens_compressed and slots_freed as they happen; stats_ takes them at each commit, before its compression
+  struct {
+    int64_t events = 0, tokens_compressed = 0, slots_freed = 0;
+  } done_;
 };
 
 }  // namespace specpress::compress
