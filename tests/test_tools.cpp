@@ -393,6 +393,28 @@ TEST(BenchIntervals, PairedComparisonsAgainstTheDatasetsFirstRun) {
 
 // A checkpoint record through JSON text and back: every number exact, and a value that is not finite (JSON has none;
 // written as null) read back as NaN rather than making the file unreadable.
+// The KV memory a compressed bench saves is per sample: an mt-bench sample's two turns (two records, each a generation
+// with its own cache) add up, rather than being averaged as two samples.
+TEST(BenchAggregate, KvBytesSavedArePerSample) {
+  tools::BenchReport report;
+  report.block_size = 4;
+  report.slot_bytes = 1024;
+  report.options.compress.method = compress::Method::kKeepLast;
+  for (const auto& [id, positions, slots] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
+           {"a", 100, 60}, {"a", 200, 120}, {"b", 100, 80}, {"b", 100, 80}}) {
+    tools::BenchRecord r = bench_record(id, 2, 1, {2, 2});
+    r.has_compression = true;
+    r.compressed = r.dflash;
+    r.compression.positions = positions;
+    r.compression.slots = slots;
+    report.records.push_back(r);
+  }
+  tools::aggregate(report);
+  EXPECT_DOUBLE_EQ(report.kv_bytes_saved, (40 + 80 + 20 + 20) / 2.0 * 1024);  // two samples, not four records
+  EXPECT_DOUBLE_EQ(tools::bench_json(report)["summary"]["compression"]["kv_bytes_saved_per_sample"].get<double>(),
+                   report.kv_bytes_saved);
+}
+
 TEST(BenchCheckpointRecord, RoundTripsExactlyAndNonFiniteAsNaN) {
   tools::BenchRecord r = bench_record("s", 3.1, 1.0 / 3.0, {4, 1, 2});
   r.prompt_fingerprint = tools::prompt_fingerprint({1, 2, 3});

@@ -283,7 +283,9 @@ void aggregate(BenchReport& r) {
     r.tau_ratio = r.tau > 0 ? r.compressed_tau / r.tau : 0;
     r.compressed_tokens_per_s = r.compressed_tpot_ms > 0 ? 1e3 / r.compressed_tpot_ms : 0;
     r.effective_ratio = slots > 0 ? positions / slots : 1.0;
-    r.kv_bytes_saved = (positions - slots) / n * static_cast<double>(r.slot_bytes);
+    // per sample: an mt-bench sample's turns are records of their own, each a generation with its cache
+    r.kv_bytes_saved = (positions - slots) / static_cast<double>(std::max<int64_t>(distinct_samples(r.records), 1)) *
+                       static_cast<double>(r.slot_bytes);
     r.overhead_ms_per_event = events > 0 ? overhead / events : 0;
   }
   r.speedup = r.dflash_tpot_ms > 0 ? r.plain_tpot_ms / r.dflash_tpot_ms : 0;
