@@ -150,7 +150,8 @@ TEST_F(Compress, EachControlHoldsItsPromisedMemory) {
     EXPECT_NEAR(c.stats().effective_ratio(), static_cast<double>(T + 1) / (cs.slots + 1), 1e-12);
     // ... and so do the counts: the slots freed are the positions the cache does not hold
     EXPECT_EQ(c.stats().slots_freed, c.stats().positions - c.stats().slots) << compress::method_name(cs.method);
-    if (cs.method != compress::Method::kWindowOnly) EXPECT_EQ(c.stats().events, units) << compress::method_name(cs.method);
+    if (cs.method != compress::Method::kWindowOnly)
+      EXPECT_EQ(c.stats().events, units) << compress::method_name(cs.method);
   }
   // merged units of m tokens regardless of span boundaries: 1-token spans, m = 8, window 16 -> 5 units
   compress::KVCompressor c(policy(compress::Method::kKeepLast, 16, 8), *target_, N);
