@@ -1,11 +1,12 @@
 // cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json [--tools FILE.json]
-// [--think] [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR --ids "1,2,3"
-// [--skip-special]` prints the text exactly, with no newline added. -m may name a model directory,
+// [--think] [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR (--ids "1,2,3" |
+// -f FILE) [--skip-special]` prints the text exactly, with no newline added (-f - reads standard input, for both). -m may name a model directory,
 // a folder holding only tokenizer files, or a tokenizer.json file. Torch-free.
 #include "cli/cmd_tokenize.h"
 
 #include "cli/id_list.h"
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -27,7 +28,9 @@ struct TokenizeOptions {
 };
 
 struct DetokenizeOptions {
-  std::string model, ids;
+  std::string model, ids, file;
+  CLI::Option* ids_opt = nullptr;
+  CLI::Option* file_opt = nullptr;
   bool skip_special = false;
 };
 
@@ -40,7 +43,15 @@ tok::Tokenizer load_tokenizer(const std::string& path) {
        "or a tokenizer.json file)", path);
 }
 
+// A file's bytes, or standard input's for "-" (llama-tokenize's --stdin), errors naming `flag`.
 std::string read_bytes(const std::string& path, const std::string& flag) {
+  if (path == "-") {
+    std::string text;
+    std::array<char, 1 << 16> chunk;
+    for (size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), stdin)) > 0;) text.append(chunk.data(), n);
+    if (std::ferror(stdin)) fail("{}: -: read error on standard input", flag);
+    return text;
+  }
   try {
     return io::read_text_file(path);
   } catch (const Error& e) {
@@ -94,9 +105,12 @@ int run_tokenize(const TokenizeOptions& o) {
 }
 
 int run_detokenize(const DetokenizeOptions& o) {
+  if (o.ids_opt->count() + o.file_opt->count() != 1)
+    fail("detokenize: give exactly one of --ids IDS or -f FILE (a file of ids, - for standard input)");
+  const std::string flag = o.ids_opt->count() ? "--ids" : "-f/--file " + o.file;
   std::vector<int32_t> ids;
-  for (int64_t id : parse_id_list(o.ids, "--ids")) {
-    if (id < INT32_MIN || id > INT32_MAX) fail("--ids: {} is not a token id", id);
+  for (int64_t id : parse_id_list(o.ids_opt->count() ? o.ids : read_bytes(o.file, "-f/--file"), flag)) {
+    if (id < INT32_MIN || id > INT32_MAX) fail("{}: {} is not a token id", flag, id);
     ids.push_back(static_cast<int32_t>(id));
   }
   const tok::Tokenizer t = load_tokenizer(o.model);
@@ -115,7 +129,7 @@ void add_tokenize_commands(CLI::App& app, std::function<int()>& run) {
       ->required();
   tokenize->prompt_opt = cmd->add_option("-p,--prompt", tokenize->prompt, "text to tokenize");
   tokenize->file_opt =
-      cmd->add_option("-f,--file", tokenize->file, "tokenize this file's exact bytes");
+      cmd->add_option("-f,--file", tokenize->file, "tokenize this file's exact bytes (- reads standard input)");
   tokenize->messages_opt = cmd->add_option(
       "--messages", tokenize->messages,
       "a file holding a JSON array of {\"role\",\"content\"} messages, rendered with the Qwen3 chat template first");
@@ -137,7 +151,11 @@ void add_tokenize_commands(CLI::App& app, std::function<int()>& run) {
   de->add_option("-m,--model", detokenize->model,
                  "model directory, folder with tokenizer.json, or a tokenizer.json file")
       ->required();
-  de->add_option("--ids", detokenize->ids, "token ids, e.g. \"1,2,3\" or \"[1, 2, 3]\"")->required();
+  detokenize->ids_opt = de->add_option("--ids", detokenize->ids, "token ids, e.g. \"1,2,3\" or \"[1, 2, 3]\"");
+  detokenize->file_opt = de->add_option("-f,--file", detokenize->file,
+                                        "a file of token ids (as --ids takes them, e.g. tokenize's output); - reads "
+                                        "standard input");
+  detokenize->ids_opt->excludes(detokenize->file_opt);
   de->add_flag("--skip-special", detokenize->skip_special,
                "drop special tokens such as <|im_end|> (keeps <think>, as HF does)");
   de->callback([detokenize, &run] { run = [detokenize] { return run_detokenize(*detokenize); }; });

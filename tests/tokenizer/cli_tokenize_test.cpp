@@ -66,6 +66,20 @@ std::string temp_file(const std::string& name, const std::string& content) {
   return path.string();
 }
 
+// run_cli with standard input read from `file`.
+CliResult run_cli_with_stdin(const std::vector<std::string>& args, const std::string& file) {
+  FILE* in = std::fopen(file.c_str(), "rb");
+  const int saved = dup(fileno(stdin));
+  dup2(fileno(in), fileno(stdin));
+  std::clearerr(stdin);
+  CliResult result = run_cli(args);
+  dup2(saved, fileno(stdin));
+  close(saved);
+  std::clearerr(stdin);
+  std::fclose(in);
+  return result;
+}
+
 TEST(CliTokenize, PromptFileAndMessages) {
   SKIP_WITHOUT_QWEN3();
   const std::string dir = tok::testing::qwen3_dir();
@@ -107,6 +121,18 @@ TEST(CliTokenize, Detokenize) {
   EXPECT_EQ(run_cli({"detokenize", "-m", dir, "--ids", ids, "--skip-special"}).out,
             "user\nHi\nassistant\n<think>\n\n</think>\n\nHello!");
   EXPECT_EQ(run_cli({"detokenize", "-m", dir, "--ids", "[9707, 0]"}).out, "Hello!");
+  // ids too many for a command line come from a file or standard input, as tokenize writes them; so does text
+  const std::string text = temp_file("specpress_cli_stdin.txt", "Hello!");
+  const CliResult tokenized = run_cli_with_stdin({"tokenize", "-m", dir, "-f", "-"}, text);
+  EXPECT_EQ(tokenized.out, "[9707,0]\n") << tokenized.error;
+  const std::string id_file = temp_file("specpress_cli_ids.json", tokenized.out);
+  EXPECT_EQ(run_cli({"detokenize", "-m", dir, "-f", id_file}).out, "Hello!");
+  EXPECT_EQ(run_cli_with_stdin({"detokenize", "-m", dir, "-f", "-"}, id_file).out, "Hello!");
+  const std::string bad_ids = temp_file("specpress_cli_bad_ids.txt", "1,x");
+  EXPECT_NE(run_cli({"detokenize", "-m", dir, "-f", bad_ids}).error.find("-f/--file " + bad_ids + ": "),
+            std::string::npos);
+  EXPECT_NE(run_cli({"detokenize", "-m", dir}).error.find("give exactly one of --ids IDS or -f FILE"),
+            std::string::npos);
 }
 
 TEST(CliTokenize, ErrorsAreClear) {
