@@ -429,6 +429,34 @@ TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
 
 // A run stopped before its first checkpoint leaves OUT/onpolicy.jsonl: --resume starts at step 0 and reuses it only
 // where it answers the same prompts; a --seq-len no prompt leaves room in fails before any generation.
+// The first `n` lines of `file`, as a run stopped by a signal during its generations leaves it.
+std::string first_lines(const std::string& file, size_t n) {
+  const std::string text = io::read_text_file(file);
+  size_t end = 0;
+  for (size_t i = 0; i < n; ++i) end = text.find('\n', end) + 1;
+  return text.substr(0, end);
+}
+
+// A run stopped during its on-policy generations saved those done (tools::StopSignals in generate_greedy): --resume
+// generates only the rest, and the cache ends as an uninterrupted run's.
+TEST(TrainDraft, ResumeContinuesStoppedGenerations) {
+  Fixture f;
+  train::DraftOptions whole = f.draft_options("whole");
+  whole.steps = 1;
+  train::train_draft(whole, train::TextCodec{});
+  train::DraftOptions part = f.draft_options("stopped");
+  part.steps = 1;
+  part.resume = true;
+  fs::create_directories(part.out);
+  write_text(fs::path(part.out) / "onpolicy.jsonl", first_lines(whole.out + "/onpolicy.jsonl", 5));
+  ::testing::internal::CaptureStderr();
+  train::train_draft(part, train::TextCodec{});
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("reusing 5 on-policy generations from " + part.out + "/onpolicy.jsonl (a stopped run's); "
+                      "generating the other 7"), std::string::npos) << said;
+  EXPECT_EQ(io::read_text_file(part.out + "/onpolicy.jsonl"), io::read_text_file(whole.out + "/onpolicy.jsonl"));
+}
+
 TEST(TrainDraft, ResumeBeforeTheFirstCheckpointAndSeqLenRoom) {
   Fixture f;
   train::DraftOptions o = f.draft_options("early");
@@ -558,6 +586,26 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   const std::string cache = part.out + "/trajectories.jsonl", generated = io::read_text_file(cache);
   expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'gen_tokens' is 48 now but 40");
   EXPECT_EQ(io::read_text_file(cache), generated);
+}
+
+// ... and so does train-compressor's, whose continued trajectories keep their span seeds
+TEST(TrainCompressor, ResumeContinuesStoppedGenerations) {
+  Fixture f;
+  train::CompressorOptions whole = f.compressor_options("whole");
+  whole.steps = 1;
+  train::train_compressor(whole, train::TextCodec{});
+  train::CompressorOptions part = f.compressor_options("stopped");
+  part.steps = 1;
+  part.resume = true;
+  fs::create_directories(part.out);
+  write_text(fs::path(part.out) / "trajectories.jsonl", first_lines(whole.out + "/trajectories.jsonl", 4));
+  ::testing::internal::CaptureStderr();
+  train::train_compressor(part, train::TextCodec{});
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("reusing 4 trajectories from " + part.out + "/trajectories.jsonl (a stopped run's); generating "
+                      "the other"), std::string::npos) << said;
+  EXPECT_EQ(io::read_text_file(part.out + "/trajectories.jsonl"),
+            io::read_text_file(whole.out + "/trajectories.jsonl"));
 }
 
 TEST(TrainCompressor, BadInputNamesTheProblem) {

@@ -78,42 +78,59 @@ std::vector<int64_t> sampled_spans(int64_t tokens, int64_t span_max, uint64_t se
   return spans;
 }
 
-std::vector<Trajectory> generate(const CompressorOptions& o, const model::Qwen3Model& target,
-                                 const std::vector<std::vector<int64_t>>& prompts, const char* label, int64_t seed_base) {
+// The trajectories of `prompts`, the first numbered `first` (its spans' seeds), and the signal that stopped them.
+std::pair<std::vector<Trajectory>, int> generate(const CompressorOptions& o, const model::Qwen3Model& target,
+                                                 const std::vector<std::vector<int64_t>>& prompts, const char* label,
+                                                 int64_t seed_base, size_t first) {
   std::vector<Trajectory> out;
-  for (const decode::GenerationResult& r : generate_greedy(target, o.target_dir, o.draft_dir, prompts, o.gen_tokens, label)) {
+  const Generations generated = generate_greedy(target, o.target_dir, o.draft_dir, prompts, o.gen_tokens, label);
+  for (const decode::GenerationResult& r : generated.results) {
     const std::vector<int64_t>& prompt = prompts[out.size()];
     Trajectory t{prompt, static_cast<int64_t>(prompt.size()), {}};
     t.ids.insert(t.ids.end(), r.output_ids.begin(), r.output_ids.end());
     t.spans = !o.draft_dir.empty() ? r.acceptance_lengths
                                    : sampled_spans(static_cast<int64_t>(r.output_ids.size()), o.span_max, o.seed,
-                                                   seed_base + static_cast<int64_t>(out.size()));
+                                                   seed_base + static_cast<int64_t>(first + out.size()));
     out.push_back(std::move(t));
   }
-  return out;
+  return {std::move(out), generated.stopped_by};
 }
 
-// Generated once into OUT/<file> and reused by a resumed run when they answer the same prompts.
+// Generated once into OUT/<file> and reused by a resumed run when they answer the same prompts; a run stopped by a
+// signal during the generation keeps the ones done there, and the next continues after them.
 std::vector<Trajectory> cached_generation(const std::string& file, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
                                           const char* label, int64_t seed_base) {
   const int64_t vocab_size = target.config().vocab_size;
   if (prompts.empty()) return {};
   const std::string path = (fs::path(o.out) / file).string();
+  std::vector<Trajectory> trajectories;
   if (fs::exists(path)) {
     std::vector<Trajectory> cached = read_trajectories(path, vocab_size);
-    bool same = cached.size() == prompts.size();
-    for (size_t i = 0; same && i < prompts.size(); ++i)
+    bool same = cached.size() <= prompts.size();
+    for (size_t i = 0; same && i < cached.size(); ++i)
       same = std::vector<int64_t>(cached[i].ids.begin(), cached[i].ids.begin() + cached[i].prompt_tokens) == prompts[i];
-    if (same) {
+    if (same && cached.size() == prompts.size()) {
       std::fprintf(stderr, "train-compressor: reusing %zu trajectories from %s\n", cached.size(), path.c_str());
       return cached;
     }
-    std::fprintf(stderr, "train-compressor: %s answers other prompts; generating again\n", path.c_str());
+    if (same && !cached.empty()) {
+      std::fprintf(stderr, "train-compressor: reusing %zu trajectories from %s (a stopped run's); generating the "
+                   "other %zu\n", cached.size(), path.c_str(), prompts.size() - cached.size());
+      trajectories = std::move(cached);
+    } else if (!same) {
+      std::fprintf(stderr, "train-compressor: %s answers other prompts; generating again\n", path.c_str());
+    }
   }
-  std::vector<Trajectory> generated = generate(o, target, prompts, label, seed_base);
-  io::write_file_atomic(path, trajectories_jsonl(generated));
-  return generated;
+  const size_t first = trajectories.size();
+  auto [generated, stopped_by] =
+      generate(o, target, {prompts.begin() + static_cast<std::ptrdiff_t>(first), prompts.end()}, label, seed_base,
+               first);
+  for (Trajectory& t : generated) trajectories.push_back(std::move(t));
+  if (!trajectories.empty()) io::write_file_atomic(path, trajectories_jsonl(trajectories));
+  if (stopped_by != 0)
+    generation_interrupted("train-compressor", stopped_by, trajectories.size(), prompts.size(), path);
+  return trajectories;
 }
 
 // Cuts a trajectory to `max_tokens`; the spans stay as they were (plan_compression clips the last).

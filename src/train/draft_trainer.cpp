@@ -60,13 +60,15 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
 }
 
 // The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them: each cached
-// sequence must answer the same prompt within --gen-tokens, else all are generated again.
+// sequence must answer its prompt within --gen-tokens, else all are generated again. A run stopped by a signal
+// during the generation keeps the ones done there, and the next continues after them.
 std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts) {
   const std::string cache = (fs::path(o.out) / "onpolicy.jsonl").string();
+  std::vector<Sequence> sequences;
   if (fs::exists(cache)) {
     std::vector<Sequence> cached = read_documents({cache}, TextCodec{}, target.config().vocab_size);
-    bool same = cached.size() == prompts.size();
+    bool same = cached.size() <= prompts.size();
     for (size_t i = 0; same && i < cached.size(); ++i) {
       const Sequence& c = cached[i];
       const auto prompt_len = static_cast<int64_t>(prompts[i].size());
@@ -74,22 +76,31 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
       same = c.loss_start == prompt_len && len >= prompt_len && len <= prompt_len + o.gen_tokens &&
              std::equal(prompts[i].begin(), prompts[i].end(), c.ids.begin());
     }
-    if (same) {
+    if (same && cached.size() == prompts.size()) {
       std::fprintf(stderr, "train-draft: reusing %zu on-policy generations from %s\n", cached.size(), cache.c_str());
       return cached;
     }
-    std::fprintf(stderr, "train-draft: %s answers other prompts (or more --gen-tokens); generating again\n",
-                 cache.c_str());
+    if (same && !cached.empty()) {
+      std::fprintf(stderr, "train-draft: reusing %zu on-policy generations from %s (a stopped run's); generating the "
+                   "other %zu\n", cached.size(), cache.c_str(), prompts.size() - cached.size());
+      sequences = std::move(cached);
+    } else if (!same) {
+      std::fprintf(stderr, "train-draft: %s answers other prompts (or more --gen-tokens); generating again\n",
+                   cache.c_str());
+    }
   }
-  std::vector<Sequence> generated;
-  for (const decode::GenerationResult& r :
-       generate_greedy(target, o.target_dir, "", prompts, o.gen_tokens, "on-policy generation")) {
-    Sequence s{prompts[generated.size()], static_cast<int64_t>(prompts[generated.size()].size())};
+  const std::vector<std::vector<int64_t>> rest(prompts.begin() + static_cast<std::ptrdiff_t>(sequences.size()),
+                                               prompts.end());
+  const Generations generated = generate_greedy(target, o.target_dir, "", rest, o.gen_tokens, "on-policy generation");
+  for (const decode::GenerationResult& r : generated.results) {
+    Sequence s{prompts[sequences.size()], static_cast<int64_t>(prompts[sequences.size()].size())};
     s.ids.insert(s.ids.end(), r.output_ids.begin(), r.output_ids.end());
-    generated.push_back(std::move(s));
+    sequences.push_back(std::move(s));
   }
-  io::write_file_atomic(cache, sequences_jsonl(generated));
-  return generated;
+  if (!sequences.empty()) io::write_file_atomic(cache, sequences_jsonl(sequences));
+  if (generated.stopped_by != 0)
+    generation_interrupted("train-draft", generated.stopped_by, sequences.size(), prompts.size(), cache);
+  return sequences;
 }
 
 // Whether a sequence of `len` tokens whose loss starts at `loss_start` keeps a block anchor once cut to --seq-len

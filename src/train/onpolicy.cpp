@@ -7,15 +7,16 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "tools/progress.h"
 #include "tools/runner.h"
+#include "tools/stop_signals.h"
 
 namespace specpress::train {
 
-std::vector<decode::GenerationResult> generate_greedy(const model::Qwen3Model& trainer_target, const std::string& target_dir,
-                                                      const std::string& draft_dir,
-                                                      const std::vector<std::vector<int64_t>>& prompts,
-                                                      int64_t max_new_tokens, const std::string& label) {
+Generations generate_greedy(const model::Qwen3Model& trainer_target, const std::string& target_dir,
+                            const std::string& draft_dir, const std::vector<std::vector<int64_t>>& prompts,
+                            int64_t max_new_tokens, const std::string& label) {
   c10::InferenceMode inference;
   const at::Device device = trainer_target.device();
   std::unique_ptr<model::Qwen3Model> bf16_target;  // CUDA only: the fast path runs bf16
@@ -29,18 +30,31 @@ std::vector<decode::GenerationResult> generate_greedy(const model::Qwen3Model& t
   decode::GenerationParams params;
   params.max_new_tokens = max_new_tokens;
   params.stop_ids = target.config().eos_token_ids;
-  std::vector<decode::GenerationResult> out;
+  Generations out;
+  const tools::StopSignals signals("after the generation in flight, with the ones done saved");
   tools::ProgressBar progress(label, static_cast<int64_t>(prompts.size()));
   int64_t generated = 0;
   const std::string how = fmt::format("{}, greedy, {}{}", draft ? "DFlash" : "plain", device.is_cuda() ? "bf16" : "f32",
                                       runner.fast() ? ", CUDA fast path" : "");
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    out.push_back(draft ? runner.dflash(prompts[i], params) : runner.plain(prompts[i], params));
-    generated += static_cast<int64_t>(out.back().output_ids.size());
+  for (size_t i = 0; i < prompts.size() && signals.received() == 0; ++i) {
+    out.results.push_back(draft ? runner.dflash(prompts[i], params) : runner.plain(prompts[i], params));
+    generated += static_cast<int64_t>(out.results.back().output_ids.size());
     progress.update(static_cast<int64_t>(i) + 1, fmt::format("{} tokens generated ({})", generated, how));
   }
-  progress.finish();
+  out.stopped_by = signals.received();
+  if (out.stopped_by != 0) progress.stop();
+  else progress.finish();
   return out;
+}
+
+void generation_interrupted(const std::string& trainer, int signal, size_t done, size_t total,
+                            const std::string& file) {
+  if (done == 0)
+    throw Interrupted(signal, fmt::format("{}: stopped by {} before its first generation ended; nothing was saved",
+                                          trainer, tools::StopSignals::name(signal)));
+  throw Interrupted(signal, fmt::format("{}: stopped by {} after {} of {} generations; {} holds them: the same command "
+                                        "with --resume continues from there", trainer, tools::StopSignals::name(signal),
+                                        done, total, file));
 }
 
 }  // namespace specpress::train

@@ -13,12 +13,23 @@
 
 namespace specpress::train {
 
+// The generations of generate_greedy, and the signal that stopped them early (0: all ran).
+struct Generations {
+  std::vector<decode::GenerationResult> results;  // of the first results.size() prompts
+  int stopped_by = 0;                             // SIGINT or SIGTERM (tools::StopSignals)
+};
+
 // One greedy generation per prompt (max_new_tokens, stopping at the target's eos), with a progress bar
 // named `label`. `target` is the trainer's float32 copy of the model in `target_dir` (used as is on
-// the CPU); `draft_dir` empty: plain decoding, else DFlash (acceptance lengths recorded).
-std::vector<decode::GenerationResult> generate_greedy(const model::Qwen3Model& target, const std::string& target_dir,
-                                                      const std::string& draft_dir,
-                                                      const std::vector<std::vector<int64_t>>& prompts,
-                                                      int64_t max_new_tokens, const std::string& label);
+// the CPU); `draft_dir` empty: plain decoding, else DFlash (acceptance lengths recorded). Ctrl-C or SIGTERM stops it
+// after the generation in flight: the caller saves what ran (so that --resume continues there) and says so.
+Generations generate_greedy(const model::Qwen3Model& target, const std::string& target_dir,
+                            const std::string& draft_dir, const std::vector<std::vector<int64_t>>& prompts,
+                            int64_t max_new_tokens, const std::string& label);
+
+// Where generations were stopped: the `done` saved in `file` (none: nothing saved), the trainer's message that the
+// same command with --resume continues from them, thrown as Interrupted.
+[[noreturn]] void generation_interrupted(const std::string& trainer, int signal, size_t done, size_t total,
+                                         const std::string& file);
 
 }  // namespace specpress::train
