@@ -437,24 +437,29 @@ std::string first_lines(const std::string& file, size_t n) {
   return text.substr(0, end);
 }
 
-// A run stopped during its on-policy generations saved those done (tools::StopSignals in generate_greedy): --resume
-// generates only the rest, and the cache ends as an uninterrupted run's.
-TEST(TrainDraft, ResumeContinuesStoppedGenerations) {
-  Fixture f;
-  train::DraftOptions whole = f.draft_options("whole");
-  whole.steps = 1;
-  train::train_draft(whole, train::TextCodec{});
-  train::DraftOptions part = f.draft_options("stopped");
-  part.steps = 1;
+// A run stopped during its generations saved those done (tools::StopSignals in generate_greedy), as the first `kept`
+// lines of OUT/`file`: --resume generates only the rest, and the file ends as an uninterrupted run's. Returns what the
+// resumed run said.
+template <typename Options, typename Train>
+std::string resume_stopped_generations(Options whole, Options part, const std::string& file, size_t kept,
+                                       Train run_trainer) {
+  whole.steps = part.steps = 1;
+  run_trainer(whole, train::TextCodec{});
   part.resume = true;
   fs::create_directories(part.out);
-  write_text(fs::path(part.out) / "onpolicy.jsonl", first_lines(whole.out + "/onpolicy.jsonl", 5));
+  write_text(fs::path(part.out) / file, first_lines(whole.out + "/" + file, kept));
   ::testing::internal::CaptureStderr();
-  train::train_draft(part, train::TextCodec{});
-  const std::string said = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(said.find("reusing 5 on-policy generations from " + part.out + "/onpolicy.jsonl (a stopped run's); "
-                      "generating the other 7"), std::string::npos) << said;
-  EXPECT_EQ(io::read_text_file(part.out + "/onpolicy.jsonl"), io::read_text_file(whole.out + "/onpolicy.jsonl"));
+  run_trainer(part, train::TextCodec{});
+  EXPECT_EQ(io::read_text_file(part.out + "/" + file), io::read_text_file(whole.out + "/" + file));
+  return ::testing::internal::GetCapturedStderr();
+}
+
+TEST(TrainDraft, ResumeContinuesStoppedGenerations) {
+  Fixture f;
+  const std::string said = resume_stopped_generations(f.draft_options("whole"), f.draft_options("stopped"),
+                                                      "onpolicy.jsonl", 5, train::train_draft);
+  EXPECT_NE(said.find("reusing 5 on-policy generations from " + f.draft_options("stopped").out +
+                      "/onpolicy.jsonl (a stopped run's); generating the other 7"), std::string::npos) << said;
 }
 
 TEST(TrainDraft, ResumeBeforeTheFirstCheckpointAndSeqLenRoom) {
@@ -591,21 +596,10 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
 // ... and so does train-compressor's, whose continued trajectories keep their span seeds
 TEST(TrainCompressor, ResumeContinuesStoppedGenerations) {
   Fixture f;
-  train::CompressorOptions whole = f.compressor_options("whole");
-  whole.steps = 1;
-  train::train_compressor(whole, train::TextCodec{});
-  train::CompressorOptions part = f.compressor_options("stopped");
-  part.steps = 1;
-  part.resume = true;
-  fs::create_directories(part.out);
-  write_text(fs::path(part.out) / "trajectories.jsonl", first_lines(whole.out + "/trajectories.jsonl", 4));
-  ::testing::internal::CaptureStderr();
-  train::train_compressor(part, train::TextCodec{});
-  const std::string said = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(said.find("reusing 4 trajectories from " + part.out + "/trajectories.jsonl (a stopped run's); generating "
-                      "the other"), std::string::npos) << said;
-  EXPECT_EQ(io::read_text_file(part.out + "/trajectories.jsonl"),
-            io::read_text_file(whole.out + "/trajectories.jsonl"));
+  const std::string said = resume_stopped_generations(f.compressor_options("whole"), f.compressor_options("stopped"),
+                                                      "trajectories.jsonl", 4, train::train_compressor);
+  EXPECT_NE(said.find("reusing 4 trajectories from " + f.compressor_options("stopped").out +
+                      "/trajectories.jsonl (a stopped run's); generating the other"), std::string::npos) << said;
 }
 
 TEST(TrainCompressor, BadInputNamesTheProblem) {
