@@ -62,6 +62,7 @@ namespace specpress::server {
 namespace {
 
 constexpr uint64_t kMaxBodyBytes = 64u << 20;  // a request body's cap (the 413 errors say 64 MiB)
+
 using json = nlohmann::ordered_json;
 
 std::atomic<bool> g_signalled{false};
