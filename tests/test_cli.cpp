@@ -13,6 +13,8 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
+
 #include "test_util.h"
 
 using namespace specpress::test;
@@ -134,6 +136,55 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   r = run_specpress("generate -m " + demo + "/target --prompt-ids 1,2,3 -n 4 --compress " + demo + "/draft");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("no compressor.json"), std::string::npos) << r.err;
+}
+
+// Ctrl-C or SIGTERM during a trainer's on-policy generations: those done are saved (with the record of what made
+// them), the exit status is 128 + the signal, and --resume generates only the rest.
+TEST(Cli, TrainerStoppedDuringItsGenerationsKeepsThem) {
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  ScratchDir d("cli-train-signal");
+  const std::string prompts = (d.path / "prompts.jsonl").string(), out = (d.path / "out").string();
+  {
+    std::ofstream p(prompts);
+    for (int i = 0; i < 24; ++i) p << "{\"ids\": [" << 100 + 37 * i << ", 20, 30, 40]}\n";
+  }
+  const std::string args = "train-draft --target " + demo + "/target --on-policy-prompts " + prompts +
+                           " --gen-tokens 160 --seq-len 192 --steps 1 --device cpu --out " + out;
+  // the trainer in the background; once its generations start (OUT/generations.json), a second, then SIGTERM
+  const std::string script = "CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args + " >/dev/null 2>" +
+                             (d.path / "err").string() + " & pid=$!; for i in $(seq 1200); do [ -f " + out +
+                             "/generations.json ] && break; sleep 0.05; done; sleep 1; kill -TERM $pid; wait $pid; "
+                             "echo $?";
+  FILE* pipe = ::popen(("sh -c '" + script + "'").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string status;
+  char buf[64];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) status.append(buf, n);
+  ::pclose(pipe);
+  std::ifstream err_in(d.path / "err");
+  const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(status, "143\n") << err;
+  EXPECT_NE(err.find("specpress: stopping after the generation in flight, with the ones done saved"),
+            std::string::npos) << err;
+  std::smatch m;
+  size_t done = 0;
+  if (std::regex_search(err, m, std::regex("stopped by SIGTERM after (\\d+) of 24 generations; (\\S+) holds them"))) {
+    done = std::stoul(m[1]);
+    EXPECT_EQ(m[2].str(), out + "/onpolicy.jsonl");
+    std::ifstream cache(out + "/onpolicy.jsonl");
+    EXPECT_EQ(static_cast<size_t>(std::count(std::istreambuf_iterator<char>(cache), {}, '\n')), done);
+  } else {  // the signal came before the first answer ended (a slow machine)
+    EXPECT_NE(err.find("stopped by SIGTERM before its first generation ended; nothing was saved"), std::string::npos)
+        << err;
+  }
+  const CommandResult resumed = run_specpress(args + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  if (done > 0)
+    EXPECT_NE(resumed.err.find(fmt::format("reusing {} on-policy generations from {}/onpolicy.jsonl (a stopped run's); "
+                                           "generating the other {}", done, out, 24 - done)),
+              std::string::npos) << resumed.err;
+  std::ifstream cache(out + "/onpolicy.jsonl");
+  EXPECT_EQ(std::count(std::istreambuf_iterator<char>(cache), {}, '\n'), 24);
 }
 
 // bench --checkpoint names a beacon compressor as it names models: its canonical path and its files' fingerprint. The

@@ -438,8 +438,8 @@ std::string first_lines(const std::string& file, size_t n) {
 }
 
 // A run stopped during its generations saved those done (tools::StopSignals in generate_greedy), as the first `kept`
-// lines of OUT/`file`: --resume generates only the rest, and the file ends as an uninterrupted run's. Returns what the
-// resumed run said.
+// lines of OUT/`file`, beside OUT/generations.json, the record of what made them: --resume generates only the rest,
+// and the file ends as an uninterrupted run's. Returns what the resumed run said.
 template <typename Options, typename Train>
 std::string resume_stopped_generations(Options whole, Options part, const std::string& file, size_t kept,
                                        Train run_trainer) {
@@ -448,6 +448,7 @@ std::string resume_stopped_generations(Options whole, Options part, const std::s
   part.resume = true;
   fs::create_directories(part.out);
   write_text(fs::path(part.out) / file, first_lines(whole.out + "/" + file, kept));
+  fs::copy_file(whole.out + "/generations.json", part.out + "/generations.json");
   ::testing::internal::CaptureStderr();
   run_trainer(part, train::TextCodec{});
   EXPECT_EQ(io::read_text_file(part.out + "/" + file), io::read_text_file(whole.out + "/" + file));
@@ -600,6 +601,20 @@ TEST(TrainCompressor, ResumeContinuesStoppedGenerations) {
                                                       "trajectories.jsonl", 4, train::train_compressor);
   EXPECT_NE(said.find("reusing 4 trajectories from " + f.compressor_options("stopped").out +
                       "/trajectories.jsonl (a stopped run's); generating the other"), std::string::npos) << said;
+  // generations made otherwise (another --gen-tokens, say) are not continued but made again
+  train::CompressorOptions other = f.compressor_options("stopped-other");
+  other.steps = 1;
+  other.resume = true;
+  other.gen_tokens = 30;
+  const std::string whole = f.compressor_options("whole").out;
+  fs::create_directories(other.out);
+  write_text(fs::path(other.out) / "trajectories.jsonl", first_lines(whole + "/trajectories.jsonl", 4));
+  fs::copy_file(whole + "/generations.json", other.out + "/generations.json");
+  ::testing::internal::CaptureStderr();
+  train::train_compressor(other, train::TextCodec{});
+  const std::string again = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(again.find("trajectories.jsonl was made otherwise (gen_tokens is 30 now but was 40); generating again"),
+            std::string::npos) << again;
 }
 
 TEST(TrainCompressor, BadInputNamesTheProblem) {

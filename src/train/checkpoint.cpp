@@ -28,7 +28,8 @@ std::optional<std::string> foreign_entry(const fs::path& out) {
                                        "tokenizer.json",       "tokenizer_config.json", "vocab.json",
                                        "merges.txt",           "chat_template.jinja", "special_tokens_map.json",
                                        "onpolicy.jsonl",       "trajectories.jsonl",  "eval_trajectories.jsonl",
-                                       "eval.json",            "compressor.json",     "compressor.safetensors"};
+                                       "eval.json",            "compressor.json",     "compressor.safetensors",
+                                       "generations.json"};
   static const char* const kCheckpointDirs[] = {"checkpoint", "checkpoint.old", "checkpoint.tmp"};
   static const char* const kCheckpointFiles[] = {"params.safetensors", "optimizer.safetensors", "state.json"};
   auto named = [](const std::string& name, const auto& list, bool tmp) {

@@ -96,16 +96,28 @@ std::pair<std::vector<Trajectory>, int> generate(const CompressorOptions& o, con
   return {std::move(out), generated.stopped_by};
 }
 
-// Generated once into OUT/<file> and reused by a resumed run when they answer the same prompts; a run stopped by a
-// signal during the generation keeps the ones done there, and the next continues after them.
+// Generated once into OUT/<file> and reused by a resumed run when they answer the same prompts, made with the same
+// target, draft, --gen-tokens, span sampling and device (OUT/generations.json); a run stopped by a signal during the
+// generation keeps the ones done there, and the next continues after them.
 std::vector<Trajectory> cached_generation(const std::string& file, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts, const CompressorOptions& o,
                                           const char* label, int64_t seed_base) {
   const int64_t vocab_size = target.config().vocab_size;
   if (prompts.empty()) return {};
   const std::string path = (fs::path(o.out) / file).string();
+  const nlohmann::json made_with = {
+      {"target", fs::absolute(o.target_dir).lexically_normal().string()},
+      {"draft", o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string()},
+      {"gen_tokens", o.gen_tokens},
+      {"span_max", o.span_max},
+      {"seed", o.seed},
+      {"device", target.device().str()}};
   std::vector<Trajectory> trajectories;
-  if (fs::exists(path)) {
+  const std::optional<std::string> otherwise = cache_made_otherwise(o.out, file, made_with);
+  if (otherwise) {
+    std::fprintf(stderr, "train-compressor: %s was made otherwise (%s); generating again\n", path.c_str(),
+                 otherwise->c_str());
+  } else if (fs::exists(path)) {
     std::vector<Trajectory> cached = read_trajectories(path, vocab_size);
     bool same = cached.size() <= prompts.size();
     for (size_t i = 0; same && i < cached.size(); ++i)
@@ -123,6 +135,7 @@ std::vector<Trajectory> cached_generation(const std::string& file, const model::
     }
   }
   const size_t first = trajectories.size();
+  record_cache(o.out, file, made_with);
   auto [generated, stopped_by] =
       generate(o, target, {prompts.begin() + static_cast<std::ptrdiff_t>(first), prompts.end()}, label, seed_base,
                first);

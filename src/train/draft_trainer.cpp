@@ -60,13 +60,21 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
 }
 
 // The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them: each cached
-// sequence must answer its prompt within --gen-tokens, else all are generated again. A run stopped by a signal
-// during the generation keeps the ones done there, and the next continues after them.
+// sequence must answer its prompt within --gen-tokens, made by the same target on the same device
+// (OUT/generations.json), else all are generated again. A run stopped by a signal during the generation keeps the
+// ones done there, and the next continues after them.
 std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts) {
   const std::string cache = (fs::path(o.out) / "onpolicy.jsonl").string();
+  const nlohmann::json made_with = {{"target", fs::absolute(o.target_dir).lexically_normal().string()},
+                                    {"gen_tokens", o.gen_tokens},
+                                    {"device", target.device().str()}};
   std::vector<Sequence> sequences;
-  if (fs::exists(cache)) {
+  const std::optional<std::string> otherwise = cache_made_otherwise(o.out, "onpolicy.jsonl", made_with);
+  if (otherwise) {
+    std::fprintf(stderr, "train-draft: %s was made otherwise (%s); generating again\n", cache.c_str(),
+                 otherwise->c_str());
+  } else if (fs::exists(cache)) {
     std::vector<Sequence> cached = read_documents({cache}, TextCodec{}, target.config().vocab_size);
     bool same = cached.size() <= prompts.size();
     for (size_t i = 0; same && i < cached.size(); ++i) {
@@ -91,6 +99,7 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
   }
   const std::vector<std::vector<int64_t>> rest(prompts.begin() + static_cast<std::ptrdiff_t>(sequences.size()),
                                                prompts.end());
+  record_cache(o.out, "onpolicy.jsonl", made_with);
   const Generations generated = generate_greedy(target, o.target_dir, "", rest, o.gen_tokens, "on-policy generation");
   for (const decode::GenerationResult& r : generated.results) {
     Sequence s{prompts[sequences.size()], static_cast<int64_t>(prompts[sequences.size()].size())};

@@ -3,11 +3,13 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "io/mapped_file.h"
 #include "tools/progress.h"
 #include "tools/runner.h"
 #include "tools/stop_signals.h"
@@ -45,6 +47,34 @@ Generations generate_greedy(const model::Qwen3Model& trainer_target, const std::
   if (out.stopped_by != 0) progress.stop();
   else progress.finish();
   return out;
+}
+
+namespace {
+nlohmann::json read_cache_records(const std::string& out) {
+  const std::string path = (std::filesystem::path(out) / "generations.json").string();
+  if (!std::filesystem::exists(path)) return nlohmann::json::object();
+  const nlohmann::json records = nlohmann::json::parse(io::read_text_file(path), nullptr, false);
+  if (!records.is_object()) fail("{}: not a JSON object (the record of OUT's generation caches); delete it", path);
+  return records;
+}
+}  // namespace
+
+std::optional<std::string> cache_made_otherwise(const std::string& out, const std::string& file,
+                                                const nlohmann::json& made_with) {
+  const nlohmann::json records = read_cache_records(out);
+  if (!records.contains(file)) return std::nullopt;
+  const nlohmann::json& was = records[file];
+  for (const auto& [key, value] : made_with.items()) {
+    const nlohmann::json then = was.contains(key) ? was[key] : nlohmann::json();
+    if (then != value) return fmt::format("{} is {} now but was {}", key, value.dump(), then.dump());
+  }
+  return std::nullopt;
+}
+
+void record_cache(const std::string& out, const std::string& file, const nlohmann::json& made_with) {
+  nlohmann::json records = read_cache_records(out);
+  records[file] = made_with;
+  io::write_file_atomic((std::filesystem::path(out) / "generations.json").string(), records.dump(2) + "\n");
 }
 
 void generation_interrupted(const std::string& trainer, int signal, size_t done, size_t total,
