@@ -932,6 +932,25 @@ int send_raw_post(int port, const std::string& path, const json& body, const std
 }
 
 // Everything the server sends on a raw connection until it closes it (empty for fd -1); closes fd.
+// One HTTP response read from `fd` (its head, then Content-Length bytes of body), then closed: what arrived within
+// SO_RCVTIMEO of each read.
+std::string read_one_response(int fd) {
+  std::string response;
+  char buf[4096];
+  for (ssize_t got; (got = ::read(fd, buf, sizeof buf)) > 0;) {
+    response.append(buf, static_cast<size_t>(got));
+    const size_t head = response.find("\r\n\r\n");
+    if (head == std::string::npos) continue;
+    std::smatch m;
+    const std::string headers = response.substr(0, head);
+    const size_t length = std::regex_search(headers, m, std::regex("Content-Length: (\\d+)", std::regex::icase))
+                              ? std::stoul(m[1]) : 0;
+    if (response.size() >= head + 4 + length) break;
+  }
+  ::close(fd);
+  return response;
+}
+
 std::string read_until_closed(int fd) {
   std::string response;
   if (fd < 0) return response;
@@ -2167,20 +2186,27 @@ TEST(ServerHttp, SlotsShowWhatTheSlotRuns) {
   const std::string answer = read_until_closed(fd);
   EXPECT_EQ(answer.rfind("HTTP/1.1 411", 0), 0u) << answer;
   EXPECT_NE(answer.find("a POST needs a Content-Length header"), std::string::npos) << answer;
-  // a length that is no byte count is a 400, one over the 64 MiB cap a 413, both before any body is waited for
-  for (const auto& [length, status, message] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"-5", "400", "Content-Length '-5' is not a byte count"},
-           {"99999999999999999999", "413", "Content-Length 99999999999999999999 is larger than 64 MiB"},
-           {"100000000", "413", "Content-Length 100000000 is larger than 64 MiB"}}) {
+  // a length that is no byte count is a 400, one over the 64 MiB cap a 413, and a method no route takes a 405, each
+  // before any body is waited for (within 3 s here: a wait for the body would last the server's --timeout)
+  const timeval quick{3, 0};
+  for (const auto& [method, length, body, status, message] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string, std::string>>{
+           {"POST", "-5", "", "400", "Content-Length '-5' is not a byte count"},
+           {"POST", "99999999999999999999", "", "413", "Content-Length 99999999999999999999 is larger than 64 MiB"},
+           {"POST", "100000000", "", "413", "Content-Length 100000000 is larger than 64 MiB"},
+           {"POST", "00000000000000000002", "{}", "400", "field 'prompt' is missing"},  // leading zeros are a length
+           {"PUT", "-5", "", "405", "/v1/completions takes POST, not PUT"},
+           {"PATCH", "", "", "405", "/v1/completions takes POST, not PATCH"},
+           {"DELETE", "100000000", "", "405", "/v1/completions takes POST, not DELETE"}}) {
     const int raw = connect_raw(s.port());
     ASSERT_GE(raw, 0);
-    ::setsockopt(raw, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                             "Content-Length: " + length + "\r\n\r\n";
+    ::setsockopt(raw, SOL_SOCKET, SO_RCVTIMEO, &quick, sizeof quick);
+    const std::string head = method + " /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                             "application/json\r\n" + (length.empty() ? "" : "Content-Length: " + length + "\r\n") +
+                             "\r\n" + body;
     ASSERT_EQ(::write(raw, head.data(), head.size()), static_cast<ssize_t>(head.size()));
-    const std::string reply = read_until_closed(raw);
-    EXPECT_EQ(reply.rfind("HTTP/1.1 " + status, 0), 0u) << length << ": " << reply;
+    const std::string reply = read_one_response(raw);
+    EXPECT_EQ(reply.rfind("HTTP/1.1 " + status, 0), 0u) << method << " " << length << ": " << reply;
     EXPECT_NE(reply.find(message), std::string::npos) << reply;
   }
   // a known path asked with another method: 405 naming the methods it takes, not 404

@@ -38,12 +38,12 @@ TEST(ServerMessagesRequest, FieldsAndDefaults) {
             std::string::npos);
   EXPECT_EQ(parse_error(R"({"messages": [{"role": "user", "content": "hi"}]})", server::MessagesRoute::kCountTokens),
             "(accepted)");
-  auto r = parse(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 77})", d);
+  auto r = parse(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 78})", d);
   EXPECT_EQ(r.api, server::Api::kMessages);
   ASSERT_EQ(r.messages.size(), 1u);
   EXPECT_EQ(r.messages[0].role, "user");
   EXPECT_EQ(r.messages[0].content, "hi");
-  EXPECT_EQ(r.max_tokens, 77);
+  EXPECT_EQ(r.max_tokens, 78);  // the request's, not the server's default
   EXPECT_TRUE(r.max_tokens_given);
   EXPECT_EQ(r.sampling.temperature, 0.5);
   EXPECT_TRUE(r.random_seed);

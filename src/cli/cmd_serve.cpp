@@ -24,7 +24,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-c,--ctx-size", o->ctx_size,
                   "positions a request may use: prompt + output + block (default 4096, or the model's maximum when "
                   "smaller; 0: the model's maximum); on the CUDA fast path their KV cache is allocated at load");
-  cmd->add_option("-n,--n-predict", o->n_predict, "default max_tokens (-1: as many as the context leaves)")
+  cmd->add_option("-n,--n-predict", o->n_predict,
+                  "default max_tokens of the OpenAI and llama.cpp routes (-1: as many as the context leaves; "
+                  "/v1/messages requires its own)")
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling, "default ");
   CLI::Option* seed =

@@ -1252,7 +1252,25 @@ void Server::add_routes() {
   });
   // Before a body is read: a POST must say how long its body is (cpp-httplib would read one without a length until
   // the client closes, and the client waits for the answer: both hang), and every route but /health needs the key.
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  // No route for the request: 405 with the methods the path takes (Allow) where it is known, else 404; sets the status.
+  auto no_route = [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string allowed = allowed_methods(req.path);
+    if (allowed.empty()) {
+      res.status = 404;
+      return error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error");
+    }
+    res.status = 405;
+    res.set_header("Allow", allowed + ", OPTIONS");
+    return error_json(405, fmt::format("{} takes {}, not {}", req.path, allowed, req.method), "invalid_request_error");
+  };
+  http_.set_pre_routing_handler([this, no_route](const httplib::Request& req, httplib::Response& res) {
+    // a method no route takes is answered before cpp-httplib reads a body for it (PUT, PATCH and DELETE have one)
+    if (req.method != "GET" && req.method != "HEAD" && req.method != "POST" && req.method != "OPTIONS") {
+      const json error = no_route(req, res);
+      send_json(res, res.status, anthropic_route(req.path) ? anthropic_error(error) : error);
+      res.set_header("Connection", "close");  // a body the client may send is not a request
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.method == "POST" && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
       const json error = error_json(411, "request body: a POST needs a Content-Length header (0 for no body) or "
                                          "Transfer-Encoding: chunked", "invalid_request_error");
@@ -1267,7 +1285,8 @@ void Server::add_routes() {
       const bool digits = !length.empty() && std::all_of(length.begin(), length.end(), [](char c) {
         return c >= '0' && c <= '9';
       });
-      if (!digits || length.size() > 19 || std::stoull(length) > kMaxBodyBytes) {
+      const std::string significant = length.substr(std::min(length.find_first_not_of('0'), length.size()));
+      if (!digits || significant.size() > 19 || (!significant.empty() && std::stoull(significant) > kMaxBodyBytes)) {
         const int status = digits ? 413 : 400;
         const json error = error_json(status, status == 413 ? fmt::format("request body: Content-Length {} is larger "
                                                                           "than 64 MiB", length)
@@ -1292,16 +1311,11 @@ void Server::add_routes() {
     send_json(res, 401, anthropic_route(req.path) ? anthropic_error(error) : error);
     return httplib::Server::HandlerResponse::Handled;
   });
-  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+  http_.set_error_handler([this, no_route](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a route's own error
     json error;
-    if (const std::string allowed = allowed_methods(req.path); res.status == 404 && !allowed.empty()) {
-      res.status = 405;
-      res.set_header("Allow", allowed + ", OPTIONS");
-      error = error_json(405, fmt::format("{} takes {}, not {}", req.path, allowed, req.method),
-                         "invalid_request_error");
-    } else if (res.status == 404) {
-      error = error_json(404, fmt::format("no route {} {}", req.method, req.path), "not_found_error");
+    if (res.status == 404) {
+      error = no_route(req, res);
     } else if (res.status == 413) {
       // cpp-httplib caps form-encoded bodies (curl -d's default Content-Type) at 8 KiB
       const bool form = req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0;
