@@ -43,9 +43,9 @@ tok::Tokenizer load_tokenizer(const std::string& path) {
        "or a tokenizer.json file)", path);
 }
 
-// A file's bytes, or standard input's for "-" (llama-tokenize's --stdin), errors naming `flag`.
-std::string read_bytes(const std::string& path, const std::string& flag) {
-  if (path == "-") {
+// A file's bytes, or, with `stdin_dash`, standard input's for "-" (llama-tokenize's --stdin); errors name `flag`.
+std::string read_bytes(const std::string& path, const std::string& flag, bool stdin_dash = false) {
+  if (stdin_dash && path == "-") {
     std::string text;
     std::array<char, 1 << 16> chunk;
     for (size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), stdin)) > 0;) text.append(chunk.data(), n);
@@ -88,7 +88,7 @@ int run_tokenize(const TokenizeOptions& o) {
   if (o.prompt_opt->count()) {
     print_ids(encode_from(t, o.prompt, "-p/--prompt"));
   } else if (o.file_opt->count()) {
-    print_ids(encode_from(t, read_bytes(o.file, "-f/--file"), "-f/--file: " + o.file));
+    print_ids(encode_from(t, read_bytes(o.file, "-f/--file", /*stdin_dash=*/true), "-f/--file: " + o.file));
   } else {
     const auto messages = tok::parse_messages_json(read_bytes(o.messages, "--messages"), o.messages);
     const std::vector<std::string> tools =
@@ -109,7 +109,8 @@ int run_detokenize(const DetokenizeOptions& o) {
     fail("detokenize: give exactly one of --ids IDS or -f FILE (a file of ids, - for standard input)");
   const std::string flag = o.ids_opt->count() ? "--ids" : "-f/--file " + o.file;
   std::vector<int32_t> ids;
-  for (int64_t id : parse_id_list(o.ids_opt->count() ? o.ids : read_bytes(o.file, "-f/--file"), flag)) {
+  const std::string id_text = o.ids_opt->count() ? o.ids : read_bytes(o.file, "-f/--file", /*stdin_dash=*/true);
+  for (int64_t id : parse_id_list(id_text, flag)) {
     if (id < INT32_MIN || id > INT32_MAX) fail("{}: {} is not a token id", flag, id);
     ids.push_back(static_cast<int32_t>(id));
   }
