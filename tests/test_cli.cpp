@@ -207,6 +207,23 @@ TEST(Cli, BenchCheckpointKnowsTheCompressorsFiles) {
   r = bench((d.path / "." / "beacon" / "").string(), " --resume");  // the same folder
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("bench: reused 1 of the 1 records"), std::string::npos) << r.err;
+  {  // a checkpoint of a specpress before the counts' meaning was named: refused as such, not by a flag
+    std::ifstream in(ckpt);
+    std::string header, rest, line;
+    std::getline(in, header);
+    while (std::getline(in, line)) rest += line + "\n";
+    auto j = nlohmann::json::parse(header);
+    ASSERT_EQ(j["settings"]["compress_counts"], "at the last forward");
+    j["settings"].erase("compress_counts");
+    const std::string old_ckpt = (d.path / "old.ckpt").string();
+    std::ofstream(old_ckpt) << j.dump() << "\n" << rest;
+    r = run_specpress("bench -m " + demo + "/target -md " + demo + "/draft --dataset gsm8k --data " + shared_dir() +
+                      "/data/gsm8k_test.jsonl --max-samples 1 --max-new-tokens 48 --no-progress --compress " +
+                      (d.path / "beacon").string() + " --compress-window 32 --compress-merge 8 --checkpoint " +
+                      old_ckpt + " --resume");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("holds compressed records of a specpress before 2026-12-07"), std::string::npos) << r.err;
+  }
   r = bench(demo + "/beacon", " --resume");  // the bundled one: equal files, another folder
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("holds records made with compress = "), std::string::npos) << r.err;

@@ -244,6 +244,9 @@ nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
 }
 nlohmann::ordered_json checkpoint_settings(const ToolOptions& o, const tools::BenchOptions& b) {
   nlohmann::ordered_json settings = checkpoint_base_settings(o);
+  // what a compressed record's counts mean (compress::CompressionStats), named so that records of a specpress that
+  // counted otherwise, or named a beacon by the path as typed, are refused as such (compare_settings)
+  if (b.compress.enabled()) settings["compress_counts"] = tools::kCompressCounts;
   settings["compress"] = compress::policy_json(b.compress);
   // a beacon compressor as a model is named: its canonical path and its files' fingerprint, so that one retrained in
   // place is not taken for the old one, and the same folder spelled another way is the same

@@ -215,7 +215,7 @@ Policy resolve_compress(const std::string& value, const std::string& flag, Polic
   if (trained.window != policy.window || trained.merge_tokens != policy.merge_tokens || trained.sinks != policy.sinks)
     std::fprintf(stderr,
                  "note: %s was trained with window %lld, sinks %lld, merge %lld; running with window %lld, sinks %lld, "
-                 "merge %lld (the flags given)\n",
+                 "merge %lld (the flags given override the trained values)\n",
                  value.c_str(), static_cast<long long>(trained.window), static_cast<long long>(trained.sinks),
                  static_cast<long long>(trained.merge_tokens), static_cast<long long>(policy.window),
                  static_cast<long long>(policy.sinks), static_cast<long long>(policy.merge_tokens));

@@ -79,6 +79,7 @@ void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan&
   stats_.events = done_.events;
   stats_.tokens_compressed = done_.tokens_compressed;
   stats_.slots_freed = done_.slots_freed;
+  stats_.overhead_ms = done_.overhead_ms;
   if (!policy_.enabled()) return;
   auto t0 = std::chrono::steady_clock::now();
   if (cache.slot_positions.empty()) fail("internal: KV compressor attached after the cache was created");
@@ -107,7 +108,7 @@ void KVCompressor::on_commit(model::KVCache& cache, const decode::CommittedSpan&
     for (const Unit& unit : aged) compress_unit(cache, unit);
   }
   if (!aged.empty()) stats_.event_positions.push_back(next);
-  stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  done_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void KVCompressor::queue_beacons(model::KVCache& cache, const std::vector<Unit>& units) {
@@ -159,7 +160,7 @@ void KVCompressor::after_forward(model::KVCache& cache) {
   }
   cache.length -= n_lat;  // the latents' own slots, now at the end again
   pending_ = model::LatentRows{};
-  stats_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  done_.overhead_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void KVCompressor::compress_unit(model::KVCache& cache, const Unit& unit) {

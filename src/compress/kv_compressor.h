@@ -17,9 +17,9 @@
 namespace specpress::compress {
 
 struct CompressionStats {
-  // events, tokens_compressed and slots_freed count what the cache held at the last forward (as positions and slots
-  // below): a control method's compression at the last commit, which no forward used, is not counted, as a beacon's
-  // latents queued then are not.
+  // events, tokens_compressed, slots_freed and overhead_ms count what the cache held at the last forward (as positions
+  // and slots below): a control method's compression at the last commit, which no forward used, is not counted, as a
+  // beacon's latents queued then are not (event_positions lists every commit that aged units, the last's included).
   int64_t events = 0;             // units replaced
   int64_t tokens_compressed = 0;  // raw tokens those units held
   int64_t slots_freed = 0;
@@ -76,9 +76,11 @@ class KVCompressor : public decode::CommitObserver {
   at::Tensor id_rows_;       // int64 [ring_] on the cache device
   model::LatentRows pending_;  // each latent with its unit's slot range (hidden_slots)
   CompressionStats stats_;
-  // events, tokens_compressed and slots_freed as they happen; stats_ takes them at each commit, before its compression
+  // events, tokens_compressed, slots_freed and overhead_ms as they happen; stats_ takes them at each commit, before
+  // its compression
   struct {
     int64_t events = 0, tokens_compressed = 0, slots_freed = 0;
+    double overhead_ms = 0;
   } done_;
 };
 

@@ -19,6 +19,11 @@
 
 namespace specpress::tools {
 
+// The settings' "compress_counts" of a compressed bench: what its records' compression counts mean (events, slots
+// freed and overhead as the last forward used them, compress::CompressionStats). Checkpoints from before it counted
+// otherwise and are refused by name.
+inline constexpr const char* kCompressCounts = "at the last forward";
+
 // FNV-1a of the prompt's ids, as hex: a record is reused only for the prompt it was made from.
 std::string prompt_fingerprint(const std::vector<int64_t>& prompt);
 // FNV-1a of a model directory's file names, sizes and modification times (not their bytes: cheap for 16 GB): a model
