@@ -262,6 +262,7 @@ void compare_settings(const nlohmann::json& header, const Json& now_ordered, con
   const nlohmann::json now = nlohmann::json::parse(now_ordered.dump());
   for (const auto& [key, value] : now.items()) {
     const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
+    // not a flag: a format of the records (kCompressCounts), which no command line can change back
     if (key == "compress_counts" && old != value)
       fail("--resume: {} holds compressed records of a specpress before 2026-12-07, which counted a compression's "
            "events, slots freed and time otherwise (and named a beacon compressor by its path as typed); they cannot "
