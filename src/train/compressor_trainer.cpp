@@ -117,6 +117,7 @@ std::vector<Trajectory> cached_generation(const std::string& file, const model::
   if (otherwise) {
     std::fprintf(stderr, "train-compressor: %s was made otherwise (%s); generating again\n", path.c_str(),
                  otherwise->c_str());
+    fs::remove(path);  // so that a stop before the first new answer leaves no file the new record would vouch for
   } else if (fs::exists(path)) {
     std::vector<Trajectory> cached = read_trajectories(path, vocab_size);
     bool same = cached.size() <= prompts.size();
@@ -132,6 +133,7 @@ std::vector<Trajectory> cached_generation(const std::string& file, const model::
       trajectories = std::move(cached);
     } else if (!same) {
       std::fprintf(stderr, "train-compressor: %s answers other prompts; generating again\n", path.c_str());
+      fs::remove(path);
     }
   }
   const size_t first = trajectories.size();

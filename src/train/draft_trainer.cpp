@@ -74,6 +74,7 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
   if (otherwise) {
     std::fprintf(stderr, "train-draft: %s was made otherwise (%s); generating again\n", cache.c_str(),
                  otherwise->c_str());
+    fs::remove(cache);  // so that a stop before the first new answer leaves no file the new record would vouch for
   } else if (fs::exists(cache)) {
     std::vector<Sequence> cached = read_documents({cache}, TextCodec{}, target.config().vocab_size);
     bool same = cached.size() <= prompts.size();
@@ -95,6 +96,7 @@ std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qw
     } else if (!same) {
       std::fprintf(stderr, "train-draft: %s answers other prompts (or more --gen-tokens); generating again\n",
                    cache.c_str());
+      fs::remove(cache);
     }
   }
   const std::vector<std::vector<int64_t>> rest(prompts.begin() + static_cast<std::ptrdiff_t>(sequences.size()),
