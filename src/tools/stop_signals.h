@@ -13,6 +13,7 @@ class StopSignals {
  public:
   // `when`: where the job stops, said on stderr when the first signal comes (so that nobody presses Ctrl-C again to
   // be heard), e.g. "after the step in flight, with a checkpoint written". It must outlive the object (a literal).
+  // One at a time: the jobs that hold one (a trainer's generations, then its steps; a bench) do not nest.
   explicit StopSignals(const char* when);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;

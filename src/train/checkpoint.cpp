@@ -19,6 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kStateFile = "state.json";
 
+// The checkpoint directories a training keeps in --out (the newest, the one it replaces, the one being written).
+constexpr const char* kCheckpointDirs[] = {"checkpoint", "checkpoint.old", "checkpoint.tmp"};
+
 // What the trainers write into --out: files by name (models, tokenizer copies, generation caches, reports) and the
 // checkpoint directories with their three files, each possibly as the temporary file of an interrupted atomic write.
 // The first entry of `out` that is none of these (a symbolic link included), or nothing: --force deletes only a
@@ -30,7 +33,6 @@ std::optional<std::string> foreign_entry(const fs::path& out) {
                                        "onpolicy.jsonl",       "trajectories.jsonl",  "eval_trajectories.jsonl",
                                        "eval.json",            "compressor.json",     "compressor.safetensors",
                                        "generations.json"};
-  static const char* const kCheckpointDirs[] = {"checkpoint", "checkpoint.old", "checkpoint.tmp"};
   static const char* const kCheckpointFiles[] = {"params.safetensors", "optimizer.safetensors", "state.json"};
   auto named = [](const std::string& name, const auto& list, bool tmp) {
     for (const char* n : list)
@@ -57,7 +59,7 @@ std::optional<std::string> foreign_entry(const fs::path& out) {
 // (or its checkpoints were removed). nullopt where OUT has a checkpoint directory or no such file.
 std::optional<std::string> model_without_checkpoint(const fs::path& out) {
   std::error_code ec;
-  for (const char* dir : {"checkpoint", "checkpoint.old", "checkpoint.tmp"})
+  for (const char* dir : kCheckpointDirs)
     if (fs::exists(out / dir, ec)) return std::nullopt;
   for (const char* file : {"model.safetensors", "config.json", "compressor.safetensors", "compressor.json"})
     if (fs::exists(out / file, ec)) return std::string(file);

@@ -56,6 +56,7 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   nlohmann::json run = common_run_json(o, device);
   run["model"] = qwen3_config_json(config, "float32");
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
+  check_resume_matches(o, run, resume);  // before the tokenizer's files are copied into OUT
   const nlohmann::ordered_json out_config = qwen3_config_json(config, dtype_config_name(save_dtype));
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, o.out);
   nlohmann::ordered_json generation = {{"eos_token_id", config.eos_token_ids}, {"do_sample", false},

@@ -136,9 +136,8 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
   TrainSummary summary;
   summary.eval_name = hooks.eval_name;
   nlohmann::json history = nlohmann::json::array();
-  if (resume) {
+  if (resume) {  // `run` was checked against it by the trainer (check_resume_matches)
     CheckpointState state = *find_checkpoint(o.out);
-    check_same_run(state.run, run, state.dir + "/state.json");
     if (state.step > o.steps)
       fail("{}/state.json: step {} is past --steps {} (another run's checkpoint, or a longer schedule: give its "
            "--steps)", state.dir, state.step, o.steps);

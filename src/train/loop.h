@@ -70,11 +70,12 @@ struct LoopHooks {
 };
 
 // Where `resume`: fails unless OUT's checkpoint was written with the same `run` (options, inputs and their
-// fingerprints). run_training checks it again; a trainer that generates data first calls it before generating, so a
-// changed option is refused before minutes of generation rather than after.
+// fingerprints). Each trainer calls it as soon as it has built `run`, before its preparation (copies into OUT,
+// generations), so that a changed option is refused before minutes of work rather than after.
 void check_resume_matches(const CommonOptions& options, const nlohmann::json& run, bool resume);
 
-// Runs steps until options.steps (or stop_after), resuming from OUT's checkpoint when `resume`.
+// Runs steps until options.steps (or stop_after), resuming from OUT's checkpoint when `resume` (`run` already checked
+// against it by check_resume_matches; saved into each checkpoint).
 TrainSummary run_training(const std::string& label, const CommonOptions& options, const nlohmann::json& run,
                           bool resume, const NamedTensors& params, AdamW& optimizer, const LoopHooks& hooks);
 
