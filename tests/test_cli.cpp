@@ -130,6 +130,21 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   EXPECT_EQ(j["compression"]["window"], 32);
   EXPECT_NE(r.err.find("was trained with window 32, sinks 4, merge 8; running with window 32, sinks 2, merge 8"),
             std::string::npos) << r.err;
+  // units of one token each keep a slot: nothing is freed, and the run says so (drop frees them: no note)
+  r = run_specpress(pair + " --compress-merge 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["compression"]["slots_freed"], 0);
+  EXPECT_NE(r.err.find("with --compress-merge 1 every unit is one token and keeps one KV slot"), std::string::npos)
+      << r.err;
+  const std::string plain = "generate -m " + demo + "/target --prompt-ids 1,2,3 -n 40 --ignore-eos --json --compress-window 8 ";
+  r = run_specpress(plain + "--compress mean-merge");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["compression"]["slots_freed"], 0);
+  EXPECT_NE(r.err.find("and no draft (a token a forward) every unit is one token"), std::string::npos) << r.err;
+  r = run_specpress(plain + "--compress drop");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(nlohmann::json::parse(r.out)["compression"]["slots_freed"].get<int64_t>(), 0);
+  EXPECT_EQ(r.err.find("note:"), std::string::npos) << r.err;
   r = run_specpress(pair + " --compress-window 9223372036854775807");  // too large for any context: named
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--compress-window: must be at most 1073741824"), std::string::npos) << r.err;
@@ -516,6 +531,7 @@ TEST(Cli, BadFlagsNameTheFlag) {
            "/data/gsm8k_test.jsonl --subset foo",
        "--subset: needs --indices"},
       {base + " --compress-window 5", "--compress-window requires --compress"},
+      {base + " --compress none --compress-sinks 2", "--compress-sinks: has no effect with --compress none"},
       {base + " --seed -1", "--seed: expected a non-negative decimal integer, found '-1'"},
       {base + " --seed 99999999999999999999999", "'99999999999999999999999' is out of range"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",

@@ -285,6 +285,8 @@ int run_bench(const ToolOptions& o) {
   b.reference_path = o.reference_path;
   b.compress = compress::resolve_compress(o.compress, "--compress", o.policy, *l.target);
   compress::validate(b.compress);
+  if (const std::string note = compress::no_saving_note(b.compress, /*one_token_a_forward=*/false); !note.empty())
+    std::fprintf(stderr, "%s\n", note.c_str());
   // every size checked against each draft before any run; 0 is the trained size, which may not be given twice
   std::vector<std::vector<int64_t>> block_sizes(l.drafts.size());
   for (size_t d = 0; d < l.drafts.size(); ++d)

@@ -108,6 +108,8 @@ int run_generate(const GenerateOptions& options) {
   if (tokenizer) text_stream = std::make_unique<tok::StreamDecoder>(*tokenizer, /*skip_special=*/true);
   compress::Policy policy = compress::resolve_compress(o.compress, "--compress", o.policy, target);
   compress::validate(policy);
+  if (const std::string note = compress::no_saving_note(policy, draft == nullptr); !note.empty())
+    std::fprintf(stderr, "%s\n", note.c_str());
   std::unique_ptr<compress::KVCompressor> compressor;
   if (policy.enabled()) {
     compressor = std::make_unique<compress::KVCompressor>(policy, target, static_cast<int64_t>(prompt.size()));

@@ -333,6 +333,8 @@ void Server::load() {
     fail("-n/--n-predict: {} + a prompt token + block {} exceeds -c/--ctx-size {}", o_.n_predict, m.reserve, m.ctx_size);
   m.policy = compress::resolve_compress(o_.compress, "--compress", o_.policy, *m.target);
   compress::validate(m.policy);
+  if (const std::string note = compress::no_saving_note(m.policy, m.draft == nullptr); !note.empty())
+    std::fprintf(stderr, "%s\n", note.c_str());
   // a --compress server's generations all follow a KV compressor, which only the reference loops take; its echo
   // scoring runs there too, and no fast engine is built
   m.runner =
