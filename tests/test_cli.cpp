@@ -136,7 +136,8 @@ TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["compression"]["slots_freed"], 0);
   EXPECT_NE(r.err.find("with --compress-merge 1 every unit is one token and keeps one KV slot"), std::string::npos)
       << r.err;
-  const std::string plain = "generate -m " + demo + "/target --prompt-ids 1,2,3 -n 40 --ignore-eos --json --compress-window 8 ";
+  const std::string plain =
+      "generate -m " + demo + "/target --prompt-ids 1,2,3 -n 40 --ignore-eos --json --compress-window 8 ";
   r = run_specpress(plain + "--compress mean-merge");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["compression"]["slots_freed"], 0);

@@ -206,8 +206,8 @@ Policy resolve_compress(const std::string& value, const std::string& flag, Polic
       for (const auto& [given, knob] : {std::pair{policy.given.window, "--compress-window"},
                                         std::pair{policy.given.sinks, "--compress-sinks"},
                                         std::pair{policy.given.merge_tokens, "--compress-merge"}})
-        if (given) fail("{}: has no effect with {} none (expected a compression method or a compressor directory)", knob,
-                        flag);
+        if (given)
+          fail("{}: has no effect with {} none (expected a compression method or a compressor directory)", knob, flag);
     }
     return policy;
   }

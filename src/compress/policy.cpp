@@ -53,8 +53,8 @@ std::string no_saving_note(const Policy& p, bool one_token_a_forward) {
   // drop removes a unit whole; every other method (the beacon included) keeps one slot a unit
   const bool single_token_units = p.merge_tokens == 1 || (p.merge_tokens == 0 && one_token_a_forward);
   if (!p.enabled() || p.method == Method::kDrop || !single_token_units) return "";
-  return fmt::format("note: --compress {}: with --compress-merge {}{} every unit is one token and keeps one KV slot, so "
-                     "no slot is freed (give --compress-merge 2 or more)",
+  return fmt::format("note: --compress {}: with --compress-merge {}{} every unit is one token and keeps one KV slot, "
+                     "so no slot is freed (give --compress-merge 2 or more)",
                      p.method == Method::kBeacon ? p.beacon_dir : method_name(p.method), p.merge_tokens,
                      p.merge_tokens == 0 ? " (a unit a forward) and no draft (a token a forward)" : "");
 }

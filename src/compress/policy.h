@@ -39,8 +39,8 @@ bool is_method_name(const std::string& name);
 const char* method_name(Method method);
 // Validates ranges; errors name the flags (--compress-window, --compress-sinks, --compress-merge).
 void validate(const Policy& policy);
-// A note for the user where `policy` can free no KV slot: units of one token (--compress-merge 1, or 0 where each forward
-// commits one token, as plain decoding without a draft does), each replaced by a slot of its own. Empty otherwise.
+// A note for the user where `policy` can free no KV slot: units of one token (--compress-merge 1, or 0 where each
+// forward commits one token, as plain decoding without a draft does), each replaced by a slot of its own. Else empty.
 std::string no_saving_note(const Policy& policy, bool one_token_a_forward);
 // {"window", "sinks", "merge_tokens"}: the knobs a compressor is trained and run with.
 nlohmann::ordered_json policy_knobs_json(const Policy& policy);
