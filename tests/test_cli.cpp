@@ -266,6 +266,18 @@ TEST(Cli, BenchAndDiagnoseRefuseSamplesThatDoNotFitBeforeRunningAny) {
     EXPECT_NE(r.err.find("+ --max-new-tokens 2040 + block"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("tau"), std::string::npos) << tool << ": a sample ran\n" << r.err;
   }
+  // diagnose runs a whole draft block at every start up to the trajectory's end, so it needs a block's room too (it
+  // checked for one position, and a prompt that fitted that failed in the draft after the whole target pass)
+  const std::string one = " --dataset gsm8k --data " + shared_dir() + "/data/gsm8k_test.jsonl --max-samples 1";
+  CommandResult r = run_specpress("diagnose -m " + demo + "/target -md " + demo + "/draft" + one +
+                                  " --max-new-tokens 2040");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("the prompt \\((\\d+) tokens\\)"))) << r.err;
+  const int64_t n = 2048 - std::stoll(m[1]) - 8;  // room for one more position, not for a block of 16
+  r = run_specpress("diagnose -m " + demo + "/target -md " + demo + "/draft" + one + " --max-new-tokens " +
+                    std::to_string(n) + " --no-progress");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(fmt::format("+ --max-new-tokens {} + block 16 exceed", n)), std::string::npos) << r.err;
 }
 
 // --reasoning-budget N on the demo pair, whose think block is empty unless </think> is banned (logit bias, which also

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <regex>
 #include <set>
 #include <tuple>
 
@@ -722,6 +723,44 @@ TEST_F(ToolsEndToEnd, BenchStoppedBySignalWritesWhatItHas) {
   EXPECT_NE(r.err.find("bench: reused "), std::string::npos) << r.err;
 }
 
+// SIGINT stops diagnose after the sample in flight: the JSON and HTML reports cover the samples done and say so, and
+// the exit status is 128 + the signal.
+TEST_F(ToolsEndToEnd, DiagnoseStoppedBySignalWritesWhatItHas) {
+  const fs::path d = dir_->path / "diagnose-signal";
+  fs::create_directories(d);
+  const std::string json = (d / "d.json").string(), html = (d / "d.html").string(), err_path = (d / "err").string();
+  const std::string args = "diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
+                           " --max-samples 40 --max-new-tokens 24 --json " + json + " --html " + html;
+  // in the background (job control on, so that SIGINT is not ignored there); once the bar shows a sample done,
+  // SIGINT; its status printed
+  const std::string script = "set -m; CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args +
+                             " >/dev/null 2>" + err_path + " & pid=$!; for i in $(seq 1200); do grep -Eq \"] [1-9][0-9]*/40\" " +
+                             err_path + " && break; sleep 0.05; done; kill -INT $pid; wait $pid; echo $?";
+  FILE* pipe = ::popen(("bash -c '" + script + "'").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string status;
+  std::array<char, 64> buf{};
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) status.append(buf.data(), n);
+  ::pclose(pipe);
+  std::ifstream err_in(err_path);
+  const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(status, "130\n") << err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(err, m, std::regex("diagnose: stopped by SIGINT after (\\d+) of 40 samples; the "
+                                                   "reports cover those and say so"))) << err;
+  const int64_t done = std::stoll(m[1]);
+  EXPECT_GE(done, 1);
+  EXPECT_LT(done, 40);
+  std::ifstream j_in(json);
+  const auto j = nlohmann::json::parse(j_in);
+  EXPECT_EQ(j["interrupted"], true);
+  EXPECT_EQ(j["samples"], done);
+  EXPECT_EQ(j["samples_planned"], 40);
+  std::ifstream h_in(html);
+  const std::string page((std::istreambuf_iterator<char>(h_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find(fmt::format("Stopped by a signal after {} of the 40 samples", done)), std::string::npos);
+}
+
 // bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from
 // where it stopped, reusing those records (their timings too) and decoding the rest as the uninterrupted run did; a
 // bench whose every record is in the checkpoint reprints its report exactly (the records round-trip losslessly, also
@@ -990,9 +1029,10 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
     const auto& b = entropy[e];
     const int64_t n = b["count"].get<int64_t>();
     entropy_binned += n;
-    agreeing += n * b["top1_agreement"].get<double>();
     EXPECT_EQ(b["hi"].is_null(), e + 1 == entropy.size());
+    EXPECT_EQ(b["top1_agreement"].is_null(), n == 0) << b;  // an empty bin measured nothing
     if (n > 0) {
+      agreeing += n * b["top1_agreement"].get<double>();
       EXPECT_GE(b["mean_entropy"].get<double>(), b["lo"].get<double>());
       if (!b["hi"].is_null()) EXPECT_LT(b["mean_entropy"].get<double>(), b["hi"].get<double>());
     }
@@ -1103,6 +1143,25 @@ TEST(DiagnoseDemoPair, SampledAcceptanceAtZeroIsTheGreedyChain) {
   EXPECT_GT(j["positions"][0]["acceptance"].get<double>(), 0.5);
   EXPECT_GT(j["positions"][14]["acceptance"].get<double>(), 0.1);
   check_sampled_acceptance(j, {0, 0.6});
+  // the acceptance-length histogram counts the whole-block starts: as many as the last position scored, and its last
+  // bar is that position's acceptance
+  const auto& hist = j["acceptance_length_histogram"];
+  const int64_t whole = j["positions"][14]["count"].get<int64_t>();
+  ASSERT_EQ(hist["counts"].size(), 16u);
+  int64_t counted = 0;
+  for (const auto& n : hist["counts"]) counted += n.get<int64_t>();
+  EXPECT_EQ(hist["block_starts"], whole);
+  EXPECT_EQ(counted, whole);
+  EXPECT_NEAR(hist["counts"][15].get<double>() / whole, j["positions"][14]["acceptance"].get<double>(), 1e-12);
+  // the demo draft taps the target's last layer (3), whose logit lens is the target's own distribution: mixing it in
+  // changes no greedy choice at any weight
+  int64_t last_layer_rows = 0;
+  for (const auto& mix : j["mixing"])
+    if (mix["source"] == "layer 3") {
+      ++last_layer_rows;
+      EXPECT_EQ(mix["changed"], 0) << mix;
+    }
+  EXPECT_EQ(last_layer_rows, 3);
   // a trajectory shorter than a block has no start to score: nulls, not zeros
   r = run_specpress("diagnose -m " + demo + "/target -md " + demo + "/draft --dataset gsm8k --data " + data_dir() +
                     " --max-samples 1 --max-new-tokens 5 --no-progress --temps 0");
@@ -1110,6 +1169,11 @@ TEST(DiagnoseDemoPair, SampledAcceptanceAtZeroIsTheGreedyChain) {
   const auto short_run = nlohmann::json::parse(r.out)["sampled_acceptance"][0];
   EXPECT_EQ(short_run["block_starts"], 0);
   EXPECT_TRUE(short_run["expected_acceptance_length"].is_null() && short_run["per_position"].is_null()) << short_run;
+  const auto short_positions = nlohmann::json::parse(r.out)["positions"];  // 4 starts score positions 1..4 at most
+  EXPECT_EQ(short_positions[14]["count"], 0);
+  EXPECT_TRUE(short_positions[14]["mean_rank"].is_null() && short_positions[14]["top1_agreement"].is_null())
+      << short_positions[14];
+  EXPECT_TRUE(short_positions[0]["mean_rank"].is_number()) << short_positions[0];
   // bad --temps are named before the models load
   for (const auto& [temps, message] : {std::pair<std::string, std::string>{"0,,1", "--temps: '' is not a temperature"},
                                        {"-1", "--temps: '-1' is not"},

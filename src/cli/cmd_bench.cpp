@@ -419,8 +419,16 @@ int run_diagnose(const ToolOptions& o) {
   d.think = o.think;
   d.progress = !o.no_progress;
   d.temperatures = temperatures;
+  // Ctrl-C stops after the sample in flight: the reports cover the samples done (marked so), then exit 128 + signal
+  const tools::StopSignals signals("after the sample in flight, with the reports so far written");
+  d.keep_going = [&signals] { return signals.received() == 0; };
   tools::DiagnoseReport report =
       tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
+  const int signal = signals.received();
+  if (report.block_starts == 0 && report.interrupted)
+    throw Interrupted(signal, fmt::format("diagnose: stopped by {} after {} of {} samples, before any block start: no "
+                                          "report written", tools::StopSignals::name(signal), report.samples,
+                                          report.samples_planned));
   if (report.block_starts == 0)
     fail("diagnose: no block start along the target's trajectories ({} tokens over {} samples at --max-new-tokens {}): "
          "nothing to report; give more --max-new-tokens", report.trajectory_tokens, report.samples, o.max_new_tokens);
@@ -432,6 +440,10 @@ int run_diagnose(const ToolOptions& o) {
   std::printf("%s\n", j.dump(2).c_str());
   write_output(o.json_out, j.dump(2) + "\n", "the JSON report");
   write_output(o.html_out, tools::diagnose_html(report), "the HTML report");
+  if (report.interrupted)
+    throw Interrupted(signal, fmt::format("diagnose: stopped by {} after {} of {} samples; the reports cover those "
+                                          "and say so", tools::StopSignals::name(signal), report.samples,
+                                          report.samples_planned));
   return 0;
 }
 

@@ -28,7 +28,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   report.options.on_record = nullptr;
   report.options.plain_results = nullptr;
   report.block_size = decode::resolve_block_size(draft, options.block_size);
-  const int64_t max_positions = target.config().max_position_embeddings;
+  const int64_t max_positions =  // the draft's blocks run past the committed tokens too
+      std::min(target.config().max_position_embeddings, draft.config().arch.max_position_embeddings);
   check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens, report.block_size, max_positions,
                         options.dataset);
   int64_t total_turns = 0;

@@ -82,6 +82,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   report.options = options;
   report.block_size = B;
   report.tap_layers = dc.target_layer_ids;
+  report.samples_planned = static_cast<int64_t>(samples.size());
+  report.acceptance_length_counts.assign(B, 0);
 
   Sums sums;
   sums.top1.assign(B - 1, 0);
@@ -102,8 +104,11 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
   }
 
+  // every start s <= T-2 runs a whole draft block (positions up to s+B-1), so a turn needs its block's room, as in bench
+  const int64_t max_positions =
+      std::min(target.config().max_position_embeddings, dc.arch.max_position_embeddings);
   const int64_t longest_first_turn = check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens,
-                                                           1, target.config().max_position_embeddings, options.dataset);
+                                                           B, max_positions, options.dataset);
   GenerationRunner runner(target, nullptr);
   runner.reserve(longest_first_turn + options.max_new_tokens + 1);  // the fast path's engine, once for every sample
   ProgressBar bar("diagnose " + options.dataset, static_cast<int64_t>(samples.size()), options.progress);
@@ -114,6 +119,10 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
   int64_t done = 0;
   for (const auto& sample : samples) {
+    if (options.keep_going && !options.keep_going()) {
+      report.interrupted = true;
+      break;
+    }
     std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, options.think);
     std::vector<int64_t> traj = prompt;
     const decode::GenerationResult greedy = runner.plain(prompt, params);
@@ -127,15 +136,19 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
                                                {true, dc.target_layer_ids, true});
     at::Tensor target_logp = at::log_softmax(full.logits, -1);  // row j predicts token j+1
 
+    // The logit lens: hidden_states[l] (l = 0 the embeddings) through the final norm and the LM head; the last one,
+    // hidden_states[L], has had the final norm already.
+    const auto lens_logits = [&](int64_t l, int64_t row, int64_t n) {
+      at::Tensor h = full.hidden_states[l].narrow(0, row, n);
+      return target.lm_head_logits(l == L ? h
+                                          : ops::rms_norm(h, target.weights().final_norm, target.config().rms_norm_eps));
+    };
     // Logit lens over the generated positions (rows N-1 .. T-2 predict the generated tokens).
     const int64_t rows = T - N;
     if (rows > 0) {
       at::Tensor final_top = full.logits.narrow(0, N - 1, rows).argmax(-1);
-      for (int64_t l = 0; l <= L; ++l) {
-        at::Tensor h = full.hidden_states[l].narrow(0, N - 1, rows);
-        at::Tensor normed = l == L ? h : ops::rms_norm(h, target.weights().final_norm, target.config().rms_norm_eps);
-        sums.layer_agree[l] += target.lm_head_logits(normed).argmax(-1).eq(final_top).sum().item<double>();
-      }
+      for (int64_t l = 0; l <= L; ++l)
+        sums.layer_agree[l] += lens_logits(l, N - 1, rows).argmax(-1).eq(final_top).sum().item<double>();
       sums.layer_positions += rows;
     }
 
@@ -191,15 +204,20 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
         eb.top1 += ok;
         eb.kl += kl_a[k];
       }
+      if (K == B - 1) {  // a whole block: its acceptance length is known, not cut by the trajectory's end
+        int64_t accepted = 0;
+        while (accepted < K && correct_a[accepted]) ++accepted;
+        report.acceptance_length_counts[accepted] += 1;
+      }
       // Draft-guided decoding at the first block position (the draft's next-token prediction) and
       // with each tapped layer's logit-lens distribution at the same row.
       at::Tensor t_row = target_logp[s];
-      const int64_t greedy_tok = traj[s + 1];
+      // against the teacher-forced row's own choice (traj[s + 1], from the step-by-step decode, may differ from it at
+      // a near tie), so that mixing the target with itself changes nothing
+      const int64_t greedy_tok = t_row.argmax().item<int64_t>();
       std::vector<at::Tensor> sources = {draft_logp[0]};
-      for (int64_t layer : dc.target_layer_ids)
-        sources.push_back(at::log_softmax(
-            target.lm_head_logits(ops::rms_norm(full.hidden_states[layer + 1][s].unsqueeze(0),
-                                                target.weights().final_norm, target.config().rms_norm_eps))[0], -1));
+      for (int64_t layer : dc.target_layer_ids)  // tap `layer` is the output of layer `layer`: hidden_states[layer + 1]
+        sources.push_back(at::log_softmax(lens_logits(layer + 1, s, 1)[0], -1));
       size_t m = 0;
       for (double w : options.mix_weights) {
         for (const at::Tensor& src : sources) {
@@ -214,7 +232,11 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     report.samples = done;
     bar.update(done, fmt::format("{} block starts", report.block_starts));
   }
-  bar.finish();
+  if (report.interrupted)
+    bar.stop(fmt::format("stopped after {} of {} samples; {} block starts", done, samples.size(),
+                         report.block_starts));
+  else
+    bar.finish();
 
   for (int64_t k = 0; k < B - 1; ++k) {
     PositionStats p;
@@ -254,38 +276,60 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   return report;
 }
 
+namespace {
+// A mean over `count` items, or null where there were none (a rank or a rate of 0 would be a false number).
+nlohmann::ordered_json measured(int64_t count, double mean) {
+  return count > 0 ? nlohmann::ordered_json(mean) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
 nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
   nlohmann::ordered_json j;
   j["dataset"] = r.options.dataset;
   j["samples"] = r.samples;
+  if (r.interrupted) {  // stopped by a signal: what follows covers the samples done
+    j["interrupted"] = true;
+    j["samples_planned"] = r.samples_planned;
+  }
   j["block_size"] = r.block_size;
   j["trajectory_tokens"] = r.trajectory_tokens;
   j["block_starts"] = r.block_starts;
   j["expected_acceptance_length"] = r.expected_acceptance_length();
   j["tap_layers"] = r.tap_layers;
+  int64_t whole_blocks = 0;
+  for (int64_t n : r.acceptance_length_counts) whole_blocks += n;
+  // index a: acceptance length a + 1, over the starts with a whole block in the trajectory
+  j["acceptance_length_histogram"] = {{"block_starts", whole_blocks}, {"counts", r.acceptance_length_counts}};
   nlohmann::ordered_json pos = nlohmann::ordered_json::array();
   for (size_t k = 0; k < r.positions.size(); ++k) {
     const auto& p = r.positions[k];
-    pos.push_back({{"position", k + 1}, {"count", p.count}, {"top1_agreement", p.top1}, {"mean_rank", p.mean_rank},
-                   {"kl_target_draft", p.kl}, {"acceptance", p.chain_acceptance}});
+    pos.push_back({{"position", k + 1},
+                   {"count", p.count},
+                   {"top1_agreement", measured(p.count, p.top1)},
+                   {"mean_rank", measured(p.count, p.mean_rank)},
+                   {"kl_target_draft", measured(p.count, p.kl)},
+                   {"acceptance", measured(p.count, p.chain_acceptance)}});
   }
   j["positions"] = pos;
   nlohmann::ordered_json cal = nlohmann::ordered_json::array();
   for (const auto& c : r.calibration)
-    cal.push_back({{"lo", c.lo}, {"hi", c.hi}, {"count", c.count}, {"mean_confidence", c.mean_confidence},
-                   {"accuracy", c.accuracy}});
+    cal.push_back({{"lo", c.lo},
+                   {"hi", c.hi},
+                   {"count", c.count},
+                   {"mean_confidence", measured(c.count, c.mean_confidence)},
+                   {"accuracy", measured(c.count, c.accuracy)}});
   j["calibration"] = cal;
   nlohmann::ordered_json ent = nlohmann::ordered_json::array();
   for (const auto& b : r.by_target_entropy)  // the last bin's hi (infinity) as null, which JSON can say
     ent.push_back({{"lo", b.lo}, {"hi", std::isfinite(b.hi) ? nlohmann::ordered_json(b.hi) : nullptr},
-                   {"count", b.count}, {"mean_entropy", b.mean_entropy}, {"top1_agreement", b.top1},
-                   {"kl_target_draft", b.kl}});
+                   {"count", b.count}, {"mean_entropy", measured(b.count, b.mean_entropy)},
+                   {"top1_agreement", measured(b.count, b.top1)}, {"kl_target_draft", measured(b.count, b.kl)}});
   j["by_target_entropy"] = ent;
   j["layer_top1_agreement"] = r.layer_top1;
   nlohmann::ordered_json mix = nlohmann::ordered_json::array();
   for (const auto& m : r.mixing)
     mix.push_back({{"source", m.source}, {"weight", m.weight}, {"positions", m.positions}, {"changed", m.changed},
-                   {"changed_fraction", m.positions > 0 ? static_cast<double>(m.changed) / m.positions : 0.0}});
+                   {"changed_fraction", measured(m.positions, static_cast<double>(m.changed) / std::max<int64_t>(m.positions, 1))}});
   j["mixing"] = mix;
   if (!r.sampled.empty()) {
     nlohmann::ordered_json sampled = nlohmann::ordered_json::array();

@@ -16,6 +16,7 @@
 //    prod_{j<=k} p_T(d_j | context, d_<j) (sample-and-match with greedy drafts, dflash-spec.md §3.5). T = 0 reproduces
 //    the greedy acceptance over those starts.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct DiagnoseOptions {
   int64_t calibration_bins = 10;
   std::vector<double> mix_weights = {0.1, 0.25, 0.5};
   std::vector<double> temperatures;  // --temps: expected acceptance when sampling at these (empty: not computed)
+  std::function<bool()> keep_going;  // asked before each sample; false stops the run there (Ctrl-C)
 };
 
 struct PositionStats {   // one per draft block position k = 1..B-1
@@ -75,6 +77,11 @@ struct MixResult {
 struct DiagnoseReport {
   DiagnoseOptions options;
   int64_t block_size = 0, samples = 0, trajectory_tokens = 0, block_starts = 0;
+  int64_t samples_planned = 0;
+  bool interrupted = false;  // keep_going stopped it before its last sample: the numbers cover `samples`
+  // Counted, not derived: index a, the block starts whose whole block lies in the trajectory (B-1 drafted positions
+  // scored) and whose first a drafted tokens match the target's, the next not (acceptance length a + 1).
+  std::vector<int64_t> acceptance_length_counts;
   std::vector<PositionStats> positions;
   std::vector<CalibrationBin> calibration;
   std::vector<EntropyBin> by_target_entropy;

@@ -10,24 +10,23 @@
 namespace specpress::tools {
 
 std::string diagnose_html(const DiagnoseReport& r) {
-  std::vector<std::string> pos_labels;
-  std::vector<double> pos_x, top1, acc, kl, rank;
+  // the charts plot the positions some block start scored (a short trajectory scores only the first few)
+  std::vector<double> pos_x, top1, acc, kl;
   for (size_t k = 0; k < r.positions.size(); ++k) {
-    pos_labels.push_back(std::to_string(k + 1));
+    if (r.positions[k].count == 0) continue;
     pos_x.push_back(static_cast<double>(k + 1));
     top1.push_back(r.positions[k].top1);
     acc.push_back(r.positions[k].chain_acceptance);
     kl.push_back(r.positions[k].kl);
-    rank.push_back(r.positions[k].mean_rank);
   }
-  // Acceptance-length histogram implied by the chain acceptance: P(len = k+1) = acc[k-1] - acc[k].
+  // Acceptance-length histogram, counted over the block starts whose whole block lies in the trajectory.
+  int64_t whole_blocks = 0;
+  for (int64_t n : r.acceptance_length_counts) whole_blocks += n;
   std::vector<std::string> len_labels;
   std::vector<double> hist;
-  for (size_t b = 1; b <= r.positions.size() + 1; ++b) {
-    const double here = b == 1 ? 1.0 : acc[b - 2];
-    const double next = b - 1 < acc.size() ? acc[b - 1] : 0.0;
-    len_labels.push_back(std::to_string(b));
-    hist.push_back(here - next);
+  for (size_t a = 0; a < r.acceptance_length_counts.size(); ++a) {
+    len_labels.push_back(std::to_string(a + 1));
+    hist.push_back(static_cast<double>(r.acceptance_length_counts[a]) / std::max<int64_t>(whole_blocks, 1));
   }
   std::vector<double> cal_x, cal_acc, cal_diag;
   for (const auto& c : r.calibration) {
@@ -49,6 +48,9 @@ std::string diagnose_html(const DiagnoseReport& r) {
                       html_escape(r.options.dataset), r.samples, r.trajectory_tokens, r.block_starts, r.block_size,
                       fmt::join(r.tap_layers, ", "));
   html += fmt::format("<p><small>{}</small></p>\n", html_escape(build_line()));
+  if (r.interrupted)
+    html += fmt::format("<p><b>Stopped by a signal after {} of the {} samples</b>: the numbers below cover those.</p>\n",
+                        r.samples, r.samples_planned);
   const double expected_len = r.expected_acceptance_length();
   html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b> (over its {} block "
                       "starts{})</p>\n", expected_len, r.block_starts,
@@ -58,7 +60,8 @@ std::string diagnose_html(const DiagnoseReport& r) {
   html += svg_line_chart("Acceptance and top-1 agreement by draft position", pos_x,
                          {{"acceptance (positions 1..k all match)", acc, "#1f77b4"}, {"top-1 agreement", top1, "#ff7f0e"}},
                          1.0, "draft block position", "fraction");
-  html += svg_bar_chart("Acceptance length histogram", len_labels, {"steps", hist, "#2ca02c"}, 1.0, "fraction of block starts");
+  html += svg_bar_chart(fmt::format("Acceptance length histogram ({} whole blocks)", whole_blocks), len_labels,
+                        {"steps", hist, "#2ca02c"}, 1.0, "fraction of whole-block starts");
   html += svg_line_chart("Calibration: draft confidence vs top-1 accuracy", cal_x,
                          {{"accuracy", cal_acc, "#d62728"}, {"perfect calibration", cal_diag, "#999999"}}, 1.0,
                          "mean draft confidence in bin", "accuracy");
@@ -67,18 +70,29 @@ std::string diagnose_html(const DiagnoseReport& r) {
   html += svg_line_chart("KL(target || draft) by draft position", pos_x, {{"KL (nats)", kl, "#8c564b"}}, 0, "draft block position", "nats");
   html += "</div>\n<h2>Per position</h2>\n<table><tr><th>position</th><th>count</th><th>top-1</th><th>acceptance</th>"
           "<th>mean rank</th><th>KL</th></tr>\n";
-  for (size_t k = 0; k < r.positions.size(); ++k)
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td><td>{:.3f}</td></tr>\n", k + 1,
-                        r.positions[k].count, top1[k], acc[k], rank[k], kl[k]);
+  for (size_t k = 0; k < r.positions.size(); ++k) {
+    const PositionStats& p = r.positions[k];
+    if (p.count == 0)  // no block start scored this position: nothing measured
+      html += fmt::format("<tr><td>{}</td><td>0</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n", k + 1);
+    else
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td><td>{:.3f}</td></tr>\n",
+                          k + 1, p.count, p.top1, p.chain_acceptance, p.mean_rank, p.kl);
+  }
   html += "</table>\n<h2>By the target's entropy</h2>\n<p>Draft positions binned by the entropy (nats) of the "
           "target's distribution at them: how the draft's agreement falls as the target grows unsure.</p>\n"
           "<table><tr><th>entropy</th><th>count</th><th>mean entropy</th><th>top-1</th><th>KL</th></tr>\n";
-  for (const auto& b : r.by_target_entropy)
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.3f}</td></tr>\n",
-                        std::isfinite(b.hi) ? fmt::format("[{}, {})", b.lo, b.hi) : fmt::format("&ge; {}", b.lo),
-                        b.count, b.mean_entropy, b.top1, b.kl);
-  html += "</table>\n<h2>Draft-guided decoding</h2>\n<p>Fraction of greedy tokens that change when the target's "
-          "log-probabilities are mixed with weight &lambda; with another source.</p>\n<table><tr><th>source</th>"
+  for (const auto& b : r.by_target_entropy) {
+    const std::string range = std::isfinite(b.hi) ? fmt::format("[{}, {})", b.lo, b.hi) : fmt::format("&ge; {}", b.lo);
+    if (b.count == 0)
+      html += fmt::format("<tr><td>{}</td><td>0</td><td>-</td><td>-</td><td>-</td></tr>\n", range);
+    else
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.3f}</td></tr>\n", range,
+                          b.count, b.mean_entropy, b.top1, b.kl);
+  }
+  html += "</table>\n<h2>Draft-guided decoding</h2>\n<p>Fraction of the target's greedy choices (at the block starts, "
+          "teacher-forced) that change when its log-probabilities are mixed with weight &lambda; with another source: "
+          "the draft's first position, or tapped layer N's logit lens (the output of layer N, the lens chart's point "
+          "N + 1).</p>\n<table><tr><th>source</th>"
           "<th>&lambda;</th><th>positions</th><th>changed</th><th>fraction</th></tr>\n";
   for (const auto& m : r.mixing)
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.4f}</td></tr>\n", html_escape(m.source), m.weight,
