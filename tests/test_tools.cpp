@@ -734,8 +734,9 @@ TEST_F(ToolsEndToEnd, DiagnoseStoppedBySignalWritesWhatItHas) {
   // in the background (job control on, so that SIGINT is not ignored there); once the bar shows a sample done,
   // SIGINT; its status printed
   const std::string script = "set -m; CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args +
-                             " >/dev/null 2>" + err_path + " & pid=$!; for i in $(seq 1200); do grep -Eq \"] [1-9][0-9]*/40\" " +
-                             err_path + " && break; sleep 0.05; done; kill -INT $pid; wait $pid; echo $?";
+                             " >/dev/null 2>" + err_path + " & pid=$!; for i in $(seq 1200); do " +
+                             "grep -Eq \"] [1-9][0-9]*/40\" " + err_path + " && break; sleep 0.05; done; " +
+                             "kill -INT $pid; wait $pid; echo $?";
   FILE* pipe = ::popen(("bash -c '" + script + "'").c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string status;

@@ -104,7 +104,7 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
   }
 
-  // every start s <= T-2 runs a whole draft block (positions up to s+B-1), so a turn needs its block's room, as in bench
+  // every start s <= T-2 runs a whole draft block (positions up to s+B-1): a turn needs a block's room, as in bench
   const int64_t max_positions =
       std::min(target.config().max_position_embeddings, dc.arch.max_position_embeddings);
   const int64_t longest_first_turn = check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens,
@@ -140,8 +140,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     // hidden_states[L], has had the final norm already.
     const auto lens_logits = [&](int64_t l, int64_t row, int64_t n) {
       at::Tensor h = full.hidden_states[l].narrow(0, row, n);
-      return target.lm_head_logits(l == L ? h
-                                          : ops::rms_norm(h, target.weights().final_norm, target.config().rms_norm_eps));
+      const model::Qwen3Config& c = target.config();
+      return target.lm_head_logits(l == L ? h : ops::rms_norm(h, target.weights().final_norm, c.rms_norm_eps));
     };
     // Logit lens over the generated positions (rows N-1 .. T-2 predict the generated tokens).
     const int64_t rows = T - N;
@@ -329,7 +329,8 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
   nlohmann::ordered_json mix = nlohmann::ordered_json::array();
   for (const auto& m : r.mixing)
     mix.push_back({{"source", m.source}, {"weight", m.weight}, {"positions", m.positions}, {"changed", m.changed},
-                   {"changed_fraction", measured(m.positions, static_cast<double>(m.changed) / std::max<int64_t>(m.positions, 1))}});
+                   {"changed_fraction",
+                    measured(m.positions, static_cast<double>(m.changed) / std::max<int64_t>(m.positions, 1))}});
   j["mixing"] = mix;
   if (!r.sampled.empty()) {
     nlohmann::ordered_json sampled = nlohmann::ordered_json::array();

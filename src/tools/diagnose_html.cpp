@@ -49,8 +49,8 @@ std::string diagnose_html(const DiagnoseReport& r) {
                       fmt::join(r.tap_layers, ", "));
   html += fmt::format("<p><small>{}</small></p>\n", html_escape(build_line()));
   if (r.interrupted)
-    html += fmt::format("<p><b>Stopped by a signal after {} of the {} samples</b>: the numbers below cover those.</p>\n",
-                        r.samples, r.samples_planned);
+    html += fmt::format("<p><b>Stopped by a signal after {} of the {} samples</b>: the numbers below cover "
+                        "those.</p>\n", r.samples, r.samples_planned);
   const double expected_len = r.expected_acceptance_length();
   html += fmt::format("<p>Expected acceptance length along the target's trajectory: <b>{:.2f}</b> (over its {} block "
                       "starts{})</p>\n", expected_len, r.block_starts,
@@ -75,8 +75,8 @@ std::string diagnose_html(const DiagnoseReport& r) {
     if (p.count == 0)  // no block start scored this position: nothing measured
       html += fmt::format("<tr><td>{}</td><td>0</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>\n", k + 1);
     else
-      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td><td>{:.3f}</td></tr>\n",
-                          k + 1, p.count, p.top1, p.chain_acceptance, p.mean_rank, p.kl);
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td><td>{:.2f}</td><td>{:.3f}</td>"
+                          "</tr>\n", k + 1, p.count, p.top1, p.chain_acceptance, p.mean_rank, p.kl);
   }
   html += "</table>\n<h2>By the target's entropy</h2>\n<p>Draft positions binned by the entropy (nats) of the "
           "target's distribution at them: how the draft's agreement falls as the target grows unsure.</p>\n"
