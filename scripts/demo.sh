@@ -23,12 +23,17 @@ else  # the golden tiny pair (token ids only)
   PROMPT=${PROMPT:-598,185,881,93,817,564,816,871,836,953,424,354,1,551,553,638,805,60,755,305,128,991,217,896,48,129,915,211,145,558,932,250,225,20,555,205,279,318,583}
   common=(-m "$PAIR/target" "${placement[@]}" --prompt-ids "$PROMPT" -n "${N:-64}" --temp 0 --stop-ids 1001 --json)
 fi
-plain=$("$BIN" generate "${common[@]}" 2>/dev/null)
-spec=$("$BIN" generate "${common[@]}" -md "$PAIR/draft" 2>/dev/null)
+# each run's JSON on stdout; its stderr (timings, notes) kept, and shown with the command if the run fails
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+gen() {
+  "$BIN" generate "$@" 2>"$err" || { echo "demo: $BIN generate failed:" >&2; cat "$err" >&2; exit 1; }
+}
+plain=$(gen "${common[@]}")
+spec=$(gen "${common[@]}" -md "$PAIR/draft")
 compressed='{}'
 if [ -f "$PAIR/beacon/compressor.json" ]; then
-  compressed=$("$BIN" generate "${common[@]}" -md "$PAIR/draft" --compress "$PAIR/beacon" --compress-window 32 \
-    --compress-merge 8 2>/dev/null)
+  compressed=$(gen "${common[@]}" -md "$PAIR/draft" --compress "$PAIR/beacon" --compress-window 32 --compress-merge 8)
 fi
 python3 - "$plain" "$spec" "$compressed" <<'PY'
 import json, sys
