@@ -183,6 +183,8 @@ TEST_F(Compress, FidelityReplayDefinitions) {
   compress::FidelityResult none = compress::evaluate_fidelity(*target_, run_.prompt, u.output_ids, u.acceptance_lengths,
                                                               policy(compress::Method::kDrop, 1000));
   EXPECT_EQ(none.stats.events, 0);
+  EXPECT_EQ(none.pairs(), 0);  // nothing compared: no score, not a perfect one
+  EXPECT_TRUE(std::isnan(none.mean_top1()) && std::isnan(none.mean_kl()) && std::isnan(none.mean_tv()));
   EXPECT_NEAR(none.perplexity_delta(), 0.0, 1e-6);  // span-wise vs one-shot forward rounding
   compress::FidelityResult drop = compress::evaluate_fidelity(*target_, run_.prompt, u.output_ids, u.acceptance_lengths,
                                                               policy(compress::Method::kDrop, 8));
@@ -190,6 +192,7 @@ TEST_F(Compress, FidelityReplayDefinitions) {
   int64_t pairs = 0;
   for (int64_t n : drop.count) pairs += n;
   EXPECT_GT(pairs, 0);
+  EXPECT_EQ(drop.pairs(), pairs);
   EXPECT_GE(drop.mean_top1(), 0.0);
   EXPECT_LE(drop.mean_top1(), 1.0);
   EXPECT_GE(drop.mean_kl(), -1e-6);

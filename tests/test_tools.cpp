@@ -392,8 +392,6 @@ TEST(BenchIntervals, PairedComparisonsAgainstTheDatasetsFirstRun) {
       << tools::bench_summary_markdown(reports);
 }
 
-// A checkpoint record through JSON text and back: every number exact, and a value that is not finite (JSON has none;
-// written as null) read back as NaN rather than making the file unreadable.
 // The KV memory a compressed bench saves is per sample: an mt-bench sample's two turns (two records, each a generation
 // with its own cache) add up, rather than being averaged as two samples.
 TEST(BenchAggregate, KvBytesSavedArePerSample) {
@@ -416,6 +414,32 @@ TEST(BenchAggregate, KvBytesSavedArePerSample) {
                    report.kv_bytes_saved);
 }
 
+// Outputs too short for a compression event compare no (event, offset) pair: the fidelity means are null and the
+// Markdown says nothing was measured, rather than a perfect top-1 agreement of 1 and a KL of 0.
+TEST(BenchAggregate, NoCompressionEventMeasuresNoFidelity) {
+  tools::BenchReport report;
+  report.block_size = 4;
+  report.options.compress.method = compress::Method::kMeanMerge;
+  tools::BenchRecord r = bench_record("a", 2, 1, {2, 2});
+  r.has_compression = true;
+  r.compressed = r.dflash;
+  r.fidelity.count.assign(64, 0);
+  r.fidelity.top1 = r.fidelity.kl = r.fidelity.tv = std::vector<double>(64, 0.0);
+  report.records.push_back(r);
+  tools::aggregate(report);
+  const auto j = nlohmann::json::parse(tools::bench_json(report).dump());  // as the file holds it: NaN written null
+  const auto c = j["summary"]["compression"];
+  EXPECT_EQ(c["fidelity_pairs"], 0);
+  EXPECT_TRUE(c["top1_agreement"].is_null() && c["mean_kl"].is_null() && c["mean_tv"].is_null()) << c;
+  EXPECT_TRUE(c["top1_by_offset"][0].is_null()) << c["top1_by_offset"];
+  EXPECT_TRUE(j["records"][0]["compressed"]["top1_agreement"].is_null());
+  const std::string md = tools::bench_markdown(report);
+  EXPECT_NE(md.find("no compression event, so no fidelity measured"), std::string::npos) << md;
+  EXPECT_EQ(md.find("top-1 agreement"), std::string::npos) << md;
+}
+
+// A checkpoint record through JSON text and back: every number exact, and a value that is not finite (JSON has none;
+// written as null) read back as NaN rather than making the file unreadable.
 TEST(BenchCheckpointRecord, RoundTripsExactlyAndNonFiniteAsNaN) {
   tools::BenchRecord r = bench_record("s", 3.1, 1.0 / 3.0, {4, 1, 2});
   r.prompt_fingerprint = tools::prompt_fingerprint({1, 2, 3});

@@ -6,26 +6,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
 namespace specpress::compress {
 
-double FidelityResult::mean_top1() const {
-  double s = 0, n = 0;
-  for (size_t d = 0; d < count.size(); ++d) s += top1[d], n += static_cast<double>(count[d]);
-  return n > 0 ? s / n : 1.0;
+int64_t FidelityResult::pairs() const {
+  int64_t n = 0;
+  for (int64_t c : count) n += c;
+  return n;
 }
-double FidelityResult::mean_kl() const {
+namespace {
+// sum / pairs, or NaN where nothing was compared (JSON writes null), never a false perfect score
+double pooled(const std::vector<double>& sums, const std::vector<int64_t>& count) {
   double s = 0, n = 0;
-  for (size_t d = 0; d < count.size(); ++d) s += kl[d], n += static_cast<double>(count[d]);
-  return n > 0 ? s / n : 0.0;
+  for (size_t d = 0; d < count.size(); ++d) s += sums[d], n += static_cast<double>(count[d]);
+  return n > 0 ? s / n : std::numeric_limits<double>::quiet_NaN();
 }
-double FidelityResult::mean_tv() const {
-  double s = 0, n = 0;
-  for (size_t d = 0; d < count.size(); ++d) s += tv[d], n += static_cast<double>(count[d]);
-  return n > 0 ? s / n : 0.0;
-}
+}  // namespace
+double FidelityResult::mean_top1() const { return pooled(top1, count); }
+double FidelityResult::mean_kl() const { return pooled(kl, count); }
+double FidelityResult::mean_tv() const { return pooled(tv, count); }
 double FidelityResult::perplexity_delta() const {
   if (scored_tokens == 0) return 0.0;
   return std::exp((nll_compressed - nll_uncompressed) / static_cast<double>(scored_tokens)) - 1.0;

@@ -20,6 +20,9 @@ struct FidelityResult {
   double nll_uncompressed = 0, nll_compressed = 0;  // summed over scored tokens
   int64_t scored_tokens = 0;
   CompressionStats stats;
+  int64_t pairs() const;  // (event, row) pairs compared, over every offset: 0 where no compression event happened
+  // pooled over the pairs (a pair per event and offset, so a row after several events counts for each); NaN where
+  // pairs() is 0: nothing measured, not a perfect score
   double mean_top1() const;
   double mean_kl() const;
   double mean_tv() const;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 
 #include <fmt/format.h>
@@ -356,10 +357,12 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
     c["mean_kl"] = f.mean_kl();
     c["mean_tv"] = f.mean_tv();
     c["perplexity_delta"] = f.perplexity_delta();
-    std::vector<double> top1, kl;
+    c["fidelity_pairs"] = f.pairs();  // 0: no compression event, and the means above are null
+    std::vector<double> top1, kl;  // NaN (null) at an offset no event reached
+    const double none = std::numeric_limits<double>::quiet_NaN();
     for (size_t d = 0; d < f.count.size(); ++d) {
-      top1.push_back(f.count[d] > 0 ? f.top1[d] / static_cast<double>(f.count[d]) : 0.0);
-      kl.push_back(f.count[d] > 0 ? f.kl[d] / static_cast<double>(f.count[d]) : 0.0);
+      top1.push_back(f.count[d] > 0 ? f.top1[d] / static_cast<double>(f.count[d]) : none);
+      kl.push_back(f.count[d] > 0 ? f.kl[d] / static_cast<double>(f.count[d]) : none);
     }
     c["top1_by_offset"] = top1;
     c["kl_by_offset"] = kl;
@@ -452,13 +455,23 @@ std::string bench_markdown(const BenchReport& r) {
     md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
                       100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy);
   if (r.options.compress.enabled()) {
-    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, {:.1f} KiB KV saved per sample, "
-                      "top-1 agreement {:.4f}, mean KL {:.4f} nats (offsets 1..{}), perplexity {:+.2f}%, tau {:.2f} ({:.1f}% of "
-                      "uncompressed), identical outputs {:.0f}%, {:.3f} ms per event\n",
-                      compress::method_name(r.options.compress.method), r.options.compress.window, r.options.compress.sinks,
-                      r.options.compress.merge_tokens, r.effective_ratio, r.kv_bytes_saved / 1024.0, r.fidelity.mean_top1(),
-                      r.fidelity.mean_kl(), r.fidelity.max_offset, 100 * r.fidelity.perplexity_delta(), r.compressed_tau,
-                      100 * r.tau_ratio, 100 * r.identical_compressed, r.overhead_ms_per_event);
+    const compress::Policy& p = r.options.compress;
+    const std::string fidelity =
+        r.fidelity.pairs() == 0
+            ? "no compression event, so no fidelity measured (outputs within the sinks, prompt and window)"
+            : fmt::format("top-1 agreement {:.4f}, mean KL {:.4f} nats (pooled over {} event-offset pairs, offsets "
+                          "1..{}), perplexity {:+.2f}%",
+                          r.fidelity.mean_top1(), r.fidelity.mean_kl(), r.fidelity.pairs(), r.fidelity.max_offset,
+                          100 * r.fidelity.perplexity_delta());
+    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, {:.1f} KiB KV saved "
+                      "per sample, {}, tau {:.2f} ({:.1f}% of uncompressed), identical outputs {}, {:.3f} ms per "
+                      "event\n",
+                      compress::method_name(p.method), p.window, p.sinks, p.merge_tokens, r.effective_ratio,
+                      r.kv_bytes_saved / 1024.0, fidelity, r.compressed_tau, 100 * r.tau_ratio,
+                      r.options.sampling.greedy()
+                          ? fmt::format("{:.0f}%", 100 * r.identical_compressed)
+                          : fmt::format("{:.0f}% (sampled: each run draws its own tokens)", 100 * r.identical_compressed),
+                      r.overhead_ms_per_event);
   }
   md += "\n| acceptance length | ";
   for (int64_t b = 1; b <= r.block_size; ++b) md += fmt::format("{} | ", b);
