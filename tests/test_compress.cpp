@@ -175,6 +175,33 @@ TEST_F(Compress, DFlashWithCompressionKeepsTheDraftContextAndRuns) {
   }
 }
 
+// A rollback that drops a forward's last rows (a verify's rejected draft tokens) takes back the attention mass they
+// gave, so that top-attention ranks keys by the committed tokens' attention alone, as the fidelity replay counts it:
+// 4 rows then a rollback to 2 leave the mass of a forward of those 2 rows.
+TEST_F(Compress, RollbackTakesBackTheDroppedRowsAttentionMass) {
+  c10::InferenceMode inference;
+  const int64_t N = static_cast<int64_t>(run_.prompt.size());
+  const auto& c = target_->config();
+  const auto fresh = [&] {
+    model::KVCache cache = target_->make_cache(N + 8);
+    cache.received_mass = at::zeros({c.num_layers, c.num_kv_heads, N + 8}, at::kFloat);
+    target_->forward(at::tensor(run_.prompt, at::kLong), 0, cache, {});
+    return cache;
+  };
+  const std::vector<int64_t> rows = {run_.dflash_output[0], 5, 6, 7};
+  model::KVCache verified = fresh();
+  target_->forward(at::tensor(rows, at::kLong), N, verified, {});
+  const at::Tensor before = verified.received_mass.narrow(2, 0, N + 2).clone();
+  verified.rollback(N + 2);
+  model::KVCache committed = fresh();
+  target_->forward(at::tensor(std::vector<int64_t>(rows.begin(), rows.begin() + 2), at::kLong), N, committed, {});
+  const at::Tensor want = committed.received_mass.narrow(2, 0, N + 2);
+  EXPECT_TRUE(at::allclose(verified.received_mass.narrow(2, 0, N + 2), want, 1e-5, 1e-6));
+  EXPECT_FALSE(at::allclose(before, want, 1e-5, 1e-6)) << "the dropped rows gave mass: the check is not vacuous";
+  verified.rollback(N + 2);  // once: a second rollback takes nothing more
+  EXPECT_TRUE(at::allclose(verified.received_mass.narrow(2, 0, N + 2), want, 1e-5, 1e-6));
+}
+
 TEST_F(Compress, FidelityReplayDefinitions) {
   decode::GenerationParams p;
   p.max_new_tokens = 64;

@@ -247,6 +247,7 @@ void KVCompressor::compact(model::KVCache& cache, int64_t s0, int64_t n, int64_t
               cache.slot_positions.begin() + s0 + keep);
   }
   cache.length -= n - keep;
+  cache.last_rows_mass = at::Tensor();  // its columns were the slots before this move: no rollback takes it back now
   done_.slots_freed += n - keep;
 }
 

@@ -124,6 +124,12 @@ void KVCache::rollback(int64_t position) {
   if (position < 0 || position > next_position())
     fail("KV cache rollback to {} outside the committed range 0..{}", position, next_position());
   length = slot_of(position);
+  if (received_mass.defined() && last_rows_mass.defined()) {
+    const int64_t rows = last_rows_mass.size(2), first = std::clamp<int64_t>(position - last_rows_position, 0, rows);
+    if (first < rows)
+      received_mass.narrow(2, 0, last_rows_mass.size(3)).sub_(last_rows_mass.narrow(2, first, rows - first).sum(2));
+    last_rows_mass = at::Tensor();
+  }
 }
 
 KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,
@@ -216,6 +222,11 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
   ForwardOutput out;
   if (options.keep_hidden_states) out.hidden_states.push_back(x.narrow(0, 0, T));
   std::vector<at::Tensor> taps(options.tap_layers.size());
+  if (cache.received_mass.defined()) {  // each row's share, for a rollback that drops rows (see KVCache)
+    cache.last_rows_mass =
+        at::empty({c.num_layers, c.num_kv_heads, R, slot + R}, cache.received_mass.options());
+    cache.last_rows_position = start;
+  }
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const DecoderLayerWeights& w = weights_.layers[l];
@@ -236,6 +247,7 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
     if (cache.received_mass.defined()) {
       cache.received_mass[l].narrow(1, slot, R).zero_();
       extras.received_mass = cache.received_mass[l].narrow(1, 0, slot + R);
+      extras.received_mass_by_row = cache.last_rows_mass[l];
     }
     at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, slot + R), v_cache.narrow(1, 0, slot + R),
                                      ops::AttentionMask::kCausalBottomRight, &extras);

@@ -63,6 +63,11 @@ struct KVCache {
   std::vector<int64_t> slot_positions;  // empty: identity (slot i = position i)
   at::Tensor key_bias;                  // fp32 [L, n_kv, capacity] or undefined
   at::Tensor received_mass;             // fp32 [L, n_kv, capacity] or undefined (H2O-style scores)
+  // With received_mass: the last forward's rows' shares of it, fp32 [L, n_kv, rows, slots then], and the position of
+  // its first row, so that rollback takes back what the rows it drops gave (a verify's rejected draft tokens are not
+  // queries of the sequence: H2O counts the committed tokens' attention, as the fidelity replay does).
+  at::Tensor last_rows_mass;
+  int64_t last_rows_position = 0;
   int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
   // One past the last committed position.
   int64_t next_position() const {
@@ -70,7 +75,8 @@ struct KVCache {
   }
   // Number of slots holding positions before `position`.
   int64_t slot_of(int64_t position) const;
-  // Keeps exactly the slots of positions < `position` (must be <= next_position()).
+  // Keeps exactly the slots of positions < `position` (must be <= next_position()); with received_mass, subtracts the
+  // mass the last forward's rows at positions >= `position` gave (once: rows of earlier forwards are not tracked).
   void rollback(int64_t position);
 };
 KVCache make_kv_cache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t capacity, at::ScalarType dtype,

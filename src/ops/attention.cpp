@@ -41,8 +41,11 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     scores = scores + bias.to(scores.scalar_type());
   }
   at::Tensor probs_f32 = at::softmax(scores, -1, at::kFloat);
-  if (extras != nullptr && extras->received_mass.defined())
-    extras->received_mass.add_(probs_f32.sum(1).view({n_kv, group, S}).sum(1));
+  if (extras != nullptr && (extras->received_mass.defined() || extras->received_mass_by_row.defined())) {
+    at::Tensor by_row = probs_f32.view({n_kv, group, T, S}).sum(1);  // [Hkv, T, S]
+    if (extras->received_mass.defined()) extras->received_mass.add_(by_row.sum(1));
+    if (extras->received_mass_by_row.defined()) extras->received_mass_by_row.copy_(by_row);
+  }
   at::Tensor probs = probs_f32.to(q.scalar_type());
   at::Tensor out = at::matmul(probs, vv);  // [Hq, T, hd]
   return out.transpose(0, 1).reshape({T, n_heads * head_dim});
