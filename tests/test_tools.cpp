@@ -438,6 +438,56 @@ TEST(BenchAggregate, NoCompressionEventMeasuresNoFidelity) {
   EXPECT_EQ(md.find("top-1 agreement"), std::string::npos) << md;
 }
 
+// --check-answers with --compress: the compressed output's accuracy, and McNemar's exact test against uncompressed
+// DFlash over the discordant samples (b right only uncompressed, c right only compressed).
+TEST(BenchAggregate, CompressedAnswersArePairedWithDFlashs) {
+  EXPECT_DOUBLE_EQ(tools::mcnemar_exact_p(0, 0), 1.0);
+  EXPECT_DOUBLE_EQ(tools::mcnemar_exact_p(5, 5), 1.0);
+  EXPECT_NEAR(tools::mcnemar_exact_p(10, 0), 2.0 / 1024, 1e-12);
+  EXPECT_NEAR(tools::mcnemar_exact_p(1, 9), 2.0 * (1 + 10) / 1024, 1e-12);
+  EXPECT_NEAR(tools::mcnemar_exact_p(9, 1), tools::mcnemar_exact_p(1, 9), 1e-15);
+  EXPECT_NEAR(tools::mcnemar_exact_p(600, 500), 0.00281954499, 1e-9);  // 2 P(X <= 500), X ~ Bin(1100, 1/2): logs
+  tools::BenchReport report;
+  report.block_size = 4;
+  report.options.compress.method = compress::Method::kKeepLast;
+  // (DFlash's answer, the compressed output's): right/right, right/wrong twice, wrong/right, and one with no reference
+  const std::vector<std::tuple<std::string, std::string, std::string>> answers = {
+      {"4", "4", "4"}, {"4", "5", "4"}, {"7", "", "7"}, {"1", "2", "2"}, {"3", "3", ""}};
+  for (size_t i = 0; i < answers.size(); ++i) {
+    tools::BenchRecord r = bench_record("s" + std::to_string(i), 2, 1, {2, 2});
+    r.has_answers = r.has_compression = r.outputs_equal = true;
+    r.compressed = r.dflash;
+    std::tie(r.dflash_answer, r.compressed_answer, r.reference_answer) = answers[i];
+    r.plain_answer = r.dflash_answer;
+    report.records.push_back(r);
+  }
+  tools::aggregate(report);
+  EXPECT_EQ(report.answered, 5);
+  EXPECT_DOUBLE_EQ(report.dflash_accuracy, 3.0 / 5);
+  EXPECT_DOUBLE_EQ(report.compressed_accuracy, 2.0 / 5);
+  EXPECT_EQ(report.dflash_only_correct, 2);
+  EXPECT_EQ(report.compressed_only_correct, 1);
+  EXPECT_DOUBLE_EQ(report.mcnemar_p, 1.0);  // 2 P(X <= 1), X ~ Bin(3, 1/2) = 2 * 4/8
+  const auto j = tools::bench_json(report);
+  EXPECT_DOUBLE_EQ(j["summary"]["compression"]["accuracy"].get<double>(), 0.4);
+  EXPECT_EQ(j["summary"]["compression"]["mcnemar_vs_dflash"]["dflash_only_correct"], 2);
+  EXPECT_EQ(j["records"][1]["answers"]["compressed"], "5");
+  const std::string md = tools::bench_markdown(report);
+  EXPECT_NE(md.find("compressed 40.0%; McNemar against DFlash: 2 right only uncompressed, 1 only compressed, p = 1"),
+            std::string::npos) << md;
+  // through a checkpoint record and back; a record of a compressed run without it is refused by name
+  const nlohmann::json rec = tools::checkpoint_record_json(report.records[1]);
+  EXPECT_EQ(tools::checkpoint_record_from_json(rec, "test").compressed_answer, "5");
+  nlohmann::json old = rec;
+  old["answers"].erase("compressed");
+  try {
+    tools::checkpoint_record_from_json(old, "ckpt:2");
+    ADD_FAILURE() << "a record without the compressed answer was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt:2, answers: no field 'compressed'"), std::string::npos) << e.what();
+  }
+}
+
 // A checkpoint record through JSON text and back: every number exact, and a value that is not finite (JSON has none;
 // written as null) read back as NaN rather than making the file unreadable.
 TEST(BenchCheckpointRecord, RoundTripsExactlyAndNonFiniteAsNaN) {

@@ -154,6 +154,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
           ++rec.first_divergence;
         rec.fidelity = compress::evaluate_fidelity(target, prompt, rec.dflash.output_ids, rec.dflash.acceptance_lengths,
                                                    options.compress);
+        if (rec.has_answers)
+          rec.compressed_answer = last_boxed(decode_output(tokenizer, rec.compressed.output_ids).text).value_or("");
       }
       messages.push_back({"assistant", dflash_text, std::nullopt});
       tau_sum += rec.dflash.mean_acceptance_length();
@@ -224,6 +226,15 @@ void bootstrap_intervals(const std::vector<BenchRecord>& records, Interval& spee
   tau = percentile_interval(taus);
 }
 
+double mcnemar_exact_p(int64_t b, int64_t c) {
+  const int64_t n = b + c, k = std::min(b, c);
+  if (n == 0) return 1.0;
+  double tail = 0;  // P(X <= k), the terms in logs (n can be in the thousands)
+  for (int64_t i = 0; i <= k; ++i)
+    tail += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) - n * std::log(2.0));
+  return std::min(1.0, 2 * tail);
+}
+
 void aggregate(BenchReport& r) {
   const double n = static_cast<double>(r.records.size());
   if (n == 0) return;
@@ -267,6 +278,8 @@ void aggregate(BenchReport& r) {
   }
   if (!r.records.empty() && r.records[0].has_compression) {
     r.compressed_tau = r.compressed_tpot_ms = r.mean_first_divergence = r.identical_compressed = 0;
+    r.compressed_accuracy = 0;
+    r.dflash_only_correct = r.compressed_only_correct = 0;
     r.fidelity = compress::FidelityResult{};
     double positions = 0, slots = 0, events = 0, overhead = 0;
     r.peak_slots = 0;
@@ -281,7 +294,16 @@ void aggregate(BenchReport& r) {
       overhead += rec.compression.overhead_ms;
       r.peak_slots = std::max(r.peak_slots, rec.compression.peak_slots);
       r.fidelity.merge(rec.fidelity);
+      if (rec.has_answers && !rec.reference_answer.empty()) {
+        const bool dflash_right = answers_match(rec.dflash_answer, rec.reference_answer);
+        const bool compressed_right = answers_match(rec.compressed_answer, rec.reference_answer);
+        r.compressed_accuracy += compressed_right ? 1 : 0;
+        r.dflash_only_correct += dflash_right && !compressed_right;
+        r.compressed_only_correct += compressed_right && !dflash_right;
+      }
     }
+    if (r.answered > 0) r.compressed_accuracy /= static_cast<double>(r.answered);
+    r.mcnemar_p = mcnemar_exact_p(r.dflash_only_correct, r.compressed_only_correct);
     r.tau_ratio = r.tau > 0 ? r.compressed_tau / r.tau : 0;
     r.compressed_tokens_per_s = r.compressed_tpot_ms > 0 ? 1e3 / r.compressed_tpot_ms : 0;
     r.effective_ratio = slots > 0 ? positions / slots : 1.0;
@@ -367,6 +389,12 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
     c["top1_by_offset"] = top1;
     c["kl_by_offset"] = kl;
     c["pairs_by_offset"] = f.count;
+    if (r.answered > 0) {  // task accuracy of the compressed output, paired with uncompressed DFlash's
+      c["accuracy"] = r.compressed_accuracy;
+      c["mcnemar_vs_dflash"] = {{"dflash_only_correct", r.dflash_only_correct},
+                                {"compressed_only_correct", r.compressed_only_correct},
+                                {"p_value", r.mcnemar_p}};
+    }
     s["compression"] = c;
   }
   j["summary"] = s;
@@ -392,8 +420,10 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
                          {"events", rec.compression.events}, {"effective_ratio", rec.compression.effective_ratio()},
                          {"top1_agreement", rec.fidelity.mean_top1()}, {"mean_kl", rec.fidelity.mean_kl()},
                          {"perplexity_delta", rec.fidelity.perplexity_delta()}};
-    if (rec.has_answers)
+    if (rec.has_answers) {
       x["answers"] = {{"plain", rec.plain_answer}, {"dflash", rec.dflash_answer}, {"reference", rec.reference_answer}};
+      if (rec.has_compression) x["answers"]["compressed"] = rec.compressed_answer;
+    }
     recs.push_back(x);
   }
   j["records"] = recs;
@@ -452,8 +482,14 @@ std::string bench_markdown(const BenchReport& r) {
                       "{:.2f}\n",
                       r.interval_samples, r.speedup_lo, r.speedup_hi, r.tau_lo, r.tau_hi);
   if (r.answered > 0)
-    md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%)\n",
-                      100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy);
+    md += fmt::format("\nanswers: DFlash == plain {:.0f}% of {} (accuracy plain {:.1f}%, DFlash {:.1f}%{})\n",
+                      100 * r.answers_agree, r.answered, 100 * r.plain_accuracy, 100 * r.dflash_accuracy,
+                      r.options.compress.enabled()
+                          ? fmt::format(", compressed {:.1f}%; McNemar against DFlash: {} right only uncompressed, {} "
+                                        "only compressed, p = {:.3g}",
+                                        100 * r.compressed_accuracy, r.dflash_only_correct, r.compressed_only_correct,
+                                        r.mcnemar_p)
+                          : "");
   if (r.options.compress.enabled()) {
     const compress::Policy& p = r.options.compress;
     const std::string fidelity =

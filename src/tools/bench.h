@@ -28,6 +28,7 @@ struct BenchRecord {
   decode::GenerationResult plain, dflash;
   bool outputs_equal = false;
   std::string plain_answer, dflash_answer, reference_answer;  // --check-answers
+  std::string compressed_answer;  // --check-answers with --compress: the compressed DFlash output's
   bool has_answers = false;
   // --compress: DFlash with the compressed cache, and the teacher-forced fidelity replay
   bool has_compression = false;
@@ -84,6 +85,10 @@ struct BenchReport {
   double answers_agree = 0, plain_accuracy = 0, dflash_accuracy = 0;
   int64_t answered = 0;
   // --compress aggregates
+  // with --check-answers, over the records with a reference answer: the compressed output's accuracy, and McNemar's
+  // exact test against uncompressed DFlash on the same samples (its discordant pairs and two-sided p-value)
+  double compressed_accuracy = 0, mcnemar_p = 1;
+  int64_t dflash_only_correct = 0, compressed_only_correct = 0;
   double compressed_tau = 0, tau_ratio = 0, compressed_tpot_ms = 0, compressed_tokens_per_s = 0;
   double effective_ratio = 0, kv_bytes_saved = 0, mean_first_divergence = 0, identical_compressed = 0;
   double overhead_ms_per_event = 0;
@@ -97,6 +102,10 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
 
 // Aggregates from the records (exposed so tests can check the definitions on known records).
 void aggregate(BenchReport& report);
+
+// McNemar's exact test: the two-sided binomial p-value of b against c discordant pairs (each 1/2 under the null),
+// min(1, 2 P(X <= min(b, c))) for X ~ Binomial(b + c, 1/2); 1 where there is no discordant pair.
+double mcnemar_exact_p(int64_t b, int64_t c);
 
 // The bootstrap behind BenchReport's intervals: `resamples` draws (fixed seed) of the records' sample ids with
 // replacement, each drawn id bringing all its records; speedup = sum of plain TPOTs / sum of DFlash TPOTs and tau = the

@@ -184,8 +184,10 @@ Json checkpoint_record_json(const BenchRecord& rec) {
   if (rec.plain_reused) j["plain_reused"] = true;
   j["dflash"] = result_json(rec.dflash, true);
   j["plain"] = result_json(rec.plain, !rec.outputs_equal);  // the DFlash ids where they are the same
-  if (rec.has_answers)
+  if (rec.has_answers) {
     j["answers"] = {{"plain", rec.plain_answer}, {"dflash", rec.dflash_answer}, {"reference", rec.reference_answer}};
+    if (rec.has_compression) j["answers"]["compressed"] = rec.compressed_answer;
+  }
   if (rec.has_compression)
     j["compression"] = {{"compressed", result_json(rec.compressed, rec.compressed.output_ids != rec.dflash.output_ids)},
                         {"stats", stats_json(rec.compression)},
@@ -225,6 +227,13 @@ BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::stri
     rec.compression = stats_from_json(object_field(c, "stats", cw), cw + ", stats");
     rec.fidelity = fidelity_from_json(object_field(c, "fidelity", cw), cw + ", fidelity");
     rec.first_divergence = ConfigReader{c, cw}.integer("first_divergence");
+    if (rec.has_answers) {  // the compressed output's answer, recorded since 2026-12-07
+      const nlohmann::json& a = object_field(j, "answers", where);
+      if (!a.contains("compressed"))
+        fail("{}, answers: no field 'compressed' (a record made before compressed outputs' answers were checked, "
+             "2026-12-07): run without --resume to decode it again", where);
+      rec.compressed_answer = ConfigReader{a, where + ", answers"}.string("compressed");
+    }
   }
   return rec;
 }
