@@ -438,6 +438,37 @@ TEST(BenchAggregate, NoCompressionEventMeasuresNoFidelity) {
   EXPECT_EQ(md.find("top-1 agreement"), std::string::npos) << md;
 }
 
+// A compressed bench over several datasets: the summary carries each run's compression line (ratio, fidelity, tau
+// compressed, compressed outputs identical to uncompressed DFlash's), not only the speed columns.
+TEST(BenchSummary, CarriesEachRunsCompression) {
+  std::vector<tools::BenchReport> reports(2);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    tools::BenchReport& report = reports[i];
+    report.block_size = 4;
+    report.options.dataset = i == 0 ? "gsm8k" : "mbpp";
+    report.options.compress.method = compress::Method::kKeepLast;
+    tools::BenchRecord r = bench_record("a", 2, 1, {2, 2});
+    r.has_compression = r.outputs_equal = true;
+    r.compressed = r.dflash;
+    r.compression.positions = 100;
+    r.compression.slots = i == 0 ? 50 : 80;
+    r.fidelity.count.assign(64, 0);
+    r.fidelity.top1 = r.fidelity.kl = r.fidelity.tv = std::vector<double>(64, 0.0);
+    if (i == 0) r.fidelity.count[0] = 4, r.fidelity.top1[0] = 3, r.fidelity.kl[0] = 0.2;  // mbpp: no event
+    report.records.push_back(r);
+    tools::aggregate(report);
+  }
+  const std::string md = tools::bench_summary_markdown(reports);
+  EXPECT_NE(md.find("Compressed DFlash (keep-last, window 64, sinks 4, merge 0) against uncompressed DFlash"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| gsm8k | 4 | 2.00x | 0.7500 | 0.0500 | +0.00% | 2.00 | 100% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| mbpp | 4 | 1.25x | - (no event) | - |"), std::string::npos) << md;
+  const auto j = nlohmann::json::parse(tools::bench_summary_json(reports).dump());
+  EXPECT_DOUBLE_EQ(j["datasets"][0]["compression"]["top1_agreement"].get<double>(), 0.75);
+  EXPECT_TRUE(j["datasets"][1]["compression"]["top1_agreement"].is_null());
+  EXPECT_EQ(j["datasets"][1]["compression"]["fidelity_pairs"], 0);
+}
+
 // --check-answers with --compress: the compressed output's accuracy, and McNemar's exact test against uncompressed
 // DFlash over the discordant samples (b right only uncompressed, c right only compressed).
 TEST(BenchAggregate, CompressedAnswersArePairedWithDFlashs) {
@@ -628,7 +659,7 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
       EXPECT_NE(text.find("\n| " + s.name + " | "), std::string::npos) << s.name;
     }
     EXPECT_NE(text.find("## specpress bench: summary"), std::string::npos);
-    EXPECT_NE(text.find("\n| mean | 4 | | "), std::string::npos);
+    EXPECT_NE(text.find("\n| mean of runs | 4 | | "), std::string::npos);
     EXPECT_EQ(text.find("planned runs finished so far"), std::string::npos) << "a finished bench's reports are whole";
     EXPECT_NE(text.find("identical outputs 100%\n"), std::string::npos) << "greedy: token for token";
     const std::string footer = "\nMeasured by specpress ";  // the last line: the build, the device, the dtype
@@ -702,7 +733,7 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
     EXPECT_NEAR(means[m]["mean_tau"].get<double>(), (rows[m]["tau"].get<double>() + rows[m + 2]["tau"].get<double>()) / 2,
                 1e-9);
   }
-  EXPECT_NE(r.out.find("| mean | 2 | | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| mean of runs | 2 | | "), std::string::npos) << r.out;
   // each dataset's block 4 against its block 2, paired over their one sample
   const auto& paired = j["summary"]["paired"];
   ASSERT_EQ(paired.size(), 2u);
@@ -997,7 +1028,7 @@ TEST_F(ToolsEndToEnd, BenchComparesDrafts) {
   EXPECT_EQ(means[1]["draft"], b);
   EXPECT_EQ(means[1]["block_size"], 3);
   EXPECT_NE(r.out.find("| dataset | draft | block |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| mean | " + b + " | 3 | "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| mean of runs | " + b + " | 3 | "), std::string::npos) << r.out;
   // the checkpoint: each record line names its draft (and its files); resumed, every record comes back to its run
   std::set<std::string> drafts;
   const auto lines = read_json_lines(ckpt);

@@ -628,8 +628,26 @@ std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
                       r.tau, tau_ci, r.plain_tokens_per_s, r.dflash_tokens_per_s, identical, answers);
   }
   for (const BlockMean& m : means_by_block(reports))
-    md += fmt::format("| mean | {}{} | | {:.2f}x | {:.2f} | | | | |\n", drafts ? m.draft + " | " : "", m.block_size,
-                      m.speedup, m.tau);
+    md += fmt::format("| mean of runs | {}{} | | {:.2f}x | {:.2f} | | | | |\n", drafts ? m.draft + " | " : "",
+                      m.block_size, m.speedup, m.tau);
+  if (!reports.empty() && reports[0].options.compress.enabled()) {  // one policy for every run of a bench
+    const compress::Policy& p = reports[0].options.compress;
+    md += fmt::format("\nCompressed DFlash ({}, window {}, sinks {}, merge {}) against uncompressed DFlash, each "
+                      "run:\n\n| dataset | {}block | effective ratio | top-1 agreement | mean KL (nats) | perplexity | tau "
+                      "compressed | identical outputs |\n| --- | {}--- | --- | --- | --- | --- | --- | --- |\n",
+                      p.method == compress::Method::kBeacon ? p.beacon_dir : compress::method_name(p.method), p.window,
+                      p.sinks, p.merge_tokens, draft_head, draft_rule);
+    for (const BenchReport& r : reports) {
+      const bool measured = r.fidelity.pairs() > 0;  // else no event: nothing compared
+      md += fmt::format("| {} | {}{} | {:.2f}x | {} | {} | {:+.2f}% | {:.2f} | {} |\n", r.options.dataset,
+                        drafts ? r.options.draft + " | " : "", r.block_size, r.effective_ratio,
+                        measured ? fmt::format("{:.4f}", r.fidelity.mean_top1()) : "- (no event)",
+                        measured ? fmt::format("{:.4f}", r.fidelity.mean_kl()) : "-",
+                        100 * r.fidelity.perplexity_delta(), r.compressed_tau,
+                        r.options.sampling.greedy() ? fmt::format("{:.0f}%", 100 * r.identical_compressed)
+                                                    : "- (sampled)");
+    }
+  }
   const std::vector<PairedComparison> comparisons = paired_comparisons(reports);
   if (comparisons.empty()) return md;
   md += fmt::format("\nEach run against its dataset's first, paired over the samples both decoded (95% bootstrap "
@@ -667,6 +685,14 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
                                   {"dflash_tokens_per_s", r.dflash_tokens_per_s},
                                   {"identical_outputs", r.identical_outputs}};
     if (r.answered > 0) row["answers_agree"] = r.answers_agree;
+    if (r.options.compress.enabled())  // the dataset's own report holds the rest (its summary's "compression")
+      row["compression"] = {{"effective_ratio", r.effective_ratio},
+                            {"fidelity_pairs", r.fidelity.pairs()},
+                            {"top1_agreement", r.fidelity.mean_top1()},  // NaN, written null, where no pair
+                            {"mean_kl", r.fidelity.mean_kl()},
+                            {"perplexity_delta", r.fidelity.perplexity_delta()},
+                            {"tau_compressed", r.compressed_tau},
+                            {"identical_outputs", r.identical_compressed}};
     rows.push_back(std::move(row));
   }
   for (const BlockMean& m : means_by_block(reports))
