@@ -1196,7 +1196,7 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
       {base + "--dataset gsm8k --data " + data("math500.jsonl"), "missing string field 'question'"},
       {base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --min-p 1.5", "--min-p: must be in [0, 1)"},
       {"diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --max-new-tokens 0",
-       "--max-new-tokens: must be at least 1"},
+       "--max-new-tokens: must be at least 2"},
       {base + "--dataset all --data " + data("gsm8k_test.jsonl"), "is not a folder; with several datasets"},
       {base + "--dataset gsm8k,mbpp,gsm8k --data " + data_dir(), "'gsm8k' is named twice"},
       {base + "--dataset gsm8k,,mbpp --data " + data_dir(), "--dataset: an empty name"},
@@ -1208,7 +1208,7 @@ TEST_F(ToolsEndToEnd, BadInputGivesClearErrors) {
        "--dataset: one dataset at a time here"},
       {"diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
            " --max-samples 1 --max-new-tokens 1 --no-progress",
-       "diagnose: no block start along the target's trajectories"},
+       "--max-new-tokens: must be at least 2 (a block start needs a generated token before and after it)"},
       {base + "--dataset gsm8k --data " + data("gsm8k_test.jsonl") + " --json /proc/specpress.json",
        "--json: cannot "},  // (root passes access() there; the probe file cannot be made)
   };

@@ -405,7 +405,9 @@ int run_bench(const ToolOptions& o) {
 
 int run_diagnose(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
-  if (o.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", o.max_new_tokens);
+  if (o.max_new_tokens < 2)  // start s scores the drafted tokens after s: a trajectory of one token has none
+    fail("--max-new-tokens: must be at least 2 (a block start needs a generated token before and after it), found {}",
+         o.max_new_tokens);
   const std::vector<std::string> draft_dirs = draft_list(o.draft_dir, /*several=*/false);
   io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o, draft_dirs));
   const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/false);
@@ -507,9 +509,14 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
 
   auto d = std::make_shared<ToolOptions>();
   d->max_new_tokens = 256;
-  CLI::App* diag = add_common(app, "diagnose", "draft-vs-target analysis along the target's greedy trajectory", *d);
-  diag->add_option("--max-new-tokens", d->max_new_tokens, "length of each greedy trajectory")->capture_default_str();
-  diag->add_option("--html", d->html_out, "write a self-contained HTML report with SVG charts");
+  CLI::App* diag = add_common(app, "diagnose",
+                              "draft-vs-target analysis along the target's greedy trajectory of each sample's first "
+                              "turn; the JSON report is printed on stdout (and written to --json)",
+                              *d);
+  diag->add_option("--max-new-tokens", d->max_new_tokens,
+                   "length of each greedy trajectory (at least 2: a block start needs a token before and after it)")
+      ->capture_default_str();
+  diag->add_option("--html", d->html_out, "write a self-contained HTML report with SVG charts (replaced if it exists)");
   d->temps = diag->add_option("--temps", d->temperatures,
                    "also the expected acceptance of a step sampled at these temperatures (comma-separated, e.g. "
                    "0,0.6,1): a target verify of each drafted block");
