@@ -448,7 +448,7 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
       {"perplexity -m " + golden_dir() + "/target", "give exactly one of -f/--file, -p/--prompt or --prompt-ids"},
       {base + " -p hello", "give exactly one of"},
       {base.substr(0, base.size() - 5) + " -c 3", "-c/--ctx-size: 3 is too small"},
-      {base.substr(0, base.size() - 5) + " -c 200", "the text has 100 tokens, fewer than one chunk of -c/--ctx-size 200"},
+      {base.substr(0, base.size() - 5) + " -c 200", "the input has 100 tokens, fewer than one chunk of -c/--ctx-size 200"},
       {base + " --chunks -2", "--chunks: must be >= 0 (0 or -1: all)"},
       {"perplexity -m " + golden_dir() + "/target -p hello", "no tokenizer.json; pass --prompt-ids"},
       {"perplexity -m " + golden_dir() + "/target --prompt-ids 1,x", "--prompt-ids: item 2 ('x') is not a token id"},

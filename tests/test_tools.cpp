@@ -297,7 +297,9 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   const std::vector<std::pair<std::function<void()>, std::string>> bad = {
       {[&] { tools::perplexity(*target_, tokens, 3); }, "-c/--ctx-size: 3 is too small"},
       {[&] { tools::perplexity(*target_, tokens, 1 << 30); }, "exceeds the model's max_position_embeddings"},
-      {[&] { tools::perplexity(*target_, {1, 2, 3, 4, 5}, 8); }, "the text has 5 tokens, fewer than one chunk"},
+      {[&] { tools::perplexity(*target_, {1, 2, 3, 4, 5}, 8); }, "the input has 5 tokens, fewer than one chunk"},
+      {[&] { tools::perplexity(*target_, {1, 2, 99999999}, 8); },  // short too, but the bad id is what to fix
+       "token id 99999999 at index 2 is outside the vocabulary"},
       {[&] { tools::perplexity(*target_, tokens, n_ctx, -2); }, "--chunks: must be >= 0 (0 or -1: all), got -2"},
       {[&] {
          std::vector<int64_t> outside = tokens;

@@ -137,13 +137,13 @@ int64_t perplexity_chunks(const model::Qwen3Model& target, const std::vector<int
          base->config().max_position_embeddings);
   if (max_chunks < -1) fail("--chunks: must be >= 0 (0 or -1: all), got {}", max_chunks);
   const int64_t n_tokens = static_cast<int64_t>(tokens.size());
-  if (n_tokens < n_ctx)
-    fail("the text has {} tokens, fewer than one chunk of -c/--ctx-size {}: give a longer text or a smaller -c",
-         n_tokens, n_ctx);
   const int64_t vocab = target.config().vocab_size;
-  for (int64_t i = 0; i < n_tokens; ++i)
+  for (int64_t i = 0; i < n_tokens; ++i)  // a bad id first: it is wrong whatever the length
     if (tokens[i] < 0 || tokens[i] >= vocab)
       fail("token id {} at index {} is outside the vocabulary 0..{}", tokens[i], i, vocab - 1);
+  if (n_tokens < n_ctx)
+    fail("the input has {} tokens, fewer than one chunk of -c/--ctx-size {}: give a longer input or a smaller -c",
+         n_tokens, n_ctx);
   if (base && base->config().vocab_size != vocab)
     fail("--kl-base-model: the base model's vocabulary ({}) differs from the model's ({}): compare checkpoints of "
          "one tokenizer", base->config().vocab_size, vocab);
