@@ -780,6 +780,28 @@ std::string json_lines(const std::vector<nlohmann::json>& lines) {
   return text;
 }
 
+// An mt-bench second turn whose prompt (the first turn, its answer and the second question) leaves no room for
+// --max-new-tokens is left out and said, in the Markdown and the JSON, instead of stopping the whole bench after the
+// work before it; the first turn's record stays.
+TEST_F(ToolsEndToEnd, BenchLeavesOutALaterTurnThatOutgrowsTheContext) {
+  const std::string json = (dir_->path / "mt-long.json").string();
+  // the random target's context is 512 positions: a first turn of ~50 tokens + 220 fits, the second turn does not
+  CommandResult r = run_specpress("bench " + models() + " --dataset mt-bench --data " + data("mt_bench.jsonl") +
+                                  " --max-samples 1 --max-new-tokens 220 --no-progress --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("left out \\(with the turns after it\\): mt-bench sample \\S+ "
+                                                 "\\(row \\d+\\) turn 2: the prompt \\(\\d+ tokens\\)"))) << r.err;
+  EXPECT_NE(r.out.find("1 later turns left out (with the turns after them)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 samples, block size"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["records"].size(), 1u);
+  EXPECT_EQ(j["records"][0]["turn"], 0);
+  EXPECT_EQ(j["records"][0]["dflash"]["output_tokens"], 220) << "the first answer stopped early: the test's premise";
+  ASSERT_EQ(j["turns_left_out"].size(), 1u);
+  EXPECT_NE(j["turns_left_out"][0].get<std::string>().find("+ --max-new-tokens 220 + block"), std::string::npos);
+}
+
 // SIGTERM (or Ctrl-C's SIGINT) stops a bench after the sample in flight: the reports so far are written and say that
 // they are unfinished, the exit status is 128 + the signal, and --resume continues from the checkpoint.
 TEST_F(ToolsEndToEnd, BenchStoppedBySignalWritesWhatItHas) {

@@ -111,8 +111,15 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
         report.interrupted = true;
         break;
       }
-      check_turn_fits(static_cast<int64_t>(prompt.size()), options.max_new_tokens, report.block_size, max_positions,
-                      turn_name(options.dataset, sample, t));
+      // a later turn's prompt holds the earlier answers, so it can outgrow the context only now: it and the turns after
+      // it are left out (and said), not the whole bench stopped; first turns were all checked before the first sample
+      if (auto why = turn_overflow(static_cast<int64_t>(prompt.size()), options.max_new_tokens, report.block_size,
+                                   max_positions, turn_name(options.dataset, sample, t))) {
+        if (t == 0) fail("{}", *why);
+        bar.note(fmt::format("left out (with the turns after it): {}", *why));
+        report.turns_left_out.push_back(*why);
+        break;
+      }
       BenchRecord rec;
       rec.id = sample.id;
       rec.turn = static_cast<int64_t>(t);
@@ -338,6 +345,7 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   j["enable_thinking"] = r.options.think;
   j["path"] = r.fast_path ? "cuda-fast" : "reference";
   if (r.interrupted) j["interrupted"] = true;  // stopped before its last sample
+  if (!r.turns_left_out.empty()) j["turns_left_out"] = r.turns_left_out;  // later turns that outgrew the context
   if (r.resumed > 0) j["resumed_records"] = r.resumed;  // their timings are from the run that made them
   if (r.plain_reused > 0) j["plain_reused_records"] = r.plain_reused;  // plain decoding from an earlier block size
   nlohmann::ordered_json s;
@@ -459,11 +467,19 @@ std::string identical_text(const BenchReport& r, double share) {
 std::string bench_markdown(const BenchReport& r) {
   std::string md = fmt::format("## specpress bench: {}\n\n", r.options.dataset);
   if (!r.options.draft.empty()) md += fmt::format("draft {}\n\n", r.options.draft);
-  md += fmt::format("{} samples, block size {}, max new tokens {}, {}, thinking {}, {} path\n\n", r.records.size(),
-                    r.block_size, r.options.max_new_tokens, sampling_text(r.options.sampling),
-                    r.options.think ? "on" : "off", r.fast_path ? "CUDA fast" : "reference");
+  const int64_t samples = distinct_samples(r.records), turns = static_cast<int64_t>(r.records.size());
+  md += fmt::format("{} samples{}, block size {}, max new tokens {}, {}, thinking {}, {} path\n\n", samples,
+                    turns != samples ? fmt::format(" ({} turns, each a record)", turns) : "", r.block_size,
+                    r.options.max_new_tokens, sampling_text(r.options.sampling), r.options.think ? "on" : "off",
+                    r.fast_path ? "CUDA fast" : "reference");
   if (r.interrupted)
     md += "stopped by a signal before its last sample: the numbers below cover the samples decoded until then\n\n";
+  if (!r.turns_left_out.empty()) {
+    md += fmt::format("{} later turns left out (with the turns after them), their prompts and the answers before them "
+                      "too long:\n\n", r.turns_left_out.size());
+    for (const std::string& why : r.turns_left_out) md += "- " + why + "\n";
+    md += "\n";
+  }
   if (r.resumed > 0)
     md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
                       r.records.size());

@@ -68,6 +68,9 @@ struct BenchReport {
   bool fast_path = false;
   bool interrupted = false;  // keep_going stopped it before every sample was decoded
   std::vector<BenchRecord> records;
+  // later turns (mt-bench) whose prompt, with the earlier answers, left no room for --max-new-tokens: why, each (the
+  // sample's turns after it are left out too)
+  std::vector<std::string> turns_left_out;
   int64_t resumed = 0;       // records taken from --checkpoint
   int64_t plain_reused = 0;  // records whose plain decoding an earlier run of this bench made
   // aggregates

@@ -45,6 +45,14 @@ void ProgressBar::stop(const std::string& status) {
   finished_ = true;
 }
 
+void ProgressBar::note(const std::string& line) {
+  const bool bar_on_line = enabled_ && tty_ && !finished_;
+  if (bar_on_line) std::fputs("\r\x1b[K", stderr);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  if (bar_on_line) draw(true);
+  std::fflush(stderr);
+}
+
 void ProgressBar::draw(bool force) {
   if (!enabled_ || finished_) return;
   auto now = std::chrono::steady_clock::now();

@@ -16,6 +16,8 @@ class ProgressBar {
   void finish(const std::string& status = "");
   // Ends the bar where the job stopped short of its total (an interruption, a --stop-after).
   void stop(const std::string& status = "");
+  // A line on stderr between the bar's redraws (also with the bar off: what it says is not progress).
+  void note(const std::string& line);
 
  private:
   void draw(bool force);

@@ -45,9 +45,6 @@ std::string turn_name(const std::string& dataset, const BenchSample& sample, siz
   return fmt::format("{} sample {} (row {}) turn {}", dataset, sample.id, sample.row + 1, turn + 1);
 }
 
-namespace {
-
-// Why a turn does not fit, or nothing where it does.
 std::optional<std::string> turn_overflow(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block,
                                          int64_t max_positions, const std::string& what) {
   if (max_new_tokens <= max_positions - prompt_tokens - block) return std::nullopt;
@@ -55,8 +52,6 @@ std::optional<std::string> turn_overflow(int64_t prompt_tokens, int64_t max_new_
                      "max_position_embeddings {}; lower --max-new-tokens or leave the sample out (--indices)",
                      what, prompt_tokens, max_new_tokens, block, max_positions);
 }
-
-}  // namespace
 
 void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block, int64_t max_positions,
                      const std::string& what) {

@@ -5,6 +5,7 @@
 // as Hugging Face's decode drops them; the count is reported.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,11 @@ std::vector<int64_t> chat_prompt_ids(const tok::Tokenizer& tokenizer, const std:
 // `flag` names the option in the error for a tokenizer without </think> or a budget below 1.
 decode::ThinkingBudget qwen3_thinking_budget(const tok::Tokenizer& tokenizer, int64_t tokens, const char* flag);
 
-// Whether a turn's prompt of `prompt_tokens` leaves room for --max-new-tokens and the block within the model's
-// `max_positions`; the error names the turn (`what`, e.g. "gsm8k sample 12 (row 13) turn 1") and the flag.
+// Why a turn's prompt of `prompt_tokens` leaves no room for --max-new-tokens and the block within the model's
+// `max_positions` (naming the turn, `what`, e.g. "gsm8k sample 12 (row 13) turn 1", and the flag), or nothing.
+std::optional<std::string> turn_overflow(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block,
+                                         int64_t max_positions, const std::string& what);
+// turn_overflow's reason as an error.
 void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block, int64_t max_positions,
                      const std::string& what);
 // check_turn_fits for every sample's first turn before any sample runs, so that a run does not stop at its first long
