@@ -53,11 +53,6 @@ std::optional<std::string> turn_overflow(int64_t prompt_tokens, int64_t max_new_
                      what, prompt_tokens, max_new_tokens, block, max_positions);
 }
 
-void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block, int64_t max_positions,
-                     const std::string& what) {
-  if (const auto why = turn_overflow(prompt_tokens, max_new_tokens, block, max_positions, what)) fail("{}", *why);
-}
-
 int64_t check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
                               int64_t max_new_tokens, int64_t block, int64_t max_positions,
                               const std::string& dataset) {

@@ -30,11 +30,9 @@ decode::ThinkingBudget qwen3_thinking_budget(const tok::Tokenizer& tokenizer, in
 // `max_positions` (naming the turn, `what`, e.g. "gsm8k sample 12 (row 13) turn 1", and the flag), or nothing.
 std::optional<std::string> turn_overflow(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block,
                                          int64_t max_positions, const std::string& what);
-// turn_overflow's reason as an error.
-void check_turn_fits(int64_t prompt_tokens, int64_t max_new_tokens, int64_t block, int64_t max_positions,
-                     const std::string& what);
-// check_turn_fits for every sample's first turn before any sample runs, so that a run does not stop at its first long
-// prompt after the work before it (a later turn's prompt holds the earlier answers: it is checked when it comes).
+// turn_overflow for every sample's first turn before any sample runs (an error naming the first, and how many), so
+// that a run does not stop at its first long prompt after the work before it (a later turn's prompt holds the earlier
+// answers: bench checks it when it comes, and leaves it out).
 // Returns the longest first turn's prompt tokens (what the fast path's engines are sized for up front).
 int64_t check_first_turns_fit(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples, bool think,
                               int64_t max_new_tokens, int64_t block, int64_t max_positions,
