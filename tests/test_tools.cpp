@@ -637,6 +637,9 @@ TEST_F(ToolsEndToEnd, BenchEveryDatasetAndCheckMetricDefinitions) {
     const auto& row = j["summary"]["datasets"][i];
     EXPECT_EQ(row["dataset"], kSets[i].name);
     EXPECT_EQ(row["samples"], report["samples"]);
+    EXPECT_EQ(row["turns"], report["turns"]);
+    EXPECT_EQ(report["samples"], 2);  // mt-bench's two samples are four turns, each a record
+    EXPECT_EQ(report["turns"], kSets[i].name == "mt-bench" ? 4 : 2);
     EXPECT_EQ(row["speedup"], report["summary"]["speedup"]);
     EXPECT_EQ(row["tau"], report["summary"]["tau"]);
     speedups += row["speedup"].get<double>() / std::size(kSets);

@@ -332,7 +332,8 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   nlohmann::ordered_json j;
   j["dataset"] = r.options.dataset;
   if (!r.options.draft.empty()) j["draft"] = r.options.draft;
-  j["samples"] = r.records.size();
+  j["samples"] = distinct_samples(r.records);
+  j["turns"] = r.records.size();  // a record a turn: mt-bench's samples have two
   j["block_size"] = r.block_size;
   j["max_new_tokens"] = r.options.max_new_tokens;
   j["temperature"] = r.options.sampling.temperature;
@@ -639,8 +640,10 @@ std::string bench_summary_markdown(const std::vector<BenchReport>& reports) {
     const std::string tau_ci = intervals ? fmt::format(" ({:.2f}-{:.2f})", r.tau_lo, r.tau_hi) : "";
     const std::string identical =
         r.options.sampling.greedy() ? fmt::format("{:.0f}%", 100 * r.identical_outputs) : "- (sampled)";
-    md += fmt::format("| {} | {}{} | {} | {:.2f}x{} | {:.2f}{} | {:.1f} | {:.1f} | {} | {} |\n", r.options.dataset,
-                      drafts ? r.options.draft + " | " : "", r.block_size, r.records.size(), r.speedup, speedup_ci,
+    const int64_t samples = distinct_samples(r.records), turns = static_cast<int64_t>(r.records.size());
+    md += fmt::format("| {} | {}{} | {}{} | {:.2f}x{} | {:.2f}{} | {:.1f} | {:.1f} | {} | {} |\n", r.options.dataset,
+                      drafts ? r.options.draft + " | " : "", r.block_size, samples,
+                      turns != samples ? fmt::format(" ({} turns)", turns) : "", r.speedup, speedup_ci,
                       r.tau, tau_ci, r.plain_tokens_per_s, r.dflash_tokens_per_s, identical, answers);
   }
   for (const BlockMean& m : means_by_block(reports))
@@ -691,7 +694,8 @@ nlohmann::ordered_json bench_summary_json(const std::vector<BenchReport>& report
     nlohmann::ordered_json row = {{"dataset", r.options.dataset},
                                   {"draft", r.options.draft},
                                   {"block_size", r.block_size},
-                                  {"samples", r.records.size()},
+                                  {"samples", distinct_samples(r.records)},
+                                  {"turns", r.records.size()},
                                   {"speedup", r.speedup},
                                   {"speedup_ci95", {r.speedup_lo, r.speedup_hi}},
                                   {"tau", r.tau},
