@@ -167,16 +167,8 @@ TEST(Cli, TrainerStoppedDuringItsGenerationsKeepsThem) {
   const std::string args = "train-draft --target " + demo + "/target --on-policy-prompts " + prompts +
                            " --gen-tokens 160 --seq-len 192 --steps 1 --device cpu --out " + out;
   // the trainer in the background; once its generations start (OUT/generations.json), a second, then SIGTERM
-  const std::string script = "CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args + " >/dev/null 2>" +
-                             (d.path / "err").string() + " & pid=$!; for i in $(seq 1200); do [ -f " + out +
-                             "/generations.json ] && break; sleep 0.05; done; sleep 1; kill -TERM $pid; wait $pid; "
-                             "echo $?";
-  FILE* pipe = ::popen(("sh -c '" + script + "'").c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string status;
-  char buf[64];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) status.append(buf, n);
-  ::pclose(pipe);
+  const std::string status =
+      signal_specpress(args, (d.path / "err").string(), "[ -f " + out + "/generations.json ] && sleep 1", "TERM");
   std::ifstream err_in(d.path / "err");
   const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(status, "143\n") << err;

@@ -818,17 +818,8 @@ TEST_F(ToolsEndToEnd, BenchStoppedBySignalWritesWhatItHas) {
   };
   // the bench in the background; once its checkpoint holds two records (and a header), SIGTERM; its status printed
   const std::string checkpoint_lines = "$(wc -l < " + ckpt + " 2>/dev/null || echo 0)";
-  const std::string script = "CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args(40) +
-                             " >/dev/null 2>" + (d / "err").string() + " & pid=$!; for i in $(seq 1200); do " +
-                             "[ \"" + checkpoint_lines + "\" -ge 3 ] && break; sleep 0.05; done; " +
-                             "kill -TERM $pid; "
-                             "wait $pid; echo $?";
-  FILE* pipe = ::popen(("sh -c '" + script + "'").c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string status;
-  std::array<char, 64> buf{};
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) status.append(buf.data(), n);
-  ::pclose(pipe);
+  const std::string status =
+      signal_specpress(args(40), (d / "err").string(), "[ \"" + checkpoint_lines + "\" -ge 3 ]", "TERM");
   std::ifstream err_in(d / "err");
   const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(status, "143\n") << err;
@@ -863,18 +854,8 @@ TEST_F(ToolsEndToEnd, DiagnoseStoppedBySignalWritesWhatItHas) {
   const std::string json = (d / "d.json").string(), html = (d / "d.html").string(), err_path = (d / "err").string();
   const std::string args = "diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
                            " --max-samples 40 --max-new-tokens 24 --json " + json + " --html " + html;
-  // in the background (job control on, so that SIGINT is not ignored there); once the bar shows a sample done,
-  // SIGINT; its status printed
-  const std::string script = "set -m; CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args +
-                             " >/dev/null 2>" + err_path + " & pid=$!; for i in $(seq 1200); do " +
-                             "grep -Eq \"] [1-9][0-9]*/40\" " + err_path + " && break; sleep 0.05; done; " +
-                             "kill -INT $pid; wait $pid; echo $?";
-  FILE* pipe = ::popen(("bash -c '" + script + "'").c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string status;
-  std::array<char, 64> buf{};
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) status.append(buf.data(), n);
-  ::pclose(pipe);
+  // once the progress bar shows a sample done, SIGINT
+  const std::string status = signal_specpress(args, err_path, "grep -Eq \"] [1-9][0-9]*/40\" " + err_path, "INT");
   std::ifstream err_in(err_path);
   const std::string err((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(status, "130\n") << err;
