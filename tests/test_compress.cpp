@@ -175,31 +175,49 @@ TEST_F(Compress, DFlashWithCompressionKeepsTheDraftContextAndRuns) {
   }
 }
 
-// A rollback that drops a forward's last rows (a verify's rejected draft tokens) takes back the attention mass they
-// gave, so that top-attention ranks keys by the committed tokens' attention alone, as the fidelity replay counts it:
-// 4 rows then a rollback to 2 leave the mass of a forward of those 2 rows.
+// A rollback that drops a verify's last rows (its rejected draft tokens) takes back the attention mass they gave, so
+// that top-attention ranks keys by the committed tokens' attention alone, as the fidelity replay counts it: 4 rows
+// then a rollback to 2 leave the mass of a forward of those 2 rows, in a raw cache and in one whose slots a
+// top-attention compressor has already merged (slots no longer positions). Other forwards keep no per-row shares.
 TEST_F(Compress, RollbackTakesBackTheDroppedRowsAttentionMass) {
   c10::InferenceMode inference;
   const int64_t N = static_cast<int64_t>(run_.prompt.size());
   const auto& c = target_->config();
-  const auto fresh = [&] {
-    model::KVCache cache = target_->make_cache(N + 8);
-    cache.received_mass = at::zeros({c.num_layers, c.num_kv_heads, N + 8}, at::kFloat);
-    target_->forward(at::tensor(run_.prompt, at::kLong), 0, cache, {});
-    return cache;
+  const auto deep_copy = [](const model::KVCache& from) {
+    model::KVCache to = from;
+    to.k = from.k.clone(), to.v = from.v.clone(), to.received_mass = from.received_mass.clone();
+    return to;
   };
-  const std::vector<int64_t> rows = {run_.dflash_output[0], 5, 6, 7};
-  model::KVCache verified = fresh();
-  target_->forward(at::tensor(rows, at::kLong), N, verified, {});
-  const at::Tensor before = verified.received_mass.narrow(2, 0, N + 2).clone();
-  verified.rollback(N + 2);
-  model::KVCache committed = fresh();
-  target_->forward(at::tensor(std::vector<int64_t>(rows.begin(), rows.begin() + 2), at::kLong), N, committed, {});
-  const at::Tensor want = committed.received_mass.narrow(2, 0, N + 2);
-  EXPECT_TRUE(at::allclose(verified.received_mass.narrow(2, 0, N + 2), want, 1e-5, 1e-6));
-  EXPECT_FALSE(at::allclose(before, want, 1e-5, 1e-6)) << "the dropped rows gave mass: the check is not vacuous";
-  verified.rollback(N + 2);  // once: a second rollback takes nothing more
-  EXPECT_TRUE(at::allclose(verified.received_mass.narrow(2, 0, N + 2), want, 1e-5, 1e-6));
+  model::ForwardOptions verify;
+  verify.may_roll_back = true;
+  const auto check = [&](const model::KVCache& base, const std::string& what) {
+    const int64_t P = base.next_position(), kept = base.length + 2;
+    const std::vector<int64_t> rows = {run_.dflash_output[0], 5, 6, 7};
+    model::KVCache verified = deep_copy(base);
+    target_->forward(at::tensor(rows, at::kLong), P, verified, verify);
+    ASSERT_TRUE(verified.last_rows_mass.defined()) << what;
+    const at::Tensor before = verified.received_mass.narrow(2, 0, kept).clone();
+    verified.rollback(P + 2);
+    model::KVCache committed = deep_copy(base);
+    target_->forward(at::tensor(std::vector<int64_t>(rows.begin(), rows.begin() + 2), at::kLong), P, committed, {});
+    EXPECT_FALSE(committed.last_rows_mass.defined()) << what << ": a forward that is not a verify keeps no shares";
+    const at::Tensor want = committed.received_mass.narrow(2, 0, kept);
+    EXPECT_TRUE(at::allclose(verified.received_mass.narrow(2, 0, kept), want, 1e-5, 1e-6)) << what;
+    EXPECT_FALSE(at::allclose(before, want, 1e-5, 1e-6)) << what << ": the dropped rows gave mass (not vacuous)";
+    verified.rollback(P + 2);  // once: a second rollback takes nothing more
+    EXPECT_TRUE(at::allclose(verified.received_mass.narrow(2, 0, kept), want, 1e-5, 1e-6)) << what;
+  };
+  model::KVCache raw = target_->make_cache(N + 8);
+  raw.received_mass = at::zeros({c.num_layers, c.num_kv_heads, N + 8}, at::kFloat);
+  target_->forward(at::tensor(run_.prompt, at::kLong), 0, raw, {});
+  check(raw, "raw cache");
+  // the prompt and 24 generated tokens through a top-attention compressor (window 4, units of 4): merged slots
+  std::vector<int64_t> traj = run_.prompt;
+  traj.insert(traj.end(), run_.dflash_output.begin(), run_.dflash_output.begin() + 24);
+  compress::KVCompressor compressor(policy(compress::Method::kTopAttention, 4, 4), *target_, N);
+  model::KVCache merged = replay(*target_, compressor, traj, N, 3);
+  ASSERT_LT(merged.length, static_cast<int64_t>(traj.size())) << "nothing was merged";
+  check(merged, "compressed cache");
 }
 
 TEST_F(Compress, FidelityReplayDefinitions) {

@@ -726,7 +726,7 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
     EXPECT_EQ(report["records"][0].value("plain_reused", false), second);
     if (second) EXPECT_EQ(report["records"][0]["plain"], j["datasets"][i - 1]["records"][0]["plain"]);
   }
-  EXPECT_NE(r.out.find("plain decoding of 1 of the 1 samples from an earlier run of this bench"), std::string::npos);
+  EXPECT_NE(r.out.find("plain decoding of 1 of the 1 records from an earlier run of this bench"), std::string::npos);
   EXPECT_NE(r.out.find("| gsm8k | 4 | 1 | "), std::string::npos) << r.out;
   // a mean for each block size, over its datasets
   const auto& means = j["summary"]["means"];
@@ -915,7 +915,7 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   ASSERT_EQ(resumed["datasets"].size(), 2u);
   EXPECT_EQ(resumed["datasets"][0]["resumed_records"], 2);
   EXPECT_EQ(resumed["datasets"][1]["resumed_records"], 1);
-  EXPECT_NE(r.out.find("1 of the 4 samples resumed from --checkpoint"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 of the 4 records (a record a turn) resumed from --checkpoint"), std::string::npos) << r.out;
   for (size_t s = 0; s < 2; ++s) {
     const auto &a = full["datasets"][s], &b = resumed["datasets"][s];
     ASSERT_EQ(a["records"].size(), b["records"].size());
@@ -1267,6 +1267,13 @@ TEST(DiagnoseDemoPair, SampledAcceptanceAtZeroIsTheGreedyChain) {
   EXPECT_EQ(hist["block_starts"], whole);
   EXPECT_EQ(counted, whole);
   EXPECT_NEAR(hist["counts"][15].get<double>() / whole, j["positions"][14]["acceptance"].get<double>(), 1e-12);
+  // and each bar is the drop in the T = 0 verified chain's acceptance (the same whole-block starts) at that length
+  const auto& chain = j["sampled_acceptance"][0]["per_position"];
+  ASSERT_EQ(j["sampled_acceptance"][0]["temperature"], 0.0);
+  for (size_t a = 0; a < 16; ++a) {
+    const double here = a == 0 ? 1.0 : chain[a - 1].get<double>(), next = a < 15 ? chain[a].get<double>() : 0.0;
+    EXPECT_NEAR(hist["counts"][a].get<double>() / whole, here - next, 1e-9) << "acceptance length " << a + 1;
+  }
   // the demo draft taps the target's last layer (3), whose logit lens is the target's own distribution: mixing it in
   // changes no greedy choice at any weight
   int64_t last_layer_rows = 0;

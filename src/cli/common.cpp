@@ -233,6 +233,15 @@ void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy&
       ->capture_default_str()
       ->needs(compress)
       ->each([&policy](const std::string&) { policy.given.merge_tokens = true; });
+  // and with `--compress none` they would be ignored: refused as they are given alone, while the line is parsed
+  cmd.parse_complete_callback([&method, &policy] {
+    for (const auto& [given, knob] : {std::pair{policy.given.window, "--compress-window"},
+                                      std::pair{policy.given.sinks, "--compress-sinks"},
+                                      std::pair{policy.given.merge_tokens, "--compress-merge"}})
+      if (given && method == "none")
+        throw CLI::ValidationError(knob, "has no effect with --compress none (expected a compression method or a "
+                                         "compressor directory)");
+  });
 }
 
 std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file) {

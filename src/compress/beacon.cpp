@@ -202,13 +202,6 @@ Policy resolve_compress(const std::string& value, const std::string& flag, Polic
   const bool looks_like_path = !is_method_name(value) && (value.find('/') != std::string::npos || fs::exists(value));
   if (!looks_like_path) {
     policy.method = parse_method(value, flag);
-    if (policy.method == Method::kNone) {  // a knob given with `none` would be ignored: say so, as given alone
-      for (const auto& [given, knob] : {std::pair{policy.given.window, "--compress-window"},
-                                        std::pair{policy.given.sinks, "--compress-sinks"},
-                                        std::pair{policy.given.merge_tokens, "--compress-merge"}})
-        if (given)
-          fail("{}: has no effect with {} none (expected a compression method or a compressor directory)", knob, flag);
-    }
     return policy;
   }
   if (!fs::exists(value)) fail("{}: {} does not exist (expected a method name or a compressor directory)", flag, value);

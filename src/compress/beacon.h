@@ -87,7 +87,7 @@ void save_beacon(const std::string& dir, const BeaconConfig& config, const Beaco
 
 // The value of --compress: a training-free method name, or a directory holding a beacon checkpoint
 // (its method becomes kBeacon). `policy` keeps the window/sinks/merge the user gave (Policy::given); a beacon gives
-// its trained values to those not given. With `none`, a knob marked given is an error (it would have no effect).
+// its trained values to those not given.
 Policy resolve_compress(const std::string& value, const std::string& flag, Policy policy, const model::Qwen3Model& target);
 
 // RMS of the rows of `embed_tokens` (the beacon's output scale).

@@ -37,6 +37,7 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   model::DraftCache draft_cache = draft.make_cache(max_length + B);
   if (params.observer != nullptr) params.observer->on_cache_created(target_cache);
   model::ForwardOptions verify_options{/*all_logits=*/true, dc.target_layer_ids, false};
+  verify_options.may_roll_back = true;  // its rejected rows go (top-attention's scores count committed rows alone)
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(target.device());
   at::Tensor block_ids = at::empty({B}, long_opts);
   std::vector<int64_t> block(B, dc.mask_token_id);

@@ -222,9 +222,9 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
   ForwardOutput out;
   if (options.keep_hidden_states) out.hidden_states.push_back(x.narrow(0, 0, T));
   std::vector<at::Tensor> taps(options.tap_layers.size());
-  if (cache.received_mass.defined()) {  // each row's share, for a rollback that drops rows (see KVCache)
-    cache.last_rows_mass =
-        at::empty({c.num_layers, c.num_kv_heads, R, slot + R}, cache.received_mass.options());
+  cache.last_rows_mass = at::Tensor();  // each token row's share, for a rollback that drops rows (see KVCache)
+  if (cache.received_mass.defined() && options.may_roll_back && T > 1) {
+    cache.last_rows_mass = at::empty({c.num_layers, c.num_kv_heads, T, slot + R}, cache.received_mass.options());
     cache.last_rows_position = start;
   }
 
@@ -247,7 +247,7 @@ ForwardOutput Qwen3Model::forward(const at::Tensor& ids, int64_t start, KVCache&
     if (cache.received_mass.defined()) {
       cache.received_mass[l].narrow(1, slot, R).zero_();
       extras.received_mass = cache.received_mass[l].narrow(1, 0, slot + R);
-      extras.received_mass_by_row = cache.last_rows_mass[l];
+      if (cache.last_rows_mass.defined()) extras.received_mass_by_row = cache.last_rows_mass[l];
     }
     at::Tensor attn = ops::attention(q, k_cache.narrow(1, 0, slot + R), v_cache.narrow(1, 0, slot + R),
                                      ops::AttentionMask::kCausalBottomRight, &extras);

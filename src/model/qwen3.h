@@ -63,9 +63,10 @@ struct KVCache {
   std::vector<int64_t> slot_positions;  // empty: identity (slot i = position i)
   at::Tensor key_bias;                  // fp32 [L, n_kv, capacity] or undefined
   at::Tensor received_mass;             // fp32 [L, n_kv, capacity] or undefined (H2O-style scores)
-  // With received_mass: the last forward's rows' shares of it, fp32 [L, n_kv, rows, slots then], and the position of
-  // its first row, so that rollback takes back what the rows it drops gave (a verify's rejected draft tokens are not
-  // queries of the sequence: H2O counts the committed tokens' attention, as the fidelity replay does).
+  // With received_mass, after a forward with may_roll_back: its token rows' shares of it, fp32 [L, n_kv, T, slots
+  // then], and the position of its first row, so that rollback takes back what the rows it drops gave (a verify's
+  // rejected draft tokens are not queries of the sequence: H2O counts the committed tokens' attention, as the
+  // fidelity replay does). Undefined after any other forward and after a compaction.
   at::Tensor last_rows_mass;
   int64_t last_rows_position = 0;
   int64_t capacity() const { return k.defined() ? k.size(2) : 0; }
@@ -100,6 +101,9 @@ struct ForwardOptions {
   std::vector<int64_t> tap_layers;         // 0-based layers whose raw outputs are concatenated into `taps`
   bool keep_hidden_states = false;         // HF-style hidden_states tuple (embedding, layer outputs, final norm)
   const LatentRows* latents = nullptr;     // fused beacon latents; logits and taps stay token rows only
+  // A verify, whose rows past the accepted ones a rollback drops: with received_mass, each token row's share of it is
+  // kept for that rollback (KVCache::last_rows_mass). Other forwards keep none: a prefill's would be L n_kv T^2 floats.
+  bool may_roll_back = false;
 };
 
 struct ForwardOutput {

@@ -44,7 +44,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   if (extras != nullptr && (extras->received_mass.defined() || extras->received_mass_by_row.defined())) {
     at::Tensor by_row = probs_f32.view({n_kv, group, T, S}).sum(1);  // [Hkv, T, S]
     if (extras->received_mass.defined()) extras->received_mass.add_(by_row.sum(1));
-    if (extras->received_mass_by_row.defined()) extras->received_mass_by_row.copy_(by_row);
+    if (extras->received_mass_by_row.defined())
+      extras->received_mass_by_row.copy_(by_row.narrow(1, 0, extras->received_mass_by_row.size(1)));
   }
   at::Tensor probs = probs_f32.to(q.scalar_type());
   at::Tensor out = at::matmul(probs, vv);  // [Hq, T, hd]

@@ -19,7 +19,7 @@ struct AttentionExtras {
   at::Tensor allowed;         // bool [T, S] (true = the query may see the key), replacing the enum mask; or undefined
   at::Tensor key_bias;        // fp32 [Hkv, S] or undefined
   at::Tensor received_mass;   // fp32 [Hkv, S] or undefined: += attention probability, summed over queries and group heads
-  at::Tensor received_mass_by_row;  // fp32 [Hkv, T, S] or undefined: written, each query row's share of that sum
+  at::Tensor received_mass_by_row;  // fp32 [Hkv, T', S], T' <= T, or undefined: written, the first T' rows' shares
 };
 
 // q: [Hq, T, hd]; k, v: [Hkv, S, hd] with S >= T. Returns [T, Hq*hd].

@@ -482,10 +482,10 @@ std::string bench_markdown(const BenchReport& r) {
     md += "\n";
   }
   if (r.resumed > 0)
-    md += fmt::format("{} of the {} samples resumed from --checkpoint (timed by the run that made them)\n\n", r.resumed,
-                      r.records.size());
+    md += fmt::format("{} of the {} records (a record a turn) resumed from --checkpoint (timed by the run that made "
+                      "them)\n\n", r.resumed, r.records.size());
   if (r.plain_reused > 0)
-    md += fmt::format("plain decoding of {} of the {} samples from an earlier run of this bench or its --checkpoint "
+    md += fmt::format("plain decoding of {} of the {} records from an earlier run of this bench or its --checkpoint "
                       "(the same prompt and path; it depends on neither the draft nor the block size)\n\n",
                       r.plain_reused, r.records.size());
   md += "| metric | plain (block 1) | DFlash |\n| --- | --- | --- |\n";

@@ -231,7 +231,7 @@ BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::stri
       const nlohmann::json& a = object_field(j, "answers", where);
       if (!a.contains("compressed"))
         fail("{}, answers: no field 'compressed' (a record made before compressed outputs' answers were checked, "
-             "2026-12-07): run without --resume to decode it again", where);
+             "2026-12-07): give another --checkpoint, or remove this one", where);
       rec.compressed_answer = ConfigReader{a, where + ", answers"}.string("compressed");
     }
   }
@@ -273,9 +273,10 @@ void compare_settings(const nlohmann::json& header, const Json& now_ordered, con
     const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
     // not a flag: a format of the records (kCompressCounts), which no command line can change back
     if (key == "compress_counts" && old != value)
-      fail("--resume: {} holds compressed records of a specpress before 2026-12-07, which counted a compression's "
-           "events, slots freed and time otherwise (and named a beacon compressor by its path as typed); they cannot "
-           "be mixed with this run's: give another --checkpoint", path);
+      fail("--resume: {} holds compressed records of an older specpress (compress_counts {}, now \"{}\"), which "
+           "counted a compression's events, slots or time, or top-attention's scores, otherwise, or did not check the "
+           "compressed output's answer; they cannot be mixed with this run's: give another --checkpoint, or remove "
+           "this one", path, old.is_null() ? "not recorded" : old.dump(), kCompressCounts);
     if (old != value)
       fail("--resume: {} holds records made with {} = {}, but this run has {} = {}; resume with the original flags, or "
            "give another --checkpoint",

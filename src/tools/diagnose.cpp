@@ -70,7 +70,8 @@ void add_sampled_acceptance(const model::Qwen3Model& target, model::KVCache& cac
 DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlashDraft& draft,
                             const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples,
                             const DiagnoseOptions& options, const std::vector<int64_t>& stop_ids) {
-  if (options.max_new_tokens < 1) fail("--max-new-tokens: must be at least 1, found {}", options.max_new_tokens);
+  if (options.max_new_tokens < 2)  // a block start needs a generated token before and after it
+    fail("--max-new-tokens: must be at least 2, found {}", options.max_new_tokens);
   if (options.calibration_bins < 1) fail("--calibration-bins: must be at least 1");
   if (samples.empty()) fail("diagnose: no samples selected");
   for (double t : options.temperatures)
