@@ -395,7 +395,7 @@ TEST(BenchIntervals, PairedComparisonsAgainstTheDatasetsFirstRun) {
 }
 
 // The KV memory a compressed bench saves is per sample: an mt-bench sample's two turns (two records, each a generation
-// with its own cache) add up, rather than being averaged as two samples.
+// with its own cache) add up, rather than being averaged as two samples. Verify steps per answer are per record.
 TEST(BenchAggregate, KvBytesSavedArePerSample) {
   tools::BenchReport report;
   report.block_size = 4;
@@ -412,6 +412,14 @@ TEST(BenchAggregate, KvBytesSavedArePerSample) {
   }
   tools::aggregate(report);
   EXPECT_DOUBLE_EQ(report.kv_bytes_saved, (40 + 80 + 20 + 20) / 2.0 * 1024);  // two samples, not four records
+  // each record's DFlash took 2 verify steps; the compressed copies too, but for one that took 3
+  report.records[3].compressed.acceptance_lengths = {2, 1, 1};
+  tools::aggregate(report);
+  EXPECT_DOUBLE_EQ(report.dflash_steps_per_answer, 2.0);
+  EXPECT_DOUBLE_EQ(report.compressed_steps_per_answer, 2.25);
+  EXPECT_DOUBLE_EQ(tools::bench_json(report)["summary"]["compression"]["verify_steps_per_answer"]["compressed"]
+                       .get<double>(), 2.25);
+  EXPECT_NE(tools::bench_markdown(report).find("verify steps per answer 2.2 against 2.0"), std::string::npos);
   EXPECT_DOUBLE_EQ(tools::bench_json(report)["summary"]["compression"]["kv_bytes_saved_per_sample"].get<double>(),
                    report.kv_bytes_saved);
 }

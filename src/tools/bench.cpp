@@ -285,6 +285,7 @@ void aggregate(BenchReport& r) {
   }
   if (!r.records.empty() && r.records[0].has_compression) {
     r.compressed_tau = r.compressed_tpot_ms = r.mean_first_divergence = r.identical_compressed = 0;
+    r.dflash_steps_per_answer = r.compressed_steps_per_answer = 0;
     r.compressed_accuracy = 0;
     r.dflash_only_correct = r.compressed_only_correct = 0;
     r.fidelity = compress::FidelityResult{};
@@ -292,6 +293,8 @@ void aggregate(BenchReport& r) {
     r.peak_slots = 0;
     for (const auto& rec : r.records) {
       r.compressed_tau += rec.compressed.mean_acceptance_length() / n;
+      r.dflash_steps_per_answer += static_cast<double>(rec.dflash.acceptance_lengths.size()) / n;
+      r.compressed_steps_per_answer += static_cast<double>(rec.compressed.acceptance_lengths.size()) / n;
       r.compressed_tpot_ms += rec.compressed.tpot_ms() / n;
       r.mean_first_divergence += static_cast<double>(rec.first_divergence) / n;
       r.identical_compressed += (rec.compressed.output_ids == rec.dflash.output_ids ? 1.0 : 0.0) / n;
@@ -379,6 +382,8 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
     c["peak_slots"] = r.peak_slots;
     c["tau_compressed"] = r.compressed_tau;
     c["tau_ratio"] = r.tau_ratio;
+    c["verify_steps_per_answer"] = {{"uncompressed", r.dflash_steps_per_answer},
+                                    {"compressed", r.compressed_steps_per_answer}};
     c["compressed_tpot_ms"] = r.compressed_tpot_ms;
     c["compressed_tokens_per_s"] = r.compressed_tokens_per_s;
     c["overhead_ms_per_event"] = r.overhead_ms_per_event;
@@ -517,10 +522,11 @@ std::string bench_markdown(const BenchReport& r) {
                           r.fidelity.mean_top1(), r.fidelity.mean_kl(), r.fidelity.pairs(), r.fidelity.max_offset,
                           100 * r.fidelity.perplexity_delta());
     md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, {:.1f} KiB KV saved "
-                      "per sample, {}, tau {:.2f} ({:.1f}% of uncompressed), identical outputs {}, {:.3f} ms per "
-                      "event\n",
+                      "per sample, {}, tau {:.2f} ({:.1f}% of uncompressed; verify steps per answer {:.1f} against "
+                      "{:.1f}), identical outputs {}, {:.3f} ms per event\n",
                       compress::method_name(p.method), p.window, p.sinks, p.merge_tokens, r.effective_ratio,
                       r.kv_bytes_saved / 1024.0, fidelity, r.compressed_tau, 100 * r.tau_ratio,
+                      r.compressed_steps_per_answer, r.dflash_steps_per_answer,
                       r.options.sampling.greedy()
                           ? fmt::format("{:.0f}%", 100 * r.identical_compressed)
                           : fmt::format("{:.0f}% (sampled: each run draws its own tokens)", 100 * r.identical_compressed),

@@ -93,6 +93,8 @@ struct BenchReport {
   double compressed_accuracy = 0, mcnemar_p = 1;
   int64_t dflash_only_correct = 0, compressed_only_correct = 0;
   double compressed_tau = 0, tau_ratio = 0, compressed_tpot_ms = 0, compressed_tokens_per_s = 0;
+  // verify steps (target forwards after the prefill) per answer, mean over records: uncompressed and compressed DFlash
+  double dflash_steps_per_answer = 0, compressed_steps_per_answer = 0;
   double effective_ratio = 0, kv_bytes_saved = 0, mean_first_divergence = 0, identical_compressed = 0;
   double overhead_ms_per_event = 0;
   int64_t peak_slots = 0, slot_bytes = 0;
