@@ -156,16 +156,6 @@ void expect_resumed_like(const train::TrainSummary& resumed, const std::string& 
                       resumed_out + "/checkpoint/optimizer.safetensors");
 }
 
-template <typename Fn>
-void expect_error(Fn fn, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one containing: " << message;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << "error was: " << e.what();
-  }
-}
-
 TEST(TrainForward, SequenceForwardMatchesEngineForward) {
   Fixture f;
   model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "io/remove_tree.h"
 
 namespace specpress::test {
@@ -133,6 +134,17 @@ inline std::string signal_specpress(const std::string& args, const std::string& 
   for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0;) status.append(buf.data(), n);
   ::pclose(pipe);
   return status;
+}
+
+// Expects `fn` to throw a specpress::Error whose message contains `message`.
+template <typename Fn>
+void expect_error(Fn fn, const std::string& message) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one containing: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << "error was: " << e.what();
+  }
 }
 
 inline std::string join_ids(const std::vector<int64_t>& ids) {
