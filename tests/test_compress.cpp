@@ -175,6 +175,57 @@ TEST_F(Compress, DFlashWithCompressionKeepsTheDraftContextAndRuns) {
   }
 }
 
+// A compressor with a cache of every position (the observer's default), beside which a bounded cache must give the
+// same tokens.
+class FullCacheCompressor : public compress::KVCompressor {
+ public:
+  using KVCompressor::KVCompressor;
+  int64_t cache_slots(int64_t positions, int64_t max_commit) override {
+    KVCompressor::cache_slots(positions, max_commit);  // its stats' cache_positions
+    return positions;
+  }
+};
+
+// Units of m tokens bound the target cache a generation allocates (KVCompressor::cache_slots): for every control, unit
+// size, window and sinks (within and past the prompt), in the DFlash loop and in plain decoding, with no stop token so
+// that each runs its whole length, the bounded cache gives the tokens a cache of every position gives, and from units
+// of 2 on it is smaller. (A bound too small fails the run: a forward past the capacity is refused.)
+TEST_F(Compress, UnitsBoundTheCacheAGenerationAllocates) {
+  const int64_t N = static_cast<int64_t>(run_.prompt.size());
+  decode::GenerationParams p;
+  p.max_new_tokens = 64;
+  struct Case {
+    int64_t merge, window, sinks;
+  };
+  for (auto m : {compress::Method::kDrop, compress::Method::kKeepLast, compress::Method::kMeanMerge,
+                 compress::Method::kTopAttention, compress::Method::kWindowOnly})
+    for (auto [merge, window, sinks] : {Case{1, 1, 4}, Case{2, 5, 0}, Case{3, 1, 4}, Case{8, 7, N + 10}})
+      for (bool dflash : {true, false}) {
+        const std::string what = fmt::format("{} merge {} window {} sinks {} {}", compress::method_name(m), merge,
+                                             window, sinks, dflash ? "dflash" : "plain");
+        compress::Policy pol = policy(m, window, merge);
+        pol.sinks = sinks;
+        compress::KVCompressor bounded(pol, *target_, N);
+        FullCacheCompressor full(pol, *target_, N);
+        auto run = [&](compress::KVCompressor& c) {
+          p.observer = &c;
+          return dflash ? decode::generate_dflash(*target_, *draft_, run_.prompt, p).output_ids
+                        : decode::generate_plain(*target_, run_.prompt, p).output_ids;
+        };
+        std::vector<int64_t> got;
+        ASSERT_NO_THROW(got = run(bounded)) << what;
+        EXPECT_EQ(got, run(full)) << what;
+        EXPECT_EQ(got.size(), 64u) << what;
+        // window-only with units of one token evicts nothing: a slot a unit is every position
+        if (m != compress::Method::kWindowOnly || merge > 1) EXPECT_GT(bounded.stats().events, 0) << what;
+        EXPECT_EQ(full.stats().cache_capacity, N + 64 + (dflash ? draft_->config().block_size : 1)) << what;
+        if (merge >= 2) {
+          EXPECT_LT(bounded.stats().cache_capacity, full.stats().cache_capacity) << what;
+          EXPECT_LT(bounded.stats().cache_bytes, full.stats().cache_bytes) << what;
+        }
+      }
+}
+
 // A rollback that drops a verify's last rows (its rejected draft tokens) takes back the attention mass they gave, so
 // that top-attention ranks keys by the committed tokens' attention alone, as the fidelity replay counts it: 4 rows
 // then a rollback to 2 leave the mass of a forward of those 2 rows, in a raw cache and in one whose slots a

@@ -271,6 +271,9 @@ nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {
   j["peak_slots"] = st.peak_slots;
   j["overhead_ms"] = st.overhead_ms;
   if (st.feature_buffer_bytes > 0) j["feature_buffer_bytes"] = st.feature_buffer_bytes;
+  j["cache_slots"] = st.cache_capacity;  // allocated, the fused latents' headroom included
+  j["cache_bytes"] = st.cache_bytes;     // its K/V and the policy's per-slot buffers
+  j["uncompressed_cache_bytes"] = st.cache_positions * st.kv_bytes_per_slot;  // its K/V without compression
   return j;
 }
 

@@ -83,7 +83,8 @@ FidelityResult evaluate_fidelity(const model::Qwen3Model& target, const std::vec
 
   KVCompressor compressor(policy, target, N);
   const int64_t max_span = spans.empty() ? 1 : *std::max_element(spans.begin(), spans.end());
-  model::KVCache cache = target.make_cache(T, compressor.reserve(max_span));
+  const int64_t headroom = compressor.reserve(max_span);
+  model::KVCache cache = target.make_cache(compressor.cache_slots(T, max_span), headroom);
   compressor.on_cache_created(cache);
   std::vector<at::Tensor> rows;  // compressed log-probs for rows N-1 .. T-1
   rows.push_back(at::log_softmax(target.forward(ids(0, N), 0, cache, {}).logits, -1));

@@ -36,6 +36,23 @@ int64_t KVCompressor::reserve(int64_t max_commit) {
   return policy_.method == Method::kBeacon ? max_commit : 0;
 }
 
+// With units of m >= 1 tokens, the slots held when a forward starts are at most: the raw head (the prompt and the
+// sinks); a slot for each compressed unit (generated / m; drop keeps none; window-only evicts down to that count);
+// the raw generated tokens, which are the window's units (the oldest ends inside the window, so it starts less than
+// m before it) and the partial unit, fewer than W + m together; and, for the beacon, the units the last commit aged,
+// raw until this forward fuses their latents: at most one commit and a unit's rest, B + m. The forward adds its B
+// token rows (the latents come on top, reserve()). Units of a verify span each (m = 0) can be single tokens, so they
+// bound nothing. test_compress checks the bound against caches of every position.
+int64_t KVCompressor::cache_slots(int64_t positions, int64_t max_commit) {
+  stats_.cache_positions = positions;
+  const int64_t m = policy_.merge_tokens;
+  if (!policy_.enabled() || m == 0) return positions;
+  const int64_t head = tracker_.raw_head(), generated = std::max<int64_t>(positions - head, 0);
+  const int64_t aged_raw = policy_.method == Method::kBeacon ? max_commit + m : 0;
+  const int64_t bound = head + generated / m + policy_.window + m + max_commit + aged_raw;
+  return std::min(positions, bound);
+}
+
 const std::vector<int64_t>& KVCompressor::feature_layers() const {
   return policy_.method == Method::kBeacon ? policy_.beacon->config().feature_layers : CommitObserver::feature_layers();
 }
@@ -57,7 +74,14 @@ void KVCompressor::ensure_slot_positions(model::KVCache& cache) {
 void KVCompressor::on_cache_created(model::KVCache& cache) {
   if (stats_.positions != 0 || pending_.count() != 0)
     fail("internal: a KVCompressor serves one generation; make a new one for the next");
-  if (!policy_.enabled()) return;
+  if (policy_.enabled()) make_policy_buffers(cache);
+  stats_.cache_capacity = cache.capacity();
+  stats_.kv_bytes_per_slot = slot_bytes(cache);
+  for (const at::Tensor* t : {&cache.k, &cache.v, &cache.key_bias, &cache.received_mass, &feature_rows_, &id_rows_})
+    if (t->defined()) stats_.cache_bytes += t->numel() * t->element_size();
+}
+
+void KVCompressor::make_policy_buffers(model::KVCache& cache) {
   ensure_slot_positions(cache);
   auto f32 = cache.k.options().dtype(at::kFloat);
   const auto shape = std::vector<int64_t>{cache.k.size(0), cache.k.size(1), cache.capacity()};

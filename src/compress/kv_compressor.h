@@ -33,6 +33,13 @@ struct CompressionStats {
   // method, so memory comparisons are fair (a beacon latent exists only from the next forward on).
   int64_t positions = 0;
   int64_t slots = 0;
+  // The target cache the loop allocated for this generation (cache_slots() + the fused latents' headroom): its slots,
+  // and its bytes with the policy's per-slot scores (mean-merge's key bias, top-attention's received mass) and the
+  // beacon's feature ring. Its K/V alone are cache_capacity x slot_bytes().
+  int64_t cache_capacity = 0;
+  int64_t cache_bytes = 0;
+  int64_t cache_positions = 0;  // the slots the loop would allocate uncompressed (what it asked cache_slots for)
+  int64_t kv_bytes_per_slot = 0;  // slot_bytes() of that cache
   // Slots an uncompressed cache would hold / slots this one holds.
   double effective_ratio() const { return slots > 0 ? static_cast<double>(positions) / static_cast<double>(slots) : 1.0; }
 };
@@ -44,6 +51,8 @@ class KVCompressor : public decode::CommitObserver {
   KVCompressor(const Policy& policy, const model::Qwen3Model& target, int64_t prompt_tokens);
   // Beacon: one commit of n positions ages at most n units, each fused as one extra row.
   int64_t reserve(int64_t max_commit) override;
+  // Units of m >= 1 tokens bound the slots a generation ever holds (see kv_compressor.cpp); else `positions`.
+  int64_t cache_slots(int64_t positions, int64_t max_commit) override;
   void on_cache_created(model::KVCache& cache) override;
   const std::vector<int64_t>& feature_layers() const override;
   const model::LatentRows* pending_latents() const override;
@@ -55,6 +64,9 @@ class KVCompressor : public decode::CommitObserver {
   static int64_t slot_bytes(const model::KVCache& cache);
 
  private:
+  // The slot positions and what the policy keeps per slot (mean-merge's key bias, top-attention's scores, the
+  // beacon's feature ring), for the cache `cache`.
+  void make_policy_buffers(model::KVCache& cache);
   void compress_unit(model::KVCache& cache, const Unit& unit);
   void queue_beacons(model::KVCache& cache, const std::vector<Unit>& units);
   void evict_to_budget(model::KVCache& cache, int64_t budget);

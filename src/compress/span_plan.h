@@ -23,6 +23,8 @@ class UnitTracker {
   // Positions [begin, end) were committed (end = one past the last committed position). Returns the
   // units that aged out of the window with this commit, oldest first.
   std::vector<Unit> commit(int64_t begin, int64_t end);
+  // Positions below it never join a unit.
+  int64_t raw_head() const { return raw_head_; }
 
  private:
   int64_t window_, merge_;

@@ -33,7 +33,8 @@ GenerationResult generate_dflash(const model::Qwen3Model& target, const model::D
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   const int64_t headroom = params.observer != nullptr ? params.observer->reserve(B) : 0;
-  model::KVCache target_cache = target.make_cache(max_length + B, headroom);
+  const int64_t slots = params.observer != nullptr ? params.observer->cache_slots(max_length + B, B) : max_length + B;
+  model::KVCache target_cache = target.make_cache(slots, headroom);
   model::DraftCache draft_cache = draft.make_cache(max_length + B);
   if (params.observer != nullptr) params.observer->on_cache_created(target_cache);
   model::ForwardOptions verify_options{/*all_logits=*/true, dc.target_layer_ids, false};

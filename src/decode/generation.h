@@ -32,6 +32,10 @@ class CommitObserver {
   // add; returns the extra cache slots the observer needs (fused latent rows are written before the
   // raw units they replace are freed).
   virtual int64_t reserve(int64_t max_commit) { return 0; }
+  // The target cache slots (before that headroom) for a generation of at most `positions` positions, rows of a
+  // forward included, when one forward writes at most `max_commit` token rows: a compressing observer that replaces
+  // every aged unit by at most one slot needs fewer, so the cache it allocates is smaller. Never more than `positions`.
+  virtual int64_t cache_slots(int64_t positions, int64_t max_commit) { return positions; }
   // Called once when the loop has allocated the target cache, before the prefill.
   virtual void on_cache_created(model::KVCache& cache) {}
   // Target layers whose raw outputs on_commit needs as features (empty: none).

@@ -72,7 +72,9 @@ GenerationResult generate_plain(const model::Qwen3Model& target, const std::vect
   CommittedOutput output(params, result, on_tokens);
   Sampler sampler(params.sampling);
   const int64_t headroom = params.observer != nullptr ? params.observer->reserve(1) : 0;
-  model::KVCache cache = target.make_cache(N + params.max_new_tokens + 1, headroom);
+  const int64_t positions = N + params.max_new_tokens + 1;
+  model::KVCache cache = target.make_cache(
+      params.observer != nullptr ? params.observer->cache_slots(positions, 1) : positions, headroom);
   if (params.observer != nullptr) params.observer->on_cache_created(cache);
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(target.device());
   at::Tensor token = at::empty({1}, long_opts);  // the decode step's input, reused

@@ -14,6 +14,7 @@
 #include "tools/bench_checkpoint.h"
 #include "tools/progress.h"
 #include "tools/prompting.h"
+#include "tools/device_memory.h"
 #include "tools/runner.h"
 
 namespace specpress::tools {
@@ -137,7 +138,10 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
         if (cache != nullptr) cache->emplace(plain_key, rec.plain);
       }
       params.block_size = report.block_size;
+      std::optional<PeakDeviceMemory> peak;  // with --compress, the uncompressed cache's memory against the compressed
+      if (options.compress.enabled()) peak.emplace(target.device());
       rec.dflash = runner.dflash(prompt, params);
+      if (peak) rec.dflash_peak_bytes = peak->peak_bytes();
       rec.outputs_equal = rec.plain.output_ids == rec.dflash.output_ids;
       // The reference feeds the DFlash output back as the assistant turn (skip_special_tokens=True).
       const std::string dflash_text = decode_output(tokenizer, rec.dflash.output_ids).text;
@@ -152,7 +156,9 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
         compress::KVCompressor compressor(options.compress, target, rec.prompt_tokens);
         decode::GenerationParams cparams = params;
         cparams.observer = &compressor;
+        peak.emplace(target.device());
         rec.compressed = decode::generate_dflash(target, draft, prompt, cparams);
+        rec.compressed_peak_bytes = peak->peak_bytes();
         rec.compression = compressor.stats();
         const auto& a = rec.dflash.output_ids;
         const auto& c = rec.compressed.output_ids;
@@ -289,8 +295,12 @@ void aggregate(BenchReport& r) {
     r.compressed_accuracy = 0;
     r.dflash_only_correct = r.compressed_only_correct = 0;
     r.fidelity = compress::FidelityResult{};
-    double positions = 0, slots = 0, events = 0, overhead = 0;
-    r.peak_slots = 0;
+    double positions = 0, slots = 0, events = 0, overhead = 0, unit_tokens = 0, unit_slots = 0;
+    r.peak_slots = r.kv_cache_bytes_uncompressed = r.kv_cache_bytes_compressed = 0;
+    r.peak_device_bytes_uncompressed = r.peak_device_bytes_compressed = std::nullopt;
+    auto keep_max = [](std::optional<int64_t>& most, const std::optional<int64_t>& v) {
+      if (v) most = std::max(most.value_or(0), *v);
+    };
     for (const auto& rec : r.records) {
       r.compressed_tau += rec.compressed.mean_acceptance_length() / n;
       r.dflash_steps_per_answer += static_cast<double>(rec.dflash.acceptance_lengths.size()) / n;
@@ -303,6 +313,13 @@ void aggregate(BenchReport& r) {
       events += static_cast<double>(rec.compression.events);
       overhead += rec.compression.overhead_ms;
       r.peak_slots = std::max(r.peak_slots, rec.compression.peak_slots);
+      unit_tokens += static_cast<double>(rec.compression.tokens_compressed);
+      unit_slots += static_cast<double>(rec.compression.tokens_compressed - rec.compression.slots_freed);
+      r.kv_cache_bytes_uncompressed =
+          std::max(r.kv_cache_bytes_uncompressed, rec.compression.cache_positions * rec.compression.kv_bytes_per_slot);
+      r.kv_cache_bytes_compressed = std::max(r.kv_cache_bytes_compressed, rec.compression.cache_bytes);
+      keep_max(r.peak_device_bytes_uncompressed, rec.dflash_peak_bytes);
+      keep_max(r.peak_device_bytes_compressed, rec.compressed_peak_bytes);
       r.fidelity.merge(rec.fidelity);
       if (rec.has_answers && !rec.reference_answer.empty()) {
         const bool dflash_right = answers_match(rec.dflash_answer, rec.reference_answer);
@@ -317,6 +334,7 @@ void aggregate(BenchReport& r) {
     r.tau_ratio = r.tau > 0 ? r.compressed_tau / r.tau : 0;
     r.compressed_tokens_per_s = r.compressed_tpot_ms > 0 ? 1e3 / r.compressed_tpot_ms : 0;
     r.effective_ratio = slots > 0 ? positions / slots : 1.0;
+    r.span_ratio = unit_slots > 0 ? unit_tokens / unit_slots : std::numeric_limits<double>::quiet_NaN();
     // per sample: an mt-bench sample's turns are records of their own, each a generation with its cache
     r.kv_bytes_saved = (positions - slots) / static_cast<double>(std::max<int64_t>(distinct_samples(r.records), 1)) *
                        static_cast<double>(r.slot_bytes);
@@ -376,10 +394,16 @@ nlohmann::ordered_json bench_json(const BenchReport& r) {
   if (r.options.compress.enabled()) {
     const auto& f = r.fidelity;
     nlohmann::ordered_json c = compress::policy_json(r.options.compress);
+    c["span_ratio"] = r.span_ratio;  // null where no slot is kept for compressed units
     c["effective_ratio"] = r.effective_ratio;
     c["kv_bytes_per_slot"] = r.slot_bytes;
     c["kv_bytes_saved_per_sample"] = r.kv_bytes_saved;
     c["peak_slots"] = r.peak_slots;
+    c["kv_cache_bytes"] = {{"uncompressed", r.kv_cache_bytes_uncompressed},
+                           {"compressed", r.kv_cache_bytes_compressed}};
+    auto or_null = [](const std::optional<int64_t>& v) { return v ? nlohmann::ordered_json(*v) : nullptr; };
+    c["peak_device_memory_bytes"] = {{"uncompressed", or_null(r.peak_device_bytes_uncompressed)},
+                                     {"compressed", or_null(r.peak_device_bytes_compressed)}};
     c["tau_compressed"] = r.compressed_tau;
     c["tau_ratio"] = r.tau_ratio;
     c["verify_steps_per_answer"] = {{"uncompressed", r.dflash_steps_per_answer},
@@ -521,11 +545,20 @@ std::string bench_markdown(const BenchReport& r) {
                           "1..{}), perplexity {:+.2f}%",
                           r.fidelity.mean_top1(), r.fidelity.mean_kl(), r.fidelity.pairs(), r.fidelity.max_offset,
                           100 * r.fidelity.perplexity_delta());
-    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, {:.1f} KiB KV saved "
-                      "per sample, {}, tau {:.2f} ({:.1f}% of uncompressed; verify steps per answer {:.1f} against "
-                      "{:.1f}), identical outputs {}, {:.3f} ms per event\n",
+    constexpr double kMiB = 1024.0 * 1024.0;
+    std::string memory = fmt::format("KV cache {:.2f} MiB allocated against {:.2f} MiB uncompressed",
+                                     static_cast<double>(r.kv_cache_bytes_compressed) / kMiB,
+                                     static_cast<double>(r.kv_cache_bytes_uncompressed) / kMiB);
+    if (r.peak_device_bytes_compressed && r.peak_device_bytes_uncompressed)
+      memory += fmt::format(", peak device memory {:.1f} MiB against {:.1f} MiB",
+                            static_cast<double>(*r.peak_device_bytes_compressed) / kMiB,
+                            static_cast<double>(*r.peak_device_bytes_uncompressed) / kMiB);
+    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, span ratio {}, {:.1f} "
+                      "KiB KV saved per sample ({}), {}, tau {:.2f} ({:.1f}% of uncompressed; verify steps per answer "
+                      "{:.1f} against {:.1f}), identical outputs {}, {:.3f} ms per event\n",
                       compress::method_name(p.method), p.window, p.sinks, p.merge_tokens, r.effective_ratio,
-                      r.kv_bytes_saved / 1024.0, fidelity, r.compressed_tau, 100 * r.tau_ratio,
+                      std::isnan(r.span_ratio) ? std::string("- (no slot kept)") : fmt::format("{:.2f}", r.span_ratio),
+                      r.kv_bytes_saved / 1024.0, memory, fidelity, r.compressed_tau, 100 * r.tau_ratio,
                       r.compressed_steps_per_answer, r.dflash_steps_per_answer,
                       r.options.sampling.greedy()
                           ? fmt::format("{:.0f}%", 100 * r.identical_compressed)

@@ -6,6 +6,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct BenchRecord {
   compress::CompressionStats compression;
   compress::FidelityResult fidelity;
   int64_t first_divergence = 0;  // first output index where compressed and uncompressed DFlash differ
+  // measured peak device memory (tools::PeakDeviceMemory) during the uncompressed and the compressed DFlash generation;
+  // none on the CPU
+  std::optional<int64_t> dflash_peak_bytes, compressed_peak_bytes;
 };
 
 struct BenchOptions {
@@ -98,6 +102,14 @@ struct BenchReport {
   double effective_ratio = 0, kv_bytes_saved = 0, mean_first_divergence = 0, identical_compressed = 0;
   double overhead_ms_per_event = 0;
   int64_t peak_slots = 0, slot_bytes = 0;
+  // span ratio n/k: the tokens of the compressed units per slot kept for them (NaN where none is kept: drop,
+  // window-only's eviction, or no event)
+  double span_ratio = 0;
+  // The largest target KV cache a generation allocated: uncompressed (the K/V of CompressionStats::cache_positions),
+  // compressed (CompressionStats::cache_bytes); and the largest measured peak device memory of a generation,
+  // both kinds (none on the CPU).
+  int64_t kv_cache_bytes_uncompressed = 0, kv_cache_bytes_compressed = 0;
+  std::optional<int64_t> peak_device_bytes_uncompressed, peak_device_bytes_compressed;
   compress::FidelityResult fidelity;
 };
 

@@ -51,6 +51,13 @@ Json result_json(const decode::GenerationResult& r, bool with_ids) {
 double number_or_nan(const nlohmann::json& j, const ConfigReader& r, const std::string& key) {
   return j.contains(key) && j[key].is_null() ? std::numeric_limits<double>::quiet_NaN() : r.number(key);
 }
+// A count that may be absent (null): a peak device memory measured only on CUDA.
+Json optional_json(const std::optional<int64_t>& v) { return v ? Json(*v) : Json(nullptr); }
+std::optional<int64_t> optional_integer(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  if (!j.contains(key)) fail("{}: no field '{}' (a count, or null)", where, key);
+  if (j[key].is_null()) return std::nullopt;
+  return ConfigReader{j, where}.integer(key);
+}
 std::vector<double> numbers_or_nan(const nlohmann::json& j, const std::string& key, const std::string& where) {
   std::vector<double> out;
   if (!j.contains(key)) return out;
@@ -99,7 +106,11 @@ Json stats_json(const compress::CompressionStats& s) {
           {"event_positions", s.event_positions},
           {"feature_buffer_bytes", s.feature_buffer_bytes},
           {"positions", s.positions},
-          {"slots", s.slots}};
+          {"slots", s.slots},
+          {"cache_capacity", s.cache_capacity},
+          {"cache_bytes", s.cache_bytes},
+          {"cache_positions", s.cache_positions},
+          {"kv_bytes_per_slot", s.kv_bytes_per_slot}};
 }
 
 compress::CompressionStats stats_from_json(const nlohmann::json& j, const std::string& where) {
@@ -114,6 +125,10 @@ compress::CompressionStats stats_from_json(const nlohmann::json& j, const std::s
   s.feature_buffer_bytes = r.integer("feature_buffer_bytes");
   s.positions = r.integer("positions");
   s.slots = r.integer("slots");
+  s.cache_capacity = r.integer("cache_capacity");
+  s.cache_bytes = r.integer("cache_bytes");
+  s.cache_positions = r.integer("cache_positions");
+  s.kv_bytes_per_slot = r.integer("kv_bytes_per_slot");
   return s;
 }
 
@@ -192,7 +207,9 @@ Json checkpoint_record_json(const BenchRecord& rec) {
     j["compression"] = {{"compressed", result_json(rec.compressed, rec.compressed.output_ids != rec.dflash.output_ids)},
                         {"stats", stats_json(rec.compression)},
                         {"fidelity", fidelity_json(rec.fidelity)},
-                        {"first_divergence", rec.first_divergence}};
+                        {"first_divergence", rec.first_divergence},
+                        {"peak_device_bytes", {{"uncompressed", optional_json(rec.dflash_peak_bytes)},
+                                               {"compressed", optional_json(rec.compressed_peak_bytes)}}}};
   return j;
 }
 
@@ -227,6 +244,9 @@ BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::stri
     rec.compression = stats_from_json(object_field(c, "stats", cw), cw + ", stats");
     rec.fidelity = fidelity_from_json(object_field(c, "fidelity", cw), cw + ", fidelity");
     rec.first_divergence = ConfigReader{c, cw}.integer("first_divergence");
+    const nlohmann::json& peak = object_field(c, "peak_device_bytes", cw);
+    rec.dflash_peak_bytes = optional_integer(peak, "uncompressed", cw + ", peak_device_bytes");
+    rec.compressed_peak_bytes = optional_integer(peak, "compressed", cw + ", peak_device_bytes");
     if (rec.has_answers) {  // the compressed output's answer, recorded since 2026-12-07
       const nlohmann::json& a = object_field(j, "answers", where);
       if (!a.contains("compressed"))
