@@ -1278,6 +1278,11 @@ TEST(ServerHttp, ThinkingBudgetCutsTheBlockAsGenerateDoes) {
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 400);
   EXPECT_NE(refused->body.find("thinking_token_budget"), std::string::npos) << refused->body;
+  logprobs.erase("thinking_token_budget");  // the server's cap: the message names its flag, not a field not sent
+  const httplib::Result by_default = s.client().Post("/v1/chat/completions", logprobs.dump(), "application/json");
+  ASSERT_TRUE(by_default);
+  EXPECT_EQ(by_default->status, 400);
+  EXPECT_NE(by_default->body.find("the server's --reasoning-budget"), std::string::npos) << by_default->body;
   // thinking off: no block to cap (the template closes it in the prompt), the reply as `generate` writes it unthinking
   json off = chat;
   off["chat_template_kwargs"] = {{"enable_thinking", false}};
@@ -2303,6 +2308,10 @@ TEST(ServerHttp, SeedsRepeatAndUnseededRequestsDiffer) {
   EXPECT_EQ(post(s, "/v1/completions", seeded)["choices"][0]["text"],
             post(s, "/v1/completions", seeded)["choices"][0]["text"]);
   EXPECT_NE(post(s, "/v1/completions", base)["choices"][0]["text"], post(s, "/v1/completions", base)["choices"][0]["text"]);
+  json random = base;  // llama-server's LLAMA_DEFAULT_SEED, which /props shows for "random", draws a fresh one too
+  random["seed"] = 4294967295u;
+  EXPECT_NE(post(s, "/v1/completions", random)["choices"][0]["text"],
+            post(s, "/v1/completions", random)["choices"][0]["text"]);
 }
 
 // A streaming client that closes its connection ends its generation at the next commit, and SIGTERM during a
@@ -2491,14 +2500,58 @@ TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
 }
 
 // Bad flags and a model that cannot load end the command with a message and a non-zero status.
+// --compress: every response reports its compressor's work (the reply is `generate --compress`'s) and a cache of fewer
+// slots than its positions (in bytes the demo beacon's feature ring outweighs what 160 tokens save); n choices report each their own and the top level their totals; /metrics counts it all.
+TEST(ServerHttp, CompressedGenerationsReportTheirCompression) {
+  SPECPRESS_REQUIRE_DEMO_TOKENIZER();
+  const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
+  ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--compress", demo_dir() + "/beacon"});
+  ASSERT_GT(s.port(), 0) << s.stderr_text();
+  const json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 160}, {"ignore_eos", true}};
+  const json whole = post(s, "/v1/chat/completions", chat);
+  const json& c = whole["compression"];
+  EXPECT_GT(c["events"].get<int64_t>(), 0) << c;
+  EXPECT_LT(c["cache_slots"].get<int64_t>(), c["positions"].get<int64_t>()) << c;
+  EXPECT_LT(c["slots"].get<int64_t>(), c["positions"].get<int64_t>()) << c;
+  const CommandResult cli = run_specpress("generate " + pair + " -p \"" + std::string(kQuestion) +
+                                          "\" --chat -n 160 --ignore-eos --json --compress " + demo_dir() + "/beacon");
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], json::parse(cli.out)["text"]);
+  EXPECT_EQ(c["events"], json::parse(cli.out)["compression"]["events"]);
+
+  json two = chat;
+  two["n"] = 2, two["temperature"] = 0.9, two["seed"] = 3;
+  const json both = post(s, "/v1/chat/completions", two);
+  const json& total = both["compression"];
+  ASSERT_EQ(both["choices"].size(), 2u);
+  const json& c0 = both["choices"][0]["compression"];
+  const json& c1 = both["choices"][1]["compression"];
+  EXPECT_EQ(total["choices"], 2);
+  EXPECT_EQ(total["events"], c0["events"].get<int64_t>() + c1["events"].get<int64_t>());
+  EXPECT_EQ(total["positions"], c0["positions"].get<int64_t>() + c1["positions"].get<int64_t>());
+  EXPECT_EQ(total["cache_bytes"], std::max(c0["cache_bytes"].get<int64_t>(), c1["cache_bytes"].get<int64_t>()));
+  EXPECT_DOUBLE_EQ(total["effective_ratio"].get<double>(),
+                   total["positions"].get<double>() / total["slots"].get<double>());
+  EXPECT_EQ(metric(s, "compression_events_total"), c["events"].get<double>() + total["events"].get<double>());
+  EXPECT_EQ(metric(s, "compression_slots_freed_total"),
+            c["slots_freed"].get<double>() + total["slots_freed"].get<double>());
+}
+
 TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   struct Case {
     std::vector<std::string> args;
     std::string message;
+    bool before_listening = false;  // refused before the port is bound (needs no model)
   };
   const std::vector<Case> cases = {
       {{"-m", demo_dir() + "/target", "--port", "70000"}, "--port"},
+      {{"-m", demo_dir() + "/target", "--compress", "bogus"}, "--compress: unknown compression method 'bogus'", true},
+      {{"-m", demo_dir() + "/target", "--compress", demo_dir() + "/no-such-beacon"}, "no-such-beacon does not exist", true},
+      {{"-m", demo_dir() + "/target", "--compress", "drop", "--compress-window", "0"}, "--compress-window: must be >= 1",
+       true},
+      {{"-m", demo_dir() + "/target", "--compress", "drop", "--reasoning-budget", "50"},
+       "--reasoning-budget: cannot be combined with --compress", true},
       {{"-m", demo_dir() + "/no-such-model"}, "no-such-model"},
       {{"-m", demo_dir() + "/target", "-c", "99999"}, "-c/--ctx-size: 99999 exceeds"},
       {{"-m", demo_dir() + "/target", "-n", "0"}, "-n/--n-predict"},
@@ -2520,6 +2573,7 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
     EXPECT_TRUE(s.exited()) << c.message;
     EXPECT_EQ(s.stop(SIGKILL, 5), 1) << c.message << "\n" << s.stderr_text();
     EXPECT_NE(s.stderr_text().find(c.message), std::string::npos) << s.stderr_text();
+    if (c.before_listening) EXPECT_EQ(s.stderr_text().find("listening"), std::string::npos) << s.stderr_text();
   }
   // a port in use is an error, not a second server sharing it
   ServerProcess first({"-m", demo_dir() + "/target"});

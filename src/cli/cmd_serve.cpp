@@ -8,6 +8,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "server/http_server.h"
+#include "server/json_fields.h"
 
 namespace specpress::cli {
 
@@ -47,10 +48,13 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "never stop at the model's eos ids");
   cmd->add_flag("--return-tokens-as-token-ids", o->return_tokens_as_token_ids,
                 "logprobs name each token \"token_id:ID\" (as vLLM's flag; a request's return_tokens_as_token_ids wins)");
-  cmd->add_flag("--slots,!--no-slots", o->slots, "serve GET /slots, the generation slot's state (default: on)");
-  cmd->add_flag("--warmup,!--no-warmup", o->warmup,
-                "run a short greedy generation at load, so that the first request pays no first-run costs "
-                "(default: on; not counted in /metrics)");
+  // on by default, each with its --no- form (two flags: CLI11 would print "--slots,--no-slots{false}" for one)
+  cmd->add_flag_callback("--slots", [o] { o->slots = true; }, "serve GET /slots, the generation slot's state (the default)");
+  cmd->add_flag_callback("--no-slots", [o] { o->slots = false; }, "do not serve GET /slots");
+  cmd->add_flag_callback("--warmup", [o] { o->warmup = true; },
+                         "run a short greedy generation at load, so that the first request pays no first-run costs "
+                         "(the default; not counted in /metrics)");
+  cmd->add_flag_callback("--no-warmup", [o] { o->warmup = false; }, "load without the warm-up generation");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");
   cmd->add_option("--alias", o->alias, "model id reported to clients (default: the model directory's name)");
   cmd->add_option("--api-key", o->api_key,
@@ -64,7 +68,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   add_compression_flags(*cmd, o->compress, o->policy);
 #ifdef SPECPRESS_HAVE_SERVER
   cmd->callback([&run, o, seed, kwargs, budget]() {
-    o->random_seed = seed->count() == 0;
+    // no --seed, or llama-server's "random" value: a fresh seed each request
+    o->random_seed = seed->count() == 0 || o->sampling.seed == server::kRandomSeedValue;
     o->reasoning_budget_given = budget->count() > 0;
     o->chat_template_kwargs_given = kwargs->count() > 0;
     run = [o]() { return server::run_server(*o); };

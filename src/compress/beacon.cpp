@@ -198,13 +198,33 @@ void save_beacon(const std::string& dir, const BeaconConfig& config, const Beaco
   io::write_file_atomic((fs::path(dir) / kConfigFile).string(), beacon_config_json(config).dump(2) + "\n");
 }
 
+namespace {
+// A value that is no method name is a compressor directory where it looks like a path; else an unknown method.
+bool names_a_path(const std::string& value) {
+  return !is_method_name(value) && (value.find('/') != std::string::npos || fs::exists(value));
+}
+void check_path_exists(const std::string& value, const std::string& flag) {
+  if (!fs::exists(value)) fail("{}: {} does not exist (expected a method name or a compressor directory)", flag, value);
+}
+}  // namespace
+
+void check_compress_flags(const std::string& value, const std::string& flag, Policy policy) {
+  if (names_a_path(value)) {
+    check_path_exists(value, flag);
+    policy.method = Method::kDrop;  // its checkpoint is read with the model; the knobs given are checked as any method's
+  } else {
+    policy.method = parse_method(value, flag);
+  }
+  policy.beacon = nullptr;
+  validate(policy);
+}
+
 Policy resolve_compress(const std::string& value, const std::string& flag, Policy policy, const model::Qwen3Model& target) {
-  const bool looks_like_path = !is_method_name(value) && (value.find('/') != std::string::npos || fs::exists(value));
-  if (!looks_like_path) {
+  if (!names_a_path(value)) {
     policy.method = parse_method(value, flag);
     return policy;
   }
-  if (!fs::exists(value)) fail("{}: {} does not exist (expected a method name or a compressor directory)", flag, value);
+  check_path_exists(value, flag);
   policy.beacon = BeaconCompressor::load(value, target);
   policy.method = Method::kBeacon;
   policy.beacon_dir = value;

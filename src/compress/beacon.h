@@ -89,6 +89,9 @@ void save_beacon(const std::string& dir, const BeaconConfig& config, const Beaco
 // (its method becomes kBeacon). `policy` keeps the window/sinks/merge the user gave (Policy::given); a beacon gives
 // its trained values to those not given.
 Policy resolve_compress(const std::string& value, const std::string& flag, Policy policy, const model::Qwen3Model& target);
+// What resolve_compress can check without the model: the value names a method or an existing path, and the knobs
+// given are in range (a server checks them before it binds its port).
+void check_compress_flags(const std::string& value, const std::string& flag, Policy policy);
 
 // RMS of the rows of `embed_tokens` (the beacon's output scale).
 double embedding_rms(const at::Tensor& embed_tokens);

@@ -293,6 +293,7 @@ CompletionRequest parse_completion_request(const json& body, Api api, const Requ
       }
     } else if (key == "thinking_token_budget" && chat) {  // vLLM's
       r.thinking_budget = integer_field(v, key);
+      r.thinking_budget_given = true;
       if (r.thinking_budget < 1)
         fail("field 'thinking_token_budget': must be at least 1, got {}", r.thinking_budget);
     } else if (key == "reasoning_format" && chat) {

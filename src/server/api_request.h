@@ -48,6 +48,7 @@ struct CompletionRequest {
   // chat and messages with thinking on: the think block's cap in tokens (decode/thinking_budget.h; vLLM's
   // thinking_token_budget, the Messages API's thinking.budget_tokens), -1 none
   int64_t thinking_budget = -1;
+  bool thinking_budget_given = false;  // by the request (else the server's --reasoning-budget, or none)
   // chat and messages: the thinking's place in the reply (messages: kDeepseek = thinking blocks); else none
   ReasoningFormat reasoning_format = ReasoningFormat::kNone;
   int64_t max_tokens = -1;  // -1: as many as the context size leaves; 0 (echo only): the prompt scored, no output

@@ -46,6 +46,7 @@
 #include "model/qwen3.h"
 #include "server/api_request.h"
 #include "server/generation_job.h"
+#include "server/json_fields.h"
 #include "server/logprobs_json.h"
 #include "server/messages_json.h"
 #include "server/messages_request.h"
@@ -299,6 +300,9 @@ class Server {
   int64_t requests_ = 0, prompt_tokens_ = 0, predicted_tokens_ = 0, draft_tokens_ = 0, accepted_tokens_ = 0;
   int64_t verify_steps_ = 0;
   std::vector<int64_t> accepted_at_;  // [i - 1]: verify steps that accepted the block's drafted token i
+  // --compress: what the KV compressors of all generations did (compress::CompressionStats)
+  int64_t compression_events_ = 0, compression_tokens_ = 0, compression_slots_freed_ = 0;
+  double compression_seconds_ = 0;
   double prompt_seconds_ = 0, predicted_seconds_ = 0;
 };
 
@@ -455,8 +459,11 @@ Job Server::prepare(const CompletionRequest& request) const {
   if (request.random_seed) job.params.sampling.seed = random_seed();
   job.params.logprobs = request.logprobs;
   if (request.thinking_budget > 0 && request.enable_thinking) {  // without thinking there is no block to cap
-    const char* field =
-        request.api == Api::kMessages ? "field 'thinking.budget_tokens'" : "field 'thinking_token_budget'";
+    // the request's own cap, or the server's default one (which a request with thinking on cannot lift)
+    const char* field = !request.thinking_budget_given ? "the server's --reasoning-budget (a cap on every thinking "
+                                                         "request; turn thinking off to run without it)"
+                        : request.api == Api::kMessages ? "field 'thinking.budget_tokens'"
+                                                        : "field 'thinking_token_budget'";
     if (request.logprobs >= 0)
       fail("{}: cannot be combined with logprobs (the tokens forced at the cap have none)", field);
     if (m.policy.enabled())
@@ -619,6 +626,11 @@ Outcome Server::generate(Job& job, const std::function<bool(const ReplyParts&, s
       const std::vector<int64_t> accepted_at = r.accepted_per_position();
       if (accepted_at_.size() < accepted_at.size()) accepted_at_.resize(accepted_at.size(), 0);
       for (size_t i = 0; i < accepted_at.size(); ++i) accepted_at_[i] += accepted_at[i];
+    }
+    if (compressor) {
+      const compress::CompressionStats& st = compressor->stats();
+      compression_events_ += st.events, compression_tokens_ += st.tokens_compressed;
+      compression_slots_freed_ += st.slots_freed, compression_seconds_ += st.overhead_ms / 1e3;
     }
   }
   std::string spec;
@@ -975,7 +987,7 @@ json sampling_json(const decode::SamplingParams& p) {
 
 json Server::default_params_json() const {
   json params = sampling_json(o_.sampling);
-  if (o_.random_seed) params["seed"] = 4294967295u;  // llama-server's "random" (LLAMA_DEFAULT_SEED): a fresh one each
+  if (o_.random_seed) params["seed"] = kRandomSeedValue;  // llama-server's "random": a fresh one each request
   params["n_predict"] = o_.n_predict;
   params["enable_thinking"] = o_.enable_thinking;
   params["ignore_eos"] = o_.ignore_eos;
@@ -1055,6 +1067,15 @@ std::string Server::metrics_text() const {
     for (size_t i = 0; i < positions; ++i)
       s += fmt::format("specpress:draft_accepted_per_position_total{{position=\"{}\"}} {}\n", i + 1,
                        i < accepted_at_.size() ? accepted_at_[i] : 0);
+  }
+  if (ready_ && model_.policy.enabled()) {  // counted at each generation's last forward, as its "compression" object
+    metric("compression_events_total", "counter", "Units of committed tokens replaced in the KV cache (--compress).",
+           static_cast<double>(compression_events_));
+    metric("compression_tokens_total", "counter", "Committed tokens those units held.",
+           static_cast<double>(compression_tokens_));
+    metric("compression_slots_freed_total", "counter", "KV cache slots freed by compression.",
+           static_cast<double>(compression_slots_freed_));
+    metric("compression_seconds_total", "counter", "Time spent compressing the KV cache.", compression_seconds_);
   }
   std::lock_guard<std::mutex> queue_lock(queue_mutex_);
   metric("requests_processing", "gauge", "Generations running (0 or 1).", busy_ ? 1.0 : 0.0);
@@ -1490,6 +1511,10 @@ int run_server(const ServerOptions& options) {
       o.enable_thinking = value.get<bool>();
     }
   }
+  // what needs no model is refused before the port is bound (the model loads after it, /health answering 503)
+  compress::check_compress_flags(o.compress, "--compress", o.policy);
+  if (o.reasoning_budget > 0 && o.compress != "none")
+    fail("--reasoning-budget: cannot be combined with --compress (the compressor follows one generation)");
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects mid-stream is a failed write, not a dead server
   Server server(o);
   return server.run();

@@ -57,12 +57,14 @@ bool read_sampling_field(const std::string& key, const json& v, decode::Sampling
     sampling.min_p = number_field(v, key);
     if (!(sampling.min_p >= 0 && sampling.min_p < 1)) fail("field 'min_p': must be in [0, 1), got {}", brief(v));
   } else if (key == "seed") {
-    if (v.is_number_unsigned()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() == kRandomSeedValue) {
+      random_seed = true;  // llama-server's LLAMA_DEFAULT_SEED: a fresh seed (what /props shows for "random")
+    } else if (v.is_number_unsigned()) {
       sampling.seed = v.get<uint64_t>();
       random_seed = false;
     } else {
       const int64_t seed = integer_field(v, key);
-      if (seed < -1) fail("field 'seed': must be -1 (random) or in 0..2^64-1, got {}", seed);
+      if (seed < -1) fail("field 'seed': must be -1 or 4294967295 (random) or in 0..2^64-1, got {}", seed);
       random_seed = seed == -1;
       if (seed >= 0) sampling.seed = static_cast<uint64_t>(seed);
     }

@@ -13,6 +13,10 @@
 
 namespace specpress::server {
 
+// llama-server's LLAMA_DEFAULT_SEED (0xFFFFFFFF): as a request's seed, a fresh one; /props shows it where the server
+// draws a fresh seed for each request.
+inline constexpr uint64_t kRandomSeedValue = 4294967295u;
+
 int64_t integer_field(const nlohmann::json& v, const std::string& field);  // 3.0 counts as 3
 double number_field(const nlohmann::json& v, const std::string& field);
 bool bool_field(const nlohmann::json& v, const std::string& field);
@@ -21,8 +25,8 @@ std::string string_field(const nlohmann::json& v, const std::string& field);
 void require_off(const nlohmann::json& v, const std::string& field, bool off,
                  const std::string& what);
 
-// temperature, top_p, top_k, min_p or seed (-1: random): false when `key` is none of them. A seed sets
-// `random_seed` (true for -1, else false).
+// temperature, top_p, top_k, min_p or seed (-1 or kRandomSeedValue: random): false when `key` is none of them. A seed
+// sets `random_seed` (true for those two, else false).
 bool read_sampling_field(const std::string& key, const nlohmann::json& v,
                          decode::SamplingParams& sampling, bool& random_seed);
 

@@ -268,6 +268,7 @@ CompletionRequest parse_messages_request(const nlohmann::json& body, MessagesRou
     fail("field 'thinking.budget_tokens': {} must be less than max_tokens ({})", budget, r.max_tokens);
   // a request's thinking object replaces the server's default cap (disabled: no thinking to cap)
   r.thinking_budget = budget >= 0 ? budget : thinking_given ? -1 : defaults.thinking_budget;
+  r.thinking_budget_given = budget >= 0;
   if (r.assistant_prefill) r.thinking_budget = -1;  // the template closes the block before a prefill
   if (have_system) r.messages.insert(r.messages.begin(), tok::ChatMessage{"system", system});
   r.tool_calls = !r.tools.empty() && !tool_choice_none;

@@ -128,6 +128,24 @@ Outcome merged_outcome(const std::vector<Outcome>& choices) {
   return all;
 }
 
+json merged_compression(const std::vector<Outcome>& choices) {
+  json all = choices.front().compression;
+  for (const char* key : {"events", "tokens_compressed", "slots_freed", "positions", "slots", "overhead_ms"}) {
+    double sum = 0;  // counts stay integers in the JSON below
+    for (const Outcome& o : choices) sum += o.compression.at(key).get<double>();
+    all[key] = all[key].is_number_integer() ? json(static_cast<int64_t>(sum)) : json(sum);
+  }
+  for (const char* key : {"peak_slots", "cache_slots", "cache_bytes", "uncompressed_cache_bytes"}) {
+    int64_t most = 0;  // one generation at a time: the largest cache any choice held
+    for (const Outcome& o : choices) most = std::max(most, o.compression.at(key).get<int64_t>());
+    all[key] = most;
+  }
+  const double slots = all["slots"].get<double>();
+  all["effective_ratio"] = slots > 0 ? all["positions"].get<double>() / slots : 1.0;
+  all["choices"] = choices.size();
+  return all;
+}
+
 json response_json(const Job& job, const std::vector<Outcome>& choices, const std::string& model_name,
                    const LogprobsJson& format) {
   json j = response_json(job, choices.front(), model_name, format);
@@ -136,8 +154,10 @@ json response_json(const Job& job, const std::vector<Outcome>& choices, const st
     j["choices"].push_back(choice_json(job, choices[i], static_cast<int64_t>(i), format));
   j["usage"] = usage_json(choices);
   j["timings"] = timings_json(merged_outcome(choices));
-  if (j.contains("compression"))  // each choice its own (the top level keeps choice 0's, as with one)
+  if (j.contains("compression")) {  // each choice its own; the top level their totals, as timings and usage
     for (size_t i = 0; i < choices.size(); ++i) j["choices"][i]["compression"] = choices[i].compression;
+    j["compression"] = merged_compression(choices);
+  }
   return j;
 }
 

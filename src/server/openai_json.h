@@ -33,6 +33,9 @@ nlohmann::ordered_json response_json(const Job& job, const std::vector<Outcome>&
 // The choices' outcomes added up, for timings: the work of every choice (each prefills the prompt: prompt_n counts
 // it each time), completion tokens, times and the DFlash verify steps.
 Outcome merged_outcome(const std::vector<Outcome>& choices);
+// With --compress, the choices' compression objects as one: counts and times summed (each choice compresses its own
+// generation), the cache sizes and peak slots the largest, the effective ratio of the sums, and "choices".
+nlohmann::ordered_json merged_compression(const std::vector<Outcome>& choices);
 // An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
 nlohmann::ordered_json tool_call_json(const ToolCall& call);
 // A chat stream's chunk that carries one whole tool call, the response's `index`-th (delta.tool_calls).
