@@ -6,7 +6,12 @@
 # DFlash on the compressed KV cache and prints the memory it saved and how far the output moved.
 # PAIR=../shared/golden/dflash-tiny-a runs the golden pair. DEVICE and DTYPE (default cpu, f32: the README's numbers,
 # and exact agreement whatever the build) pick where it runs, e.g. DEVICE=auto DTYPE=auto as the commands default.
+# BIN and PAIR, where given relative, are taken from the directory it is run in.
 set -euo pipefail
+here=$(pwd)
+abs() { case $1 in /*) echo "$1" ;; *) echo "$here/$1" ;; esac; }
+BIN=${BIN:+$(abs "$BIN")}
+PAIR=${PAIR:+$(abs "$PAIR")}
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin/specpress}
 PAIR=${PAIR:-demo}

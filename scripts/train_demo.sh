@@ -3,13 +3,19 @@
 # default: a small Qwen3 target (train-lm, demo/target-train-config.json) on GSM8K train (MIT) as
 # Qwen3-chat conversations, then its DFlash draft (train-draft) on the target's own greedy answers to
 # GSM8K train questions (on-policy), evaluated on GSM8K test prompts, then the beacon KV compressor
-# (train-compressor) on the pair's DFlash answers to 140 further GSM8K train questions. Installs the
-# result into demo/target, demo/draft (bf16 safetensors; tokenizer.json comes from
-# scripts/fetch_demo_tokenizer.sh) and demo/beacon.
-# Resumable: rerunning after a kill continues both trainings from their last checkpoints.
-# Usage: scripts/train_demo.sh   (BIN, SHARED, WORK, DEVICE, LM_STEPS, DRAFT_STEPS, PROMPTS, BEACON_STEPS override
-# the defaults)
+# (train-compressor) on the pair's DFlash answers to GSM8K train questions 61-200 (among the draft's
+# on-policy prompts; the compressor learns the target's cache, not the draft). Installs the result into
+# demo/target, demo/draft (bf16 safetensors; tokenizer.json comes from scripts/fetch_demo_tokenizer.sh)
+# and demo/beacon.
+# Resumable: rerunning after a kill continues the three trainings from their last checkpoints.
+# Usage: scripts/train_demo.sh   (BIN, SHARED, WORK, DEVICE, LM_STEPS, DRAFT_STEPS, PROMPTS, BEACON_PROMPTS,
+# BEACON_STEPS override the defaults; relative paths are taken from the directory it is run in)
 set -euo pipefail
+here=$(pwd)
+abs() { case $1 in /*) echo "$1" ;; *) echo "$here/$1" ;; esac; }
+BIN=${BIN:+$(abs "$BIN")}
+SHARED=${SHARED:+$(abs "$SHARED")}
+WORK=${WORK:+$(abs "$WORK")}
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/bin/specpress}
 SHARED=${SHARED:-../shared}
@@ -18,19 +24,24 @@ DEVICE=${DEVICE:-cpu}
 LM_STEPS=${LM_STEPS:-500}
 DRAFT_STEPS=${DRAFT_STEPS:-300}
 PROMPTS=${PROMPTS:-300}
+BEACON_PROMPTS=${BEACON_PROMPTS:-140}
 BEACON_STEPS=${BEACON_STEPS:-150}
 [ -x "$BIN" ] || { echo "train_demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
 command -v jq >/dev/null || { echo "train_demo: jq not found (apt-get install jq)" >&2; exit 1; }
+for f in qwen3-tokenizer/tokenizer_config.json gsm8k_train.jsonl gsm8k_test.jsonl; do
+  [ -f "$SHARED/data/$f" ] || { echo "train_demo: $SHARED/data/$f not found (set SHARED to the shared folder)" >&2; exit 1; }
+done
 mkdir -p "$WORK/tokenizer"
-scripts/fetch_demo_tokenizer.sh "$WORK/tokenizer"
-cp "$SHARED/data/qwen3-tokenizer/tokenizer_config.json" "$WORK/tokenizer/"
+SHARED=$SHARED scripts/fetch_demo_tokenizer.sh "$WORK/tokenizer"
+# -f: the shared files are read-only, and so is a copy of one made by an earlier (killed) run
+cp -f "$SHARED/data/qwen3-tokenizer/tokenizer_config.json" "$WORK/tokenizer/"
 
 # GSM8K train as chat: the DFlash gsm8k prompt format (turns[0]) answered by the reference solution.
 jq -c '{messages: [{role: "user", content: .turns[0]}, {role: "assistant", content: .source.answer}]}' \
   "$SHARED/data/gsm8k_train.jsonl" > "$WORK/gsm8k_train_chat.jsonl"
 head -n "$PROMPTS" "$SHARED/data/gsm8k_train.jsonl" > "$WORK/onpolicy_prompts.jsonl"
 head -n 8 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/eval_prompts.jsonl"
-head -n 200 "$SHARED/data/gsm8k_train.jsonl" | tail -n 140 > "$WORK/beacon_prompts.jsonl"
+head -n 200 "$SHARED/data/gsm8k_train.jsonl" | tail -n 140 | head -n "$BEACON_PROMPTS" > "$WORK/beacon_prompts.jsonl"
 head -n 10 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/beacon_eval.jsonl"
 
 time "$BIN" train-lm --config demo/target-train-config.json --tokenizer "$WORK/tokenizer" \
@@ -44,15 +55,15 @@ time "$BIN" train-draft --target "$WORK/target" --on-policy-prompts "$WORK/onpol
 
 for pair in target draft; do
   mkdir -p "demo/$pair"
-  cp "$WORK/$pair/config.json" "$WORK/$pair/model.safetensors" "demo/$pair/"
+  cp -f "$WORK/$pair/config.json" "$WORK/$pair/model.safetensors" "demo/$pair/"
 done
-cp "$WORK/target/generation_config.json" "$WORK/target/tokenizer_config.json" demo/target/
-scripts/fetch_demo_tokenizer.sh demo/target
+cp -f "$WORK/target/generation_config.json" "$WORK/target/tokenizer_config.json" demo/target/
+SHARED=$SHARED scripts/fetch_demo_tokenizer.sh demo/target
 
 time "$BIN" train-compressor --target demo/target --draft demo/draft --on-policy-prompts "$WORK/beacon_prompts.jsonl" \
   --eval-prompts "$WORK/beacon_eval.jsonl" --gen-tokens 200 --compress-window 32 --compress-merge 8 --width 128 \
   --out "$WORK/beacon" --resume --device "$DEVICE" --steps "$BEACON_STEPS" --batch 4 --seq-len 320 --lr 1e-3 \
   --warmup 10 --eval-every 50 --eval-samples 10 --save-every 50
 mkdir -p demo/beacon
-cp "$WORK/beacon/compressor.json" "$WORK/beacon/compressor.safetensors" demo/beacon/
+cp -f "$WORK/beacon/compressor.json" "$WORK/beacon/compressor.safetensors" demo/beacon/
 echo "train_demo: installed demo/target, demo/draft and demo/beacon" >&2
