@@ -4,7 +4,14 @@
 
 #include <c10/core/InferenceMode.h>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
 #include <fstream>
+#include <thread>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -74,6 +81,58 @@ TEST(Checkpoint, AtomicWriteFailureNamesThePath) {
   EXPECT_EQ(io::read_text_file((d.path / "ok.bin").string()), "bytes");
   for (const auto& entry : fs::directory_iterator(d.path))
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+}
+
+// A SIGINT or SIGTERM at its default action during an atomic write ends the process without leaving the temporary
+// file: the child's write blocks opening a FIFO made where its temporary file goes, and is signalled once its handler
+// is in place (/proc's SigCgt), so the signal lands mid-write every time. A replaced file keeps its permissions.
+TEST(Checkpoint, SignalDuringAnAtomicWriteLeavesNoTemporaryFile) {
+  ScratchDir d("ckpt-signal");
+  const std::string target = (d.path / "out.bin").string();
+  auto catches = [](pid_t pid, int sig) {  // the signal's bit in /proc/PID/status's SigCgt (caught signals)
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1) & 1) != 0;
+    return false;
+  };
+  for (const int sig : {SIGINT, SIGTERM}) {
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(go[1]);
+      char c = 0;
+      if (::read(go[0], &c, 1) != 1) ::_exit(3);
+      ::signal(sig, SIG_DFL);
+      try {
+        io::write_file_atomic(target, "bytes");
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(0);
+    }
+    ::close(go[0]);
+    const std::string tmp = target + ".tmp." + std::to_string(pid);
+    ASSERT_EQ(::mkfifo(tmp.c_str(), 0600), 0);
+    ASSERT_EQ(::write(go[1], "x", 1), 1);
+    ::close(go[1]);
+    for (int i = 0; i < 1000 && !catches(pid, sig); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(catches(pid, sig)) << "the write installed no handler for signal " << sig;
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    EXPECT_FALSE(fs::exists(fs::symlink_status(tmp))) << tmp << " was left";
+    EXPECT_FALSE(fs::exists(target));
+  }
+  std::ofstream(target) << "old";
+  ASSERT_EQ(::chmod(target.c_str(), 0600), 0);
+  io::write_file_atomic(target, "new");
+  struct stat st {};
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(io::read_text_file(target), "new");
 }
 
 TEST(Checkpoint, MissingConfigField) {

@@ -38,6 +38,33 @@ std::string golden_args(const GoldenRun& run) {
          " --device cpu --dtype f32 --json";
 }
 
+// A sampled generation repeats with its seed: the default 0, or the fresh one -s -1 draws (printed and in --json), and
+// llama.cpp's 4294967295 draws a fresh one too.
+TEST(Cli, SampledGenerationRepeatsWithItsSeed) {
+  SPECPRESS_REQUIRE_SHARED();
+  const GoldenRun run = golden_runs()[0];
+  const std::string base = "generate -m " + golden_dir() + "/target -md " + golden_dir() + "/draft --prompt-ids \"" +
+                           join_ids(run.prompt) + "\" -n 24 --temp 1.5 --ignore-eos --json ";
+  auto generate = [&](const std::string& seed) {
+    CommandResult r = run_specpress(base + seed);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::make_pair(nlohmann::json::parse(r.out.empty() ? "{}" : r.out), r.err);
+  };
+  EXPECT_EQ(generate("").first["output_ids"], generate("-s 0").first["output_ids"]);
+  EXPECT_EQ(generate("").first["seed"], 0);
+  for (const std::string fresh : {"-s -1", "-s 4294967295"}) {
+    const auto [drawn, err] = generate(fresh);
+    ASSERT_TRUE(drawn.contains("seed")) << fresh;
+    const uint64_t seed = drawn["seed"];
+    EXPECT_NE(err.find("generate: sampling seed " + std::to_string(seed)), std::string::npos) << err;
+    EXPECT_EQ(generate("-s " + std::to_string(seed)).first["output_ids"], drawn["output_ids"]) << fresh;
+  }
+  EXPECT_NE(generate("-s -1").first["seed"], generate("-s -1").first["seed"]);
+  CommandResult bad = run_specpress(base + "-s -2");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("-s/--seed: must be -1 (a fresh seed) or >= 0, got -2"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, GreedyGenerateReproducesArOutput) {
   SPECPRESS_REQUIRE_SHARED();
   for (const auto& run : golden_runs()) {
@@ -438,7 +465,8 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
   struct Case {
     std::string args, message;
   } cases[] = {
-      {"perplexity -m " + golden_dir() + "/target", "give exactly one of -f/--file, -p/--prompt or --prompt-ids"},
+      {"perplexity -m " + golden_dir() + "/target",
+       "give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file"},
       {base + " -p hello", "give exactly one of"},
       {base.substr(0, base.size() - 5) + " -c 3", "-c/--ctx-size: 3 is too small"},
       {base.substr(0, base.size() - 5) + " -c 200", "the input has 100 tokens, fewer than one chunk of -c/--ctx-size 200"},
@@ -538,7 +566,7 @@ TEST(Cli, BadFlagsNameTheFlag) {
        "--subset: needs --indices"},
       {base + " --compress-window 5", "--compress-window requires --compress"},
       {base + " --compress none --compress-sinks 2", "--compress-sinks: has no effect with --compress none"},
-      {base + " --seed -1", "--seed: expected a non-negative decimal integer, found '-1'"},
+      {base + " --seed 1.5", "--seed: expected a decimal integer, found '1.5'"},  // -1: a fresh seed
       {base + " --seed 99999999999999999999999", "'99999999999999999999999' is out of range"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
        "--feature-layers: item 1 ('a') is not a layer index"},
@@ -562,6 +590,52 @@ TEST(Cli, NumbersAreReadInBaseTen) {
   }
 }
 
+
+// dump's prompt from a file of ids or standard input (past one shell argument's limit) gives the file --prompt-ids
+// gives; '-' as the output, a prompt past the model's positions and no prompt are refused naming the flag.
+TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
+  SPECPRESS_REQUIRE_SHARED();
+  namespace fs = std::filesystem;
+  ScratchDir dir("cli-dump");
+  const std::string dump = "dump -m " + golden_dir() + "/target ";
+  std::ofstream(dir.path / "ids.txt") << "[5, 6, 7, 8]\n";
+  const std::vector<std::string> ways = {"--prompt-ids 5,6,7,8", "--prompt-ids-file " + dir.str() + "/ids.txt",
+                                         "--prompt-ids-file - < " + dir.str() + "/ids.txt"};
+  for (size_t i = 0; i < ways.size(); ++i) {
+    const CommandResult r = run_specpress(dump + ways[i] + " -o " + dir.str() + "/" + std::to_string(i) + ".st");
+    ASSERT_EQ(r.exit_code, 0) << ways[i] << "\n" << r.err;
+  }
+  auto bytes = [&](const std::string& name) {
+    std::ifstream in(dir.path / name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_GT(bytes("0.st").size(), 100u);
+  EXPECT_EQ(bytes("1.st"), bytes("0.st"));
+  EXPECT_EQ(bytes("2.st"), bytes("0.st"));
+
+  const int64_t most =
+      nlohmann::json::parse(std::ifstream(golden_dir() + "/target/config.json"))["max_position_embeddings"];
+  std::string too_many;
+  for (int64_t i = 0; i <= most; ++i) too_many += "1,";
+  too_many.pop_back();
+  std::ofstream(dir.path / "long.txt") << too_many;
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {dump + "--prompt-ids 1,2 -o -", "-o/--out: '-' would be a file named '-'"},
+      {dump + "--prompt-ids-file " + dir.str() + "/long.txt -o " + dir.str() + "/x.st",
+       fmt::format("--prompt-ids-file: the prompt has {} tokens, more than the model's max_position_embeddings {}",
+                   most + 1, most)},
+      {dump + "--prompt-ids-file " + dir.str() + "/none.txt -o " + dir.str() + "/x.st", "--prompt-ids-file: "},
+      {dump + "-o " + dir.str() + "/x.st", "dump: give exactly one of -f/--file, -p/--prompt, --prompt-ids"},
+  };
+  for (const auto& c : cases) {
+    const CommandResult r = run_specpress(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "x.st"));
+}
 
 // Outputs are checked before the run: a directory, a FIFO, a missing directory, an input or one of an input's files
 // (also through its link, as a Hugging Face cache links shards) and two outputs naming one file are refused naming

@@ -1,6 +1,6 @@
-// cmd_dump.cpp — `specpress dump -m DIR --prompt-ids IDS --out FILE [--hidden] [--device] [--dtype]`.
-// Writes `logits` [T, V] fp32 for every prompt position and, with --hidden, `hidden_states.i` in the
-// transformers convention (0 = embedding, i = output of layer i-1, L = final norm).
+// cmd_dump.cpp — `specpress dump -m DIR (-p TEXT | -f FILE | --prompt-ids IDS | --prompt-ids-file FILE) --out FILE
+// [--hidden] [--device] [--dtype]`. Writes one forward over the prompt (kDumpLayout below) for numeric comparisons
+// with other implementations (transformers' output_hidden_states convention, without the batch dimension).
 #include "cli/cmd_dump.h"
 
 #include <c10/core/InferenceMode.h>
@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "cli/prompt_flags.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/output_paths.h"
@@ -17,22 +18,35 @@
 namespace specpress::cli {
 namespace {
 
+constexpr const char* kDumpLayout =
+    "the safetensors file holds input_ids (I64 [T]), logits (F32 [T, V], every position's, whatever --dtype) and, "
+    "with --hidden, hidden_states.0 .. hidden_states.L (F32 [T, H]; 0 the embeddings, i the output after i layers, L "
+    "after the final norm, as transformers' output_hidden_states)";
+
 struct DumpOptions {
-  std::string model_dir, prompt_ids, out, device = "auto", dtype = "auto";
+  std::string model_dir, out, device = "auto", dtype = "auto";
+  RawPromptFlags prompt;
   bool hidden = false;
 };
 
 int run_dump(const DumpOptions& o) {
   c10::InferenceMode inference_mode;
   const auto [device, dtype] = parse_placement(o.device, o.dtype);
-  std::vector<int64_t> prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
-  if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
+  if (o.out == "-")
+    fail("-o/--out: '-' would be a file named '-' (safetensors are binary; give a file path, not standard output)");
+  std::vector<int64_t> prompt = raw_prompt_tokens(o.prompt, o.model_dir, "dump");
+  const char* flag = !o.prompt.ids.empty() ? "--prompt-ids" : !o.prompt.ids_file.empty() ? "--prompt-ids-file"
+                     : !o.prompt.file.empty()  ? "-f/--file"
+                                               : "-p/--prompt";
+  if (prompt.empty()) fail("{}: empty (expected at least one token)", flag);
   io::check_output_files({{"-o/--out", o.out}}, {{"-m/--model", o.model_dir}});
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= target.config().vocab_size)
-      fail("--prompt-ids: token id {} at index {} is outside the vocabulary 0..{}", prompt[i], i,
+      fail("{}: token id {} at index {} is outside the vocabulary 0..{}", flag, prompt[i], i,
            target.config().vocab_size - 1);
+  if (const int64_t most = target.config().max_position_embeddings; static_cast<int64_t>(prompt.size()) > most)
+    fail("{}: the prompt has {} tokens, more than the model's max_position_embeddings {}", flag, prompt.size(), most);
   model::KVCache cache = target.make_cache(static_cast<int64_t>(prompt.size()));
   model::ForwardOutput out =
       target.forward(at::tensor(prompt, at::kLong).to(device), 0, cache, {true, {}, o.hidden});
@@ -50,8 +64,9 @@ int run_dump(const DumpOptions& o) {
 void add_dump_command(CLI::App& app, std::function<int()>& run) {
   auto o = std::make_shared<DumpOptions>();
   CLI::App* cmd = app.add_subcommand("dump", "save a target forward's logits (and hidden states) as safetensors");
+  cmd->footer(std::string("Output: ") + kDumpLayout + ".");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
-  cmd->add_option("--prompt-ids", o->prompt_ids, "input token ids, comma-separated")->required();
+  add_raw_prompt_flags(*cmd, o->prompt, "the input");
   cmd->add_option("-o,--out", o->out, "output .safetensors file")->required()->check(non_empty_check("a file path"));
   cmd->add_flag("--hidden", o->hidden, "also save every hidden state (transformers convention)");
   add_placement_flags(*cmd, o->device, o->dtype);

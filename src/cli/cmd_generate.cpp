@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <random>
 
 #include "cli/common.h"
 #include "cli/id_list.h"
@@ -38,6 +39,7 @@ struct GenerateOptions {
   int64_t logprobs = -1;
   bool ignore_eos = false, json = false, reference_path = false;
   decode::SamplingParams sampling;
+  int64_t seed = 0;  // -s: -1 (or llama.cpp's 4294967295) draws a fresh one
 };
 
 int run_generate(const GenerateOptions& options) {
@@ -85,6 +87,13 @@ int run_generate(const GenerateOptions& options) {
   decode::GenerationParams params;
   params.max_new_tokens = o.n_predict;
   params.sampling = o.sampling;
+  if (o.seed < -1) fail("-s/--seed: must be -1 (a fresh seed) or >= 0, got {}", o.seed);
+  const bool fresh_seed = o.seed == -1 || o.seed == 4294967295;  // llama.cpp's LLAMA_DEFAULT_SEED means fresh too
+  // a fresh seed below 2^63, so that -s can give it back
+  params.sampling.seed = fresh_seed ? ((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()) >> 1
+                                    : static_cast<uint64_t>(o.seed);
+  if (fresh_seed && !params.sampling.greedy())  // so that the run can be repeated
+    std::fprintf(stderr, "generate: sampling seed %llu\n", static_cast<unsigned long long>(params.sampling.seed));
   params.block_size = o.block_size;
   params.record_steps = o.json;
   if (o.logprobs != -1 && !o.json) fail("--logprobs: needs --json (the log-probabilities are printed in its object)");
@@ -153,6 +162,7 @@ int run_generate(const GenerateOptions& options) {
     j["device"] = tools::device_description(device);
     j["dtype"] = model::compute_dtype_name(dtype);
     j["path"] = fast_path ? "cuda-fast" : "reference";
+    if (!params.sampling.greedy()) j["seed"] = params.sampling.seed;
     if (tokenizer) {
       tools::DecodedText text = tools::decode_output(*tokenizer, result.output_ids);
       j["text"] = text.text;
@@ -210,7 +220,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
                                  "generated (sets --think unless 0)");
   cmd->add_option("-n,--n-predict", o->n_predict, "maximum number of tokens to generate")->capture_default_str();
   add_sampling_flags(*cmd, o->sampling);
-  cmd->add_option("-s,--seed", o->sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("-s,--seed", o->seed,
+                  "sampling seed: runs with the same one repeat (as vLLM's default 0); -1 or 4294967295 draws a fresh "
+                  "one, as llama-cli's default, printed on stderr and in --json's \"seed\"")
+      ->capture_default_str();
   cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");

@@ -1,4 +1,5 @@
-// cmd_perplexity.cpp — `specpress perplexity -m DIR (-f FILE | -p TEXT | --prompt-ids IDS) [-c 512] [--chunks N]`.
+// cmd_perplexity.cpp — `specpress perplexity -m DIR (-f FILE | -p TEXT | --prompt-ids IDS | --prompt-ids-file FILE)
+// [-c 512] [--chunks N]`.
 // Prints each chunk's running perplexity to stderr as llama-perplexity does ([1]x,[2]y,...), then
 // "Final estimate: PPL = x +/- y" to stdout, or with --json one JSON object (with the build, device, dtype and path).
 // A bf16 model on CUDA is scored on the fast path's engine (tools/perplexity.h) unless --reference-path.
@@ -17,6 +18,7 @@
 
 #include "cli/common.h"
 #include "cli/id_list.h"
+#include "cli/prompt_flags.h"
 #include "core/error.h"
 #include "model/qwen3.h"
 #include "tools/build_info.h"
@@ -27,7 +29,8 @@ namespace specpress::cli {
 namespace {
 
 struct PerplexityOptions {
-  std::string model_dir, prompt_ids, prompt_text, prompt_file, device = "auto", dtype = "auto";
+  std::string model_dir, device = "auto", dtype = "auto";
+  RawPromptFlags prompt;
   std::string base_model, base_device, base_dtype;  // empty: as -m / --device / --dtype; all empty: no base
   int64_t ctx_size = 512, chunks = 0;
   bool json = false, reference_path = false;
@@ -81,19 +84,7 @@ void print_kl_statistics(const tools::PerplexityResult& r) {
 int run_perplexity(const PerplexityOptions& o) {
   c10::InferenceMode inference_mode;
   const auto [device, dtype] = parse_placement(o.device, o.dtype);
-  const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
-  if (given != 1) fail("perplexity: give exactly one of -f/--file, -p/--prompt or --prompt-ids");
-  std::vector<int64_t> tokens;
-  if (!o.prompt_ids.empty()) {
-    tokens = parse_id_list(o.prompt_ids, "--prompt-ids");
-  } else {
-    const std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
-    if (!tokenizer)
-      fail("{}: -f/-p need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids",
-           o.model_dir);
-    const std::vector<int32_t> ids = tokenizer->encode(read_prompt_text(o.prompt_text, o.prompt_file));
-    tokens.assign(ids.begin(), ids.end());
-  }
+  const std::vector<int64_t> tokens = raw_prompt_tokens(o.prompt, o.model_dir, "perplexity");
 
   const bool compare = !o.base_model.empty() || !o.base_device.empty() || !o.base_dtype.empty();
   const std::string base_model = o.base_model.empty() ? o.model_dir : o.base_model;
@@ -199,12 +190,7 @@ void add_perplexity_command(CLI::App& app, std::function<int()>& run) {
   CLI::App* cmd = app.add_subcommand(
       "perplexity", "the target's perplexity over a text, as llama-perplexity measures it (second half of each chunk)");
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
-  cmd->add_option("-f,--file", o->prompt_file, "the text to score (a file's exact bytes, e.g. wikitext-2's test set)")
-      ->check(non_empty_check("expected a file path"));
-  cmd->add_option("-p,--prompt", o->prompt_text, "the text to score")
-      ->check(non_empty_check("expected the text to score"));
-  cmd->add_option("--prompt-ids", o->prompt_ids, "token ids to score, comma-separated")
-      ->check(non_empty_check("expected token ids"));
+  add_raw_prompt_flags(*cmd, o->prompt, "the text to score (e.g. wikitext-2's test set)");
   cmd->add_option("-c,--ctx-size", o->ctx_size, "tokens a chunk (its second half is scored)")->capture_default_str();
   cmd->add_option("--chunks", o->chunks, "score at most this many chunks (0 or -1: all)")->capture_default_str();
   add_placement_flags(*cmd, o->device, o->dtype);

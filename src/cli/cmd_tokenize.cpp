@@ -43,22 +43,6 @@ tok::Tokenizer load_tokenizer(const std::string& path) {
        "or a tokenizer.json file)", path);
 }
 
-// A file's bytes, or, with `stdin_dash`, standard input's for "-" (llama-tokenize's --stdin); errors name `flag`.
-std::string read_bytes(const std::string& path, const std::string& flag, bool stdin_dash = false) {
-  if (stdin_dash && path == "-") {
-    std::string text;
-    std::array<char, 1 << 16> chunk;
-    for (size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), stdin)) > 0;) text.append(chunk.data(), n);
-    if (std::ferror(stdin)) fail("{}: -: read error on standard input", flag);
-    return text;
-  }
-  try {
-    return io::read_text_file(path);
-  } catch (const Error& e) {
-    fail("{}: {}", flag, e.what());
-  }
-}
-
 // Encodes `text`, prefixing errors (invalid UTF-8) with where the text came from.
 std::vector<int32_t> encode_from(const tok::Tokenizer& t, const std::string& text,
                                  const std::string& origin) {
@@ -88,11 +72,11 @@ int run_tokenize(const TokenizeOptions& o) {
   if (o.prompt_opt->count()) {
     print_ids(encode_from(t, o.prompt, "-p/--prompt"));
   } else if (o.file_opt->count()) {
-    print_ids(encode_from(t, read_bytes(o.file, "-f/--file", /*stdin_dash=*/true), "-f/--file: " + o.file));
+    print_ids(encode_from(t, read_input(o.file, "-f/--file", /*stdin_dash=*/true), "-f/--file: " + o.file));
   } else {
-    const auto messages = tok::parse_messages_json(read_bytes(o.messages, "--messages"), o.messages);
+    const auto messages = tok::parse_messages_json(read_input(o.messages, "--messages"), o.messages);
     const std::vector<std::string> tools =
-        o.tools.empty() ? std::vector<std::string>() : tok::parse_tools_json(read_bytes(o.tools, "--tools"), o.tools);
+        o.tools.empty() ? std::vector<std::string>() : tok::parse_tools_json(read_input(o.tools, "--tools"), o.tools);
     if (!t.chat_template().empty() && !tok::is_qwen3_chat_template(t.chat_template())) {
       std::fprintf(stderr, "warning: the chat template of %s differs from Qwen3's; rendering with "
                            "the built-in Qwen3 template\n", o.model.c_str());
@@ -109,7 +93,7 @@ int run_detokenize(const DetokenizeOptions& o) {
     fail("detokenize: give exactly one of --ids IDS or -f FILE (a file of ids, - for standard input)");
   const std::string flag = o.ids_opt->count() ? "--ids" : "-f/--file " + o.file;
   std::vector<int32_t> ids;
-  const std::string id_text = o.ids_opt->count() ? o.ids : read_bytes(o.file, "-f/--file", /*stdin_dash=*/true);
+  const std::string id_text = o.ids_opt->count() ? o.ids : read_input(o.file, "-f/--file", /*stdin_dash=*/true);
   for (int64_t id : parse_id_list(id_text, flag)) {
     if (id < INT32_MIN || id > INT32_MAX) fail("{}: {} is not a token id", flag, id);
     ids.push_back(static_cast<int32_t>(id));

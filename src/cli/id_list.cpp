@@ -1,11 +1,29 @@
 // id_list.cpp — see id_list.h.
 #include "cli/id_list.h"
 
+#include <array>
+#include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/mapped_file.h"
 
 namespace specpress::cli {
+
+std::string read_input(const std::string& path, const std::string& flag, bool stdin_dash) {
+  if (stdin_dash && path == "-") {
+    std::string text;
+    std::array<char, 1 << 16> chunk;
+    for (size_t n; (n = std::fread(chunk.data(), 1, chunk.size(), stdin)) > 0;) text.append(chunk.data(), n);
+    if (std::ferror(stdin)) fail("{}: -: read error on standard input", flag);
+    return text;
+  }
+  try {
+    return io::read_text_file(path);
+  } catch (const Error& e) {
+    fail("{}: {}", flag, e.what());
+  }
+}
 
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag, const std::string& what) {
   std::string body = text;

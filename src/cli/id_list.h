@@ -1,5 +1,5 @@
-// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]") and the empty-value check, shared by every
-// subcommand; torch-free so the tokenizer CLI builds without LibTorch.
+// id_list.h — token-id list flags ("1,2,3", "1 2 3" or "[1, 2, 3]"), a flag's input file (or standard input) and the
+// empty-value check, shared by every subcommand; torch-free so the tokenizer CLI builds without LibTorch.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,6 +13,9 @@ namespace specpress::cli {
 // empty list.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag,
                                    const std::string& what = "token id");
+
+// A file's bytes, or, with `stdin_dash`, standard input's for "-" (llama-tokenize's --stdin); errors name `flag`.
+std::string read_input(const std::string& path, const std::string& flag, bool stdin_dash = false);
 
 // Refuses an empty value (an unset shell variable, say), saying `why` it matters.
 CLI::Validator non_empty_check(const std::string& why);

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +84,48 @@ int write_all(int fd, const std::string& bytes) {
 }
 }  // namespace
 
+namespace {
+// The temporary file a write_file_atomic is writing, for a terminating signal to remove before it ends the process:
+// SIGINT, SIGTERM and SIGHUP whose action is the default (a program that handles them itself, as bench and the
+// trainers do, finishes the write, so nothing is left). One write at a time is covered; a concurrent one goes without.
+std::atomic<bool> g_claimed{false};
+char g_writing[4096];
+void remove_then_die(int sig) {
+  ::unlink(g_writing);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+class TemporaryFileGuard {
+ public:
+  explicit TemporaryFileGuard(const std::string& tmp) {
+    if (tmp.size() >= sizeof g_writing || g_claimed.exchange(true)) return;
+    std::memcpy(g_writing, tmp.c_str(), tmp.size() + 1);
+    owner_ = true;
+    for (size_t i = 0; i < std::size(kSignals); ++i) {
+      struct sigaction old {};
+      if (::sigaction(kSignals[i], nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+      struct sigaction act {};
+      act.sa_handler = remove_then_die;
+      sigemptyset(&act.sa_mask);
+      installed_[i] = ::sigaction(kSignals[i], &act, nullptr) == 0;
+    }
+  }
+  ~TemporaryFileGuard() {
+    if (!owner_) return;
+    for (size_t i = 0; i < std::size(kSignals); ++i)
+      if (installed_[i]) ::signal(kSignals[i], SIG_DFL);
+    g_claimed = false;
+  }
+  TemporaryFileGuard(const TemporaryFileGuard&) = delete;
+  TemporaryFileGuard& operator=(const TemporaryFileGuard&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  bool owner_ = false;
+  bool installed_[std::size(kSignals)] = {};
+};
+}  // namespace
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
   // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
@@ -97,12 +141,15 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
                                ec ? ec.message() : "too many levels of links");
     target = (next.is_absolute() ? next : target.parent_path() / next).lexically_normal();
   }
-  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+  const bool exists = ::stat(target.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode))
     fail("{}: cannot write: it exists and is not a regular file ({}); give the path of a file", path,
          S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
   const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  const TemporaryFileGuard guard(tmp);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
+  if (exists) (void)::fchmod(fd, st.st_mode & 07777);  // a file replaced keeps its permissions (best effort)
   if (const int err = write_all(fd, bytes); err != 0) {
     ::close(fd);
     ::unlink(tmp.c_str());

@@ -33,8 +33,9 @@ std::string read_text_file(const std::string& path);
 
 // Writes `bytes` to `path` atomically: a temporary file in the same folder, fsync, then rename. On failure it removes
 // the temporary file and throws specpress::Error naming `path` first, then the temporary file and the reason. An
-// existing `path` must be a regular file (not a device, FIFO or directory); a symbolic link is followed (the file it
-// names is replaced, the link kept).
+// existing `path` must be a regular file (not a device, FIFO or directory), and keeps its permissions; a symbolic link
+// is followed (the file it names is replaced, the link kept). A SIGINT, SIGTERM or SIGHUP left at its default action
+// removes the temporary file before it ends the process.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 // Appends `line` and a newline to the existing file `path` and fsyncs it, so that the line is on disk when this

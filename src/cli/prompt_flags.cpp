@@ -1,0 +1,37 @@
+// prompt_flags.cpp — see prompt_flags.h.
+#include "cli/prompt_flags.h"
+
+#include "cli/common.h"
+#include "cli/id_list.h"
+#include "core/error.h"
+
+namespace specpress::cli {
+
+void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what) {
+  cmd.add_option("-f,--file", flags.file, what + ", from a file (its exact bytes)")
+      ->check(non_empty_check("expected a file path"));
+  cmd.add_option("-p,--prompt", flags.text, what)->check(non_empty_check("expected the text"));
+  cmd.add_option("--prompt-ids", flags.ids, what + " as token ids, comma-separated")
+      ->check(non_empty_check("expected token ids"));
+  cmd.add_option("--prompt-ids-file", flags.ids_file,
+                 what + " as token ids in a file (as --prompt-ids takes them; - for standard input)")
+      ->check(non_empty_check("expected a file path, or - for standard input"));
+}
+
+std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
+                                       const std::string& command) {
+  const int given = !flags.ids.empty() + !flags.ids_file.empty() + !flags.text.empty() + !flags.file.empty();
+  if (given != 1)
+    fail("{}: give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file", command);
+  if (!flags.ids.empty()) return parse_id_list(flags.ids, "--prompt-ids");
+  if (!flags.ids_file.empty())
+    return parse_id_list(read_input(flags.ids_file, "--prompt-ids-file", /*stdin_dash=*/true),
+                         "--prompt-ids-file " + flags.ids_file);
+  const std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(model_dir);
+  if (!tokenizer)
+    fail("{}: -f/-p need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", model_dir);
+  const std::vector<int32_t> ids = tokenizer->encode(read_prompt_text(flags.text, flags.file));
+  return {ids.begin(), ids.end()};
+}
+
+}  // namespace specpress::cli

@@ -1,0 +1,25 @@
+// prompt_flags.h — the raw prompt of perplexity and dump (no chat template, no special tokens added): exactly one of
+// -p TEXT, -f FILE (text, encoded by the model's tokenizer.json), --prompt-ids IDS or --prompt-ids-file FILE (ids as
+// --prompt-ids takes them; - for standard input, so that `specpress tokenize -f long.txt | specpress dump
+// --prompt-ids-file - ...` passes prompts longer than one shell argument can hold).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace specpress::cli {
+
+struct RawPromptFlags {
+  std::string text, file, ids, ids_file;
+};
+
+// Adds the four flags; `what` describes the input in their help ("the text to score").
+void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what);
+
+// The prompt's token ids; `command` names the subcommand in the "give exactly one" error.
+std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
+                                       const std::string& command);
+
+}  // namespace specpress::cli
