@@ -58,8 +58,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(argv2.size()), argv2.data());
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // --help prints to standard output and exits 0
-    return rc == 0 && stdout_failed() ? 1 : rc;
+    // --help and --version print to standard output and exit 0; a command line CLI11 refuses exits 1, as a value the
+    // command refuses does (not CLI11's own codes, 105 to 115)
+    const int rc = app.exit(e);
+    return rc == 0 && !stdout_failed() ? 0 : 1;
   }
   try {
     const int rc = run ? run() : 1;
