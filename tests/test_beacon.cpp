@@ -15,6 +15,7 @@
 #include "compress/kv_compressor.h"
 #include "core/error.h"
 #include "decode/generation.h"
+#include "compress_fixtures.h"
 #include "golden_pair.h"
 #include "io/checkpoint.h"
 #include "test_util.h"
@@ -166,38 +167,20 @@ TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
   EXPECT_GT(f.count[0], 0);
 }
 
-// A beacon compressor with a cache of every position (the observer's default).
-class FullCacheCompressor : public compress::KVCompressor {
- public:
-  using KVCompressor::KVCompressor;
-  int64_t cache_slots(int64_t positions, int64_t max_commit) override {
-    KVCompressor::cache_slots(positions, max_commit);  // its stats' cache_positions
-    return positions;
-  }
-};
-
 // The beacon's units stay raw until the next forward fuses their latents, so its cache bound has room for one more
 // commit (KVCompressor::cache_slots): with it, the DFlash loop and plain decoding give the tokens a cache of every
 // position gives, and from units of 2 on the cache is smaller.
 TEST_F(Beacon, UnitsBoundTheCacheAGenerationAllocates) {
-  const int64_t N = static_cast<int64_t>(run_.prompt.size());
-  decode::GenerationParams p;
-  p.max_new_tokens = 64;
   for (auto [merge, window] : {std::pair<int64_t, int64_t>{1, 1}, {2, 5}, {3, 1}, {8, 7}})
     for (bool dflash : {true, false}) {
       const std::string what = fmt::format("merge {} window {} {}", merge, window, dflash ? "dflash" : "plain");
-      compress::KVCompressor bounded(policy(window, merge), *target_, N);
-      FullCacheCompressor full(policy(window, merge), *target_, N);
-      auto run = [&](compress::KVCompressor& c) {
-        p.observer = &c;
-        return dflash ? decode::generate_dflash(*target_, *draft_, run_.prompt, p).output_ids
-                      : decode::generate_plain(*target_, run_.prompt, p).output_ids;
-      };
-      std::vector<int64_t> got;
-      ASSERT_NO_THROW(got = run(bounded)) << what;
-      EXPECT_EQ(got, run(full)) << what;
-      EXPECT_GT(bounded.stats().events, 0) << what;
-      if (merge >= 2) EXPECT_LT(bounded.stats().cache_capacity, full.stats().cache_capacity) << what;
+      BoundedAndFull r;
+      ASSERT_NO_THROW(r = generate_bounded_and_full(*target_, dflash ? draft_.get() : nullptr, run_.prompt,
+                                                    policy(window, merge), 64))
+          << what;
+      EXPECT_EQ(r.bounded, r.full) << what;
+      EXPECT_GT(r.bounded_stats.events, 0) << what;
+      if (merge >= 2) EXPECT_LT(r.bounded_stats.cache_capacity, r.full_stats.cache_capacity) << what;
     }
 }
 

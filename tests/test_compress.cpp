@@ -11,6 +11,7 @@
 #include "compress/span_plan.h"
 #include "core/error.h"
 #include "decode/generation.h"
+#include "compress_fixtures.h"
 #include "golden_pair.h"
 #include "test_util.h"
 
@@ -175,25 +176,12 @@ TEST_F(Compress, DFlashWithCompressionKeepsTheDraftContextAndRuns) {
   }
 }
 
-// A compressor with a cache of every position (the observer's default), beside which a bounded cache must give the
-// same tokens.
-class FullCacheCompressor : public compress::KVCompressor {
- public:
-  using KVCompressor::KVCompressor;
-  int64_t cache_slots(int64_t positions, int64_t max_commit) override {
-    KVCompressor::cache_slots(positions, max_commit);  // its stats' cache_positions
-    return positions;
-  }
-};
-
 // Units of m tokens bound the target cache a generation allocates (KVCompressor::cache_slots): for every control, unit
 // size, window and sinks (within and past the prompt), in the DFlash loop and in plain decoding, with no stop token so
 // that each runs its whole length, the bounded cache gives the tokens a cache of every position gives, and from units
 // of 2 on it is smaller. (A bound too small fails the run: a forward past the capacity is refused.)
 TEST_F(Compress, UnitsBoundTheCacheAGenerationAllocates) {
   const int64_t N = static_cast<int64_t>(run_.prompt.size());
-  decode::GenerationParams p;
-  p.max_new_tokens = 64;
   struct Case {
     int64_t merge, window, sinks;
   };
@@ -205,23 +193,17 @@ TEST_F(Compress, UnitsBoundTheCacheAGenerationAllocates) {
                                              window, sinks, dflash ? "dflash" : "plain");
         compress::Policy pol = policy(m, window, merge);
         pol.sinks = sinks;
-        compress::KVCompressor bounded(pol, *target_, N);
-        FullCacheCompressor full(pol, *target_, N);
-        auto run = [&](compress::KVCompressor& c) {
-          p.observer = &c;
-          return dflash ? decode::generate_dflash(*target_, *draft_, run_.prompt, p).output_ids
-                        : decode::generate_plain(*target_, run_.prompt, p).output_ids;
-        };
-        std::vector<int64_t> got;
-        ASSERT_NO_THROW(got = run(bounded)) << what;
-        EXPECT_EQ(got, run(full)) << what;
-        EXPECT_EQ(got.size(), 64u) << what;
+        BoundedAndFull r;
+        ASSERT_NO_THROW(r = generate_bounded_and_full(*target_, dflash ? draft_.get() : nullptr, run_.prompt, pol, 64))
+            << what;
+        EXPECT_EQ(r.bounded, r.full) << what;
+        EXPECT_EQ(r.bounded.size(), 64u) << what;
         // window-only with units of one token evicts nothing: a slot a unit is every position
-        if (m != compress::Method::kWindowOnly || merge > 1) EXPECT_GT(bounded.stats().events, 0) << what;
-        EXPECT_EQ(full.stats().cache_capacity, N + 64 + (dflash ? draft_->config().block_size : 1)) << what;
+        if (m != compress::Method::kWindowOnly || merge > 1) EXPECT_GT(r.bounded_stats.events, 0) << what;
+        EXPECT_EQ(r.full_stats.cache_capacity, N + 64 + (dflash ? draft_->config().block_size : 1)) << what;
         if (merge >= 2) {
-          EXPECT_LT(bounded.stats().cache_capacity, full.stats().cache_capacity) << what;
-          EXPECT_LT(bounded.stats().cache_bytes, full.stats().cache_bytes) << what;
+          EXPECT_LT(r.bounded_stats.cache_capacity, r.full_stats.cache_capacity) << what;
+          EXPECT_LT(r.bounded_stats.cache_bytes, r.full_stats.cache_bytes) << what;
         }
       }
 }
