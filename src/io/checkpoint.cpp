@@ -159,7 +159,11 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     items.push_back(TensorBytes{name, from_scalar_type(c.scalar_type()), c.sizes().vec(), c.data_ptr(),
                                 static_cast<size_t>(c.numel()) * c.element_size()});
   }
-  write_file_atomic(path, serialize_safetensors(items, metadata));
+  // the header, then each tensor's bytes from its own buffer: no second copy of the whole file in memory
+  const std::string header = safetensors_header(items, metadata);
+  std::vector<std::string_view> pieces = {header};
+  for (const TensorBytes& t : items) pieces.emplace_back(static_cast<const char*>(t.data), t.nbytes);
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace specpress::io

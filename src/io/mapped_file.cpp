@@ -72,7 +72,7 @@ std::string read_text_file(const std::string& path) {
 
 namespace {
 // Writes all of `bytes` to `fd` (retrying short writes and EINTR); 0, or the errno of the failing write.
-int write_all(int fd, const std::string& bytes) {
+int write_all(int fd, std::string_view bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -127,6 +127,10 @@ class TemporaryFileGuard {
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
   // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
   // symbolic link is followed one step at a time, so that the file it names is replaced and the link kept, a dangling
@@ -150,11 +154,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
   if (exists) (void)::fchmod(fd, st.st_mode & 07777);  // a file replaced keeps its permissions (best effort)
-  if (const int err = write_all(fd, bytes); err != 0) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail("{}: cannot write: writing {} failed ({})", path, tmp, std::strerror(err));
-  }
+  for (const std::string_view bytes : pieces)
+    if (const int err = write_all(fd, bytes); err != 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail("{}: cannot write: writing {} failed ({})", path, tmp, std::strerror(err));
+    }
   const bool synced = ::fsync(fd) == 0;
   int err = synced ? 0 : errno;
   if (::close(fd) != 0 && synced) err = errno;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace specpress::io {
 
@@ -37,6 +39,9 @@ std::string read_text_file(const std::string& path);
 // is followed (the file it names is replaced, the link kept). A SIGINT, SIGTERM or SIGHUP left at its default action
 // removes the temporary file before it ends the process.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+// The same for the bytes of `pieces` one after another (a large file written from buffers that are already there,
+// without a copy joining them).
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
 // Appends `line` and a newline to the existing file `path` and fsyncs it, so that the line is on disk when this
 // returns. A crash while writing leaves at most a torn last line (no newline), which the file's reader drops and cuts

@@ -155,8 +155,8 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
   return out;
 }
 
-std::string serialize_safetensors(const std::vector<TensorBytes>& tensors,
-                                  const std::map<std::string, std::string>& metadata) {
+std::string safetensors_header(const std::vector<TensorBytes>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -172,10 +172,15 @@ std::string serialize_safetensors(const std::vector<TensorBytes>& tensors,
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
   std::string out;
-  out.reserve(8 + text.size() + offset);
+  out.reserve(8 + text.size());
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += text;
+  return out + text;
+}
+
+std::string serialize_safetensors(const std::vector<TensorBytes>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  std::string out = safetensors_header(tensors, metadata);
   for (const auto& t : tensors) out.append(static_cast<const char*>(t.data), t.nbytes);
   return out;
 }

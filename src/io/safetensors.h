@@ -46,6 +46,11 @@ struct TensorBytes {
   size_t nbytes;
 };
 
+// The file's first bytes for `tensors` in this order: the header's length (8 bytes, little-endian) and its JSON,
+// padded to 8 bytes as HF pads it; the tensors' bytes follow it one after another.
+std::string safetensors_header(const std::vector<TensorBytes>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+
 // Serialises tensors (header padded to 8 bytes, data 8-byte aligned as HF does) into one byte string.
 std::string serialize_safetensors(const std::vector<TensorBytes>& tensors,
                                   const std::map<std::string, std::string>& metadata = {});
