@@ -26,6 +26,9 @@ DRAFT_STEPS=${DRAFT_STEPS:-300}
 PROMPTS=${PROMPTS:-300}
 BEACON_PROMPTS=${BEACON_PROMPTS:-140}
 BEACON_STEPS=${BEACON_STEPS:-150}
+case $BEACON_PROMPTS in '' | *[!0-9]*) echo "train_demo: BEACON_PROMPTS must be 1..140, got '$BEACON_PROMPTS'" >&2; exit 1 ;; esac
+[ "$BEACON_PROMPTS" -ge 1 ] && [ "$BEACON_PROMPTS" -le 140 ] ||
+  { echo "train_demo: BEACON_PROMPTS must be 1..140 (GSM8K train questions 61-200), got $BEACON_PROMPTS" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "train_demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
 command -v jq >/dev/null || { echo "train_demo: jq not found (apt-get install jq)" >&2; exit 1; }
 for f in qwen3-tokenizer/tokenizer_config.json gsm8k_train.jsonl gsm8k_test.jsonl; do
@@ -41,7 +44,7 @@ jq -c '{messages: [{role: "user", content: .turns[0]}, {role: "assistant", conte
   "$SHARED/data/gsm8k_train.jsonl" > "$WORK/gsm8k_train_chat.jsonl"
 head -n "$PROMPTS" "$SHARED/data/gsm8k_train.jsonl" > "$WORK/onpolicy_prompts.jsonl"
 head -n 8 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/eval_prompts.jsonl"
-head -n 200 "$SHARED/data/gsm8k_train.jsonl" | tail -n 140 | head -n "$BEACON_PROMPTS" > "$WORK/beacon_prompts.jsonl"
+sed -n "61,$((60 + BEACON_PROMPTS))p" "$SHARED/data/gsm8k_train.jsonl" > "$WORK/beacon_prompts.jsonl"
 head -n 10 "$SHARED/data/gsm8k_test.jsonl" > "$WORK/beacon_eval.jsonl"
 
 time "$BIN" train-lm --config demo/target-train-config.json --tokenizer "$WORK/tokenizer" \

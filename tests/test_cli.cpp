@@ -60,9 +60,14 @@ TEST(Cli, SampledGenerationRepeatsWithItsSeed) {
     EXPECT_EQ(generate("-s " + std::to_string(seed)).first["output_ids"], drawn["output_ids"]) << fresh;
   }
   EXPECT_NE(generate("-s -1").first["seed"], generate("-s -1").first["seed"]);
+  // the whole unsigned 64-bit range, as the server draws and shows seeds
+  EXPECT_EQ(generate("-s 18446744073709551615").first["seed"], 18446744073709551615u);
   CommandResult bad = run_specpress(base + "-s -2");
-  EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("-s/--seed: must be -1 (a fresh seed) or >= 0, got -2"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("-s/--seed: expected -1 (a fresh seed) or a decimal integer in 0..18446744073709551615, "
+                         "found '-2'"),
+            std::string::npos)
+      << bad.err;
 }
 
 TEST(Cli, GreedyGenerateReproducesArOutput) {
@@ -566,8 +571,9 @@ TEST(Cli, BadFlagsNameTheFlag) {
        "--subset: needs --indices"},
       {base + " --compress-window 5", "--compress-window requires --compress"},
       {base + " --compress none --compress-sinks 2", "--compress-sinks: has no effect with --compress none"},
-      {base + " --seed 1.5", "--seed: expected a decimal integer, found '1.5'"},  // -1: a fresh seed
-      {base + " --seed 99999999999999999999999", "'99999999999999999999999' is out of range"},
+      {base + " --seed 1.5", "-s/--seed: expected -1 (a fresh seed) or a decimal integer in 0..18446744073709551615, "
+                             "found '1.5'"},
+      {base + " --seed 99999999999999999999999", "found '99999999999999999999999'"},
       {"train-compressor --target " + golden_dir() + "/target --data x.jsonl -o never --feature-layers a",
        "--feature-layers: item 1 ('a') is not a layer index"},
   };
@@ -630,6 +636,8 @@ TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
                    most + 1, most)},
       {dump + "--prompt-ids-file " + dir.str() + "/none.txt -o " + dir.str() + "/x.st", "--prompt-ids-file: "},
       {dump + "-o " + dir.str() + "/x.st", "dump: give exactly one of -f/--file, -p/--prompt, --prompt-ids"},
+      {dump + "--prompt-ids-file " + dir.str() + "/ids.txt -o " + dir.str() + "/ids.txt",
+       "-o/--out: " + dir.str() + "/ids.txt would write over --prompt-ids-file"},
   };
   for (const auto& c : cases) {
     const CommandResult r = run_specpress(c.args);
@@ -637,6 +645,7 @@ TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
   }
   EXPECT_FALSE(fs::exists(dir.path / "x.st"));
+  EXPECT_EQ(bytes("ids.txt"), "[5, 6, 7, 8]\n") << "the refused output wrote over its input";
 }
 
 // Outputs are checked before the run: a directory, a FIFO, a missing directory, an input or one of an input's files

@@ -1071,6 +1071,16 @@ TEST(ServerHttp, DemoPairChatEqualsGenerateWholeAndStreamed) {
       << other->body;
   // without --seed, a request's seed is drawn fresh: /props says so as llama-server does (4294967295)
   EXPECT_EQ(json::parse(s.client().Get("/props")->body)["default_generation_settings"]["params"]["seed"], 4294967295u);
+  for (const char* fresh : {"-1", "4294967295"}) {  // so do both "random" values of --seed; others are kept
+    ServerProcess seeded({"-m", demo_dir() + "/target", "--no-warmup", "-s", fresh});
+    ASSERT_GT(seeded.port(), 0) << seeded.stderr_text();
+    EXPECT_EQ(json::parse(seeded.client().Get("/props")->body)["default_generation_settings"]["params"]["seed"],
+              4294967295u);
+  }
+  ServerProcess fixed({"-m", demo_dir() + "/target", "--no-warmup", "-s", "18446744073709551615"});
+  ASSERT_GT(fixed.port(), 0) << fixed.stderr_text();
+  EXPECT_EQ(json::parse(fixed.client().Get("/props")->body)["default_generation_settings"]["params"]["seed"],
+            18446744073709551615u);
   EXPECT_EQ(json::parse(s.client().Get("/props")->body)["build_info"].get<std::string>().rfind("specpress ", 0), 0u);
   // /apply-template renders what chat requests are tokenized from; /tokenize and /detokenize round-trip it
   json templ = post(s, "/apply-template", {{"messages", chat["messages"]}});
@@ -2499,9 +2509,9 @@ TEST(ServerHttp, LongWholeResponsesAreChunkedExceptForHttp10) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
-// Bad flags and a model that cannot load end the command with a message and a non-zero status.
 // --compress: every response reports its compressor's work (the reply is `generate --compress`'s) and a cache of fewer
-// slots than its positions (in bytes the demo beacon's feature ring outweighs what 160 tokens save); n choices report each their own and the top level their totals; /metrics counts it all.
+// slots than its positions (in bytes the demo beacon's feature ring outweighs what 160 tokens save); n choices report
+// each their own and the top level their totals; /metrics counts it all.
 TEST(ServerHttp, CompressedGenerationsReportTheirCompression) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
@@ -2537,6 +2547,7 @@ TEST(ServerHttp, CompressedGenerationsReportTheirCompression) {
             c["slots_freed"].get<double>() + total["slots_freed"].get<double>());
 }
 
+// Bad flags and a model that cannot load end the command with a message and a non-zero status.
 TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
   SPECPRESS_REQUIRE_DEMO_TOKENIZER();
   struct Case {
@@ -2547,6 +2558,7 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
   const std::vector<Case> cases = {
       {{"-m", demo_dir() + "/target", "--port", "70000"}, "--port"},
       {{"-m", demo_dir() + "/target", "--compress", "bogus"}, "--compress: unknown compression method 'bogus'", true},
+      {{"-m", demo_dir() + "/target", "-s", "-2"}, "-s/--seed: expected -1 (a fresh seed) or a decimal integer", true},
       {{"-m", demo_dir() + "/target", "--compress", demo_dir() + "/no-such-beacon"}, "no-such-beacon does not exist", true},
       {{"-m", demo_dir() + "/target", "--compress", "drop", "--compress-window", "0"}, "--compress-window: must be >= 1",
        true},

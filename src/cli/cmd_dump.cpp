@@ -34,12 +34,16 @@ int run_dump(const DumpOptions& o) {
   const auto [device, dtype] = parse_placement(o.device, o.dtype);
   if (o.out == "-")
     fail("-o/--out: '-' would be a file named '-' (safetensors are binary; give a file path, not standard output)");
+  // the output is checked against every input (the model's files, a prompt's file) before anything is read
+  std::vector<io::NamedPath> inputs = {{"-m/--model", o.model_dir}};
+  if (!o.prompt.file.empty()) inputs.push_back({"-f/--file", o.prompt.file});
+  if (!o.prompt.ids_file.empty() && o.prompt.ids_file != "-") inputs.push_back({"--prompt-ids-file", o.prompt.ids_file});
+  io::check_output_files({{"-o/--out", o.out}}, inputs);
   std::vector<int64_t> prompt = raw_prompt_tokens(o.prompt, o.model_dir, "dump");
   const char* flag = !o.prompt.ids.empty() ? "--prompt-ids" : !o.prompt.ids_file.empty() ? "--prompt-ids-file"
                      : !o.prompt.file.empty()  ? "-f/--file"
                                                : "-p/--prompt";
   if (prompt.empty()) fail("{}: empty (expected at least one token)", flag);
-  io::check_output_files({{"-o/--out", o.out}}, {{"-m/--model", o.model_dir}});
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   for (size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] < 0 || prompt[i] >= target.config().vocab_size)

@@ -39,7 +39,7 @@ struct GenerateOptions {
   int64_t logprobs = -1;
   bool ignore_eos = false, json = false, reference_path = false;
   decode::SamplingParams sampling;
-  int64_t seed = 0;  // -s: -1 (or llama.cpp's 4294967295) draws a fresh one
+  std::string seed = "0";  // -s (parse_seed_flag): -1 or 4294967295 draws a fresh one
 };
 
 int run_generate(const GenerateOptions& options) {
@@ -87,11 +87,9 @@ int run_generate(const GenerateOptions& options) {
   decode::GenerationParams params;
   params.max_new_tokens = o.n_predict;
   params.sampling = o.sampling;
-  if (o.seed < -1) fail("-s/--seed: must be -1 (a fresh seed) or >= 0, got {}", o.seed);
-  const bool fresh_seed = o.seed == -1 || o.seed == 4294967295;  // llama.cpp's LLAMA_DEFAULT_SEED means fresh too
-  // a fresh seed below 2^63, so that -s can give it back
-  params.sampling.seed = fresh_seed ? ((static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()) >> 1
-                                    : static_cast<uint64_t>(o.seed);
+  const std::optional<uint64_t> seed = parse_seed_flag(o.seed, "-s/--seed");
+  const bool fresh_seed = !seed;
+  params.sampling.seed = seed ? *seed : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (fresh_seed && !params.sampling.greedy())  // so that the run can be repeated
     std::fprintf(stderr, "generate: sampling seed %llu\n", static_cast<unsigned long long>(params.sampling.seed));
   params.block_size = o.block_size;

@@ -8,7 +8,6 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "server/http_server.h"
-#include "server/json_fields.h"
 
 namespace specpress::cli {
 
@@ -30,8 +29,9 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
                   "/v1/messages requires its own)")
       ->capture_default_str();
   add_sampling_flags(*cmd, o->sampling, "default ");
-  CLI::Option* seed =
-      cmd->add_option("-s,--seed", o->sampling.seed, "default sampling seed (default: a fresh one each request)");
+  [[maybe_unused]] auto seed_text = std::make_shared<std::string>();
+  [[maybe_unused]] CLI::Option* seed = cmd->add_option("-s,--seed", *seed_text,
+                                      "default sampling seed (default, -1 or 4294967295: a fresh one each request)");
   cmd->add_flag("--think", o->enable_thinking, "chat requests default to enable_thinking (off: what DFlash drafts need)");
   [[maybe_unused]] CLI::Option* budget = cmd->add_option(
       "--reasoning-budget", o->reasoning_budget,
@@ -67,12 +67,17 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--reference-path", o->reference_path, "use the reference ATen path even where the CUDA fast path applies");
   add_compression_flags(*cmd, o->compress, o->policy);
 #ifdef SPECPRESS_HAVE_SERVER
-  cmd->callback([&run, o, seed, kwargs, budget]() {
-    // no --seed, or llama-server's "random" value: a fresh seed each request
-    o->random_seed = seed->count() == 0 || o->sampling.seed == server::kRandomSeedValue;
+  cmd->callback([&run, o, seed, seed_text, kwargs, budget]() {
+    const bool seed_given = seed->count() > 0;
     o->reasoning_budget_given = budget->count() > 0;
     o->chat_template_kwargs_given = kwargs->count() > 0;
-    run = [o]() { return server::run_server(*o); };
+    run = [o, seed_given, seed_text]() {
+      // no --seed, -1 or llama-server's "random" value: a fresh seed each request
+      const std::optional<uint64_t> fixed = seed_given ? parse_seed_flag(*seed_text, "-s/--seed") : std::nullopt;
+      o->random_seed = !fixed;
+      if (fixed) o->sampling.seed = *fixed;
+      return server::run_server(*o);
+    };
   });
 #else
   cmd->callback([&run]() {

@@ -1,6 +1,7 @@
 // common.cpp — see common.h.
 #include "cli/common.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -257,6 +258,17 @@ std::string read_prompt_text(const std::string& prompt_text, const std::string& 
   if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
     fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
   return text;
+}
+
+std::optional<uint64_t> parse_seed_flag(const std::string& text, const std::string& flag) {
+  if (text == "-1" || text == "4294967295") return std::nullopt;
+  uint64_t value = 0;
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);  // "+5" as the numeric flags read it
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (begin == end || ec != std::errc() || ptr != end)
+    fail("{}: expected -1 (a fresh seed) or a decimal integer in 0..18446744073709551615, found '{}'", flag, text);
+  return value;
 }
 
 nlohmann::ordered_json compression_json(const compress::KVCompressor& c) {

@@ -48,6 +48,10 @@ struct Placement {
 Placement parse_placement(const std::string& device, const std::string& dtype);
 
 // --temp, --top-k, --top-p and --min-p into `sampling`; `prefix` starts each help text (serve: "default ").
+// A -s/--seed value: -1 or llama.cpp's 4294967295 (LLAMA_DEFAULT_SEED) for a fresh seed (nullopt), else a decimal
+// integer in 0..2^64-1; errors name `flag`.
+std::optional<uint64_t> parse_seed_flag(const std::string& text, const std::string& flag);
+
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix = "");
 // llama.cpp's --logit-bias item: TOKEN_ID+BIAS or TOKEN_ID-BIAS (BIAS a number, or inf after '-'); a
 // CLI::ValidationError naming the flag otherwise.

@@ -86,8 +86,9 @@ int write_all(int fd, std::string_view bytes) {
 
 namespace {
 // The temporary file a write_file_atomic is writing, for a terminating signal to remove before it ends the process:
-// SIGINT, SIGTERM and SIGHUP whose action is the default (a program that handles them itself, as bench and the
-// trainers do, finishes the write, so nothing is left). One write at a time is covered; a concurrent one goes without.
+// SIGINT, SIGTERM and SIGHUP whose action is the default when the write starts. Not covered: a signal the program
+// handles itself (bench and the trainers finish the write and stop after it; a second Ctrl-C that their handler left
+// at its default during that write ends them without the cleanup), and a write concurrent with another one.
 std::atomic<bool> g_claimed{false};
 char g_writing[4096];
 void remove_then_die(int sig) {
@@ -112,8 +113,11 @@ class TemporaryFileGuard {
   }
   ~TemporaryFileGuard() {
     if (!owner_) return;
-    for (size_t i = 0; i < std::size(kSignals); ++i)
-      if (installed_[i]) ::signal(kSignals[i], SIG_DFL);
+    for (size_t i = 0; i < std::size(kSignals); ++i) {
+      struct sigaction now {};  // restored only where ours is still there (not where another was put since)
+      if (installed_[i] && ::sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler == remove_then_die)
+        ::signal(kSignals[i], SIG_DFL);
+    }
     g_claimed = false;
   }
   TemporaryFileGuard(const TemporaryFileGuard&) = delete;
@@ -153,7 +157,7 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   const TemporaryFileGuard guard(tmp);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
-  if (exists) (void)::fchmod(fd, st.st_mode & 07777);  // a file replaced keeps its permissions (best effort)
+  if (exists) (void)::fchmod(fd, st.st_mode & 0777);  // a file replaced keeps its permissions (not set-id bits)
   for (const std::string_view bytes : pieces)
     if (const int err = write_all(fd, bytes); err != 0) {
       ::close(fd);

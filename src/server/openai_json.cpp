@@ -130,15 +130,19 @@ Outcome merged_outcome(const std::vector<Outcome>& choices) {
 
 json merged_compression(const std::vector<Outcome>& choices) {
   json all = choices.front().compression;
+  // a choice that ended before its generation (a client gone) has no object: it adds nothing
+  auto value = [](const Outcome& o, const char* key) {
+    return o.compression.is_object() && o.compression.contains(key) ? o.compression[key].get<double>() : 0.0;
+  };
   for (const char* key : {"events", "tokens_compressed", "slots_freed", "positions", "slots", "overhead_ms"}) {
     double sum = 0;  // counts stay integers in the JSON below
-    for (const Outcome& o : choices) sum += o.compression.at(key).get<double>();
+    for (const Outcome& o : choices) sum += value(o, key);
     all[key] = all[key].is_number_integer() ? json(static_cast<int64_t>(sum)) : json(sum);
   }
   for (const char* key : {"peak_slots", "cache_slots", "cache_bytes", "uncompressed_cache_bytes"}) {
-    int64_t most = 0;  // one generation at a time: the largest cache any choice held
-    for (const Outcome& o : choices) most = std::max(most, o.compression.at(key).get<int64_t>());
-    all[key] = most;
+    double most = 0;  // one generation at a time: the largest cache any choice held
+    for (const Outcome& o : choices) most = std::max(most, value(o, key));
+    all[key] = static_cast<int64_t>(most);
   }
   const double slots = all["slots"].get<double>();
   all["effective_ratio"] = slots > 0 ? all["positions"].get<double>() / slots : 1.0;
