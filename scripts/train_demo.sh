@@ -26,13 +26,16 @@ DRAFT_STEPS=${DRAFT_STEPS:-300}
 PROMPTS=${PROMPTS:-300}
 BEACON_PROMPTS=${BEACON_PROMPTS:-140}
 BEACON_STEPS=${BEACON_STEPS:-150}
-case $BEACON_PROMPTS in '' | *[!0-9]*) echo "train_demo: BEACON_PROMPTS must be 1..140, got '$BEACON_PROMPTS'" >&2; exit 1 ;; esac
+case $BEACON_PROMPTS in
+  '' | *[!0-9]*) echo "train_demo: BEACON_PROMPTS must be 1..140, got '$BEACON_PROMPTS'" >&2; exit 1 ;;
+esac
 [ "$BEACON_PROMPTS" -ge 1 ] && [ "$BEACON_PROMPTS" -le 140 ] ||
   { echo "train_demo: BEACON_PROMPTS must be 1..140 (GSM8K train questions 61-200), got $BEACON_PROMPTS" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "train_demo: $BIN not built; run scripts/setup.sh first" >&2; exit 1; }
 command -v jq >/dev/null || { echo "train_demo: jq not found (apt-get install jq)" >&2; exit 1; }
 for f in qwen3-tokenizer/tokenizer_config.json gsm8k_train.jsonl gsm8k_test.jsonl; do
-  [ -f "$SHARED/data/$f" ] || { echo "train_demo: $SHARED/data/$f not found (set SHARED to the shared folder)" >&2; exit 1; }
+  [ -f "$SHARED/data/$f" ] ||
+    { echo "train_demo: $SHARED/data/$f not found (set SHARED to the shared folder)" >&2; exit 1; }
 done
 mkdir -p "$WORK/tokenizer"
 SHARED=$SHARED scripts/fetch_demo_tokenizer.sh "$WORK/tokenizer"

@@ -2517,7 +2517,8 @@ TEST(ServerHttp, CompressedGenerationsReportTheirCompression) {
   const std::string pair = "-m " + demo_dir() + "/target -md " + demo_dir() + "/draft";
   ServerProcess s({"-m", demo_dir() + "/target", "-md", demo_dir() + "/draft", "--compress", demo_dir() + "/beacon"});
   ASSERT_GT(s.port(), 0) << s.stderr_text();
-  const json chat = {{"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 160}, {"ignore_eos", true}};
+  const json chat = {
+      {"messages", {{{"role", "user"}, {"content", kQuestion}}}}, {"max_tokens", 160}, {"ignore_eos", true}};
   const json whole = post(s, "/v1/chat/completions", chat);
   const json& c = whole["compression"];
   EXPECT_GT(c["events"].get<int64_t>(), 0) << c;
@@ -2559,7 +2560,8 @@ TEST(ServerCli, BadFlagsAndModelsExitNonZeroNamingThem) {
       {{"-m", demo_dir() + "/target", "--port", "70000"}, "--port"},
       {{"-m", demo_dir() + "/target", "--compress", "bogus"}, "--compress: unknown compression method 'bogus'", true},
       {{"-m", demo_dir() + "/target", "-s", "-2"}, "-s/--seed: expected -1 (a fresh seed) or a decimal integer", true},
-      {{"-m", demo_dir() + "/target", "--compress", demo_dir() + "/no-such-beacon"}, "no-such-beacon does not exist", true},
+      {{"-m", demo_dir() + "/target", "--compress", demo_dir() + "/no-such-beacon"}, "no-such-beacon does not exist",
+       true},
       {{"-m", demo_dir() + "/target", "--compress", "drop", "--compress-window", "0"}, "--compress-window: must be >= 1",
        true},
       {{"-m", demo_dir() + "/target", "--compress", "drop", "--reasoning-budget", "50"},

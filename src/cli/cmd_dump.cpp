@@ -37,7 +37,8 @@ int run_dump(const DumpOptions& o) {
   // the output is checked against every input (the model's files, a prompt's file) before anything is read
   std::vector<io::NamedPath> inputs = {{"-m/--model", o.model_dir}};
   if (!o.prompt.file.empty()) inputs.push_back({"-f/--file", o.prompt.file});
-  if (!o.prompt.ids_file.empty() && o.prompt.ids_file != "-") inputs.push_back({"--prompt-ids-file", o.prompt.ids_file});
+  if (!o.prompt.ids_file.empty() && o.prompt.ids_file != "-")
+    inputs.push_back({"--prompt-ids-file", o.prompt.ids_file});
   io::check_output_files({{"-o/--out", o.out}}, inputs);
   std::vector<int64_t> prompt = raw_prompt_tokens(o.prompt, o.model_dir, "dump");
   const char* flag = !o.prompt.ids.empty() ? "--prompt-ids" : !o.prompt.ids_file.empty() ? "--prompt-ids-file"

@@ -184,8 +184,9 @@ int run_generate(const GenerateOptions& options) {
   print_timings(result);
   if (compressor) {
     const auto& st = compressor->stats();
-    std::fprintf(stderr, "compression %s: %lld events, %lld tokens -> %lld slots freed, effective ratio %.2fx, peak %lld slots; "
-                 "KV cache %lld slots allocated (%.2f MiB) against %lld (%.2f MiB) uncompressed\n",
+    std::fprintf(stderr,
+                 "compression %s: %lld events, %lld tokens -> %lld slots freed, effective ratio %.2fx, peak %lld "
+                 "slots; KV cache %lld slots allocated (%.2f MiB) against %lld (%.2f MiB) uncompressed\n",
                  compress::method_name(policy.method), static_cast<long long>(st.events),
                  static_cast<long long>(st.tokens_compressed), static_cast<long long>(st.slots_freed), st.effective_ratio(),
                  static_cast<long long>(st.peak_slots), static_cast<long long>(st.cache_capacity),

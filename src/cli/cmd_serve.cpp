@@ -49,7 +49,8 @@ void add_serve_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_flag("--return-tokens-as-token-ids", o->return_tokens_as_token_ids,
                 "logprobs name each token \"token_id:ID\" (as vLLM's flag; a request's return_tokens_as_token_ids wins)");
   // on by default, each with its --no- form (two flags: CLI11 would print "--slots,--no-slots{false}" for one)
-  cmd->add_flag_callback("--slots", [o] { o->slots = true; }, "serve GET /slots, the generation slot's state (the default)");
+  cmd->add_flag_callback("--slots", [o] { o->slots = true; },
+                         "serve GET /slots, the generation slot's state (the default)");
   cmd->add_flag_callback("--no-slots", [o] { o->slots = false; }, "do not serve GET /slots");
   cmd->add_flag_callback("--warmup", [o] { o->warmup = true; },
                          "run a short greedy generation at load, so that the first request pays no first-run costs "

@@ -211,7 +211,8 @@ void check_path_exists(const std::string& value, const std::string& flag) {
 void check_compress_flags(const std::string& value, const std::string& flag, Policy policy) {
   if (names_a_path(value)) {
     check_path_exists(value, flag);
-    policy.method = Method::kDrop;  // its checkpoint is read with the model; the knobs given are checked as any method's
+    // its checkpoint is read with the model; the knobs given are checked as any method's
+    policy.method = Method::kDrop;
   } else {
     policy.method = parse_method(value, flag);
   }

@@ -553,9 +553,9 @@ std::string bench_markdown(const BenchReport& r) {
       memory += fmt::format(", peak device memory {:.1f} MiB against {:.1f} MiB",
                             static_cast<double>(*r.peak_device_bytes_compressed) / kMiB,
                             static_cast<double>(*r.peak_device_bytes_uncompressed) / kMiB);
-    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, span ratio {}, {:.1f} "
-                      "KiB KV saved per sample ({}), {}, tau {:.2f} ({:.1f}% of uncompressed; verify steps per answer "
-                      "{:.1f} against {:.1f}), identical outputs {}, {:.3f} ms per event\n",
+    md += fmt::format("\ncompression {} (window {}, sinks {}, merge {}): effective ratio {:.2f}x, span ratio {}, "
+                      "{:.1f} KiB KV saved per sample ({}), {}, tau {:.2f} ({:.1f}% of uncompressed; verify steps per "
+                      "answer {:.1f} against {:.1f}), identical outputs {}, {:.3f} ms per event\n",
                       compress::method_name(p.method), p.window, p.sinks, p.merge_tokens, r.effective_ratio,
                       std::isnan(r.span_ratio) ? std::string("- (no slot kept)") : fmt::format("{:.2f}", r.span_ratio),
                       r.kv_bytes_saved / 1024.0, memory, fidelity, r.compressed_tau, 100 * r.tau_ratio,

@@ -23,7 +23,8 @@ namespace specpress::tools {
 // freed and overhead as the last forward used them, compress::CompressionStats; top-attention's scores from the
 // committed tokens' rows alone; the compressed output's answer checked). Checkpoints with another value (or none)
 // counted otherwise and are refused by name.
-inline constexpr const char* kCompressCounts = "2026-12-07: at the last forward, committed rows, compressed answers, cache sizes";
+inline constexpr const char* kCompressCounts =
+    "2026-12-07: at the last forward, committed rows, compressed answers, cache sizes";
 
 // FNV-1a of the prompt's ids, as hex: a record is reused only for the prompt it was made from.
 std::string prompt_fingerprint(const std::vector<int64_t>& prompt);
