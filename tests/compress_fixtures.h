@@ -2,6 +2,7 @@
 // cache of every position, for the tests of that bound (test_compress: the controls; test_beacon: the beacon).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "compress/kv_compressor.h"
@@ -47,6 +48,46 @@ inline BoundedAndFull generate_bounded_and_full(const model::Qwen3Model& target,
   r.bounded_stats = bounded.stats();
   r.full_stats = full.stats();
   return r;
+}
+
+// Drives a compressor's cache as generate_dflash does (the prefill, then verify forwards of B rows, a rollback to the
+// committed length and the commit), with the drafts accepted at each step chosen by `accepted(step)` (0..B-1), so
+// that the bound's worst cases (every draft rejected, every one accepted, alternating) run whatever a draft would
+// propose; the block's ids are arbitrary. Throws where a forward would go past the bounded capacity.
+inline void drive_like_dflash(const model::Qwen3Model& target, compress::KVCompressor& c,
+                              const std::vector<int64_t>& prompt, int64_t B, int64_t n_new,
+                              const std::function<int64_t(int64_t)>& accepted) {
+  const int64_t N = static_cast<int64_t>(prompt.size()), max_length = N + n_new;
+  const int64_t headroom = c.reserve(B);
+  model::KVCache cache = target.make_cache(c.cache_slots(max_length + B, B), headroom);
+  c.on_cache_created(cache);
+  target.forward(at::tensor(prompt, at::kLong).to(target.device()), 0, cache, {});
+  model::ForwardOptions verify{/*all_logits=*/true, {}, false};
+  verify.may_roll_back = true;
+  decode::CommittedSpan span;
+  for (int64_t step = 0, start = N; start < max_length; ++step) {
+    std::vector<int64_t> block(B);
+    for (int64_t i = 0; i < B; ++i) block[i] = 1 + (start + 7 * i) % 97;
+    decode::observed_forward(target, at::tensor(block, at::kLong).to(target.device()), start, cache, verify, &c,
+                             &span.features);
+    const int64_t a = std::min(accepted(step), B - 1);
+    start += a + 1;
+    cache.rollback(start);
+    span.begin = start - (a + 1);
+    span.end = start;
+    span.ids.assign(block.begin(), block.begin() + a + 1);
+    if (span.features.defined()) span.features = span.features.narrow(0, 0, a + 1);
+    c.on_commit(cache, span);
+  }
+}
+
+// The acceptance patterns drive_like_dflash is run with: every draft rejected, every one accepted, alternating, and a
+// fixed pseudo-random sequence.
+inline std::vector<std::pair<const char*, std::function<int64_t(int64_t)>>> acceptance_patterns(int64_t B) {
+  return {{"all rejected", [](int64_t) { return int64_t{0}; }},
+          {"all accepted", [B](int64_t) { return B - 1; }},
+          {"alternating", [B](int64_t s) { return s % 2 == 0 ? int64_t{0} : B - 1; }},
+          {"pseudo-random", [B](int64_t s) { return (s * 7919 + 13) % B; }}};
 }
 
 }  // namespace specpress::test

@@ -208,6 +208,42 @@ TEST_F(Compress, UnitsBoundTheCacheAGenerationAllocates) {
       }
 }
 
+// The same bound under chosen acceptance (drive_like_dflash): every draft rejected, every one accepted, alternating
+// and pseudo-random, at blocks of 2 and 16, with a one-token prompt and the golden one, for every control: no forward
+// goes past the bounded capacity (the reviewer's model put the tightest case, 2 slots spare, at keep-last with a
+// one-token prompt, window 1, units of 5, blocks of 2 and every draft rejected).
+TEST_F(Compress, UnitsBoundTheCacheWhateverTheDraftsAccept) {
+  struct Case {
+    int64_t merge, window, sinks;
+  };
+  const std::vector<int64_t> one = {run_.prompt[0]};
+  for (auto m : {compress::Method::kDrop, compress::Method::kKeepLast, compress::Method::kMeanMerge,
+                 compress::Method::kTopAttention, compress::Method::kWindowOnly})
+    for (auto [merge, window, sinks] : {Case{5, 1, 0}, Case{2, 3, 4}, Case{8, 7, 12}})
+      for (int64_t B : {2, 16})
+        for (const std::vector<int64_t>* prompt : {&one, static_cast<const std::vector<int64_t>*>(&run_.prompt)})
+          for (const auto& [pattern, accepted] : acceptance_patterns(B)) {
+            const std::string what = fmt::format("{} merge {} window {} sinks {} block {} prompt {} {}",
+                                                 compress::method_name(m), merge, window, sinks, B, prompt->size(),
+                                                 pattern);
+            compress::Policy pol = policy(m, window, merge);
+            pol.sinks = sinks;
+            compress::KVCompressor c(pol, *target_, static_cast<int64_t>(prompt->size()));
+            ASSERT_NO_THROW(drive_like_dflash(*target_, c, *prompt, B, 48, accepted)) << what;
+            EXPECT_LT(c.stats().cache_capacity, c.stats().cache_positions) << what;
+          }
+  // the spare depends on where the last unit falls: every length across one unit, at the tightest case above
+  for (auto m : {compress::Method::kKeepLast, compress::Method::kDrop, compress::Method::kWindowOnly})
+    for (int64_t n = 45; n < 50; ++n)
+      for (const auto& [pattern, accepted] : acceptance_patterns(2)) {
+        compress::Policy pol = policy(m, 1, 5);
+        pol.sinks = 0;
+        compress::KVCompressor c(pol, *target_, 1);
+        ASSERT_NO_THROW(drive_like_dflash(*target_, c, one, 2, n, accepted))
+            << compress::method_name(m) << " " << n << " tokens, " << pattern;
+      }
+}
+
 // A rollback that drops a verify's last rows (its rejected draft tokens) takes back the attention mass they gave, so
 // that top-attention ranks keys by the committed tokens' attention alone, as the fidelity replay counts it: 4 rows
 // then a rollback to 2 leave the mass of a forward of those 2 rows, in a raw cache and in one whose slots a
