@@ -399,7 +399,6 @@ TEST(BenchIntervals, PairedComparisonsAgainstTheDatasetsFirstRun) {
 TEST(BenchAggregate, KvBytesSavedArePerSample) {
   tools::BenchReport report;
   report.block_size = 4;
-  report.slot_bytes = 1024;
   report.options.compress.method = compress::Method::kKeepLast;
   for (const auto& [id, positions, slots] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
            {"a", 100, 60}, {"a", 200, 120}, {"b", 100, 80}, {"b", 100, 80}}) {
@@ -408,6 +407,7 @@ TEST(BenchAggregate, KvBytesSavedArePerSample) {
     r.compressed = r.dflash;
     r.compression.positions = positions;
     r.compression.slots = slots;
+    r.compression.kv_bytes_per_slot = 1024;
     report.records.push_back(r);
   }
   tools::aggregate(report);

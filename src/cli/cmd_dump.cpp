@@ -41,9 +41,7 @@ int run_dump(const DumpOptions& o) {
     inputs.push_back({"--prompt-ids-file", o.prompt.ids_file});
   io::check_output_files({{"-o/--out", o.out}}, inputs);
   std::vector<int64_t> prompt = raw_prompt_tokens(o.prompt, o.model_dir, "dump");
-  const char* flag = !o.prompt.ids.empty() ? "--prompt-ids" : !o.prompt.ids_file.empty() ? "--prompt-ids-file"
-                     : !o.prompt.file.empty()  ? "-f/--file"
-                                               : "-p/--prompt";
+  const char* flag = raw_prompt_flag(o.prompt);
   if (prompt.empty()) fail("{}: empty (expected at least one token)", flag);
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   for (size_t i = 0; i < prompt.size(); ++i)

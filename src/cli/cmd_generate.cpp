@@ -8,7 +8,6 @@
 
 #include <cstdio>
 #include <memory>
-#include <random>
 
 #include "cli/common.h"
 #include "cli/id_list.h"
@@ -88,9 +87,8 @@ int run_generate(const GenerateOptions& options) {
   params.max_new_tokens = o.n_predict;
   params.sampling = o.sampling;
   const std::optional<uint64_t> seed = parse_seed_flag(o.seed, "-s/--seed");
-  const bool fresh_seed = !seed;
-  params.sampling.seed = seed ? *seed : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-  if (fresh_seed && !params.sampling.greedy())  // so that the run can be repeated
+  params.sampling.seed = seed ? *seed : fresh_seed();
+  if (!seed && !params.sampling.greedy())  // so that the run can be repeated
     std::fprintf(stderr, "generate: sampling seed %llu\n", static_cast<unsigned long long>(params.sampling.seed));
   params.block_size = o.block_size;
   params.record_steps = o.json;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <random>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -259,6 +260,8 @@ std::string read_prompt_text(const std::string& prompt_text, const std::string& 
     fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
   return text;
 }
+
+uint64_t fresh_seed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
 std::optional<uint64_t> parse_seed_flag(const std::string& text, const std::string& flag) {
   if (text == "-1" || text == "4294967295") return std::nullopt;

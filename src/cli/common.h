@@ -51,6 +51,8 @@ Placement parse_placement(const std::string& device, const std::string& dtype);
 // A -s/--seed value: -1 or llama.cpp's 4294967295 (LLAMA_DEFAULT_SEED) for a fresh seed (nullopt), else a decimal
 // integer in 0..2^64-1; errors name `flag`.
 std::optional<uint64_t> parse_seed_flag(const std::string& text, const std::string& flag);
+// A fresh 64-bit sampling seed (std::random_device), for -s -1 and the server's requests without a seed.
+uint64_t fresh_seed();
 
 void add_sampling_flags(CLI::App& cmd, decode::SamplingParams& sampling, const std::string& prefix = "");
 // llama.cpp's --logit-bias item: TOKEN_ID+BIAS or TOKEN_ID-BIAS (BIAS a number, or inf after '-'); a

@@ -18,6 +18,12 @@ void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::strin
       ->check(non_empty_check("expected a file path, or - for standard input"));
 }
 
+const char* raw_prompt_flag(const RawPromptFlags& flags) {
+  return !flags.ids.empty() ? "--prompt-ids" : !flags.ids_file.empty() ? "--prompt-ids-file"
+         : !flags.file.empty()  ? "-f/--file"
+                                : "-p/--prompt";
+}
+
 std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
                                        const std::string& command) {
   const int given = !flags.ids.empty() + !flags.ids_file.empty() + !flags.text.empty() + !flags.file.empty();

@@ -18,6 +18,9 @@ struct RawPromptFlags {
 // Adds the four flags; `what` describes the input in their help ("the text to score").
 void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what);
 
+// The flag the prompt came from ("--prompt-ids", "--prompt-ids-file", "-f/--file" or "-p/--prompt"), for errors.
+const char* raw_prompt_flag(const RawPromptFlags& flags);
+
 // The prompt's token ids; `command` names the subcommand in the "give exactly one" error.
 std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
                                        const std::string& command);

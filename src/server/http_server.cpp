@@ -126,13 +126,10 @@ json error_json_of(const std::exception_ptr& error) {
   }
 }
 
-// A seed of 64 random bits.
-uint64_t random_seed() { return (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}(); }
-
 // Choice `c` of a request: choice 0's job with seed + c (a fresh random seed where the request gave none).
 Job choice_job(const Job& first, int64_t c) {
   Job job = first;
-  if (c > 0) job.params.sampling.seed = first.request.random_seed ? random_seed() : first.params.sampling.seed + c;
+  if (c > 0) job.params.sampling.seed = first.request.random_seed ? cli::fresh_seed() : first.params.sampling.seed + c;
   return job;
 }
 
@@ -456,7 +453,7 @@ Job Server::prepare(const CompletionRequest& request) const {
   }
   if (static_cast<int64_t>(banned.size()) == vocab)
     fail("field 'logit_bias': bans every token of the vocabulary (false or -inf for all {} ids)", vocab);
-  if (request.random_seed) job.params.sampling.seed = random_seed();
+  if (request.random_seed) job.params.sampling.seed = cli::fresh_seed();
   job.params.logprobs = request.logprobs;
   if (request.thinking_budget > 0 && request.enable_thinking) {  // without thinking there is no block to cap
     // the request's own cap, or the server's default one (which a request with thinking on cannot lift)

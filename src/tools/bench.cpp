@@ -178,10 +178,6 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       bar.update(done, fmt::format("tau {:.2f}", tau_sum / static_cast<double>(done)));
     }
   }
-  if (options.compress.enabled()) {
-    const auto& c = target.config();
-    report.slot_bytes = 2 * c.num_layers * c.num_kv_heads * c.head_dim * static_cast<int64_t>(c10::elementSize(target.dtype()));
-  }
   aggregate(report);
   if (report.interrupted)
     bar.stop(fmt::format("stopped; tau {:.2f}, speedup {:.2f}x over {} turns", report.tau, report.speedup, done));
@@ -296,7 +292,7 @@ void aggregate(BenchReport& r) {
     r.dflash_only_correct = r.compressed_only_correct = 0;
     r.fidelity = compress::FidelityResult{};
     double positions = 0, slots = 0, events = 0, overhead = 0, unit_tokens = 0, unit_slots = 0;
-    r.peak_slots = r.kv_cache_bytes_uncompressed = r.kv_cache_bytes_compressed = 0;
+    r.peak_slots = r.kv_cache_bytes_uncompressed = r.kv_cache_bytes_compressed = r.slot_bytes = 0;
     r.peak_device_bytes_uncompressed = r.peak_device_bytes_compressed = std::nullopt;
     auto keep_max = [](std::optional<int64_t>& most, const std::optional<int64_t>& v) {
       if (v) most = std::max(most.value_or(0), *v);
@@ -313,6 +309,7 @@ void aggregate(BenchReport& r) {
       events += static_cast<double>(rec.compression.events);
       overhead += rec.compression.overhead_ms;
       r.peak_slots = std::max(r.peak_slots, rec.compression.peak_slots);
+      r.slot_bytes = std::max(r.slot_bytes, rec.compression.kv_bytes_per_slot);  // one target: the same for all
       unit_tokens += static_cast<double>(rec.compression.tokens_compressed);
       unit_slots += static_cast<double>(rec.compression.tokens_compressed - rec.compression.slots_freed);
       r.kv_cache_bytes_uncompressed =

@@ -101,7 +101,7 @@ struct BenchReport {
   double dflash_steps_per_answer = 0, compressed_steps_per_answer = 0;
   double effective_ratio = 0, kv_bytes_saved = 0, mean_first_divergence = 0, identical_compressed = 0;
   double overhead_ms_per_event = 0;
-  int64_t peak_slots = 0, slot_bytes = 0;
+  int64_t peak_slots = 0, slot_bytes = 0;  // slot_bytes: the records' CompressionStats::kv_bytes_per_slot
   // span ratio n/k: the tokens of the compressed units per slot kept for them (NaN where none is kept: drop,
   // window-only's eviction, or no event)
   double span_ratio = 0;
