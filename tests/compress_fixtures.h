@@ -53,10 +53,11 @@ inline BoundedAndFull generate_bounded_and_full(const model::Qwen3Model& target,
 // Drives a compressor's cache as generate_dflash does (the prefill, then verify forwards of B rows, a rollback to the
 // committed length and the commit), with the drafts accepted at each step chosen by `accepted(step)` (0..B-1), so
 // that the bound's worst cases (every draft rejected, every one accepted, alternating) run whatever a draft would
-// propose; the block's ids are arbitrary. Throws where a forward would go past the bounded capacity.
-inline void drive_like_dflash(const model::Qwen3Model& target, compress::KVCompressor& c,
-                              const std::vector<int64_t>& prompt, int64_t B, int64_t n_new,
-                              const std::function<int64_t(int64_t)>& accepted) {
+// propose; the block's ids are arbitrary. Throws where a forward would go past the bounded capacity. Returns the
+// fewest slots any forward left free (its B rows and fused latents counted).
+inline int64_t drive_like_dflash(const model::Qwen3Model& target, compress::KVCompressor& c,
+                                 const std::vector<int64_t>& prompt, int64_t B, int64_t n_new,
+                                 const std::function<int64_t(int64_t)>& accepted) {
   const int64_t N = static_cast<int64_t>(prompt.size()), max_length = N + n_new;
   const int64_t headroom = c.reserve(B);
   model::KVCache cache = target.make_cache(c.cache_slots(max_length + B, B), headroom);
@@ -65,7 +66,10 @@ inline void drive_like_dflash(const model::Qwen3Model& target, compress::KVCompr
   model::ForwardOptions verify{/*all_logits=*/true, {}, false};
   verify.may_roll_back = true;
   decode::CommittedSpan span;
+  int64_t spare = cache.capacity();
   for (int64_t step = 0, start = N; start < max_length; ++step) {
+    const model::LatentRows* latents = c.pending_latents();
+    spare = std::min(spare, cache.capacity() - cache.length - B - (latents != nullptr ? latents->count() : 0));
     std::vector<int64_t> block(B);
     for (int64_t i = 0; i < B; ++i) block[i] = 1 + (start + 7 * i) % 97;
     decode::observed_forward(target, at::tensor(block, at::kLong).to(target.device()), start, cache, verify, &c,
@@ -79,6 +83,7 @@ inline void drive_like_dflash(const model::Qwen3Model& target, compress::KVCompr
     if (span.features.defined()) span.features = span.features.narrow(0, 0, a + 1);
     c.on_commit(cache, span);
   }
+  return spare;
 }
 
 // The acceptance patterns drive_like_dflash is run with: every draft rejected, every one accepted, alternating, and a

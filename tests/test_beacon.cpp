@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -182,6 +183,39 @@ TEST_F(Beacon, UnitsBoundTheCacheAGenerationAllocates) {
       EXPECT_GT(r.bounded_stats.events, 0) << what;
       if (merge >= 2) EXPECT_LT(r.bounded_stats.cache_capacity, r.full_stats.cache_capacity) << what;
     }
+}
+
+// The same bound under chosen acceptance (drive_like_dflash): every draft rejected, every one accepted, alternating
+// and pseudo-random, at blocks of 1 (plain decoding's commits), 2 and 16, with a one-token prompt and the golden one:
+// no forward, latents fused in it included, goes past the bounded capacity; from units of 2 on, that capacity (the
+// fused latents' headroom in it) stays under the positions a cache of every position holds. The tightest forward
+// leaves one slot free (a sweep of units 2-8, windows 1-7, blocks 1-16, 2,880 runs: units of 5, window 1, blocks of
+// 1, a one-token prompt), so a bound 2 slots smaller fails here.
+TEST_F(Beacon, UnitsBoundTheCacheWhateverTheDraftsAccept) {
+  const std::vector<int64_t> one = {run_.prompt[0]};
+  const auto drive = [&](const std::vector<int64_t>& prompt, int64_t merge, int64_t window, int64_t B, int64_t n,
+                         const char* pattern, const std::function<int64_t(int64_t)>& accepted) {
+    const std::string what = fmt::format("merge {} window {} block {} prompt {} {} tokens {}", merge, window, B,
+                                         prompt.size(), n, pattern);
+    compress::KVCompressor c(policy(window, merge), *target_, static_cast<int64_t>(prompt.size()));
+    int64_t spare = -1;
+    EXPECT_NO_THROW(spare = drive_like_dflash(*target_, c, prompt, B, n, accepted)) << what;
+    EXPECT_GT(c.stats().events, 0) << what;
+    EXPECT_LT(c.stats().cache_capacity, c.stats().cache_positions) << what;
+    return spare;
+  };
+  for (int64_t merge : {2, 5, 8})
+    for (int64_t window : {1, 7})
+      for (int64_t B : {1, 2, 16})
+        for (const std::vector<int64_t>* prompt : {&one, static_cast<const std::vector<int64_t>*>(&run_.prompt)})
+          for (const auto& [pattern, accepted] : acceptance_patterns(B)) {
+            drive(*prompt, merge, window, B, B == 16 ? 128 : 48, pattern, accepted);
+            if (B == 1) break;  // a block of one accepts nothing whatever the pattern
+          }
+  int64_t fewest = std::numeric_limits<int64_t>::max();
+  for (int64_t n = 40; n < 45; ++n)  // every length across one unit at the tightest case
+    fewest = std::min(fewest, drive(one, 5, 1, 1, n, "", [](int64_t) { return int64_t{0}; }));
+  EXPECT_EQ(fewest, 1);
 }
 
 // Records the span features the loop hands to a compressor (what the online engine tapped).

@@ -39,16 +39,17 @@ int64_t KVCompressor::reserve(int64_t max_commit) {
 // With units of m >= 1 tokens, the slots held when a forward starts are at most: the raw head (the prompt and the
 // sinks); a slot for each compressed unit (generated / m; drop keeps none; window-only evicts down to that count);
 // the raw generated tokens, which are the window's units (the oldest ends inside the window, so it starts less than
-// m before it) and the partial unit, fewer than W + m together; and, for the beacon, the units the last commit aged,
-// raw until this forward fuses their latents: at most one commit and a unit's rest, B + m. The forward adds its B
+// m before it) and the partial unit, fewer than W + m together; for the beacon also the units the last commit aged,
+// raw until this forward fuses their latents: each ended after the previous commit's end less W, so with a commit of
+// at most B tokens the raw tokens are fewer than W + m + B, B - 1 more than the controls'. The forward adds its B
 // token rows (the latents come on top, reserve()). Units of a verify span each (m = 0) can be single tokens, so they
-// bound nothing. test_compress checks the bound against caches of every position.
+// bound nothing. test_compress and test_beacon check the bound against caches of every position.
 int64_t KVCompressor::cache_slots(int64_t positions, int64_t max_commit) {
   stats_.cache_positions = positions;
   const int64_t m = policy_.merge_tokens;
   if (!policy_.enabled() || m == 0) return positions;
   const int64_t head = tracker_.raw_head(), generated = std::max<int64_t>(positions - head, 0);
-  const int64_t aged_raw = policy_.method == Method::kBeacon ? max_commit + m : 0;
+  const int64_t aged_raw = policy_.method == Method::kBeacon ? max_commit - 1 : 0;
   const int64_t bound = head + generated / m + policy_.window + m + max_commit + aged_raw;
   return std::min(positions, bound);
 }
