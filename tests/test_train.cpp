@@ -16,6 +16,7 @@
 #include "decode/generation.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
+#include "io/safetensors.h"
 #include "model_fixtures.h"
 #include "test_util.h"
 #include "compress/beacon.h"
@@ -393,6 +394,14 @@ TEST(TrainDraft, FewStepsLowerTheLoss) {
   expect_loss_falls(train::train_draft(o, train::TextCodec{}), 40, 0.3);
 }
 
+// The first `n` lines of `file`, as a run stopped by a signal during its generations leaves it.
+std::string first_lines(const std::string& file, size_t n) {
+  const std::string text = io::read_text_file(file);
+  size_t end = 0;
+  for (size_t i = 0; i < n; ++i) end = text.find('\n', end) + 1;
+  return text.substr(0, end);
+}
+
 TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
   Fixture f;
   train::DraftOptions straight = f.draft_options("straight");
@@ -415,16 +424,23 @@ TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
   const std::string cache = part.out + "/onpolicy.jsonl", generated = io::read_text_file(cache);
   expect_error([&] { train::train_draft(part, train::TextCodec{}); }, "option 'gen_tokens' is 20 now but 16");
   EXPECT_EQ(io::read_text_file(cache), generated);
-}
-
-// A run stopped before its first checkpoint leaves OUT/onpolicy.jsonl: --resume starts at step 0 and reuses it only
-// where it answers the same prompts; a --seq-len no prompt leaves room in fails before any generation.
-// The first `n` lines of `file`, as a run stopped by a signal during its generations leaves it.
-std::string first_lines(const std::string& file, size_t n) {
-  const std::string text = io::read_text_file(file);
-  size_t end = 0;
-  for (size_t i = 0; i < n; ++i) end = text.find('\n', end) + 1;
-  return text.substr(0, end);
+  // Another target of the same shape at the same path is refused by its weights' fingerprint, and a stopped
+  // generation made by the old one is made again, not continued.
+  part.gen_tokens = straight.gen_tokens;
+  write_random_qwen3((f.dir.path / "other").string(), kShape, /*tied=*/true, 8);
+  fs::copy_file(f.dir.path / "other" / "model.safetensors", f.target / "model.safetensors",
+                fs::copy_options::overwrite_existing);
+  expect_error([&] { train::train_draft(part, train::TextCodec{}); }, "/target/model.safetensors changed since");
+  train::DraftOptions stopped = f.draft_options("stopped");
+  stopped.steps = 1;
+  stopped.resume = true;
+  fs::create_directories(stopped.out);
+  write_text(fs::path(stopped.out) / "onpolicy.jsonl", first_lines(straight.out + "/onpolicy.jsonl", 4));
+  fs::copy_file(straight.out + "/generations.json", stopped.out + "/generations.json");
+  ::testing::internal::CaptureStderr();
+  train::train_draft(stopped, train::TextCodec{});
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("onpolicy.jsonl was made otherwise (target_fingerprint is"), std::string::npos) << said;
 }
 
 // A run stopped during its generations saved those done (tools::StopSignals in generate_greedy), as the first `kept`
@@ -453,6 +469,8 @@ TEST(TrainDraft, ResumeContinuesStoppedGenerations) {
                       "/onpolicy.jsonl (a stopped run's); generating the other 7"), std::string::npos) << said;
 }
 
+// A run stopped before its first checkpoint leaves OUT/onpolicy.jsonl: --resume starts at step 0 and reuses it only
+// where it answers the same prompts; a --seq-len no prompt leaves room in fails before any generation.
 TEST(TrainDraft, ResumeBeforeTheFirstCheckpointAndSeqLenRoom) {
   Fixture f;
   train::DraftOptions o = f.draft_options("early");
@@ -582,6 +600,10 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   const std::string cache = part.out + "/trajectories.jsonl", generated = io::read_text_file(cache);
   expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'gen_tokens' is 48 now but 40");
   EXPECT_EQ(io::read_text_file(cache), generated);
+  // without --eval-prompts the held-out trajectories are cut from the training ones: another count is another run
+  part.gen_tokens = straight.gen_tokens;
+  part.eval_samples = 1;
+  expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'eval_samples' is 1 now but 2");
 }
 
 // ... and so does train-compressor's, whose continued trajectories keep their span seeds
@@ -633,10 +655,31 @@ TEST(TrainCompressor, BadInputNamesTheProblem) {
     o.on_policy_prompts.clear();
     expect_error([&] { train::train_compressor(o, none); }, "give --on-policy-prompts and/or --data");
   }
-  {
+  {  // refused before the generations, not after them: the method is the beacon's
     train::CompressorOptions o = f.compressor_options("window");
-    o.policy.window = -1;
-    expect_error([&] { train::train_compressor(o, none); }, "--compress-window: must be >= 1");
+    for (int64_t window : {-1, 0}) {
+      o.policy.window = window;
+      expect_error([&] { train::train_compressor(o, none); }, "--compress-window: must be >= 1");
+      EXPECT_FALSE(fs::exists(o.out)) << window;
+    }
+    o.policy.window = 6;
+    o.save_dtype = "f8";
+    expect_error([&] { train::train_compressor(o, none); }, "--save-dtype: unknown dtype 'f8'");
+    EXPECT_FALSE(fs::exists(o.out));
+  }
+  {  // the export in the --save-dtype asked for (f32 unless given); the engine reads it in float32
+    train::CompressorOptions o = f.compressor_options("bf16");
+    o.steps = 2;
+    EXPECT_EQ(train::CompressorOptions{}.save_dtype, "f32");
+    o.save_dtype = "bf16";
+    train::train_compressor(o, none);
+    const std::string bytes = io::read_text_file(o.out + "/compressor.safetensors");
+    const io::SafetensorsHeader header = io::parse_safetensors(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                               bytes.size(), "compressor.safetensors");
+    ASSERT_FALSE(header.tensors.empty());
+    for (const io::TensorInfo& t : header.tensors) EXPECT_EQ(t.dtype, io::DType::BF16) << t.name;
+    model::Qwen3Model target = model::Qwen3Model::load(f.target.string(), at::kFloat, at::kCPU);
+    EXPECT_EQ(compress::BeaconCompressor::load(o.out, target)->weights().gate.scalar_type(), at::kFloat);
   }
   if (fs::exists(shared_dir() + "/golden/dflash-tiny-a/draft")) {  // another target's draft, with --data alone too
     train::CompressorOptions o = f.compressor_options("draft");
@@ -789,6 +832,69 @@ TEST(TrainCli, SubcommandsReportErrorsByFlag) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("--resume: " + (f.dir.path / "lm-first").string() + " holds no checkpoint yet; starting at "
                        "step 0"), std::string::npos) << r.err;
+}
+
+// A model directory's fingerprint: config.json whole, each .safetensors file by its size, header and 64 spans of
+// 64 KiB spread over its tensors' bytes: an edit in a span or the header changes it, one between spans does not.
+TEST(TrainData, ModelFingerprintsSampleTheWeights) {
+  ScratchDir dir("fingerprint");
+  write_text(dir.path / "config.json", "{\"hidden_size\": 8}");
+  const std::string header = std::string("\x10\0\0\0\0\0\0\0", 8) + "{}              ";  // 16 bytes of JSON
+  std::string bytes = header + std::string(8u << 20, '\0');
+  const auto fingerprint = [&](const std::string& weights) {
+    write_text(dir.path / "model.safetensors", weights);
+    return train::model_fingerprints(dir.path.string());
+  };
+  const nlohmann::json base = fingerprint(bytes);
+  ASSERT_EQ(base.size(), 2u);  // config.json and model.safetensors
+  const size_t data = bytes.size() - header.size(), second = header.size() + (data - (64u << 10)) / 63;
+  std::string edited = bytes;
+  edited[second + 5] = 1;  // inside the second span
+  EXPECT_NE(fingerprint(edited), base);
+  edited = bytes;
+  edited[12] = 'x';  // the header
+  EXPECT_NE(fingerprint(edited), base);
+  edited = bytes;
+  edited[second - 7] = 1;  // between the first and second spans
+  EXPECT_EQ(fingerprint(edited), base);
+  EXPECT_NE(fingerprint(bytes + '\0'), base);  // the size
+  EXPECT_EQ(fingerprint(bytes), base);
+  EXPECT_EQ(train::model_digest(""), "");
+}
+
+// Records come one a line (.jsonl, .ndjson) or as one array (.json), whatever the extension's case; errors name the
+// line or the element; a plain-text file that starts like JSON is read as text with a note saying so.
+TEST(TrainData, RecordFilesByExtension) {
+  ScratchDir dir("train-data");
+  const std::string records = "{\"ids\": [1, 2, 3]}\n{\"ids\": [4, 5], \"loss_start\": 1}\n";
+  write_text(dir.path / "upper.JSONL", records);
+  write_text(dir.path / "array.json", "[{\"ids\": [1, 2, 3]}, {\"ids\": [4, 5], \"loss_start\": 1}]");
+  for (const char* name : {"upper.JSONL", "array.json"}) {
+    const std::vector<train::Sequence> docs = train::read_documents({(dir.path / name).string()}, {}, 8);
+    ASSERT_EQ(docs.size(), 2u) << name;
+    EXPECT_EQ(docs[1].ids, std::vector<int64_t>({4, 5})) << name;
+    EXPECT_EQ(docs[1].loss_start, 1) << name;
+  }
+  EXPECT_EQ(train::read_prompts({(dir.path / "array.json").string()}, {}, 8).size(), 2u);
+  write_text(dir.path / "object.json", "{\"ids\": [1, 2]}");
+  expect_error([&] { train::read_documents({(dir.path / "object.json").string()}, {}, 8); },
+               "object.json: expected a JSON array of records in a .json file");
+  write_text(dir.path / "mixed.json", "[{\"ids\": [1]}, 3]");
+  expect_error([&] { train::read_documents({(dir.path / "mixed.json").string()}, {}, 8); },
+               "mixed.json element 1: expected a JSON object");
+  write_text(dir.path / "bad-id.json", "[{\"ids\": [1]}, {\"ids\": [9]}]");
+  expect_error([&] { train::read_prompts({(dir.path / "bad-id.json").string()}, {}, 8); },
+               "bad-id.json element 1: token id 9 at index 0 is outside the vocabulary 0..7");
+  train::TextCodec bytes;  // one id a byte, so that text reads without a tokenizer
+  bytes.encode = [](const std::string& text) { return std::vector<int64_t>(text.size(), 1); };
+  write_text(dir.path / "records.txt", records);
+  ::testing::internal::CaptureStderr();
+  const std::vector<train::Sequence> text = train::read_documents({(dir.path / "records.txt").string()}, bytes, 8);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(text.size(), 1u);
+  EXPECT_EQ(text[0].ids.size(), records.size());
+  EXPECT_NE(said.find("records.txt is read as plain text (its extension is not .jsonl, .ndjson or .json), though it "
+                      "starts like JSON"), std::string::npos) << said;
 }
 
 TEST(TrainCli, TextAndChatDataUseTheTokenizer) {

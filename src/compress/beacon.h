@@ -82,8 +82,10 @@ class BeaconCompressor {
   BeaconWeights weights_;
 };
 
-// Writes DIR/compressor.json and DIR/compressor.safetensors (float32), each atomically.
-void save_beacon(const std::string& dir, const BeaconConfig& config, const BeaconWeights& weights);
+// Writes DIR/compressor.json and DIR/compressor.safetensors (in `dtype`; load() reads any into float32), each
+// atomically.
+void save_beacon(const std::string& dir, const BeaconConfig& config, const BeaconWeights& weights,
+                 at::ScalarType dtype = at::kFloat);
 
 // The value of --compress: a training-free method name, or a directory holding a beacon checkpoint
 // (its method becomes kBeacon). `policy` keeps the window/sinks/merge the user gave (Policy::given); a beacon gives

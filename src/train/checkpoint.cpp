@@ -2,7 +2,12 @@
 #include "train/checkpoint.h"
 
 #include <c10/core/GradMode.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -108,6 +113,13 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
   std::error_code mk;
   fs::create_directories(out, mk);
   if (mk) fail("--out: cannot create {} ({})", out, mk.message());
+  // an existing directory may still refuse new files (its permissions, a read-only mount): found now, not at the
+  // first checkpoint after the training's steps
+  const std::string probe = (fs::path(out) / (".write-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fail("--out: cannot create files in {} ({})", out, std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
   return resume && find_checkpoint(out).has_value();
 }
 

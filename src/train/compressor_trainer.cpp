@@ -108,6 +108,8 @@ std::vector<Trajectory> cached_generation(const std::string& file, const model::
   const nlohmann::json made_with = {
       {"target", fs::absolute(o.target_dir).lexically_normal().string()},
       {"draft", o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string()},
+      {"target_fingerprint", model_digest(o.target_dir)},
+      {"draft_fingerprint", model_digest(o.draft_dir)},
       {"gen_tokens", o.gen_tokens},
       {"span_max", o.span_max},
       {"seed", o.seed},
@@ -211,7 +213,13 @@ compress::FidelityResult replay(const model::Qwen3Model& target, const std::vect
 
 TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec) {
   validate_common(o);
-  compress::validate(o.policy);
+  {  // the knobs as the beacon runs them (the method is "none" until the trained compressor exists)
+    compress::Policy as_trained = o.policy;
+    as_trained.method = compress::Method::kDrop;
+    as_trained.beacon = nullptr;
+    compress::validate(as_trained);
+  }
+  const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
   keep_freed_memory();
   if (o.data.empty() && o.on_policy_prompts.empty()) fail("train-compressor: give --on-policy-prompts and/or --data");
   if (o.span_max < 1) fail("--span-max: must be positive, found {}", o.span_max);
@@ -289,10 +297,13 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   run["eval_prompts"] = absolute_paths(o.eval_prompts);
   run["span_max"] = o.span_max;
   run["feature_passes"] = o.feature_passes;
+  run["eval_samples"] = o.eval_samples;  // without --eval-prompts the held-out set is cut from the training data
   run["on_policy_prompts"] = absolute_paths(o.on_policy_prompts);
   run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
   run["input_fingerprints"].update(input_fingerprints(o.eval_prompts));
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
+  run["input_fingerprints"].update(model_fingerprints(o.target_dir));
+  if (!o.draft_dir.empty()) run["input_fingerprints"].update(model_fingerprints(o.draft_dir));
   check_resume_matches(o, run, resume);  // before the generations
   std::vector<Trajectory> generated =
       cached_generation("trajectories.jsonl", target, prompts, o, "on-policy generation", 0);
@@ -304,7 +315,9 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   std::vector<Trajectory> usable;
   std::vector<compress::CompressionPlan> plans;  // of `usable`
   int64_t longest = 0;
+  size_t cut_count = 0;
   for (size_t i = 0; i < trajectories.size(); ++i) {
+    cut_count += static_cast<int64_t>(trajectories[i].ids.size()) > o.seq_len ? 1 : 0;
     Trajectory cut = truncated(trajectories[i], o.seq_len);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(cut.ids.size()) - cut.prompt_tokens);
     try {
@@ -318,6 +331,10 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
            i < trajectories.size() - generated.size() ? "from --data" : "OUT/trajectories.jsonl", e.what());
     }
   }
+  if (cut_count > 0 || usable.size() < trajectories.size())
+    std::fprintf(stderr, "train-compressor: %zu of %zu trajectories cut to --seq-len %lld; %zu left out (no compression "
+                 "event within it)\n", cut_count, trajectories.size(), static_cast<long long>(o.seq_len),
+                 trajectories.size() - usable.size());
   if (held_out.empty() && o.eval_samples > 0 && usable.size() >= 2) {
     const size_t n = std::min<size_t>(static_cast<size_t>(o.eval_samples), usable.size() / 5 + 1);
     held_out.assign(usable.end() - static_cast<std::ptrdiff_t>(n), usable.end());
@@ -433,7 +450,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     }
     return StepOutput{loss, step_tokens, fmt::format(" | kl {:.4f} | top1 {:.3f}", kl, top1)};
   };
-  hooks.export_model = [&] { compress::save_beacon(o.out, bc, current()); };
+  hooks.export_model = [&] { compress::save_beacon(o.out, bc, current(), save_dtype); };
   hooks.eval_every = held_out.empty() ? 0 : (o.eval_every > 0 ? o.eval_every : o.steps);
   hooks.eval_name = "held-out KL (compressed engine replay, nats)";
   hooks.evaluate = [&]() {

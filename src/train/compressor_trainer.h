@@ -35,6 +35,7 @@ struct CompressorOptions : CommonOptions {
   std::vector<std::string> eval_prompts;   // held-out prompts (default: the last trajectories)
   int64_t eval_samples = 4;
   int64_t eval_every = 0;                  // 0 = only at the end
+  CompressorOptions() { save_dtype = "f32"; }  // a small module the engine runs in float32
 };
 
 TrainSummary train_compressor(const CompressorOptions& options, const TextCodec& codec);

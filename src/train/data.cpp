@@ -2,6 +2,8 @@
 #include "train/data.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -16,9 +18,24 @@ using nlohmann::json;
 
 namespace {
 
-bool is_jsonl(const std::string& path) {
-  const std::string ext = fs::path(path).extension().string();
-  return ext == ".jsonl" || ext == ".ndjson";
+// How a data file is read, by its extension (any case): JSON lines, one JSON array of records, or plain text.
+enum class DataFormat { kJsonLines, kJsonArray, kText };
+
+DataFormat data_format(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (ext == ".jsonl" || ext == ".ndjson") return DataFormat::kJsonLines;
+  return ext == ".json" ? DataFormat::kJsonArray : DataFormat::kText;
+}
+
+// A plain-text file that starts like JSON is most likely records under another extension: say how it is read.
+void note_if_json_like(const std::string& path, const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '['))
+    std::fprintf(stderr,
+                 "note: %s is read as plain text (its extension is not .jsonl, .ndjson or .json), though it starts "
+                 "like JSON; rename it to read its records\n",
+                 path.c_str());
 }
 
 std::string read_data_file(const std::string& path) {
@@ -36,34 +53,51 @@ std::vector<int64_t> encode_at(const TextCodec& codec, const std::string& text, 
   }
 }
 
-// Calls fn(line_number, record) for each non-blank line of a jsonl file.
+// Calls fn(where, record) for each record of a JSON-lines file (each non-blank line) or a .json file (each element of
+// its top-level array), `where` naming the file and the line or the element.
 template <typename Fn>
-void for_each_record(const std::string& path, const std::string& text, Fn fn) {
+void for_each_record(const std::string& path, const std::string& text, DataFormat format, Fn fn) {
+  if (format == DataFormat::kJsonArray) {
+    json records;
+    try {
+      records = json::parse(text);
+    } catch (const json::exception& e) {
+      fail("{}: invalid JSON: {}", path, e.what());
+    }
+    if (!records.is_array())
+      fail("{}: expected a JSON array of records in a .json file (or one record a line in a .jsonl file)", path);
+    for (size_t i = 0; i < records.size(); ++i) {
+      const std::string where = fmt::format("{} element {}", path, i);
+      if (!records[i].is_object()) fail("{}: expected a JSON object", where);
+      fn(where, records[i]);
+    }
+    return;
+  }
   std::istringstream in(text);
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{} line {}", path, line_no);
     json record;
     try {
       record = json::parse(line);
     } catch (const json::exception& e) {
-      fail("{} line {}: invalid JSON: {}", path, line_no, e.what());
+      fail("{}: invalid JSON: {}", where, e.what());
     }
-    if (!record.is_object()) fail("{} line {}: expected a JSON object", path, line_no);
-    fn(line_no, record);
+    if (!record.is_object()) fail("{}: expected a JSON object", where);
+    fn(where, record);
   }
 }
 
 struct RecordReader {
-  const std::string& path;
-  int64_t line;
+  const std::string& location;  // the file and its line or element
   const json& record;
   const TextCodec& codec;
   int64_t vocab;
 
-  std::string where() const { return fmt::format("{} line {}", path, line); }
+  const std::string& where() const { return location; }
   std::string string_field(const std::string& key) const {
     if (!record[key].is_string()) fail("{}: field '{}' must be a string", where(), key);
     return record[key].get<std::string>();
@@ -173,12 +207,14 @@ std::vector<Sequence> read_documents(const std::vector<std::string>& files, cons
   for (const std::string& path : files) {
     const std::string text = read_data_file(path);
     const size_t before = out.size();
-    if (is_jsonl(path)) {
-      for_each_record(path, text, [&](int64_t line, const json& record) {
-        Sequence s = document_from(RecordReader{path, line, record, codec, vocab});
+    const DataFormat format = data_format(path);
+    if (format != DataFormat::kText) {
+      for_each_record(path, text, format, [&](const std::string& where, const json& record) {
+        Sequence s = document_from(RecordReader{where, record, codec, vocab});
         if (!s.ids.empty()) out.push_back(std::move(s));
       });
     } else if (text.find_first_not_of(" \t\r\n") != std::string::npos) {
+      note_if_json_like(path, text);
       if (!codec.encode) fail("{}: text data needs a tokenizer: {}", path, codec.missing);
       Sequence s{encode_at(codec, text, path), 0};
       check_ids(s.ids, vocab, path);
@@ -204,13 +240,15 @@ std::vector<std::vector<int64_t>> read_prompts(const std::vector<std::string>& f
   for (const std::string& path : files) {
     const std::string text = read_data_file(path);
     const size_t before = out.size();
-    if (is_jsonl(path)) {
-      for_each_record(path, text, [&](int64_t line, const json& record) {
-        std::vector<int64_t> ids = prompt_from(RecordReader{path, line, record, codec, vocab});
-        if (ids.empty()) fail("{} line {}: empty prompt", path, line);
+    const DataFormat format = data_format(path);
+    if (format != DataFormat::kText) {
+      for_each_record(path, text, format, [&](const std::string& where, const json& record) {
+        std::vector<int64_t> ids = prompt_from(RecordReader{where, record, codec, vocab});
+        if (ids.empty()) fail("{}: empty prompt", where);
         out.push_back(std::move(ids));
       });
     } else {
+      note_if_json_like(path, text);
       std::istringstream in(text);
       std::string line;
       int64_t line_no = 0;

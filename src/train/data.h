@@ -1,5 +1,6 @@
-// data.h — training data: token sequences read from files (jsonl records with pre-tokenized "ids",
-// "text", chat "messages" or "prompt"+"completion"; any other file is one plain-text document),
+// data.h — training data: token sequences read from files (records with pre-tokenized "ids", "text", chat
+// "messages" or "prompt"+"completion", one a line in .jsonl/.ndjson or in one array in .json, the extension's case
+// ignored; any other file is one plain-text document),
 // prompt lists for on-policy generation and evaluation, and batch sampling. Every random choice comes
 // from a generator seeded by (seed, step), so a resumed run sees exactly the batches an uninterrupted
 // run would have.
@@ -37,11 +38,11 @@ struct TextCodec {
   std::vector<std::string> used_files() const { return used && *used ? files : std::vector<std::string>{}; }
 };
 
-// Training documents from `files`; ids must lie in 0..vocab_size-1. Errors name the file and line.
+// Training documents from `files`; ids must lie in 0..vocab_size-1. Errors name the file and line (or element).
 std::vector<Sequence> read_documents(const std::vector<std::string>& files, const TextCodec& codec, int64_t vocab_size);
 
-// Prompts (token ids) from `files`: jsonl records with "ids", "turns" (first turn as a chat prompt,
-// the layout of ../shared/data), "messages", "prompt" or "text"; other files give one prompt per
+// Prompts (token ids) from `files`: records (.jsonl, .ndjson or a .json array) with "ids", "turns" (first turn as a
+// chat prompt, the layout of ../shared/data), "messages", "prompt" or "text"; other files give one prompt per
 // non-empty line.
 std::vector<std::vector<int64_t>> read_prompts(const std::vector<std::string>& files, const TextCodec& codec,
                                                int64_t vocab_size);

@@ -60,13 +60,14 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
 }
 
 // The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them: each cached
-// sequence must answer its prompt within --gen-tokens, made by the same target on the same device
-// (OUT/generations.json), else all are generated again. A run stopped by a signal during the generation keeps the
+// sequence must answer its prompt within --gen-tokens, made by the same target (its path and model_digest) on the
+// same device (OUT/generations.json), else all are generated again. A run stopped by a signal during the generation keeps the
 // ones done there, and the next continues after them.
 std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts) {
   const std::string cache = (fs::path(o.out) / "onpolicy.jsonl").string();
   const nlohmann::json made_with = {{"target", fs::absolute(o.target_dir).lexically_normal().string()},
+                                    {"target_fingerprint", model_digest(o.target_dir)},
                                     {"gen_tokens", o.gen_tokens},
                                     {"device", target.device().str()}};
   std::vector<Sequence> sequences;
@@ -213,6 +214,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   run["gen_tokens"] = o.gen_tokens;
   run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
+  run["input_fingerprints"].update(model_fingerprints(o.target_dir));
   check_resume_matches(o, run, resume);  // before the on-policy generation
   if (!prompts.empty()) {
     std::vector<Sequence> generated = on_policy_sequences(o, target, prompts);

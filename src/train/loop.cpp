@@ -46,6 +46,54 @@ nlohmann::json input_fingerprints(const std::vector<std::string>& files) {
   return out;
 }
 
+nlohmann::json model_fingerprints(const std::string& dir) {
+  std::vector<std::string> configs, weights;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "config.json" || name == "model.safetensors.index.json") configs.push_back(entry.path().string());
+    else if (entry.path().extension() == ".safetensors") weights.push_back(entry.path().string());
+  }
+  if (ec) fail("{}: cannot list it to fingerprint the model ({})", dir, ec.message());
+  nlohmann::json out = input_fingerprints(configs);
+  std::sort(weights.begin(), weights.end());
+  constexpr uint64_t kHeaderMost = 100u << 20, kSamples = 64, kSampleBytes = 64u << 10;
+  for (const std::string& file : weights) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) fail("{}: cannot open it to fingerprint the run's inputs", file);
+    const uint64_t bytes = fs::file_size(file, ec);
+    if (ec) fail("{}: cannot stat it to fingerprint the run's inputs ({})", file, ec.message());
+    uint64_t h = kFnv1aOffset;
+    std::string chunk;
+    auto take = [&](uint64_t offset, uint64_t n) {  // fold bytes [offset, offset + n) into h
+      chunk.resize(n);
+      in.seekg(static_cast<std::streamoff>(offset));
+      in.read(chunk.data(), static_cast<std::streamsize>(n));
+      if (static_cast<uint64_t>(in.gcount()) != n) fail("{}: read error while fingerprinting the run's inputs", file);
+      h = fnv1a(std::string_view(chunk.data(), n), h);
+    };
+    uint64_t header = 0;  // the 8-byte length and the JSON header (names, dtypes, shapes, offsets)
+    if (bytes >= 8) {
+      take(0, 8);
+      for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<unsigned char>(chunk[i]);
+      header = 8 + std::min({header, bytes - 8, kHeaderMost});
+      take(8, header - 8);
+    }
+    const uint64_t data = bytes - header;  // then kSamples spans spread evenly over the tensors' bytes
+    if (data <= kSamples * kSampleBytes) {
+      take(header, data);
+    } else {
+      for (uint64_t i = 0; i < kSamples; ++i) take(header + (data - kSampleBytes) / (kSamples - 1) * i, kSampleBytes);
+    }
+    out[fs::absolute(file).lexically_normal().string()] = fmt::format("{:016x}:{}", h, bytes);
+  }
+  return out;
+}
+
+std::string model_digest(const std::string& dir) {
+  return dir.empty() ? "" : fmt::format("{:016x}", fnv1a(model_fingerprints(dir).dump()));
+}
+
 nlohmann::json absolute_paths(const std::vector<std::string>& files) {
   nlohmann::json out = nlohmann::json::array();
   for (const std::string& f : files) out.push_back(fs::absolute(f).lexically_normal().string());
