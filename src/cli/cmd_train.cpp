@@ -54,7 +54,9 @@ train::TextCodec make_codec(const std::string& dir, const std::string& flag) {
 }
 
 void add_common_options(CLI::App* cmd, train::CommonOptions& o) {
-  cmd->add_option("--data", o.data, "training data: records (ids, text, messages, prompt+completion) a line in .jsonl/.ndjson or in one array in .json, or text files");
+  cmd->add_option("--data", o.data,
+                  "training data: records (ids, text, messages, prompt+completion) a line in .jsonl/.ndjson or in one "
+                  "array in .json, or text files");
   cmd->add_option("-o,--out", o.out, "output directory (model, checkpoint)")->required();
   cmd->add_option("--steps", o.steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--batch", o.batch, "sequences per step")->capture_default_str();

@@ -194,7 +194,8 @@ void save_beacon(const std::string& dir, const BeaconConfig& config, const Beaco
                  at::ScalarType dtype) {
   fs::create_directories(dir);
   std::vector<std::pair<std::string, at::Tensor>> cpu;
-  for (const auto& [name, t] : beacon_named(weights)) cpu.emplace_back(name, t.detach().to(at::kCPU, dtype).contiguous());
+  for (const auto& [name, t] : beacon_named(weights))
+    cpu.emplace_back(name, t.detach().to(at::kCPU, dtype).contiguous());
   io::save_safetensors((fs::path(dir) / kWeightsFile).string(), cpu, {{"format", "pt"}});
   io::write_file_atomic((fs::path(dir) / kConfigFile).string(), beacon_config_json(config).dump(2) + "\n");
 }

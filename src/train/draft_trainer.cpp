@@ -61,8 +61,8 @@ model::DFlashConfig draft_config(const DraftOptions& o, const model::Qwen3Config
 
 // The on-policy sequences, generated once and kept in OUT/onpolicy.jsonl so a resumed run reuses them: each cached
 // sequence must answer its prompt within --gen-tokens, made by the same target (its path and model_digest) on the
-// same device (OUT/generations.json), else all are generated again. A run stopped by a signal during the generation keeps the
-// ones done there, and the next continues after them.
+// same device (OUT/generations.json), else all are generated again. A run stopped by a signal during the generation
+// keeps the ones done there, and the next continues after them.
 std::vector<Sequence> on_policy_sequences(const DraftOptions& o, const model::Qwen3Model& target,
                                           const std::vector<std::vector<int64_t>>& prompts) {
   const std::string cache = (fs::path(o.out) / "onpolicy.jsonl").string();
