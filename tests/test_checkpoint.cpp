@@ -331,7 +331,8 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
   full["architectures"] = {"DFlashDraftModel"};  // a draft given as the target: the flags are named
   write_text(path, full.dump());
   expect_error([&] { model::parse_qwen3_config(path); },
-               "(this is a DFlash draft: a Qwen3 target is given with -m, its draft with -md)");
+               "(this is a DFlash draft: a Qwen3 target is given with -m (the trainers' --target), its draft with "
+               "-md (--draft))");
   full["architectures"] = {"Qwen3ForCausalLM"};  // and a target given as the draft
   write_text(path, full.dump());
   expect_error([&] { model::parse_dflash_config(path); },

@@ -211,6 +211,11 @@ TEST(TrainLm, FewStepsLowerTheLossAndExportLoads) {
   Fixture f;
   train::LmOptions o = f.lm_options("lm");
   o.steps = 40;
+  nlohmann::json given = nlohmann::json::parse(std::ifstream(f.config));
+  given["bos_token_id"] = 3;
+  given["max_position_embeddings"] = o.seq_len;  // the last window position is seq_len - 1
+  o.config_path = (f.dir.path / "lm-config.json").string();
+  write_json(o.config_path, given);
   expect_loss_falls(train::train_lm(o, train::TextCodec{}), 40, 0.5);
   // The export is an HF Qwen3 directory specpress loads, with the trained weights.
   model::Qwen3Model lm = model::Qwen3Model::load(o.out, at::kFloat, at::kCPU);
@@ -219,6 +224,7 @@ TEST(TrainLm, FewStepsLowerTheLossAndExportLoads) {
   nlohmann::json config = nlohmann::json::parse(std::ifstream(o.out + "/config.json"));
   EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
   EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["bos_token_id"], 3);  // kept from --config, for HF tools
 }
 
 TEST(TrainLm, StopAndResumeEqualsUninterruptedRun) {
@@ -885,6 +891,9 @@ TEST(TrainData, RecordFilesByExtension) {
   write_text(dir.path / "bad-id.json", "[{\"ids\": [1]}, {\"ids\": [9]}]");
   expect_error([&] { train::read_prompts({(dir.path / "bad-id.json").string()}, {}, 8); },
                "bad-id.json element 1: token id 9 at index 0 is outside the vocabulary 0..7");
+  write_text(dir.path / "huge-id.jsonl", "{\"ids\": [1, 18446744073709551615]}\n");  // not read as -1
+  expect_error([&] { train::read_documents({(dir.path / "huge-id.jsonl").string()}, {}, 8); },
+               "huge-id.jsonl line 1: token id 18446744073709551615 at index 1 is outside the vocabulary 0..7");
   train::TextCodec bytes;  // one id a byte, so that text reads without a tokenizer
   bytes.encode = [](const std::string& text) { return std::vector<int64_t>(text.size(), 1); };
   write_text(dir.path / "records.txt", records);

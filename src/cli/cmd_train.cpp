@@ -75,7 +75,8 @@ void add_common_options(CLI::App* cmd, train::CommonOptions& o) {
       ->capture_default_str();
   add_device_flag(*cmd, o.device);
   cmd->add_option("--save-dtype", o.save_dtype, "dtype of the exported model: bf16, f32 or f16")->capture_default_str();
-  cmd->add_flag("!--no-autocast", o.autocast, "train in float32 on CUDA too (default: bf16 autocast on CUDA)");
+  cmd->add_flag_callback("--no-autocast", [&o] { o.autocast = false; },
+                         "train in float32 on CUDA too (default: bf16 autocast on CUDA)");
   cmd->add_option("--save-every", o.save_every, "checkpoint and export every N steps (0 = at the end)")
       ->capture_default_str();
   cmd->add_option("--stop-after", o.stop_after,
@@ -112,6 +113,7 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   lm_cmd->add_option("--config", lm->config_path, "Qwen3 config.json of the model to train")->required();
   lm_cmd->add_option("--tokenizer", lm->tokenizer_dir, "directory with tokenizer.json (text data; copied into --out)");
   add_common_options(lm_cmd, *lm);
+  lm_cmd->get_option("--data")->required();  // the others can generate their data instead
   lm_cmd->callback([&run, lm]() {
     run = [lm]() {
       auto t0 = std::chrono::steady_clock::now();
@@ -132,7 +134,7 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   d_cmd->add_option("--target-layer-ids", *tap_ids, "tapped target layers, e.g. \"1,9,17,25,33\" (default: z-lab's)");
   d_cmd->add_option("--mask-token-id", d->mask_token_id, "mask token id (default 151669, or the last id of a smaller vocab)");
   d_cmd->add_option("--gamma", d->gamma,
-                    "loss weight decay exp(-(k-1)/gamma) (default 7/5/4 for block 16/10/8, else (B-1)/2)");
+                    "loss weight decay exp(-(k-1)/gamma) (0 = the default: 7/5/4 for block 16/10/8, else max(1, (B-1)/2))");
   d_cmd->add_option("--anchors", d->anchors, "blocks per sequence per step (fewer where it has fewer positions)")
       ->capture_default_str();
   d_cmd->add_option("--eval-prompts", d->eval_prompts, "prompts for the tau evaluation (default: on-policy or data prompts)");

@@ -26,7 +26,7 @@ double pooled(const std::vector<double>& sums, const std::vector<int64_t>& count
 }
 }  // namespace
 double FidelityResult::mean_top1() const { return pooled(top1, count); }
-double FidelityResult::mean_kl() const { return pooled(kl, count); }
+double FidelityResult::mean_kl() const { return std::max(pooled(kl, count), 0.0); }  // >= 0 but for float rounding
 double FidelityResult::mean_tv() const { return pooled(tv, count); }
 double FidelityResult::perplexity_delta() const {
   if (scored_tokens == 0) return 0.0;

@@ -97,7 +97,8 @@ void ConfigReader::expect_architecture(const std::string& expected) const {
     draft = draft || (name.is_string() && name.get<std::string>().find("DFlash") != std::string::npos);
   }
   fail("{}: architectures {} where {} is expected{}", source, a.dump(), expected,
-       draft ? " (this is a DFlash draft: a Qwen3 target is given with -m, its draft with -md)"
+       draft ? " (this is a DFlash draft: a Qwen3 target is given with -m (the trainers' --target), its draft with -md "
+               "(--draft))"
              : " (specpress runs Qwen3 models)");
 }
 

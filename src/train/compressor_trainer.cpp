@@ -360,6 +360,9 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
                static_cast<long long>(o.policy.window), static_cast<long long>(o.policy.merge_tokens),
                fmt::format("{}", fmt::join(bc.feature_layers, ", ")).c_str(), static_cast<long long>(bc.width));
 
+  if (held_out.empty() && o.eval_samples > 0)
+    std::fprintf(stderr, "train-compressor: nothing held out, so no evaluation and no eval.json (give --eval-prompts, "
+                 "or at least 2 trajectories with a compression event: the last are then held out)\n");
   NamedTensors params = compress::beacon_named(compress::init_beacon_weights(bc, o.seed));
   make_trainable(params, device);
   const compress::BeaconWeights weights = compress::beacon_from_named(params);
@@ -459,13 +462,12 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
     p.method = compress::Method::kBeacon;
     p.beacon = std::make_shared<const compress::BeaconCompressor>(bc, current());
     const compress::FidelityResult r = replay(target, held_out, p);
-    std::fprintf(stderr, "\ntrain-compressor: held-out beacon KL %.4f top-1 %.3f ppl delta %+.2f%% over %lld events\n",
-                 r.mean_kl(), r.mean_top1(), 100.0 * r.perplexity_delta(), static_cast<long long>(r.stats.events));
     nlohmann::ordered_json entry = fidelity_json(r);
     entry["step"] = completed;
     report["evals"].push_back(entry);
     write_report();
-    return r.mean_kl();
+    return Evaluation{r.mean_kl(), fmt::format(" (top-1 {:.3f}, ppl delta {:+.2f}% over {} events)", r.mean_top1(),
+                                               100.0 * r.perplexity_delta(), r.stats.events)};
   };
   return run_training("train-compressor", o, run, resume, params, optimizer, hooks);
 }

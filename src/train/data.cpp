@@ -120,6 +120,8 @@ struct RecordReader {
     std::vector<int64_t> out;
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_number_integer()) fail("{}: ids[{}] is not an integer: {}", where(), i, v[i].dump());
+      if (v[i].is_number_unsigned() && v[i].get<uint64_t>() > static_cast<uint64_t>(vocab))  // not wrapped negative
+        fail("{}: token id {} at index {} is outside the vocabulary 0..{}", where(), v[i].dump(), i, vocab - 1);
       out.push_back(v[i].get<int64_t>());
     }
     return out;

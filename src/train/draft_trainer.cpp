@@ -282,7 +282,8 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
     double tau_sum = 0;
     for (const auto& prompt : eval_prompts)
       tau_sum += decode::generate_dflash(target, draft, prompt, gp).mean_acceptance_length();
-    return tau_sum / static_cast<double>(eval_prompts.size());
+    return Evaluation{tau_sum / static_cast<double>(eval_prompts.size()),
+                      fmt::format(" over {} prompts", eval_prompts.size())};
   };
   return run_training("train-draft", o, run, resume, params, optimizer, hooks);
 }

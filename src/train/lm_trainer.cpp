@@ -29,7 +29,7 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   if (!fs::exists(o.config_path)) fail("--config: {} not found", o.config_path);
   const model::Qwen3Config config = model::parse_qwen3_config(o.config_path);
   if (config.eos_token_ids.empty()) fail("{}: field 'eos_token_id' is needed to separate documents", o.config_path);
-  if (o.seq_len + 1 > config.max_position_embeddings)
+  if (o.seq_len > config.max_position_embeddings)  // a window of seq_len + 1 ids: positions 0..seq_len-1 predict
     fail("--seq-len {}: exceeds max_position_embeddings {} of {}", o.seq_len, config.max_position_embeddings, o.config_path);
   if (!o.tokenizer_dir.empty() && !fs::exists(fs::path(o.tokenizer_dir) / "tokenizer.json"))
     fail("--tokenizer: {} has no tokenizer.json", o.tokenizer_dir);
@@ -57,7 +57,11 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   run["model"] = qwen3_config_json(config, "float32");
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
   check_resume_matches(o, run, resume);  // before the tokenizer's files are copied into OUT
-  const nlohmann::ordered_json out_config = qwen3_config_json(config, dtype_config_name(save_dtype));
+  nlohmann::ordered_json out_config = qwen3_config_json(config, dtype_config_name(save_dtype));
+  {  // the engine has no use for bos_token_id, but HF tools read it: kept from --config where it is there
+    const nlohmann::json given = nlohmann::json::parse(io::read_text_file(o.config_path), nullptr, false);
+    if (given.is_object() && given.contains("bos_token_id")) out_config["bos_token_id"] = given["bos_token_id"];
+  }
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, o.out);
   nlohmann::ordered_json generation = {{"eos_token_id", config.eos_token_ids}, {"do_sample", false},
                                        {"transformers_version", "4.51.0"}};

@@ -229,9 +229,9 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
                                 seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0));
     const bool last = step + 1 == o.steps;
     if (hooks.evaluate && hooks.eval_every > 0 && ((step + 1) % hooks.eval_every == 0 || last)) {
-      const double value = hooks.evaluate();
-      summary.eval_values.push_back(value);
-      note(fmt::format("{}: step {} eval {} {:.4f}", label, step + 1, hooks.eval_name, value));
+      const Evaluation e = hooks.evaluate();
+      summary.eval_values.push_back(e.value);
+      note(fmt::format("{}: step {} eval {} {:.4f}{}", label, step + 1, hooks.eval_name, e.value, e.detail));
     }
     if (last || (o.save_every > 0 && (step + 1) % o.save_every == 0)) {
       checkpoint(step + 1);

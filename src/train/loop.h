@@ -67,10 +67,15 @@ struct TrainSummary {
   std::string eval_name;                           // what they are (LoopHooks::eval_name)
 };
 
+struct Evaluation {
+  double value = 0;    // what the summary keeps (TrainSummary::eval_values)
+  std::string detail;  // appended to the log line, e.g. " (top-1 0.812 over 27 events)"
+};
+
 struct LoopHooks {
   std::function<StepOutput(int64_t step)> forward_backward;  // loss of 0-based `step`, gradients accumulated
   std::function<void()> export_model;                        // writes the published-format model to OUT
-  std::function<double()> evaluate;                          // optional: tau with the real speculative loop
+  std::function<Evaluation()> evaluate;                      // optional: tau with the real speculative loop
   int64_t eval_every = 0;
   std::string eval_name = "tau (speculative loop, greedy)";  // what evaluate() returns, for the log
 };

@@ -94,6 +94,9 @@ VocabKL vocab_kl(const at::Tensor& student, const at::Tensor& teacher, const at:
     agree += s_logp.detach().argmax(-1).eq(t_logp.argmax(-1)).sum().item<int64_t>();
   }
   out.top1 = N > 0 ? static_cast<double>(agree) / static_cast<double>(N) : 0.0;
+  // both are >= 0; float rounding leaves -1e-9 where the student already matches, which would log as -0.0000
+  out.kl = std::max(out.kl, 0.0);
+  out.loss = std::max(out.loss, 0.0);
   out.grad_hidden = h.grad();
   return out;
 }
