@@ -840,6 +840,30 @@ TEST(TrainCli, SubcommandsReportErrorsByFlag) {
                        "step 0"), std::string::npos) << r.err;
 }
 
+// A chat record ending on an assistant turn is a prompt and its completion: the loss starts after the generation
+// prompt of the turns before (train-draft's anchors, train-compressor's continuation), where that rendering is a prefix.
+TEST(TrainData, ChatRecordsStartTheLossAtTheLastAnswer) {
+  ScratchDir dir("train-chat");
+  train::TextCodec codec;  // a template of one letter a role, one id a character; a system turn before a generation
+  codec.encode = [](const std::string& text) { return std::vector<int64_t>(text.begin(), text.end()); };
+  codec.chat = [](const train::TextCodec::Messages& messages, bool add_generation_prompt) {  // prompt renders apart
+    std::string out;
+    for (const auto& [role, content] : messages)
+      out += (role == "system" && add_generation_prompt ? "S!" : role.substr(0, 1) + ":") + content + "|";
+    return add_generation_prompt ? out + "a:" : out;
+  };
+  write_text(dir.path / "chat.jsonl",
+             R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})" "\n"
+             R"({"messages": [{"role": "user", "content": "hi"}]})" "\n"
+             R"({"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "x"}]})" "\n");
+  const std::vector<train::Sequence> docs = train::read_documents({(dir.path / "chat.jsonl").string()}, codec, 128);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_EQ(std::string(docs[0].ids.begin(), docs[0].ids.end()), "u:hi|a:yo|");
+  EXPECT_EQ(docs[0].loss_start, 7);  // after "u:hi|a:"
+  EXPECT_EQ(docs[1].loss_start, 0);  // no answer: every token
+  EXPECT_EQ(docs[2].loss_start, 0);  // "S!s|a:" is no prefix of "s:s|a:x|": every token
+}
+
 // A model directory's fingerprint: config.json whole, each .safetensors file by its size, header and 64 spans of
 // 64 KiB spread over its tensors' bytes: an edit in a span or the header changes it, one between spans does not.
 TEST(TrainData, ModelFingerprintsSampleTheWeights) {

@@ -157,7 +157,17 @@ Sequence document_from(const RecordReader& r) {
         fail("{}: loss_start {} outside 0..{}", r.where(), s.loss_start, s.ids.size());
     }
   } else if (r.record.contains("messages")) {
-    s.ids = r.encode(r.chat(r.messages(), false));
+    TextCodec::Messages messages = r.messages();
+    s.ids = r.encode(r.chat(messages, false));
+    // the last assistant answer is the completion, as prompt+completion's: the loss (train-draft's anchors,
+    // train-compressor's continuation) starts where a generation prompt of the turns before it ends, where that
+    // rendering is a prefix of the whole one (train-lm trains on every token either way)
+    if (messages.size() >= 2 && messages.back().first == "assistant") {
+      messages.pop_back();
+      const std::vector<int64_t> prompt = r.encode(r.chat(messages, true));
+      if (prompt.size() < s.ids.size() && std::equal(prompt.begin(), prompt.end(), s.ids.begin()))
+        s.loss_start = static_cast<int64_t>(prompt.size());
+    }
   } else if (r.record.contains("prompt") && (r.record.contains("completion") || r.record.contains("response"))) {
     s.ids = r.encode(r.string_field("prompt"));
     s.loss_start = static_cast<int64_t>(s.ids.size());

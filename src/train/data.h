@@ -1,6 +1,7 @@
 // data.h — training data: token sequences read from files (records with pre-tokenized "ids", "text", chat
 // "messages" or "prompt"+"completion", one a line in .jsonl/.ndjson or in one array in .json, the extension's case
-// ignored; any other file is one plain-text document),
+// ignored; a "messages" record ending on an assistant turn has its loss start at that answer, as a completion's does;
+// any other file is one plain-text document),
 // prompt lists for on-policy generation and evaluation, and batch sampling. Every random choice comes
 // from a generator seeded by (seed, step), so a resumed run sees exactly the batches an uninterrupted
 // run would have.
