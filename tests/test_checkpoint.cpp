@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
+#include "io/output_paths.h"
 #include "decode/generation.h"
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
@@ -81,6 +82,30 @@ TEST(Checkpoint, AtomicWriteFailureNamesThePath) {
   EXPECT_EQ(io::read_text_file((d.path / "ok.bin").string()), "bytes");
   for (const auto& entry : fs::directory_iterator(d.path))
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+}
+
+// Any name a file can have takes an atomic write: the temporary name is cut to the 255-byte limit, never inside a
+// UTF-8 character, and nothing is left beside the file.
+TEST(Checkpoint, AtomicWriteTakesNamesUpToTheLimit) {
+  ScratchDir d("ckpt-long");
+  for (size_t n : {200u, 250u, 255u}) {
+    const std::string target = (d.path / std::string(n, 'a')).string();
+    io::write_file_atomic(target, "bytes");
+    EXPECT_EQ(io::read_text_file(target), "bytes") << n;
+    io::check_output_files({{"--out", target}}, {});  // its probe beside it too
+  }
+  size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(d.path)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 3u);
+  std::string name = "x";  // and 127 two-byte characters: 255 bytes, of which 244 fit beside an 11-byte suffix
+  for (int i = 0; i < 127; ++i) name += "\xc3\xa9";
+  const std::string tmp = fs::path(io::temporary_path("/d/" + name, ".tmp.123456")).filename().string();
+  EXPECT_EQ(tmp.size(), 1 + 2 * 121 + 11u);  // byte 245 would end inside the 122nd character: 243 kept
+  EXPECT_EQ(tmp.substr(tmp.size() - 11), ".tmp.123456");
+  EXPECT_EQ(io::temporary_path("/d/short", ".tmp.1"), "/d/short.tmp.1");
 }
 
 // A SIGINT or SIGTERM at its default action during an atomic write ends the process without leaving the temporary

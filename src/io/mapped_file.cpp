@@ -130,6 +130,20 @@ class TemporaryFileGuard {
 };
 }  // namespace
 
+std::string temporary_path(const std::string& target, const std::string& suffix) {
+  namespace fs = std::filesystem;
+  constexpr size_t kNameMax = 255;  // NAME_MAX of Linux file systems
+  const fs::path p = target;
+  std::string name = p.filename().string();
+  if (name.size() + suffix.size() > kNameMax) {
+    size_t cut = kNameMax > suffix.size() ? kNameMax - suffix.size() : 0;
+    // not inside a UTF-8 character (messages print the name): the first byte dropped starts one
+    while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+    name.resize(cut);
+  }
+  return (p.parent_path() / (name + suffix)).string();
+}
+
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   write_file_atomic(path, std::vector<std::string_view>{bytes});
 }
@@ -153,7 +167,7 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   if (exists && !S_ISREG(st.st_mode))
     fail("{}: cannot write: it exists and is not a regular file ({}); give the path of a file", path,
          S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
-  const std::string tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = temporary_path(target.string(), ".tmp." + std::to_string(::getpid()));
   const TemporaryFileGuard guard(tmp);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));

@@ -42,6 +42,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // The same for the bytes of `pieces` one after another (a large file written from buffers that are already there,
 // without a copy joining them).
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
+// `target` + `suffix` (".tmp.PID", say) beside it, its name cut so that the whole stays within the file system's
+// 255-byte name limit: a temporary file for any output name that can itself exist.
+std::string temporary_path(const std::string& target, const std::string& suffix);
 
 // Appends `line` and a newline to the existing file `path` and fsyncs it, so that the line is on disk when this
 // returns. A crash while writing leaves at most a torn last line (no newline), which the file's reader drops and cuts

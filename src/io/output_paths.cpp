@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/mapped_file.h"
 
 namespace specpress::io {
 namespace fs = std::filesystem;
@@ -96,7 +97,7 @@ void check_output_files(const std::vector<NamedPath>& outputs, const std::vector
       fail("{}: cannot write into {} ({}), the directory of {}", out.flag, dir.string(), std::strerror(errno), out.path);
     // access() lets root pass where the file system refuses new files (/proc, a read-only mount): a file is created
     // and removed beside the output, as its atomic write will create its temporary one
-    const std::string probe = target.string() + ".tmp.probe." + std::to_string(::getpid());
+    const std::string probe = temporary_path(target.string(), ".tmp.probe." + std::to_string(::getpid()));
     const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
       fail("{}: cannot create a file in {} ({}), the directory of {}", out.flag, dir.string(), std::strerror(errno),
