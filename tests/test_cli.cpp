@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "io/safetensors.h"
 #include "test_util.h"
 
 using namespace specpress::test;
@@ -620,6 +623,31 @@ TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
   EXPECT_GT(bytes("0.st").size(), 100u);
   EXPECT_EQ(bytes("1.st"), bytes("0.st"));
   EXPECT_EQ(bytes("2.st"), bytes("0.st"));
+  // --logits last keeps the last row of every position's logits (a product of one row, so equal to rounding);
+  // --logits none keeps none
+  for (const char* which : {"last", "none"}) {
+    const CommandResult r = run_specpress(dump + ways[0] + " --logits " + which + " -o " + dir.str() + "/" + which);
+    ASSERT_EQ(r.exit_code, 0) << which << "\n" << r.err;
+  }
+  auto logits = [&](const std::string& name) {  // the logits' shape and bytes ({} and "" where there are none)
+    const std::string file = bytes(name);
+    const auto h = specpress::io::parse_safetensors(reinterpret_cast<const uint8_t*>(file.data()), file.size(), name);
+    for (const auto& t : h.tensors)
+      if (t.name == "logits") return std::pair{t.shape, file.substr(h.data_start + t.begin, t.end - t.begin)};
+    return std::pair{std::vector<int64_t>{}, std::string()};
+  };
+  const auto [all_shape, all] = logits("0.st");
+  const auto [last_shape, last] = logits("last");
+  ASSERT_EQ(all_shape.size(), 2u);
+  EXPECT_EQ(all_shape[0], 4);
+  EXPECT_EQ(last_shape, std::vector<int64_t>({1, all_shape[1]}));
+  ASSERT_EQ(last.size() % sizeof(float), 0u);
+  std::vector<float> a(last.size() / sizeof(float)), b(a.size());
+  std::memcpy(a.data(), last.data(), last.size());
+  std::memcpy(b.data(), all.data() + all.size() - last.size(), last.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
+  EXPECT_TRUE(logits("none").first.empty());
+  EXPECT_NE(run_specpress(dump + ways[0] + " --logits first -o " + dir.str() + "/x").exit_code, 0);
 
   const int64_t most =
       nlohmann::json::parse(std::ifstream(golden_dir() + "/target/config.json"))["max_position_embeddings"];

@@ -19,12 +19,13 @@ namespace specpress::cli {
 namespace {
 
 constexpr const char* kDumpLayout =
-    "the safetensors file holds input_ids (I64 [T]), logits (F32 [T, V], every position's, whatever --dtype) and, "
-    "with --hidden, hidden_states.0 .. hidden_states.L (F32 [T, H]; 0 the embeddings, i the output after i layers, L "
-    "after the final norm, as transformers' output_hidden_states)";
+    "the safetensors file holds input_ids (I64 [T]), logits (F32 [T, V], every position's, whatever --dtype; [1, V], "
+    "the last position's, with --logits last; none with --logits none) and, with --hidden, hidden_states.0 .. "
+    "hidden_states.L (F32 [T, H]; 0 the embeddings, i the output after i layers, L after the final norm, as "
+    "transformers' output_hidden_states)";
 
 struct DumpOptions {
-  std::string model_dir, out, device = "auto", dtype = "auto";
+  std::string model_dir, out, device = "auto", dtype = "auto", logits = "all";
   RawPromptFlags prompt;
   bool hidden = false;
 };
@@ -52,9 +53,9 @@ int run_dump(const DumpOptions& o) {
     fail("{}: the prompt has {} tokens, more than the model's max_position_embeddings {}", flag, prompt.size(), most);
   model::KVCache cache = target.make_cache(static_cast<int64_t>(prompt.size()));
   model::ForwardOutput out =
-      target.forward(at::tensor(prompt, at::kLong).to(device), 0, cache, {true, {}, o.hidden});
-  std::vector<std::pair<std::string, at::Tensor>> tensors = {{"input_ids", at::tensor(prompt, at::kLong)},
-                                                             {"logits", out.logits.to(at::kCPU)}};
+      target.forward(at::tensor(prompt, at::kLong).to(device), 0, cache, {o.logits == "all", {}, o.hidden});
+  std::vector<std::pair<std::string, at::Tensor>> tensors = {{"input_ids", at::tensor(prompt, at::kLong)}};
+  if (o.logits != "none") tensors.push_back({"logits", out.logits.to(at::kCPU)});
   for (size_t i = 0; i < out.hidden_states.size(); ++i)
     tensors.push_back({"hidden_states." + std::to_string(i), out.hidden_states[i].to(at::kFloat).to(at::kCPU)});
   io::save_safetensors(o.out, tensors);
@@ -71,6 +72,11 @@ void add_dump_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
   add_raw_prompt_flags(*cmd, o->prompt, "the input");
   cmd->add_option("-o,--out", o->out, "output .safetensors file")->required()->check(non_empty_check("a file path"));
+  cmd->add_option("--logits", o->logits,
+                  "which positions' logits to save: all, last (a long prompt's [T, V] is T x 0.6 MB at Qwen3's "
+                  "vocabulary) or none")
+      ->check(CLI::IsMember({"all", "last", "none"}))
+      ->capture_default_str();
   cmd->add_flag("--hidden", o->hidden, "also save every hidden state (transformers convention)");
   add_placement_flags(*cmd, o->device, o->dtype);
   cmd->callback([&run, o]() { run = [o]() { return run_dump(*o); }; });
