@@ -708,6 +708,15 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     o.target_layer_ids = {0, 1};
     o.mask_token_id = -5;
     expect_error([&] { train::train_draft(o, none); }, "--mask-token-id: must be a token id >= 0 (or -1");
+    o.mask_token_id = -1;
+    o.seq_len = 509;  // the last anchor at 507, its block of 4 up to 510 of the 512 positions (--seq-len 510 fits too)
+    o.block_size = 4;
+    o.out = (f.dir.path / "long").string();
+    o.steps = 1;
+    EXPECT_EQ(train::train_draft(o, none).last_step, 1);
+    o.seq_len = 511;
+    expect_error([&] { train::train_draft(o, none); }, "--seq-len 511 + --block-size 4: the last block reaches "
+                 "position 512, past the target's max_position_embeddings 512");
   }
   {
     train::CompressorOptions o = f.compressor_options("twice");

@@ -186,8 +186,10 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   const model::Qwen3Config& tc = target.config();
   const model::DFlashConfig dc = draft_config(o, tc);
   const double gamma = o.gamma > 0 ? o.gamma : default_gamma(o.block_size);
-  if (o.seq_len + o.block_size > tc.max_position_embeddings)
-    fail("--seq-len {} + --block-size {}: exceeds the target's max_position_embeddings {}", o.seq_len, o.block_size,
+  // the last anchor is at seq_len - 2 (a label after it), and its block's last position B - 1 further on
+  if (o.seq_len + o.block_size - 2 > tc.max_position_embeddings)
+    fail("--seq-len {} + --block-size {}: the last block reaches position {}, past the target's "
+         "max_position_embeddings {}", o.seq_len, o.block_size, o.seq_len + o.block_size - 3,
          tc.max_position_embeddings);
 
   // Inputs first: bad data fails before the output directory is touched.
