@@ -717,6 +717,8 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     o.seq_len = 511;
     expect_error([&] { train::train_draft(o, none); }, "--seq-len 511 + --block-size 4: the last block reaches "
                  "position 512, past the target's max_position_embeddings 512");
+    o.seq_len = 3;
+    expect_error([&] { train::train_draft(o, none); }, "--block-size 4: more than --seq-len 3");
   }
   {
     train::CompressorOptions o = f.compressor_options("twice");

@@ -179,6 +179,9 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   if (o.eval_samples < 0) fail("--eval-samples: must be >= 0, found {}", o.eval_samples);
   if (o.eval_tokens < 1) fail("--eval-tokens: must be at least 1, found {}", o.eval_tokens);
   if (o.eval_every < 0) fail("--eval-every: must be >= 0 (0 = at the end), found {}", o.eval_every);
+  if (o.block_size > o.seq_len)  // every block then runs past its sequence, and its rows there have no label
+    fail("--block-size {}: more than --seq-len {} (a block's positions past the sequence train nothing)", o.block_size,
+         o.seq_len);
   const at::Device device = training_device(o);
   const at::ScalarType save_dtype = parse_save_dtype(o.save_dtype);
   if (o.target_dir.empty()) fail("--target: required (the Qwen3 target directory)");
