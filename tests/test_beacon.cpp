@@ -168,9 +168,9 @@ TEST_F(Beacon, DflashRunsOnTheCompressedCacheWithTheDraftContextIntact) {
   EXPECT_GT(f.count[0], 0);
 }
 
-// The beacon's units stay raw until the next forward fuses their latents, so its cache bound has room for one more
-// commit (KVCompressor::cache_slots): with it, the DFlash loop and plain decoding give the tokens a cache of every
-// position gives, and from units of 2 on the cache is smaller.
+// The beacon's units stay raw until the next forward fuses their latents, so its cache bound holds one commit's more
+// raw tokens, less a slot (KVCompressor::cache_slots): with it, the DFlash loop and plain decoding give the tokens a
+// cache of every position gives, and from units of 2 on the cache is smaller.
 TEST_F(Beacon, UnitsBoundTheCacheAGenerationAllocates) {
   for (auto [merge, window] : {std::pair<int64_t, int64_t>{1, 1}, {2, 5}, {3, 1}, {8, 7}})
     for (bool dflash : {true, false}) {

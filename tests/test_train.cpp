@@ -447,6 +447,30 @@ TEST(TrainDraft, StopAndResumeEqualsUninterruptedRun) {
   train::train_draft(stopped, train::TextCodec{});
   const std::string said = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(said.find("onpolicy.jsonl was made otherwise (target_fingerprint is"), std::string::npos) << said;
+  // A checkpoint and a generation cache from before models were fingerprinted resume, with a note: no model check
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(part.out + "/checkpoint/state.json"));
+  ASSERT_TRUE(state["run"].contains("model_fingerprints"));
+  state["run"].erase("model_fingerprints");
+  write_json(part.out + "/checkpoint/state.json", state);
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(train::train_draft(part, train::TextCodec{}));
+  std::string note = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(note.find("records no fingerprints of the models' files (--target, --draft) (an older checkpoint)"),
+            std::string::npos) << note;
+  train::DraftOptions older = f.draft_options("older");
+  older.steps = 1;
+  older.resume = true;
+  fs::create_directories(older.out);
+  write_text(fs::path(older.out) / "onpolicy.jsonl", first_lines(stopped.out + "/onpolicy.jsonl", 4));
+  nlohmann::json records = nlohmann::json::parse(std::ifstream(stopped.out + "/generations.json"));
+  records["onpolicy.jsonl"].erase("target_fingerprint");
+  write_json(older.out + "/generations.json", records);
+  ::testing::internal::CaptureStderr();
+  train::train_draft(older, train::TextCodec{});
+  note = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(note.find("generations.json records no target_fingerprint for onpolicy.jsonl (an older run's)"),
+            std::string::npos) << note;
+  EXPECT_NE(note.find("reusing 4 on-policy generations"), std::string::npos) << note;
 }
 
 // A run stopped during its generations saved those done (tools::StopSignals in generate_greedy), as the first `kept`
@@ -610,6 +634,19 @@ TEST(TrainCompressor, StopAndResumeEqualsUninterruptedRun) {
   part.gen_tokens = straight.gen_tokens;
   part.eval_samples = 1;
   expect_error([&] { train::train_compressor(part, train::TextCodec{}); }, "option 'eval_samples' is 1 now but 2");
+  // ... which a checkpoint from before it was recorded does not say: it resumes, with a note
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(part.out + "/checkpoint/state.json"));
+  state["run"].erase("eval_samples");
+  state["run"].erase("data_rules");  // nor how its data files were read
+  write_json(part.out + "/checkpoint/state.json", state);
+  part.eval_samples = straight.eval_samples;
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(train::train_compressor(part, train::TextCodec{}));
+  const std::string note = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(note.find("does not record option 'eval_samples' (an older checkpoint): not checked"), std::string::npos)
+      << note;
+  EXPECT_NE(note.find("does not record option 'data_rules' (an older checkpoint): since then, a chat record"),
+            std::string::npos) << note;
 }
 
 // ... and so does train-compressor's, whose continued trajectories keep their span seeds
@@ -873,6 +910,12 @@ TEST(TrainData, ChatRecordsStartTheLossAtTheLastAnswer) {
   EXPECT_EQ(docs[0].loss_start, 7);  // after "u:hi|a:"
   EXPECT_EQ(docs[1].loss_start, 0);  // no answer: every token
   EXPECT_EQ(docs[2].loss_start, 0);  // "S!s|a:" is no prefix of "s:s|a:x|": every token
+  // as prompts (on-policy, held-out) the same records leave their answer out
+  const std::vector<std::vector<int64_t>> prompts = train::read_prompts({(dir.path / "chat.jsonl").string()}, codec,
+                                                                        128);
+  ASSERT_EQ(prompts.size(), 3u);
+  EXPECT_EQ(std::string(prompts[0].begin(), prompts[0].end()), "u:hi|a:");
+  EXPECT_EQ(std::string(prompts[1].begin(), prompts[1].end()), "u:hi|a:");
 }
 
 // A model directory's fingerprint: config.json whole, each .safetensors file by its size, header and 64 spans of

@@ -41,15 +41,16 @@ int64_t KVCompressor::reserve(int64_t max_commit) {
 // the raw generated tokens, which are the window's units (the oldest ends inside the window, so it starts less than
 // m before it) and the partial unit, fewer than W + m together; for the beacon also the units the last commit aged,
 // raw until this forward fuses their latents: each ended after the previous commit's end less W, so with a commit of
-// at most B tokens the raw tokens are fewer than W + m + B, B - 1 more than the controls'. The forward adds its B
-// token rows (the latents come on top, reserve()). Units of a verify span each (m = 0) can be single tokens, so they
-// bound nothing. test_compress and test_beacon check the bound against caches of every position.
+// at most B tokens the raw tokens are at most W + m + B - 1 (the controls' W + m - 1, and the bound's W + m, spare
+// one). The forward adds its B token rows (the latents come on top, reserve()). Units of a verify span each (m = 0)
+// can be single tokens, so they bound nothing. test_compress and test_beacon check the bound against caches of every
+// position.
 int64_t KVCompressor::cache_slots(int64_t positions, int64_t max_commit) {
   stats_.cache_positions = positions;
   const int64_t m = policy_.merge_tokens;
   if (!policy_.enabled() || m == 0) return positions;
   const int64_t head = tracker_.raw_head(), generated = std::max<int64_t>(positions - head, 0);
-  const int64_t aged_raw = policy_.method == Method::kBeacon ? max_commit - 1 : 0;
+  const int64_t aged_raw = policy_.method == Method::kBeacon ? std::max<int64_t>(max_commit - 1, 0) : 0;
   const int64_t bound = head + generated / m + policy_.window + m + max_commit + aged_raw;
   return std::min(positions, bound);
 }

@@ -95,16 +95,18 @@ void check_output_files(const std::vector<NamedPath>& outputs, const std::vector
     if (!fs::is_directory(dir, ec)) fail("{}: the directory of {} does not exist ({})", out.flag, out.path, dir.string());
     if (::access(dir.c_str(), W_OK) != 0)
       fail("{}: cannot write into {} ({}), the directory of {}", out.flag, dir.string(), std::strerror(errno), out.path);
-    // access() lets root pass where the file system refuses new files (/proc, a read-only mount): a file is created
-    // and removed beside the output, as its atomic write will create its temporary one
-    const std::string probe = temporary_path(target.string(), ".tmp.probe." + std::to_string(::getpid()));
-    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-      fail("{}: cannot create a file in {} ({}), the directory of {}", out.flag, dir.string(), std::strerror(errno),
-           out.path);
-    ::close(fd);
-    ::unlink(probe.c_str());
+    // a file created and removed beside the output, as its atomic write will create its temporary one
+    probe_new_file(temporary_path(target.string(), ".tmp.probe." + std::to_string(::getpid())), out.flag, out.path);
   }
+}
+
+void probe_new_file(const std::string& probe, const std::string& flag, const std::string& output) {
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    fail("{}: cannot create a file in {} ({}){}", flag, std::filesystem::path(probe).parent_path().string(),
+         std::strerror(errno), output.empty() ? "" : ", the directory of " + output);
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace specpress::io

@@ -26,4 +26,9 @@ bool reaches_into(const std::string& input, const std::string& dir);
 // or hard link; a new file inside an input directory is allowed).
 void check_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
+// Creates and removes the file `probe` (a name beside the outputs that an interrupted run may leave behind), failing
+// with "FLAG: cannot create a file in DIR (reason)[, the directory of OUTPUT]" where the file system refuses it: a
+// directory's permissions, or a read-only mount, which access() lets root pass. `output` may be empty.
+void probe_new_file(const std::string& probe, const std::string& flag, const std::string& output);
+
 }  // namespace specpress::io

@@ -2,12 +2,9 @@
 #include "train/checkpoint.h"
 
 #include <c10/core/GradMode.h>
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <tuple>
@@ -114,12 +111,9 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
   fs::create_directories(out, mk);
   if (mk) fail("--out: cannot create {} ({})", out, mk.message());
   // an existing directory may still refuse new files (its permissions, a read-only mount): found now, not at the
-  // first checkpoint after the training's steps
-  const std::string probe = (fs::path(out) / (".write-probe." + std::to_string(::getpid()))).string();
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) fail("--out: cannot create files in {} ({})", out, std::strerror(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  // first checkpoint after the training's steps (the probe named as an export's temporary file, which --force and
+  // --resume accept where a kill left it)
+  io::probe_new_file((fs::path(out) / ("config.json.tmp.probe." + std::to_string(::getpid()))).string(), "--out", "");
   return resume && find_checkpoint(out).has_value();
 }
 
@@ -203,33 +197,54 @@ at::Tensor finite_tensor(at::Tensor t, const std::string& file, const std::strin
 }  // namespace
 
 namespace {
-// The run's input files, by fingerprint (input_fingerprints): the same files with the same bytes, or an error naming
-// the first that differs. A checkpoint written before they were recorded has none: said, and not checked.
-void check_same_inputs(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
+// The run's input files (input_fingerprints: data, tokenizer) or its models' files (model_fingerprints), by
+// fingerprint: the same files with the same bytes, or an error naming the first that differs. A checkpoint written
+// before they were recorded has none: said, and not checked.
+void check_same_inputs(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source,
+                       bool models) {
+  const char* what = models ? "the models' files (--target, --draft)" : "its input files";
+  const char* again = models ? "resume with the models the run began with" : "resume with the original inputs";
   if (saved.is_null()) {
-    std::fprintf(stderr, "--resume: %s records no fingerprints of its input files (an older checkpoint): their "
-                 "contents are not checked\n", source.c_str());
+    std::fprintf(stderr, "--resume: %s records no fingerprints of %s (an older checkpoint): their contents are not "
+                 "checked\n", source.c_str(), what);
     return;
   }
   for (auto it = now.begin(); it != now.end(); ++it) {
     if (!saved.contains(it.key()))
-      fail("--resume: {} is an input now but was not one when {} was written; resume with the original inputs or start "
-           "over with --force", it.key(), source);
+      fail("--resume: {} is an input now but was not one when {} was written; {} or start over with --force", it.key(),
+           source, again);
     if (saved[it.key()] != it.value())
-      fail("--resume: {} changed since {} was written (fingerprint:bytes {} now, {} then); resume with the data the run "
-           "began with or start over with --force", it.key(), source, it.value().dump(), saved[it.key()].dump());
+      fail("--resume: {} changed since {} was written (fingerprint:bytes {} now, {} then); {} or start over with "
+           "--force", it.key(), source, it.value().dump(), saved[it.key()].dump(),
+           models ? again : "resume with the data the run began with");
   }
   for (auto it = saved.begin(); it != saved.end(); ++it)
     if (!now.contains(it.key()))
-      fail("--resume: {} was an input when {} was written and is not one now; resume with the original inputs or start "
-           "over with --force", it.key(), source);
+      fail("--resume: {} was an input when {} was written and is not one now; {} or start over with --force", it.key(),
+           source, again);
+}
+
+// Options recorded since a release whose checkpoints lack them: such a checkpoint resumes, with a note saying what
+// may differ (nullptr: not such an option).
+const char* recorded_later(const std::string& key) {
+  if (key == "eval_samples") return "not checked";
+  if (key == "data_rules")  // data.h's reading rules, version 2
+    return "since then, a chat record ending on an assistant turn starts its loss at that answer (train-draft, "
+           "train-compressor), and .json files and extensions in capitals are read as records";
+  return nullptr;
 }
 }  // namespace
 
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
   for (auto it = now.begin(); it != now.end(); ++it) {
-    if (it.key() == "input_fingerprints") {
-      check_same_inputs(saved.contains(it.key()) ? saved[it.key()] : nlohmann::json(), it.value(), source);
+    if (it.key() == "input_fingerprints" || it.key() == "model_fingerprints") {
+      check_same_inputs(saved.contains(it.key()) ? saved[it.key()] : nlohmann::json(), it.value(), source,
+                        it.key() == "model_fingerprints");
+      continue;
+    }
+    if (const char* since = recorded_later(it.key()); since != nullptr && !saved.contains(it.key())) {
+      std::fprintf(stderr, "--resume: %s does not record option '%s' (an older checkpoint): %s\n", source.c_str(),
+                   it.key().c_str(), since);
       continue;
     }
     const nlohmann::json was = saved.contains(it.key()) ? saved[it.key()] : nlohmann::json();

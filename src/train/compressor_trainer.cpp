@@ -302,8 +302,8 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
   run["input_fingerprints"].update(input_fingerprints(o.eval_prompts));
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
-  run["input_fingerprints"].update(model_fingerprints(o.target_dir));
-  if (!o.draft_dir.empty()) run["input_fingerprints"].update(model_fingerprints(o.draft_dir));
+  run["model_fingerprints"] = model_fingerprints(o.target_dir);
+  if (!o.draft_dir.empty()) run["model_fingerprints"].update(model_fingerprints(o.draft_dir));
   check_resume_matches(o, run, resume);  // before the generations
   std::vector<Trajectory> generated =
       cached_generation("trajectories.jsonl", target, prompts, o, "on-policy generation", 0);

@@ -192,7 +192,10 @@ std::vector<int64_t> prompt_from(const RecordReader& r) {
       fail("{}: field 'turns' must be a non-empty array of strings", r.where());
     ids = r.encode(r.chat({{"user", turns[0].get<std::string>()}}, true));
   } else if (r.record.contains("messages")) {
-    ids = r.encode(r.chat(r.messages(), true));
+    TextCodec::Messages messages = r.messages();
+    // a last assistant turn is the answer (as in --data), not context: the prompt is the turns before it
+    if (messages.size() >= 2 && messages.back().first == "assistant") messages.pop_back();
+    ids = r.encode(r.chat(messages, true));
   } else if (r.record.contains("prompt")) {
     ids = r.encode(r.string_field("prompt"));
   } else if (r.record.contains("text")) {

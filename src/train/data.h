@@ -43,8 +43,8 @@ struct TextCodec {
 std::vector<Sequence> read_documents(const std::vector<std::string>& files, const TextCodec& codec, int64_t vocab_size);
 
 // Prompts (token ids) from `files`: records (.jsonl, .ndjson or a .json array) with "ids", "turns" (first turn as a
-// chat prompt, the layout of ../shared/data), "messages", "prompt" or "text"; other files give one prompt per
-// non-empty line.
+// chat prompt, the layout of ../shared/data), "messages" (a last assistant turn left out: the answer), "prompt" or
+// "text"; other files give one prompt per non-empty line.
 std::vector<std::vector<int64_t>> read_prompts(const std::vector<std::string>& files, const TextCodec& codec,
                                                int64_t vocab_size);
 // Fails naming `flag` (the new tokens a prompt is given) where the longest prompt, `new_tokens` and `block` (a

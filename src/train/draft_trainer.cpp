@@ -219,7 +219,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   run["gen_tokens"] = o.gen_tokens;
   run["input_fingerprints"].update(input_fingerprints(o.on_policy_prompts));
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
-  run["input_fingerprints"].update(model_fingerprints(o.target_dir));
+  run["model_fingerprints"] = model_fingerprints(o.target_dir);
   check_resume_matches(o, run, resume);  // before the on-policy generation
   if (!prompts.empty()) {
     std::vector<Sequence> generated = on_policy_sequences(o, target, prompts);

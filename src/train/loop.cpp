@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/fnv1a.h"
+#include "io/mapped_file.h"
 #include "model/qwen3.h"
 #include "train/checkpoint.h"
 #include "tools/progress.h"
@@ -47,16 +48,24 @@ nlohmann::json input_fingerprints(const std::vector<std::string>& files) {
 }
 
 nlohmann::json model_fingerprints(const std::string& dir) {
-  std::vector<std::string> configs, weights;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name == "config.json" || name == "model.safetensors.index.json") configs.push_back(entry.path().string());
-    else if (entry.path().extension() == ".safetensors") weights.push_back(entry.path().string());
+  // the files the loader reads: config.json, and model.safetensors or the shards its index names (nothing else the
+  // directory may hold, a dump beside the model, say)
+  const fs::path config = fs::path(dir) / "config.json", index = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> configs = {config.string()}, weights;
+  if (fs::exists(index)) {
+    configs.push_back(index.string());
+    const nlohmann::json j = nlohmann::json::parse(io::read_text_file(index.string()), nullptr, false);
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      fail("{}: expected an object with a 'weight_map' object (to fingerprint the model)", index.string());
+    for (const auto& [tensor, file] : j["weight_map"].items())
+      if (file.is_string()) weights.push_back((fs::path(dir) / file.get<std::string>()).string());
+  } else {
+    weights.push_back((fs::path(dir) / "model.safetensors").string());
   }
-  if (ec) fail("{}: cannot list it to fingerprint the model ({})", dir, ec.message());
   nlohmann::json out = input_fingerprints(configs);
   std::sort(weights.begin(), weights.end());
+  weights.erase(std::unique(weights.begin(), weights.end()), weights.end());
+  std::error_code ec;
   constexpr uint64_t kHeaderMost = 100u << 20, kSamples = 64, kSampleBytes = 64u << 10;
   for (const std::string& file : weights) {
     std::ifstream in(file, std::ios::binary);
@@ -102,6 +111,7 @@ nlohmann::json absolute_paths(const std::vector<std::string>& files) {
 
 nlohmann::json common_run_json(const CommonOptions& o, const at::Device& device) {
   nlohmann::json run = {{"data", absolute_paths(o.data)},
+                        {"data_rules", 2},  // how data.h reads records: 2 since chat answers and .json arrays
                         {"input_fingerprints", input_fingerprints(o.data)},
                         {"steps", o.steps},
                         {"batch", o.batch},

@@ -41,9 +41,10 @@ nlohmann::json common_run_json(const CommonOptions& options, const at::Device& d
 nlohmann::json absolute_paths(const std::vector<std::string>& files);
 // {absolute path: "FNV-1a hex:bytes"} of each file, for run["input_fingerprints"]: a resume refuses changed inputs.
 nlohmann::json input_fingerprints(const std::vector<std::string>& files);
-// The same for a model directory: config.json (and a shard index) whole; each .safetensors file by its size, its
-// header and 64 spans of 64 KiB spread over its tensors' bytes, so that a retrained or replaced model of the same
-// shape is refused without reading gigabytes at every start.
+// The same for the files a model directory's loader reads, for run["model_fingerprints"]: config.json (and a shard
+// index) whole; model.safetensors or each shard the index names by its size, its header and 64 spans of 64 KiB spread
+// over its tensors' bytes, so that a retrained or replaced model of the same shape is refused without reading
+// gigabytes at every start.
 nlohmann::json model_fingerprints(const std::string& dir);
 // model_fingerprints folded into one FNV-1a hex string ("" for no directory), for a generation cache's record.
 std::string model_digest(const std::string& dir);
