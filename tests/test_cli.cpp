@@ -98,6 +98,19 @@ TEST(Cli, GreedyGenerateReproducesArOutput) {
   EXPECT_EQ(j["dtype"], "f32");
   EXPECT_EQ(j["output_ids"].get<std::vector<int64_t>>(), run.ar_output);
   EXPECT_NE(r.err.find("generate: cpu, f32, reference path\n"), std::string::npos) << r.err;
+  // the prompt's ids from a file or standard input (past one shell argument's limit), as dump and perplexity take them
+  ScratchDir dir("cli-generate-ids");
+  std::ofstream(dir.path / "ids.txt") << "[" << join_ids(run.prompt) << "]\n";
+  std::string from_file = golden_args(run);
+  from_file.replace(from_file.find("--prompt-ids \""), from_file.find("\" -n") + 1 - from_file.find("--prompt-ids \""),
+                    "--prompt-ids-file - < " + dir.str() + "/ids.txt");
+  const CommandResult f = run_specpress(from_file);
+  ASSERT_EQ(f.exit_code, 0) << from_file << "\n" << f.err;
+  EXPECT_EQ(nlohmann::json::parse(f.out)["output_ids"].get<std::vector<int64_t>>(), run.ar_output);
+  const CommandResult chat = run_specpress(from_file + " --chat");
+  EXPECT_NE(chat.exit_code, 0);
+  EXPECT_NE(chat.err.find("--chat/--system: need a text prompt (-p or -f), not --prompt-ids-file"), std::string::npos)
+      << chat.err;
 }
 
 TEST(Cli, DFlashGenerateReproducesReference) {

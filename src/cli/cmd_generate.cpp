@@ -1,4 +1,5 @@
-// cmd_generate.cpp — `specpress generate -m TARGET [-md DRAFT] (--prompt-ids IDS | -p TEXT) -n N ...`.
+// cmd_generate.cpp — `specpress generate -m TARGET [-md DRAFT] (-p TEXT | -f FILE | --prompt-ids IDS |
+// --prompt-ids-file FILE) -n N ...`.
 // Streams committed tokens to stdout (ids, or text when the model directory has a tokenizer), prints
 // llama.cpp-style timings to stderr, and with --json prints one JSON object to stdout instead (with --logprobs,
 // each output token's log-probability in llama.cpp's completion_probabilities form).
@@ -11,6 +12,7 @@
 
 #include "cli/common.h"
 #include "cli/id_list.h"
+#include "cli/prompt_flags.h"
 #include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
@@ -26,7 +28,8 @@ namespace specpress::cli {
 namespace {
 
 struct GenerateOptions {
-  std::string model_dir, draft_dir, prompt_ids, prompt_text, prompt_file, system, stop_ids;
+  std::string model_dir, draft_dir, system, stop_ids;
+  RawPromptFlags prompt;
   bool chat = false, think = false;
   int64_t reasoning_budget = -1;  // as serve's: -1 no cap, 0 thinking off, N > 0 thinking on and capped at N tokens
   bool reasoning_budget_given = false;
@@ -56,20 +59,20 @@ int run_generate(const GenerateOptions& options) {
     fail("--reasoning-budget: cannot be combined with --compress (the compressor follows one generation)");
   const char* think_flag = o.reasoning_budget_given && o.reasoning_budget != 0 ? "--reasoning-budget" : "--think";
   const auto [device, dtype] = parse_placement(o.device, o.dtype);
-  const int given = !o.prompt_ids.empty() + !o.prompt_text.empty() + !o.prompt_file.empty();
-  if (given != 1) fail("generate: give exactly one of --prompt-ids, -p/--prompt or -f/--file");
+  check_one_raw_prompt(o.prompt, "generate");
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
   std::vector<int64_t> prompt;
-  if (!o.prompt_ids.empty()) {
-    if (o.chat || !o.system.empty()) fail("--chat/--system: need a text prompt (-p or -f), not --prompt-ids");
+  if (raw_prompt_is_ids(o.prompt)) {
+    const char* flag = raw_prompt_flag(o.prompt);
+    if (o.chat || !o.system.empty()) fail("--chat/--system: need a text prompt (-p or -f), not {}", flag);
     if (o.think) fail("{}: only applies with --chat (and a text prompt)", think_flag);
-    prompt = parse_id_list(o.prompt_ids, "--prompt-ids");
-    if (prompt.empty()) fail("--prompt-ids: empty (expected at least one token id)");
+    prompt = raw_prompt_ids(o.prompt);
+    if (prompt.empty()) fail("{}: empty (expected at least one token id)", flag);
   } else {
     if (!tokenizer)
       fail("{}: -p/-f need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", o.model_dir);
-    const std::string origin = o.prompt_file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt_file;
-    const std::string text = read_prompt_text(o.prompt_text, o.prompt_file);
+    const std::string origin = o.prompt.file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt.file;
+    const std::string text = read_prompt_text(o.prompt.text, o.prompt.file);
     if (o.chat || !o.system.empty()) {
       std::vector<tok::ChatMessage> messages;
       if (!o.system.empty()) messages.push_back({"system", o.system, std::nullopt});
@@ -202,12 +205,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
   cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)")
       ->check(non_empty_check("expected a DFlash draft directory; leave the flag out for plain decoding"));
-  cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as comma-separated token ids")
-      ->check(non_empty_check("expected token ids"));
-  cmd->add_option("-p,--prompt", o->prompt_text, "prompt text (needs the model's tokenizer)")
-      ->check(non_empty_check("expected the prompt's text"));
-  cmd->add_option("-f,--file", o->prompt_file, "read the prompt text from a file (exact bytes)")
-      ->check(non_empty_check("expected a file path"));
+  add_raw_prompt_flags(*cmd, o->prompt, "the prompt");
   cmd->add_flag("--chat", o->chat, "render the prompt as a user turn with the chat template (+ generation prompt)");
   cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)");
   cmd->add_flag("--think", o->think, "enable_thinking in the chat template (off by default: DFlash drafts need it off)");

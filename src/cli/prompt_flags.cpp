@@ -24,15 +24,24 @@ const char* raw_prompt_flag(const RawPromptFlags& flags) {
                                 : "-p/--prompt";
 }
 
-std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
-                                       const std::string& command) {
+void check_one_raw_prompt(const RawPromptFlags& flags, const std::string& command) {
   const int given = !flags.ids.empty() + !flags.ids_file.empty() + !flags.text.empty() + !flags.file.empty();
   if (given != 1)
     fail("{}: give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file", command);
+}
+
+bool raw_prompt_is_ids(const RawPromptFlags& flags) { return !flags.ids.empty() || !flags.ids_file.empty(); }
+
+std::vector<int64_t> raw_prompt_ids(const RawPromptFlags& flags) {
   if (!flags.ids.empty()) return parse_id_list(flags.ids, "--prompt-ids");
-  if (!flags.ids_file.empty())
-    return parse_id_list(read_input(flags.ids_file, "--prompt-ids-file", /*stdin_dash=*/true),
-                         "--prompt-ids-file " + flags.ids_file);
+  return parse_id_list(read_input(flags.ids_file, "--prompt-ids-file", /*stdin_dash=*/true),
+                       "--prompt-ids-file " + flags.ids_file);
+}
+
+std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
+                                       const std::string& command) {
+  check_one_raw_prompt(flags, command);
+  if (raw_prompt_is_ids(flags)) return raw_prompt_ids(flags);
   const std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(model_dir);
   if (!tokenizer)
     fail("{}: -f/-p need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", model_dir);

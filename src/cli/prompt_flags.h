@@ -1,4 +1,5 @@
-// prompt_flags.h — the raw prompt of perplexity and dump (no chat template, no special tokens added): exactly one of
+// prompt_flags.h — the prompt flags of generate, perplexity and dump (raw: no chat template, no special tokens added,
+// unless generate's --chat renders the text): exactly one of
 // -p TEXT, -f FILE (text, encoded by the model's tokenizer.json), --prompt-ids IDS or --prompt-ids-file FILE (ids as
 // --prompt-ids takes them; - for standard input, so that `specpress tokenize -f long.txt | specpress dump
 // --prompt-ids-file - ...` passes prompts longer than one shell argument can hold).
@@ -21,7 +22,14 @@ void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::strin
 // The flag the prompt came from ("--prompt-ids", "--prompt-ids-file", "-f/--file" or "-p/--prompt"), for errors.
 const char* raw_prompt_flag(const RawPromptFlags& flags);
 
-// The prompt's token ids; `command` names the subcommand in the "give exactly one" error.
+// Fails unless exactly one of the four is given; `command` names the subcommand in the error.
+void check_one_raw_prompt(const RawPromptFlags& flags, const std::string& command);
+// Whether the prompt is given as ids (--prompt-ids or --prompt-ids-file), and those ids.
+bool raw_prompt_is_ids(const RawPromptFlags& flags);
+std::vector<int64_t> raw_prompt_ids(const RawPromptFlags& flags);
+
+// The prompt's token ids (text encoded by `model_dir`'s tokenizer, without special tokens); `command` names the
+// subcommand in the "give exactly one" error.
 std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,
                                        const std::string& command);
 
