@@ -172,7 +172,8 @@ std::vector<AddedToken> parse_added_tokens(const json& root, const std::string& 
     AddedToken token;
     if (!t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 ||
         t["id"].get<int64_t>() > INT32_MAX) {
-      fail("{}: field 'id' must be a non-negative integer", where);
+      fail("{}: field 'id' must be a token id in 0..{}, found {}", where, INT32_MAX,
+           t.contains("id") ? t["id"].dump() : "none");
     }
     token.id = t["id"].get<int32_t>();
     token.content = string_field(t, "content", where);
@@ -251,7 +252,7 @@ std::shared_ptr<Tokenizer::Impl> build(const json& root, const std::string& src)
   int64_t max_id = -1;
   for (const auto& [token, id] : model["vocab"].items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      fail("{}: model.vocab[\"{}\"] must be a non-negative integer id", src, token);
+      fail("{}: model.vocab[\"{}\"] must be a token id in 0..{}, found {}", src, token, INT32_MAX, id.dump());
     }
     vocab.emplace(token, id.get<int32_t>());
     max_id = std::max<int64_t>(max_id, id.get<int64_t>());

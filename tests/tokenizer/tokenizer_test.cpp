@@ -198,6 +198,13 @@ TEST(Tokenizer, RejectsConfigurationsItCannotReproduce) {
                 .find("Isolated"), std::string::npos);
   EXPECT_NE(mutate([](auto& j) { j["model"]["merges"].push_back({"h", "zz"}); }).find("zz"), std::string::npos);
   EXPECT_NE(mutate([](auto& j) { j["model"]["vocab"].erase("a"); }).find("byte 0x61"), std::string::npos);
+  // ids past int32 are named with their value, not called negative
+  EXPECT_NE(mutate([](auto& j) { j["added_tokens"][0]["id"] = int64_t{1} << 40; })
+                .find("added_tokens[0]: field 'id' must be a token id in 0..2147483647, found 1099511627776"),
+            std::string::npos);
+  EXPECT_NE(mutate([](auto& j) { j["model"]["vocab"]["a"] = -3; })
+                .find("model.vocab[\"a\"] must be a token id in 0..2147483647, found -3"),
+            std::string::npos);
   EXPECT_NE(error_of([] { Tokenizer::from_json_text("{not json", "broken.json"); }).find("broken.json"),
             std::string::npos);
 }
