@@ -134,7 +134,8 @@ void add_train_commands(CLI::App& app, std::function<int()>& run) {
   d_cmd->add_option("--target-layer-ids", *tap_ids, "tapped target layers, e.g. \"1,9,17,25,33\" (default: z-lab's)");
   d_cmd->add_option("--mask-token-id", d->mask_token_id, "mask token id (default 151669, or the last id of a smaller vocab)");
   d_cmd->add_option("--gamma", d->gamma,
-                    "loss weight decay exp(-(k-1)/gamma) (0 = the default: 7/5/4 for block 16/10/8, else max(1, (B-1)/2))");
+                    "loss weight decay exp(-(k-1)/gamma) (0 = the default: 7/5/4 for block 16/10/8, else "
+                    "max(1, (B-1)/2))");
   d_cmd->add_option("--anchors", d->anchors, "blocks per sequence per step (fewer where it has fewer positions)")
       ->capture_default_str();
   d_cmd->add_option("--eval-prompts", d->eval_prompts, "prompts for the tau evaluation (default: on-policy or data prompts)");

@@ -30,7 +30,8 @@ DFlashConfig parse_dflash_config(const std::string& config_path) {
     for (const auto& name : j["architectures"])  // a target's config where the draft's belongs: -m and -md swapped
       if (name.is_string() && name.get<std::string>().find("ForCausalLM") != std::string::npos)
         fail("{}: architectures {} is a target's config, not a DFlash draft's (no block_size): the draft is given "
-             "with -md (the trainers' --draft), its Qwen3 target with -m (--target)", config_path, j["architectures"].dump());
+             "with -md (the trainers' --draft), its Qwen3 target with -m (--target)",
+             config_path, j["architectures"].dump());
   c.block_size = r.integer("block_size");
   c.num_target_layers = r.integer("num_target_layers");
   if (c.block_size < 2) fail("{}: block_size {} must be at least 2", config_path, c.block_size);
