@@ -710,6 +710,26 @@ TEST(TrainCompressor, BadInputNamesTheProblem) {
     expect_error([&] { train::train_compressor(o, none); }, "--save-dtype: unknown dtype 'f8'");
     EXPECT_FALSE(fs::exists(o.out));
   }
+  {  // what --seq-len cut and left out is said, and so is a run with nothing held out (no evaluation, no eval.json)
+    train::CompressorOptions o = f.compressor_options("cut");
+    o.steps = 1;
+    o.seq_len = 20;  // 5-token prompts + 40 tokens each
+    ::testing::internal::CaptureStderr();
+    train::train_compressor(o, none);
+    std::string said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("train-compressor: 12 of 12 trajectories cut to --seq-len 20; 0 left out"), std::string::npos)
+        << said;
+    write_text(f.dir.path / "one-prompt.jsonl", first_lines(f.prompts.string(), 1));
+    o = f.compressor_options("one");
+    o.steps = 1;
+    o.on_policy_prompts = {(f.dir.path / "one-prompt.jsonl").string()};
+    ::testing::internal::CaptureStderr();
+    train::train_compressor(o, none);
+    said = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(said.find("train-compressor: nothing held out, so no evaluation and no eval.json"), std::string::npos)
+        << said;
+    EXPECT_FALSE(fs::exists(o.out + "/eval.json"));
+  }
   {  // the export in the --save-dtype asked for (f32 unless given); the engine reads it in float32
     train::CompressorOptions o = f.compressor_options("bf16");
     o.steps = 2;
