@@ -100,6 +100,9 @@ TEST(Checkpoint, AtomicWriteTakesNamesUpToTheLimit) {
     ++files;
   }
   EXPECT_EQ(files, 3u);
+  // one byte more is no file name: refused before a run, naming the flag
+  expect_error([&] { io::check_output_files({{"--out", (d.path / std::string(256, 'a')).string()}}, {}); },
+               "its name has 256 bytes, more than a file name may have (255)");
   std::string name = "x";  // and 127 two-byte characters: 255 bytes, of which 244 fit beside an 11-byte suffix
   for (int i = 0; i < 127; ++i) name += "\xc3\xa9";
   const std::string tmp = fs::path(io::temporary_path("/d/" + name, ".tmp.123456")).filename().string();

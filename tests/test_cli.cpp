@@ -481,6 +481,10 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
     const CommandResult f = run_specpress("perplexity -m " + demo + " -f " + (dir.path / "text.txt").string() + " -c 32");
     EXPECT_EQ(f.exit_code, 0) << f.err;
     EXPECT_EQ(f.out.rfind("Final estimate: PPL = ", 0), 0u) << f.out;
+    // -f - reads the text from standard input, as tokenize -f - does
+    const CommandResult in = run_specpress("perplexity -m " + demo + " -f - -c 32 < " + (dir.path / "text.txt").string());
+    EXPECT_EQ(in.exit_code, 0) << in.err;
+    EXPECT_EQ(in.out, f.out);
     write_text(dir.path / "bad.txt", "ok \xff");
   }
   struct Case {
@@ -555,8 +559,13 @@ TEST(Cli, BadFlagsNameTheFlag) {
       {base + " --logit-bias 5+inf", "the bias is not a finite number or -inf"},
       {base + " --logit-bias 99999+1", "--logit-bias: token id 99999 is outside the vocabulary 0..1023"},
       {base + " --stop-ids 5,x", "--stop-ids: item 2 ('x') is not a token id"},
-      {base + " --stop-ids 5,,6", "--stop-ids: empty item"},
-      {"generate -m " + golden_dir() + "/target --prompt-ids 1,2,99999 -n 4", "token id 99999 at index 2 is outside"},
+      {base + " --stop-ids 5,,6", "--stop-ids: item 2 is empty (after 5)"},  // the item, not the whole list
+      {base + " --stop-ids ,5", "--stop-ids: item 1 is empty (before the first id)"},
+      {"generate -m " + golden_dir() + "/target --prompt-ids 1,2,99999 -n 4",
+       "--prompt-ids: token id 99999 at index 2 is outside"},
+      {"perplexity -m " + golden_dir() + "/target --prompt-ids 1,2,99999 -c 2",
+       "--prompt-ids: token id 99999 at index 2 is outside"},
+      {"generate -m " + golden_dir() + "/target -p hi --system '' -n 4", "--system: empty value"},
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 0", "-n/--n-predict: must be at least 1"},
       {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 9223372036854775807",
        "+ -n 9223372036854775807 + block 1 exceeds the model's max_position_embeddings"},

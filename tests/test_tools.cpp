@@ -759,7 +759,7 @@ TEST_F(ToolsEndToEnd, BenchSweepsBlockSizes) {
                                        {"0,4", "--block-size: 4 is given twice"},
                                        {"1", "--block-size: must be at least 2"},
                                        {"8", "--block-size: 8 exceeds the draft's trained block_size 4"},
-                                       {"4,,2", "--block-size: empty item in '4,,2'"},
+                                       {"4,,2", "--block-size: item 2 is empty (after 4)"},
                                        {"4,x", "--block-size: item 2 ('x') is not a block size"}}) {
     r = run_specpress("bench " + models() + " --dataset gsm8k --data " + data_dir() + " --block-size " + sizes +
                       " --no-progress");

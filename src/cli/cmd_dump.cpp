@@ -37,7 +37,7 @@ int run_dump(const DumpOptions& o) {
     fail("-o/--out: '-' would be a file named '-' (safetensors are binary; give a file path, not standard output)");
   // the output is checked against every input (the model's files, a prompt's file) before anything is read
   std::vector<io::NamedPath> inputs = {{"-m/--model", o.model_dir}};
-  if (!o.prompt.file.empty()) inputs.push_back({"-f/--file", o.prompt.file});
+  if (!o.prompt.file.empty() && o.prompt.file != "-") inputs.push_back({"-f/--file", o.prompt.file});
   if (!o.prompt.ids_file.empty() && o.prompt.ids_file != "-")
     inputs.push_back({"--prompt-ids-file", o.prompt.ids_file});
   io::check_output_files({{"-o/--out", o.out}}, inputs);
@@ -45,10 +45,7 @@ int run_dump(const DumpOptions& o) {
   const char* flag = raw_prompt_flag(o.prompt);
   if (prompt.empty()) fail("{}: empty (expected at least one token)", flag);
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    if (prompt[i] < 0 || prompt[i] >= target.config().vocab_size)
-      fail("{}: token id {} at index {} is outside the vocabulary 0..{}", flag, prompt[i], i,
-           target.config().vocab_size - 1);
+  check_raw_prompt_vocab(o.prompt, prompt, target.config().vocab_size);
   if (const int64_t most = target.config().max_position_embeddings; static_cast<int64_t>(prompt.size()) > most)
     fail("{}: the prompt has {} tokens, more than the model's max_position_embeddings {}", flag, prompt.size(), most);
   model::KVCache cache = target.make_cache(static_cast<int64_t>(prompt.size()));

@@ -104,6 +104,7 @@ int run_generate(const GenerateOptions& options) {
   }
 
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
+  if (raw_prompt_is_ids(o.prompt)) check_raw_prompt_vocab(o.prompt, prompt, target.config().vocab_size);
   std::unique_ptr<model::DFlashDraft> draft;
   if (!o.draft_dir.empty())
     draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o.draft_dir, target, dtype, device));
@@ -207,7 +208,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
       ->check(non_empty_check("expected a DFlash draft directory; leave the flag out for plain decoding"));
   add_raw_prompt_flags(*cmd, o->prompt, "the prompt");
   cmd->add_flag("--chat", o->chat, "render the prompt as a user turn with the chat template (+ generation prompt)");
-  cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)");
+  cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)")
+      ->check(non_empty_check("expected the system message; leave the flag out for none"));
   cmd->add_flag("--think", o->think, "enable_thinking in the chat template (off by default: DFlash drafts need it off)");
   auto* budget = cmd->add_option("--reasoning-budget", o->reasoning_budget,
                                  "thinking tokens before the answer: -1 no cap, 0 thinking off, N > 0 thinking on and, "

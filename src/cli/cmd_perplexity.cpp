@@ -103,6 +103,7 @@ int run_perplexity(const PerplexityOptions& o) {
   if (!o.base_model.empty() && !std::filesystem::is_directory(o.base_model))
     fail("--kl-base-model: {} is not a directory (expected an HF Qwen3 checkpoint's)", o.base_model);
   const model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
+  check_raw_prompt_vocab(o.prompt, tokens, target.config().vocab_size);
   std::unique_ptr<model::Qwen3Model> base;
   if (compare) base = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(base_model, base_dtype, base_device));
   const int64_t n_chunks = tools::perplexity_chunks(target, tokens, o.ctx_size, o.chunks, base.get());

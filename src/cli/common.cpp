@@ -1,6 +1,8 @@
 // common.cpp — see common.h.
 #include "cli/common.h"
 
+#include "cli/id_list.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -248,14 +250,8 @@ void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy&
 
 std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file) {
   const std::string origin = prompt_file.empty() ? "-p/--prompt" : "-f/--file " + prompt_file;
-  std::string text = prompt_text;
-  if (!prompt_file.empty()) {
-    try {
-      text = io::read_text_file(prompt_file);
-    } catch (const Error& e) {
-      fail("-f/--file: {}", e.what());
-    }
-  }
+  // -f - reads standard input, as tokenize -f - and --prompt-ids-file - do
+  const std::string text = prompt_file.empty() ? prompt_text : read_input(prompt_file, "-f/--file", /*stdin_dash=*/true);
   if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
     fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
   return text;

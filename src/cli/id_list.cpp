@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "io/mapped_file.h"
 
@@ -66,7 +68,9 @@ std::vector<int64_t> parse_id_list(const std::string& text, const std::string& f
         fail("{}: item {} ('{}') is not a {} (expected integers like \"1,2,3\")", flag, ids.size() + 1, item, what);
       ids.push_back(value);
     }
-    if (empty && any_comma) fail("{}: empty item in '{}' (expected integers like \"1,2,3\")", flag, text);
+    if (empty && any_comma)  // after item ids.size(): a ",," or a trailing comma (the text itself may be huge)
+      fail("{}: item {} is empty{} (expected integers like \"1,2,3\")", flag, ids.size() + 1,
+           ids.empty() ? std::string(" (before the first id)") : fmt::format(" (after {})", ids.back()));
   }
   return ids;
 }

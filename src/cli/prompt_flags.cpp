@@ -8,7 +8,7 @@
 namespace specpress::cli {
 
 void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what) {
-  cmd.add_option("-f,--file", flags.file, what + ", from a file (its exact bytes)")
+  cmd.add_option("-f,--file", flags.file, what + ", from a file (its exact bytes; - for standard input)")
       ->check(non_empty_check("expected a file path"));
   cmd.add_option("-p,--prompt", flags.text, what)->check(non_empty_check("expected the text"));
   cmd.add_option("--prompt-ids", flags.ids, what + " as token ids, comma-separated")
@@ -36,6 +36,13 @@ std::vector<int64_t> raw_prompt_ids(const RawPromptFlags& flags) {
   if (!flags.ids.empty()) return parse_id_list(flags.ids, "--prompt-ids");
   return parse_id_list(read_input(flags.ids_file, "--prompt-ids-file", /*stdin_dash=*/true),
                        "--prompt-ids-file " + flags.ids_file);
+}
+
+void check_raw_prompt_vocab(const RawPromptFlags& flags, const std::vector<int64_t>& ids, int64_t vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab_size)
+      fail("{}: token id {} at index {} is outside the vocabulary 0..{}", raw_prompt_flag(flags), ids[i], i,
+           vocab_size - 1);
 }
 
 std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,

@@ -28,6 +28,9 @@ void check_one_raw_prompt(const RawPromptFlags& flags, const std::string& comman
 bool raw_prompt_is_ids(const RawPromptFlags& flags);
 std::vector<int64_t> raw_prompt_ids(const RawPromptFlags& flags);
 
+// Fails naming `flags`' flag where an id lies outside 0..vocab_size-1 (the model's, known once its config is read).
+void check_raw_prompt_vocab(const RawPromptFlags& flags, const std::vector<int64_t>& ids, int64_t vocab_size);
+
 // The prompt's token ids (text encoded by `model_dir`'s tokenizer, without special tokens); `command` names the
 // subcommand in the "give exactly one" error.
 std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::string& model_dir,

@@ -91,6 +91,8 @@ void check_output_files(const std::vector<NamedPath>& outputs, const std::vector
     if (fs::is_directory(st)) fail("{}: {} is a directory (expected a file to write)", out.flag, out.path);
     if (fs::exists(st) && !fs::is_regular_file(st))
       fail("{}: {} exists and is not a regular file (expected a file to write)", out.flag, out.path);
+    if (const size_t n = target.filename().string().size(); n > 255)  // NAME_MAX, which the probe's cut name hides
+      fail("{}: {}: its name has {} bytes, more than a file name may have (255)", out.flag, out.path, n);
     const fs::path dir = target.parent_path();
     if (!fs::is_directory(dir, ec)) fail("{}: the directory of {} does not exist ({})", out.flag, out.path, dir.string());
     if (::access(dir.c_str(), W_OK) != 0)
