@@ -482,7 +482,8 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
     EXPECT_EQ(f.exit_code, 0) << f.err;
     EXPECT_EQ(f.out.rfind("Final estimate: PPL = ", 0), 0u) << f.out;
     // -f - reads the text from standard input, as tokenize -f - does
-    const CommandResult in = run_specpress("perplexity -m " + demo + " -f - -c 32 < " + (dir.path / "text.txt").string());
+    const CommandResult in =
+        run_specpress("perplexity -m " + demo + " -f - -c 32 < " + (dir.path / "text.txt").string());
     EXPECT_EQ(in.exit_code, 0) << in.err;
     EXPECT_EQ(in.out, f.out);
     write_text(dir.path / "bad.txt", "ok \xff");
