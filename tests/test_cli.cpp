@@ -492,8 +492,9 @@ TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {
     std::string args, message;
   } cases[] = {
       {"perplexity -m " + golden_dir() + "/target",
-       "give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file"},
-      {base + " -p hello", "give exactly one of"},
+       "give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file (none given)"},
+      {base + " -p hello", "give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file (given: "
+                           "-p/--prompt and --prompt-ids)"},
       {base.substr(0, base.size() - 5) + " -c 3", "-c/--ctx-size: 3 is too small"},
       {base.substr(0, base.size() - 5) + " -c 200", "the input has 100 tokens, fewer than one chunk of -c/--ctx-size 200"},
       {base + " --chunks -2", "--chunks: must be >= 0 (0 or -1: all)"},

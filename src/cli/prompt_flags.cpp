@@ -1,6 +1,9 @@
 // prompt_flags.cpp — see prompt_flags.h.
 #include "cli/prompt_flags.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "cli/common.h"
 #include "cli/id_list.h"
 #include "core/error.h"
@@ -25,9 +28,14 @@ const char* raw_prompt_flag(const RawPromptFlags& flags) {
 }
 
 void check_one_raw_prompt(const RawPromptFlags& flags, const std::string& command) {
-  const int given = !flags.ids.empty() + !flags.ids_file.empty() + !flags.text.empty() + !flags.file.empty();
-  if (given != 1)
-    fail("{}: give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file", command);
+  std::vector<std::string> given;
+  for (const auto& [value, flag] :
+       {std::pair{&flags.file, "-f/--file"}, std::pair{&flags.text, "-p/--prompt"},
+        std::pair{&flags.ids, "--prompt-ids"}, std::pair{&flags.ids_file, "--prompt-ids-file"}})
+    if (!value->empty()) given.push_back(flag);
+  if (given.size() != 1)
+    fail("{}: give exactly one of -f/--file, -p/--prompt, --prompt-ids or --prompt-ids-file ({})", command,
+         given.empty() ? std::string("none given") : fmt::format("given: {}", fmt::join(given, " and ")));
 }
 
 bool raw_prompt_is_ids(const RawPromptFlags& flags) { return !flags.ids.empty() || !flags.ids_file.empty(); }
