@@ -1,8 +1,6 @@
 // common.cpp — see common.h.
 #include "cli/common.h"
 
-#include "cli/id_list.h"
-
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/id_list.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "model/config_json.h"

@@ -175,7 +175,8 @@ std::string safetensors_header(const std::vector<TensorBytes>& tensors,
   out.reserve(8 + text.size());
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  return out + text;
+  out += text;
+  return out;
 }
 
 std::string serialize_safetensors(const std::vector<TensorBytes>& tensors,
