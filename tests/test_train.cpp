@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "decode/generation.h"
 #include "io/checkpoint.h"
@@ -273,6 +275,45 @@ TEST(TrainLm, CorruptCheckpointsAreRefused) {
     write_text(path, kept);
   }
   EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 2);  // the restored checkpoint resumes
+}
+
+// A larger --steps on --resume extends a finished run (a note says where its schedule moves; the checkpoint and the
+// export then record the new end); a checkpoint another trainer wrote is refused naming it, and one that does not
+// record its trainer (an older checkpoint) resumes with a note.
+TEST(TrainLm, ResumeExtendsAFinishedRunAndNamesAnotherTrainer) {
+  Fixture f;
+  train::LmOptions o = f.lm_options("extend");
+  train::train_lm(o, train::TextCodec{});
+  const fs::path state_file = fs::path(o.out) / "checkpoint" / "state.json";
+  nlohmann::json state = nlohmann::json::parse(io::read_text_file(state_file.string()));
+  EXPECT_EQ(state["run"]["trainer"], "train-lm");
+  o.resume = true;
+  o.steps = 9;
+  ::testing::internal::CaptureStderr();
+  const train::TrainSummary extended = train::train_lm(o, train::TextCodec{});
+  std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(extended.first_step, 6);
+  EXPECT_EQ(extended.last_step, 9);
+  EXPECT_NE(said.find(fmt::format("--resume: --steps 9 where {} records 6: the learning-rate schedule now ends at "
+                                  "step 9; step 7 runs at {:.2e} instead of {:.2e}", state_file.string(),
+                                  train::learning_rate(o.schedule(), 6), o.optim.lr * o.optim.min_lr_ratio)),
+            std::string::npos) << said;
+  state = nlohmann::json::parse(io::read_text_file(state_file.string()));
+  EXPECT_EQ(state["step"], 9);
+  EXPECT_EQ(state["run"]["steps"], 9);
+  expect_same_tensors(o.out + "/model.safetensors", o.out + "/checkpoint/params.safetensors");
+  state["run"]["trainer"] = "train-draft";
+  write_text(state_file, state.dump());
+  expect_error([&] { train::train_lm(o, train::TextCodec{}); },
+               "--resume: " + state_file.string() + " was written by train-draft, not train-lm: give train-lm another "
+               "--out, or start over with --force");
+  state["run"].erase("trainer");
+  write_text(state_file, state.dump());
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(train::train_lm(o, train::TextCodec{}).first_step, 9);  // finished: nothing left to run
+  said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("does not record option 'trainer' (an older checkpoint): not checked"), std::string::npos)
+      << said;
 }
 
 // SIGINT (or SIGTERM) during a step stops the loop after that step: it writes a checkpoint there, throws Interrupted

@@ -227,7 +227,7 @@ void check_same_inputs(const nlohmann::json& saved, const nlohmann::json& now, c
 // Options recorded since a release whose checkpoints lack them: such a checkpoint resumes, with a note saying what
 // may differ (nullptr: not such an option).
 const char* recorded_later(const std::string& key) {
-  if (key == "eval_samples") return "not checked";
+  if (key == "eval_samples" || key == "trainer") return "not checked";
   if (key == "data_rules")  // data.h's reading rules, version 2
     return "since then, a chat record ending on an assistant turn starts its loss at that answer (train-draft, "
            "train-compressor), and .json files and extensions in capitals are read as records";
@@ -236,7 +236,14 @@ const char* recorded_later(const std::string& key) {
 }  // namespace
 
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source) {
+  if (now.contains("trainer") && saved.contains("trainer") && saved["trainer"] != now["trainer"]) {  // said first
+    const auto name = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    fail("--resume: {} was written by {}, not {}: give {} another --out, or start over with --force", source,
+         name(saved["trainer"]), name(now["trainer"]), name(now["trainer"]));
+  }
   for (auto it = now.begin(); it != now.end(); ++it) {
+    if (it.key() == "steps" || (it.key() == "trainer" && saved.contains("trainer")))
+      continue;  // --steps may change (check_resume_matches says how the schedule moves); the trainer is checked above
     if (it.key() == "input_fingerprints" || it.key() == "model_fingerprints") {
       check_same_inputs(saved.contains(it.key()) ? saved[it.key()] : nlohmann::json(), it.value(), source,
                         it.key() == "model_fingerprints");

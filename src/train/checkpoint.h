@@ -38,7 +38,8 @@ void save_checkpoint(const std::string& out, const CheckpointState& state, const
                      const NamedTensors& optimizer_state);
 // The newest whole checkpoint under OUT, if any.
 std::optional<CheckpointState> find_checkpoint(const std::string& out);
-// Fails naming the first option whose value differs between the checkpoint and this invocation.
+// Fails naming the first option whose value differs between the checkpoint and this invocation: the trainer that
+// wrote it first, where both record one; "steps" is left to the caller (a run may be extended or shortened).
 void check_same_run(const nlohmann::json& saved, const nlohmann::json& now, const std::string& source);
 // Copies the tensors of `file` into `params` (same names and shapes; values only).
 void restore_tensors(const std::string& file, const NamedTensors& params);

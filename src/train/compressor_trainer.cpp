@@ -287,7 +287,7 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
   const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
-  nlohmann::json run = common_run_json(o, device);
+  nlohmann::json run = common_run_json("train-compressor", o, device);
   run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
   run["draft"] = o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string();
   run["compressor"] = compress::beacon_config_json(bc);

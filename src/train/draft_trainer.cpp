@@ -210,7 +210,7 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
   check_room_for_anchors(sequences, prompts, o);  // before the output directory and the generations
   const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
-  nlohmann::json run = common_run_json(o, device);
+  nlohmann::json run = common_run_json("train-draft", o, device);
   run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
   run["draft"] = dflash_config_json(dc, "float32");
   run["gamma"] = gamma;

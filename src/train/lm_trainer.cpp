@@ -53,7 +53,7 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   const ops::RopeTable rope = ops::make_rope_table(config.head_dim, config.rope_theta, o.seq_len + 1, device);
   AdamW optimizer(params, o.schedule());
 
-  nlohmann::json run = common_run_json(o, device);
+  nlohmann::json run = common_run_json("train-lm", o, device);
   run["model"] = qwen3_config_json(config, "float32");
   run["input_fingerprints"].update(input_fingerprints(codec.used_files()));
   check_resume_matches(o, run, resume);  // before the tokenizer's files are copied into OUT

@@ -109,8 +109,9 @@ nlohmann::json absolute_paths(const std::vector<std::string>& files) {
   return out;
 }
 
-nlohmann::json common_run_json(const CommonOptions& o, const at::Device& device) {
-  nlohmann::json run = {{"data", absolute_paths(o.data)},
+nlohmann::json common_run_json(const std::string& trainer, const CommonOptions& o, const at::Device& device) {
+  nlohmann::json run = {{"trainer", trainer},
+                        {"data", absolute_paths(o.data)},
                         {"data_rules", 2},  // how data.h reads records: 2 since chat answers and .json arrays
                         {"input_fingerprints", input_fingerprints(o.data)},
                         {"steps", o.steps},
@@ -183,10 +184,29 @@ void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag)
 }
 
 
+namespace {
+void check_step_within_steps(const CheckpointState& state, const CommonOptions& o) {
+  if (state.step > o.steps)
+    fail("{}/state.json: step {} is past --steps {} (another run's checkpoint, or a longer schedule: give at least "
+         "its --steps)", state.dir, state.step, o.steps);
+}
+}  // namespace
+
 void check_resume_matches(const CommonOptions& o, const nlohmann::json& run, bool resume) {
   if (!resume) return;
   const CheckpointState state = *find_checkpoint(o.out);
-  check_same_run(state.run, run, state.dir + "/state.json");
+  const std::string source = state.dir + "/state.json";
+  check_same_run(state.run, run, source);
+  check_step_within_steps(state, o);
+  const nlohmann::json& recorded = state.run.contains("steps") ? state.run["steps"] : nlohmann::json();
+  if (!recorded.is_number_integer() || recorded.get<int64_t>() == o.steps) return;
+  OptimConfig then = o.schedule();
+  then.total_steps = recorded.get<int64_t>();
+  std::fprintf(stderr, "--resume: --steps %lld where %s records %lld: the learning-rate schedule now ends at step "
+               "%lld; step %lld runs at %.2e instead of %.2e\n", static_cast<long long>(o.steps), source.c_str(),
+               static_cast<long long>(then.total_steps), static_cast<long long>(o.steps),
+               static_cast<long long>(state.step + 1), learning_rate(o.schedule(), state.step),
+               learning_rate(then, state.step));
 }
 
 TrainSummary run_training(const std::string& label, const CommonOptions& o, const nlohmann::json& run, bool resume,
@@ -196,9 +216,7 @@ TrainSummary run_training(const std::string& label, const CommonOptions& o, cons
   nlohmann::json history = nlohmann::json::array();
   if (resume) {  // `run` was checked against it by the trainer (check_resume_matches)
     CheckpointState state = *find_checkpoint(o.out);
-    if (state.step > o.steps)
-      fail("{}/state.json: step {} is past --steps {} (another run's checkpoint, or a longer schedule: give its "
-           "--steps)", state.dir, state.step, o.steps);
+    check_step_within_steps(state, o);  // (said earlier by check_resume_matches where the trainer calls it)
     restore_tensors(state.dir + "/params.safetensors", params);
     optimizer.load_state(read_tensors(state.dir + "/optimizer.safetensors", params.front().second.device()), state.step,
                          state.dir + "/optimizer.safetensors");

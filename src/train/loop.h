@@ -34,9 +34,9 @@ struct CommonOptions {
   }
 };
 
-// The options a resumed run must share with the original (schedule, data and its fingerprints, seed, sizes, the
-// resolved device), as JSON.
-nlohmann::json common_run_json(const CommonOptions& options, const at::Device& device);
+// The options a resumed run must share with the original (the trainer's name, schedule, data and its fingerprints,
+// seed, sizes, the resolved device), as JSON. Only "steps" may differ on a resume (check_resume_matches).
+nlohmann::json common_run_json(const std::string& trainer, const CommonOptions& options, const at::Device& device);
 // The files' absolute, normalised paths, as a JSON array (how a run records its input files).
 nlohmann::json absolute_paths(const std::vector<std::string>& files);
 // {absolute path: "FNV-1a hex:bytes"} of each file, for run["input_fingerprints"]: a resume refuses changed inputs.
@@ -81,9 +81,11 @@ struct LoopHooks {
   std::string eval_name = "tau (speculative loop, greedy)";  // what evaluate() returns, for the log
 };
 
-// Where `resume`: fails unless OUT's checkpoint was written with the same `run` (options, inputs and their
-// fingerprints). Each trainer calls it as soon as it has built `run`, before its preparation (copies into OUT,
-// generations), so that a changed option is refused before minutes of work rather than after.
+// Where `resume`: fails unless OUT's checkpoint was written by the same trainer with the same `run` (options, inputs
+// and their fingerprints). --steps may differ down to the checkpoint's step, so a finished run can be extended: a note
+// says where the learning-rate schedule, which ends at --steps, moves. Each trainer calls it as soon as it has built
+// `run`, before its preparation (copies into OUT, generations), so that a changed option is refused before minutes of
+// work rather than after.
 void check_resume_matches(const CommonOptions& options, const nlohmann::json& run, bool resume);
 
 // Runs steps until options.steps (or stop_after), resuming from OUT's checkpoint when `resume` (`run` already checked
