@@ -626,16 +626,18 @@ TEST(Cli, NumbersAreReadInBaseTen) {
 }
 
 
-// dump's prompt from a file of ids or standard input (past one shell argument's limit) gives the file --prompt-ids
-// gives; '-' as the output, a prompt past the model's positions and no prompt are refused naming the flag.
+// dump's prompt from a file of ids (Notepad's too: a byte-order mark, CRLF) or standard input (past one shell
+// argument's limit) gives the file --prompt-ids gives; '-' as the output, a prompt past the model's positions and no prompt are refused naming the flag.
 TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
   SPECPRESS_REQUIRE_SHARED();
   namespace fs = std::filesystem;
   ScratchDir dir("cli-dump");
   const std::string dump = "dump -m " + golden_dir() + "/target ";
   std::ofstream(dir.path / "ids.txt") << "[5, 6, 7, 8]\n";
+  std::ofstream(dir.path / "notepad.txt") << "\xEF\xBB\xBF" "5 6 7 8\r\n";  // a byte-order mark, CRLF
   const std::vector<std::string> ways = {"--prompt-ids 5,6,7,8", "--prompt-ids-file " + dir.str() + "/ids.txt",
-                                         "--prompt-ids-file - < " + dir.str() + "/ids.txt"};
+                                         "--prompt-ids-file - < " + dir.str() + "/ids.txt",
+                                         "--prompt-ids-file " + dir.str() + "/notepad.txt"};
   for (size_t i = 0; i < ways.size(); ++i) {
     const CommandResult r = run_specpress(dump + ways[i] + " -o " + dir.str() + "/" + std::to_string(i) + ".st");
     ASSERT_EQ(r.exit_code, 0) << ways[i] << "\n" << r.err;
@@ -647,6 +649,7 @@ TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
   EXPECT_GT(bytes("0.st").size(), 100u);
   EXPECT_EQ(bytes("1.st"), bytes("0.st"));
   EXPECT_EQ(bytes("2.st"), bytes("0.st"));
+  EXPECT_EQ(bytes("3.st"), bytes("0.st"));
   // --logits last keeps the last row of every position's logits (a product of one row, so equal to rounding);
   // --logits none keeps none
   for (const char* which : {"last", "none"}) {

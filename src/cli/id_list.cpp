@@ -28,7 +28,7 @@ std::string read_input(const std::string& path, const std::string& flag, bool st
 }
 
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag, const std::string& what) {
-  std::string body = text;
+  std::string body = text.rfind("\xEF\xBB\xBF", 0) == 0 ? text.substr(3) : text;  // a UTF-8 BOM (Notepad's files)
   const size_t first = body.find_first_not_of(" \t\r\n");
   const size_t last = body.find_last_not_of(" \t\r\n");
   body = first == std::string::npos ? "" : body.substr(first, last - first + 1);

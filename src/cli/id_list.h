@@ -10,7 +10,7 @@
 namespace specpress::cli {
 
 // Errors name the flag and the bad item (as a `what`: "token id", "layer index"); an empty or blank text gives an
-// empty list.
+// empty list; a leading UTF-8 byte-order mark is skipped.
 std::vector<int64_t> parse_id_list(const std::string& text, const std::string& flag,
                                    const std::string& what = "token id");
 
