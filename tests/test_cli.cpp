@@ -627,7 +627,8 @@ TEST(Cli, NumbersAreReadInBaseTen) {
 
 
 // dump's prompt from a file of ids (Notepad's too: a byte-order mark, CRLF) or standard input (past one shell
-// argument's limit) gives the file --prompt-ids gives; '-' as the output, a prompt past the model's positions and no prompt are refused naming the flag.
+// argument's limit) gives the file --prompt-ids gives; '-' as the output, a prompt past the model's positions and no
+// prompt are refused naming the flag.
 TEST(Cli, DumpTakesItsPromptFromAFileOrStandardInput) {
   SPECPRESS_REQUIRE_SHARED();
   namespace fs = std::filesystem;
