@@ -1,14 +1,7 @@
 // bench_checkpoint.cpp — see bench_checkpoint.h.
 #include "tools/bench_checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 
@@ -16,9 +9,7 @@
 
 #include "core/error.h"
 #include "core/fnv1a.h"
-#include "io/mapped_file.h"
 #include "model/config_json.h"
-#include "tools/build_info.h"
 
 namespace specpress::tools {
 namespace {
@@ -260,121 +251,37 @@ BenchRecord checkpoint_record_from_json(const nlohmann::json& j, const std::stri
 
 namespace {
 
-void check_path(const std::string& path, bool resume) {
-  std::error_code ec;
-  const bool exists = std::filesystem::exists(path, ec);
-  if (exists && !resume)
-    fail("--checkpoint: {} already exists; pass --resume to continue the bench it holds, or remove it to start over",
-         path);
-  if (!exists && resume) fail("--resume: {} does not exist (no bench to continue; drop --resume to start one)", path);
-}
-
-// The settings line of the checkpoint `text` (its first line), checked to be one.
-nlohmann::json read_header(const std::string& text, const std::string& path) {
-  const size_t newline = text.find('\n');
-  nlohmann::json j = nlohmann::json::parse(text.substr(0, newline), nullptr, false);
-  if (newline == std::string::npos || j.is_discarded() || !j.is_object() || !j.contains("format") ||
-      j["format"] != kFormat)
-    fail("--resume: {} is not a bench checkpoint (its first line must be a JSON object with \"format\": \"{}\")", path,
-         kFormat);
-  const std::string where = path + ": line 1";
-  const ConfigReader top{j, where};
-  if (top.integer("version") != kVersion)
-    fail("{}: field 'version' is {}; this specpress reads version {}", where, top.integer("version"), kVersion);
-  object_field(j, "settings", where);
-  return j;
-}
-
-// Fails naming the first setting of `now` that the header's differs in; `all`: also a saved setting `now` lacks.
-void compare_settings(const nlohmann::json& header, const Json& now_ordered, const std::string& path, bool all) {
-  const nlohmann::json& saved = header["settings"];
-  const nlohmann::json now = nlohmann::json::parse(now_ordered.dump());
-  for (const auto& [key, value] : now.items()) {
-    const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
-    // not a flag: a format of the records (kCompressCounts), which no command line can change back
-    if (key == "compress_counts" && old != value)
+CheckpointFormat bench_format() {
+  CheckpointFormat f;
+  f.format = kFormat;
+  f.version = kVersion;
+  f.tool = "bench";
+  f.other_build_note = "the records it holds keep that build's timings";
+  // not a flag: a format of the records (kCompressCounts), which no command line can change back
+  f.on_difference = [](const std::string& path, const std::string& key, const nlohmann::json& old,
+                       const nlohmann::json&) {
+    if (key == "compress_counts")
       fail("--resume: {} holds compressed records of an older specpress (compress_counts {}, now \"{}\"), which "
            "counted a compression's events, slots or time, or top-attention's scores, otherwise, or did not check the "
            "compressed output's answer; they cannot be mixed with this run's: give another --checkpoint, or remove "
            "this one", path, old.is_null() ? "not recorded" : old.dump(), kCompressCounts);
-    if (old != value)
-      fail("--resume: {} holds records made with {} = {}, but this run has {} = {}; resume with the original flags, or "
-           "give another --checkpoint",
-           path, key, old.dump(), key, value.dump());
-  }
-  if (all)
-    for (const auto& [key, value] : saved.items())
-      if (!now.contains(key))
-        fail("--resume: {} holds records made with setting '{}' = {}, which this run does not have (a flag left at its "
-             "default now, or a setting of a newer specpress); resume with the original flags, or give another "
-             "--checkpoint", path, key, value.dump());
+  };
+  return f;
 }
 
 }  // namespace
 
 void BenchCheckpoint::check_early(const std::string& path, bool resume, const Json& settings) {
-  check_path(path, resume);
-  if (resume) compare_settings(read_header(io::read_text_file(path), path), settings, path, /*all=*/false);
+  JsonlCheckpoint::check_early(path, bench_format(), resume, settings);
 }
 
 BenchCheckpoint::BenchCheckpoint(std::string path, Json settings, bool resume)
-    : path_(std::move(path)), settings_(std::move(settings)) {
-  check_path(path_, resume);
-  if (!resume) {  // the settings line now, so that a path that cannot be written fails before any sample is run
-    const Json header = {{"format", kFormat}, {"version", kVersion}, {"made_by", build_line()}, {"settings", settings_}};
-    try {
-      io::write_file_atomic(path_, header.dump() + "\n");
-    } catch (const Error& e) {
-      fail("--checkpoint: {}", e.what());
-    }
-    lock();
-    return;
-  }
-  lock();  // before reading, so that no other bench appends meanwhile
-  const std::string text = io::read_text_file(path_);
-  const nlohmann::json header = read_header(text, path_);
-  compare_settings(header, settings_, path_, /*all=*/true);
-  // another build may time (not decode: the settings match) differently; said, not refused
-  const auto made = header.find("made_by");
-  const std::string made_by = made != header.end() && made->is_string() ? made->get<std::string>() : "an unnamed build";
-  if (made_by != build_line())
-    std::fprintf(stderr, "--resume: %s was begun by %s; this is %s (the records it holds keep that build's timings)\n",
-                 path_.c_str(), made_by.c_str(), build_line().c_str());
-  size_t at = text.find('\n') + 1, line_number = 1;
-  size_t good = at;  // bytes up to the end of the last whole line
-  while (at < text.size()) {
-    const size_t newline = text.find('\n', at);
-    ++line_number;
-    if (newline == std::string::npos) {  // a line the run was writing when it stopped
-      std::fprintf(stderr, "--resume: %s: dropping its torn last line (%zu bytes, written when the run stopped)\n",
-                   path_.c_str(), text.size() - at);
-      io::truncate_file(path_, good);
-      break;
-    }
-    const std::string line = text.substr(at, newline - at);
-    at = good = newline + 1;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line (an editor's)
-    const std::string where = fmt::format("{}: line {}", path_, line_number);
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) fail("{}: invalid JSON (a line holds one record)", where);
-    if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
-    const ConfigReader r{j, where};
+    : file_(std::move(path), bench_format(), std::move(settings), resume) {
+  for (const JsonlCheckpoint::Line& line : file_.lines()) {
+    const ConfigReader r{line.value, line.where};
     keep({r.string("dataset"), r.string("draft"), r.integer("block_size"),
-          checkpoint_record_from_json(object_field(j, "record", where), where)});
+          checkpoint_record_from_json(object_field(line.value, "record", line.where), line.where)});
   }
-}
-
-BenchCheckpoint::~BenchCheckpoint() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
-}
-
-void BenchCheckpoint::lock() {
-  lock_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (lock_fd_ < 0) fail("--checkpoint: {}: cannot open it: {}", path_, std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
-    fail("--checkpoint: {} is in use by another specpress bench (it holds the file's lock); wait for it to end or give "
-         "another file",
-         path_);
 }
 
 std::vector<BenchRecord> BenchCheckpoint::records(const std::string& dataset, const std::string& draft,
@@ -397,9 +304,8 @@ void BenchCheckpoint::keep(Entry entry) {
 
 void BenchCheckpoint::add(const std::string& dataset, const std::string& draft, int64_t block_size,
                           const BenchRecord& record) {
-  const Json line = {
-      {"dataset", dataset}, {"draft", draft}, {"block_size", block_size}, {"record", checkpoint_record_json(record)}};
-  io::append_line_synced(path_, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  file_.append(
+      {{"dataset", dataset}, {"draft", draft}, {"block_size", block_size}, {"record", checkpoint_record_json(record)}});
   keep({dataset, draft, block_size, record});
 }
 

@@ -1,7 +1,6 @@
 // bench_checkpoint.h — `bench --checkpoint FILE [--resume]`: a long bench keeps every finished sample (each turn of
-// mt-bench) of every run in one JSON Lines file: a first line with the settings that produced them, then a line a
-// record, each appended and fsynced as it is finished (a file of thousands of records is never rewritten; a crash
-// while appending leaves a torn last line, which --resume drops and cuts off).
+// mt-bench) of every run in one JSON Lines file (jsonl_checkpoint.h): a first line with the settings that produced
+// them, then a line a record, each appended and fsynced as it is finished.
 // With --resume, a run reuses the records of the samples it asks for again (same dataset, draft, block size, sample
 // and turn, checked against the prompt it renders now) and generates only the rest, so an interrupted bench of hours
 // continues where it stopped. A record holds what the report needs, losslessly: outputs, acceptance lengths, timings,
@@ -16,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/bench.h"
+#include "tools/jsonl_checkpoint.h"
 
 namespace specpress::tools {
 
@@ -43,9 +43,6 @@ class BenchCheckpoint {
   // made with equal settings; errors name the file and the first setting that differs.
   // The file is locked (flock) while this object lives: a second bench on the same file is refused.
   BenchCheckpoint(std::string path, nlohmann::ordered_json settings, bool resume);
-  ~BenchCheckpoint();
-  BenchCheckpoint(const BenchCheckpoint&) = delete;
-  BenchCheckpoint& operator=(const BenchCheckpoint&) = delete;
   // Those checks before the models load: the file exists exactly when resuming, and a resumed one is a checkpoint
   // whose settings equal `settings` where both name a setting (the rest are checked by the constructor).
   static void check_early(const std::string& path, bool resume, const nlohmann::ordered_json& settings);
@@ -56,7 +53,7 @@ class BenchCheckpoint {
   // one) and appends it to the file.
   void add(const std::string& dataset, const std::string& draft, int64_t block_size, const BenchRecord& record);
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
   struct Entry {
@@ -65,10 +62,7 @@ class BenchCheckpoint {
     BenchRecord record;
   };
   void keep(Entry entry);  // in entries_, replacing one with the same key
-  void lock();
-  std::string path_;
-  int lock_fd_ = -1;
-  nlohmann::ordered_json settings_;
+  JsonlCheckpoint file_;
   std::vector<Entry> entries_;
 };
 

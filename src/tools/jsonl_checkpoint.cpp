@@ -1,0 +1,144 @@
+// jsonl_checkpoint.cpp — see jsonl_checkpoint.h.
+#include "tools/jsonl_checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/mapped_file.h"
+#include "model/config_json.h"
+#include "tools/build_info.h"
+
+namespace specpress::tools {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+void check_path(const std::string& path, const CheckpointFormat& f, bool resume) {
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  if (exists && !resume)
+    fail("--checkpoint: {} already exists; pass --resume to continue the {} it holds, or remove it to start over",
+         path, f.tool);
+  if (!exists && resume)
+    fail("--resume: {} does not exist (no {} to continue; drop --resume to start one)", path, f.tool);
+}
+
+// The settings line of the checkpoint `text` (its first line), checked to be one.
+nlohmann::json read_header(const std::string& text, const std::string& path, const CheckpointFormat& f) {
+  const size_t newline = text.find('\n');
+  nlohmann::json j = nlohmann::json::parse(text.substr(0, newline), nullptr, false);
+  if (newline == std::string::npos || j.is_discarded() || !j.is_object() || !j.contains("format") ||
+      j["format"] != f.format)
+    fail("--resume: {} is not a {} checkpoint (its first line must be a JSON object with \"format\": \"{}\")", path,
+         f.tool, f.format);
+  const std::string where = path + ": line 1";
+  const model::ConfigReader top{j, where};
+  if (top.integer("version") != f.version)
+    fail("{}: field 'version' is {}; this specpress reads version {}", where, top.integer("version"), f.version);
+  if (!j.contains("settings") || !j["settings"].is_object()) fail("{}: field 'settings' must be an object", where);
+  return j;
+}
+
+// Fails naming the first setting of `now` that the header's differs in; `all`: also a saved setting `now` lacks.
+void compare_settings(const nlohmann::json& header, const Json& now_ordered, const std::string& path,
+                      const CheckpointFormat& f, bool all) {
+  const nlohmann::json& saved = header["settings"];
+  const nlohmann::json now = nlohmann::json::parse(now_ordered.dump());
+  for (const auto& [key, value] : now.items()) {
+    const nlohmann::json old = saved.contains(key) ? saved[key] : nlohmann::json();
+    if (old == value) continue;
+    if (f.on_difference) f.on_difference(path, key, old, value);
+    fail("--resume: {} holds records made with {} = {}, but this run has {} = {}; resume with the original flags, or "
+         "give another --checkpoint",
+         path, key, old.dump(), key, value.dump());
+  }
+  if (all)
+    for (const auto& [key, value] : saved.items())
+      if (!now.contains(key))
+        fail("--resume: {} holds records made with setting '{}' = {}, which this run does not have (a flag left at its "
+             "default now, or a setting of a newer specpress); resume with the original flags, or give another "
+             "--checkpoint", path, key, value.dump());
+}
+
+}  // namespace
+
+void JsonlCheckpoint::check_early(const std::string& path, const CheckpointFormat& format, bool resume,
+                                  const Json& settings) {
+  check_path(path, format, resume);
+  if (resume)
+    compare_settings(read_header(io::read_text_file(path), path, format), settings, path, format, /*all=*/false);
+}
+
+JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json settings, bool resume)
+    : path_(std::move(path)), format_(std::move(format)) {
+  check_path(path_, format_, resume);
+  if (!resume) {  // the settings line now, so that a path that cannot be written fails before any sample is run
+    const Json header = {
+        {"format", format_.format}, {"version", format_.version}, {"made_by", build_line()}, {"settings", settings}};
+    try {
+      io::write_file_atomic(path_, header.dump() + "\n");
+    } catch (const Error& e) {
+      fail("--checkpoint: {}", e.what());
+    }
+    lock();
+    return;
+  }
+  lock();  // before reading, so that no other run appends meanwhile
+  const std::string text = io::read_text_file(path_);
+  const nlohmann::json header = read_header(text, path_, format_);
+  compare_settings(header, settings, path_, format_, /*all=*/true);
+  // another build may compute or time differently; said, not refused
+  const auto made = header.find("made_by");
+  const std::string made_by = made != header.end() && made->is_string() ? made->get<std::string>() : "an unnamed build";
+  if (made_by != build_line())
+    std::fprintf(stderr, "--resume: %s was begun by %s; this is %s (%s)\n", path_.c_str(), made_by.c_str(),
+                 build_line().c_str(), format_.other_build_note.c_str());
+  size_t at = text.find('\n') + 1, line_number = 1;
+  size_t good = at;  // bytes up to the end of the last whole line
+  while (at < text.size()) {
+    const size_t newline = text.find('\n', at);
+    ++line_number;
+    if (newline == std::string::npos) {  // a line the run was writing when it stopped
+      std::fprintf(stderr, "--resume: %s: dropping its torn last line (%zu bytes, written when the run stopped)\n",
+                   path_.c_str(), text.size() - at);
+      io::truncate_file(path_, good);
+      break;
+    }
+    const std::string line = text.substr(at, newline - at);
+    at = good = newline + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line (an editor's)
+    const std::string where = fmt::format("{}: line {}", path_, line_number);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) fail("{}: invalid JSON (a line holds one record)", where);
+    if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
+    lines_.push_back({where, std::move(j)});
+  }
+}
+
+JsonlCheckpoint::~JsonlCheckpoint() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+void JsonlCheckpoint::lock() {
+  lock_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd_ < 0) fail("--checkpoint: {}: cannot open it: {}", path_, std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+    fail("--checkpoint: {} is in use by another specpress {} (it holds the file's lock); wait for it to end or give "
+         "another file",
+         path_, format_.tool);
+}
+
+void JsonlCheckpoint::append(const Json& record) {
+  io::append_line_synced(path_, record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace specpress::tools
