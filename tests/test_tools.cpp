@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <regex>
 #include <set>
@@ -864,7 +865,8 @@ TEST_F(ToolsEndToEnd, DiagnoseStoppedBySignalWritesWhatItHas) {
   ASSERT_EQ(status, "130\n") << err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(err, m, std::regex("diagnose: stopped by SIGINT after (\\d+) of 40 samples; the "
-                                                   "reports cover those and say so"))) << err;
+                                                   "reports cover those and say so \\(--checkpoint keeps each "
+                                                   "sample for a --resume\\)"))) << err;
   const int64_t done = std::stoll(m[1]);
   EXPECT_GE(done, 1);
   EXPECT_LT(done, 40);
@@ -876,6 +878,80 @@ TEST_F(ToolsEndToEnd, DiagnoseStoppedBySignalWritesWhatItHas) {
   std::ifstream h_in(html);
   const std::string page((std::istreambuf_iterator<char>(h_in)), std::istreambuf_iterator<char>());
   EXPECT_NE(page.find(fmt::format("Stopped by a signal after {} of the 40 samples", done)), std::string::npos);
+}
+
+// diagnose --checkpoint / --resume: a diagnose stopped after its first samples (its checkpoint cut back to them, the
+// next line torn) continues with the rest, and its report is the uninterrupted run's, every number the same (each
+// sample's sums are kept exactly and added in the same order). The settings, the prompt, the records and the file
+// itself are checked.
+TEST_F(ToolsEndToEnd, DiagnoseCheckpointResumesToTheSameReport) {
+  const fs::path d = dir_->path / "diagnose-ckpt";
+  fs::create_directories(d);
+  const auto diagnose = [&](int max_new_tokens, const std::string& temps) {
+    return "diagnose " + models() + " --dataset gsm8k --data " + data("gsm8k_test.jsonl") +
+           " --max-samples 5 --no-progress --temps " + temps + " --max-new-tokens " + std::to_string(max_new_tokens);
+  };
+  const std::string base = diagnose(16, "0,1");
+  const fs::path full_ckpt = d / "full.ckpt", part_ckpt = d / "part.ckpt";
+  CommandResult r = run_specpress(base + " --checkpoint " + full_ckpt.string() + " --json " + (d / "full.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto full = read_json(d / "full.json");
+  const auto ckpt = read_json_lines(full_ckpt);
+  ASSERT_EQ(ckpt.size(), 6u);  // the settings, then a sample a line
+  EXPECT_EQ(ckpt[0]["format"], "specpress diagnose checkpoint");
+  EXPECT_EQ(ckpt[0]["settings"]["temps"], nlohmann::json::parse("[0.0, 1.0]"));
+  EXPECT_FALSE(full.contains("resumed_samples"));
+
+  const std::string third = ckpt[3].dump();
+  write_text(part_ckpt, json_lines({ckpt.begin(), ckpt.begin() + 3}) + third.substr(0, third.size() / 2));
+  r = run_specpress(base + " --checkpoint " + part_ckpt.string() + " --resume --json " + (d / "resumed.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("part.ckpt: dropping its torn last line"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("diagnose: reused 2 of the 2 records --resume found in"), std::string::npos) << r.err;
+  auto resumed = read_json(d / "resumed.json");
+  EXPECT_EQ(resumed["resumed_samples"], 2);
+  resumed.erase("resumed_samples");
+  EXPECT_EQ(resumed, full);
+  const auto after = read_json_lines(part_ckpt);
+  ASSERT_EQ(after.size(), 6u) << "the torn line cut off, the resumed run's samples appended";
+  for (size_t i = 1; i < after.size(); ++i) EXPECT_EQ(after[i], ckpt[i]) << "line " << i + 1;
+
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {base + " --checkpoint " + part_ckpt.string(), "already exists; pass --resume to continue the diagnose it holds"},
+      {base + " --checkpoint " + (d / "none.ckpt").string() + " --resume", "none.ckpt does not exist (no diagnose"},
+      {base + " --resume", "--resume: needs --checkpoint (the file of the diagnose to continue)"},
+      {diagnose(17, "0,1") + " --checkpoint " + part_ckpt.string() + " --resume",
+       "holds records made with max_new_tokens = 16, but this run has max_new_tokens = 17"},
+      {diagnose(16, "0") + " --checkpoint " + part_ckpt.string() + " --resume",
+       "holds records made with temps = [0.0,1.0], but this run has temps = [0.0]"},
+      {base + " --checkpoint " + (d / "full.json").string() + " --resume", "full.json is not a diagnose checkpoint"},
+  };
+  for (const auto& c : cases) {
+    r = run_specpress(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
+  }
+  const auto refused = [&](const std::function<void(std::vector<nlohmann::json>&)>& edit, const std::string& message) {
+    auto edited = ckpt;
+    edit(edited);
+    write_text(d / "edited.ckpt", json_lines(edited));
+    const CommandResult e = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
+    EXPECT_NE(e.exit_code, 0) << message;
+    EXPECT_NE(e.err.find(message), std::string::npos) << e.err;
+  };
+  refused([](auto& e) { e[2]["prompt_fingerprint"] = "0000000000000000:1"; },
+          "edited.ckpt: line 3: the record of gsm8k sample " + ckpt[2]["id"].get<std::string>() +
+              " was made from another prompt");
+  const std::string positions = std::to_string(ckpt[2]["sums"]["top1"].size());  // the block's drafted positions
+  refused([](auto& e) { e[2]["sums"]["top1"].erase(0); },
+          "edited.ckpt: line 3: field 'top1' must be an array of " + positions + " sums (numbers >= 0)");
+  refused([](auto& e) { e[3]["sums"]["mix_changed"][0] = -1; },
+          "edited.ckpt: line 4: field 'mix_changed' must hold counts (integers >= 0), found -1");
+  refused([](auto& e) { e[4].erase("id"); }, "edited.ckpt: line 5: field 'id' must be a string");
+  refused([](auto& e) { e[1]["sums"]["sampled_per_position"][1] = 3; },
+          "edited.ckpt: line 2: field 'sampled_per_position[1]' must be an array of " + positions + " sums");
 }
 
 // bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from

@@ -40,8 +40,8 @@ struct ToolOptions {
   decode::SamplingParams sampling;
   bool think = false, check_answers = false, no_progress = false, reference_path = false;
   std::string json_out, markdown_out, html_out;
-  std::string checkpoint;  // bench --checkpoint
-  bool resume = false;     // bench --resume
+  std::string checkpoint;  // --checkpoint (bench and diagnose)
+  bool resume = false;     // --resume
   std::string compress = "none";
   compress::Policy policy;
   const CLI::Option* subset = nullptr;  // --subset, to tell a given value from the default
@@ -193,7 +193,7 @@ std::vector<io::NamedPath> inputs_of(const ToolOptions& o, const std::vector<std
 std::string checkpoint_model_key(const std::string& dir, const std::string& flag) {
   const std::string path = canonical_path(dir);
   if (tok::utf8::find_invalid(path) != tok::utf8::npos)
-    fail("{}: {} is not valid UTF-8, and bench --checkpoint keeps it in a JSON file; rename it or drop --checkpoint",
+    fail("{}: {} is not valid UTF-8, and --checkpoint keeps it in a JSON file; rename it or drop --checkpoint",
          flag, dir);
   return path + " " + tools::model_files_fingerprint(dir);
 }
@@ -403,34 +403,69 @@ int run_bench(const ToolOptions& o) {
   return 0;
 }
 
+// What makes diagnose --checkpoint's records reusable: every setting that changes a sample's sums (the sample and its
+// prompt are each record's own, the prompt checked when reused).
+nlohmann::ordered_json diagnose_checkpoint_settings(const ToolOptions& o, const tools::DiagnoseOptions& d) {
+  return {{"model", checkpoint_model_key(o.model_dir, "-m/--model")},
+          {"model_draft", checkpoint_model_key(o.draft_dir, "--model-draft")},
+          {"device", device_name(o)},
+          {"dtype", dtype_name(o)},
+          {"dataset", d.dataset},
+          {"max_new_tokens", d.max_new_tokens},
+          {"enable_thinking", d.think},
+          {"temps", d.temperatures},
+          {"calibration_bins", d.calibration_bins},
+          {"mix_weights", d.mix_weights}};
+}
+
 int run_diagnose(const ToolOptions& o) {
   c10::InferenceMode inference_mode;
   if (o.max_new_tokens < 2)  // start s scores the drafted tokens after s: a trajectory of one token has none
     fail("--max-new-tokens: must be at least 2 (a block start needs a generated token before and after it), found {}",
          o.max_new_tokens);
   const std::vector<std::string> draft_dirs = draft_list(o.draft_dir, /*several=*/false);
-  io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}}, inputs_of(o, draft_dirs));
+  io::check_output_files({{"--json", o.json_out}, {"--html", o.html_out}, {"--checkpoint", o.checkpoint}},
+                         inputs_of(o, draft_dirs));
+  if (o.resume && o.checkpoint.empty()) fail("--resume: needs --checkpoint (the file of the diagnose to continue)");
   const std::vector<DatasetRun> runs = select_datasets(o, /*several=*/false);
   if (o.temps != nullptr && o.temps->count() > 0 && o.temperatures.empty())
     fail("--temps: empty (expected temperatures separated by commas, e.g. 0,0.6,1)");
-  const std::vector<double> temperatures = temperature_list(o.temperatures);  // checked before the models load
-  Loaded l = load_models(o, draft_dirs);
   tools::DiagnoseOptions d;
   d.dataset = o.dataset;
   d.max_new_tokens = o.max_new_tokens;
   d.think = o.think;
   d.progress = !o.no_progress;
-  d.temperatures = temperatures;
+  d.temperatures = temperature_list(o.temperatures);  // checked before the models load
+  if (!o.checkpoint.empty())  // before the models load
+    tools::JsonlCheckpoint::check_early(o.checkpoint, tools::diagnose_checkpoint_format(), o.resume,
+                                        diagnose_checkpoint_settings(o, d));
+  Loaded l = load_models(o, draft_dirs);
+  std::optional<tools::JsonlCheckpoint> checkpoint;
+  if (!o.checkpoint.empty()) {
+    checkpoint.emplace(o.checkpoint, tools::diagnose_checkpoint_format(), diagnose_checkpoint_settings(o, d),
+                       o.resume);
+    d.resume_records = tools::diagnose_records(*checkpoint);
+    d.on_record = [&checkpoint](const tools::DiagnoseRecord& r) { checkpoint->append(tools::diagnose_record_json(r)); };
+  }
+  const std::string continues = o.checkpoint.empty()
+                                    ? " (--checkpoint keeps each sample for a --resume)"
+                                    : "; the same command with --resume continues from " + o.checkpoint;
   // Ctrl-C stops after the sample in flight: the reports cover the samples done (marked so), then exit 128 + signal
   const tools::StopSignals signals("after the sample in flight, with the reports so far written");
   d.keep_going = [&signals] { return signals.received() == 0; };
   tools::DiagnoseReport report =
       tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
+  if (checkpoint && o.resume)
+    std::fprintf(stderr, "diagnose: reused %lld of the %zu records --resume found in %s%s\n",
+                 static_cast<long long>(report.resumed), d.resume_records.size(), o.checkpoint.c_str(),
+                 static_cast<size_t>(report.resumed) < d.resume_records.size()
+                     ? " (the rest are of samples this run did not ask for)"
+                     : "");
   const int signal = signals.received();
   if (report.block_starts == 0 && report.interrupted)
     throw Interrupted(signal, fmt::format("diagnose: stopped by {} after {} of {} samples, before any block start: no "
-                                          "report written", tools::StopSignals::name(signal), report.samples,
-                                          report.samples_planned));
+                                          "report written{}", tools::StopSignals::name(signal), report.samples,
+                                          report.samples_planned, continues));
   if (report.block_starts == 0)
     fail("diagnose: no block start along the target's trajectories ({} tokens over {} samples at --max-new-tokens {}): "
          "nothing to report; give more --max-new-tokens", report.trajectory_tokens, report.samples, o.max_new_tokens);
@@ -444,8 +479,8 @@ int run_diagnose(const ToolOptions& o) {
   write_output(o.html_out, tools::diagnose_html(report), "the HTML report");
   if (report.interrupted)
     throw Interrupted(signal, fmt::format("diagnose: stopped by {} after {} of {} samples; the reports cover those "
-                                          "and say so", tools::StopSignals::name(signal), report.samples,
-                                          report.samples_planned));
+                                          "and say so{}", tools::StopSignals::name(signal), report.samples,
+                                          report.samples_planned, continues));
   return 0;
 }
 
@@ -481,6 +516,14 @@ CLI::App* add_common(CLI::App& app, const std::string& name, const std::string& 
   return cmd;
 }
 
+void add_checkpoint_flags(CLI::App& cmd, ToolOptions& o, const std::string& tool) {
+  cmd.add_option("--checkpoint", o.checkpoint,
+                 "append every finished sample to this file (JSON Lines, fsynced after each), so that --resume can "
+                 "continue an interrupted " + tool);
+  cmd.add_flag("--resume", o.resume,
+               "continue the " + tool + " in --checkpoint: reuse its samples (same settings, checked) and run the rest");
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app, std::function<int()>& run) {
@@ -500,11 +543,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
   bench->add_option("--markdown", b->markdown_out, "write the Markdown table to this file");
   add_compression_flags(*bench, b->compress, b->policy);
   bench->add_flag("--reference-path", b->reference_path, "use the reference ATen path even where the CUDA fast path applies");
-  bench->add_option("--checkpoint", b->checkpoint,
-                    "append every finished sample to this file (JSON Lines, fsynced after each), so that --resume can "
-                    "continue an interrupted bench");
-  bench->add_flag("--resume", b->resume,
-                  "continue the bench in --checkpoint: reuse its samples (same settings, checked) and run the rest");
+  add_checkpoint_flags(*bench, *b, "bench");
   bench->callback([&run, b]() { run = [b]() { return run_bench(*b); }; });
 
   auto d = std::make_shared<ToolOptions>();
@@ -517,6 +556,7 @@ void add_bench_commands(CLI::App& app, std::function<int()>& run) {
                    "length of each greedy trajectory (at least 2: a block start needs a token before and after it)")
       ->capture_default_str();
   diag->add_option("--html", d->html_out, "write a self-contained HTML report with SVG charts (replaced if it exists)");
+  add_checkpoint_flags(*diag, *d, "diagnose");
   d->temps = diag->add_option("--temps", d->temperatures,
                    "also the expected acceptance of a step sampled at these temperatures (comma-separated, e.g. "
                    "0,0.6,1): a target verify of each drafted block");

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "decode/generation.h"
 #include "ops/rmsnorm.h"
+#include "tools/bench_checkpoint.h"
 #include "tools/progress.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
@@ -19,24 +21,14 @@
 namespace specpress::tools {
 namespace {
 
-// Accumulates one sample's statistics into running sums.
-struct Sums {
-  std::vector<double> top1, rank, kl, chain;
-  std::vector<int64_t> count;
-  std::vector<int64_t> bin_count;
-  std::vector<double> bin_conf, bin_correct;
-  std::vector<double> layer_agree;
-  int64_t layer_positions = 0;
-  std::vector<MixResult> mixing;
-};
-
 // The target verifies the block [bonus, drafted...] at positions s.. (the cache holding the trajectory's true tokens
 // before s: each start rewrites position s with the true token, and later starts only read positions before
 // theirs), and, where `scored`, each temperature's step acceptance is added in: drafted token k is accepted with
 // probability prod_{j<=k} p_T(d_j | context, d_<j); greedy temperatures (below the sampler's 1e-5) take p_T as 1 for
 // the target's argmax and 0 elsewhere.
 void add_sampled_acceptance(const model::Qwen3Model& target, model::KVCache& cache, int64_t s, int64_t bonus,
-                            const at::Tensor& drafted, bool scored, std::vector<SampledAcceptance>& sampled) {
+                            const at::Tensor& drafted, bool scored, const std::vector<double>& temperatures,
+                            DiagnoseSums& sums) {
   const int64_t drafts = drafted.size(0);
   cache.rollback(s);
   at::Tensor bonus_id = at::full({1}, bonus, drafted.options());
@@ -49,23 +41,145 @@ void add_sampled_acceptance(const model::Qwen3Model& target, model::KVCache& cac
   // row k-1 predicts position k (the last row, the bonus after the block, is not needed)
   at::Tensor logits = target.forward(at::cat({bonus_id, drafted}), s, cache, opts).logits.narrow(0, 0, drafts);
   at::Tensor index = drafted.unsqueeze(1);
-  for (SampledAcceptance& a : sampled) {
+  for (size_t t = 0; t < temperatures.size(); ++t) {
     decode::SamplingParams sampling;
-    sampling.temperature = a.temperature;
+    sampling.temperature = temperatures[t];
     at::Tensor p = sampling.greedy() ? logits.argmax(-1).eq(drafted).to(at::kDouble)
-                                     : at::softmax(logits / a.temperature, -1).gather(1, index).squeeze(1).to(at::kDouble);
+                                     : at::softmax(logits / temperatures[t], -1).gather(1, index).squeeze(1).to(at::kDouble);
     at::Tensor accepted = at::cumprod(p, 0).to(at::kCPU);
     auto acc = accepted.accessor<double, 1>();
-    a.block_starts += 1;
-    a.expected_length += 1;
+    sums.sampled_starts[t] += 1;
+    sums.sampled_length[t] += 1;
     for (int64_t k = 0; k < drafts; ++k) {
-      a.per_position[k] += acc[k];
-      a.expected_length += acc[k];
+      sums.sampled_per_position[t][k] += acc[k];
+      sums.sampled_length[t] += acc[k];
     }
   }
 }
 
+template <typename T>
+void add_into(std::vector<T>& into, const std::vector<T>& from) {
+  for (size_t i = 0; i < into.size(); ++i) into[i] += from[i];
+}
+
+// `value` (field `name`, nullptr where absent): an array of `size` numbers >= 0, integers where T is.
+template <typename T>
+std::vector<T> sums_array(const nlohmann::json* value, const std::string& name, size_t size, const std::string& where) {
+  const char* what = std::is_integral_v<T> ? "counts (integers >= 0)" : "sums (numbers >= 0)";
+  if (value == nullptr || !value->is_array() || value->size() != size)
+    fail("{}: field '{}' must be an array of {} {}, found {}", where, name, size, what,
+         value != nullptr ? value->dump().substr(0, 200) : "none");
+  std::vector<T> out;
+  for (const nlohmann::json& v : *value) {
+    const bool fits = std::is_integral_v<T> ? v.is_number_integer() : v.is_number();
+    if (!fits || !(v.get<double>() >= 0)) fail("{}: field '{}' must hold {}, found {}", where, name, what, v.dump());
+    out.push_back(v.get<T>());
+  }
+  return out;
+}
+
+const nlohmann::json* field(const nlohmann::json& j, const std::string& key) {
+  return j.contains(key) ? &j[key] : nullptr;
+}
+
+int64_t count_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0)
+    fail("{}: field '{}' must be a count (an integer >= 0), found {}", where, key,
+         j.contains(key) ? j[key].dump() : "none");
+  return j[key].get<int64_t>();
+}
+
 }  // namespace
+
+void DiagnoseSums::add(const DiagnoseSums& o) {
+  trajectory_tokens += o.trajectory_tokens;
+  block_starts += o.block_starts;
+  layer_positions += o.layer_positions;
+  add_into(acceptance_length_counts, o.acceptance_length_counts);
+  add_into(position_count, o.position_count);
+  add_into(top1, o.top1);
+  add_into(rank, o.rank);
+  add_into(kl, o.kl);
+  add_into(chain, o.chain);
+  add_into(calibration_count, o.calibration_count);
+  add_into(calibration_confidence, o.calibration_confidence);
+  add_into(calibration_correct, o.calibration_correct);
+  add_into(entropy_count, o.entropy_count);
+  add_into(entropy, o.entropy);
+  add_into(entropy_top1, o.entropy_top1);
+  add_into(entropy_kl, o.entropy_kl);
+  add_into(layer_agree, o.layer_agree);
+  add_into(mix_positions, o.mix_positions);
+  add_into(mix_changed, o.mix_changed);
+  add_into(sampled_starts, o.sampled_starts);
+  add_into(sampled_length, o.sampled_length);
+  for (size_t t = 0; t < sampled_per_position.size(); ++t) add_into(sampled_per_position[t], o.sampled_per_position[t]);
+}
+
+nlohmann::ordered_json diagnose_sums_json(const DiagnoseSums& s) {
+  return {{"trajectory_tokens", s.trajectory_tokens},
+          {"block_starts", s.block_starts},
+          {"layer_positions", s.layer_positions},
+          {"acceptance_length_counts", s.acceptance_length_counts},
+          {"position_count", s.position_count},
+          {"top1", s.top1},
+          {"rank", s.rank},
+          {"kl", s.kl},
+          {"chain", s.chain},
+          {"calibration_count", s.calibration_count},
+          {"calibration_confidence", s.calibration_confidence},
+          {"calibration_correct", s.calibration_correct},
+          {"entropy_count", s.entropy_count},
+          {"entropy", s.entropy},
+          {"entropy_top1", s.entropy_top1},
+          {"entropy_kl", s.entropy_kl},
+          {"layer_agree", s.layer_agree},
+          {"mix_positions", s.mix_positions},
+          {"mix_changed", s.mix_changed},
+          {"sampled_starts", s.sampled_starts},
+          {"sampled_length", s.sampled_length},
+          {"sampled_per_position", s.sampled_per_position}};
+}
+
+DiagnoseSums diagnose_sums_from_json(const nlohmann::json& j, const DiagnoseSums& zero, const std::string& where) {
+  if (!j.is_object()) fail("{}: field 'sums' must be an object, found {}", where, j.dump().substr(0, 200));
+  DiagnoseSums s;
+  s.trajectory_tokens = count_field(j, "trajectory_tokens", where);
+  s.block_starts = count_field(j, "block_starts", where);
+  s.layer_positions = count_field(j, "layer_positions", where);
+  const auto counts = [&](const char* key, const std::vector<int64_t>& like) {
+    return sums_array<int64_t>(field(j, key), key, like.size(), where);
+  };
+  const auto numbers = [&](const char* key, const std::vector<double>& like) {
+    return sums_array<double>(field(j, key), key, like.size(), where);
+  };
+  s.acceptance_length_counts = counts("acceptance_length_counts", zero.acceptance_length_counts);
+  s.position_count = counts("position_count", zero.position_count);
+  s.top1 = numbers("top1", zero.top1);
+  s.rank = numbers("rank", zero.rank);
+  s.kl = numbers("kl", zero.kl);
+  s.chain = numbers("chain", zero.chain);
+  s.calibration_count = counts("calibration_count", zero.calibration_count);
+  s.calibration_confidence = numbers("calibration_confidence", zero.calibration_confidence);
+  s.calibration_correct = numbers("calibration_correct", zero.calibration_correct);
+  s.entropy_count = counts("entropy_count", zero.entropy_count);
+  s.entropy = numbers("entropy", zero.entropy);
+  s.entropy_top1 = numbers("entropy_top1", zero.entropy_top1);
+  s.entropy_kl = numbers("entropy_kl", zero.entropy_kl);
+  s.layer_agree = numbers("layer_agree", zero.layer_agree);
+  s.mix_positions = counts("mix_positions", zero.mix_positions);
+  s.mix_changed = counts("mix_changed", zero.mix_changed);
+  s.sampled_starts = counts("sampled_starts", zero.sampled_starts);
+  s.sampled_length = numbers("sampled_length", zero.sampled_length);
+  const nlohmann::json* rows = field(j, "sampled_per_position");
+  if (rows == nullptr || !rows->is_array() || rows->size() != zero.sampled_per_position.size())
+    fail("{}: field 'sampled_per_position' must be an array of {} arrays (one a --temps temperature), found {}", where,
+         zero.sampled_per_position.size(), rows != nullptr ? rows->dump().substr(0, 200) : "none");
+  for (size_t t = 0; t < rows->size(); ++t)
+    s.sampled_per_position.push_back(sums_array<double>(&(*rows)[t], fmt::format("sampled_per_position[{}]", t),
+                                                        zero.sampled_per_position[t].size(), where));
+  return s;
+}
 
 DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlashDraft& draft,
                             const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples,
@@ -84,26 +198,36 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   report.block_size = B;
   report.tap_layers = dc.target_layer_ids;
   report.samples_planned = static_cast<int64_t>(samples.size());
-  report.acceptance_length_counts.assign(B, 0);
-
-  Sums sums;
-  sums.top1.assign(B - 1, 0);
-  sums.rank = sums.kl = sums.chain = sums.top1;
-  sums.count.assign(B - 1, 0);
-  sums.bin_count.assign(options.calibration_bins, 0);
-  sums.bin_conf.assign(options.calibration_bins, 0);
-  sums.bin_correct.assign(options.calibration_bins, 0);
-  sums.layer_agree.assign(L + 1, 0);
-  // the target-entropy bins hold their sums until the end, then their means
+  report.options.resume_records.clear();  // the report keeps no records
+  report.options.on_record = nullptr;
+  // the rows' labels (entropy bins, --temps, mixing); their numbers come from the samples' sums at the end
   for (size_t e = 0; e <= kEntropyEdges.size(); ++e)
     report.by_target_entropy.push_back({e == 0 ? 0.0 : kEntropyEdges[e - 1],
                                         e < kEntropyEdges.size() ? kEntropyEdges[e]
                                                                  : std::numeric_limits<double>::infinity()});
-  for (double t : options.temperatures) report.sampled.push_back({t, 0, 0, std::vector<double>(B - 1, 0.0)});
+  for (double t : options.temperatures) report.sampled.push_back({t, 0, 0, {}});
   for (double w : options.mix_weights) {
-    sums.mixing.push_back({"draft", w, 0, 0});
-    for (int64_t layer : dc.target_layer_ids) sums.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
+    report.mixing.push_back({"draft", w, 0, 0});
+    for (int64_t layer : dc.target_layer_ids) report.mixing.push_back({fmt::format("layer {}", layer), w, 0, 0});
   }
+  DiagnoseSums zero;  // a sample's sums before it adds anything, sized for this run
+  zero.acceptance_length_counts.assign(B, 0);
+  zero.position_count.assign(B - 1, 0);
+  zero.top1.assign(B - 1, 0.0);
+  zero.rank = zero.kl = zero.chain = zero.top1;
+  zero.calibration_count.assign(options.calibration_bins, 0);
+  zero.calibration_confidence.assign(options.calibration_bins, 0.0);
+  zero.calibration_correct = zero.calibration_confidence;
+  zero.entropy_count.assign(report.by_target_entropy.size(), 0);
+  zero.entropy.assign(report.by_target_entropy.size(), 0.0);
+  zero.entropy_top1 = zero.entropy_kl = zero.entropy;
+  zero.layer_agree.assign(L + 1, 0.0);
+  zero.mix_positions.assign(report.mixing.size(), 0);
+  zero.mix_changed = zero.mix_positions;
+  zero.sampled_starts.assign(options.temperatures.size(), 0);
+  zero.sampled_length.assign(options.temperatures.size(), 0.0);
+  zero.sampled_per_position.assign(options.temperatures.size(), std::vector<double>(B - 1, 0.0));
+  DiagnoseSums total = zero;
 
   // every start s <= T-2 runs a whole draft block (positions up to s+B-1): a turn needs a block's room, as in bench
   const int64_t max_positions =
@@ -125,11 +249,27 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       break;
     }
     std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, options.think);
+    const std::string fingerprint = prompt_fingerprint(prompt);
+    const auto resumed = std::find_if(options.resume_records.begin(), options.resume_records.end(),
+                                      [&](const DiagnoseRecord& r) { return r.id == sample.id; });
+    if (resumed != options.resume_records.end()) {
+      if (resumed->prompt_fingerprint != fingerprint)
+        fail("--resume: {}: the record of {} sample {} was made from another prompt ({} tokens, fingerprint {}; now "
+             "{} tokens, {}): the dataset file, the chat template or a setting changed; give another --checkpoint",
+             resumed->where, options.dataset, sample.id, resumed->prompt_tokens, resumed->prompt_fingerprint,
+             prompt.size(), fingerprint);
+      total.add(diagnose_sums_from_json(resumed->sums, zero, resumed->where));
+      ++report.resumed;
+      report.samples = ++done;
+      bar.update(done, fmt::format("{} block starts", total.block_starts));
+      continue;
+    }
+    DiagnoseSums one = zero;
     std::vector<int64_t> traj = prompt;
     const decode::GenerationResult greedy = runner.plain(prompt, params);
     traj.insert(traj.end(), greedy.output_ids.begin(), greedy.output_ids.end());
     const int64_t N = static_cast<int64_t>(prompt.size()), T = static_cast<int64_t>(traj.size());
-    report.trajectory_tokens += T - N;
+    one.trajectory_tokens += T - N;
 
     // Teacher-forced target pass over the whole trajectory (--temps' verified blocks end inside it too).
     model::KVCache cache = target.make_cache(T);
@@ -149,8 +289,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     if (rows > 0) {
       at::Tensor final_top = full.logits.narrow(0, N - 1, rows).argmax(-1);
       for (int64_t l = 0; l <= L; ++l)
-        sums.layer_agree[l] += lens_logits(l, N - 1, rows).argmax(-1).eq(final_top).sum().item<double>();
-      sums.layer_positions += rows;
+        one.layer_agree[l] += lens_logits(l, N - 1, rows).argmax(-1).eq(final_top).sum().item<double>();
+      one.layer_positions += rows;
     }
 
     // Draft block at every start s = N .. T-2, context = taps of positions < s.
@@ -167,7 +307,8 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       // --temps: starts whose whole block lies in the trajectory (K = B-1) verify it; the others still write
       // position s with the true token, which the next starts read
       if (!options.temperatures.empty())
-        add_sampled_acceptance(target, cache, s, traj[s], draft_logits.argmax(-1), K == B - 1, report.sampled);
+        add_sampled_acceptance(target, cache, s, traj[s], draft_logits.argmax(-1), K == B - 1, options.temperatures,
+                               one);
       at::Tensor draft_logp = at::log_softmax(draft_logits, -1);
       at::Tensor tgt_logp = target_logp.narrow(0, s, K);  // row s+k-1 predicts position s+k
       at::Tensor tgt_tokens = at::tensor(std::vector<int64_t>(traj.begin() + s + 1, traj.begin() + s + 1 + K), at::kLong).to(device);
@@ -187,28 +328,27 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       for (int64_t k = 0; k < K; ++k) {
         const bool ok = correct_a[k];
         chain = chain && ok;
-        sums.count[k] += 1;
-        sums.top1[k] += ok;
-        sums.rank[k] += static_cast<double>(rank_a[k]) + 1;
-        sums.kl[k] += kl_a[k];
-        sums.chain[k] += chain;
+        one.position_count[k] += 1;
+        one.top1[k] += ok;
+        one.rank[k] += static_cast<double>(rank_a[k]) + 1;
+        one.kl[k] += kl_a[k];
+        one.chain[k] += chain;
         const double c = conf_a[k];
         int64_t bin = std::min<int64_t>(options.calibration_bins - 1, static_cast<int64_t>(c * options.calibration_bins));
-        sums.bin_count[bin] += 1;
-        sums.bin_conf[bin] += c;
-        sums.bin_correct[bin] += ok;
+        one.calibration_count[bin] += 1;
+        one.calibration_confidence[bin] += c;
+        one.calibration_correct[bin] += ok;
         const double h = std::max(0.0, static_cast<double>(entropy_a[k]));  // -0 or a rounding below 0: no entropy
-        EntropyBin& eb = report.by_target_entropy[std::upper_bound(kEntropyEdges.begin(), kEntropyEdges.end(), h) -
-                                                  kEntropyEdges.begin()];
-        eb.count += 1;
-        eb.mean_entropy += h;
-        eb.top1 += ok;
-        eb.kl += kl_a[k];
+        const size_t e = std::upper_bound(kEntropyEdges.begin(), kEntropyEdges.end(), h) - kEntropyEdges.begin();
+        one.entropy_count[e] += 1;
+        one.entropy[e] += h;
+        one.entropy_top1[e] += ok;
+        one.entropy_kl[e] += kl_a[k];
       }
       if (K == B - 1) {  // a whole block: its acceptance length is known, not cut by the trajectory's end
         int64_t accepted = 0;
         while (accepted < K && correct_a[accepted]) ++accepted;
-        report.acceptance_length_counts[accepted] += 1;
+        one.acceptance_length_counts[accepted] += 1;
       }
       // Draft-guided decoding at the first block position (the draft's next-token prediction) and
       // with each tapped layer's logit-lens distribution at the same row.
@@ -222,32 +362,37 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       size_t m = 0;
       for (double w : options.mix_weights) {
         for (const at::Tensor& src : sources) {
-          sums.mixing[m].positions += 1;
-          sums.mixing[m].changed += ((1 - w) * t_row + w * src).argmax().item<int64_t>() != greedy_tok;
+          one.mix_positions[m] += 1;
+          one.mix_changed[m] += ((1 - w) * t_row + w * src).argmax().item<int64_t>() != greedy_tok;
           ++m;
         }
       }
-      report.block_starts += 1;
+      one.block_starts += 1;
     }
-    ++done;
-    report.samples = done;
-    bar.update(done, fmt::format("{} block starts", report.block_starts));
+    total.add(one);
+    if (options.on_record)
+      options.on_record({sample.id, fingerprint, static_cast<int64_t>(prompt.size()), diagnose_sums_json(one), ""});
+    report.samples = ++done;
+    bar.update(done, fmt::format("{} block starts", total.block_starts));
   }
   if (report.interrupted)
     bar.stop(fmt::format("stopped after {} of {} samples; {} block starts", done, samples.size(),
-                         report.block_starts));
+                         total.block_starts));
   else
     bar.finish();
 
+  report.trajectory_tokens = total.trajectory_tokens;
+  report.block_starts = total.block_starts;
+  report.acceptance_length_counts = total.acceptance_length_counts;
   for (int64_t k = 0; k < B - 1; ++k) {
     PositionStats p;
-    p.count = sums.count[k];
+    p.count = total.position_count[k];
     if (p.count > 0) {
       const double n = static_cast<double>(p.count);
-      p.top1 = sums.top1[k] / n;
-      p.mean_rank = sums.rank[k] / n;
-      p.kl = sums.kl[k] / n;
-      p.chain_acceptance = sums.chain[k] / n;
+      p.top1 = total.top1[k] / n;
+      p.mean_rank = total.rank[k] / n;
+      p.kl = total.kl[k] / n;
+      p.chain_acceptance = total.chain[k] / n;
     }
     report.positions.push_back(p);
   }
@@ -255,24 +400,31 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
     CalibrationBin c;
     c.lo = static_cast<double>(b) / options.calibration_bins;
     c.hi = static_cast<double>(b + 1) / options.calibration_bins;
-    c.count = sums.bin_count[b];
+    c.count = total.calibration_count[b];
     if (c.count > 0) {
-      c.mean_confidence = sums.bin_conf[b] / c.count;
-      c.accuracy = sums.bin_correct[b] / c.count;
+      c.mean_confidence = total.calibration_confidence[b] / c.count;
+      c.accuracy = total.calibration_correct[b] / c.count;
     }
     report.calibration.push_back(c);
   }
-  for (EntropyBin& b : report.by_target_entropy) {
+  for (size_t e = 0; e < report.by_target_entropy.size(); ++e) {
+    EntropyBin& b = report.by_target_entropy[e];
+    b.count = total.entropy_count[e];
     const double n = static_cast<double>(std::max<int64_t>(b.count, 1));
-    b.mean_entropy /= n, b.top1 /= n, b.kl /= n;
+    b.mean_entropy = total.entropy[e] / n, b.top1 = total.entropy_top1[e] / n, b.kl = total.entropy_kl[e] / n;
   }
-  for (double a : sums.layer_agree)
-    report.layer_top1.push_back(sums.layer_positions > 0 ? a / sums.layer_positions : 0.0);
-  report.mixing = sums.mixing;
-  for (SampledAcceptance& a : report.sampled) {
+  for (double a : total.layer_agree)
+    report.layer_top1.push_back(total.layer_positions > 0 ? a / total.layer_positions : 0.0);
+  for (size_t m = 0; m < report.mixing.size(); ++m) {
+    report.mixing[m].positions = total.mix_positions[m];
+    report.mixing[m].changed = total.mix_changed[m];
+  }
+  for (size_t t = 0; t < report.sampled.size(); ++t) {
+    SampledAcceptance& a = report.sampled[t];
+    a.block_starts = total.sampled_starts[t];
     const double n = static_cast<double>(std::max<int64_t>(a.block_starts, 1));
-    a.expected_length /= n;
-    for (double& p : a.per_position) p /= n;
+    a.expected_length = total.sampled_length[t] / n;
+    for (double p : total.sampled_per_position[t]) a.per_position.push_back(p / n);
   }
   return report;
 }
@@ -288,6 +440,7 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
   nlohmann::ordered_json j;
   j["dataset"] = r.options.dataset;
   j["samples"] = r.samples;
+  if (r.resumed > 0) j["resumed_samples"] = r.resumed;  // their sums from --checkpoint
   if (r.interrupted) {  // stopped by a signal: what follows covers the samples done
     j["interrupted"] = true;
     j["samples_planned"] = r.samples_planned;
@@ -345,6 +498,36 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& r) {
     j["sampled_acceptance"] = sampled;
   }
   return j;
+}
+
+CheckpointFormat diagnose_checkpoint_format() {
+  CheckpointFormat f;
+  f.format = "specpress diagnose checkpoint";
+  f.version = 1;
+  f.tool = "diagnose";
+  f.other_build_note = "the records it holds are that build's sums";
+  return f;
+}
+
+nlohmann::ordered_json diagnose_record_json(const DiagnoseRecord& r) {
+  return {{"id", r.id}, {"prompt_fingerprint", r.prompt_fingerprint}, {"prompt_tokens", r.prompt_tokens},
+          {"sums", r.sums}};
+}
+
+std::vector<DiagnoseRecord> diagnose_records(const JsonlCheckpoint& checkpoint) {
+  std::vector<DiagnoseRecord> out;
+  for (const JsonlCheckpoint::Line& line : checkpoint.lines()) {
+    const nlohmann::json& j = line.value;
+    for (const char* key : {"id", "prompt_fingerprint"})
+      if (!j.contains(key) || !j[key].is_string()) fail("{}: field '{}' must be a string", line.where, key);
+    if (!j.contains("sums") || !j["sums"].is_object()) fail("{}: field 'sums' must be an object", line.where);
+    DiagnoseRecord r{j["id"].get<std::string>(), j["prompt_fingerprint"].get<std::string>(),
+                     count_field(j, "prompt_tokens", line.where), j["sums"], line.where};
+    auto same = std::find_if(out.begin(), out.end(), [&](const DiagnoseRecord& e) { return e.id == r.id; });
+    if (same != out.end()) *same = std::move(r);
+    else out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace specpress::tools

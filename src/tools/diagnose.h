@@ -26,8 +26,19 @@
 #include "model/qwen3.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/datasets.h"
+#include "tools/jsonl_checkpoint.h"
 
 namespace specpress::tools {
+
+// A finished sample as diagnose --checkpoint keeps it: its contribution to the report (DiagnoseSums, as JSON) and
+// the prompt it was made from.
+struct DiagnoseRecord {
+  std::string id;                  // the sample's
+  std::string prompt_fingerprint;  // tools::prompt_fingerprint of its first turn's prompt
+  int64_t prompt_tokens = 0;
+  nlohmann::json sums;             // diagnose_sums_json; read back against the run's sizes
+  std::string where;               // where a resumed record came from ("FILE: line N"), for its errors
+};
 
 struct DiagnoseOptions {
   std::string dataset;
@@ -38,6 +49,10 @@ struct DiagnoseOptions {
   std::vector<double> mix_weights = {0.1, 0.25, 0.5};
   std::vector<double> temperatures;  // --temps: expected acceptance when sampling at these (empty: not computed)
   std::function<bool()> keep_going;  // asked before each sample; false stops the run there (Ctrl-C)
+  // --checkpoint: the records of samples a stopped run finished, whose sums are added instead of computed again (each
+  // checked against the prompt rendered now), and a callback for each sample this run finishes.
+  std::vector<DiagnoseRecord> resume_records;
+  std::function<void(const DiagnoseRecord&)> on_record;
 };
 
 struct PositionStats {   // one per draft block position k = 1..B-1
@@ -74,10 +89,34 @@ struct MixResult {
   int64_t positions = 0, changed = 0;
 };
 
+// One sample's contribution to the report: sums and counts that add up over samples (the report's means divide them at
+// the end), so that a checkpoint keeps each finished sample and a resumed run adds it back as it was: the report of a
+// resumed run is the uninterrupted run's, bit for bit. Vectors are indexed as DiagnoseReport's.
+struct DiagnoseSums {
+  int64_t trajectory_tokens = 0, block_starts = 0, layer_positions = 0;
+  std::vector<int64_t> acceptance_length_counts;  // B
+  std::vector<int64_t> position_count;            // B-1 block positions, and their sums:
+  std::vector<double> top1, rank, kl, chain;
+  std::vector<int64_t> calibration_count;         // the calibration bins, and their sums:
+  std::vector<double> calibration_confidence, calibration_correct;
+  std::vector<int64_t> entropy_count;             // the target-entropy bins, and their sums:
+  std::vector<double> entropy, entropy_top1, entropy_kl;
+  std::vector<double> layer_agree;                // L+1 logit-lens layers
+  std::vector<int64_t> mix_positions, mix_changed;  // DiagnoseReport::mixing's entries
+  std::vector<int64_t> sampled_starts;            // one per --temps temperature, and its sums:
+  std::vector<double> sampled_length;
+  std::vector<std::vector<double>> sampled_per_position;  // [temperature][B-1]
+  void add(const DiagnoseSums& other);
+};
+nlohmann::ordered_json diagnose_sums_json(const DiagnoseSums& sums);
+// Reads sums back; every field must be there with the sizes of `zero` (the run's), errors start with `where`.
+DiagnoseSums diagnose_sums_from_json(const nlohmann::json& j, const DiagnoseSums& zero, const std::string& where);
+
 struct DiagnoseReport {
-  DiagnoseOptions options;
+  DiagnoseOptions options;  // (without resume_records and on_record)
   int64_t block_size = 0, samples = 0, trajectory_tokens = 0, block_starts = 0;
   int64_t samples_planned = 0;
+  int64_t resumed = 0;       // samples taken from --checkpoint
   bool interrupted = false;  // keep_going stopped it before its last sample: the numbers cover `samples`
   // Counted, not derived: index a, the block starts whose whole block lies in the trajectory (B-1 drafted positions
   // scored) and whose first a drafted tokens match the target's, the next not (acceptance length a + 1).
@@ -104,6 +143,12 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
                             const DiagnoseOptions& options, const std::vector<int64_t>& stop_ids);
 
 nlohmann::ordered_json diagnose_json(const DiagnoseReport& report);
+
+// diagnose --checkpoint's file (jsonl_checkpoint.h): the format, a record a line and back (a later record of the same
+// sample replaces an earlier one).
+CheckpointFormat diagnose_checkpoint_format();
+nlohmann::ordered_json diagnose_record_json(const DiagnoseRecord& record);
+std::vector<DiagnoseRecord> diagnose_records(const JsonlCheckpoint& checkpoint);
 // A self-contained HTML page with inline SVG charts (no scripts, no external resources).
 std::string diagnose_html(const DiagnoseReport& report);
 
