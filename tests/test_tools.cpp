@@ -893,7 +893,8 @@ TEST_F(ToolsEndToEnd, DiagnoseCheckpointResumesToTheSameReport) {
   };
   const std::string base = diagnose(16, "0,1");
   const fs::path full_ckpt = d / "full.ckpt", part_ckpt = d / "part.ckpt";
-  CommandResult r = run_specpress(base + " --checkpoint " + full_ckpt.string() + " --json " + (d / "full.json").string());
+  CommandResult r =
+      run_specpress(base + " --checkpoint " + full_ckpt.string() + " --json " + (d / "full.json").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto full = read_json(d / "full.json");
   const auto ckpt = read_json_lines(full_ckpt);

@@ -44,8 +44,9 @@ void add_sampled_acceptance(const model::Qwen3Model& target, model::KVCache& cac
   for (size_t t = 0; t < temperatures.size(); ++t) {
     decode::SamplingParams sampling;
     sampling.temperature = temperatures[t];
-    at::Tensor p = sampling.greedy() ? logits.argmax(-1).eq(drafted).to(at::kDouble)
-                                     : at::softmax(logits / temperatures[t], -1).gather(1, index).squeeze(1).to(at::kDouble);
+    at::Tensor p = sampling.greedy()
+                       ? logits.argmax(-1).eq(drafted).to(at::kDouble)
+                       : at::softmax(logits / temperatures[t], -1).gather(1, index).squeeze(1).to(at::kDouble);
     at::Tensor accepted = at::cumprod(p, 0).to(at::kCPU);
     auto acc = accepted.accessor<double, 1>();
     sums.sampled_starts[t] += 1;
