@@ -950,9 +950,24 @@ TEST_F(ToolsEndToEnd, DiagnoseCheckpointResumesToTheSameReport) {
           "edited.ckpt: line 3: field 'top1' must be an array of " + positions + " sums (numbers >= 0)");
   refused([](auto& e) { e[3]["sums"]["mix_changed"][0] = -1; },
           "edited.ckpt: line 4: field 'mix_changed' must hold counts (integers >= 0), found -1");
+  refused([](auto& e) { e[3]["sums"]["mix_changed"][0] = uint64_t{1} << 63; },
+          "edited.ckpt: line 4: field 'mix_changed' must hold counts (integers >= 0), found 9223372036854775808");
   refused([](auto& e) { e[4].erase("id"); }, "edited.ckpt: line 5: field 'id' must be a string");
   refused([](auto& e) { e[1]["sums"]["sampled_per_position"][1] = 3; },
           "edited.ckpt: line 2: field 'sampled_per_position[1]' must be an array of " + positions + " sums");
+  // a bad record of the last sample is found before the first sample runs: nothing appended
+  refused([](auto& e) { e = {e[0], e[5]}, e[1]["sums"]["top1"][0] = -5; }, "edited.ckpt: line 2: field 'top1'");
+  EXPECT_EQ(read_json_lines(d / "edited.ckpt").size(), 2u);
+  // a run that failed after beginning its file (its settings line alone) leaves nothing that blocks the next
+  const std::string begun = " --checkpoint " + (d / "begun.ckpt").string();
+  r = run_specpress(diagnose(100000, "0,1") + begun);
+  ASSERT_NE(r.exit_code, 0);
+  ASSERT_EQ(read_json_lines(d / "begun.ckpt").size(), 1u) << r.err;
+  r = run_specpress(base + begun);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("begun.ckpt holds no record yet (a run that stopped before its first sample): begun again with "
+                       "this run's settings"), std::string::npos) << r.err;
+  EXPECT_EQ(read_json_lines(d / "begun.ckpt"), ckpt);
 }
 
 // bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from

@@ -5,6 +5,7 @@
 
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "cli/common.h"
 #include "compress/beacon.h"
@@ -455,12 +457,20 @@ int run_diagnose(const ToolOptions& o) {
   d.keep_going = [&signals] { return signals.received() == 0; };
   tools::DiagnoseReport report =
       tools::run_diagnose(*l.target, *l.drafts[0], *l.tokenizer, runs[0].samples, d, l.stop_ids);
-  if (checkpoint && o.resume)
-    std::fprintf(stderr, "diagnose: reused %lld of the %zu records --resume found in %s%s\n",
-                 static_cast<long long>(report.resumed), d.resume_records.size(), o.checkpoint.c_str(),
-                 static_cast<size_t>(report.resumed) < d.resume_records.size()
-                     ? " (the rest are of samples this run did not ask for)"
-                     : "");
+  if (checkpoint && o.resume) {  // the records not reused: of samples not asked for, or not reached before a stop
+    std::set<std::string> asked;
+    for (const tools::BenchSample& s : runs[0].samples) asked.insert(s.id);
+    const int64_t found = static_cast<int64_t>(d.resume_records.size());
+    const int64_t of_this_run = std::count_if(d.resume_records.begin(), d.resume_records.end(),
+                                              [&](const tools::DiagnoseRecord& r) { return asked.count(r.id) > 0; });
+    std::vector<std::string> rest;
+    if (found > of_this_run) rest.push_back(fmt::format("{} of samples this run did not ask for", found - of_this_run));
+    if (of_this_run > report.resumed)
+      rest.push_back(fmt::format("{} of samples after the stop", of_this_run - report.resumed));
+    std::fprintf(stderr, "diagnose: reused %lld of the %lld records --resume found in %s%s\n",
+                 static_cast<long long>(report.resumed), static_cast<long long>(found), o.checkpoint.c_str(),
+                 rest.empty() ? "" : fmt::format(" ({})", fmt::join(rest, "; ")).c_str());
+  }
   const int signal = signals.received();
   if (report.block_starts == 0 && report.interrupted)
     throw Interrupted(signal, fmt::format("diagnose: stopped by {} after {} of {} samples, before any block start: no "

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -72,8 +74,12 @@ std::vector<T> sums_array(const nlohmann::json* value, const std::string& name, 
          value != nullptr ? value->dump().substr(0, 200) : "none");
   std::vector<T> out;
   for (const nlohmann::json& v : *value) {
-    const bool fits = std::is_integral_v<T> ? v.is_number_integer() : v.is_number();
-    if (!fits || !(v.get<double>() >= 0)) fail("{}: field '{}' must hold {}, found {}", where, name, what, v.dump());
+    // integers: past int64 (an unsigned JSON number) would wrap; sums: finite (1e999 parses as infinity)
+    const bool fits = std::is_integral_v<T>
+                          ? (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT64_MAX}
+                                                    : v.is_number_integer() && v.get<int64_t>() >= 0)
+                          : v.is_number() && v.get<double>() >= 0 && std::isfinite(v.get<double>());
+    if (!fits) fail("{}: field '{}' must hold {}, found {}", where, name, what, v.dump());
     out.push_back(v.get<T>());
   }
   return out;
@@ -84,10 +90,11 @@ const nlohmann::json* field(const nlohmann::json& j, const std::string& key) {
 }
 
 int64_t count_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0)
+  const nlohmann::json one = nlohmann::json::array({j.contains(key) ? j[key] : nlohmann::json()});
+  if (!j.contains(key) || !j[key].is_number_integer())
     fail("{}: field '{}' must be a count (an integer >= 0), found {}", where, key,
          j.contains(key) ? j[key].dump() : "none");
-  return j[key].get<int64_t>();
+  return sums_array<int64_t>(&one, key, 1, where)[0];
 }
 
 }  // namespace
@@ -235,6 +242,24 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
       std::min(target.config().max_position_embeddings, dc.arch.max_position_embeddings);
   const int64_t longest_first_turn = check_first_turns_fit(tokenizer, samples, options.think, options.max_new_tokens,
                                                            B, max_positions, options.dataset);
+  // the records of this run's samples a resumed checkpoint holds, each checked before any work: made from the prompt
+  // rendered now, its sums of this run's sizes
+  std::map<std::string, const DiagnoseRecord*> record_of;
+  for (const DiagnoseRecord& r : options.resume_records) record_of[r.id] = &r;
+  std::vector<std::optional<DiagnoseSums>> resumed(samples.size());
+  for (size_t i = 0; i < samples.size() && !record_of.empty(); ++i) {
+    const auto found = record_of.find(samples[i].id);
+    if (found == record_of.end()) continue;
+    const DiagnoseRecord& r = *found->second;
+    const std::vector<int64_t> prompt =
+        chat_prompt_ids(tokenizer, {{"user", samples[i].turns[0], std::nullopt}}, options.think);
+    if (r.prompt_fingerprint != prompt_fingerprint(prompt))
+      fail("--resume: {}: the record of {} sample {} was made from another prompt ({} tokens, fingerprint {}; now {} "
+           "tokens, {}): the dataset file, the chat template or a setting changed; give another --checkpoint",
+           r.where, options.dataset, samples[i].id, r.prompt_tokens, r.prompt_fingerprint, prompt.size(),
+           prompt_fingerprint(prompt));
+    resumed[i] = diagnose_sums_from_json(r.sums, zero, r.where);
+  }
   GenerationRunner runner(target, nullptr);
   runner.reserve(longest_first_turn + options.max_new_tokens + 1);  // the fast path's engine, once for every sample
   ProgressBar bar("diagnose " + options.dataset, static_cast<int64_t>(samples.size()), options.progress);
@@ -244,27 +269,22 @@ DiagnoseReport run_diagnose(const model::Qwen3Model& target, const model::DFlash
   const at::Device device = target.device();
   auto long_opts = at::TensorOptions().dtype(at::kLong).device(device);
   int64_t done = 0;
-  for (const auto& sample : samples) {
+  for (size_t index = 0; index < samples.size(); ++index) {
+    const BenchSample& sample = samples[index];
     if (options.keep_going && !options.keep_going()) {
       report.interrupted = true;
       break;
     }
-    std::vector<int64_t> prompt = chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, options.think);
-    const std::string fingerprint = prompt_fingerprint(prompt);
-    const auto resumed = std::find_if(options.resume_records.begin(), options.resume_records.end(),
-                                      [&](const DiagnoseRecord& r) { return r.id == sample.id; });
-    if (resumed != options.resume_records.end()) {
-      if (resumed->prompt_fingerprint != fingerprint)
-        fail("--resume: {}: the record of {} sample {} was made from another prompt ({} tokens, fingerprint {}; now "
-             "{} tokens, {}): the dataset file, the chat template or a setting changed; give another --checkpoint",
-             resumed->where, options.dataset, sample.id, resumed->prompt_tokens, resumed->prompt_fingerprint,
-             prompt.size(), fingerprint);
-      total.add(diagnose_sums_from_json(resumed->sums, zero, resumed->where));
+    if (resumed[index]) {
+      total.add(*resumed[index]);
       ++report.resumed;
       report.samples = ++done;
       bar.update(done, fmt::format("{} block starts", total.block_starts));
       continue;
     }
+    const std::vector<int64_t> prompt =
+        chat_prompt_ids(tokenizer, {{"user", sample.turns[0], std::nullopt}}, options.think);
+    const std::string fingerprint = prompt_fingerprint(prompt);
     DiagnoseSums one = zero;
     std::vector<int64_t> traj = prompt;
     const decode::GenerationResult greedy = runner.plain(prompt, params);
@@ -517,6 +537,7 @@ nlohmann::ordered_json diagnose_record_json(const DiagnoseRecord& r) {
 
 std::vector<DiagnoseRecord> diagnose_records(const JsonlCheckpoint& checkpoint) {
   std::vector<DiagnoseRecord> out;
+  std::map<std::string, size_t> position;  // id -> its record in `out`
   for (const JsonlCheckpoint::Line& line : checkpoint.lines()) {
     const nlohmann::json& j = line.value;
     for (const char* key : {"id", "prompt_fingerprint"})
@@ -524,9 +545,9 @@ std::vector<DiagnoseRecord> diagnose_records(const JsonlCheckpoint& checkpoint) 
     if (!j.contains("sums") || !j["sums"].is_object()) fail("{}: field 'sums' must be an object", line.where);
     DiagnoseRecord r{j["id"].get<std::string>(), j["prompt_fingerprint"].get<std::string>(),
                      count_field(j, "prompt_tokens", line.where), j["sums"], line.where};
-    auto same = std::find_if(out.begin(), out.end(), [&](const DiagnoseRecord& e) { return e.id == r.id; });
-    if (same != out.end()) *same = std::move(r);
-    else out.push_back(std::move(r));
+    const auto [at, added] = position.emplace(r.id, out.size());
+    if (added) out.push_back(std::move(r));
+    else out[at->second] = std::move(r);
   }
   return out;
 }

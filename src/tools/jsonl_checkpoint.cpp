@@ -22,10 +22,26 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Whether `path` is a checkpoint of this format holding its settings line alone: a run that failed or was stopped
+// before its first record (a bad flag found after the file was begun, say). Nothing would be lost by beginning it
+// again, so such a file neither blocks a run without --resume nor holds a resumed one to its settings.
+bool holds_no_records(const std::string& path, const CheckpointFormat& f) {
+  std::string text;
+  try {
+    text = io::read_text_file(path);
+  } catch (const Error&) {
+    return false;  // (said by the caller's own read)
+  }
+  const size_t newline = text.find('\n');
+  if (newline == std::string::npos || text.find_first_not_of(" \t\r\n", newline) != std::string::npos) return false;
+  const nlohmann::json j = nlohmann::json::parse(text.substr(0, newline), nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.contains("format") && j["format"] == f.format;
+}
+
 void check_path(const std::string& path, const CheckpointFormat& f, bool resume) {
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
-  if (exists && !resume)
+  if (exists && !resume && !holds_no_records(path, f))
     fail("--checkpoint: {} already exists; pass --resume to continue the {} it holds, or remove it to start over",
          path, f.tool);
   if (!exists && resume)
@@ -74,14 +90,23 @@ void compare_settings(const nlohmann::json& header, const Json& now_ordered, con
 void JsonlCheckpoint::check_early(const std::string& path, const CheckpointFormat& format, bool resume,
                                   const Json& settings) {
   check_path(path, format, resume);
-  if (resume)
+  if (resume && !holds_no_records(path, format))
     compare_settings(read_header(io::read_text_file(path), path, format), settings, path, format, /*all=*/false);
 }
 
 JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json settings, bool resume)
     : path_(std::move(path)), format_(std::move(format)) {
   check_path(path_, format_, resume);
-  if (!resume) {  // the settings line now, so that a path that cannot be written fails before any sample is run
+  std::error_code ec;
+  const bool begun_before = std::filesystem::exists(path_, ec) && holds_no_records(path_, format_);
+  if (begun_before) {  // not while another run holds it (it may be about to append its first record)
+    lock();
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    std::fprintf(stderr, "--checkpoint: %s holds no record yet (a run that stopped before its first sample): begun again "
+                 "with this run's settings\n", path_.c_str());
+  }
+  if (!resume || begun_before) {  // the settings line now, so that a path that cannot be written fails before any work
     const Json header = {
         {"format", format_.format}, {"version", format_.version}, {"made_by", build_line()}, {"settings", settings}};
     try {

@@ -36,7 +36,8 @@ class JsonlCheckpoint {
   // Opens `path` for a run with `settings` (a flat JSON object). `resume` false: the file must not exist yet (an
   // existing one is refused, naming --resume); its settings line is written at once, so that an unwritable path fails
   // before any work. `resume` true: it must exist, be a checkpoint of `format` and hold records made with equal
-  // settings; errors name the file and the first setting that differs.
+  // settings; errors name the file and the first setting that differs. Either way a checkpoint of `format` that holds
+  // its settings line alone (a run that failed or stopped before its first record) is begun again, with a note.
   JsonlCheckpoint(std::string path, CheckpointFormat format, nlohmann::ordered_json settings, bool resume);
   ~JsonlCheckpoint();
   JsonlCheckpoint(const JsonlCheckpoint&) = delete;

@@ -187,8 +187,8 @@ void check_distinct_layers(const std::vector<int64_t>& layers, const char* flag)
 namespace {
 void check_step_within_steps(const CheckpointState& state, const CommonOptions& o) {
   if (state.step > o.steps)
-    fail("{}/state.json: step {} is past --steps {} (another run's checkpoint, or a longer schedule: give at least "
-         "its --steps)", state.dir, state.step, o.steps);
+    fail("{}/state.json: step {} is past --steps {} (another run's checkpoint, or a longer schedule: give --steps of "
+         "at least {})", state.dir, state.step, o.steps, state.step);
 }
 }  // namespace
 
@@ -199,7 +199,8 @@ void check_resume_matches(const CommonOptions& o, const nlohmann::json& run, boo
   check_same_run(state.run, run, source);
   check_step_within_steps(state, o);
   const nlohmann::json& recorded = state.run.contains("steps") ? state.run["steps"] : nlohmann::json();
-  if (!recorded.is_number_integer() || recorded.get<int64_t>() == o.steps) return;
+  // (a --steps at the checkpoint's step runs nothing: no schedule to speak of)
+  if (!recorded.is_number_integer() || recorded.get<int64_t>() == o.steps || state.step == o.steps) return;
   OptimConfig then = o.schedule();
   then.total_steps = recorded.get<int64_t>();
   std::fprintf(stderr, "--resume: --steps %lld where %s records %lld: the learning-rate schedule now ends at step "
