@@ -103,8 +103,8 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
     lock();
     ::close(lock_fd_);
     lock_fd_ = -1;
-    std::fprintf(stderr, "--checkpoint: %s holds no record yet (a run that stopped before its first sample): begun again "
-                 "with this run's settings\n", path_.c_str());
+    std::fprintf(stderr, "--checkpoint: %s holds no record yet (a run that stopped before its first sample): begun "
+                 "again with this run's settings\n", path_.c_str());
   }
   if (!resume || begun_before) {  // the settings line now, so that a path that cannot be written fails before any work
     const Json header = {
