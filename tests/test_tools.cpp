@@ -1078,6 +1078,13 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   write_text(d / "edited.ckpt", json_lines(edited));
   r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
   EXPECT_NE(r.err.find("was made from another prompt"), std::string::npos) << r.err;
+  // a changed prompt of a later run (mt-bench, after gsm8k's) is found before the first sample: nothing appended
+  edited[3]["record"]["prompt_fingerprint"] = "0000000000000000:1";
+  write_text(d / "edited.ckpt", json_lines({ckpt[0], edited[3]}));
+  r = run_specpress(base + " --checkpoint " + (d / "edited.ckpt").string() + " --resume");
+  EXPECT_NE(r.err.find("record of mt-bench sample " + ckpt[3]["record"]["id"].get<std::string>() +
+                       " turn 0 was made from another prompt"), std::string::npos) << r.err;
+  EXPECT_EQ(read_json_lines(d / "edited.ckpt").size(), 2u);
   edited = ckpt;
   edited[2]["record"]["dflash"].erase("decode_ms");
   write_text(d / "edited.ckpt", json_lines(edited));

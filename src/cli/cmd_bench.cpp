@@ -315,6 +315,10 @@ int run_bench(const ToolOptions& o) {
     for (const std::string& dir : draft_dirs) draft_keys.push_back(checkpoint_model_key(dir, "--model-draft"));
   }
   const int64_t checkpoint_found = checkpoint ? checkpoint->size() : 0;
+  if (checkpoint)  // every run's records against the prompts rendered now, before the first sample
+    for (const auto& [run, draft, block_size] : plan)
+      tools::check_resumed_prompts(*l.tokenizer, run->samples, checkpoint->records(run->name, draft_keys[draft],
+                                                                                   block_size), o.think, run->name);
   // One run (a dataset with a draft at a block size) writes its report as before; several write theirs in turn and
   // then the summary table. The files are rewritten (atomically) after each run, so that a long one keeps what it
   // finished (and --checkpoint each sample).

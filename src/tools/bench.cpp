@@ -18,6 +18,39 @@
 #include "tools/runner.h"
 
 namespace specpress::tools {
+namespace {
+
+void check_resumed_prompt(const BenchRecord& record, const std::vector<int64_t>& prompt, const std::string& dataset) {
+  if (record.prompt_fingerprint != prompt_fingerprint(prompt))
+    fail("--resume: the checkpoint's record of {} sample {} turn {} was made from another prompt ({} tokens, "
+         "fingerprint {}; now {} tokens, {}): the dataset file, the chat template or a setting changed; give another "
+         "--checkpoint",
+         dataset, record.id, record.turn, record.prompt_tokens, record.prompt_fingerprint, prompt.size(),
+         prompt_fingerprint(prompt));
+}
+
+const BenchRecord* find_record(const std::vector<BenchRecord>& records, const std::string& id, int64_t turn) {
+  for (const BenchRecord& r : records)
+    if (r.id == id && r.turn == turn) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+void check_resumed_prompts(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples,
+                           const std::vector<BenchRecord>& records, bool think, const std::string& dataset) {
+  if (records.empty()) return;
+  for (const BenchSample& sample : samples) {
+    std::vector<tok::ChatMessage> messages;
+    for (size_t t = 0; t < sample.turns.size(); ++t) {
+      const BenchRecord* record = find_record(records, sample.id, static_cast<int64_t>(t));
+      if (record == nullptr) break;
+      messages.push_back({"user", sample.turns[t], std::nullopt});
+      check_resumed_prompt(*record, chat_prompt_ids(tokenizer, messages, think), dataset);
+      messages.push_back({"assistant", decode_output(tokenizer, record->dflash.output_ids).text, std::nullopt});
+    }
+  }
+}
 
 BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft& draft, const tok::Tokenizer& tokenizer,
                       const std::vector<BenchSample>& samples, const BenchOptions& options,
@@ -37,10 +70,8 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
   int64_t total_turns = 0;
   for (const auto& s : samples) total_turns += static_cast<int64_t>(s.turns.size());
   // the checkpoint's records this run asks for again (its samples' turns, each at most once)
-  auto find_resumed = [&](const std::string& id, int64_t turn) -> const BenchRecord* {
-    for (const BenchRecord& r : options.resume_records)
-      if (r.id == id && r.turn == turn) return &r;
-    return nullptr;
+  auto find_resumed = [&](const std::string& id, int64_t turn) {
+    return find_record(options.resume_records, id, turn);
   };
   int64_t resumable = 0;
   for (const auto& s : samples)
@@ -91,12 +122,7 @@ BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft&
       // a plain decoding serves the runs on the same path (the fast path applies per draft)
       const std::string plain_key = fingerprint + (runner.fast() ? " fast" : " reference");
       if (const BenchRecord* done_before = find_resumed(sample.id, static_cast<int64_t>(t))) {
-        if (done_before->prompt_fingerprint != fingerprint)
-          fail("--resume: the checkpoint's record of {} sample {} turn {} was made from another prompt ({} tokens, "
-               "fingerprint {}; now {} tokens, {}): the dataset file, the chat template or a setting changed; give "
-               "another --checkpoint",
-               options.dataset, sample.id, t, done_before->prompt_tokens, done_before->prompt_fingerprint,
-               prompt.size(), fingerprint);
+        check_resumed_prompt(*done_before, prompt, options.dataset);  // (check_resumed_prompts said it, when run)
         BenchRecord rec = *done_before;
         rec.resumed = true;
         if (options.plain_results != nullptr) options.plain_results->emplace(plain_key, rec.plain);

@@ -113,6 +113,13 @@ struct BenchReport {
   compress::FidelityResult fidelity;
 };
 
+// --resume: fails where a record of `records` for one of `samples`' turns was made from another prompt than the one
+// rendered now (a turn after the first holds the recorded answers before it), naming the sample and turn; a sample's
+// turns are followed up to the first without a record. Run for every run of a bench before its first sample, so that
+// a changed dataset file or template is found before hours of the samples before it.
+void check_resumed_prompts(const tok::Tokenizer& tokenizer, const std::vector<BenchSample>& samples,
+                           const std::vector<BenchRecord>& records, bool think, const std::string& dataset);
+
 BenchReport run_bench(const model::Qwen3Model& target, const model::DFlashDraft& draft, const tok::Tokenizer& tokenizer,
                       const std::vector<BenchSample>& samples, const BenchOptions& options,
                       const std::vector<int64_t>& stop_ids);
