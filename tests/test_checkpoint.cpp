@@ -179,6 +179,11 @@ TEST(Checkpoint, ConfigFieldOfWrongType) {
   j["num_hidden_layers"] = "two";
   write_json(d.path / "config.json", j);
   EXPECT_NE(load_error(d.str()).find("'num_hidden_layers' must be an integer"), std::string::npos);
+  j["num_hidden_layers"] = ~uint64_t{0};  // would wrap to -1
+  write_json(d.path / "config.json", j);
+  EXPECT_NE(load_error(d.str()).find("field 'num_hidden_layers' is 18446744073709551615, past the largest integer "
+                                     "read here (2^63 - 1)"),
+            std::string::npos) << load_error(d.str());
 }
 
 TEST(Checkpoint, MissingTensorIsNamed) {

@@ -1,6 +1,7 @@
 // config_json.cpp — see config_json.h.
 #include "model/config_json.h"
 
+#include <cstdint>
 #include <filesystem>
 
 #include "core/error.h"
@@ -28,11 +29,21 @@ nlohmann::json ConfigReader::parse_file(const std::string& path) {
   }
 }
 
+namespace {
+// An integer JSON value as int64, refused naming the field where it is past int64's range (an unsigned JSON number
+// would wrap to a negative one: 2^64 - 1 read as -1).
+int64_t in_range(const nlohmann::json& v, const std::string& source, const std::string& key) {
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail("{}: field '{}' is {}, past the largest integer read here (2^63 - 1)", source, key, v.dump());
+  return v.get<int64_t>();
+}
+}  // namespace
+
 int64_t ConfigReader::integer(const std::string& key) const {
   if (!has(key)) fail("{}: missing field '{}' (expected an integer)", source, key);
   const auto& v = json[key];
   if (!v.is_number_integer()) fail("{}: field '{}' must be an integer, found {}", source, key, v.dump());
-  return v.get<int64_t>();
+  return in_range(v, source, key);
 }
 
 int64_t ConfigReader::integer_or(const std::string& key, int64_t fallback) const {
@@ -78,11 +89,11 @@ std::vector<int64_t> ConfigReader::integer_list(const std::string& key) const {
   std::vector<int64_t> out;
   if (!has(key)) return out;
   const auto& v = json[key];
-  if (v.is_number_integer()) return {v.get<int64_t>()};
+  if (v.is_number_integer()) return {in_range(v, source, key)};
   if (!v.is_array()) fail("{}: field '{}' must be an integer or an array of integers, found {}", source, key, v.dump());
   for (const auto& x : v) {
     if (!x.is_number_integer()) fail("{}: field '{}' must hold integers, found {}", source, key, x.dump());
-    out.push_back(x.get<int64_t>());
+    out.push_back(in_range(x, source, key));
   }
   return out;
 }
