@@ -15,6 +15,8 @@
 //    draft's whole block in one forward, as the DFlash loop does, and drafted token k is accepted with probability
 //    prod_{j<=k} p_T(d_j | context, d_<j) (sample-and-match with greedy drafts, dflash-spec.md §3.5). T = 0 reproduces
 //    the greedy acceptance over those starts.
+// Every number is a sum over samples divided at the end (DiagnoseSums), so that --checkpoint keeps each finished
+// sample's sums and a resumed run reports what the uninterrupted one would.
 #pragma once
 #include <functional>
 #include <string>
@@ -149,6 +151,7 @@ nlohmann::ordered_json diagnose_json(const DiagnoseReport& report);
 CheckpointFormat diagnose_checkpoint_format();
 nlohmann::ordered_json diagnose_record_json(const DiagnoseRecord& record);
 std::vector<DiagnoseRecord> diagnose_records(const JsonlCheckpoint& checkpoint);
+
 // A self-contained HTML page with inline SVG charts (no scripts, no external resources).
 std::string diagnose_html(const DiagnoseReport& report);
 
