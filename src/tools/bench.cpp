@@ -23,10 +23,10 @@ namespace {
 void check_resumed_prompt(const BenchRecord& record, const std::vector<int64_t>& prompt, const std::string& dataset) {
   if (record.prompt_fingerprint != prompt_fingerprint(prompt))
     fail("--resume: the checkpoint's record of {} sample {} turn {} was made from another prompt ({} tokens, "
-         "fingerprint {}; now {} tokens, {}): the dataset file, the chat template or a setting changed; give another "
+         "fingerprint {}; now {} tokens, {}): the dataset file, the chat template{} or a setting changed; give another "
          "--checkpoint",
          dataset, record.id, record.turn, record.prompt_tokens, record.prompt_fingerprint, prompt.size(),
-         prompt_fingerprint(prompt));
+         prompt_fingerprint(prompt), record.turn > 0 ? ", the recorded answer before it" : "");
 }
 
 const BenchRecord* find_record(const std::vector<BenchRecord>& records, const std::string& id, int64_t turn) {

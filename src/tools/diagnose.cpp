@@ -90,11 +90,12 @@ const nlohmann::json* field(const nlohmann::json& j, const std::string& key) {
 }
 
 int64_t count_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
-  const nlohmann::json one = nlohmann::json::array({j.contains(key) ? j[key] : nlohmann::json()});
-  if (!j.contains(key) || !j[key].is_number_integer())
-    fail("{}: field '{}' must be a count (an integer >= 0), found {}", where, key,
-         j.contains(key) ? j[key].dump() : "none");
-  return sums_array<int64_t>(&one, key, 1, where)[0];
+  const nlohmann::json* v = field(j, key);
+  const bool fits = v != nullptr && (v->is_number_unsigned() ? v->get<uint64_t>() <= uint64_t{INT64_MAX}
+                                                             : v->is_number_integer() && v->get<int64_t>() >= 0);
+  if (!fits)
+    fail("{}: field '{}' must be a count (an integer >= 0), found {}", where, key, v != nullptr ? v->dump() : "none");
+  return v->get<int64_t>();
 }
 
 }  // namespace

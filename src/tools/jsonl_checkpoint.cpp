@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -24,18 +25,32 @@ using Json = nlohmann::ordered_json;
 
 // Whether `path` is a checkpoint of this format holding its settings line alone: a run that failed or was stopped
 // before its first record (a bad flag found after the file was begun, say). Nothing would be lost by beginning it
-// again, so such a file neither blocks a run without --resume nor holds a resumed one to its settings.
+// again, so such a file neither blocks a run without --resume nor holds a resumed one to its settings. Reads the first
+// line (at most 1 MiB) and then only up to the first byte that is not white space, so that a large file given by
+// mistake costs nothing.
 bool holds_no_records(const std::string& path, const CheckpointFormat& f) {
-  std::string text;
-  try {
-    text = io::read_text_file(path);
-  } catch (const Error&) {
-    return false;  // (said by the caller's own read)
-  }
-  const size_t newline = text.find('\n');
-  if (newline == std::string::npos || text.find_first_not_of(" \t\r\n", newline) != std::string::npos) return false;
-  const nlohmann::json j = nlohmann::json::parse(text.substr(0, newline), nullptr, false);
+  std::ifstream in(path, std::ios::binary);
+  std::string first;
+  char c = 0;
+  while (first.size() < (size_t{1} << 20) && in.get(c) && c != '\n') first.push_back(c);
+  if (!in || c != '\n') return false;  // no whole first line
+  while (in.get(c))
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return false;
+  const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);
   return !j.is_discarded() && j.is_object() && j.contains("format") && j["format"] == f.format;
+}
+
+// A descriptor of `path` holding its lock (flock), which closing it releases; fails where another run holds it.
+int take_lock(const std::string& path, const CheckpointFormat& f) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("--checkpoint: {}: cannot open it: {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    fail("--checkpoint: {} is in use by another specpress {} (it holds the file's lock); wait for it to end or give "
+         "another file",
+         path, f.tool);
+  }
+  return fd;
 }
 
 void check_path(const std::string& path, const CheckpointFormat& f, bool resume) {
@@ -90,6 +105,8 @@ void compare_settings(const nlohmann::json& header, const Json& now_ordered, con
 void JsonlCheckpoint::check_early(const std::string& path, const CheckpointFormat& format, bool resume,
                                   const Json& settings) {
   check_path(path, format, resume);
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) ::close(take_lock(path, format));  // in use: said before the models load
   if (resume && !holds_no_records(path, format))
     compare_settings(read_header(io::read_text_file(path), path, format), settings, path, format, /*all=*/false);
 }
@@ -97,27 +114,33 @@ void JsonlCheckpoint::check_early(const std::string& path, const CheckpointForma
 JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json settings, bool resume)
     : path_(std::move(path)), format_(std::move(format)) {
   check_path(path_, format_, resume);
+  const std::string header_line =
+      Json{{"format", format_.format}, {"version", format_.version}, {"made_by", build_line()}, {"settings", settings}}
+          .dump() +
+      "\n";
   std::error_code ec;
-  const bool begun_before = std::filesystem::exists(path_, ec) && holds_no_records(path_, format_);
-  if (begun_before) {  // not while another run holds it (it may be about to append its first record)
-    lock();
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    std::fprintf(stderr, "--checkpoint: %s holds no record yet (a run that stopped before its first sample): begun "
-                 "again with this run's settings\n", path_.c_str());
-  }
-  if (!resume || begun_before) {  // the settings line now, so that a path that cannot be written fails before any work
-    const Json header = {
-        {"format", format_.format}, {"version", format_.version}, {"made_by", build_line()}, {"settings", settings}};
+  if (!std::filesystem::exists(path_, ec)) {  // the settings line now, so that an unwritable path fails before any work
     try {
-      io::write_file_atomic(path_, header.dump() + "\n");
+      io::write_file_atomic(path_, header_line);
     } catch (const Error& e) {
       fail("--checkpoint: {}", e.what());
     }
-    lock();
+    lock_fd_ = take_lock(path_, format_);
     return;
   }
-  lock();  // before reading, so that no other run appends meanwhile
+  lock_fd_ = take_lock(path_, format_);  // before reading, so that no other run appends meanwhile
+  if (holds_no_records(path_, format_)) {  // (checked again under the lock) rewritten in place, the lock kept
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    const bool written = fd >= 0 && ::write(fd, header_line.data(), header_line.size()) ==
+                                        static_cast<ssize_t>(header_line.size()) && ::fsync(fd) == 0;
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    if (!written) fail("--checkpoint: {}: cannot rewrite it: {}", path_, std::strerror(error));
+    std::fprintf(stderr, "--checkpoint: %s holds no record yet (a run that stopped before its first sample): begun "
+                 "again with this run's settings\n", path_.c_str());
+    return;
+  }
+  if (!resume) check_path(path_, format_, resume);  // records appended since the first check: refused as such
   const std::string text = io::read_text_file(path_);
   const nlohmann::json header = read_header(text, path_, format_);
   compare_settings(header, settings, path_, format_, /*all=*/true);
@@ -151,15 +174,6 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
 
 JsonlCheckpoint::~JsonlCheckpoint() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
-}
-
-void JsonlCheckpoint::lock() {
-  lock_fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (lock_fd_ < 0) fail("--checkpoint: {}: cannot open it: {}", path_, std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
-    fail("--checkpoint: {} is in use by another specpress {} (it holds the file's lock); wait for it to end or give "
-         "another file",
-         path_, format_.tool);
 }
 
 void JsonlCheckpoint::append(const Json& record) {

@@ -54,7 +54,6 @@ class JsonlCheckpoint {
   const std::string& path() const { return path_; }
 
  private:
-  void lock();
   std::string path_;
   CheckpointFormat format_;
   int lock_fd_ = -1;

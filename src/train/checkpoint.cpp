@@ -131,7 +131,7 @@ void save_checkpoint(const std::string& out, const CheckpointState& state, const
   io::save_safetensors((tmp / "optimizer.safetensors").string(), to_cpu(optimizer_state, at::kFloat));
   nlohmann::ordered_json j;
   j["step"] = state.step;
-  j["rng"] = {{"seed", state.run.value("seed", 0)},
+  j["rng"] = {{"seed", state.run.value("seed", uint64_t{0})},
               {"scheme", "every random choice of step s comes from mt19937_64(splitmix64(splitmix64(seed) ^ s))"}};
   j["run"] = state.run;
   j["history"] = state.history;
