@@ -65,6 +65,12 @@ void add_into(std::vector<T>& into, const std::vector<T>& from) {
   for (size_t i = 0; i < into.size(); ++i) into[i] += from[i];
 }
 
+// An integer from 0 to 2^63 - 1 (an unsigned JSON number past it would wrap negative as int64).
+bool is_count(const nlohmann::json& v) {
+  return v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT64_MAX}
+                                : v.is_number_integer() && v.get<int64_t>() >= 0;
+}
+
 // `value` (field `name`, nullptr where absent): an array of `size` numbers >= 0, integers where T is.
 template <typename T>
 std::vector<T> sums_array(const nlohmann::json* value, const std::string& name, size_t size, const std::string& where) {
@@ -74,11 +80,9 @@ std::vector<T> sums_array(const nlohmann::json* value, const std::string& name, 
          value != nullptr ? value->dump().substr(0, 200) : "none");
   std::vector<T> out;
   for (const nlohmann::json& v : *value) {
-    // integers: past int64 (an unsigned JSON number) would wrap; sums: finite (1e999 parses as infinity)
-    const bool fits = std::is_integral_v<T>
-                          ? (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT64_MAX}
-                                                    : v.is_number_integer() && v.get<int64_t>() >= 0)
-                          : v.is_number() && v.get<double>() >= 0 && std::isfinite(v.get<double>());
+    // sums: finite (1e999 parses as infinity)
+    const bool fits = std::is_integral_v<T> ? is_count(v)
+                                            : v.is_number() && v.get<double>() >= 0 && std::isfinite(v.get<double>());
     if (!fits) fail("{}: field '{}' must hold {}, found {}", where, name, what, v.dump());
     out.push_back(v.get<T>());
   }
@@ -91,9 +95,7 @@ const nlohmann::json* field(const nlohmann::json& j, const std::string& key) {
 
 int64_t count_field(const nlohmann::json& j, const std::string& key, const std::string& where) {
   const nlohmann::json* v = field(j, key);
-  const bool fits = v != nullptr && (v->is_number_unsigned() ? v->get<uint64_t>() <= uint64_t{INT64_MAX}
-                                                             : v->is_number_integer() && v->get<int64_t>() >= 0);
-  if (!fits)
+  if (v == nullptr || !is_count(*v))
     fail("{}: field '{}' must be a count (an integer >= 0), found {}", where, key, v != nullptr ? v->dump() : "none");
   return v->get<int64_t>();
 }
