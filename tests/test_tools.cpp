@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "golden_pair.h"
+#include "io/mapped_file.h"
 #include "model_fixtures.h"
 #include "test_util.h"
 #include "tools/answers.h"
@@ -968,6 +969,21 @@ TEST_F(ToolsEndToEnd, DiagnoseCheckpointResumesToTheSameReport) {
   EXPECT_NE(r.err.find("begun.ckpt holds no record yet (a run that stopped before its first sample): begun again with "
                        "this run's settings"), std::string::npos) << r.err;
   EXPECT_EQ(read_json_lines(d / "begun.ckpt"), ckpt);
+  // so is a file holding only the start of a settings line (a run stopped while rewriting it in place) or nothing;
+  // a file of one unfinished line that is not such a start is refused as before
+  const std::string begun_text = io::read_text_file((d / "begun.ckpt").string());
+  const std::string header = begun_text.substr(0, begun_text.find('\n'));
+  for (const std::string& torn : {header.substr(0, 7), header.substr(0, 60), std::string()}) {
+    write_text(d / "torn.ckpt", torn);
+    r = run_specpress(base + " --checkpoint " + (d / "torn.ckpt").string() + " --resume");
+    EXPECT_EQ(r.exit_code, 0) << torn << "\n" << r.err;
+    EXPECT_NE(r.err.find("torn.ckpt holds no record yet"), std::string::npos) << r.err;
+    EXPECT_EQ(read_json_lines(d / "torn.ckpt"), ckpt) << torn;
+  }
+  write_text(d / "torn.ckpt", "{\"format\":\"specpress bench checkpoint\",\"vers");
+  r = run_specpress(base + " --checkpoint " + (d / "torn.ckpt").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("torn.ckpt already exists; pass --resume"), std::string::npos) << r.err;
 }
 
 // bench --checkpoint / --resume: an interrupted bench (its checkpoint cut back to the first records) continues from

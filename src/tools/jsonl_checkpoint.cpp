@@ -25,15 +25,21 @@ using Json = nlohmann::ordered_json;
 
 // Whether `path` is a checkpoint of this format holding its settings line alone: a run that failed or was stopped
 // before its first record (a bad flag found after the file was begun, say). Nothing would be lost by beginning it
-// again, so such a file neither blocks a run without --resume nor holds a resumed one to its settings. Reads the first
-// line (at most 1 MiB) and then only up to the first byte that is not white space, so that a large file given by
-// mistake costs nothing.
+// again, so such a file neither blocks a run without --resume nor holds a resumed one to its settings. So is a file
+// holding part of that line and nothing else (every settings line begins {"format":"FORMAT",): a run stopped while
+// it rewrote the line in place (the constructor), or an empty file. Reads the first line (at most 1 MiB) and then only
+// up to the first byte that is not white space, so that a large file given by mistake costs nothing.
 bool holds_no_records(const std::string& path, const CheckpointFormat& f) {
   std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
   std::string first;
   char c = 0;
   while (first.size() < (size_t{1} << 20) && in.get(c) && c != '\n') first.push_back(c);
-  if (!in || c != '\n') return false;  // no whole first line
+  if (in.eof()) {  // the whole file is one unfinished line: a torn settings line, or not a checkpoint
+    const std::string begins = "{\"format\":" + nlohmann::json(f.format).dump() + ",";
+    return first.size() <= begins.size() ? begins.compare(0, first.size(), first) == 0 : first.starts_with(begins);
+  }
+  if (c != '\n') return false;  // a first line of over 1 MiB, or a read error
   while (in.get(c))
     if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return false;
   const nlohmann::json j = nlohmann::json::parse(first, nullptr, false);

@@ -37,7 +37,8 @@ class JsonlCheckpoint {
   // existing one is refused, naming --resume); its settings line is written at once, so that an unwritable path fails
   // before any work. `resume` true: it must exist, be a checkpoint of `format` and hold records made with equal
   // settings; errors name the file and the first setting that differs. Either way a checkpoint of `format` that holds
-  // its settings line alone (a run that failed or stopped before its first record) is begun again, with a note.
+  // its settings line alone (a run that failed or stopped before its first record), or only the start of that line (a
+  // run stopped while rewriting it; an empty file), is begun again, with a note.
   JsonlCheckpoint(std::string path, CheckpointFormat format, nlohmann::ordered_json settings, bool resume);
   ~JsonlCheckpoint();
   JsonlCheckpoint(const JsonlCheckpoint&) = delete;
