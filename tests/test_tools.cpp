@@ -956,6 +956,14 @@ TEST_F(ToolsEndToEnd, DiagnoseCheckpointResumesToTheSameReport) {
   refused([](auto& e) { e[4].erase("id"); }, "edited.ckpt: line 5: field 'id' must be a string");
   refused([](auto& e) { e[1]["sums"]["sampled_per_position"][1] = 3; },
           "edited.ckpt: line 2: field 'sampled_per_position[1]' must be an array of " + positions + " sums");
+  // sums of indicators past their counts (a top-1 rate over 1)
+  refused([](auto& e) { e[2]["sums"]["top1"][0] = e[2]["sums"]["position_count"][0].template get<double>() + 1; },
+          "edited.ckpt: line 3: field 'top1[0]' is " +
+              std::to_string(ckpt[2]["sums"]["position_count"][0].get<int64_t>() + 1) +
+              ", more than position_count[0] = ");
+  refused([](auto& e) { e[3]["sums"]["sampled_length"][1] = 1e9; },
+          "edited.ckpt: line 4: field 'sampled_length[1]' is 1000000000, more than the block size times "
+          "sampled_starts[1] = ");
   // a bad record of the last sample is found before the first sample runs: nothing appended
   refused([](auto& e) { e = {e[0], e[5]}, e[1]["sums"]["top1"][0] = -5; }, "edited.ckpt: line 2: field 'top1'");
   EXPECT_EQ(read_json_lines(d / "edited.ckpt").size(), 2u);

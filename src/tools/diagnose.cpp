@@ -100,6 +100,43 @@ int64_t count_field(const nlohmann::json& j, const std::string& key, const std::
   return v->get<int64_t>();
 }
 
+// A record's sums of per-position indicators can be no larger than the positions they were counted over (a top-1
+// rate over 1 in the report otherwise): a record edited by hand, or damaged, is refused naming the first such sum.
+// `block` is B, the most a sampled acceptance length can be.
+void check_sums_within_counts(const DiagnoseSums& s, int64_t block, const std::string& where) {
+  const auto at_most = [&](double part, const std::string& part_name, double limit, const std::string& limit_name) {
+    if (part > limit * (1 + 1e-9) + 1e-6)
+      fail("{}: field '{}' is {}, more than {} = {} allows: the record was edited or is damaged", where, part_name,
+           part, limit_name, limit);
+  };
+  const auto each = [&](const char* part, const auto& parts, const char* whole, const auto& wholes) {
+    for (size_t i = 0; i < parts.size(); ++i)
+      at_most(static_cast<double>(parts[i]), fmt::format("{}[{}]", part, i), static_cast<double>(wholes[i]),
+              fmt::format("{}[{}]", whole, i));
+  };
+  each("top1", s.top1, "position_count", s.position_count);
+  each("chain", s.chain, "top1", s.top1);
+  each("calibration_correct", s.calibration_correct, "calibration_count", s.calibration_count);
+  each("calibration_confidence", s.calibration_confidence, "calibration_count", s.calibration_count);
+  each("entropy_top1", s.entropy_top1, "entropy_count", s.entropy_count);
+  each("mix_changed", s.mix_changed, "mix_positions", s.mix_positions);
+  for (size_t l = 0; l < s.layer_agree.size(); ++l)
+    at_most(s.layer_agree[l], fmt::format("layer_agree[{}]", l), static_cast<double>(s.layer_positions),
+            "layer_positions");
+  int64_t whole_blocks = 0;
+  for (int64_t c : s.acceptance_length_counts) whole_blocks += c;
+  at_most(static_cast<double>(whole_blocks), "acceptance_length_counts' sum", static_cast<double>(s.block_starts),
+          "block_starts");
+  for (size_t t = 0; t < s.sampled_starts.size(); ++t) {
+    const double starts = static_cast<double>(s.sampled_starts[t]);
+    const std::string starts_name = fmt::format("sampled_starts[{}]", t);
+    for (size_t k = 0; k < s.sampled_per_position[t].size(); ++k)
+      at_most(s.sampled_per_position[t][k], fmt::format("sampled_per_position[{}][{}]", t, k), starts, starts_name);
+    at_most(s.sampled_length[t], fmt::format("sampled_length[{}]", t), starts * static_cast<double>(block),
+            fmt::format("the block size times {}", starts_name));
+  }
+}
+
 }  // namespace
 
 void DiagnoseSums::add(const DiagnoseSums& o) {
@@ -189,6 +226,7 @@ DiagnoseSums diagnose_sums_from_json(const nlohmann::json& j, const DiagnoseSums
   for (size_t t = 0; t < rows->size(); ++t)
     s.sampled_per_position.push_back(sums_array<double>(&(*rows)[t], fmt::format("sampled_per_position[{}]", t),
                                                         zero.sampled_per_position[t].size(), where));
+  check_sums_within_counts(s, static_cast<int64_t>(zero.acceptance_length_counts.size()), where);
   return s;
 }
 
