@@ -211,7 +211,9 @@ TEST(Checkpoint, WrongShapeShowsExpectedAndFound) {
     for (auto& kv : t)
       if (kv.first == "model.layers.0.self_attn.k_proj.weight") kv.second = at::zeros({16, 33});
   });
-  EXPECT_NE(load_error(d.str()).find("'model.layers.0.self_attn.k_proj.weight' has shape [16, 33], expected [16, 32]"),
+  EXPECT_NE(load_error(d.str()).find((d.path / "model.safetensors").string() +  // the file that holds it
+                                     ": tensor 'model.layers.0.self_attn.k_proj.weight' has shape [16, 33], expected "
+                                     "[16, 32]"),
             std::string::npos)
       << load_error(d.str());
 }
@@ -264,6 +266,56 @@ TEST(Checkpoint, IndexNamesMissingShard) {
     EXPECT_NE(msg.find("weight_map['model.norm.weight'] is '" + shard + "', expected a file name in the model"),
               std::string::npos) << msg;
   }
+}
+
+// Files no exporter writes but a damaged download or a hostile directory can hold: each is refused naming the file,
+// never a crash (a config nested 100,000 deep overflowed the stack printing its value), a hang (a named pipe in the
+// weights' place blocked the open) or a LibTorch allocation error (2^62 layers).
+TEST(Checkpoint, HostileFilesAreNamedErrors) {
+  ScratchDir d("ckpt-hostile");
+  write_random_qwen3(d.str());
+  const std::string config = (d.path / "config.json").string();
+  nlohmann::json j = qwen3_config_json(TinyShape{}, false);
+  std::string text = j.dump();
+  const std::string deep = std::string(100000, '[') + "1" + std::string(100000, ']');
+  text.replace(text.find("\"hidden_size\":32"), std::string("\"hidden_size\":32").size(), "\"hidden_size\":" + deep);
+  write_text(config, text);
+  EXPECT_NE(load_error(d.str()).find(config + ": values nested more than 256 levels deep"), std::string::npos)
+      << load_error(d.str()).substr(0, 300);
+  j["num_hidden_layers"] = int64_t{1} << 62;  // no allocation by the layer count: the missing layer is named
+  write_json(config, j);
+  EXPECT_NE(load_error(d.str()).find("missing tensor 'model.layers.2.input_layernorm.weight'"), std::string::npos)
+      << load_error(d.str());
+  write_json(config, qwen3_config_json(TinyShape{}, false));
+
+  // an entry naming a field twice ("dtype" twice: the last would be read), as the reference parser refuses it
+  const fs::path weights = d.path / "model.safetensors";
+  const std::string bytes = io::read_text_file(weights.string());
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[i]);
+  std::string header = bytes.substr(8, header_len);
+  const size_t f32 = header.find("\"dtype\":\"F32\"");
+  ASSERT_NE(f32, std::string::npos) << header.substr(0, 200);
+  header.insert(f32, "\"dtype\":\"F16\",");
+  std::string edited(8, '\0');
+  for (int i = 0; i < 8; ++i) edited[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  write_text(weights, edited + header + bytes.substr(8 + header_len));
+  const std::string entry_msg = load_error(d.str());
+  EXPECT_NE(entry_msg.find(weights.string() + ": invalid JSON header: the entry '"), std::string::npos) << entry_msg;
+  EXPECT_NE(entry_msg.find("' names its field 'dtype' more than once"), std::string::npos) << entry_msg;
+
+  // a named pipe where the weights belong: refused at once
+  fs::remove(weights);
+  ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(load_error(d.str()).find(weights.string() + ": not a regular file"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  // a link to a blob that is not there (an HF cache's unfinished download)
+  fs::remove(weights);
+  fs::create_symlink(d.path / "blobs" / "0123abcd", weights);
+  EXPECT_NE(load_error(d.str()).find(weights.string() + ": is a link to " + (d.path / "blobs" / "0123abcd").string() +
+                                     ", which does not exist (an unfinished download?)"),
+            std::string::npos) << load_error(d.str());
 }
 
 TEST(Checkpoint, InvalidConfigJson) {
@@ -320,14 +372,19 @@ TEST(Checkpoint, ConfigsThisEngineDoesNotComputeAreRefused) {
   const nlohmann::json base = nlohmann::json::parse(in);
   ScratchDir dir("config");
   const std::string path = (dir.path / "config.json").string();
+  std::vector<std::string> one_sliding(36, "full_attention");
+  one_sliding[1] = "sliding_attention";
   const std::vector<std::pair<nlohmann::json, std::string>> cases = {
       {{{"use_sliding_window", true}, {"sliding_window", 4096}, {"max_window_layers", 28}},
        "layer 28 attends through a sliding window of 4096"},
-      {{{"use_sliding_window", true},
-        {"sliding_window", 4096},
-        {"layer_types", {"full_attention", "sliding_attention"}}},
+      {{{"use_sliding_window", true}, {"sliding_window", 4096}, {"layer_types", one_sliding}},
        "layer 1 attends through a sliding window of 4096"},
       {{{"layer_types", {"full_attention", "chunked_attention"}}}, "layer_types[1] is \"chunked_attention\""},
+      {{{"layer_types", {"full_attention", "full_attention"}}},
+       "field 'layer_types' has 2 entries; expected one a layer, num_hidden_layers 36"},
+      {{{"max_position_embeddings", int64_t{1} << 40}},
+       "field 'max_position_embeddings' is 1099511627776, more than the 4194304 positions specpress builds its RoPE "
+       "tables for"},
       {{{"layer_types", "full_attention"}}, "field 'layer_types' must be an array"},
       {{{"model_type", "llama"}}, "model_type 'llama' is not supported"},
   };

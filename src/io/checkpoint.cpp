@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace specpress::io {
 namespace fs = std::filesystem;
@@ -59,7 +60,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     const std::string source = index.string();
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text_file(source));
+      j = nlohmann::json::parse(read_text_file(source), depth_limited<nlohmann::json>(source));
     } catch (const nlohmann::json::exception& e) {
       fail("{}: invalid JSON: {}", source, e.what());
     }
@@ -78,11 +79,15 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     for (const auto& [shard, names] : by_shard) {
       const fs::path shard_path = fs::path(dir) / shard;
       if (!fs::exists(shard_path))
-        fail("{}: names shard '{}' (for tensor '{}'), which does not exist in {}", source, shard, *names.begin(), dir);
+        fail("{}: names shard '{}' (for tensor '{}'), which does not exist in {}{}", source, shard, *names.begin(), dir,
+             fs::is_symlink(shard_path) ? " (a link to a file that does not exist: an unfinished download?)" : "");
       store.add_file(shard_path.string(), &names);
     }
   } else if (fs::exists(single)) {
     store.add_file(single.string(), nullptr);
+  } else if (fs::is_symlink(single)) {  // exists() follows the link: an HF cache's link to a blob not downloaded
+    fail("{}: is a link to {}, which does not exist (an unfinished download?)", single.string(),
+         fs::read_symlink(single).string());
   } else {
     fail("{}: no model.safetensors or model.safetensors.index.json", dir);
   }
@@ -123,12 +128,13 @@ at::Tensor TensorStore::take(const std::string& name, const std::vector<int64_t>
   auto it = entries_.find(name);
   if (it == entries_.end()) fail("{}: missing tensor '{}' (expected shape [{}])", source_, name, fmt::join(expected_shape, ", "));
   const Entry& e = it->second;
+  const std::string& file = e.file->path();  // the shard that holds it, named in its errors
   if (e.info.shape != expected_shape)
-    fail("{}: tensor '{}' has shape [{}], expected [{}]", source_, name, fmt::join(e.info.shape, ", "),
+    fail("{}: tensor '{}' has shape [{}], expected [{}]", file, name, fmt::join(e.info.shape, ", "),
          fmt::join(expected_shape, ", "));
-  const at::ScalarType file_type = to_scalar_type(e.info.dtype, fmt::format("{}: tensor '{}'", source_, name));
+  const at::ScalarType file_type = to_scalar_type(e.info.dtype, fmt::format("{}: tensor '{}'", file, name));
   if (at::isFloatingType(dtype) && !(file_type == at::kFloat || file_type == at::kBFloat16 || file_type == at::kHalf))
-    fail("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16 weights", source_, name, dtype_name(e.info.dtype));
+    fail("{}: tensor '{}' has dtype {}, expected F32, BF16 or F16 weights", file, name, dtype_name(e.info.dtype));
   uint8_t* ptr = e.file->mutable_data() + e.data_start + e.info.begin;
   std::shared_ptr<MappedFile> keep = e.file;
   at::Tensor view = at::from_blob(

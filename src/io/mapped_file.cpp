@@ -18,7 +18,9 @@
 namespace specpress::io {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a named pipe in a weights file's place would block the open until a writer came (a hang); opened at
+  // once, it is refused below as not a regular file. (It changes nothing for the regular file that is mapped.)
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("{}: cannot open ({})", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -28,7 +30,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("{}: not a regular file", path);
+    fail("{}: not a regular file (a pipe, a device or a socket; expected a safetensors file)", path);
   }
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;

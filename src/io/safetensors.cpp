@@ -6,10 +6,12 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace specpress::io {
 namespace {
@@ -69,21 +71,36 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
 
   nlohmann::json header;
   // A name twice in the header is an error of its own: the parser would keep the last entry, and the first one's
-  // bytes would then read as a hole or an overlap.
-  std::set<std::string> names;
+  // bytes would then read as a hole or an overlap. So is a field twice in one entry ("dtype" twice: the parser would
+  // keep the last, reading the bytes as another type), as the reference parser refuses both. Top-level keys come at
+  // depth 1, an entry's object starts at depth 1 and its fields come at depth 2.
+  std::set<std::string> names, entry_fields;
+  std::string entry;
   std::optional<std::string> duplicate;
+  std::optional<std::pair<std::string, std::string>> duplicate_field;  // the entry, its field
   auto note_names = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !duplicate &&
-        !names.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
+    using Event = nlohmann::json::parse_event_t;
+    if (depth == 1 && event == Event::key) {
+      entry = parsed.get<std::string>();
+      if (!duplicate && !names.insert(entry).second) duplicate = entry;
+    } else if (depth == 1 && event == Event::object_start) {
+      entry_fields.clear();
+    } else if (depth == 2 && event == Event::key && !duplicate_field &&
+               !entry_fields.insert(parsed.get<std::string>()).second) {
+      duplicate_field = {entry, parsed.get<std::string>()};
+    }
     return true;
   };
   try {
-    header = nlohmann::json::parse(header_text, header_text + header_len, note_names);
+    header = nlohmann::json::parse(header_text, header_text + header_len,
+                                   depth_limited<nlohmann::json>(source + ": header", note_names));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON header: {}", source, e.what());
   }
   if (duplicate) fail("{}: invalid JSON header: the name '{}' appears more than once", source, *duplicate);
+  if (duplicate_field)
+    fail("{}: invalid JSON header: the entry '{}' names its field '{}' more than once", source, duplicate_field->first,
+         duplicate_field->second);
   if (!header.is_object()) fail("{}: invalid JSON header: expected an object", source);
 
   SafetensorsHeader out;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/mapped_file.h"
 
 namespace specpress::model {
@@ -21,7 +22,7 @@ std::string config_path_in(const std::string& dir, const char* expected) {
 nlohmann::json ConfigReader::parse_file(const std::string& path) {
   std::string text = io::read_text_file(path);
   try {
-    nlohmann::json j = nlohmann::json::parse(text);
+    nlohmann::json j = nlohmann::json::parse(text, depth_limited<nlohmann::json>(path));
     if (!j.is_object()) fail("{}: expected a JSON object", path);
     return j;
   } catch (const nlohmann::json::exception& e) {

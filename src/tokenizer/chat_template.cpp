@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/fnv1a.h"
 #include "tokenizer/python_json.h"
 
@@ -153,7 +154,7 @@ std::vector<ChatMessage> parse_messages_json(const std::string& json_text,
   using json = nlohmann::ordered_json;
   json root;
   try {
-    root = json::parse(json_text);
+    root = json::parse(json_text, depth_limited<json>(source_name));
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON: {}", source_name, e.what());
   }
@@ -270,7 +271,7 @@ std::vector<std::string> parse_tools(const nlohmann::ordered_json& root, const s
 std::vector<std::string> parse_tools_json(const std::string& json_text, const std::string& source_name) {
   nlohmann::ordered_json root;
   try {
-    root = nlohmann::ordered_json::parse(json_text);
+    root = nlohmann::ordered_json::parse(json_text, depth_limited<nlohmann::ordered_json>(source_name));
   } catch (const nlohmann::ordered_json::parse_error& e) {
     fail("{}: not valid JSON: {}", source_name, e.what());
   }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/mapped_file.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -30,7 +31,7 @@ std::string read_file(const std::string& path) { return io::read_text_file(path)
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return json::parse(text, depth_limited<json>(source));
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON: {}", source, e.what());
   }

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/output_paths.h"
@@ -151,7 +152,8 @@ std::optional<CheckpointState> find_checkpoint(const std::string& out) {
     if (!fs::exists(state_path)) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(io::read_text_file(state_path.string()));
+      j = nlohmann::json::parse(io::read_text_file(state_path.string()),
+                                 depth_limited<nlohmann::json>(state_path.string()));
     } catch (const nlohmann::json::exception& e) {
       fail("{}: invalid JSON: {}", state_path.string(), e.what());
     }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/mapped_file.h"
 
 namespace specpress::train {
@@ -60,7 +61,7 @@ void for_each_record(const std::string& path, const std::string& text, DataForma
   if (format == DataFormat::kJsonArray) {
     json records;
     try {
-      records = json::parse(text);
+      records = json::parse(text, depth_limited<json>(path));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", path, e.what());
     }
@@ -82,7 +83,7 @@ void for_each_record(const std::string& path, const std::string& text, DataForma
     const std::string where = fmt::format("{} line {}", path, line_no);
     json record;
     try {
-      record = json::parse(line);
+      record = json::parse(line, depth_limited<json>(where));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", where, e.what());
     }

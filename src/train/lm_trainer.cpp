@@ -5,6 +5,7 @@
 
 #include "core/compat.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/mapped_file.h"
 #include "train/checkpoint.h"
 #include "train/sequence_forward.h"
@@ -59,7 +60,7 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   check_resume_matches(o, run, resume);  // before the tokenizer's files are copied into OUT
   nlohmann::ordered_json out_config = qwen3_config_json(config, dtype_config_name(save_dtype));
   {  // the engine has no use for bos_token_id, but HF tools read it: kept from --config where it is there
-    const nlohmann::json given = nlohmann::json::parse(io::read_text_file(o.config_path), nullptr, false);
+    const nlohmann::json given = nlohmann::json::parse(io::read_text_file(o.config_path), depth_limited<nlohmann::json>(o.config_path), false);
     if (given.is_object() && given.contains("bos_token_id")) out_config["bos_token_id"] = given["bos_token_id"];
   }
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, o.out);

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/fnv1a.h"
 #include "io/mapped_file.h"
 #include "model/qwen3.h"
@@ -54,7 +55,8 @@ nlohmann::json model_fingerprints(const std::string& dir) {
   std::vector<std::string> configs = {config.string()}, weights;
   if (fs::exists(index)) {
     configs.push_back(index.string());
-    const nlohmann::json j = nlohmann::json::parse(io::read_text_file(index.string()), nullptr, false);
+    const nlohmann::json j = nlohmann::json::parse(io::read_text_file(index.string()),
+                                                         depth_limited<nlohmann::json>(index.string()), false);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: expected an object with a 'weight_map' object (to fingerprint the model)", index.string());
     for (const auto& [tensor, file] : j["weight_map"].items())

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/mapped_file.h"
 #include "tools/progress.h"
 #include "tools/runner.h"
@@ -54,7 +55,7 @@ namespace {
 nlohmann::json read_cache_records(const std::string& out) {
   const std::string path = (std::filesystem::path(out) / "generations.json").string();
   if (!std::filesystem::exists(path)) return nlohmann::json::object();
-  const nlohmann::json records = nlohmann::json::parse(io::read_text_file(path), nullptr, false);
+  const nlohmann::json records = nlohmann::json::parse(io::read_text_file(path), depth_limited<nlohmann::json>(path), false);
   if (!records.is_object()) fail("{}: not a JSON object (the record of OUT's generation caches); delete it", path);
   return records;
 }
