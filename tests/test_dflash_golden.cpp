@@ -186,6 +186,54 @@ TEST(DFlashMismatch, DraftTargetMismatchesAreClearErrors) {
 
   write_random_dflash(draft, s, 1, 4, 3, {0, 1}, 5);
   EXPECT_NE(draft_error(draft, target).find("num_target_layers 3 does not match"), std::string::npos);
+
+  // what other DFlash checkpoints configure and this engine does not compute is refused, not run as something else;
+  // a tap list given empty is refused, not replaced by the default formula
+  const std::vector<std::pair<nlohmann::json, std::string>> configs = {
+      {{{"causal", true}}, "dflash_config.causal is true; specpress runs DFlash drafts with non-causal attention only"},
+      {{{"use_swa", true}, {"swa_window_size", 4}},
+       "dflash_config.use_swa is true (sliding window of 4); specpress's draft layers attend to the whole context"},
+      {{{"target_layer_ids", nlohmann::json::array()}},
+       "field 'dflash_config.target_layer_ids' is empty; it must list the target layers the draft taps"},
+  };
+  for (const auto& [change, message] : configs) {
+    write_random_dflash(draft, s, 1, 4, 2, {0, 1}, 5);
+    nlohmann::json j = dflash_config_json(s, 1, 4, 2, {0, 1}, 5);
+    j["dflash_config"].update(change);
+    write_json(d.path / "draft" / "config.json", j);
+    EXPECT_NE(draft_error(draft, target).find(message), std::string::npos) << draft_error(draft, target);
+    // checked from the configs alone, before a target's weights load
+    expect_error([&] { model::draft_config_for_dirs(draft, (d.path / "target").string()); }, message);
+  }
+  nlohmann::json j = dflash_config_json(s, 1, 4, 2, {0, 1}, 5);
+  j["dflash_config"]["causal"] = false;  // the Qwen3 drafts' own settings run
+  j["dflash_config"]["use_swa"] = false;
+  write_json(d.path / "draft" / "config.json", j);
+  EXPECT_EQ(draft_error(draft, target), "");
+}
+
+// A draft that states fewer positions than its target (max_position_embeddings 8 against 512) runs to the target's,
+// as the reference computes the draft's rotations for any position; it used to fail midway through a generation.
+TEST(DFlashConfig, DraftRunsToItsTargetsPositions) {
+  c10::InferenceMode mode;
+  ScratchDir d("dflash-positions");
+  TinyShape s;
+  write_random_qwen3((d.path / "target").string(), s);
+  model::Qwen3Model target = model::Qwen3Model::load((d.path / "target").string(), at::kFloat, at::kCPU);
+  const std::string dir = (d.path / "draft").string();
+  write_random_dflash(dir, s, 1, 4, 2, {0, 1}, 5);
+  decode::GenerationParams p;
+  p.max_new_tokens = 24;
+  const std::vector<int64_t> prompt = {1, 2, 3};
+  const model::DFlashDraft stated = model::DFlashDraft::load(dir, target, at::kFloat, at::kCPU);
+  const std::vector<int64_t> expected = decode::generate_dflash(target, stated, prompt, p).output_ids;
+  nlohmann::json j = dflash_config_json(s, 1, 4, 2, {0, 1}, 5);
+  j["max_position_embeddings"] = 8;
+  write_json(d.path / "draft" / "config.json", j);
+  const model::DFlashDraft shorter = model::DFlashDraft::load(dir, target, at::kFloat, at::kCPU);
+  EXPECT_EQ(shorter.config().arch.max_position_embeddings, 512);
+  EXPECT_EQ(decode::generate_dflash(target, shorter, prompt, p).output_ids, expected);
+  EXPECT_EQ(expected.size(), 24u);
 }
 
 TEST(DFlashConfig, DefaultTargetLayerIdsFollowReferenceFormula) {

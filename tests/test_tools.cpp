@@ -1444,6 +1444,34 @@ TEST_F(ToolsEndToEnd, GenerateStreamsText) {
 }
 
 // A model with NaN weights gives NaN log-probabilities: an error naming the chunk, not PPL = nan.
+// What generate reads from a model pair's configs is checked before the weights load (none are here): an end-of-text
+// id of generation_config.json outside the vocabulary is named with that file (it was reported after the load as a
+// --stop-ids the user never gave), and a draft config the engine does not compute is named before the target loads.
+TEST(GenerateErrors, ConfigsAreCheckedBeforeTheWeightsLoad) {
+  ScratchDir d("configs-first");
+  const fs::path target = d.path / "target", draft = d.path / "draft";
+  write_random_qwen3(target.string());
+  write_random_dflash(draft.string(), TinyShape{}, 1, 4, 2, {0, 1}, 5);
+  fs::remove(target / "model.safetensors");
+  for (const auto& [eos, message] : std::vector<std::pair<int64_t, std::string>>{
+           {-5, ": field 'eos_token_id': -5 is outside the vocabulary 0..63"},
+           {64, ": field 'eos_token_id': 64 is outside the vocabulary 0..63"}}) {
+    write_json(target / "generation_config.json", {{"eos_token_id", {2, eos}}});
+    const CommandResult r = run_specpress("generate -m " + target.string() + " --prompt-ids 1,2 -n 2");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find((target / "generation_config.json").string() + message), std::string::npos) << r.err;
+  }
+  fs::remove(target / "generation_config.json");
+  nlohmann::json j = dflash_config_json(TinyShape{}, 1, 4, 2, {0, 1}, 5);
+  j["dflash_config"]["causal"] = true;
+  write_json(draft / "config.json", j);
+  const CommandResult r =
+      run_specpress("generate -m " + target.string() + " -md " + draft.string() + " --prompt-ids 1,2 -n 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find((draft / "config.json").string() + ": dflash_config.causal is true"), std::string::npos)
+      << r.err;
+}
+
 TEST(PerplexityErrors, NanWeightsAreAnError) {
   ScratchDir d("ppl-nan");
   write_qwen3_with_a_nan_weight(d.str());

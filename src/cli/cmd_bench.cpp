@@ -19,6 +19,7 @@
 #include "cli/common.h"
 #include "compress/beacon.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/mapped_file.h"
 #include "io/output_paths.h"
 #include "model/dflash_draft.h"
@@ -80,7 +81,8 @@ std::vector<DatasetRun> select_datasets(const ToolOptions& o, bool several) {
          "files as ../shared/data names them (e.g. {})", o.data, o.dataset, tools::shared_data_file(names[0]));
   if (names.size() > 1 && !o.selection.indices_file.empty()) {
     // a plain list of rows would select the same rows from every dataset
-    nlohmann::json indices = nlohmann::json::parse(io::read_text_file(o.selection.indices_file), nullptr, false);
+    nlohmann::json indices = nlohmann::json::parse(io::read_text_file(o.selection.indices_file),
+                                                          depth_limited<nlohmann::json>(o.selection.indices_file), false);
     if (!indices.is_discarded() && !indices.is_object())
       fail("--indices: {} is one list of rows; with several datasets give dflash_subsets.json, which lists rows for "
            "each", o.selection.indices_file);
@@ -166,6 +168,7 @@ Loaded load_models(const ToolOptions& o, const std::vector<std::string>& draft_d
   if (im_end) l.stop_ids = {*im_end};
   else l.stop_ids.assign(eos.begin(), eos.end());
   const auto [device, dtype] = parse_placement(o.device, o.dtype);
+  for (const std::string& dir : draft_dirs) model::draft_config_for_dirs(dir, o.model_dir);  // before the weights load
   l.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o.model_dir, dtype, device));
   for (const std::string& dir : draft_dirs)
     l.drafts.push_back(std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(dir, *l.target, dtype, device)));

@@ -103,6 +103,7 @@ int run_generate(const GenerateOptions& options) {
     params.stop_ids = default_stop_ids(o.model_dir);
   }
 
+  if (!o.draft_dir.empty()) model::draft_config_for_dirs(o.draft_dir, o.model_dir);  // before the weights load
   model::Qwen3Model target = model::Qwen3Model::load(o.model_dir, dtype, device);
   if (raw_prompt_is_ids(o.prompt)) check_raw_prompt_vocab(o.prompt, prompt, target.config().vocab_size);
   std::unique_ptr<model::DFlashDraft> draft;

@@ -27,7 +27,19 @@ std::vector<int64_t> default_stop_ids(const std::string& model_dir) {
     nlohmann::json j = model::ConfigReader::parse_file(p.string());
     model::ConfigReader r{j, p.string()};
     std::vector<int64_t> ids = r.integer_list("eos_token_id");
-    if (!ids.empty()) return ids;
+    if (ids.empty()) continue;
+    // checked here, naming the file, before the weights load (config.json's own ids are checked with the model's
+    // config; a bad one would otherwise be reported later as a --stop-ids the user never gave)
+    const fs::path config = fs::path(model_dir) / "config.json";
+    const nlohmann::json cj = fs::exists(config) ? model::ConfigReader::parse_file(config.string()) : nlohmann::json();
+    const bool sized = cj.is_object() && cj.contains("vocab_size") && cj["vocab_size"].is_number_integer();
+    const int64_t vocab = sized ? cj["vocab_size"].get<int64_t>() : INT64_MAX;
+    for (int64_t id : ids) {
+      if (id < 0 && !sized) fail("{}: field 'eos_token_id': {} is negative (token ids count from 0)", p.string(), id);
+      if (id < 0 || id >= vocab)
+        fail("{}: field 'eos_token_id': {} is outside the vocabulary 0..{}", p.string(), id, vocab - 1);
+    }
+    return ids;
   }
   return {};
 }

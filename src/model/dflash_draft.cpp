@@ -1,6 +1,7 @@
 // dflash_draft.cpp — DFlash draft loading, validation and reference forward (see dflash_draft.h).
 #include "model/dflash_draft.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -35,18 +36,38 @@ DFlashConfig parse_dflash_config(const std::string& config_path) {
   c.block_size = r.integer("block_size");
   c.num_target_layers = r.integer("num_target_layers");
   if (c.block_size < 2) fail("{}: block_size {} must be at least 2", config_path, c.block_size);
+  // The tapped layers: dflash_config's list, else a top-level one (oldest z-lab configs), else the reference's
+  // default formula; a list given empty is refused (the reference would tap no layer), not replaced by the formula.
   std::vector<int64_t> ids;
+  std::string ids_field;
   if (r.has("dflash_config")) {
     if (!j["dflash_config"].is_object()) fail("{}: field 'dflash_config' must be an object", config_path);
     ConfigReader d{j["dflash_config"], config_path + ": dflash_config"};
-    ids = d.integer_list("target_layer_ids");
+    if (d.has("target_layer_ids")) {
+      ids = d.integer_list("target_layer_ids");
+      ids_field = "dflash_config.target_layer_ids";
+    }
     c.mask_token_id = d.integer("mask_token_id");
+    // Other DFlash checkpoints configure causal or sliding-window draft layers here (dflash-spec.md, section 6.1);
+    // specpress's draft attends to the whole context and block, non-causally, as the Qwen3 drafts do.
+    if (d.boolean_or("causal", false))
+      fail("{}: dflash_config.causal is true; specpress runs DFlash drafts with non-causal attention only (the Qwen3 "
+           "drafts' setting: false or absent)", config_path);
+    if (d.boolean_or("use_swa", false))
+      fail("{}: dflash_config.use_swa is true (sliding window of {}); specpress's draft layers attend to the whole "
+           "context (the Qwen3 drafts' setting: false or absent)", config_path,
+           d.has("swa_window_size") ? j["dflash_config"]["swa_window_size"].dump().substr(0, 40) : "unset");
   } else {
     // Oldest z-lab configs kept the mask id at the top level.
     c.mask_token_id = r.integer("mask_token_id");
   }
-  if (ids.empty()) ids = r.integer_list("target_layer_ids");
-  if (ids.empty()) ids = default_target_layer_ids(c.num_target_layers, c.arch.num_layers);
+  if (ids_field.empty() && r.has("target_layer_ids")) {
+    ids = r.integer_list("target_layer_ids");
+    ids_field = "target_layer_ids";
+  }
+  if (ids_field.empty()) ids = default_target_layer_ids(c.num_target_layers, c.arch.num_layers);
+  if (ids.empty())
+    fail("{}: field '{}' is empty; it must list the target layers the draft taps", config_path, ids_field);
   c.target_layer_ids = ids;
   return c;
 }
@@ -68,7 +89,15 @@ DFlashConfig draft_config_for(const std::string& dir, const Qwen3Config& t) {
     if (id < 0 || id >= t.num_layers)
       fail("{}: dflash_config.target_layer_ids entry {} is outside the target's layers 0..{}", config_path, id,
            t.num_layers - 1);
+  // The draft's blocks sit at the target's positions, wherever the target can go: the reference computes the draft's
+  // rotations for any position (its max_position_embeddings names a trained length, not a table's), so a draft that
+  // states fewer positions than its target runs to the target's, not failing midway through a generation.
+  c.arch.max_position_embeddings = std::max(c.arch.max_position_embeddings, t.max_position_embeddings);
   return c;
+}
+
+DFlashConfig draft_config_for_dirs(const std::string& draft_dir, const std::string& target_dir) {
+  return draft_config_for(draft_dir, parse_qwen3_config(config_path_in(target_dir, "an HF model directory")));
 }
 
 DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, at::ScalarType dtype,

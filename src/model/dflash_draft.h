@@ -27,6 +27,9 @@ DFlashConfig parse_dflash_config(const std::string& config_path);
 // The config of the draft in `dir`, checked against its target's: hidden and vocabulary sizes, layer count, taps, mask
 // token (each mismatch named). DFlashDraft::load starts with it; tools that only read the draft's taps use it alone.
 DFlashConfig draft_config_for(const std::string& dir, const Qwen3Config& target);
+// The same from the two directories' configs alone: the tools call it before the target's weights load (minutes for
+// an 8B), so that a bad draft config or a mismatched pair is reported at once.
+DFlashConfig draft_config_for_dirs(const std::string& draft_dir, const std::string& target_dir);
 
 struct DFlashWeights {
   at::Tensor fc;           // [H, n_taps*H]

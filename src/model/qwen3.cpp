@@ -43,27 +43,32 @@ Qwen3Config parse_qwen3_config(const std::string& config_path, const char* archi
   if (r.has("rope_scaling")) fail("{}: field 'rope_scaling' is set; RoPE scaling is not supported", config_path);
   const std::string model_type = r.string_or("model_type", "qwen3");
   if (model_type != "qwen3") fail("{}: model_type '{}' is not supported (expected 'qwen3')", config_path, model_type);
+  for (auto [name, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                             {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_layers},
+                             {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim}})
+    if (value <= 0) fail("{}: field '{}' must be positive, found {}", config_path, name, value);
   // Every layer attends to the whole context here. As transformers' Qwen3 reads the config, a layer slides only where
   // use_sliding_window is true and sliding_window is set, and it is a sliding_attention entry of layer_types (without
   // them: a layer at or past max_window_layers, 28 by default); such a config is refused, any other runs as full
-  // attention, as there.
-  std::vector<bool> sliding_type(static_cast<size_t>(std::max<int64_t>(c.num_layers, 0)), false);  // checked below
+  // attention, as there. layer_types, where given, has an entry a layer (transformers refuses another length too).
   const bool typed = r.has("layer_types");
+  const nlohmann::json no_types = nlohmann::json::array();
+  const nlohmann::json& types = typed ? j["layer_types"] : no_types;
   if (typed) {
-    const auto& types = j["layer_types"];
     if (!types.is_array()) fail("{}: field 'layer_types' must be an array of strings", config_path);
-    for (size_t i = 0; i < types.size(); ++i) {
+    for (size_t i = 0; i < types.size(); ++i)
       if (types[i] != "full_attention" && types[i] != "sliding_attention")
         fail("{}: layer_types[{}] is {}; expected \"full_attention\" or \"sliding_attention\"", config_path, i,
              types[i].dump());
-      if (i < sliding_type.size()) sliding_type[i] = types[i] == "sliding_attention";
-    }
+    if (static_cast<int64_t>(types.size()) != c.num_layers)
+      fail("{}: field 'layer_types' has {} entries; expected one a layer, num_hidden_layers {}", config_path,
+           types.size(), c.num_layers);
   }
   if (r.boolean_or("use_sliding_window", false) && r.has("sliding_window")) {
     const int64_t window = r.integer("sliding_window");
     const int64_t max_window_layers = r.integer_or("max_window_layers", 28);
     for (int64_t i = 0; i < c.num_layers; ++i)
-      if (typed ? sliding_type[static_cast<size_t>(i)] : i >= max_window_layers)
+      if (typed ? types[static_cast<size_t>(i)] == "sliding_attention" : i >= max_window_layers)
         fail("{}: layer {} attends through a sliding window of {} (use_sliding_window true); sliding windows are "
              "not supported", config_path, i, window);
   }
@@ -74,10 +79,6 @@ Qwen3Config parse_qwen3_config(const std::string& config_path, const char* archi
   if (r.boolean_or("attention_bias", false)) fail("{}: attention_bias true is not a Qwen3 configuration", config_path);
   std::string act = r.string_or("hidden_act", "silu");
   if (act != "silu") fail("{}: hidden_act '{}' is not supported (expected 'silu')", config_path, act);
-  for (auto [name, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
-                             {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_layers},
-                             {"num_key_value_heads", c.num_kv_heads}, {"head_dim", c.head_dim}})
-    if (value <= 0) fail("{}: field '{}' must be positive, found {}", config_path, name, value);
   if (c.num_heads % c.num_kv_heads != 0)
     fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", config_path, c.num_heads, c.num_kv_heads);
   if (c.head_dim % 2 != 0) fail("{}: head_dim {} must be even for RoPE", config_path, c.head_dim);
@@ -88,6 +89,11 @@ Qwen3Config parse_qwen3_config(const std::string& config_path, const char* archi
     fail("{}: field 'rope_theta' must be a positive number, found {}", config_path, c.rope_theta);
   if (c.max_position_embeddings <= 0)
     fail("{}: field 'max_position_embeddings' must be positive, found {}", config_path, c.max_position_embeddings);
+  // the RoPE tables are built for every position at load (a KiB a position at head_dim 128), and float32 positions
+  // past 2^24 are no longer exact: 2^22 bounds the tables at 4 GiB (Qwen3 checkpoints state 32768 to 262144)
+  if (c.max_position_embeddings > kMaxPositions)
+    fail("{}: field 'max_position_embeddings' is {}, more than the {} positions specpress builds its RoPE tables for",
+         config_path, c.max_position_embeddings, kMaxPositions);
   for (int64_t id : c.eos_token_ids)
     if (id < 0 || id >= c.vocab_size)
       fail("{}: field 'eos_token_id': {} is outside the vocabulary 0..{}", config_path, id, c.vocab_size - 1);

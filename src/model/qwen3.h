@@ -16,6 +16,9 @@ class TensorStore;
 
 namespace specpress::model {
 
+// The most positions a config may state (max_position_embeddings): the RoPE tables hold every one (qwen3.cpp).
+inline constexpr int64_t kMaxPositions = int64_t{1} << 22;
+
 struct Qwen3Config {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;

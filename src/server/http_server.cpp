@@ -40,6 +40,7 @@
 #include "compress/beacon.h"
 #include "compress/kv_compressor.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "decode/logprobs.h"
 #include "model/config_json.h"
 #include "model/dflash_draft.h"
@@ -319,6 +320,7 @@ void Server::load() {
   Model m;
   m.tokenizer = cli::load_tokenizer_if_present(o_.model_dir);
   m.eos_ids = cli::default_stop_ids(o_.model_dir);
+  if (!o_.draft_dir.empty()) model::draft_config_for_dirs(o_.draft_dir, o_.model_dir);  // before the weights load
   m.target = std::make_unique<model::Qwen3Model>(model::Qwen3Model::load(o_.model_dir, dtype, device));
   if (!o_.draft_dir.empty()) {
     m.draft = std::make_unique<model::DFlashDraft>(model::DFlashDraft::load(o_.draft_dir, *m.target, dtype, device));
@@ -1494,7 +1496,7 @@ int run_server(const ServerOptions& options) {
     if (o.chat_template_kwargs.empty()) fail("--chat-template-kwargs: expected a JSON object, found an empty string");
     nlohmann::json kwargs;
     try {
-      kwargs = nlohmann::json::parse(o.chat_template_kwargs);
+      kwargs = nlohmann::json::parse(o.chat_template_kwargs, depth_limited<nlohmann::json>("--chat-template-kwargs"));
     } catch (const nlohmann::json::parse_error& e) {
       fail("--chat-template-kwargs: not valid JSON ({})", e.what());
     }
