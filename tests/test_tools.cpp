@@ -1443,7 +1443,6 @@ TEST_F(ToolsEndToEnd, GenerateStreamsText) {
   EXPECT_EQ(j["output_ids"].size(), 5u);
 }
 
-// A model with NaN weights gives NaN log-probabilities: an error naming the chunk, not PPL = nan.
 // What generate reads from a model pair's configs is checked before the weights load (none are here): an end-of-text
 // id of generation_config.json outside the vocabulary is named with that file (it was reported after the load as a
 // --stop-ids the user never gave), and a draft config the engine does not compute is named before the target loads.
@@ -1472,6 +1471,7 @@ TEST(GenerateErrors, ConfigsAreCheckedBeforeTheWeightsLoad) {
       << r.err;
 }
 
+// A model with NaN weights gives NaN log-probabilities: an error naming the chunk, not PPL = nan.
 TEST(PerplexityErrors, NanWeightsAreAnError) {
   ScratchDir d("ppl-nan");
   write_qwen3_with_a_nan_weight(d.str());

@@ -81,8 +81,8 @@ std::vector<DatasetRun> select_datasets(const ToolOptions& o, bool several) {
          "files as ../shared/data names them (e.g. {})", o.data, o.dataset, tools::shared_data_file(names[0]));
   if (names.size() > 1 && !o.selection.indices_file.empty()) {
     // a plain list of rows would select the same rows from every dataset
-    nlohmann::json indices = nlohmann::json::parse(io::read_text_file(o.selection.indices_file),
-                                                          depth_limited<nlohmann::json>(o.selection.indices_file), false);
+    const std::string& file = o.selection.indices_file;
+    nlohmann::json indices = nlohmann::json::parse(depth_checked(io::read_text_file(file), file), nullptr, false);
     if (!indices.is_discarded() && !indices.is_object())
       fail("--indices: {} is one list of rows; with several datasets give dflash_subsets.json, which lists rows for "
            "each", o.selection.indices_file);

@@ -32,7 +32,9 @@ std::vector<int64_t> default_stop_ids(const std::string& model_dir) {
     // config; a bad one would otherwise be reported later as a --stop-ids the user never gave)
     const fs::path config = fs::path(model_dir) / "config.json";
     const nlohmann::json cj = fs::exists(config) ? model::ConfigReader::parse_file(config.string()) : nlohmann::json();
-    const bool sized = cj.is_object() && cj.contains("vocab_size") && cj["vocab_size"].is_number_integer();
+    // (a vocab_size that is not a positive integer is config.json's error, reported with the model's config)
+    const bool sized = cj.is_object() && cj.contains("vocab_size") && cj["vocab_size"].is_number_integer() &&
+                       cj["vocab_size"].get<int64_t>() > 0;
     const int64_t vocab = sized ? cj["vocab_size"].get<int64_t>() : INT64_MAX;
     for (int64_t id : ids) {
       if (id < 0 && !sized) fail("{}: field 'eos_token_id': {} is negative (token ids count from 0)", p.string(), id);

@@ -60,7 +60,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     const std::string source = index.string();
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text_file(source), depth_limited<nlohmann::json>(source));
+      j = nlohmann::json::parse(depth_checked(read_text_file(source), source));
     } catch (const nlohmann::json::exception& e) {
       fail("{}: invalid JSON: {}", source, e.what());
     }

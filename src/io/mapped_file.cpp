@@ -30,7 +30,11 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("{}: not a regular file (a pipe, a device or a socket; expected a safetensors file)", path);
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a named pipe"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    fail("{}: not a regular file ({}; expected a safetensors file)", path, kind);
   }
   std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -71,9 +72,10 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
 
   nlohmann::json header;
   // A name twice in the header is an error of its own: the parser would keep the last entry, and the first one's
-  // bytes would then read as a hole or an overlap. So is a field twice in one entry ("dtype" twice: the parser would
-  // keep the last, reading the bytes as another type), as the reference parser refuses both. Top-level keys come at
-  // depth 1, an entry's object starts at depth 1 and its fields come at depth 2.
+  // bytes would then read as a hole or an overlap. So is a field twice in one tensor's entry ("dtype" twice: the parser
+  // would keep the last, reading the bytes as another type), as the reference parser refuses both (a key twice in
+  // __metadata__ it keeps, the last winning, as here). Top-level keys come at depth 1, an entry's object starts at
+  // depth 1 and its fields come at depth 2.
   std::set<std::string> names, entry_fields;
   std::string entry;
   std::optional<std::string> duplicate;
@@ -85,15 +87,15 @@ SafetensorsHeader parse_safetensors(const uint8_t* data, size_t size, const std:
       if (!duplicate && !names.insert(entry).second) duplicate = entry;
     } else if (depth == 1 && event == Event::object_start) {
       entry_fields.clear();
-    } else if (depth == 2 && event == Event::key && !duplicate_field &&
+    } else if (depth == 2 && event == Event::key && !duplicate_field && entry != "__metadata__" &&
                !entry_fields.insert(parsed.get<std::string>()).second) {
       duplicate_field = {entry, parsed.get<std::string>()};
     }
     return true;
   };
   try {
-    header = nlohmann::json::parse(header_text, header_text + header_len,
-                                   depth_limited<nlohmann::json>(source + ": header", note_names));
+    check_json_depth(std::string_view(header_text, header_len), source + ": header");
+    header = nlohmann::json::parse(header_text, header_text + header_len, note_names);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON header: {}", source, e.what());
   }

@@ -22,7 +22,7 @@ std::string config_path_in(const std::string& dir, const char* expected) {
 nlohmann::json ConfigReader::parse_file(const std::string& path) {
   std::string text = io::read_text_file(path);
   try {
-    nlohmann::json j = nlohmann::json::parse(text, depth_limited<nlohmann::json>(path));
+    nlohmann::json j = nlohmann::json::parse(depth_checked(text, path));
     if (!j.is_object()) fail("{}: expected a JSON object", path);
     return j;
   } catch (const nlohmann::json::exception& e) {

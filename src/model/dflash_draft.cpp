@@ -65,7 +65,14 @@ DFlashConfig parse_dflash_config(const std::string& config_path) {
     ids = r.integer_list("target_layer_ids");
     ids_field = "target_layer_ids";
   }
-  if (ids_field.empty()) ids = default_target_layer_ids(c.num_target_layers, c.arch.num_layers);
+  if (ids_field.empty()) {
+    // the reference's formula spreads one tap a draft layer over the target's layers: more draft layers than target
+    // layers is no DFlash draft (and a count such as 2^62 would be allocated for)
+    if (c.arch.num_layers > c.num_target_layers)
+      fail("{}: no target_layer_ids, and the default formula's one tap a draft layer cannot spread {} draft layers "
+           "(num_hidden_layers) over num_target_layers {}", config_path, c.arch.num_layers, c.num_target_layers);
+    ids = default_target_layer_ids(c.num_target_layers, c.arch.num_layers);
+  }
   if (ids.empty())
     fail("{}: field '{}' is empty; it must list the target layers the draft taps", config_path, ids_field);
   c.target_layer_ids = ids;

@@ -1496,7 +1496,7 @@ int run_server(const ServerOptions& options) {
     if (o.chat_template_kwargs.empty()) fail("--chat-template-kwargs: expected a JSON object, found an empty string");
     nlohmann::json kwargs;
     try {
-      kwargs = nlohmann::json::parse(o.chat_template_kwargs, depth_limited<nlohmann::json>("--chat-template-kwargs"));
+      kwargs = nlohmann::json::parse(depth_checked(o.chat_template_kwargs, "--chat-template-kwargs"));
     } catch (const nlohmann::json::parse_error& e) {
       fail("--chat-template-kwargs: not valid JSON ({})", e.what());
     }

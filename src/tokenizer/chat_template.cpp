@@ -154,7 +154,7 @@ std::vector<ChatMessage> parse_messages_json(const std::string& json_text,
   using json = nlohmann::ordered_json;
   json root;
   try {
-    root = json::parse(json_text, depth_limited<json>(source_name));
+    root = json::parse(depth_checked(json_text, source_name));
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON: {}", source_name, e.what());
   }
@@ -271,7 +271,7 @@ std::vector<std::string> parse_tools(const nlohmann::ordered_json& root, const s
 std::vector<std::string> parse_tools_json(const std::string& json_text, const std::string& source_name) {
   nlohmann::ordered_json root;
   try {
-    root = nlohmann::ordered_json::parse(json_text, depth_limited<nlohmann::ordered_json>(source_name));
+    root = nlohmann::ordered_json::parse(depth_checked(json_text, source_name));
   } catch (const nlohmann::ordered_json::parse_error& e) {
     fail("{}: not valid JSON: {}", source_name, e.what());
   }

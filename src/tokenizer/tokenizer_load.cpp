@@ -31,7 +31,7 @@ std::string read_file(const std::string& path) { return io::read_text_file(path)
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text, depth_limited<json>(source));
+    return json::parse(depth_checked(text, source));
   } catch (const json::parse_error& e) {
     fail("{}: not valid JSON: {}", source, e.what());
   }

@@ -115,7 +115,7 @@ const std::string& shared_data_file(const std::string& name) {
 }
 
 std::vector<std::string> format_turns(const std::string& name, const std::string& record_json, const std::string& where) {
-  return turns_of(name, json::parse(record_json, depth_limited<json>(where)), where);
+  return turns_of(name, json::parse(depth_checked(record_json, where)), where);
 }
 
 std::vector<BenchSample> load_dataset(const std::string& name, const std::string& path) {
@@ -127,7 +127,7 @@ std::vector<BenchSample> load_dataset(const std::string& name, const std::string
   if (text[first] == '[') {  // a JSON array (sanitized-mbpp.json, alpaca_data.json)
     json arr;
     try {
-      arr = json::parse(text, depth_limited<json>(path));
+      arr = json::parse(depth_checked(text, path));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", path, e.what());
     }
@@ -144,7 +144,7 @@ std::vector<BenchSample> load_dataset(const std::string& name, const std::string
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const std::string where = fmt::format("{}:{}", path, line_no);
       try {
-        records.push_back({where, json::parse(line, depth_limited<json>(where))});
+        records.push_back({where, json::parse(depth_checked(line, where))});
       } catch (const json::exception& e) {
         fail("{}: invalid JSON line: {}", where, e.what());
       }
@@ -184,7 +184,7 @@ std::vector<BenchSample> select_samples(const std::vector<BenchSample>& all, con
   if (!sel.indices_file.empty()) {
     json j;
     try {
-      j = json::parse(io::read_text_file(sel.indices_file), depth_limited<json>(sel.indices_file));
+      j = json::parse(depth_checked(io::read_text_file(sel.indices_file), sel.indices_file));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", sel.indices_file, e.what());
     }

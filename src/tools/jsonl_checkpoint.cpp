@@ -43,7 +43,7 @@ bool holds_no_records(const std::string& path, const CheckpointFormat& f) {
   if (c != '\n') return false;  // a first line of over 1 MiB, or a read error
   while (in.get(c))
     if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return false;
-  const nlohmann::json j = nlohmann::json::parse(first, depth_limited<nlohmann::json>(path + ": line 1"), false);
+  const nlohmann::json j = nlohmann::json::parse(depth_checked(first, path + ": line 1"), nullptr, false);
   return !j.is_discarded() && j.is_object() && j.contains("format") && j["format"] == f.format;
 }
 
@@ -74,7 +74,7 @@ void check_path(const std::string& path, const CheckpointFormat& f, bool resume)
 nlohmann::json read_header(const std::string& text, const std::string& path, const CheckpointFormat& f) {
   const size_t newline = text.find('\n');
   nlohmann::json j =
-      nlohmann::json::parse(text.substr(0, newline), depth_limited<nlohmann::json>(path + ": line 1"), false);
+      nlohmann::json::parse(depth_checked(text.substr(0, newline), path + ": line 1"), nullptr, false);
   if (newline == std::string::npos || j.is_discarded() || !j.is_object() || !j.contains("format") ||
       j["format"] != f.format)
     fail("--resume: {} is not a {} checkpoint (its first line must be a JSON object with \"format\": \"{}\")", path,
@@ -173,7 +173,7 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
     at = good = newline + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line (an editor's)
     const std::string where = fmt::format("{}: line {}", path_, line_number);
-    nlohmann::json j = nlohmann::json::parse(line, depth_limited<nlohmann::json>(where), false);
+    nlohmann::json j = nlohmann::json::parse(depth_checked(line, where), nullptr, false);
     if (j.is_discarded()) fail("{}: invalid JSON (a line holds one record)", where);
     if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
     lines_.push_back({where, std::move(j)});

@@ -152,8 +152,7 @@ std::optional<CheckpointState> find_checkpoint(const std::string& out) {
     if (!fs::exists(state_path)) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(io::read_text_file(state_path.string()),
-                                 depth_limited<nlohmann::json>(state_path.string()));
+      j = nlohmann::json::parse(depth_checked(io::read_text_file(state_path.string()), state_path.string()));
     } catch (const nlohmann::json::exception& e) {
       fail("{}: invalid JSON: {}", state_path.string(), e.what());
     }

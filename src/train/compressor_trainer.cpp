@@ -52,7 +52,7 @@ std::vector<Trajectory> read_trajectories(const std::string& path, int64_t vocab
     ++line_no;
     if (line.empty()) continue;
     try {
-      nlohmann::json j = nlohmann::json::parse(line, depth_limited<nlohmann::json>(fmt::format("{}:{}", path, line_no)));
+      nlohmann::json j = nlohmann::json::parse(depth_checked(line, fmt::format("{}:{}", path, line_no)));
       out.push_back({j.at("ids").get<std::vector<int64_t>>(), j.at("prompt_tokens").get<int64_t>(),
                      j.at("spans").get<std::vector<int64_t>>()});
     } catch (const nlohmann::json::exception& e) {
@@ -382,7 +382,8 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
                                    {"baselines", nlohmann::ordered_json::object()},
                                    {"evals", nlohmann::ordered_json::array()}};
   if (resume && fs::exists(eval_path)) {  // keep what the run before the checkpoint measured
-    const nlohmann::ordered_json saved = nlohmann::ordered_json::parse(io::read_text_file(eval_path), depth_limited<nlohmann::ordered_json>(eval_path), false);
+    const nlohmann::ordered_json saved =
+        nlohmann::ordered_json::parse(depth_checked(io::read_text_file(eval_path), eval_path), nullptr, false);
     const std::optional<CheckpointState> checkpoint = find_checkpoint(o.out);
     if (saved.is_object() && saved.contains("baselines") && saved.contains("evals") && checkpoint) {
       report["baselines"] = saved["baselines"];

@@ -61,7 +61,7 @@ void for_each_record(const std::string& path, const std::string& text, DataForma
   if (format == DataFormat::kJsonArray) {
     json records;
     try {
-      records = json::parse(text, depth_limited<json>(path));
+      records = json::parse(depth_checked(text, path));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", path, e.what());
     }
@@ -83,7 +83,7 @@ void for_each_record(const std::string& path, const std::string& text, DataForma
     const std::string where = fmt::format("{} line {}", path, line_no);
     json record;
     try {
-      record = json::parse(line, depth_limited<json>(where));
+      record = json::parse(depth_checked(line, where));
     } catch (const json::exception& e) {
       fail("{}: invalid JSON: {}", where, e.what());
     }

@@ -60,7 +60,8 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
   check_resume_matches(o, run, resume);  // before the tokenizer's files are copied into OUT
   nlohmann::ordered_json out_config = qwen3_config_json(config, dtype_config_name(save_dtype));
   {  // the engine has no use for bos_token_id, but HF tools read it: kept from --config where it is there
-    const nlohmann::json given = nlohmann::json::parse(io::read_text_file(o.config_path), depth_limited<nlohmann::json>(o.config_path), false);
+    const nlohmann::json given =
+        nlohmann::json::parse(depth_checked(io::read_text_file(o.config_path), o.config_path), nullptr, false);
     if (given.is_object() && given.contains("bos_token_id")) out_config["bos_token_id"] = given["bos_token_id"];
   }
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, o.out);

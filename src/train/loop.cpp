@@ -55,8 +55,8 @@ nlohmann::json model_fingerprints(const std::string& dir) {
   std::vector<std::string> configs = {config.string()}, weights;
   if (fs::exists(index)) {
     configs.push_back(index.string());
-    const nlohmann::json j = nlohmann::json::parse(io::read_text_file(index.string()),
-                                                         depth_limited<nlohmann::json>(index.string()), false);
+    const nlohmann::json j =
+        nlohmann::json::parse(depth_checked(io::read_text_file(index.string()), index.string()), nullptr, false);
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: expected an object with a 'weight_map' object (to fingerprint the model)", index.string());
     for (const auto& [tensor, file] : j["weight_map"].items())

@@ -55,7 +55,7 @@ namespace {
 nlohmann::json read_cache_records(const std::string& out) {
   const std::string path = (std::filesystem::path(out) / "generations.json").string();
   if (!std::filesystem::exists(path)) return nlohmann::json::object();
-  const nlohmann::json records = nlohmann::json::parse(io::read_text_file(path), depth_limited<nlohmann::json>(path), false);
+  const nlohmann::json records = nlohmann::json::parse(depth_checked(io::read_text_file(path), path), nullptr, false);
   if (!records.is_object()) fail("{}: not a JSON object (the record of OUT's generation caches); delete it", path);
   return records;
 }
