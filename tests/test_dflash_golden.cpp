@@ -232,6 +232,9 @@ TEST(DFlashConfig, DraftRunsToItsTargetsPositions) {
   write_json(d.path / "draft" / "config.json", j);
   const model::DFlashDraft shorter = model::DFlashDraft::load(dir, target, at::kFloat, at::kCPU);
   EXPECT_EQ(shorter.config().arch.max_position_embeddings, 512);
+  // the same rotations as the target's: its table, shared
+  EXPECT_EQ(shorter.rope().cos.data_ptr(), target.rope().cos.data_ptr());
+  EXPECT_EQ(shorter.rope().sin.data_ptr(), target.rope().sin.data_ptr());
   EXPECT_EQ(decode::generate_dflash(target, shorter, prompt, p).output_ids, expected);
   EXPECT_EQ(expected.size(), 24u);
 }

@@ -126,8 +126,14 @@ DFlashDraft DFlashDraft::load(const std::string& dir, const Qwen3Model& target, 
 
 DFlashDraft::DFlashDraft(DFlashConfig config, DFlashWeights weights, const Qwen3Model& target)
     : config_(std::move(config)), weights_(std::move(weights)), target_(&target) {
-  rope_ = ops::make_rope_table(config_.arch.head_dim, config_.arch.rope_theta, config_.arch.max_position_embeddings,
-                               target.device());
+  // the target's own table where the rotations are the same (the Qwen3 drafts': head_dim and theta equal, positions
+  // the target's, draft_config_for): shared, not built again (a 262144-position target's table is 256 MiB)
+  const Qwen3Config& a = config_.arch;
+  const Qwen3Config& t = target.config();
+  rope_ = a.head_dim == t.head_dim && a.rope_theta == t.rope_theta &&
+                  a.max_position_embeddings <= t.max_position_embeddings
+              ? target.rope()
+              : ops::make_rope_table(a.head_dim, a.rope_theta, a.max_position_embeddings, target.device());
 }
 
 DraftCache DFlashDraft::make_cache(int64_t capacity) const {

@@ -55,12 +55,13 @@ class DFlashDraft {
   DraftCache make_cache(int64_t capacity) const;
   const DFlashConfig& config() const { return config_; }
   const DFlashWeights& weights() const { return weights_; }
+  const ops::RopeTable& rope() const { return rope_; }  // its positions' rotations (the target's table where equal)
 
  private:
   DFlashConfig config_;
   DFlashWeights weights_;
   const Qwen3Model* target_;
-  ops::RopeTable rope_;  // the draft's own theta and positions
+  ops::RopeTable rope_;  // the draft's theta and positions: the target's table where they are the target's
 };
 
 }  // namespace specpress::model

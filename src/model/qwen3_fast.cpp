@@ -386,7 +386,7 @@ FastEngine::FastEngine(const Qwen3Model& target, const DFlashDraft* draft, int64
     for (const DecoderLayerWeights& w : draft->weights().layers) d_layers_.push_back(fuse_layer(w, false));
     dk_cache_ = at::zeros({a.num_layers, a.num_kv_heads, capacity, a.head_dim}, bf16);
     dv_cache_ = at::zeros_like(dk_cache_);
-    draft_rope_ = ops::make_rope_table(a.head_dim, a.rope_theta, a.max_position_embeddings, device_);
+    draft_rope_ = draft->rope();  // the reference draft's table (the target's where equal): shared, not built again
     draft_buf_ = make_buffers(B_, B_ - 1, a, 0, splits);
     draft_ctx_raw_ = at::zeros({B_, a.hidden_size}, bf16);
     draft_ctx_ = at::zeros({B_, a.hidden_size}, bf16);
