@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "core/json_depth.h"
 #include "core/fnv1a.h"
+#include "core/json_depth.h"
 #include "tokenizer/python_json.h"
 
 namespace specpress::tok {
