@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -929,7 +930,14 @@ TEST_F(ToolsEndToEnd, DiagnoseCheckpointResumesToTheSameReport) {
       {diagnose(16, "0") + " --checkpoint " + part_ckpt.string() + " --resume",
        "holds records made with temps = [0.0,1.0], but this run has temps = [0.0]"},
       {base + " --checkpoint " + (d / "full.json").string() + " --resume", "full.json is not a diagnose checkpoint"},
+      // a named pipe is refused before anything reads it (a read would wait for a writer), a folder likewise: the
+      // CLI's output checks (io/output_paths) come first
+      {base + " --checkpoint " + (d / "pipe.ckpt").string(),
+       "--checkpoint: " + (d / "pipe.ckpt").string() + " exists and is not a regular file (expected a file to write)"},
+      {base + " --checkpoint " + d.string() + " --resume",
+       "--checkpoint: " + d.string() + " is a directory (expected a file to write)"},
   };
+  ASSERT_EQ(::mkfifo((d / "pipe.ckpt").c_str(), 0600), 0);
   for (const auto& c : cases) {
     r = run_specpress(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
