@@ -364,6 +364,99 @@ TEST(Cli, ReasoningBudgetCutsTheThinkingAndAnswers) {
   EXPECT_NE(ids.err.find("--reasoning-budget: only applies with --chat"), std::string::npos) << ids.err;
 }
 
+// generate --stop (-r): the text ends right before the first stop string to complete, as the server's "stop": the
+// output ids end at the token that completed it (the rest of a DFlash block is dropped), so DFlash gives plain
+// decoding's output; --json says it; the streamed text is the same; an empty string or no tokenizer is refused.
+TEST(Cli, GenerateStopStringsEndTheText) {
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
+    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  const std::string prompt = "generate -m " + demo + "/target -p \"Tom has 3 apples and buys 5 more. How many?\" --chat";
+  const std::string base = prompt + " -n 48";
+  const std::string draft = " -md " + demo + "/draft";
+  auto json_of = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const nlohmann::json whole = json_of(run_specpress(base + " --json"));
+  const std::string text = whole["text"];
+  const std::vector<int64_t> ids = whole["output_ids"];
+  ASSERT_EQ(ids.size(), 48u) << text;
+  // the demo model loops on a phrase: a stop string that completes inside a later token, twice in the text
+  const std::string stop = "number of the";
+  const size_t at = text.find(stop);
+  ASSERT_NE(at, std::string::npos) << text;
+  ASSERT_GT(at, 0u) << text;
+  for (const std::string& model : {std::string(), draft}) {
+    const nlohmann::json j = json_of(run_specpress(base + model + " --json --stop \"" + stop + "\" --stop never-there"));
+    EXPECT_EQ(j["text"], text.substr(0, at)) << model;
+    EXPECT_EQ(j["stop_reason"], "stop") << model;
+    EXPECT_EQ(j["stopping_word"], stop) << model;
+    const std::vector<int64_t> cut = j["output_ids"];
+    ASSERT_LT(cut.size(), ids.size()) << model;
+    EXPECT_EQ(cut, std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(cut.size()))) << model;
+    EXPECT_EQ(j["timings"]["predicted_n"], cut.size()) << model;
+    // the shortest prefix whose text holds the stop string
+    const nlohmann::json shorter = json_of(run_specpress(prompt + " --json -n " + std::to_string(cut.size() - 1)));
+    EXPECT_EQ(shorter["text"].get<std::string>().find(stop), std::string::npos) << model;
+    const CommandResult streamed = run_specpress(base + model + " -r \"" + stop + "\"");
+    EXPECT_EQ(streamed.exit_code, 0) << streamed.err;
+    EXPECT_EQ(streamed.out, text.substr(0, at) + "\n") << model;
+  }
+  // not found: the whole output, stop_reason as without it
+  const nlohmann::json none = json_of(run_specpress(base + " --json --stop never-there"));
+  EXPECT_EQ(none["text"], text);
+  EXPECT_EQ(none["stop_reason"], whole["stop_reason"]);
+  EXPECT_FALSE(none.contains("stopping_word"));
+  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
+           {base + " --stop ''", "--stop: empty value"},
+           {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 4 --stop x",
+            "--stop: a stop string is found in the output's text, but " + golden_dir() + "/target has no tokenizer.json"}}) {
+    const CommandResult r = run_specpress(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+// Ctrl-C or SIGTERM during generate ends the generation after the commit in flight: the output so far is printed (the
+// --json object says "interrupted"), then the timings, and the exit status is 128 + the signal.
+TEST(Cli, GenerateStoppedBySignalPrintsTheOutputSoFar) {
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  ScratchDir d("cli-generate-signal");
+  const std::string out = (d.path / "out").string(), err_path = (d.path / "err").string();
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // started once its status line is out; 2000 tokens take seconds on the CPU
+  const std::string ready = "grep -q reference.path " + err_path + " && sleep 0.3";
+  for (const std::string& model : {std::string(), " -md " + demo + "/draft"}) {
+    const std::string args = "generate -m " + demo + "/target" + model + " --prompt-ids 1,2,3 -n 2000 --ignore-eos";
+    std::string status = signal_specpress(args + " --json", err_path, ready, "INT", out);
+    std::string err = read(err_path);
+    ASSERT_EQ(status, "130\n") << err;
+    EXPECT_NE(err.find("specpress: stopping after the commit in flight, with the output so far printed"),
+              std::string::npos) << err;
+    const nlohmann::json j = nlohmann::json::parse(read(out));
+    const size_t n = j["output_ids"].size();
+    EXPECT_GT(n, 0u) << model;
+    EXPECT_LT(n, 2000u) << model;
+    EXPECT_EQ(j["stop_reason"], "interrupted");
+    EXPECT_EQ(j["interrupted_by"], "SIGINT");
+    EXPECT_NE(err.find("eval time"), std::string::npos) << "the timings: " << err;
+    EXPECT_NE(err.find(fmt::format("generate: stopped by SIGINT after {} tokens; the output so far is printed", n)),
+              std::string::npos) << err;
+    // as text: what was streamed stays, ended by a newline
+    status = signal_specpress(args, err_path, ready, "TERM", out);
+    err = read(err_path);
+    EXPECT_EQ(status, "143\n") << err;
+    const std::string streamed = read(out);
+    EXPECT_GT(streamed.size(), 2u) << err;
+    EXPECT_EQ(streamed.back(), '\n');
+    EXPECT_NE(err.find("generate: stopped by SIGTERM after"), std::string::npos) << err;
+  }
+}
+
 // `specpress perplexity`: llama-perplexity's progress ([1]x,[2]y,...) and final line, the same value in --json with
 // the build; a text file through the tokenizer (demo target); bad input named by flag.
 TEST(Cli, PerplexityPrintsLlamaPerplexitysLines) {

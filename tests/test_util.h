@@ -118,14 +118,14 @@ inline CommandResult run_specpress(const std::string& args) {
   return r;
 }
 
-// Runs specpress with `args` in the background (no GPU, stdout dropped, stderr to `err_path`; job control on, so that
-// SIGINT is not ignored there), waits until the shell condition `ready` holds (every 50 ms, at most a minute), sends
-// `signal` ("INT", "TERM") and returns the exit status as the shell prints it, e.g. "130\n". `args` and `ready` must
-// hold no single quote.
+// Runs specpress with `args` in the background (no GPU, stdout to `out_path` or dropped, stderr to `err_path`; job
+// control on, so that SIGINT is not ignored there), waits until the shell condition `ready` holds (every 50 ms, at
+// most a minute), sends `signal` ("INT", "TERM") and returns the exit status as the shell prints it, e.g. "130\n".
+// `args` and `ready` must hold no single quote.
 inline std::string signal_specpress(const std::string& args, const std::string& err_path, const std::string& ready,
-                                    const std::string& signal) {
+                                    const std::string& signal, const std::string& out_path = "/dev/null") {
   const std::string script = "set -m; CUDA_VISIBLE_DEVICES= " + std::string(SPECPRESS_BINARY) + " " + args +
-                             " >/dev/null 2>" + err_path + " & pid=$!; for i in $(seq 1200); do " + ready +
+                             " >" + out_path + " 2>" + err_path + " & pid=$!; for i in $(seq 1200); do " + ready +
                              " && break; sleep 0.05; done; kill -" + signal + " $pid; wait $pid; echo $?";
   FILE* pipe = ::popen(("bash -c '" + script + "'").c_str(), "r");
   if (pipe == nullptr) return "popen failed";

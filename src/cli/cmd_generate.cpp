@@ -2,13 +2,19 @@
 // --prompt-ids-file FILE) -n N ...`.
 // Streams committed tokens to stdout (ids, or text when the model directory has a tokenizer), prints
 // llama.cpp-style timings to stderr, and with --json prints one JSON object to stdout instead (with --logprobs,
-// each output token's log-probability in llama.cpp's completion_probabilities form).
+// each output token's log-probability in llama.cpp's completion_probabilities form). --stop strings end the text
+// as the server's "stop" does; a first Ctrl-C or SIGTERM ends the generation after the commit in flight and still
+// prints the output so far (and its timings), exiting 128 + the signal.
 #include "cli/cmd_generate.h"
 
 #include <c10/core/InferenceMode.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/common.h"
 #include "cli/id_list.h"
@@ -20,15 +26,18 @@
 #include "model/dflash_draft.h"
 #include "model/qwen3.h"
 #include "server/logprobs_json.h"
+#include "server/stop_strings.h"
 #include "tokenizer/stream_decoder.h"
 #include "tools/prompting.h"
 #include "tools/runner.h"
+#include "tools/stop_signals.h"
 
 namespace specpress::cli {
 namespace {
 
 struct GenerateOptions {
   std::string model_dir, draft_dir, system, stop_ids;
+  std::vector<std::string> stop_strings;  // --stop / -r: the text ends right before the first to complete
   RawPromptFlags prompt;
   bool chat = false, think = false;
   int64_t reasoning_budget = -1;  // as serve's: -1 no cap, 0 thinking off, N > 0 thinking on and capped at N tokens
@@ -61,6 +70,9 @@ int run_generate(const GenerateOptions& options) {
   const auto [device, dtype] = parse_placement(o.device, o.dtype);
   check_one_raw_prompt(o.prompt, "generate");
   std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(o.model_dir);
+  if (!o.stop_strings.empty() && !tokenizer)
+    fail("--stop: a stop string is found in the output's text, but {} has no tokenizer.json; --stop-ids stops at "
+         "token ids", o.model_dir);
   std::vector<int64_t> prompt;
   if (raw_prompt_is_ids(o.prompt)) {
     const char* flag = raw_prompt_flag(o.prompt);
@@ -125,20 +137,37 @@ int run_generate(const GenerateOptions& options) {
     compressor = std::make_unique<compress::KVCompressor>(policy, target, static_cast<int64_t>(prompt.size()));
     params.observer = compressor.get();
   }
-  decode::TokenCallback stream;
-  if (!o.json) {
-    stream = [&](const std::vector<int64_t>& tokens, const std::vector<decode::TokenLogprob>&) {
-      for (int64_t t : tokens) {
-        if (!text_stream) {
-          std::printf("%lld ", static_cast<long long>(t));
-        } else if (t >= 0 && t < tokenizer->vocab_size()) {
-          std::string piece = text_stream->push(static_cast<int32_t>(t));
-          std::fwrite(piece.data(), 1, piece.size(), stdout);
-        }
+  // Committed tokens as they come: through the stop strings (none: all of it at once) to stdout, or kept for --json.
+  // `counted`: the output's tokens up to the one that completed a stop string (the rest of its block is dropped).
+  server::StopStrings stops(o.stop_strings);
+  std::string stop_text;  // --json: the text the stop strings released
+  size_t counted = 0;
+  std::atomic<bool> cancel{false};
+  params.cancel = &cancel;
+  std::optional<tools::StopSignals> signals;  // from the generation's start: a signal during the load ends it at once
+  auto emit = [&](const std::string& text) {
+    if (o.json) {
+      stop_text += text;
+    } else {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+  };
+  const decode::TokenCallback stream = [&](const std::vector<int64_t>& tokens,
+                                           const std::vector<decode::TokenLogprob>&) {
+    std::string released;
+    for (int64_t t : tokens) {
+      if (stops.stopped()) break;
+      ++counted;
+      if (!text_stream) {
+        if (!o.json) std::printf("%lld ", static_cast<long long>(t));
+      } else if (t >= 0 && t < tokenizer->vocab_size()) {
+        released += stops.push(text_stream->push(static_cast<int32_t>(t)));
       }
-      std::fflush(stdout);
-    };
-  }
+    }
+    emit(released);
+    if (!o.json) std::fflush(stdout);
+    if (stops.stopped() || (signals && signals->received() != 0)) cancel = true;
+  };
   // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not
   // to; KV compression edits the reference cache, so it always runs on the reference path.
   decode::ThinkingBudget budget;
@@ -151,6 +180,7 @@ int run_generate(const GenerateOptions& options) {
   if (!fast_path && device.is_cuda())
     path += fmt::format(" ({})",
                         runner.fast() ? "--compress edits the reference path's KV cache" : runner.why_not_fast());
+  signals.emplace("after the commit in flight, with the output so far printed");
   std::fprintf(stderr, "generate: %s, %s, %s\n", tools::device_description(device).c_str(),
                model::compute_dtype_name(dtype).c_str(), path.c_str());
   const decode::GenerateFn run = [&](const std::vector<int64_t>& ids, const decode::GenerationParams& p,
@@ -158,15 +188,28 @@ int run_generate(const GenerateOptions& options) {
     return draft ? runner.dflash(ids, p, on_tokens) : runner.plain(ids, p, on_tokens);
   };
   decode::GenerationResult result = decode::generate_with_thinking_budget(run, prompt, params, budget, stream);
+  const int signal = signals->received();
+  signals.reset();
+  if (text_stream && !stops.stopped()) {  // the bytes held back for a whole character, then for a stop string
+    std::string rest = stops.push(text_stream->flush());
+    if (!stops.stopped()) rest += stops.flush();
+    emit(rest);
+  }
+  if (stops.stopped()) {  // the tokens after the one that completed the stop string are not part of the output
+    result.output_ids.resize(counted);
+    if (result.logprobs.size() > counted) result.logprobs.resize(counted);
+  }
   if (o.json) {
     nlohmann::ordered_json j = result_json(result);
     j["device"] = tools::device_description(device);
     j["dtype"] = model::compute_dtype_name(dtype);
     j["path"] = fast_path ? "cuda-fast" : "reference";
     if (!params.sampling.greedy()) j["seed"] = params.sampling.seed;
+    if (stops.stopped()) j["stop_reason"] = "stop", j["stopping_word"] = stops.stopping_word();
+    if (signal != 0) j["stop_reason"] = "interrupted", j["interrupted_by"] = tools::StopSignals::name(signal);
     if (tokenizer) {
       tools::DecodedText text = tools::decode_output(*tokenizer, result.output_ids);
-      j["text"] = text.text;
+      j["text"] = stops.stopped() ? stop_text : text.text;
       if (text.dropped_ids > 0) j["ids_outside_tokenizer"] = text.dropped_ids;
     }
     if (params.logprobs >= 0) {
@@ -177,10 +220,6 @@ int run_generate(const GenerateOptions& options) {
     if (compressor) j["compression"] = compression_json(*compressor);
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    if (text_stream) {
-      std::string rest = text_stream->flush();
-      std::fwrite(rest.data(), 1, rest.size(), stdout);
-    }
     std::printf("\n");
   }
   std::fflush(stdout);
@@ -196,6 +235,9 @@ int run_generate(const GenerateOptions& options) {
                  static_cast<double>(st.cache_bytes) / (1024.0 * 1024.0), static_cast<long long>(st.cache_positions),
                  static_cast<double>(st.cache_positions * st.kv_bytes_per_slot) / (1024.0 * 1024.0));
   }
+  if (signal != 0)
+    throw Interrupted(signal, fmt::format("generate: stopped by {} after {} tokens; the output so far is printed",
+                                          tools::StopSignals::name(signal), result.output_ids.size()));
   return 0;
 }
 
@@ -223,6 +265,10 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
                   "one, as llama-cli's default, printed on stderr and in --json's \"seed\"")
       ->capture_default_str();
   cmd->add_option("--stop-ids", o->stop_ids, "comma-separated stop token ids (default: the model's eos ids)");
+  cmd->add_option("--stop,-r,--reverse-prompt", o->stop_strings,
+                  "stop string (repeatable): the output ends right before the first to complete, as the server's "
+                  "\"stop\" (the rest of its DFlash block is dropped; --json says it in \"stopping_word\")")
+      ->check(non_empty_check("expected a stop string; --stop-ids stops at token ids"));
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");
   add_placement_flags(*cmd, o->device, o->dtype);
