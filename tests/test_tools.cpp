@@ -1027,6 +1027,7 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
   EXPECT_NE(made_by.find("(commit " + full["build"]["commit"].get<std::string>() + ", "), std::string::npos) << made_by;
   EXPECT_EQ(full["device"], "cpu");
   EXPECT_EQ(full["dtype"], "f32");
+  EXPECT_GE(full["cpu_threads"].get<int>(), 1);
   ASSERT_EQ(ckpt.size(), 7u);  // 2 gsm8k samples, 2 mt-bench samples of 2 turns
   int64_t events = 0;
   for (size_t i = 1; i < ckpt.size(); ++i) events += ckpt[i]["record"]["compression"]["stats"]["events"].get<int64_t>();
@@ -1245,11 +1246,12 @@ TEST_F(ToolsEndToEnd, DiagnoseReportStructure) {
   const std::string html = (dir_->path / "diag.html").string(), json = (dir_->path / "diag.json").string();
   CommandResult r = run_specpress("diagnose " + models() + " --dataset humaneval --data " + data("humaneval.jsonl") +
                                   " --max-samples 2 --max-new-tokens 10 --no-progress --json " + json + " --html " + html +
-                                  " --temps 0,1,1000");
+                                  " --temps 0,1,1000 -t 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(json);
   auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["samples"], 2);
+  EXPECT_EQ(j["cpu_threads"], 1) << "-t 1: LibTorch's threads, as the report says";
   EXPECT_TRUE(j["build"]["version"].is_string() && j["build"]["commit"].is_string()) << j["build"].dump();
   EXPECT_EQ(j["max_new_tokens"], 10);
   EXPECT_TRUE(j["model"].is_string() && j["model_draft"].size() == 1u && j["selection"]["max_samples"] == 2);

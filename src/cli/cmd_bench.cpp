@@ -3,6 +3,7 @@
 // (the models load once), as the DFlash reference's benchmark script runs them one after another.
 #include "cli/cmd_bench.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -225,7 +226,7 @@ nlohmann::ordered_json provenance(const ToolOptions& o) {
   nlohmann::ordered_json drafts = nlohmann::ordered_json::array();
   for (const std::string& dir : draft_list(o.draft_dir, /*several=*/true)) drafts.push_back(canonical_path(dir));
   return {{"build", tools::build_json()}, {"device", device_name(o)}, {"dtype", dtype_name(o)},
-          {"model", canonical_path(o.model_dir)}, {"model_draft", drafts},
+          {"cpu_threads", at::get_num_threads()}, {"model", canonical_path(o.model_dir)}, {"model_draft", drafts},
           {"data", canonical_path(o.data)}, {"selection", selection}};
 }
 

@@ -4,10 +4,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <filesystem>
 
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include "cli/id_list.h"
@@ -134,6 +136,20 @@ void add_device_flag(CLI::App& cmd, std::string& device) {
   cmd.add_option("--device", device,
                  "auto (cuda where this build and machine have a GPU, else cpu), cpu, cuda or cuda:N")
       ->capture_default_str();
+  // LibTorch's intra-op threads, set as the flag is read (before any operator runs), as llama.cpp's -t
+  cmd.add_option_function<int64_t>(
+         "-t,--threads", [](const int64_t& n) { if (n > 0) at::set_num_threads(static_cast<int>(n)); },
+         fmt::format("CPU threads for the operators: -1 (the default) LibTorch's own choice, one a core or "
+                     "OMP_NUM_THREADS; else 1 .. {}", kMaxCpuThreads))
+      ->default_str("-1")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {  // the numeric transform has made it a plain decimal integer
+            const long long n = std::strtoll(text.c_str(), nullptr, 10);
+            if (n == -1 || (n >= 1 && n <= kMaxCpuThreads)) return "";
+            return fmt::format("expected -1 (LibTorch's choice) or a thread count of 1 .. {}, found {}",
+                               kMaxCpuThreads, text);
+          },
+          ""));
 }
 
 void add_placement_flags(CLI::App& cmd, std::string& device, std::string& dtype) {

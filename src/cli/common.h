@@ -36,8 +36,9 @@ void print_timings(const decode::GenerationResult& result);
 // The --json summary: output_ids, timings (llama.cpp names) and, for DFlash, acceptance statistics.
 nlohmann::ordered_json result_json(const decode::GenerationResult& result);
 
-// --device (default auto: model::parse_device) into `device`; with --dtype (default auto: model::parse_compute_dtype)
-// into `dtype` too.
+// --device (default auto: model::parse_device) into `device`, and -t/--threads (LibTorch's CPU threads, set as it is
+// read; -1 or 1 .. kMaxCpuThreads); with --dtype (default auto: model::parse_compute_dtype) into `dtype` too.
+constexpr long long kMaxCpuThreads = 1024;
 void add_device_flag(CLI::App& cmd, std::string& device);
 void add_placement_flags(CLI::App& cmd, std::string& device, std::string& dtype);
 // Their values resolved, the dtype checked on the device (model::check_dtype_on_device); errors name the flag.
