@@ -403,6 +403,10 @@ TEST(Cli, GenerateStopStringsEndTheText) {
     EXPECT_EQ(streamed.exit_code, 0) << streamed.err;
     EXPECT_EQ(streamed.out, text.substr(0, at) + "\n") << model;
   }
+  // --logprobs: one a token of the cut output
+  const nlohmann::json logged = json_of(run_specpress(base + " --json --logprobs 2 --stop \"" + stop + "\""));
+  EXPECT_EQ(logged["logprobs"].size(), logged["output_ids"].size());
+  EXPECT_LT(logged["output_ids"].size(), ids.size());
   // not found: the whole output, stop_reason as without it
   const nlohmann::json none = json_of(run_specpress(base + " --json --stop never-there"));
   EXPECT_EQ(none["text"], text);
@@ -410,6 +414,7 @@ TEST(Cli, GenerateStopStringsEndTheText) {
   EXPECT_FALSE(none.contains("stopping_word"));
   for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
            {base + " --stop ''", "--stop: empty value"},
+           {base + " --stop a b", "The following argument was not expected: b"},  // one string a flag
            {"generate -m " + golden_dir() + "/target --prompt-ids 1,2 -n 4 --stop x",
             "--stop: a stop string is found in the output's text, but " + golden_dir() + "/target has no tokenizer.json"}}) {
     const CommandResult r = run_specpress(args);
@@ -428,11 +433,17 @@ TEST(Cli, GenerateStoppedBySignalPrintsTheOutputSoFar) {
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
-  // started once its status line is out; 2000 tokens take seconds on the CPU
+  // --json: started once its status line is out (2000 tokens take seconds on the CPU); as text, once it has printed
+  // (each run's files removed first, so that the last run's do not say it)
   const std::string ready = "grep -q reference.path " + err_path + " && sleep 0.3";
+  const std::string printing = "[ -s " + out + " ]";
+  auto signalled = [&](const std::string& args, const std::string& when, const std::string& signal) {
+    std::filesystem::remove(out), std::filesystem::remove(err_path);
+    return signal_specpress(args, err_path, when, signal, out);
+  };
   for (const std::string& model : {std::string(), " -md " + demo + "/draft"}) {
     const std::string args = "generate -m " + demo + "/target" + model + " --prompt-ids 1,2,3 -n 2000 --ignore-eos";
-    std::string status = signal_specpress(args + " --json", err_path, ready, "INT", out);
+    std::string status = signalled(args + " --json", ready, "INT");
     std::string err = read(err_path);
     ASSERT_EQ(status, "130\n") << err;
     EXPECT_NE(err.find("specpress: stopping after the commit in flight, with the output so far printed"),
@@ -447,7 +458,7 @@ TEST(Cli, GenerateStoppedBySignalPrintsTheOutputSoFar) {
     EXPECT_NE(err.find(fmt::format("generate: stopped by SIGINT after {} tokens; the output so far is printed", n)),
               std::string::npos) << err;
     // as text: what was streamed stays, ended by a newline
-    status = signal_specpress(args, err_path, ready, "TERM", out);
+    status = signalled(args, printing, "TERM");
     err = read(err_path);
     EXPECT_EQ(status, "143\n") << err;
     const std::string streamed = read(out);

@@ -144,7 +144,9 @@ int run_generate(const GenerateOptions& options) {
   size_t counted = 0;
   std::atomic<bool> cancel{false};
   params.cancel = &cancel;
-  std::optional<tools::StopSignals> signals;  // from the generation's start: a signal during the load ends it at once
+  // From the generation's start to the end of the output: a signal during the load ends the process at once.
+  std::optional<tools::StopSignals> signals;
+  int stopped_by = 0;  // the signal that asked the generation to end (0: none did, or it came once it had ended)
   auto emit = [&](const std::string& text) {
     if (o.json) {
       stop_text += text;
@@ -166,7 +168,8 @@ int run_generate(const GenerateOptions& options) {
     }
     emit(released);
     if (!o.json) std::fflush(stdout);
-    if (stops.stopped() || (signals && signals->received() != 0)) cancel = true;
+    if (stops.stopped()) cancel = true;
+    if (!cancel && signals && signals->received() != 0) stopped_by = signals->received(), cancel = true;
   };
   // --device cuda --dtype bf16: the CUDA-graph fast path (kernels/, model/qwen3_fast.h) unless asked not
   // to; KV compression edits the reference cache, so it always runs on the reference path.
@@ -188,8 +191,9 @@ int run_generate(const GenerateOptions& options) {
     return draft ? runner.dflash(ids, p, on_tokens) : runner.plain(ids, p, on_tokens);
   };
   decode::GenerationResult result = decode::generate_with_thinking_budget(run, prompt, params, budget, stream);
-  const int signal = signals->received();
-  signals.reset();
+  // cut short by it: not where the commit that asked to stop also ended the output (the token limit or a stop id)
+  const int interrupted_by =
+      !result.stopped && static_cast<int64_t>(result.output_ids.size()) < params.max_new_tokens ? stopped_by : 0;
   if (text_stream && !stops.stopped()) {  // the bytes held back for a whole character, then for a stop string
     std::string rest = stops.push(text_stream->flush());
     if (!stops.stopped()) rest += stops.flush();
@@ -206,7 +210,8 @@ int run_generate(const GenerateOptions& options) {
     j["path"] = fast_path ? "cuda-fast" : "reference";
     if (!params.sampling.greedy()) j["seed"] = params.sampling.seed;
     if (stops.stopped()) j["stop_reason"] = "stop", j["stopping_word"] = stops.stopping_word();
-    if (signal != 0) j["stop_reason"] = "interrupted", j["interrupted_by"] = tools::StopSignals::name(signal);
+    if (interrupted_by != 0)
+      j["stop_reason"] = "interrupted", j["interrupted_by"] = tools::StopSignals::name(interrupted_by);
     if (tokenizer) {
       tools::DecodedText text = tools::decode_output(*tokenizer, result.output_ids);
       j["text"] = stops.stopped() ? stop_text : text.text;
@@ -235,9 +240,9 @@ int run_generate(const GenerateOptions& options) {
                  static_cast<double>(st.cache_bytes) / (1024.0 * 1024.0), static_cast<long long>(st.cache_positions),
                  static_cast<double>(st.cache_positions * st.kv_bytes_per_slot) / (1024.0 * 1024.0));
   }
-  if (signal != 0)
-    throw Interrupted(signal, fmt::format("generate: stopped by {} after {} tokens; the output so far is printed",
-                                          tools::StopSignals::name(signal), result.output_ids.size()));
+  if (interrupted_by != 0)
+    throw Interrupted(interrupted_by, fmt::format("generate: stopped by {} after {} tokens; the output so far is printed",
+                                                  tools::StopSignals::name(interrupted_by), result.output_ids.size()));
   return 0;
 }
 
@@ -268,7 +273,8 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--stop,-r,--reverse-prompt", o->stop_strings,
                   "stop string (repeatable): the output ends right before the first to complete, as the server's "
                   "\"stop\" (the rest of its DFlash block is dropped; --json says it in \"stopping_word\")")
-      ->check(non_empty_check("expected a stop string; --stop-ids stops at token ids"));
+      ->check(non_empty_check("expected a stop string; --stop-ids stops at token ids"))
+      ->allow_extra_args(false);  // one string a flag: `--stop a b` leaves b for the command line, not a second one
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the model's eos ids");
   cmd->add_option("--block-size", o->block_size, "DFlash block size (0, the default: the draft's trained size)");
   add_placement_flags(*cmd, o->device, o->dtype);

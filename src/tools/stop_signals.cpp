@@ -36,6 +36,7 @@ StopSignals::StopSignals(const char* when) {
   g_stop_when = when;
   struct sigaction action {};
   action.sa_handler = on_job_stop_signal;
+  action.sa_flags = SA_RESTART;  // a write to stdout or a read in progress goes on, not failing with EINTR
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &old_int_);
   sigaction(SIGTERM, &action, &old_term_);
