@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "decode/generation.h"
 #include "io/checkpoint.h"
+#include "io/dir_lock.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model_fixtures.h"
@@ -923,6 +924,46 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
     fs::current_path(before);
     EXPECT_TRUE(fs::exists(f.dir.path / "cwd" / "config.json"));
   }
+}
+
+// A training's --out is locked while it runs (io::DirLock): a second run on it, --resume or --force, is refused before it
+// reads or deletes anything, and the lock goes with the run (or the process). The lock is per open directory, so one
+// held here stands for another process's.
+TEST(TrainOutput, ARunningTrainingsDirectoryIsLocked) {
+  Fixture f;
+  train::TextCodec none;
+  train::LmOptions o = f.lm_options("locked");
+  o.steps = 1;
+  train::train_lm(o, none);  // a training's output, which --force may delete
+  ASSERT_TRUE(fs::exists(fs::path(o.out) / "model.safetensors"));
+  const std::string in_use = "--out: " + o.out + " is in use by another specpress run (it holds the directory's lock)";
+  {
+    const io::DirLock running = io::DirLock::take(o.out, "--out");
+    ASSERT_TRUE(running.held());
+    o.force = true;
+    expect_error([&] { train::train_lm(o, none); }, in_use);
+    EXPECT_TRUE(fs::exists(fs::path(o.out) / "model.safetensors")) << "--force deleted a running training's output";
+    o.force = false, o.resume = true;
+    expect_error([&] { train::train_lm(o, none); }, in_use);
+  }
+  o.resume = false, o.force = true;
+  train::train_lm(o, none);  // free again once the lock's holder is gone
+  {
+    // a new directory is locked as it is made, and an existing one before --force deletes it; either stays locked
+    // while the run's OutputDir lives, and is free after
+    const std::string fresh = (f.dir.path / "fresh").string();
+    train::OutputDir made = train::prepare_output_dir(fresh, false, false);
+    EXPECT_TRUE(made.lock.held());
+    expect_error([&] { (void)train::prepare_output_dir(fresh, true, false); },
+                 "--out: " + fresh + " is in use by another specpress run");
+    made.lock.release();
+    train::OutputDir replaced = train::prepare_output_dir(o.out, false, true);
+    EXPECT_TRUE(replaced.lock.held());
+    expect_error([&] { (void)io::DirLock::take(o.out, "--out"); }, in_use);
+  }
+  EXPECT_TRUE(io::DirLock::take(o.out, "--out").held());
+  expect_error([&] { (void)io::DirLock::take((f.dir.path / "missing").string(), "--out"); },
+               "--out: cannot open " + (f.dir.path / "missing").string() + " to lock it");
 }
 
 TEST(TrainCli, SubcommandsReportErrorsByFlag) {

@@ -70,7 +70,7 @@ std::optional<std::string> model_without_checkpoint(const fs::path& out) {
 }
 }  // namespace
 
-bool prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs) {
+OutputDir prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs) {
   if (out.empty()) fail("--out: empty path");
   if (resume && force) fail("--resume and --force: give at most one (--force deletes what --resume would continue)");
   std::error_code ec;
@@ -80,6 +80,8 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
     if (!in.path.empty() && io::reaches_into(in.path, out))
       fail("--out: {} is or holds {} {} (or a file it links to), an input of this run; choose another output directory",
            out, in.flag, in.path);
+  OutputDir result;
+  if (exists) result.lock = io::DirLock::take(out, "--out");  // before anything is read or deleted
   const bool non_empty = exists && !fs::is_empty(out, ec);
   if (non_empty && !resume && !force)
     fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);
@@ -106,16 +108,18 @@ bool prepare_output_dir(const std::string& out, bool resume, bool force, const s
       fail("--force: {} holds {} but no checkpoint directory: a model, not a training's output; refusing to delete "
            "it (remove it yourself or choose another --out)",
            out, *model);
-    io::remove_tree(out);
+    io::remove_tree(out);  // the old directory's lock held until the new one's is taken
   }
   std::error_code mk;
   fs::create_directories(out, mk);
   if (mk) fail("--out: cannot create {} ({})", out, mk.message());
+  if (!exists || (non_empty && force)) result.lock = io::DirLock::take(out, "--out");
   // an existing directory may still refuse new files (its permissions, a read-only mount): found now, not at the
   // first checkpoint after the training's steps (the probe named as an export's temporary file, which --force and
   // --resume accept where a kill left it)
   io::probe_new_file((fs::path(out) / ("config.json.tmp.probe." + std::to_string(::getpid()))).string(), "--out", "");
-  return resume && find_checkpoint(out).has_value();
+  result.resume = resume && find_checkpoint(out).has_value();
+  return result;
 }
 
 void add_inputs(std::vector<InputPath>& to, const std::string& flag, const std::vector<std::string>& paths) {

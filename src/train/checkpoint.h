@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/dir_lock.h"
 #include "io/output_paths.h"
 #include "train/params.h"
 
@@ -22,8 +23,14 @@ using InputPath = io::NamedPath;
 // non-empty directory needs --resume or --force. --resume continues its checkpoint, or starts at step 0 where it holds
 // only what a run stopped before its first checkpoint leaves; --force deletes it only when it holds nothing but what
 // the trainers write (an exported model only with a checkpoint beside it) and is not the current directory or one
-// above it. Returns true when training should resume from OUT's checkpoint (--resume and one exists).
-bool prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs = {});
+// above it. OUT is locked first (io::DirLock: a second run on it is refused, its --force deletes nothing) and stays
+// locked while the returned object lives; `resume` is true when training should resume from OUT's checkpoint
+// (--resume and one exists).
+struct OutputDir {
+  bool resume = false;
+  io::DirLock lock;
+};
+OutputDir prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs = {});
 // `paths` as inputs named by `flag`, appended to `to`.
 void add_inputs(std::vector<InputPath>& to, const std::string& flag, const std::vector<std::string>& paths);
 

@@ -287,7 +287,8 @@ TrainSummary train_compressor(const CompressorOptions& o, const TextCodec& codec
   add_inputs(inputs, "--data", o.data);
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
-  const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
+  const OutputDir output = prepare_output_dir(o.out, o.resume, o.force, inputs);  // locked while it lives
+  const bool resume = output.resume;
   nlohmann::json run = common_run_json("train-compressor", o, device);
   run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
   run["draft"] = o.draft_dir.empty() ? "" : fs::absolute(o.draft_dir).lexically_normal().string();

@@ -209,7 +209,8 @@ TrainSummary train_draft(const DraftOptions& o, const TextCodec& codec) {
   add_inputs(inputs, "--on-policy-prompts", o.on_policy_prompts);
   add_inputs(inputs, "--eval-prompts", o.eval_prompts);
   check_room_for_anchors(sequences, prompts, o);  // before the output directory and the generations
-  const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
+  const OutputDir output = prepare_output_dir(o.out, o.resume, o.force, inputs);  // locked while it lives
+  const bool resume = output.resume;
   nlohmann::json run = common_run_json("train-draft", o, device);
   run["target"] = fs::absolute(o.target_dir).lexically_normal().string();
   run["draft"] = dflash_config_json(dc, "float32");

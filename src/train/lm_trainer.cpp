@@ -42,7 +42,8 @@ TrainSummary train_lm(const LmOptions& o, const TextCodec& codec) {
     fail("--seq-len {}: the training data holds only {} tokens (need at least seq-len + 1)", o.seq_len, stream.size());
   std::vector<InputPath> inputs = {{"--config", o.config_path}, {"--tokenizer", o.tokenizer_dir}};
   add_inputs(inputs, "--data", o.data);
-  const bool resume = prepare_output_dir(o.out, o.resume, o.force, inputs);
+  const OutputDir output = prepare_output_dir(o.out, o.resume, o.force, inputs);  // locked while it lives
+  const bool resume = output.resume;
   std::fprintf(stderr, "train-lm: %zu documents, %zu tokens; %lld steps of %lld x %lld tokens\n", documents.size(),
                stream.size(), static_cast<long long>(o.steps), static_cast<long long>(o.batch),
                static_cast<long long>(o.seq_len));
