@@ -15,10 +15,12 @@
 #include <limits>
 #include <regex>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "core/error.h"
 #include "golden_pair.h"
+#include "io/dir_lock.h"
 #include "io/mapped_file.h"
 #include "model_fixtures.h"
 #include "test_util.h"
@@ -26,6 +28,7 @@
 #include "tools/bench.h"
 #include "tools/bench_checkpoint.h"
 #include "tools/datasets.h"
+#include "tools/jsonl_checkpoint.h"
 #include "tools/perplexity.h"
 
 using namespace specpress;
@@ -316,6 +319,49 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
 
 // The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
 // time, and a sample's records (mt-bench's turns) drawn together.
+// Two runs beginning the same new --checkpoint file: the one that creates it holds it (its directory's lock serialises
+// the creation), and the other finds the file and its lock instead of replacing it; a directory locked for longer (a
+// training's --out) delays the creation by two seconds at most.
+TEST(JsonlCheckpoint, TwoRunsBeginningOneNewFileDoNotBothHoldIt) {
+  ScratchDir d("ckpt-race");
+  const std::string path = (d.path / "new.ckpt").string();
+  const tools::CheckpointFormat format{"specpress test checkpoint", 1, "bench", "", nullptr};
+  const nlohmann::ordered_json settings = {{"max_new_tokens", 8}};
+  std::string error = "no error";
+  {
+    io::DirLock creating = io::DirLock::take(d.path.string(), "test");  // another run, about to create the file
+    ASSERT_TRUE(creating.held());
+    std::thread second([&] {
+      try {
+        const tools::JsonlCheckpoint c(path, format, settings, false);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // the other run's file, and its lock, then its directory's lock released
+    write_text(path, nlohmann::json{{"format", format.format}, {"version", 1}, {"settings", settings}}.dump() + "\n");
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    creating.release();
+    second.join();
+    ::close(fd);
+  }
+  EXPECT_NE(error.find(path + " is in use by another specpress bench"), std::string::npos) << error;
+  // held by something else for longer: begun after about two seconds, not waited for
+  std::filesystem::remove(path);
+  const io::DirLock training = io::DirLock::take(d.path.string(), "--out");
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    const tools::JsonlCheckpoint c(path, format, settings, false);
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 1.5);
+  EXPECT_LT(waited, 20.0);
+  EXPECT_TRUE(std::filesystem::exists(path));
+}
+
 TEST(BenchIntervals, BootstrapOverSamples) {
   tools::Interval speedup, tau;
   tools::bootstrap_intervals({bench_record("a", 4, 2, {3, 1})}, speedup, tau);

@@ -32,6 +32,22 @@ DirLock DirLock::take(const std::string& dir, const std::string& flag) {
   return lock;
 }
 
+DirLock DirLock::for_a_moment(const std::string& dir) {
+  DirLock lock;
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return lock;
+  for (int tries = 0; tries < 200; ++tries) {  // every 10 ms
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      lock.fd_ = fd;
+      return lock;
+    }
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    ::usleep(10000);
+  }
+  ::close(fd);
+  return lock;
+}
+
 DirLock& DirLock::operator=(DirLock&& other) noexcept {
   if (this != &other) {
     release();

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/json_depth.h"
+#include "io/dir_lock.h"
 #include "io/mapped_file.h"
 #include "model/config_json.h"
 #include "tools/build_info.h"
@@ -127,14 +128,20 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
           .dump() +
       "\n";
   std::error_code ec;
-  if (!std::filesystem::exists(path_, ec)) {  // the settings line now, so that an unwritable path fails before any work
-    try {
-      io::write_file_atomic(path_, header_line);
-    } catch (const Error& e) {
-      fail("--checkpoint: {}", e.what());
+  {
+    // Two runs beginning the same new file: its directory's lock (held for this moment) lets one create and lock it;
+    // the other then finds it, and its lock.
+    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+    const io::DirLock creating = io::DirLock::for_a_moment(parent.empty() ? "." : parent.string());
+    if (!std::filesystem::exists(path_, ec)) {  // the settings line now: an unwritable path fails before any work
+      try {
+        io::write_file_atomic(path_, header_line);
+      } catch (const Error& e) {
+        fail("--checkpoint: {}", e.what());
+      }
+      lock_fd_ = take_lock(path_, format_);
+      return;
     }
-    lock_fd_ = take_lock(path_, format_);
-    return;
   }
   lock_fd_ = take_lock(path_, format_);  // before reading, so that no other run appends meanwhile
   if (holds_no_records(path_, format_)) {  // (checked again under the lock) rewritten in place, the lock kept
