@@ -15,12 +15,10 @@
 #include <limits>
 #include <regex>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include "core/error.h"
 #include "golden_pair.h"
-#include "io/dir_lock.h"
 #include "io/mapped_file.h"
 #include "model_fixtures.h"
 #include "test_util.h"
@@ -317,51 +315,50 @@ TEST_F(Perplexity, IsLlamaPerplexitysRuleOverChunks) {
   for (const auto& [fn, message] : bad) EXPECT_NE(error_of(fn).find(message), std::string::npos) << error_of(fn);
 }
 
-// The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
-// time, and a sample's records (mt-bench's turns) drawn together.
-// Two runs beginning the same new --checkpoint file: the one that creates it holds it (its directory's lock serialises
-// the creation), and the other finds the file and its lock instead of replacing it; a directory locked for longer (a
-// training's --out) delays the creation by two seconds at most.
-TEST(JsonlCheckpoint, TwoRunsBeginningOneNewFileDoNotBothHoldIt) {
-  ScratchDir d("ckpt-race");
+// A new --checkpoint file is created locked and never over a file: two runs beginning the same one cannot both hold
+// it, since the second's link into place fails and it takes the file as an existing one, whose lock the first holds.
+// A dangling link's file is created. A checkpoint whose opening fails after taking the lock lets go of it.
+TEST(JsonlCheckpoint, NewFilesAreCreatedLockedAndNeverReplaced) {
+  ScratchDir d("ckpt-create");
   const std::string path = (d.path / "new.ckpt").string();
+  auto locked_elsewhere = [](const std::string& file) {
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    const bool held = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+    if (fd >= 0) ::close(fd);
+    return held;
+  };
+  const int fd = io::create_file_locked(path, "first\n");
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(io::read_text_file(path), "first\n");
+  EXPECT_TRUE(locked_elsewhere(path));
+  EXPECT_EQ(io::create_file_locked(path, "second\n"), -1) << "made meanwhile: not replaced";
+  EXPECT_EQ(io::read_text_file(path), "first\n");
+  ::close(fd);
+  EXPECT_FALSE(locked_elsewhere(path));
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path), fs::directory_iterator()), 1) << "no temporary file left";
+  const fs::path link = d.path / "link.ckpt", target = d.path / "target.ckpt";
+  fs::create_symlink(target, link);
+  const int via_link = io::create_file_locked(link.string(), "x\n");
+  ASSERT_GE(via_link, 0);
+  ::close(via_link);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(io::read_text_file(target.string()), "x\n");
+
   const tools::CheckpointFormat format{"specpress test checkpoint", 1, "bench", "", nullptr};
-  const nlohmann::ordered_json settings = {{"max_new_tokens", 8}};
-  std::string error = "no error";
+  const std::string ckpt = (d.path / "run.ckpt").string();
   {
-    io::DirLock creating = io::DirLock::take(d.path.string(), "test");  // another run, about to create the file
-    ASSERT_TRUE(creating.held());
-    std::thread second([&] {
-      try {
-        const tools::JsonlCheckpoint c(path, format, settings, false);
-      } catch (const Error& e) {
-        error = e.what();
-      }
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    // the other run's file, and its lock, then its directory's lock released
-    write_text(path, nlohmann::json{{"format", format.format}, {"version", 1}, {"settings", settings}}.dump() + "\n");
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
-    creating.release();
-    second.join();
-    ::close(fd);
+    tools::JsonlCheckpoint c(ckpt, format, {{"max_new_tokens", 8}}, false);
+    EXPECT_TRUE(locked_elsewhere(ckpt));
+    c.append({{"id", "a"}});
   }
-  EXPECT_NE(error.find(path + " is in use by another specpress bench"), std::string::npos) << error;
-  // held by something else for longer: begun after about two seconds, not waited for
-  std::filesystem::remove(path);
-  const io::DirLock training = io::DirLock::take(d.path.string(), "--out");
-  const auto t0 = std::chrono::steady_clock::now();
-  {
-    const tools::JsonlCheckpoint c(path, format, settings, false);
-  }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(waited, 1.5);
-  EXPECT_LT(waited, 20.0);
-  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_FALSE(locked_elsewhere(ckpt));
+  expect_error([&] { tools::JsonlCheckpoint(ckpt, format, {{"max_new_tokens", 9}}, true); }, "max_new_tokens");
+  EXPECT_FALSE(locked_elsewhere(ckpt)) << "a refused resume let go of the file's lock";
+  EXPECT_EQ(tools::JsonlCheckpoint(ckpt, format, {{"max_new_tokens", 8}}, true).lines().size(), 1u);
 }
 
+// The intervals: a point where every resample is the same, around the point value otherwise, the same draws every
+// time, and a sample's records (mt-bench's turns) drawn together.
 TEST(BenchIntervals, BootstrapOverSamples) {
   tools::Interval speedup, tau;
   tools::bootstrap_intervals({bench_record("a", 4, 2, {3, 1})}, speedup, tau);

@@ -17,34 +17,21 @@ DirLock DirLock::take(const std::string& dir, const std::string& flag) {
   DirLock lock;
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) fail("{}: cannot open {} to lock it: {}", flag, dir, std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+  int rc;
+  while ((rc = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (rc == 0) {
     lock.fd_ = fd;
     return lock;
   }
   const int error = errno;
   ::close(fd);
-  if (error == EWOULDBLOCK)
+  if (error == EWOULDBLOCK)  // (EAGAIN on Linux)
     fail("{}: {} is in use by another specpress run (it holds the directory's lock); wait for it to end or choose "
          "another {}",
          flag, dir, flag);
   std::fprintf(stderr, "warning: %s: cannot lock %s (%s); make sure no other run writes it\n", flag.c_str(),
                dir.c_str(), std::strerror(error));
-  return lock;
-}
-
-DirLock DirLock::for_a_moment(const std::string& dir) {
-  DirLock lock;
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return lock;
-  for (int tries = 0; tries < 200; ++tries) {  // every 10 ms
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      lock.fd_ = fd;
-      return lock;
-    }
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    ::usleep(10000);
-  }
-  ::close(fd);
   return lock;
 }
 

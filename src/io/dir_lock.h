@@ -11,12 +11,8 @@ class DirLock {
  public:
   DirLock() = default;
   // Locks the existing directory `dir`. Fails naming `flag` and `dir` where another process holds its lock. Where the
-  // file system cannot lock (some network mounts), says so on stderr and holds nothing.
+  // file system refuses the lock (an NFS mount may, for a directory), says so on stderr and holds nothing.
   static DirLock take(const std::string& dir, const std::string& flag);
-  // The lock of the existing directory `dir` for a moment (a file's creation, which other runs lock it for), waited
-  // for up to two seconds; holds nothing where it is not had by then (a training holds its --out's for the whole run)
-  // or the directory cannot be opened or locked.
-  static DirLock for_a_moment(const std::string& dir);
   ~DirLock();
   DirLock(DirLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   DirLock& operator=(DirLock&& other) noexcept;

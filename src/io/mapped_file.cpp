@@ -2,6 +2,7 @@
 #include "io/mapped_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -154,11 +155,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   write_file_atomic(path, std::vector<std::string_view>{bytes});
 }
 
-void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
-  // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
-  // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry); a
-  // symbolic link is followed one step at a time, so that the file it names is replaced and the link kept, a dangling
-  // link's file included.
+namespace {
+// `path` with its symbolic links followed one step at a time, so that the file a link names is written and the link
+// kept, a dangling link's file included. Errors name `path`.
+std::filesystem::path link_target(const std::string& path) {
   namespace fs = std::filesystem;
   fs::path target = path;
   struct stat st {};
@@ -169,6 +169,15 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
                                ec ? ec.message() : "too many levels of links");
     target = (next.is_absolute() ? next : target.parent_path() / next).lexically_normal();
   }
+  return target;
+}
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  // Every failure names `path` (the file the caller asked for) first, then the temporary file and the system's reason.
+  // An existing path must be a regular file (the rename would replace a device, a FIFO or a directory's entry).
+  const std::filesystem::path target = link_target(path);
+  struct stat st {};
   const bool exists = ::stat(target.c_str(), &st) == 0;
   if (exists && !S_ISREG(st.st_mode))
     fail("{}: cannot write: it exists and is not a regular file ({}); give the path of a file", path,
@@ -196,6 +205,38 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     ::unlink(tmp.c_str());
     fail("{}: cannot write: renaming {} onto it failed ({})", path, tmp, std::strerror(err));
   }
+}
+
+int create_file_locked(const std::string& path, std::string_view bytes) {
+  const std::filesystem::path target = link_target(path);
+  const std::string tmp = temporary_path(target.string(), ".new." + std::to_string(::getpid()));
+  const TemporaryFileGuard guard(tmp);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("{}: cannot write: creating the temporary file {} failed ({})", path, tmp, std::strerror(errno));
+  int err = write_all(fd, bytes);
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (err != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail("{}: cannot write: writing {} failed ({})", path, tmp, std::strerror(err));
+  }
+  (void)::flock(fd, LOCK_EX | LOCK_NB);  // its own new file: nobody else can hold it (where the file system locks)
+  // into place without replacing anything: the link fails where the file has appeared meanwhile
+  if (::link(tmp.c_str(), target.c_str()) == 0) {
+    ::unlink(tmp.c_str());
+    return fd;
+  }
+  err = errno;
+  if (err == EEXIST) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return -1;
+  }
+  if (::rename(tmp.c_str(), target.c_str()) == 0) return fd;  // a file system without hard links
+  err = errno;
+  ::close(fd);
+  ::unlink(tmp.c_str());
+  fail("{}: cannot write: renaming {} onto it failed ({})", path, tmp, std::strerror(err));
 }
 
 void append_line_synced(const std::string& path, const std::string& line) {

@@ -46,6 +46,11 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
 // 255-byte name limit: a temporary file for any output name that can itself exist.
 std::string temporary_path(const std::string& target, const std::string& suffix);
 
+// Creates the new file `path` holding `bytes` (synced; its symbolic links followed as write_file_atomic follows them),
+// locked (flock) from before it appears and without ever replacing a file: returns the descriptor that holds the lock
+// (closing it releases it), or -1 where `path` exists by then (another process made it meanwhile). Errors name `path`.
+int create_file_locked(const std::string& path, std::string_view bytes);
+
 // Appends `line` and a newline to the existing file `path` and fsyncs it, so that the line is on disk when this
 // returns. A crash while writing leaves at most a torn last line (no newline), which the file's reader drops and cuts
 // off with `truncate_file` before appending again. Errors name `path` and the reason.

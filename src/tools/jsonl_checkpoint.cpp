@@ -15,7 +15,6 @@
 
 #include "core/error.h"
 #include "core/json_depth.h"
-#include "io/dir_lock.h"
 #include "io/mapped_file.h"
 #include "model/config_json.h"
 #include "tools/build_info.h"
@@ -128,22 +127,20 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
           .dump() +
       "\n";
   std::error_code ec;
-  {
-    // Two runs beginning the same new file: its directory's lock (held for this moment) lets one create and lock it;
-    // the other then finds it, and its lock.
-    const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-    const io::DirLock creating = io::DirLock::for_a_moment(parent.empty() ? "." : parent.string());
-    if (!std::filesystem::exists(path_, ec)) {  // the settings line now: an unwritable path fails before any work
-      try {
-        io::write_file_atomic(path_, header_line);
-      } catch (const Error& e) {
-        fail("--checkpoint: {}", e.what());
-      }
-      lock_fd_ = take_lock(path_, format_);
+  if (!std::filesystem::exists(path_, ec)) {  // the settings line now, so that an unwritable path fails before any work
+    int fd = -1;
+    try {
+      fd = io::create_file_locked(path_, header_line);  // never over a file another run made meanwhile
+    } catch (const Error& e) {
+      fail("--checkpoint: {}", e.what());
+    }
+    if (fd >= 0) {
+      lock_.fd = fd;
       return;
     }
+    // another run made it since: taken as an existing file, whose lock says whether that run still holds it
   }
-  lock_fd_ = take_lock(path_, format_);  // before reading, so that no other run appends meanwhile
+  lock_.fd = take_lock(path_, format_);  // before reading, so that no other run appends meanwhile
   if (holds_no_records(path_, format_)) {  // (checked again under the lock) rewritten in place, the lock kept
     const int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     const bool written = fd >= 0 && ::write(fd, header_line.data(), header_line.size()) ==
@@ -187,8 +184,8 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
   }
 }
 
-JsonlCheckpoint::~JsonlCheckpoint() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+JsonlCheckpoint::HeldLock::~HeldLock() {
+  if (fd >= 0) ::close(fd);  // releases the lock
 }
 
 void JsonlCheckpoint::append(const Json& record) {

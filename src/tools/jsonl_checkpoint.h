@@ -40,7 +40,6 @@ class JsonlCheckpoint {
   // its settings line alone (a run that failed or stopped before its first record), or only the start of that line (a
   // run stopped while rewriting it; an empty file), is begun again, with a note.
   JsonlCheckpoint(std::string path, CheckpointFormat format, nlohmann::ordered_json settings, bool resume);
-  ~JsonlCheckpoint();
   JsonlCheckpoint(const JsonlCheckpoint&) = delete;
   JsonlCheckpoint& operator=(const JsonlCheckpoint&) = delete;
   // Those checks before the models load: the file exists exactly when resuming, and a resumed one is a checkpoint of
@@ -57,7 +56,13 @@ class JsonlCheckpoint {
  private:
   std::string path_;
   CheckpointFormat format_;
-  int lock_fd_ = -1;
+  struct HeldLock {  // the file's descriptor that holds its lock: closed (released) with the object, also where the
+    int fd = -1;      // constructor fails after taking it
+    HeldLock() = default;
+    HeldLock(const HeldLock&) = delete;
+    HeldLock& operator=(const HeldLock&) = delete;
+    ~HeldLock();
+  } lock_;
   std::vector<Line> lines_;
 };
 

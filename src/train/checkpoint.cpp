@@ -74,15 +74,19 @@ OutputDir prepare_output_dir(const std::string& out, bool resume, bool force, co
   if (out.empty()) fail("--out: empty path");
   if (resume && force) fail("--resume and --force: give at most one (--force deletes what --resume would continue)");
   std::error_code ec;
-  const bool exists = fs::exists(out, ec);
-  if (exists && !fs::is_directory(out)) fail("--out: {} exists and is not a directory", out);
+  if (fs::exists(out, ec) && !fs::is_directory(out)) fail("--out: {} exists and is not a directory", out);
   for (const InputPath& in : inputs)
     if (!in.path.empty() && io::reaches_into(in.path, out))
       fail("--out: {} is or holds {} {} (or a file it links to), an input of this run; choose another output directory",
            out, in.flag, in.path);
+  // Made where missing, then locked before anything in it is read or deleted (so that what is found is what this run
+  // holds: a run that made it in between finds it locked)
+  std::error_code mk;
+  fs::create_directories(out, mk);
+  if (mk) fail("--out: cannot create {} ({})", out, mk.message());
   OutputDir result;
-  if (exists) result.lock = io::DirLock::take(out, "--out");  // before anything is read or deleted
-  const bool non_empty = exists && !fs::is_empty(out, ec);
+  result.lock = io::DirLock::take(out, "--out");
+  const bool non_empty = !fs::is_empty(out, ec);
   if (non_empty && !resume && !force)
     fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);
   // --resume without a checkpoint starts at step 0 where OUT holds only what a run stopped before its first
@@ -108,12 +112,12 @@ OutputDir prepare_output_dir(const std::string& out, bool resume, bool force, co
       fail("--force: {} holds {} but no checkpoint directory: a model, not a training's output; refusing to delete "
            "it (remove it yourself or choose another --out)",
            out, *model);
-    io::remove_tree(out);  // the old directory's lock held until the new one's is taken
+    // emptied in place, so that the directory (and its lock) stays this run's
+    std::vector<fs::path> entries;
+    for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) entries.push_back(it->path());
+    if (ec) fail("--force: cannot list {} ({})", out, ec.message());
+    for (const fs::path& entry : entries) io::remove_tree(entry.string());
   }
-  std::error_code mk;
-  fs::create_directories(out, mk);
-  if (mk) fail("--out: cannot create {} ({})", out, mk.message());
-  if (!exists || (non_empty && force)) result.lock = io::DirLock::take(out, "--out");
   // an existing directory may still refuse new files (its permissions, a read-only mount): found now, not at the
   // first checkpoint after the training's steps (the probe named as an export's temporary file, which --force and
   // --resume accept where a kill left it)

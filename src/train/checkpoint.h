@@ -23,9 +23,9 @@ using InputPath = io::NamedPath;
 // non-empty directory needs --resume or --force. --resume continues its checkpoint, or starts at step 0 where it holds
 // only what a run stopped before its first checkpoint leaves; --force deletes it only when it holds nothing but what
 // the trainers write (an exported model only with a checkpoint beside it) and is not the current directory or one
-// above it. OUT is locked first (io::DirLock: a second run on it is refused, its --force deletes nothing) and stays
-// locked while the returned object lives; `resume` is true when training should resume from OUT's checkpoint
-// (--resume and one exists).
+// above it, emptying it in place. OUT is made where missing and locked before anything in it is read or deleted
+// (io::DirLock: a second run on it is refused, its --force deletes nothing) and stays locked while the returned
+// object lives; `resume` is true when training should resume from OUT's checkpoint (--resume and one exists).
 struct OutputDir {
   bool resume = false;
   io::DirLock lock;
