@@ -52,6 +52,12 @@ int take_lock(const std::string& path, const CheckpointFormat& f) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("--checkpoint: {}: cannot open it: {}", path, std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    if (error != EWOULDBLOCK) {  // a file system that refuses the lock (an NFS mount may): said, and run unlocked
+      std::fprintf(stderr, "warning: --checkpoint: cannot lock %s (%s); make sure no other run writes it\n",
+                   path.c_str(), std::strerror(error));
+      return fd;
+    }
     ::close(fd);
     fail("--checkpoint: {} is in use by another specpress {} (it holds the file's lock); wait for it to end or give "
          "another file",
