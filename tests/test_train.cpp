@@ -17,8 +17,8 @@
 #include "core/error.h"
 #include "decode/generation.h"
 #include "io/checkpoint.h"
-#include "io/dir_lock.h"
 #include "io/mapped_file.h"
+#include "io/path_lock.h"
 #include "io/safetensors.h"
 #include "model_fixtures.h"
 #include "test_util.h"
@@ -926,7 +926,7 @@ TEST(TrainErrors, BadInputNamesTheProblem) {
   }
 }
 
-// A training's --out is locked while it runs (io::DirLock): a second run on it, --resume or --force, is refused before it
+// A training's --out is locked while it runs (io::PathLock): a second run on it, --resume or --force, is refused before it
 // reads or deletes anything, and the lock goes with the run (or the process). The lock is per open directory, so one
 // held here stands for another process's.
 TEST(TrainOutput, ARunningTrainingsDirectoryIsLocked) {
@@ -938,7 +938,7 @@ TEST(TrainOutput, ARunningTrainingsDirectoryIsLocked) {
   ASSERT_TRUE(fs::exists(fs::path(o.out) / "model.safetensors"));
   const std::string in_use = "--out: " + o.out + " is in use by another specpress run (it holds the directory's lock)";
   {
-    const io::DirLock running = io::DirLock::take(o.out, "--out");
+    const io::PathLock running = io::PathLock::take(o.out, "--out", "held");
     ASSERT_TRUE(running.held());
     o.force = true;
     expect_error([&] { train::train_lm(o, none); }, in_use);
@@ -959,10 +959,10 @@ TEST(TrainOutput, ARunningTrainingsDirectoryIsLocked) {
     made.lock.release();
     train::OutputDir replaced = train::prepare_output_dir(o.out, false, true);
     EXPECT_TRUE(replaced.lock.held());
-    expect_error([&] { (void)io::DirLock::take(o.out, "--out"); }, in_use);
+    expect_error([&] { (void)train::prepare_output_dir(o.out, true, false); }, in_use);
   }
-  EXPECT_TRUE(io::DirLock::take(o.out, "--out").held());
-  expect_error([&] { (void)io::DirLock::take((f.dir.path / "missing").string(), "--out"); },
+  EXPECT_TRUE(io::PathLock::take(o.out, "--out", "held").held());
+  expect_error([&] { (void)io::PathLock::take((f.dir.path / "missing").string(), "--out", "held"); },
                "--out: cannot open " + (f.dir.path / "missing").string() + " to lock it");
 }
 

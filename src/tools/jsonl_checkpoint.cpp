@@ -47,23 +47,12 @@ bool holds_no_records(const std::string& path, const CheckpointFormat& f) {
   return !j.is_discarded() && j.is_object() && j.contains("format") && j["format"] == f.format;
 }
 
-// A descriptor of `path` holding its lock (flock), which closing it releases; fails where another run holds it.
-int take_lock(const std::string& path, const CheckpointFormat& f) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("--checkpoint: {}: cannot open it: {}", path, std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    if (error != EWOULDBLOCK) {  // a file system that refuses the lock (an NFS mount may): said, and run unlocked
-      std::fprintf(stderr, "warning: --checkpoint: cannot lock %s (%s); make sure no other run writes it\n",
-                   path.c_str(), std::strerror(error));
-      return fd;
-    }
-    ::close(fd);
-    fail("--checkpoint: {} is in use by another specpress {} (it holds the file's lock); wait for it to end or give "
-         "another file",
-         path, f.tool);
-  }
-  return fd;
+// The lock of the existing checkpoint `path`; fails where another run holds it.
+io::PathLock take_lock(const std::string& path, const CheckpointFormat& f) {
+  return io::PathLock::take(path, "--checkpoint",
+                            fmt::format("--checkpoint: {} is in use by another specpress {} (it holds the file's "
+                                        "lock); wait for it to end or give another file",
+                                        path, f.tool));
 }
 
 void check_path(const std::string& path, const CheckpointFormat& f, bool resume) {
@@ -120,7 +109,7 @@ void JsonlCheckpoint::check_early(const std::string& path, const CheckpointForma
                                   const Json& settings) {
   check_path(path, format, resume);
   std::error_code ec;
-  if (std::filesystem::exists(path, ec)) ::close(take_lock(path, format));  // in use: said before the models load
+  if (std::filesystem::exists(path, ec)) (void)take_lock(path, format);  // in use: said before the models load
   if (resume && !holds_no_records(path, format))
     compare_settings(read_header(io::read_text_file(path), path, format), settings, path, format, /*all=*/false);
 }
@@ -141,12 +130,12 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
       fail("--checkpoint: {}", e.what());
     }
     if (fd >= 0) {
-      lock_.fd = fd;
+      lock_ = io::PathLock::adopt(fd);
       return;
     }
     // another run made it since: taken as an existing file, whose lock says whether that run still holds it
   }
-  lock_.fd = take_lock(path_, format_);  // before reading, so that no other run appends meanwhile
+  lock_ = take_lock(path_, format_);  // before reading, so that no other run appends meanwhile
   if (holds_no_records(path_, format_)) {  // (checked again under the lock) rewritten in place, the lock kept
     const int fd = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     const bool written = fd >= 0 && ::write(fd, header_line.data(), header_line.size()) ==
@@ -188,10 +177,6 @@ JsonlCheckpoint::JsonlCheckpoint(std::string path, CheckpointFormat format, Json
     if (!j.is_object()) fail("{}: expected a JSON object, found {}", where, j.dump());
     lines_.push_back({where, std::move(j)});
   }
-}
-
-JsonlCheckpoint::HeldLock::~HeldLock() {
-  if (fd >= 0) ::close(fd);  // releases the lock
 }
 
 void JsonlCheckpoint::append(const Json& record) {

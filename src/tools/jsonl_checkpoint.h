@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/path_lock.h"
+
 namespace specpress::tools {
 
 struct CheckpointFormat {
@@ -56,13 +58,7 @@ class JsonlCheckpoint {
  private:
   std::string path_;
   CheckpointFormat format_;
-  struct HeldLock {  // the file's descriptor that holds its lock: closed (released) with the object, also where the
-    int fd = -1;      // constructor fails after taking it
-    HeldLock() = default;
-    HeldLock(const HeldLock&) = delete;
-    HeldLock& operator=(const HeldLock&) = delete;
-    ~HeldLock();
-  } lock_;
+  io::PathLock lock_;  // the file's, released with the object (also where the constructor fails after taking it)
   std::vector<Line> lines_;
 };
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <tuple>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "core/json_depth.h"
 #include "io/checkpoint.h"
@@ -85,7 +87,10 @@ OutputDir prepare_output_dir(const std::string& out, bool resume, bool force, co
   fs::create_directories(out, mk);
   if (mk) fail("--out: cannot create {} ({})", out, mk.message());
   OutputDir result;
-  result.lock = io::DirLock::take(out, "--out");
+  result.lock = io::PathLock::take(out, "--out",
+                                   fmt::format("--out: {} is in use by another specpress run (it holds the directory's "
+                                               "lock); wait for it to end or choose another --out",
+                                               out));
   const bool non_empty = !fs::is_empty(out, ec);
   if (non_empty && !resume && !force)
     fail("--out: {} already exists; pass --resume to continue its training or --force to overwrite it", out);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/dir_lock.h"
+#include "io/path_lock.h"
 #include "io/output_paths.h"
 #include "train/params.h"
 
@@ -24,11 +24,11 @@ using InputPath = io::NamedPath;
 // only what a run stopped before its first checkpoint leaves; --force deletes it only when it holds nothing but what
 // the trainers write (an exported model only with a checkpoint beside it) and is not the current directory or one
 // above it, emptying it in place. OUT is made where missing and locked before anything in it is read or deleted
-// (io::DirLock: a second run on it is refused, its --force deletes nothing) and stays locked while the returned
+// (io::PathLock: a second run on it is refused, its --force deletes nothing) and stays locked while the returned
 // object lives; `resume` is true when training should resume from OUT's checkpoint (--resume and one exists).
 struct OutputDir {
   bool resume = false;
-  io::DirLock lock;
+  io::PathLock lock;
 };
 OutputDir prepare_output_dir(const std::string& out, bool resume, bool force, const std::vector<InputPath>& inputs = {});
 // `paths` as inputs named by `flag`, appended to `to`.
