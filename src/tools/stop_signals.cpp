@@ -10,6 +10,9 @@ namespace specpress::tools {
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 const char* g_stop_when = "";  // set before the handler is installed; read only by it
+// Whether the process ignored the signal when the handlers were installed (a job started with `&` from a script, or
+// under `nohup`-like wrappers, ignores SIGINT): such a signal stays ignored, then and after the first stop signal.
+volatile std::sig_atomic_t g_int_ignored = 0, g_term_ignored = 0;
 
 void write_stderr(const char* text) {  // async-signal-safe
   size_t n = std::strlen(text);
@@ -23,8 +26,8 @@ void write_stderr(const char* text) {  // async-signal-safe
 
 extern "C" void on_job_stop_signal(int sig) {
   g_stop_signal = sig;
-  std::signal(SIGINT, SIG_DFL);  // a second signal ends the process at once
-  std::signal(SIGTERM, SIG_DFL);
+  if (!g_int_ignored) std::signal(SIGINT, SIG_DFL);  // a second signal ends the process at once
+  if (!g_term_ignored) std::signal(SIGTERM, SIG_DFL);
   write_stderr("\nspecpress: stopping ");
   write_stderr(g_stop_when);
   write_stderr(" (a second Ctrl-C or SIGTERM ends it at once, losing that)\n");
@@ -38,8 +41,12 @@ StopSignals::StopSignals(const char* when) {
   action.sa_handler = on_job_stop_signal;
   action.sa_flags = SA_RESTART;  // a write to stdout or a read in progress goes on, not failing with EINTR
   sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, &old_int_);
-  sigaction(SIGTERM, &action, &old_term_);
+  sigaction(SIGINT, nullptr, &old_int_);
+  sigaction(SIGTERM, nullptr, &old_term_);
+  g_int_ignored = !(old_int_.sa_flags & SA_SIGINFO) && old_int_.sa_handler == SIG_IGN;
+  g_term_ignored = !(old_term_.sa_flags & SA_SIGINFO) && old_term_.sa_handler == SIG_IGN;
+  if (!g_int_ignored) sigaction(SIGINT, &action, nullptr);
+  if (!g_term_ignored) sigaction(SIGTERM, &action, nullptr);
 }
 
 StopSignals::~StopSignals() {
