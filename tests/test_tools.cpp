@@ -1142,6 +1142,9 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
       {bench(13, 2) + resume,
        "holds records made with max_new_tokens = 12, but this run has max_new_tokens = 13"},
       {base + resume + " --temp 0.5", "holds records made with temperature = 0.0"},
+      {base + resume + " -t " + std::to_string(full["cpu_threads"].get<int>() + 1),
+       fmt::format("holds records made with cpu_threads = {}, but this run has cpu_threads = {}",
+                   full["cpu_threads"].get<int>(), full["cpu_threads"].get<int>() + 1)},
       {bench(12, 3) + resume, "holds records made with compress = "},
       {base + " --checkpoint " + (d / "full.json").string() + " --resume", "full.json is not a bench checkpoint"},
   };

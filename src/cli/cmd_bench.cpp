@@ -243,6 +243,9 @@ nlohmann::ordered_json checkpoint_base_settings(const ToolOptions& o) {
                                      {"seed", o.sampling.seed},
                                      {"enable_thinking", o.think},
                                      {"check_answers", o.check_answers}};
+  // on the CPU, LibTorch's thread count (-t) sets every record's timing: records timed at one count are not mixed
+  // with a run at another (the GPU's steps do not depend on it)
+  if (model::parse_device(o.device, "--device").is_cpu()) settings["cpu_threads"] = at::get_num_threads();
   // only when on, so that checkpoints written before penalties and biases existed still resume
   if (o.sampling.penalized()) settings["penalties"] = decode::penalties_json(o.sampling);
   if (!o.sampling.logit_bias.empty()) settings["logit_bias"] = decode::logit_bias_json(o.sampling);
