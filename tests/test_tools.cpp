@@ -1153,6 +1153,15 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\nstderr: " << r.err;
   }
+  {  // a checkpoint of an older specpress, which did not record the CPU threads
+    auto older = ckpt;
+    older[0]["settings"].erase("cpu_threads");
+    write_text(d / "older.ckpt", json_lines(older));
+    r = run_specpress(base + " --checkpoint " + (d / "older.ckpt").string() + " --resume");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("older.ckpt holds records made without the setting 'cpu_threads' (by an older specpress), but "
+                         "this run has cpu_threads = "), std::string::npos) << r.err;
+  }
   auto edited = ckpt;
   edited[2]["record"]["prompt_fingerprint"] = "0000000000000000:1";
   write_text(d / "edited.ckpt", json_lines(edited));
