@@ -423,6 +423,54 @@ TEST(Cli, GenerateStopStringsEndTheText) {
   }
 }
 
+// -p, --system and --stop process the escapes \n \r \t \' \" \\ \xHH as llama.cpp's tools do by default (other
+// backslashes stay as typed); --no-escape keeps them all as typed; -f is never processed; a \xHH that makes the text
+// invalid UTF-8 is refused naming the flag.
+TEST(Cli, TypedTextEscapesAsLlamaCpp) {
+  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
+  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
+    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  const std::string tokenize = "tokenize -m " + demo + "/target ";
+  auto ids_of = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  // (run through sh: inside '...' every backslash reaches specpress as typed)
+  const std::string escaped = ids_of(run_specpress(tokenize + "-p 'a\\nb\\tc\\x41\\\\d\\q\\x4\\\"\\'\\''\\'"));
+  const std::string typed = ids_of(run_specpress(tokenize + "--no-escape -p 'a\nb\tcA\\d\\q\\x4\"'\\''\\'"));
+  EXPECT_EQ(escaped, typed);
+  // (tokenize's -e, --no-escape and -f: tests/tokenizer/cli_tokenize_test.cpp)
+
+  const std::string prompt = "generate -m " + demo + "/target -p \"Tom has 3 apples and buys 5 more. How many?\" --chat";
+  auto json_of = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out.empty() ? "{}" : r.out);
+  };
+  const nlohmann::json stopped = json_of(run_specpress(prompt + " -n 48 --json --stop 'number of the'"));
+  ASSERT_EQ(stopped["stop_reason"], "stop");
+  const nlohmann::json escaped_stop = json_of(run_specpress(prompt + " -n 48 --json --stop 'number\\x20of the'"));
+  EXPECT_EQ(escaped_stop["text"], stopped["text"]);
+  EXPECT_EQ(escaped_stop["stopping_word"], "number of the");
+  const nlohmann::json typed_stop =
+      json_of(run_specpress(prompt + " -n 48 --json --no-escape --stop 'number\\x20of the'"));
+  EXPECT_NE(typed_stop["stop_reason"], "stop");
+  // the system message: an escaped newline is the newline (the same prompt tokens; as typed, one more)
+  auto prompt_n = [&](const std::string& system) {
+    return json_of(run_specpress(prompt + " -n 2 --json --system " + system))["timings"]["prompt_n"];
+  };
+  EXPECT_EQ(prompt_n("'Be brief.\\nAnswer.'"), prompt_n("'Be brief.\nAnswer.'"));
+  EXPECT_NE(prompt_n("'Be brief.\\nAnswer.' --no-escape"), prompt_n("'Be brief.\nAnswer.'"));
+
+  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
+           {tokenize + "-p 'a\\xffb'", "-p/--prompt (its escapes processed; --no-escape keeps them): "},
+           {prompt + " -n 4 --system 'x\\xff'", "--system (its escapes processed; --no-escape keeps them): invalid UTF-8"},
+           {prompt + " -n 4 --stop 'x\\xff'", "--stop (its escapes processed; --no-escape keeps them): invalid UTF-8"}}) {
+    const CommandResult r = run_specpress(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << args << ": " << r.err;
+  }
+}
+
 // Ctrl-C or SIGTERM during generate ends the generation after the commit in flight: the output so far is printed (the
 // --json object says "interrupted"), then the timings, and the exit status is 128 + the signal.
 TEST(Cli, GenerateStoppedBySignalPrintsTheOutputSoFar) {

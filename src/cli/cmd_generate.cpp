@@ -56,6 +56,9 @@ struct GenerateOptions {
 int run_generate(const GenerateOptions& options) {
   c10::InferenceMode inference_mode;
   GenerateOptions o = options;
+  // the escapes of the typed text (-p's are read with the prompt), before anything reads it
+  if (!o.system.empty()) o.system = typed_text(o.system, o.prompt.escape, "--system");
+  for (std::string& stop : o.stop_strings) stop = typed_text(stop, o.prompt.escape, "--stop");
   if (o.reasoning_budget_given) {
     if (o.reasoning_budget < -1)
       fail("--reasoning-budget: expected -1 (no cap), 0 (thinking off) or a token count, found {}", o.reasoning_budget);
@@ -84,7 +87,7 @@ int run_generate(const GenerateOptions& options) {
     if (!tokenizer)
       fail("{}: -p/-f need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", o.model_dir);
     const std::string origin = o.prompt.file.empty() ? "-p/--prompt" : "-f/--file " + o.prompt.file;
-    const std::string text = read_prompt_text(o.prompt.text, o.prompt.file);
+    const std::string text = read_prompt_text(o.prompt.text, o.prompt.file, o.prompt.escape);
     if (o.chat || !o.system.empty()) {
       std::vector<tok::ChatMessage> messages;
       if (!o.system.empty()) messages.push_back({"system", o.system, std::nullopt});
@@ -254,7 +257,7 @@ void add_generate_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("-m,--model", o->model_dir, "target model directory (HF Qwen3)")->required();
   cmd->add_option("--model-draft", o->draft_dir, "DFlash draft directory (also -md)")
       ->check(non_empty_check("expected a DFlash draft directory; leave the flag out for plain decoding"));
-  add_raw_prompt_flags(*cmd, o->prompt, "the prompt");
+  add_raw_prompt_flags(*cmd, o->prompt, "the prompt", "-p, --system and --stop");
   cmd->add_flag("--chat", o->chat, "render the prompt as a user turn with the chat template (+ generation prompt)");
   cmd->add_option("--system", o->system, "system message for --chat (also -sys; implies --chat)")
       ->check(non_empty_check("expected the system message; leave the flag out for none"));

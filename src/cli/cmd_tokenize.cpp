@@ -1,16 +1,16 @@
-// cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT | -f FILE | --messages FILE.json [--tools FILE.json]
-// [--think] [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR (--ids "1,2,3" |
+// cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT [--no-escape] | -f FILE | --messages FILE.json
+// [--tools FILE.json] [--think] [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR (--ids "1,2,3" |
 // -f FILE) [--skip-special]` prints the text exactly, with no newline added (-f - reads standard input, for both).
 // -m may name a model directory, a folder holding only tokenizer files, or a tokenizer.json file. Torch-free.
 #include "cli/cmd_tokenize.h"
-
-#include "cli/id_list.h"
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
+#include "cli/escapes.h"
+#include "cli/id_list.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "tokenizer/chat_template.h"
@@ -25,6 +25,7 @@ struct TokenizeOptions {
   CLI::Option* file_opt = nullptr;
   CLI::Option* messages_opt = nullptr;
   bool think = false, no_generation_prompt = false;
+  bool escape = true;  // -e/--escape (the default), --no-escape: -p's escapes processed (cli/escapes.h)
 };
 
 struct DetokenizeOptions {
@@ -70,7 +71,9 @@ int run_tokenize(const TokenizeOptions& o) {
   if (given != 1) fail("tokenize: give exactly one of -p TEXT, -f FILE or --messages FILE.json");
   const tok::Tokenizer t = load_tokenizer(o.model);
   if (o.prompt_opt->count()) {
-    print_ids(encode_from(t, o.prompt, "-p/--prompt"));
+    const std::string text = o.escape ? process_escapes(o.prompt) : o.prompt;
+    print_ids(encode_from(t, text, text != o.prompt ? "-p/--prompt (its escapes processed; --no-escape keeps them)"
+                                                    : "-p/--prompt"));
   } else if (o.file_opt->count()) {
     print_ids(encode_from(t, read_input(o.file, "-f/--file", /*stdin_dash=*/true), "-f/--file: " + o.file));
   } else {
@@ -113,6 +116,7 @@ void add_tokenize_commands(CLI::App& app, std::function<int()>& run) {
                   "model directory, folder with tokenizer.json, or a tokenizer.json file")
       ->required();
   tokenize->prompt_opt = cmd->add_option("-p,--prompt", tokenize->prompt, "text to tokenize");
+  add_escape_flag(*cmd, tokenize->escape, "-p");
   tokenize->file_opt =
       cmd->add_option("-f,--file", tokenize->file, "tokenize this file's exact bytes (- reads standard input)");
   tokenize->messages_opt = cmd->add_option(

@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include "cli/escapes.h"
 #include "cli/id_list.h"
 #include "core/error.h"
 #include "io/mapped_file.h"
@@ -277,12 +278,24 @@ void add_compression_flags(CLI::App& cmd, std::string& method, compress::Policy&
   });
 }
 
-std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file) {
-  const std::string origin = prompt_file.empty() ? "-p/--prompt" : "-f/--file " + prompt_file;
-  // -f - reads standard input, as tokenize -f - and --prompt-ids-file - do
-  const std::string text = prompt_file.empty() ? prompt_text : read_input(prompt_file, "-f/--file", /*stdin_dash=*/true);
+namespace {
+void check_utf8(const std::string& text, const std::string& origin) {
   if (const size_t bad = tok::utf8::find_invalid(text); bad != tok::utf8::npos)
     fail("{}: invalid UTF-8 at byte {} (expected UTF-8 text)", origin, bad);
+}
+}  // namespace
+
+std::string typed_text(const std::string& text, bool escape, const std::string& flag) {
+  std::string result = escape ? process_escapes(text) : text;
+  check_utf8(result, escape && result != text ? flag + " (its escapes processed; --no-escape keeps them)" : flag);
+  return result;
+}
+
+std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file, bool escape) {
+  if (prompt_file.empty()) return typed_text(prompt_text, escape, "-p/--prompt");
+  // -f - reads standard input, as tokenize -f - and --prompt-ids-file - do
+  std::string text = read_input(prompt_file, "-f/--file", /*stdin_dash=*/true);
+  check_utf8(text, "-f/--file " + prompt_file);
   return text;
 }
 

@@ -26,9 +26,12 @@ std::vector<int64_t> default_stop_ids(const std::string& model_dir);
 // (missing, not a directory, or without config.json: model::config_path_in).
 std::optional<tok::Tokenizer> load_tokenizer_if_present(const std::string& model_dir);
 
-// The text of -p/--prompt, or of -f/--file when `prompt_file` is set (its exact bytes), checked to be UTF-8; errors
-// name the flag (and the file).
-std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file);
+// Text typed on the command line (-p, --system, --stop): its escapes processed (cli/escapes.h) unless `escape` is
+// false (--no-escape), then checked to be UTF-8; errors name `flag`.
+std::string typed_text(const std::string& text, bool escape, const std::string& flag);
+// The text of -p/--prompt (as typed_text reads it), or of -f/--file when `prompt_file` is set (its exact bytes, never
+// escaped), checked to be UTF-8; errors name the flag (and the file).
+std::string read_prompt_text(const std::string& prompt_text, const std::string& prompt_file, bool escape);
 
 // Prints llama.cpp-style timings (and DFlash acceptance lines when block_size > 1) to stderr.
 void print_timings(const decode::GenerationResult& result);

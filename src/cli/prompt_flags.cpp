@@ -5,15 +5,17 @@
 #include <fmt/ranges.h>
 
 #include "cli/common.h"
+#include "cli/escapes.h"
 #include "cli/id_list.h"
 #include "core/error.h"
 
 namespace specpress::cli {
 
-void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what) {
+void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what, const std::string& escaped) {
   cmd.add_option("-f,--file", flags.file, what + ", from a file (its exact bytes; - for standard input)")
       ->check(non_empty_check("expected a file path"));
   cmd.add_option("-p,--prompt", flags.text, what)->check(non_empty_check("expected the text"));
+  add_escape_flag(cmd, flags.escape, escaped);
   cmd.add_option("--prompt-ids", flags.ids, what + " as token ids, comma-separated")
       ->check(non_empty_check("expected token ids"));
   cmd.add_option("--prompt-ids-file", flags.ids_file,
@@ -60,7 +62,7 @@ std::vector<int64_t> raw_prompt_tokens(const RawPromptFlags& flags, const std::s
   const std::optional<tok::Tokenizer> tokenizer = load_tokenizer_if_present(model_dir);
   if (!tokenizer)
     fail("{}: -f/-p need the model's tokenizer, but the directory has no tokenizer.json; pass --prompt-ids", model_dir);
-  const std::vector<int32_t> ids = tokenizer->encode(read_prompt_text(flags.text, flags.file));
+  const std::vector<int32_t> ids = tokenizer->encode(read_prompt_text(flags.text, flags.file, flags.escape));
   return {ids.begin(), ids.end()};
 }
 

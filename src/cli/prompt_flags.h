@@ -1,6 +1,7 @@
 // prompt_flags.h — the prompt flags of generate, perplexity and dump (raw: no chat template, no special tokens added,
 // unless generate's --chat renders the text): exactly one of
-// -p TEXT, -f FILE (text, encoded by the model's tokenizer.json), --prompt-ids IDS or --prompt-ids-file FILE (ids as
+// -p TEXT (its escapes \n \t ... processed, as llama.cpp's, unless --no-escape), -f FILE (text, encoded by the model's
+// tokenizer.json), --prompt-ids IDS or --prompt-ids-file FILE (ids as
 // --prompt-ids takes them; - for standard input, so that `specpress tokenize -f long.txt | specpress dump
 // --prompt-ids-file - ...` passes prompts longer than one shell argument can hold).
 #pragma once
@@ -14,10 +15,13 @@ namespace specpress::cli {
 
 struct RawPromptFlags {
   std::string text, file, ids, ids_file;
+  bool escape = true;  // -e/--escape (the default), --no-escape: -p's escapes processed (cli/escapes.h)
 };
 
-// Adds the four flags; `what` describes the input in their help ("the text to score").
-void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what);
+// Adds the four flags and -e/--escape, --no-escape; `what` describes the input in their help ("the text to score"),
+// `escaped` the flags whose escapes --no-escape keeps (-p, and generate's --system and --stop).
+void add_raw_prompt_flags(CLI::App& cmd, RawPromptFlags& flags, const std::string& what,
+                          const std::string& escaped = "-p");
 
 // The flag the prompt came from ("--prompt-ids", "--prompt-ids-file", "-f/--file" or "-p/--prompt"), for errors.
 const char* raw_prompt_flag(const RawPromptFlags& flags);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/cmd_tokenize.h"
+#include "cli/escapes.h"
 #include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
@@ -110,6 +111,33 @@ TEST(CliTokenize, PromptFileAndMessages) {
   EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--messages", messages, "--tools", tools}).out, "[" + tool_ids + "]\n");
   // -m may also name tokenizer.json itself.
   EXPECT_EQ(run_cli({"tokenize", "-m", dir + "/tokenizer.json", "-p", "Hello"}).out, "[9707]\n");
+}
+
+// The escapes of typed text, as llama.cpp's tools process them: \n \r \t \' \" \\ and \xHH; any other backslash, a \x
+// without two hex digits and a trailing backslash stay as typed.
+TEST(CliEscapes, AsLlamaCpp) {
+  EXPECT_EQ(process_escapes(R"(a\nb\rc\td\'e\"f\\g)"), "a\nb\rc\td'e\"f\\g");
+  EXPECT_EQ(process_escapes(R"(\x41\x7a\x7A\xC3\xA9)"), "Azz\xC3\xA9");  // two bytes: é in UTF-8
+  EXPECT_EQ(process_escapes(R"(\x4 \xg1 \x)"), R"(\x4 \xg1 \x)");
+  EXPECT_EQ(process_escapes(R"(\q \0 \frac{1}{2} \)"), R"(\q \0 \frac{1}{2} \)");
+  EXPECT_EQ(process_escapes(R"(\\n \\\n)"), "\\n \\\n");  // an escaped backslash, then a plain n
+  EXPECT_EQ(process_escapes(""), "");
+  EXPECT_EQ(process_escapes("no escapes: ü"), "no escapes: ü");
+}
+
+TEST(CliTokenize, PromptEscapes) {
+  SKIP_WITHOUT_QWEN3();
+  const std::string dir = tok::testing::qwen3_dir();
+  const std::string lines = run_cli({"tokenize", "-m", dir, "-p", "Hello\nworld"}).out;
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "-p", R"(Hello\nworld)"}).out, lines);
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "-e", "-p", R"(Hello\nworld)"}).out, lines);
+  EXPECT_NE(run_cli({"tokenize", "-m", dir, "--no-escape", "-p", R"(Hello\nworld)"}).out, lines);
+  EXPECT_EQ(run_cli({"tokenize", "-m", dir, "--no-escape", "-p", R"(Hello\nworld)"}).out,
+            run_cli({"tokenize", "-m", dir, "-f", temp_file("specpress_cli_escapes.txt", R"(Hello\nworld)")}).out);
+  const CliResult bad = run_cli({"tokenize", "-m", dir, "-p", R"(a\xffb)"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.error.find("-p/--prompt (its escapes processed; --no-escape keeps them): "), std::string::npos)
+      << bad.error;
 }
 
 TEST(CliTokenize, Detokenize) {
