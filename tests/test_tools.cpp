@@ -28,7 +28,6 @@
 #include "tools/datasets.h"
 #include "tools/jsonl_checkpoint.h"
 #include "tools/perplexity.h"
-#include "tools/stop_signals.h"
 
 using namespace specpress;
 using namespace specpress::test;
@@ -1551,35 +1550,6 @@ TEST(PerplexityErrors, NanWeightsAreAnError) {
     EXPECT_NE(std::string(e.what()).find("chunk 1: the model's log-probabilities are NaN"), std::string::npos)
         << e.what();
   }
-}
-
-// A signal the process ignored (SIGINT in a job that a script started with `&`) stays ignored while a StopSignals
-// lives, also after another signal asked the job to stop, and after it; a signal not ignored is recorded.
-TEST(StopSignals, AnIgnoredSignalStaysIgnored) {
-  const auto disposition = [](int sig) {
-    struct sigaction now {};
-    sigaction(sig, nullptr, &now);
-    return now.sa_handler;
-  };
-  struct sigaction ignore {}, old_int {}, old_term {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  ASSERT_EQ(sigaction(SIGINT, &ignore, &old_int), 0);
-  sigaction(SIGTERM, nullptr, &old_term);
-  {
-    tools::StopSignals stop("after the test");
-    EXPECT_EQ(disposition(SIGINT), SIG_IGN);
-    ASSERT_EQ(raise(SIGINT), 0);
-    EXPECT_EQ(stop.received(), 0);
-    ASSERT_NE(disposition(SIGTERM), SIG_DFL);  // the handler, which records it
-    ASSERT_EQ(raise(SIGTERM), 0);
-    EXPECT_EQ(stop.received(), SIGTERM);
-    EXPECT_EQ(disposition(SIGTERM), SIG_DFL);  // a second SIGTERM would end the process
-    EXPECT_EQ(disposition(SIGINT), SIG_IGN);   // SIGINT is not made fatal by the first stop signal
-  }
-  EXPECT_EQ(disposition(SIGINT), SIG_IGN);
-  EXPECT_EQ(disposition(SIGTERM), old_term.sa_handler);
-  sigaction(SIGINT, &old_int, nullptr);
 }
 
 }  // namespace

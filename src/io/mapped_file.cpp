@@ -93,13 +93,15 @@ int write_all(int fd, std::string_view bytes) {
 
 namespace {
 // The temporary file a write_file_atomic is writing, for a terminating signal to remove before it ends the process:
-// SIGINT, SIGTERM and SIGHUP whose action is the default when the write starts. Not covered: a signal the program
-// handles itself (bench and the trainers finish the write and stop after it; a second Ctrl-C that their handler left
-// at its default during that write ends them without the cleanup), and a write concurrent with another one.
+// SIGINT, SIGTERM and SIGHUP whose action is the default when the write starts; a signal the program handles itself
+// calls remove_temporary_file_in_flight where it ends the process (bench and the trainers finish the write after a
+// first Ctrl-C, and a second one ends them through it). Not covered: a write concurrent with another one.
 std::atomic<bool> g_claimed{false};
+std::atomic<bool> g_named{false};  // g_writing holds the whole name (set after it is copied, cleared before it changes)
 char g_writing[4096];
+static_assert(std::atomic<bool>::is_always_lock_free, "read in signal handlers");
 void remove_then_die(int sig) {
-  ::unlink(g_writing);
+  remove_temporary_file_in_flight();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -108,6 +110,7 @@ class TemporaryFileGuard {
   explicit TemporaryFileGuard(const std::string& tmp) {
     if (tmp.size() >= sizeof g_writing || g_claimed.exchange(true)) return;
     std::memcpy(g_writing, tmp.c_str(), tmp.size() + 1);
+    g_named = true;
     owner_ = true;
     for (size_t i = 0; i < std::size(kSignals); ++i) {
       struct sigaction old {};
@@ -125,6 +128,7 @@ class TemporaryFileGuard {
       if (installed_[i] && ::sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler == remove_then_die)
         ::signal(kSignals[i], SIG_DFL);
     }
+    g_named = false;
     g_claimed = false;
   }
   TemporaryFileGuard(const TemporaryFileGuard&) = delete;
@@ -136,6 +140,10 @@ class TemporaryFileGuard {
   bool installed_[std::size(kSignals)] = {};
 };
 }  // namespace
+
+void remove_temporary_file_in_flight() {
+  if (g_named) ::unlink(g_writing);
+}
 
 std::string temporary_path(const std::string& target, const std::string& suffix) {
   namespace fs = std::filesystem;

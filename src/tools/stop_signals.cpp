@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "io/mapped_file.h"
+
 namespace specpress::tools {
 namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -24,10 +26,17 @@ void write_stderr(const char* text) {  // async-signal-safe
   }
 }
 
+// A second signal ends the process at once, as its default action, without the file it was writing half there.
+extern "C" void on_second_stop_signal(int sig) {
+  io::remove_temporary_file_in_flight();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 extern "C" void on_job_stop_signal(int sig) {
   g_stop_signal = sig;
-  if (!g_int_ignored) std::signal(SIGINT, SIG_DFL);  // a second signal ends the process at once
-  if (!g_term_ignored) std::signal(SIGTERM, SIG_DFL);
+  if (!g_int_ignored) std::signal(SIGINT, on_second_stop_signal);
+  if (!g_term_ignored) std::signal(SIGTERM, on_second_stop_signal);
   write_stderr("\nspecpress: stopping ");
   write_stderr(g_stop_when);
   write_stderr(" (a second Ctrl-C or SIGTERM ends it at once, losing that)\n");

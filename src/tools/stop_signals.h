@@ -1,6 +1,7 @@
 // stop_signals.h — Ctrl-C for long jobs (training, bench): while a StopSignals lives, the first SIGINT or SIGTERM is
 // only recorded, so that the job stops at its next safe point (after a step, after a sample) with what it made saved;
-// a second signal takes the default action and ends the process at once. The handlers found before come back after.
+// a second signal ends the process at once by that signal (removing the temporary file of an io::write_file_atomic in
+// flight, so that none is left beside its output). The handlers found before come back after.
 // A signal the process ignored when the object was made (SIGINT in a job started with `&` by a script) stays ignored.
 #pragma once
 
