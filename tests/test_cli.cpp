@@ -24,6 +24,13 @@ using namespace specpress::test;
 
 namespace {
 
+// The bundled demo pair's folder as `const std::string name`; the test skips where its tokenizer.json (git-ignored,
+// fetched by scripts/setup.sh) is missing.
+#define DEMO_PAIR_OR_SKIP(name)                                          \
+  const std::string name = std::string(SPECPRESS_SOURCE_DIR) + "/demo";   \
+  if (!std::filesystem::exists(name + "/target/tokenizer.json"))         \
+    GTEST_SKIP() << name << "/target/tokenizer.json missing (scripts/setup.sh fetches it)"
+
 // what printf writes
 template <typename... Args>
 std::string printf_string(const char* format, Args... args) {
@@ -149,9 +156,7 @@ TEST(Cli, StreamsIdsWithoutJson) {
 // generate --compress DIR loads it, compresses aged units and reports it; a directory that is not a
 // compressor fails naming the flag's value.
 TEST(Cli, GenerateWithTheBundledBeaconCompressor) {
-  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
-  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
-    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  DEMO_PAIR_OR_SKIP(demo);
   CommandResult r = run_specpress("generate -m " + demo + "/target -md " + demo + "/draft -p \"Tom has 3 apples and buys "
                                   "5 more. How many apples does he have?\" --chat -n 160 --temp 0 --compress " + demo +
                                   "/beacon --compress-window 32 --compress-merge 8 --json");
@@ -247,9 +252,7 @@ TEST(Cli, TrainerStoppedDuringItsGenerationsKeepsThem) {
 // same folder spelled another way resumes; a copy, or a compressor rewritten in place, is another compressor.
 TEST(Cli, BenchCheckpointKnowsTheCompressorsFiles) {
   SPECPRESS_REQUIRE_SHARED();
-  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
-  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
-    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  DEMO_PAIR_OR_SKIP(demo);
   ScratchDir d("cli-bench-beacon");
   std::filesystem::copy(demo + "/beacon", d.path / "beacon");
   const std::string ckpt = (d.path / "b.ckpt").string();
@@ -294,9 +297,7 @@ TEST(Cli, BenchCheckpointKnowsTheCompressorsFiles) {
 // target's context is 2048 positions, bench's default --max-new-tokens as many), naming the sample and the flag.
 TEST(Cli, BenchAndDiagnoseRefuseSamplesThatDoNotFitBeforeRunningAny) {
   SPECPRESS_REQUIRE_SHARED();
-  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
-  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
-    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  DEMO_PAIR_OR_SKIP(demo);
   const std::string data = " --dataset gsm8k --data " + shared_dir() + "/data/gsm8k_test.jsonl --max-samples 5";
   for (const std::string tool : {"bench", "diagnose"}) {
     CommandResult r = run_specpress(tool + " -m " + demo + "/target -md " + demo + "/draft" + data +
@@ -326,9 +327,7 @@ TEST(Cli, BenchAndDiagnoseRefuseSamplesThatDoNotFitBeforeRunningAny) {
 // greedy and sampled, plain and DFlash (greedy: the same tokens); a block that ends within the budget is untouched;
 // bad values named.
 TEST(Cli, ReasoningBudgetCutsTheThinkingAndAnswers) {
-  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
-  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
-    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  DEMO_PAIR_OR_SKIP(demo);
   const std::string base = "generate -m " + demo + "/target -p \"What is 2+3?\" --chat -n 40 --json ";
   auto ids_of = [](const CommandResult& r) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -368,9 +367,7 @@ TEST(Cli, ReasoningBudgetCutsTheThinkingAndAnswers) {
 // output ids end at the token that completed it (the rest of a DFlash block is dropped), so DFlash gives plain
 // decoding's output; --json says it; the streamed text is the same; an empty string or no tokenizer is refused.
 TEST(Cli, GenerateStopStringsEndTheText) {
-  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
-  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
-    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  DEMO_PAIR_OR_SKIP(demo);
   const std::string prompt = "generate -m " + demo + "/target -p \"Tom has 3 apples and buys 5 more. How many?\" --chat";
   const std::string base = prompt + " -n 48";
   const std::string draft = " -md " + demo + "/draft";
@@ -427,9 +424,7 @@ TEST(Cli, GenerateStopStringsEndTheText) {
 // backslashes stay as typed); --no-escape keeps them all as typed; -f is never processed; a \xHH that makes the text
 // invalid UTF-8 is refused naming the flag.
 TEST(Cli, TypedTextEscapesAsLlamaCpp) {
-  const std::string demo = std::string(SPECPRESS_SOURCE_DIR) + "/demo";
-  if (!std::filesystem::exists(demo + "/target/tokenizer.json"))
-    GTEST_SKIP() << demo << "/target/tokenizer.json missing (scripts/setup.sh fetches it)";
+  DEMO_PAIR_OR_SKIP(demo);
   const std::string tokenize = "tokenize -m " + demo + "/target ";
   auto ids_of = [](const CommandResult& r) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
