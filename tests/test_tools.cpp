@@ -1142,8 +1142,11 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
        "holds records made with max_new_tokens = 12, but this run has max_new_tokens = 13"},
       {base + resume + " --temp 0.5", "holds records made with temperature = 0.0"},
       {base + resume + " -t " + std::to_string(full["cpu_threads"].get<int>() + 1),
-       fmt::format("holds records made with cpu_threads = {}, but this run has cpu_threads = {}",
+       fmt::format("holds records timed with {} CPU threads, but this run has {} (-t/--threads sets them",
                    full["cpu_threads"].get<int>(), full["cpu_threads"].get<int>() + 1)},
+      // a setting on now and off when the records were made
+      {base + resume + " --repeat-penalty 1.1", "holds records made without the setting 'penalties' (a flag left off "
+                                                "then, or a specpress that did not record it), but this run has"},
       {bench(12, 3) + resume, "holds records made with compress = "},
       {base + " --checkpoint " + (d / "full.json").string() + " --resume", "full.json is not a bench checkpoint"},
   };
@@ -1158,8 +1161,9 @@ TEST_F(ToolsEndToEnd, BenchCheckpointResumesWhereItStopped) {
     write_text(d / "older.ckpt", json_lines(older));
     r = run_specpress(base + " --checkpoint " + (d / "older.ckpt").string() + " --resume");
     EXPECT_NE(r.exit_code, 0);
-    EXPECT_NE(r.err.find("older.ckpt holds records made without the setting 'cpu_threads' (by an older specpress), but "
-                         "this run has cpu_threads = "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("older.ckpt holds records made without the setting 'cpu_threads' (a flag left off then, or a "
+                         "specpress that did not record it), but this run has cpu_threads = "), std::string::npos)
+        << r.err;
   }
   auto edited = ckpt;
   edited[2]["record"]["prompt_fingerprint"] = "0000000000000000:1";

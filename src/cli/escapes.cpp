@@ -1,6 +1,7 @@
 // escapes.cpp — see escapes.h.
 #include "cli/escapes.h"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 namespace specpress::cli {

@@ -1,13 +1,16 @@
-// escapes.h — the escape sequences of text typed on the command line (-p, --system, --stop), processed as llama.cpp's
-// tools do by default, so that `-p 'Q:\nA:'` means two lines without bash's $'...' quoting: \n \r \t \' \" \\ and \xHH
-// (two hex digits, one byte). Any other backslash, a \x without two hex digits and a trailing backslash stay as typed.
-// Files (-f) are never processed: their bytes are the prompt.
+// escapes.h — the escape sequences of text typed on the command line (-p, and generate's --system and --stop),
+// processed by default as llama.cpp's tools process -p, so that `-p 'Q:\nA:'` means two lines without bash's $'...'
+// quoting: \n \r \t \' \" \\ and \xHH (two hex digits, one byte). Any other backslash, a \x without two hex digits and
+// a trailing backslash stay as typed. Unlike llama.cpp, files (-f) are never processed (their bytes are the prompt),
+// and --system is (llama.cpp leaves its -sys as typed).
 #pragma once
 
 #include <string>
 #include <string_view>
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;
+}
 
 namespace specpress::cli {
 

@@ -95,11 +95,14 @@ namespace {
 // The temporary file a write_file_atomic is writing, for a terminating signal to remove before it ends the process:
 // SIGINT, SIGTERM and SIGHUP whose action is the default when the write starts; a signal the program handles itself
 // calls remove_temporary_file_in_flight where it ends the process (bench and the trainers finish the write after a
-// first Ctrl-C, and a second one ends them through it). Not covered: a write concurrent with another one.
-std::atomic<bool> g_claimed{false};
-std::atomic<bool> g_named{false};  // g_writing holds the whole name (set after it is copied, cleared before it changes)
+// first Ctrl-C, and a second one ends them through it). One write at a time is registered (another, concurrent one is
+// not covered), and only a name shorter than the buffer.
+// g_state: kFree, kNaming (its name being copied into g_writing), kNamed (the name whole), kRemoving (a handler has it:
+// the process is ending, and the name is never changed again).
+enum : int { kFree, kNaming, kNamed, kRemoving };
+std::atomic<int> g_state{kFree};
 char g_writing[4096];
-static_assert(std::atomic<bool>::is_always_lock_free, "read in signal handlers");
+static_assert(std::atomic<int>::is_always_lock_free, "read in signal handlers");
 void remove_then_die(int sig) {
   remove_temporary_file_in_flight();
   ::signal(sig, SIG_DFL);
@@ -108,9 +111,10 @@ void remove_then_die(int sig) {
 class TemporaryFileGuard {
  public:
   explicit TemporaryFileGuard(const std::string& tmp) {
-    if (tmp.size() >= sizeof g_writing || g_claimed.exchange(true)) return;
+    int free = kFree;
+    if (tmp.size() >= sizeof g_writing || !g_state.compare_exchange_strong(free, kNaming)) return;
     std::memcpy(g_writing, tmp.c_str(), tmp.size() + 1);
-    g_named = true;
+    g_state = kNamed;
     owner_ = true;
     for (size_t i = 0; i < std::size(kSignals); ++i) {
       struct sigaction old {};
@@ -128,8 +132,8 @@ class TemporaryFileGuard {
       if (installed_[i] && ::sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler == remove_then_die)
         ::signal(kSignals[i], SIG_DFL);
     }
-    g_named = false;
-    g_claimed = false;
+    int named = kNamed;  // (left as it is where a handler is removing the file: the process is ending)
+    g_state.compare_exchange_strong(named, kFree);
   }
   TemporaryFileGuard(const TemporaryFileGuard&) = delete;
   TemporaryFileGuard& operator=(const TemporaryFileGuard&) = delete;
@@ -142,7 +146,8 @@ class TemporaryFileGuard {
 }  // namespace
 
 void remove_temporary_file_in_flight() {
-  if (g_named) ::unlink(g_writing);
+  int named = kNamed;
+  if (g_state.compare_exchange_strong(named, kRemoving)) ::unlink(g_writing);
 }
 
 std::string temporary_path(const std::string& target, const std::string& suffix) {

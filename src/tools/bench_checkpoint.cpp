@@ -259,7 +259,11 @@ CheckpointFormat bench_format() {
   f.other_build_note = "the records it holds keep that build's timings";
   // not a flag: a format of the records (kCompressCounts), which no command line can change back
   f.on_difference = [](const std::string& path, const std::string& key, const nlohmann::json& old,
-                       const nlohmann::json&) {
+                       const nlohmann::json& now) {
+    if (key == "cpu_threads" && old.is_number_integer())
+      fail("--resume: {} holds records timed with {} CPU threads, but this run has {} (-t/--threads sets them, else "
+           "OMP_NUM_THREADS or one a core); resume with -t {}, or give another --checkpoint", path, old.dump(),
+           now.dump(), old.dump());
     if (key == "compress_counts")
       fail("--resume: {} holds compressed records of an older specpress (compress_counts {}, now \"{}\"), which "
            "counted a compression's events, slots or time, or top-attention's scores, otherwise, or did not check the "

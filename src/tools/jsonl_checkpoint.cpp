@@ -92,8 +92,9 @@ void compare_settings(const nlohmann::json& header, const Json& now_ordered, con
     if (old == value) continue;
     if (f.on_difference) f.on_difference(path, key, old, value);
     if (!saved.contains(key))
-      fail("--resume: {} holds records made without the setting '{}' (by an older specpress), but this run has {} = {}; "
-           "finish it with that specpress, or give another --checkpoint", path, key, key, value.dump());
+      fail("--resume: {} holds records made without the setting '{}' (a flag left off then, or a specpress that did not "
+           "record it), but this run has {} = {}; resume with the original flags, or give another --checkpoint", path,
+           key, key, value.dump());
     fail("--resume: {} holds records made with {} = {}, but this run has {} = {}; resume with the original flags, or "
          "give another --checkpoint",
          path, key, old.dump(), key, value.dump());
