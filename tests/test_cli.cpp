@@ -458,7 +458,8 @@ TEST(Cli, TypedTextEscapesAsLlamaCpp) {
 
   for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
            {tokenize + "-p 'a\\xffb'", "-p/--prompt (its escapes processed; --no-escape keeps them): "},
-           {prompt + " -n 4 --system 'x\\xff'", "--system (its escapes processed; --no-escape keeps them): invalid UTF-8"},
+           {prompt + " -n 4 --system 'x\\xff'",
+            "--system (its escapes processed; --no-escape keeps them): invalid UTF-8"},
            {prompt + " -n 4 --stop 'x\\xff'", "--stop (its escapes processed; --no-escape keeps them): invalid UTF-8"}}) {
     const CommandResult r = run_specpress(args);
     EXPECT_NE(r.exit_code, 0) << args;

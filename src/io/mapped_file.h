@@ -44,7 +44,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 // Removes the temporary file that a write_file_atomic or create_file_locked of this process is writing, if any (one
 // write at a time is registered): for a handler of a signal that ends the process (tools::StopSignals' second signal).
-// Async-signal-safe; once called, no later write is registered.
+// Async-signal-safe; once it has removed one, no later write is registered (the process is ending).
 void remove_temporary_file_in_flight();
 // `target` + `suffix` (".tmp.PID", say) beside it, its name cut so that the whole stays within the file system's
 // 255-byte name limit: a temporary file for any output name that can itself exist.
