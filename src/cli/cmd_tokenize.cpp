@@ -1,7 +1,8 @@
 // cmd_tokenize.cpp — `specpress tokenize -m DIR (-p TEXT [--no-escape] | -f FILE | --messages FILE.json
 // [--tools FILE.json] [--think] [--no-generation-prompt])` prints a JSON array of ids; `specpress detokenize -m DIR
-// (--ids "1,2,3" | -f FILE) [--skip-special]` prints the text exactly, with no newline added (-f - reads standard input, for both).
-// -m may name a model directory, a folder holding only tokenizer files, or a tokenizer.json file. Torch-free.
+// (--ids "1,2,3" | -f FILE) [--skip-special]` prints the text exactly, with no newline added (-f - reads standard
+// input, for both). -m may name a model directory, a folder holding only tokenizer files, or a tokenizer.json file.
+// Torch-free.
 #include "cli/cmd_tokenize.h"
 
 #include <array>
