@@ -73,8 +73,7 @@ int run_tokenize(const TokenizeOptions& o) {
   const tok::Tokenizer t = load_tokenizer(o.model);
   if (o.prompt_opt->count()) {
     const std::string text = o.escape ? process_escapes(o.prompt) : o.prompt;
-    print_ids(encode_from(t, text, text != o.prompt ? "-p/--prompt (its escapes processed; --no-escape keeps them)"
-                                                    : "-p/--prompt"));
+    print_ids(encode_from(t, text, typed_text_origin("-p/--prompt", text != o.prompt)));
   } else if (o.file_opt->count()) {
     print_ids(encode_from(t, read_input(o.file, "-f/--file", /*stdin_dash=*/true), "-f/--file: " + o.file));
   } else {

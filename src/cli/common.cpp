@@ -287,7 +287,7 @@ void check_utf8(const std::string& text, const std::string& origin) {
 
 std::string typed_text(const std::string& text, bool escape, const std::string& flag) {
   std::string result = escape ? process_escapes(text) : text;
-  check_utf8(result, escape && result != text ? flag + " (its escapes processed; --no-escape keeps them)" : flag);
+  check_utf8(result, typed_text_origin(flag, result != text));
   return result;
 }
 

@@ -44,6 +44,10 @@ std::string process_escapes(std::string_view text) {
   return out;
 }
 
+std::string typed_text_origin(const std::string& flag, bool escapes_changed_it) {
+  return escapes_changed_it ? flag + " (its escapes processed; --no-escape keeps them)" : flag;
+}
+
 void add_escape_flag(CLI::App& cmd, bool& escape, const std::string& which) {
   cmd.add_flag("-e,--escape,!--no-escape", escape,
                fmt::format("process the escapes \\n \\r \\t \\' \\\" \\\\ \\xHH in {} (the default, as llama.cpp's; "

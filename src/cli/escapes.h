@@ -15,6 +15,8 @@ class App;
 namespace specpress::cli {
 
 std::string process_escapes(std::string_view text);
+// How an error names typed text that came from `flag`: with the escapes noted where processing them changed it.
+std::string typed_text_origin(const std::string& flag, bool escapes_changed_it);
 
 // -e/--escape (the default) and --no-escape into `escape`: whether the escapes of `which` (the flags of typed text,
 // e.g. "-p, --system and --stop") are processed.
